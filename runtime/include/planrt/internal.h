@@ -1,0 +1,68 @@
+//===- internal.h - Test and tooling hooks of the runtime -----------------===//
+//
+// Not used by generated programs. Lets tests build a Context without going
+// through planrt::run (for example a standalone single-rank host Context
+// without MPI), drive steps, and reach the deterministic generators.
+//===----------------------------------------------------------------------===//
+#ifndef PLANRT_INTERNAL_H
+#define PLANRT_INTERNAL_H
+
+#include "planrt/planrt.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace planrt {
+namespace internal {
+
+/// A fresh Context. With `use_mpi` false it is a standalone rank 0 of a
+/// 1-rank world and never calls MPI; with `use_mpi` true MPI must already be
+/// initialized and the Context spans MPI_COMM_WORLD.
+Context *create_context(const char *program_name, bool use_mpi);
+void destroy_context(Context *ctx);
+
+/// Validates the description (declared with the planrt:: calls), checks the
+/// world size (fatal on mismatch), initializes the backend and creates and
+/// initializes parameters and input buffers. Also works with no inputs and
+/// no set_training (then the data is not generated).
+void start(Context *ctx);
+/// Resets the scratch arena, sets the step number and fills the inputs.
+void begin_step(Context *ctx, int64_t step);
+/// Runs `steps` steps like planrt::run (prints step lines on rank 0 unless
+/// `quiet`) and returns the reported loss of every step.
+std::vector<float> train(Context *ctx, void (*step)(Context *), int64_t steps,
+                         bool quiet);
+/// Loss given to report_loss during the current step (NaN if none).
+float reported_loss(const Context *ctx);
+/// Copies a tensor to host memory.
+std::vector<float> to_host(Context *ctx, const Tensor *t);
+/// Copies host values into a tensor (sizes must match).
+void from_host(Context *ctx, Tensor *t, const std::vector<float> &values);
+/// Writes all parameters as safetensors (what --save does on rank 0).
+void save_safetensors(Context *ctx, const std::string &path);
+
+/// Deterministic generators.
+uint64_t name_hash(const char *name);
+float init_value(int64_t seed, const char *param_name, int64_t global_index,
+                 int64_t init_kind, float a, float b);
+/// Rows [row0, row0 + rows) of synthetic input `input_index` at `step`.
+void synthetic_inputs(int64_t seed, int64_t step, int64_t input_index,
+                      int64_t row0, int64_t rows, int64_t cols, float *out);
+/// Teacher labels y[rows][out_cols] for input rows x[rows][in_cols].
+void synthetic_labels(int64_t seed, const float *x, int64_t rows,
+                      int64_t in_cols, int64_t out_cols, float *y);
+
+/// Safetensors serialization of named fp32 tensors (shapes as dims lists).
+struct NamedTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  const float *data;
+};
+void write_safetensors(const std::string &path,
+                       const std::vector<NamedTensor> &tensors);
+
+} // namespace internal
+} // namespace planrt
+
+#endif // PLANRT_INTERNAL_H

@@ -1,0 +1,312 @@
+//===- context.cpp - Program description, arena, shared helpers -----------===//
+
+#include "context.h"
+
+#include <mpi.h>
+
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+
+namespace planrt {
+
+static bool mpi_usable() {
+  int init = 0, fin = 0;
+  MPI_Initialized(&init);
+  MPI_Finalized(&fin);
+  return init && !fin;
+}
+
+void fatal(const char *fmt, ...) {
+  char buf[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof(buf), fmt, ap);
+  va_end(ap);
+  std::fprintf(stderr, "planrt: error: %s\n", buf);
+  std::fflush(stderr);
+  std::fflush(stdout);
+  if (mpi_usable())
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  std::exit(1);
+}
+
+std::string shape_str(const Tensor *t) {
+  std::string s = "[";
+  for (int i = 0; i < t->ndim; ++i) {
+    if (i)
+      s += ", ";
+    s += std::to_string(t->shape[i]);
+  }
+  return s + "]";
+}
+
+void check_tensor(const char *op, const char *what, const Tensor *t) {
+  if (!t)
+    fatal("%s: %s is a null tensor", op, what);
+  if (t->ndim < 0 || t->ndim > 4)
+    fatal("%s: %s has invalid rank %d", op, what, t->ndim);
+  for (int i = 0; i < t->ndim; ++i)
+    if (t->shape[i] < 0)
+      fatal("%s: %s has a negative dimension %s", op, what,
+            shape_str(t).c_str());
+  if (!t->data && t->numel() > 0)
+    fatal("%s: %s %s has no data", op, what, shape_str(t).c_str());
+}
+
+static void check_ctx(Context *ctx, const char *op) {
+  if (!ctx)
+    fatal("%s: null context", op);
+}
+
+static void check_dims(const char *op, const char *name, int64_t ndim,
+                       const int64_t d[4]) {
+  if (ndim < 0 || ndim > 4)
+    fatal("%s '%s': rank must be 0..4, got %lld", op, name, (long long)ndim);
+  for (int i = 0; i < 4; ++i) {
+    if (d[i] < 1)
+      fatal("%s '%s': dimension %d must be >= 1, got %lld", op, name, i,
+            (long long)d[i]);
+    if (i >= ndim && d[i] != 1)
+      fatal("%s '%s': unused dimension %d must be 1, got %lld", op, name, i,
+            (long long)d[i]);
+  }
+}
+
+static Tensor make_shape(int64_t ndim, const int64_t d[4]) {
+  Tensor t;
+  t.ndim = (int)ndim;
+  for (int i = 0; i < 4; ++i)
+    t.shape[i] = i < ndim ? d[i] : 1;
+  return t;
+}
+
+//===--- Program description ----------------------------------------------===//
+
+void declare_mesh_axis(Context *ctx, const char *name, int64_t size) {
+  check_ctx(ctx, "declare_mesh_axis");
+  if (ctx->started)
+    fatal("declare_mesh_axis: called after the program started");
+  if (!name || !*name)
+    fatal("declare_mesh_axis: empty axis name");
+  if (size < 1)
+    fatal("declare_mesh_axis '%s': size must be >= 1, got %lld", name,
+          (long long)size);
+  if (ctx->axis_names.size() >= 62)
+    fatal("declare_mesh_axis: too many axes");
+  for (auto &n : ctx->axis_names)
+    if (n == name)
+      fatal("declare_mesh_axis: axis '%s' declared twice", name);
+  ctx->axis_names.push_back(name);
+  ctx->axis_sizes.push_back(size);
+}
+
+void declare_param(Context *ctx, const char *name, int64_t ndim, int64_t d0,
+                   int64_t d1, int64_t d2, int64_t d3, int64_t init_kind,
+                   float a, float b) {
+  check_ctx(ctx, "declare_param");
+  if (ctx->started)
+    fatal("declare_param: called after the program started");
+  if (!name || !*name)
+    fatal("declare_param: empty parameter name");
+  for (auto &p : ctx->params)
+    if (p.name == name)
+      fatal("declare_param: parameter '%s' declared twice", name);
+  int64_t d[4] = {d0, d1, d2, d3};
+  check_dims("declare_param", name, ndim, d);
+  if (init_kind < InitZeros || init_kind > InitUniform)
+    fatal("declare_param '%s': unknown init kind %lld", name,
+          (long long)init_kind);
+  if (init_kind == InitNormal && !(b >= 0.0f))
+    fatal("declare_param '%s': normal stddev must be >= 0, got %g", name,
+          (double)b);
+  if (init_kind == InitUniform && !(a <= b))
+    fatal("declare_param '%s': uniform bounds must satisfy low <= high", name);
+  ParamDesc p;
+  p.name = name;
+  p.init_kind = init_kind;
+  p.a = a;
+  p.b = b;
+  p.t = make_shape(ndim, d);
+  ctx->params.push_back(std::move(p));
+}
+
+void declare_input(Context *ctx, const char *name, int64_t role, int64_t ndim,
+                   int64_t d0, int64_t d1, int64_t d2, int64_t d3,
+                   int64_t batch_axis) {
+  check_ctx(ctx, "declare_input");
+  if (ctx->started)
+    fatal("declare_input: called after the program started");
+  if (!name || !*name)
+    fatal("declare_input: empty input name");
+  for (auto &in : ctx->inputs)
+    if (in.name == name)
+      fatal("declare_input: input '%s' declared twice", name);
+  int64_t d[4] = {d0, d1, d2, d3};
+  check_dims("declare_input", name, ndim, d);
+  if (role != RoleInput && role != RoleLabel)
+    fatal("declare_input '%s': unknown role %lld", name, (long long)role);
+  if (batch_axis >= 0 && ndim < 1)
+    fatal("declare_input '%s': a rank-0 input cannot be split over an axis",
+          name);
+  // batch_axis is checked against the axes in start(): axes may be declared
+  // in any order relative to inputs.
+  InputDesc in;
+  in.name = name;
+  in.role = role;
+  in.batch_axis = batch_axis < 0 ? -1 : batch_axis;
+  in.t = make_shape(ndim, d);
+  ctx->inputs.push_back(std::move(in));
+}
+
+void set_training(Context *ctx, int64_t steps, int64_t seed,
+                  int64_t global_batch, int64_t data_kind) {
+  check_ctx(ctx, "set_training");
+  if (steps < 0)
+    fatal("set_training: steps must be >= 0, got %lld", (long long)steps);
+  if (global_batch < 0)
+    fatal("set_training: global batch must be >= 0, got %lld",
+          (long long)global_batch);
+  ctx->steps = steps;
+  ctx->seed = seed;
+  ctx->global_batch = global_batch;
+  ctx->data_kind = data_kind;
+}
+
+//===--- Buffers ----------------------------------------------------------===//
+
+Tensor *param(Context *ctx, int64_t index) {
+  check_ctx(ctx, "param");
+  if (index < 0 || index >= (int64_t)ctx->params.size())
+    fatal("param: index %lld out of range (%zu parameters declared)",
+          (long long)index, ctx->params.size());
+  if (!ctx->started)
+    fatal("param: called before the program started");
+  return &ctx->params[index].t;
+}
+
+Tensor *input(Context *ctx, int64_t index) {
+  check_ctx(ctx, "input");
+  if (index < 0 || index >= (int64_t)ctx->inputs.size())
+    fatal("input: index %lld out of range (%zu inputs declared)",
+          (long long)index, ctx->inputs.size());
+  if (!ctx->started)
+    fatal("input: called before the program started");
+  return &ctx->inputs[index].t;
+}
+
+static constexpr size_t kArenaAlign = 256;
+static constexpr size_t kMinChunk = size_t(1) << 20;
+
+void *arena_alloc(Context *ctx, size_t bytes) {
+  bytes = (bytes + kArenaAlign - 1) / kArenaAlign * kArenaAlign;
+  if (bytes == 0)
+    bytes = kArenaAlign;
+  if (ctx->chunks.empty() ||
+      ctx->chunk_offset + bytes > ctx->chunks.back().size) {
+    size_t size = kMinChunk;
+    if (!ctx->chunks.empty())
+      size = 2 * ctx->chunks.back().size;
+    if (size < bytes)
+      size = bytes;
+    ArenaChunk c;
+    c.base = (char *)backend::alloc_bytes(ctx, size);
+    c.size = size;
+    ctx->chunks.push_back(c);
+    ctx->chunk_offset = 0;
+  }
+  void *p = ctx->chunks.back().base + ctx->chunk_offset;
+  ctx->chunk_offset += bytes;
+  return p;
+}
+
+void arena_reset(Context *ctx) {
+  ctx->scratch.clear();
+  if (ctx->chunks.size() > 1) {
+    // The last step needed several chunks: replace them by one that holds
+    // all of them, so that later steps allocate nothing.
+    size_t total = 0;
+    for (auto &c : ctx->chunks) {
+      total += c.size;
+      backend::free_bytes(ctx, c.base);
+    }
+    ctx->chunks.clear();
+    ArenaChunk c;
+    c.base = (char *)backend::alloc_bytes(ctx, total);
+    c.size = total;
+    ctx->chunks.push_back(c);
+  }
+  ctx->chunk_offset = 0;
+}
+
+void arena_free_all(Context *ctx) {
+  ctx->scratch.clear();
+  for (auto &c : ctx->chunks)
+    backend::free_bytes(ctx, c.base);
+  ctx->chunks.clear();
+  ctx->chunk_offset = 0;
+}
+
+Tensor *alloc(Context *ctx, int64_t ndim, int64_t d0, int64_t d1, int64_t d2,
+              int64_t d3) {
+  check_ctx(ctx, "alloc");
+  int64_t d[4] = {d0, d1, d2, d3};
+  if (ndim < 0 || ndim > 4)
+    fatal("alloc: rank must be 0..4, got %lld", (long long)ndim);
+  for (int i = 0; i < 4; ++i)
+    if (d[i] < 0 || (i >= ndim && d[i] != 1))
+      fatal("alloc: invalid dimension %d = %lld for a rank-%lld tensor", i,
+            (long long)d[i], (long long)ndim);
+  Tensor t = make_shape(ndim, d);
+  t.data = (float *)arena_alloc(ctx, (size_t)t.numel() * sizeof(float));
+  ctx->scratch.push_back(t);
+  return &ctx->scratch.back();
+}
+
+//===--- Mesh groups ------------------------------------------------------===//
+
+void check_axis_mask(const Context *ctx, const char *op, int64_t axis_mask) {
+  int64_t naxes = (int64_t)ctx->axis_sizes.size();
+  if (axis_mask < 0 || (naxes < 63 && (axis_mask >> naxes) != 0))
+    fatal("%s: axis mask %lld names axes that are not declared (%lld axes)", op,
+          (long long)axis_mask, (long long)naxes);
+}
+
+int64_t group_size(const Context *ctx, int64_t axis_mask) {
+  int64_t n = 1;
+  for (size_t i = 0; i < ctx->axis_sizes.size(); ++i)
+    if (axis_mask & (int64_t(1) << i))
+      n *= ctx->axis_sizes[i];
+  return n;
+}
+
+int64_t group_color(const Context *ctx, int64_t axis_mask) {
+  // Row-major index of this rank's coordinates on the axes not in the mask.
+  int64_t color = 0;
+  for (size_t i = 0; i < ctx->axis_sizes.size(); ++i)
+    if (!(axis_mask & (int64_t(1) << i)))
+      color = color * ctx->axis_sizes[i] + ctx->coords[i];
+  return color;
+}
+
+//===--- MPI helpers for the cuda backend ---------------------------------===//
+
+void mpi_bcast_bytes(Context *ctx, void *data, size_t bytes, int root) {
+  if (!ctx->use_mpi || ctx->world == 1)
+    return;
+  MPI_Bcast(data, (int)bytes, MPI_BYTE, root, MPI_COMM_WORLD);
+}
+
+int mpi_local_rank(Context *ctx) {
+  if (!ctx->use_mpi)
+    return 0;
+  MPI_Comm local;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, ctx->rank,
+                      MPI_INFO_NULL, &local);
+  int r = 0;
+  MPI_Comm_rank(local, &r);
+  MPI_Comm_free(&local);
+  return r;
+}
+
+} // namespace planrt

@@ -1,0 +1,112 @@
+//===- context.h - The runtime Context and the backend interface ----------===//
+//
+// Private to the runtime libraries. Common code (driver, program description,
+// init, data, safetensors) lives in lib/*.cpp and is compiled into both
+// libraries; each backend implements the functions of `planrt::backend` and
+// the ops of planrt.h (via lib/ops_impl.inc).
+//===----------------------------------------------------------------------===//
+#ifndef PLANRT_LIB_CONTEXT_H
+#define PLANRT_LIB_CONTEXT_H
+
+#include "planrt/planrt.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <vector>
+
+namespace planrt {
+
+struct ParamDesc {
+  std::string name;
+  int64_t init_kind = InitZeros;
+  float a = 0.0f, b = 0.0f;
+  Tensor t;    // the parameter (device memory once started)
+  Tensor m, v; // AdamW state, allocated on first use
+  bool has_adam_state = false;
+};
+
+struct InputDesc {
+  std::string name;
+  int64_t role = RoleInput;
+  int64_t batch_axis = -1;
+  Tensor t;                   // device buffer, refilled every step
+  std::vector<float> staging; // host staging buffer
+};
+
+struct ArenaChunk {
+  char *base = nullptr;
+  size_t size = 0;
+};
+
+struct Context {
+  std::string program;
+  std::vector<std::string> axis_names;
+  std::vector<int64_t> axis_sizes;
+  std::deque<ParamDesc> params;
+  std::deque<InputDesc> inputs;
+  int64_t steps = 1, seed = 0, global_batch = 0, data_kind = 0;
+
+  bool use_mpi = false;
+  int rank = 0, world = 1;
+  std::vector<int64_t> coords; // this rank's coordinate on every mesh axis
+  bool started = false;
+
+  int64_t step = 0; // current step number, from 1
+  float last_loss = 0.0f;
+  bool loss_reported = false;
+
+  // Scratch arena: chunks of device memory; consolidated into one chunk at
+  // the next reset when a step needed more than one.
+  std::vector<ArenaChunk> chunks;
+  size_t chunk_offset = 0; // used bytes of chunks.back()
+  std::deque<Tensor> scratch;
+
+  std::vector<double> teacher; // [out][in] teacher matrix for data_kind 0
+  int64_t teacher_in = 0, teacher_out = 0;
+
+  void *backend = nullptr; // backend state
+};
+
+/// Prints "planrt: error: <message>" to stderr and aborts all ranks
+/// (MPI_Abort(1), or exit(1) without MPI).
+[[noreturn]] void fatal(const char *fmt, ...)
+    __attribute__((format(printf, 1, 2)));
+
+std::string shape_str(const Tensor *t);
+/// Checks that `t` is a usable tensor argument of op `op`.
+void check_tensor(const char *op, const char *what, const Tensor *t);
+/// Scratch memory from the step arena (256-byte aligned).
+void *arena_alloc(Context *ctx, size_t bytes);
+/// Frees scratch tensors; consolidates the arena chunks into one.
+void arena_reset(Context *ctx);
+void arena_free_all(Context *ctx);
+/// Generates this rank's rows of the data_kind 0 input/label for `step`.
+void fill_synthetic(Context *ctx, int64_t step);
+/// Ranks in the group of `axis_mask`, and this rank's group color.
+int64_t group_size(const Context *ctx, int64_t axis_mask);
+int64_t group_color(const Context *ctx, int64_t axis_mask);
+/// Checks the mask against the declared axes.
+void check_axis_mask(const Context *ctx, const char *op, int64_t axis_mask);
+
+/// MPI helpers usable from .cu files (which do not include mpi.h).
+void mpi_bcast_bytes(Context *ctx, void *data, size_t bytes, int root);
+int mpi_local_rank(Context *ctx);
+
+namespace backend {
+/// Called once after the world-size check: device selection, communicators.
+void init(Context *ctx);
+void finalize(Context *ctx);
+void *alloc_bytes(Context *ctx, size_t bytes); // fatal on failure
+void free_bytes(Context *ctx, void *p);
+void zero_bytes(Context *ctx, void *p, size_t bytes);
+void to_device(Context *ctx, void *dst, const void *src, size_t bytes);
+void to_host(Context *ctx, void *dst, const void *src, size_t bytes);
+void synchronize(Context *ctx);
+const char *name();
+} // namespace backend
+
+} // namespace planrt
+
+#endif // PLANRT_LIB_CONTEXT_H

@@ -1,0 +1,301 @@
+//===- cuda_backend.cu - CUDA backend: cudaMalloc, cuBLASLt, NCCL ---------===//
+//
+// One GPU per rank, chosen by the rank's index within its node. Kernels run
+// the shared functors of planrt/kernels.h from a grid-stride __global__
+// kernel; GEMM is cuBLASLt (fp32 compute); all-reduce is NCCL, with one
+// communicator per axis mask split from a world communicator whose
+// ncclUniqueId is broadcast over MPI. Everything runs on one stream.
+// This file does not include mpi.h (see mpi_bcast_bytes in context.h).
+//===----------------------------------------------------------------------===//
+
+#include "../context.h"
+#include "planrt/kernels.h"
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <cmath>
+#include <map>
+#include <tuple>
+
+namespace planrt {
+
+namespace {
+
+void check_cuda(cudaError_t e, const char *what, const char *file, int line) {
+  if (e != cudaSuccess)
+    fatal("CUDA error %s (%s) in %s at %s:%d", cudaGetErrorName(e),
+          cudaGetErrorString(e), what, file, line);
+}
+
+void check_cublas(cublasStatus_t s, const char *what, const char *file,
+                  int line) {
+  if (s != CUBLAS_STATUS_SUCCESS)
+    fatal("cuBLASLt error %s (%s) in %s at %s:%d", cublasLtGetStatusName(s),
+          cublasLtGetStatusString(s), what, file, line);
+}
+
+void check_nccl(ncclResult_t r, const char *what, const char *file, int line) {
+  if (r != ncclSuccess && r != ncclInProgress)
+    fatal("NCCL error %d (%s) in %s at %s:%d", (int)r, ncclGetErrorString(r),
+          what, file, line);
+}
+
+#define CUDA_CHECK(call) check_cuda((call), #call, __FILE__, __LINE__)
+#define CUBLAS_CHECK(call) check_cublas((call), #call, __FILE__, __LINE__)
+#define NCCL_CHECK(call) check_nccl((call), #call, __FILE__, __LINE__)
+
+/// A cached cuBLASLt matmul: descriptors and the chosen algorithm.
+struct GemmPlan {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo;
+};
+
+// (ta, tb, m, n, k, lda, ldb, ldc, alignment of a, b, c)
+using GemmKey = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t,
+                           int64_t, int64_t, int, int, int>;
+
+constexpr size_t kWorkspaceBytes = size_t(32) << 20;
+
+struct CudaState {
+  int device = 0;
+  cudaStream_t stream = nullptr;
+  cublasLtHandle_t lt = nullptr;
+  void *workspace = nullptr;
+  ncclComm_t world = nullptr;
+  std::map<int64_t, ncclComm_t> comms; // axis mask -> communicator
+  std::map<GemmKey, GemmPlan> gemms;
+};
+
+CudaState *state(Context *ctx) {
+  if (!ctx->backend)
+    fatal("cuda backend used before it was initialized");
+  return (CudaState *)ctx->backend;
+}
+
+int pointer_alignment(const void *p) {
+  uintptr_t v = (uintptr_t)p;
+  int align = 256;
+  while (align > 4 && v % align)
+    align /= 2;
+  return align;
+}
+
+} // namespace
+
+namespace backend {
+
+const char *name() { return "cuda"; }
+
+void init(Context *ctx) {
+  CudaState *s = new CudaState;
+  ctx->backend = s;
+  int count = 0;
+  CUDA_CHECK(cudaGetDeviceCount(&count));
+  if (count == 0)
+    fatal("no CUDA device is visible");
+  int local = mpi_local_rank(ctx);
+  if (local >= count)
+    fatal("rank %d is rank %d on its node but only %d CUDA device(s) are "
+          "visible; start at most one rank per GPU",
+          ctx->rank, local, count);
+  s->device = local;
+  CUDA_CHECK(cudaSetDevice(s->device));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
+  CUBLAS_CHECK(cublasLtCreate(&s->lt));
+  CUDA_CHECK(cudaMalloc(&s->workspace, kWorkspaceBytes));
+  if (ctx->use_mpi && ctx->world > 1) {
+    ncclUniqueId id;
+    if (ctx->rank == 0)
+      NCCL_CHECK(ncclGetUniqueId(&id));
+    mpi_bcast_bytes(ctx, &id, sizeof(id), 0);
+    NCCL_CHECK(ncclCommInitRank(&s->world, ctx->world, id, ctx->rank));
+  }
+}
+
+void finalize(Context *ctx) {
+  CudaState *s = (CudaState *)ctx->backend;
+  if (!s)
+    return;
+  CUDA_CHECK(cudaStreamSynchronize(s->stream));
+  for (auto &kv : s->comms)
+    if (kv.second != s->world)
+      NCCL_CHECK(ncclCommDestroy(kv.second));
+  if (s->world)
+    NCCL_CHECK(ncclCommDestroy(s->world));
+  for (auto &kv : s->gemms) {
+    GemmPlan &p = kv.second;
+    CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p.a));
+    CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p.b));
+    CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p.c));
+    CUBLAS_CHECK(cublasLtMatmulDescDestroy(p.op));
+  }
+  CUDA_CHECK(cudaFree(s->workspace));
+  CUBLAS_CHECK(cublasLtDestroy(s->lt));
+  CUDA_CHECK(cudaStreamDestroy(s->stream));
+  delete s;
+  ctx->backend = nullptr;
+}
+
+void *alloc_bytes(Context *ctx, size_t bytes) {
+  (void)state(ctx);
+  void *p = nullptr;
+  cudaError_t e = cudaMalloc(&p, bytes ? bytes : 256);
+  if (e == cudaErrorMemoryAllocation) {
+    size_t free_b = 0, total_b = 0;
+    cudaGetLastError(); // clear the error
+    cudaMemGetInfo(&free_b, &total_b);
+    fatal("out of device memory allocating %zu bytes (%zu of %zu bytes free)",
+          bytes, free_b, total_b);
+  }
+  CUDA_CHECK(e);
+  return p;
+}
+
+void free_bytes(Context *, void *p) {
+  if (p)
+    CUDA_CHECK(cudaFree(p));
+}
+
+void zero_bytes(Context *ctx, void *p, size_t bytes) {
+  if (bytes)
+    CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, state(ctx)->stream));
+}
+
+void to_device(Context *ctx, void *dst, const void *src, size_t bytes) {
+  if (!bytes)
+    return;
+  CudaState *s = state(ctx);
+  CUDA_CHECK(
+      cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s->stream));
+  // The source may be a reused host buffer.
+  CUDA_CHECK(cudaStreamSynchronize(s->stream));
+}
+
+void to_host(Context *ctx, void *dst, const void *src, size_t bytes) {
+  if (!bytes)
+    return;
+  CudaState *s = state(ctx);
+  CUDA_CHECK(
+      cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s->stream));
+  CUDA_CHECK(cudaStreamSynchronize(s->stream));
+}
+
+void synchronize(Context *ctx) {
+  CUDA_CHECK(cudaStreamSynchronize(state(ctx)->stream));
+}
+
+} // namespace backend
+
+namespace detail {
+
+template <class F> __global__ void map_kernel(int64_t n, F f) {
+  int64_t stride = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += stride)
+    f(i);
+}
+
+template <class F> void launch(Context *ctx, int64_t n, const F &f) {
+  if (n <= 0)
+    return;
+  const int threads = 256;
+  int64_t blocks = (n + threads - 1) / threads;
+  if (blocks > 65536)
+    blocks = 65536; // grid-stride loop covers the rest
+  map_kernel<<<(unsigned)blocks, threads, 0, state(ctx)->stream>>>(n, f);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+/// Row-major c[m,n] = op(a) op(b). cuBLASLt is column-major: a row-major
+/// matrix is its transpose in column-major, so we compute
+/// c^T[n,m] = op(b)^T op(a)^T with b as the first operand.
+void gemm(Context *ctx, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+          const float *a, int64_t lda, const float *b, int64_t ldb, float *c,
+          int64_t ldc) {
+  CudaState *s = state(ctx);
+  int al_a = pointer_alignment(a), al_b = pointer_alignment(b),
+      al_c = pointer_alignment(c);
+  GemmKey key{ta, tb, m, n, k, lda, ldb, ldc, al_a, al_b, al_c};
+  auto it = s->gemms.find(key);
+  if (it == s->gemms.end()) {
+    GemmPlan p;
+    CUBLAS_CHECK(
+        cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasOperation_t op_first = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t op_second = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+        p.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof(op_first)));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+        p.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof(op_second)));
+    // First operand: b's storage, column-major [cols(b) x rows(b)].
+    uint64_t b_rows = tb ? k : n, b_cols = tb ? n : k;
+    // Second operand: a's storage, column-major [cols(a) x rows(a)].
+    uint64_t a_rows = ta ? m : k, a_cols = ta ? k : m;
+    CUBLAS_CHECK(
+        cublasLtMatrixLayoutCreate(&p.a, CUDA_R_32F, b_rows, b_cols, ldb));
+    CUBLAS_CHECK(
+        cublasLtMatrixLayoutCreate(&p.b, CUDA_R_32F, a_rows, a_cols, lda));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, n, m, ldc));
+
+    cublasLtMatmulPreference_t pref;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    size_t ws = kWorkspaceBytes;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+    uint32_t align_first = al_b, align_second = al_a, align_c = al_c;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_first,
+        sizeof(align_first)));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_second,
+        sizeof(align_second)));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c,
+        sizeof(align_c)));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c,
+        sizeof(align_c)));
+    cublasLtMatmulHeuristicResult_t result;
+    int found = 0;
+    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(s->lt, p.op, p.a, p.b, p.c, p.c,
+                                                pref, 1, &result, &found));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+    if (found == 0)
+      fatal("matmul: cuBLASLt has no algorithm for m=%lld n=%lld k=%lld "
+            "(transpose a=%d, b=%d)",
+            (long long)m, (long long)n, (long long)k, (int)ta, (int)tb);
+    p.algo = result.algo;
+    it = s->gemms.emplace(key, p).first;
+  }
+  const GemmPlan &p = it->second;
+  const float alpha = 1.0f, beta = 0.0f;
+  CUBLAS_CHECK(cublasLtMatmul(s->lt, p.op, &alpha, b, p.a, a, p.b, &beta, c,
+                              p.c, c, p.c, &p.algo, s->workspace,
+                              kWorkspaceBytes, s->stream));
+}
+
+void allreduce_sum(Context *ctx, float *data, int64_t count,
+                   int64_t axis_mask) {
+  CudaState *s = state(ctx);
+  if (!s->world)
+    fatal("all_reduce_sum: a group of %lld ranks needs MPI and NCCL",
+          (long long)group_size(ctx, axis_mask));
+  auto it = s->comms.find(axis_mask);
+  if (it == s->comms.end()) {
+    ncclComm_t comm = s->world;
+    if (group_size(ctx, axis_mask) != ctx->world)
+      NCCL_CHECK(ncclCommSplit(s->world, (int)group_color(ctx, axis_mask),
+                               ctx->rank, &comm, nullptr));
+    it = s->comms.emplace(axis_mask, comm).first;
+  }
+  NCCL_CHECK(ncclAllReduce(data, data, (size_t)count, ncclFloat, ncclSum,
+                           it->second, s->stream));
+}
+
+} // namespace detail
+} // namespace planrt
+
+#include "../ops_impl.inc"

@@ -1,0 +1,241 @@
+//===- data.cpp - Deterministic init, synthetic data, safetensors ---------===//
+//
+// All random values are counter-based: a value is a pure function of (seed,
+// stream, coordinates), so it does not depend on how the work is split over
+// ranks. The hash is a chain of splitmix64 finalizers.
+//===----------------------------------------------------------------------===//
+
+#include "context.h"
+#include "planrt/internal.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <initializer_list>
+
+namespace planrt {
+namespace {
+
+enum Stream : uint64_t {
+  kStreamParam = 0x7061726d,   // "parm"
+  kStreamData = 0x64617461,    // "data"
+  kStreamTeacher = 0x74636872, // "tchr"
+};
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+uint64_t hash_seq(std::initializer_list<uint64_t> values) {
+  uint64_t h = 0x6a09e667f3bcc909ull;
+  for (uint64_t v : values)
+    h = splitmix64(h ^ v);
+  return h;
+}
+
+/// Uniform in [0, 1) with 53 random bits.
+double unit_double(uint64_t h) { return (double)(h >> 11) * 0x1.0p-53; }
+
+/// Standard normal from two independent hashes (Box-Muller).
+double normal_from(uint64_t h1, uint64_t h2) {
+  double u1 = ((double)(h1 >> 11) + 1.0) * 0x1.0p-53; // (0, 1]
+  double u2 = unit_double(h2);
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
+}
+
+} // namespace
+
+namespace internal {
+
+uint64_t name_hash(const char *name) {
+  // FNV-1a, 64 bit.
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (const unsigned char *p = (const unsigned char *)name; *p; ++p) {
+    h ^= *p;
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+float init_value(int64_t seed, const char *param_name, int64_t global_index,
+                 int64_t init_kind, float a, float b) {
+  switch (init_kind) {
+  case InitZeros:
+    return 0.0f;
+  case InitOnes:
+    return 1.0f;
+  case InitNormal: {
+    uint64_t base = hash_seq({(uint64_t)seed, kStreamParam,
+                              name_hash(param_name), (uint64_t)global_index});
+    double z = normal_from(splitmix64(base ^ 1), splitmix64(base ^ 2));
+    return (float)((double)a + (double)b * z);
+  }
+  case InitUniform: {
+    uint64_t h = hash_seq({(uint64_t)seed, kStreamParam, name_hash(param_name),
+                           (uint64_t)global_index});
+    double u = unit_double(h);
+    return (float)((double)a + ((double)b - (double)a) * u);
+  }
+  default:
+    fatal("unknown init kind %lld", (long long)init_kind);
+  }
+}
+
+void synthetic_inputs(int64_t seed, int64_t step, int64_t input_index,
+                      int64_t row0, int64_t rows, int64_t cols, float *out) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < cols; ++j) {
+      uint64_t h =
+          hash_seq({(uint64_t)seed, kStreamData, (uint64_t)step,
+                    (uint64_t)input_index, (uint64_t)(row0 + r), (uint64_t)j});
+      // 24 random bits: exactly representable, uniform in [-1, 1).
+      out[r * cols + j] = -1.0f + 2.0f * ((float)(h >> 40) * 0x1.0p-24f);
+    }
+}
+
+static void teacher_matrix(int64_t seed, int64_t in_cols, int64_t out_cols,
+                           std::vector<double> &a) {
+  a.resize((size_t)(in_cols * out_cols));
+  double inv = 1.0 / std::sqrt((double)in_cols);
+  for (int64_t k = 0; k < out_cols; ++k)
+    for (int64_t j = 0; j < in_cols; ++j) {
+      uint64_t base =
+          hash_seq({(uint64_t)seed, kStreamTeacher, (uint64_t)k, (uint64_t)j});
+      a[k * in_cols + j] =
+          normal_from(splitmix64(base ^ 1), splitmix64(base ^ 2)) * inv;
+    }
+}
+
+static void labels_with(const std::vector<double> &a, const float *x,
+                        int64_t rows, int64_t in_cols, int64_t out_cols,
+                        float *y) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *xr = x + r * in_cols;
+    for (int64_t k = 0; k < out_cols; ++k) {
+      const double *ak = a.data() + k * in_cols;
+      double s = 0.0;
+      for (int64_t j = 0; j < in_cols; ++j)
+        s += ak[j] * (double)xr[j];
+      y[r * out_cols + k] =
+          (float)(std::tanh(s) + 0.1 * std::sin(3.0 * xr[k % in_cols]));
+    }
+  }
+}
+
+void synthetic_labels(int64_t seed, const float *x, int64_t rows,
+                      int64_t in_cols, int64_t out_cols, float *y) {
+  std::vector<double> a;
+  teacher_matrix(seed, in_cols, out_cols, a);
+  labels_with(a, x, rows, in_cols, out_cols, y);
+}
+
+} // namespace internal
+
+/// Fills the staging buffers of the data_kind 0 input and label for `step`
+/// (rows of this rank only) and copies them to the device.
+void fill_synthetic(Context *ctx, int64_t step) {
+  InputDesc *x = nullptr, *y = nullptr;
+  int64_t x_index = 0;
+  for (size_t i = 0; i < ctx->inputs.size(); ++i) {
+    if (ctx->inputs[i].role == RoleInput) {
+      x = &ctx->inputs[i];
+      x_index = (int64_t)i;
+    } else {
+      y = &ctx->inputs[i];
+    }
+  }
+  int64_t rows = x->t.shape[0], in_cols = x->t.shape[1];
+  int64_t out_cols = y->t.shape[1];
+  int64_t row0 = x->batch_axis >= 0 ? ctx->coords[x->batch_axis] * rows : 0;
+  if (ctx->teacher_in != in_cols || ctx->teacher_out != out_cols) {
+    internal::teacher_matrix(ctx->seed, in_cols, out_cols, ctx->teacher);
+    ctx->teacher_in = in_cols;
+    ctx->teacher_out = out_cols;
+  }
+  x->staging.resize((size_t)(rows * in_cols));
+  y->staging.resize((size_t)(rows * out_cols));
+  internal::synthetic_inputs(ctx->seed, step, x_index, row0, rows, in_cols,
+                             x->staging.data());
+  internal::labels_with(ctx->teacher, x->staging.data(), rows, in_cols,
+                        out_cols, y->staging.data());
+  backend::to_device(ctx, x->t.data, x->staging.data(),
+                     x->staging.size() * sizeof(float));
+  backend::to_device(ctx, y->t.data, y->staging.data(),
+                     y->staging.size() * sizeof(float));
+}
+
+//===--- safetensors
+//-------------------------------------------------------===//
+
+static std::string json_string(const std::string &s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += (char)c;
+    } else if (c < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+      out += buf;
+    } else {
+      out += (char)c;
+    }
+  }
+  return out + "\"";
+}
+
+void internal::write_safetensors(const std::string &path,
+                                 const std::vector<NamedTensor> &tensors) {
+  std::string header = "{";
+  uint64_t offset = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const NamedTensor &t = tensors[i];
+    uint64_t n = 1;
+    std::string shape = "[";
+    for (size_t d = 0; d < t.shape.size(); ++d) {
+      n *= (uint64_t)t.shape[d];
+      shape += (d ? "," : "") + std::to_string(t.shape[d]);
+    }
+    shape += "]";
+    uint64_t bytes = n * sizeof(float);
+    if (i)
+      header += ",";
+    header += json_string(t.name) + ":{\"dtype\":\"F32\",\"shape\":" + shape +
+              ",\"data_offsets\":[" + std::to_string(offset) + "," +
+              std::to_string(offset + bytes) + "]}";
+    offset += bytes;
+  }
+  header += "}";
+  while (header.size() % 8)
+    header += ' ';
+
+  FILE *f = std::fopen(path.c_str(), "wb");
+  if (!f)
+    fatal("cannot open '%s' for writing: %s", path.c_str(),
+          std::strerror(errno));
+  unsigned char len[8];
+  uint64_t hl = header.size();
+  for (int i = 0; i < 8; ++i)
+    len[i] = (unsigned char)(hl >> (8 * i)); // little-endian
+  bool ok = std::fwrite(len, 1, 8, f) == 8 &&
+            std::fwrite(header.data(), 1, header.size(), f) == header.size();
+  for (const NamedTensor &t : tensors) {
+    size_t n = 1;
+    for (int64_t d : t.shape)
+      n *= (size_t)d;
+    // fp32 data is written as is: this runtime only targets little-endian
+    // machines (x86-64, aarch64).
+    if (ok && n)
+      ok = std::fwrite(t.data, sizeof(float), n, f) == n;
+  }
+  if (std::fclose(f) != 0)
+    ok = false;
+  if (!ok)
+    fatal("failed to write '%s'", path.c_str());
+}
+
+} // namespace planrt

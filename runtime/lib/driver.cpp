@@ -1,0 +1,372 @@
+//===- driver.cpp - planrt::run: options, checks, the training loop -------===//
+
+#include "context.h"
+#include "planrt/internal.h"
+
+#include <mpi.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+
+namespace planrt {
+
+namespace {
+
+int64_t mesh_ranks(const Context *ctx) {
+  int64_t n = 1;
+  for (int64_t s : ctx->axis_sizes)
+    n *= s;
+  return n;
+}
+
+std::string mesh_str(const Context *ctx) {
+  if (ctx->axis_names.empty())
+    return "no mesh axes";
+  std::string s = "mesh ";
+  for (size_t i = 0; i < ctx->axis_names.size(); ++i) {
+    if (i)
+      s += ", ";
+    s += ctx->axis_names[i] + "=" + std::to_string(ctx->axis_sizes[i]);
+  }
+  return s;
+}
+
+/// Checks the description; fatal on anything the runtime cannot run.
+void validate(Context *ctx) {
+  int64_t naxes = (int64_t)ctx->axis_sizes.size();
+  for (auto &in : ctx->inputs)
+    if (in.batch_axis >= naxes)
+      fatal("input '%s': batch axis %lld is not a declared mesh axis (%lld "
+            "axes)",
+            in.name.c_str(), (long long)in.batch_axis, (long long)naxes);
+  if (ctx->inputs.empty())
+    return; // nothing to generate (tests, or programs without data)
+  if (ctx->data_kind != 0)
+    fatal("unsupported data_kind %lld (only 0 = synthetic regression is "
+          "implemented)",
+          (long long)ctx->data_kind);
+  const InputDesc *x = nullptr, *y = nullptr;
+  int nx = 0, ny = 0;
+  for (auto &in : ctx->inputs) {
+    if (in.role == RoleInput) {
+      x = &in;
+      ++nx;
+    } else {
+      y = &in;
+      ++ny;
+    }
+  }
+  if (nx != 1 || ny != 1)
+    fatal("data_kind 0 (synthetic regression) needs exactly one input and "
+          "one label, got %d input(s) and %d label(s)",
+          nx, ny);
+  if (x->t.ndim != 2 || y->t.ndim != 2)
+    fatal("data_kind 0 needs a 2-D input and a 2-D label, got input '%s' %s "
+          "and label '%s' %s",
+          x->name.c_str(), shape_str(&x->t).c_str(), y->name.c_str(),
+          shape_str(&y->t).c_str());
+  if (x->t.shape[0] != y->t.shape[0] || x->batch_axis != y->batch_axis)
+    fatal("data_kind 0: input '%s' %s and label '%s' %s must have the same "
+          "rows and batch axis",
+          x->name.c_str(), shape_str(&x->t).c_str(), y->name.c_str(),
+          shape_str(&y->t).c_str());
+  int64_t global_rows =
+      x->t.shape[0] * (x->batch_axis >= 0 ? ctx->axis_sizes[x->batch_axis] : 1);
+  if (ctx->global_batch > 0 && ctx->global_batch != global_rows)
+    fatal("global batch %lld does not match input '%s': %lld local rows x %lld "
+          "ranks on its batch axis",
+          (long long)ctx->global_batch, x->name.c_str(),
+          (long long)x->t.shape[0], (long long)(global_rows / x->t.shape[0]));
+}
+
+void allocate_tensor(Context *ctx, Tensor *t) {
+  t->data = (float *)backend::alloc_bytes(
+      ctx, (size_t)t->numel() * sizeof(float) + (t->numel() ? 0 : 4));
+}
+
+std::string usage(const char *program) {
+  return std::string("usage: ") + program +
+         " [--steps N] [--save PATH] [--quiet] [--help]\n"
+         "  --steps N    run N training steps instead of the compiled number\n"
+         "  --save PATH  after the last step, write all parameters to PATH "
+         "(safetensors)\n"
+         "  --quiet      do not print one line per step\n"
+         "  --help       print this help and exit\n";
+}
+
+std::string launch_name(const char *argv0) {
+  std::string s = argv0 ? argv0 : "program";
+  if (s.find('/') == std::string::npos)
+    s = "./" + s;
+  return s;
+}
+
+} // namespace
+
+void report_loss(Context *ctx, const Tensor *loss) {
+  if (!ctx)
+    fatal("report_loss: null context");
+  check_tensor("report_loss", "loss", loss);
+  if (loss->numel() != 1)
+    fatal("report_loss: loss must have one element, got %s",
+          shape_str(loss).c_str());
+  float v = 0.0f;
+  backend::to_host(ctx, &v, loss->data, sizeof(float));
+  ctx->last_loss = v;
+  ctx->loss_reported = true;
+}
+
+namespace internal {
+
+Context *create_context(const char *program_name, bool use_mpi) {
+  Context *ctx = new Context;
+  ctx->program = program_name ? program_name : "program";
+  ctx->use_mpi = use_mpi;
+  if (use_mpi) {
+    int init = 0;
+    MPI_Initialized(&init);
+    if (!init)
+      fatal("create_context: MPI is not initialized");
+    MPI_Comm_rank(MPI_COMM_WORLD, &ctx->rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &ctx->world);
+  }
+  return ctx;
+}
+
+void destroy_context(Context *ctx) {
+  if (!ctx)
+    return;
+  if (ctx->started) {
+    arena_free_all(ctx);
+    for (auto &p : ctx->params) {
+      backend::free_bytes(ctx, p.t.data);
+      if (p.has_adam_state) {
+        backend::free_bytes(ctx, p.m.data);
+        backend::free_bytes(ctx, p.v.data);
+      }
+    }
+    for (auto &in : ctx->inputs)
+      backend::free_bytes(ctx, in.t.data);
+    backend::finalize(ctx);
+  }
+  delete ctx;
+}
+
+void start(Context *ctx) {
+  if (ctx->started)
+    fatal("start: the program was already started");
+  validate(ctx);
+  if (mesh_ranks(ctx) != ctx->world)
+    fatal("this program needs %lld ranks (%s) but the world has %d",
+          (long long)mesh_ranks(ctx), mesh_str(ctx).c_str(), ctx->world);
+  // Row-major coordinates, last axis fastest.
+  ctx->coords.assign(ctx->axis_sizes.size(), 0);
+  int64_t r = ctx->rank;
+  for (size_t i = ctx->axis_sizes.size(); i-- > 0;) {
+    ctx->coords[i] = r % ctx->axis_sizes[i];
+    r /= ctx->axis_sizes[i];
+  }
+  backend::init(ctx);
+  ctx->started = true;
+  std::vector<float> host;
+  for (auto &p : ctx->params) {
+    allocate_tensor(ctx, &p.t);
+    int64_t n = p.t.numel();
+    host.resize((size_t)n);
+    for (int64_t i = 0; i < n; ++i)
+      host[i] = init_value(ctx->seed, p.name.c_str(), i, p.init_kind, p.a, p.b);
+    backend::to_device(ctx, p.t.data, host.data(), (size_t)n * sizeof(float));
+  }
+  for (auto &in : ctx->inputs) {
+    allocate_tensor(ctx, &in.t);
+    backend::zero_bytes(ctx, in.t.data, (size_t)in.t.numel() * sizeof(float));
+  }
+  backend::synchronize(ctx);
+}
+
+void begin_step(Context *ctx, int64_t step) {
+  if (!ctx->started)
+    fatal("begin_step: the program was not started");
+  arena_reset(ctx);
+  ctx->step = step;
+  ctx->loss_reported = false;
+  ctx->last_loss = std::numeric_limits<float>::quiet_NaN();
+  if (!ctx->inputs.empty())
+    fill_synthetic(ctx, step);
+}
+
+float reported_loss(const Context *ctx) { return ctx->last_loss; }
+
+std::vector<float> train(Context *ctx, void (*step)(Context *), int64_t steps,
+                         bool quiet) {
+  std::vector<float> losses;
+  for (int64_t s = 1; s <= steps; ++s) {
+    begin_step(ctx, s);
+    backend::synchronize(ctx);
+    auto t0 = std::chrono::steady_clock::now();
+    step(ctx);
+    backend::synchronize(ctx);
+    auto t1 = std::chrono::steady_clock::now();
+    double ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
+    losses.push_back(ctx->last_loss);
+    if (ctx->rank == 0 && !quiet) {
+      std::printf("step %d/%d | loss %.9e | %.2f ms\n", (int)s, (int)steps,
+                  (double)ctx->last_loss, ms);
+      std::fflush(stdout);
+    }
+  }
+  return losses;
+}
+
+std::vector<float> to_host(Context *ctx, const Tensor *t) {
+  check_tensor("to_host", "tensor", t);
+  std::vector<float> v((size_t)t->numel());
+  if (!v.empty())
+    backend::to_host(ctx, v.data(), t->data, v.size() * sizeof(float));
+  return v;
+}
+
+void from_host(Context *ctx, Tensor *t, const std::vector<float> &values) {
+  check_tensor("from_host", "tensor", t);
+  if ((int64_t)values.size() != t->numel())
+    fatal("from_host: %zu values for a tensor %s", values.size(),
+          shape_str(t).c_str());
+  if (!values.empty())
+    backend::to_device(ctx, t->data, values.data(),
+                       values.size() * sizeof(float));
+}
+
+void save_safetensors(Context *ctx, const std::string &path) {
+  std::vector<std::vector<float>> host;
+  std::vector<NamedTensor> named;
+  host.reserve(ctx->params.size());
+  for (auto &p : ctx->params) {
+    host.push_back(to_host(ctx, &p.t));
+    NamedTensor nt;
+    nt.name = p.name;
+    for (int d = 0; d < p.t.ndim; ++d)
+      nt.shape.push_back(p.t.shape[d]);
+    nt.data = host.back().data();
+    named.push_back(nt);
+  }
+  write_safetensors(path, named);
+}
+
+} // namespace internal
+
+int run(int argc, char **argv, const char *program_name,
+        void (*setup)(Context *), void (*step)(Context *)) {
+  int init = 0;
+  MPI_Initialized(&init);
+  if (!init)
+    MPI_Init(&argc, &argv);
+  const char *argv0 = argc > 0 ? argv[0] : program_name;
+  Context *ctx = internal::create_context(program_name, /*use_mpi=*/true);
+  setup(ctx);
+
+  // Options. Errors are reported by every rank, with no collective.
+  int64_t steps = ctx->steps;
+  std::string save_path;
+  bool quiet = false;
+  std::string error;
+  for (int i = 1; i < argc && error.empty(); ++i) {
+    std::string arg = argv[i];
+    std::string value;
+    bool has_value = false;
+    size_t eq = arg.find('=');
+    if (arg.rfind("--", 0) == 0 && eq != std::string::npos) {
+      value = arg.substr(eq + 1);
+      arg = arg.substr(0, eq);
+      has_value = true;
+    }
+    auto take_value = [&]() -> bool {
+      if (has_value)
+        return true;
+      if (i + 1 >= argc) {
+        error = "option '" + arg + "' needs a value";
+        return false;
+      }
+      value = argv[++i];
+      return true;
+    };
+    if (arg == "--help" || arg == "-h") {
+      if (ctx->rank == 0) {
+        std::printf("%s", usage(argv0).c_str());
+        std::printf("Runs the training plan '%s' compiled for %lld rank(s) "
+                    "(%s): launch it with 'mpirun -np %lld %s'.\n",
+                    program_name, (long long)mesh_ranks(ctx),
+                    mesh_str(ctx).c_str(), (long long)mesh_ranks(ctx),
+                    launch_name(argv0).c_str());
+        std::fflush(stdout);
+      }
+      delete ctx;
+      MPI_Finalize();
+      return 0;
+    } else if (arg == "--steps") {
+      if (!take_value())
+        break;
+      char *end = nullptr;
+      errno = 0;
+      long long n = std::strtoll(value.c_str(), &end, 10);
+      if (value.empty() || *end || errno || n < 0 || n > 1000000000LL)
+        error = "invalid value '" + value + "' for --steps (want an integer " +
+                ">= 0)";
+      else
+        steps = n;
+    } else if (arg == "--save") {
+      if (!take_value())
+        break;
+      if (value.empty())
+        error = "empty path for --save";
+      save_path = value;
+    } else if (arg == "--quiet" && !has_value) {
+      quiet = true;
+    } else {
+      error = "unknown option '" + std::string(argv[i]) + "'";
+    }
+  }
+  if (!error.empty()) {
+    std::fprintf(stderr, "%s: error: %s\n%s", program_name, error.c_str(),
+                 usage(argv0).c_str());
+    std::fflush(stderr);
+    delete ctx;
+    MPI_Finalize();
+    return 2;
+  }
+
+  // World size check, before any collective.
+  int64_t need = mesh_ranks(ctx);
+  if (need != ctx->world) {
+    std::fprintf(stderr,
+                 "%s: error: this program was compiled for %lld rank%s (%s) "
+                 "but was started with %d; launch it with 'mpirun -np %lld "
+                 "%s'\n",
+                 program_name, (long long)need, need == 1 ? "" : "s",
+                 mesh_str(ctx).c_str(), ctx->world, (long long)need,
+                 launch_name(argv0).c_str());
+    std::fflush(stderr);
+    delete ctx;
+    MPI_Finalize();
+    return 1;
+  }
+
+  internal::start(ctx);
+  internal::train(ctx, step, steps, quiet);
+  if (!save_path.empty() && ctx->rank == 0)
+    internal::save_safetensors(ctx, save_path);
+  if (ctx->rank == 0) {
+    std::printf("done: %d steps, final loss %.9e\n", (int)steps,
+                (double)(steps > 0 ? ctx->last_loss
+                                   : std::numeric_limits<float>::quiet_NaN()));
+    std::fflush(stdout);
+  }
+  internal::destroy_context(ctx);
+  MPI_Finalize();
+  return 0;
+}
+
+} // namespace planrt

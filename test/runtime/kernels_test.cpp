@@ -1,0 +1,246 @@
+// Kernel tests: every op of planrt.h on the host backend against a
+// straightforward double-precision reference.
+#include "planrt/internal.h"
+#include "planrt/kernels.h"
+#include "planrt/planrt.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+using namespace planrt;
+
+namespace {
+
+// OpenBLAS starts threads at load time; fork-based death tests need the
+// threadsafe style.
+const bool kDeathStyle = [] {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  return true;
+}();
+
+class KernelTest : public ::testing::Test {
+protected:
+  void SetUp() override {
+    ctx = internal::create_context("kernels", /*use_mpi=*/false);
+    declare_mesh_axis(ctx, "dp", 1);
+    declare_param(ctx, "w", 2, 5, 7, 1, 1, InitNormal, 0.0f, 1.0f);
+    internal::start(ctx);
+    internal::begin_step(ctx, 1);
+  }
+  void TearDown() override { internal::destroy_context(ctx); }
+
+  /// A scratch tensor filled with uniform values in [lo, hi).
+  Tensor *random(std::vector<int64_t> shape, float lo = -1.0f,
+                 float hi = 1.0f) {
+    Tensor *t = make(shape);
+    std::uniform_real_distribution<float> dist(lo, hi);
+    std::vector<float> v((size_t)t->numel());
+    for (auto &e : v)
+      e = dist(rng);
+    internal::from_host(ctx, t, v);
+    return t;
+  }
+  Tensor *make(std::vector<int64_t> shape) {
+    int64_t d[4] = {1, 1, 1, 1};
+    for (size_t i = 0; i < shape.size(); ++i)
+      d[i] = shape[i];
+    return alloc(ctx, (int64_t)shape.size(), d[0], d[1], d[2], d[3]);
+  }
+  std::vector<float> host(const Tensor *t) { return internal::to_host(ctx, t); }
+
+  Context *ctx = nullptr;
+  std::mt19937 rng{1234};
+};
+
+void expect_close(const std::vector<float> &got,
+                  const std::vector<double> &want, double rtol, double atol) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_NEAR(got[i], want[i], atol + rtol * std::fabs(want[i]))
+        << "at index " << i;
+}
+
+double gelu_ref(double x) {
+  const double c = std::sqrt(2.0 / M_PI);
+  return 0.5 * x * (1.0 + std::tanh(c * (x + 0.044715 * x * x * x)));
+}
+
+TEST_F(KernelTest, MatmulAllTransposeCombinations) {
+  const int64_t m = 13, n = 9, k = 21;
+  for (int ta = 0; ta < 2; ++ta)
+    for (int tb = 0; tb < 2; ++tb) {
+      Tensor *a = ta ? random({k, m}) : random({m, k});
+      Tensor *b = tb ? random({n, k}) : random({k, n});
+      Tensor *c = make({m, n});
+      matmul(ctx, a, b, c, ta, tb);
+      auto av = host(a), bv = host(b);
+      std::vector<double> want((size_t)(m * n));
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+          double s = 0;
+          for (int64_t p = 0; p < k; ++p) {
+            double x = ta ? av[p * m + i] : av[i * k + p];
+            double y = tb ? bv[j * k + p] : bv[p * n + j];
+            s += x * y;
+          }
+          want[i * n + j] = s;
+        }
+      SCOPED_TRACE(testing::Message() << "ta=" << ta << " tb=" << tb);
+      expect_close(host(c), want, 1e-5, 1e-5);
+    }
+}
+
+TEST_F(KernelTest, MatmulRejectsBadShapes) {
+  Tensor *a = random({3, 4}), *b = random({5, 6}), *c = make({3, 6});
+  EXPECT_DEATH(matmul(ctx, a, b, c, false, false),
+               "planrt: error: matmul: shape mismatch");
+  Tensor *v = random({4});
+  EXPECT_DEATH(matmul(ctx, v, b, c, false, false),
+               "planrt: error: matmul: operands must be 2-D");
+}
+
+TEST_F(KernelTest, ElementwiseRejectsShapeMismatch) {
+  Tensor *a = random({3, 4}), *b = random({4, 3}), *c = make({3, 4});
+  EXPECT_DEATH(add(ctx, a, b, c), "planrt: error: add: .* different shapes");
+  EXPECT_DEATH(bias_add(ctx, a, random({5}), c),
+               "planrt: error: bias_add: x \\[3, 4\\] cannot be viewed");
+}
+
+TEST_F(KernelTest, BiasAddAndBiasGrad) {
+  Tensor *x = random({6, 3, 5}), *b = random({5}), *out = make({6, 3, 5});
+  bias_add(ctx, x, b, out);
+  auto xv = host(x), bv = host(b);
+  std::vector<double> want(xv.size());
+  for (size_t i = 0; i < xv.size(); ++i)
+    want[i] = (double)xv[i] + bv[i % 5];
+  expect_close(host(out), want, 1e-7, 0);
+
+  Tensor *dy = random({37, 11}), *db = make({11});
+  bias_grad(ctx, dy, db);
+  auto dyv = host(dy);
+  std::vector<double> gw(11, 0.0);
+  for (int r = 0; r < 37; ++r)
+    for (int j = 0; j < 11; ++j)
+      gw[j] += dyv[r * 11 + j];
+  expect_close(host(db), gw, 1e-5, 1e-6);
+}
+
+TEST_F(KernelTest, AddReluReluGrad) {
+  Tensor *a = random({4, 9}), *b = random({4, 9}), *out = make({4, 9});
+  add(ctx, a, b, out);
+  auto av = host(a), bv = host(b);
+  std::vector<double> want(av.size());
+  for (size_t i = 0; i < av.size(); ++i)
+    want[i] = (double)av[i] + bv[i];
+  expect_close(host(out), want, 1e-7, 0);
+
+  relu(ctx, a, out);
+  for (size_t i = 0; i < av.size(); ++i)
+    want[i] = av[i] > 0 ? av[i] : 0.0;
+  expect_close(host(out), want, 0, 0);
+
+  relu_grad(ctx, a, b, out);
+  for (size_t i = 0; i < av.size(); ++i)
+    want[i] = av[i] > 0 ? bv[i] : 0.0;
+  expect_close(host(out), want, 0, 0);
+}
+
+TEST_F(KernelTest, GeluMatchesReference) {
+  Tensor *x = random({8, 16}, -6.0f, 6.0f), *out = make({8, 16});
+  gelu(ctx, x, out);
+  auto xv = host(x);
+  std::vector<double> want(xv.size());
+  for (size_t i = 0; i < xv.size(); ++i)
+    want[i] = gelu_ref(xv[i]);
+  expect_close(host(out), want, 1e-6, 1e-6);
+  // Extreme inputs stay finite and saturate.
+  for (float v : {-1e4f, -50.0f, -10.0f, 0.0f, 10.0f, 50.0f, 1e4f}) {
+    float y = kernels::gelu_fwd(v), d = kernels::gelu_deriv(v);
+    EXPECT_TRUE(std::isfinite(y) && std::isfinite(d)) << v;
+  }
+  EXPECT_EQ(kernels::gelu_fwd(-50.0f), 0.0f);
+  EXPECT_EQ(kernels::gelu_fwd(50.0f), 50.0f);
+  EXPECT_EQ(kernels::gelu_deriv(50.0f), 1.0f);
+}
+
+TEST_F(KernelTest, GeluGradMatchesFiniteDifferences) {
+  Tensor *x = random({10, 20}, -5.0f, 5.0f), *dy = random({10, 20});
+  Tensor *dx = make({10, 20});
+  gelu_grad(ctx, x, dy, dx);
+  auto xv = host(x), dyv = host(dy);
+  std::vector<double> want(xv.size());
+  const double h = 1e-5;
+  for (size_t i = 0; i < xv.size(); ++i) {
+    double xi = xv[i];
+    double fd = (gelu_ref(xi + h) - gelu_ref(xi - h)) / (2 * h);
+    want[i] = dyv[i] * fd;
+  }
+  expect_close(host(dx), want, 1e-5, 1e-6);
+}
+
+TEST_F(KernelTest, MseLossAndGrad) {
+  // More elements than one reduction chunk, and a ragged last chunk.
+  const int64_t rows = 700, cols = 3;
+  Tensor *p = random({rows, cols}), *t = random({rows, cols});
+  Tensor *loss = make({});
+  float scale = 1.0f / (rows * cols);
+  mse_loss(ctx, p, t, loss, scale);
+  auto pv = host(p), tv = host(t);
+  double s = 0;
+  for (size_t i = 0; i < pv.size(); ++i)
+    s += ((double)pv[i] - tv[i]) * ((double)pv[i] - tv[i]);
+  expect_close(host(loss), {s * scale}, 1e-5, 0);
+
+  Tensor *g = make({rows, cols});
+  mse_loss_grad(ctx, p, t, g, scale);
+  std::vector<double> want(pv.size());
+  for (size_t i = 0; i < pv.size(); ++i)
+    want[i] = 2.0 * scale * ((double)pv[i] - tv[i]);
+  expect_close(host(g), want, 1e-6, 0);
+}
+
+TEST_F(KernelTest, SgdUpdate) {
+  Tensor *w = random({4, 5}), *g = random({4, 5});
+  auto wv = host(w), gv = host(g);
+  sgd_update(ctx, w, g, 0.05f);
+  std::vector<double> want(wv.size());
+  for (size_t i = 0; i < wv.size(); ++i)
+    want[i] = wv[i] - 0.05 * gv[i];
+  expect_close(host(w), want, 1e-6, 1e-7);
+}
+
+TEST_F(KernelTest, AdamWUpdateOverThreeSteps) {
+  Tensor *w = param(ctx, 0);
+  const float lr = 0.01f, b1 = 0.9f, b2 = 0.999f, eps = 1e-8f, wd = 0.1f;
+  auto w0 = host(w);
+  std::vector<double> rw(w0.begin(), w0.end()), rm(w0.size(), 0.0),
+      rv(w0.size(), 0.0);
+  for (int step = 1; step <= 3; ++step) {
+    internal::begin_step(ctx, step);
+    Tensor *g = random({5, 7});
+    auto gv = host(g);
+    adamw_update(ctx, w, g, 0, lr, b1, b2, eps, wd);
+    for (size_t i = 0; i < rw.size(); ++i) {
+      rm[i] = b1 * rm[i] + (1 - b1) * gv[i];
+      rv[i] = b2 * rv[i] + (1 - b2) * gv[i] * gv[i];
+      double mhat = rm[i] / (1 - std::pow((double)b1, step));
+      double vhat = rv[i] / (1 - std::pow((double)b2, step));
+      rw[i] -= lr * (mhat / (std::sqrt(vhat) + eps) + wd * rw[i]);
+    }
+    SCOPED_TRACE(testing::Message() << "step " << step);
+    expect_close(host(w), rw, 1e-5, 1e-6);
+  }
+}
+
+TEST_F(KernelTest, AllReduceOnOneRankIsIdentity) {
+  Tensor *t = random({3, 3});
+  auto before = host(t);
+  all_reduce_sum(ctx, t, 1);
+  EXPECT_EQ(host(t), before);
+  EXPECT_DEATH(all_reduce_sum(ctx, t, 2), "names axes that are not declared");
+}
+
+} // namespace

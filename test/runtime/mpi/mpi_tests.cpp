@@ -1,0 +1,156 @@
+// Tests run with `mpirun -np 2`: all-reduce over mesh groups, and a 2-rank
+// data-parallel run against a 1-rank run of the same plan.
+#include "../mlp_plan.h"
+#include "planrt/internal.h"
+#include "planrt/planrt.h"
+
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cmath>
+#include <vector>
+
+using namespace planrt;
+
+namespace {
+
+int world_rank() {
+  int r;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
+Context *mesh_context(std::vector<std::pair<const char *, int64_t>> axes) {
+  Context *ctx = internal::create_context("mpi", /*use_mpi=*/true);
+  for (auto &a : axes)
+    declare_mesh_axis(ctx, a.first, a.second);
+  internal::start(ctx);
+  internal::begin_step(ctx, 1);
+  return ctx;
+}
+
+std::vector<float> reduce(Context *ctx, int64_t mask) {
+  Tensor *t = alloc(ctx, 2, 3, 5, 1, 1);
+  std::vector<float> v(15);
+  for (int i = 0; i < 15; ++i)
+    v[i] = (float)(i + 1) * (world_rank() + 1) + 0.25f;
+  internal::from_host(ctx, t, v);
+  all_reduce_sum(ctx, t, mask);
+  return internal::to_host(ctx, t);
+}
+
+TEST(AllReduce, SumsOverTheDpAxis) {
+  Context *ctx = mesh_context({{"dp", 2}});
+  auto got = reduce(ctx, 1);
+  for (int i = 0; i < 15; ++i)
+    EXPECT_EQ(got[i], (float)(i + 1) * 3 + 0.5f);
+  // Mask 0: no-op.
+  got = reduce(ctx, 0);
+  for (int i = 0; i < 15; ++i)
+    EXPECT_EQ(got[i], (float)(i + 1) * (world_rank() + 1) + 0.25f);
+  internal::destroy_context(ctx);
+}
+
+TEST(AllReduce, GroupsFollowTheAxisMask) {
+  // Mesh dp=2 x tp=1: the tp group of every rank is itself.
+  Context *ctx = mesh_context({{"dp", 2}, {"tp", 1}});
+  auto alone = reduce(ctx, 2);
+  auto both = reduce(ctx, 3);
+  auto dp = reduce(ctx, 1);
+  for (int i = 0; i < 15; ++i) {
+    EXPECT_EQ(alone[i], (float)(i + 1) * (world_rank() + 1) + 0.25f);
+    EXPECT_EQ(both[i], (float)(i + 1) * 3 + 0.5f);
+    EXPECT_EQ(dp[i], both[i]);
+  }
+  internal::destroy_context(ctx);
+  // Mesh pp=1 x tp=2: the last axis varies fastest, so tp spans both ranks.
+  ctx = mesh_context({{"pp", 1}, {"tp", 2}});
+  auto pp = reduce(ctx, 1);
+  auto tp = reduce(ctx, 2);
+  for (int i = 0; i < 15; ++i) {
+    EXPECT_EQ(pp[i], (float)(i + 1) * (world_rank() + 1) + 0.25f);
+    EXPECT_EQ(tp[i], (float)(i + 1) * 3 + 0.5f);
+  }
+  internal::destroy_context(ctx);
+}
+
+struct RunResult {
+  std::vector<float> losses;
+  std::vector<std::vector<float>> params;
+};
+
+RunResult run_plan(int64_t dp, bool use_mpi, bool adamw, int64_t steps) {
+  mlp_plan::dp = dp;
+  mlp_plan::use_adamw = adamw;
+  Context *ctx = internal::create_context("mlp", use_mpi);
+  mlp_plan::setup(ctx);
+  internal::start(ctx);
+  RunResult r;
+  r.losses = internal::train(ctx, mlp_plan::step, steps, /*quiet=*/true);
+  for (int i = 0; i < 4; ++i)
+    r.params.push_back(internal::to_host(ctx, param(ctx, i)));
+  internal::destroy_context(ctx);
+  return r;
+}
+
+void expect_same_run(const RunResult &one, const RunResult &two) {
+  ASSERT_EQ(one.losses.size(), two.losses.size());
+  for (size_t s = 0; s < one.losses.size(); ++s)
+    EXPECT_NEAR(two.losses[s], one.losses[s], 1e-5 * std::fabs(one.losses[s]))
+        << "step " << s + 1;
+  for (size_t p = 0; p < one.params.size(); ++p)
+    for (size_t i = 0; i < one.params[p].size(); ++i)
+      ASSERT_NEAR(two.params[p][i], one.params[p][i],
+                  1e-4 * std::max(1.0f, std::fabs(one.params[p][i])))
+          << "param " << p << " element " << i;
+  EXPECT_LT(two.losses.back(), two.losses.front());
+}
+
+TEST(DataParallel, TwoRanksMatchOneRankSgd) {
+  RunResult one = run_plan(1, /*use_mpi=*/false, false, 30);
+  RunResult two = run_plan(2, /*use_mpi=*/true, false, 30);
+  expect_same_run(one, two);
+}
+
+TEST(DataParallel, TwoRanksMatchOneRankAdamW) {
+  RunResult one = run_plan(1, /*use_mpi=*/false, true, 30);
+  RunResult two = run_plan(2, /*use_mpi=*/true, true, 30);
+  expect_same_run(one, two);
+  // Both ranks hold the same parameters.
+  for (auto &p : two.params) {
+    std::vector<float> other(p.size());
+    if (world_rank() == 0) {
+      MPI_Send(p.data(), (int)p.size(), MPI_FLOAT, 1, 0, MPI_COMM_WORLD);
+    } else {
+      MPI_Recv(other.data(), (int)p.size(), MPI_FLOAT, 0, 0, MPI_COMM_WORLD,
+               MPI_STATUS_IGNORE);
+      EXPECT_EQ(other, p);
+    }
+  }
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
+  ::testing::InitGoogleTest(&argc, argv);
+  int rank, size;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (size != 2) {
+    if (rank == 0)
+      std::fprintf(stderr, "planrt_mpi_tests must run on 2 ranks\n");
+    MPI_Finalize();
+    return 1;
+  }
+  if (rank != 0) {
+    auto &listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+  }
+  int failed = RUN_ALL_TESTS() != 0, any = 0;
+  MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (any && rank == 0)
+    std::fprintf(stderr, "planrt_mpi_tests: failures on some rank\n");
+  MPI_Finalize();
+  return any;
+}
