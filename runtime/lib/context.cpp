@@ -173,6 +173,47 @@ void set_training(Context *ctx, int64_t steps, int64_t seed,
   ctx->data_kind = data_kind;
 }
 
+void shard_param(Context *ctx, int64_t param_index, int64_t dim,
+                 int64_t mesh_axis) {
+  check_ctx(ctx, "shard_param");
+  if (ctx->started)
+    fatal("shard_param: called after the program started");
+  if (param_index < 0 || param_index >= (int64_t)ctx->params.size())
+    fatal("shard_param: parameter index %lld out of range (%zu parameters "
+          "declared)",
+          (long long)param_index, ctx->params.size());
+  ParamDesc &p = ctx->params[param_index];
+  if (dim < 0 || dim >= p.t.ndim)
+    fatal("shard_param '%s': dimension %lld out of range for rank %d",
+          p.name.c_str(), (long long)dim, p.t.ndim);
+  if (mesh_axis < 0)
+    fatal("shard_param '%s': invalid mesh axis %lld", p.name.c_str(),
+          (long long)mesh_axis);
+  for (int d = 0; d < 4; ++d)
+    if (p.shard_axis[d] == mesh_axis && d != dim)
+      fatal("shard_param '%s': axis %lld already splits dimension %d",
+            p.name.c_str(), (long long)mesh_axis, d);
+  // The axis itself is checked in start() (axes may be declared later).
+  p.shard_axis[dim] = mesh_axis;
+}
+
+bool param_is_sharded(const ParamDesc &p) {
+  for (int d = 0; d < 4; ++d)
+    if (p.shard_axis[d] >= 0)
+      return true;
+  return false;
+}
+
+void param_global_box(const Context *ctx, const ParamDesc &p,
+                      const std::vector<int64_t> &coords, int64_t global[4],
+                      int64_t offset[4]) {
+  for (int d = 0; d < 4; ++d) {
+    int64_t ax = p.shard_axis[d];
+    global[d] = p.t.shape[d] * (ax >= 0 ? ctx->axis_sizes[ax] : 1);
+    offset[d] = ax >= 0 ? coords[ax] * p.t.shape[d] : 0;
+  }
+}
+
 //===--- Buffers ----------------------------------------------------------===//
 
 Tensor *param(Context *ctx, int64_t index) {

@@ -22,6 +22,7 @@ struct ParamDesc {
   std::string name;
   int64_t init_kind = InitZeros;
   float a = 0.0f, b = 0.0f;
+  int64_t shard_axis[4] = {-1, -1, -1, -1}; // mesh axis splitting each dim
   Tensor t;    // the parameter (device memory once started)
   Tensor m, v; // AdamW state, allocated on first use
   bool has_adam_state = false;
@@ -89,6 +90,12 @@ int64_t group_size(const Context *ctx, int64_t axis_mask);
 int64_t group_color(const Context *ctx, int64_t axis_mask);
 /// Checks the mask against the declared axes.
 void check_axis_mask(const Context *ctx, const char *op, int64_t axis_mask);
+
+/// Global shape of a parameter and the offset of this rank's shard.
+void param_global_box(const Context *ctx, const ParamDesc &p,
+                      const std::vector<int64_t> &coords, int64_t global[4],
+                      int64_t offset[4]);
+bool param_is_sharded(const ParamDesc &p);
 
 /// MPI helpers usable from .cu files (which do not include mpi.h).
 void mpi_bcast_bytes(Context *ctx, void *data, size_t bytes, int root);

@@ -38,6 +38,12 @@ std::string mesh_str(const Context *ctx) {
 /// Checks the description; fatal on anything the runtime cannot run.
 void validate(Context *ctx) {
   int64_t naxes = (int64_t)ctx->axis_sizes.size();
+  for (auto &p : ctx->params)
+    for (int d = 0; d < 4; ++d)
+      if (p.shard_axis[d] >= naxes)
+        fatal("parameter '%s': shard axis %lld is not a declared mesh axis "
+              "(%lld axes)",
+              p.name.c_str(), (long long)p.shard_axis[d], (long long)naxes);
   for (auto &in : ctx->inputs)
     if (in.batch_axis >= naxes)
       fatal("input '%s': batch axis %lld is not a declared mesh axis (%lld "
@@ -177,8 +183,21 @@ void start(Context *ctx) {
     allocate_tensor(ctx, &p.t);
     int64_t n = p.t.numel();
     host.resize((size_t)n);
-    for (int64_t i = 0; i < n; ++i)
-      host[i] = init_value(ctx->seed, p.name.c_str(), i, p.init_kind, p.a, p.b);
+    int64_t global[4], offset[4];
+    param_global_box(ctx, p, ctx->coords, global, offset);
+    const int64_t *l = p.t.shape;
+    for (int64_t i = 0; i < n; ++i) {
+      // Local (i0, i1, i2, i3) -> global row-major index.
+      int64_t rest = i, gi = 0, idx[4];
+      for (int d = 3; d >= 0; --d) {
+        idx[d] = rest % l[d];
+        rest /= l[d];
+      }
+      for (int d = 0; d < 4; ++d)
+        gi = gi * global[d] + offset[d] + idx[d];
+      host[i] =
+          init_value(ctx->seed, p.name.c_str(), gi, p.init_kind, p.a, p.b);
+    }
     backend::to_device(ctx, p.t.data, host.data(), (size_t)n * sizeof(float));
   }
   for (auto &in : ctx->inputs) {
@@ -240,20 +259,72 @@ void from_host(Context *ctx, Tensor *t, const std::vector<float> &values) {
                        values.size() * sizeof(float));
 }
 
+/// Gathers a sharded parameter to rank 0 (collective over the world);
+/// returns the full tensor on rank 0.
+static std::vector<float> gather_param(Context *ctx, ParamDesc &p) {
+  std::vector<float> local = to_host(ctx, &p.t);
+  int64_t n = p.t.numel();
+  std::vector<float> all;
+  if (ctx->rank == 0)
+    all.resize((size_t)(n * ctx->world));
+  if (ctx->use_mpi && ctx->world > 1) {
+    if (n * ctx->world > 0x7fffffff)
+      fatal("--save: parameter '%s' is too large to gather", p.name.c_str());
+    MPI_Gather(local.data(), (int)n, MPI_FLOAT, all.data(), (int)n, MPI_FLOAT,
+               0, MPI_COMM_WORLD);
+  } else {
+    all = local;
+  }
+  if (ctx->rank != 0)
+    return {};
+  int64_t global[4], offset[4];
+  param_global_box(ctx, p, ctx->coords, global, offset);
+  std::vector<float> full(
+      (size_t)(global[0] * global[1] * global[2] * global[3]));
+  const int64_t *l = p.t.shape;
+  for (int r = 0; r < ctx->world; ++r) {
+    std::vector<int64_t> coords(ctx->axis_sizes.size());
+    int64_t rest = r;
+    for (size_t a = coords.size(); a-- > 0;) {
+      coords[a] = rest % ctx->axis_sizes[a];
+      rest /= ctx->axis_sizes[a];
+    }
+    param_global_box(ctx, p, coords, global, offset);
+    const float *src = all.data() + (size_t)r * n;
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t rem = i, gi = 0, idx[4];
+      for (int d = 3; d >= 0; --d) {
+        idx[d] = rem % l[d];
+        rem /= l[d];
+      }
+      for (int d = 0; d < 4; ++d)
+        gi = gi * global[d] + offset[d] + idx[d];
+      full[gi] = src[i];
+    }
+  }
+  return full;
+}
+
 void save_safetensors(Context *ctx, const std::string &path) {
   std::vector<std::vector<float>> host;
   std::vector<NamedTensor> named;
   host.reserve(ctx->params.size());
   for (auto &p : ctx->params) {
-    host.push_back(to_host(ctx, &p.t));
+    int64_t global[4], offset[4];
+    param_global_box(ctx, p, ctx->coords, global, offset);
+    if (param_is_sharded(p))
+      host.push_back(gather_param(ctx, p));
+    else if (ctx->rank == 0)
+      host.push_back(to_host(ctx, &p.t));
     NamedTensor nt;
     nt.name = p.name;
     for (int d = 0; d < p.t.ndim; ++d)
-      nt.shape.push_back(p.t.shape[d]);
-    nt.data = host.back().data();
+      nt.shape.push_back(global[d]);
+    nt.data = ctx->rank == 0 ? host.back().data() : nullptr;
     named.push_back(nt);
   }
-  write_safetensors(path, named);
+  if (ctx->rank == 0)
+    write_safetensors(path, named);
 }
 
 } // namespace internal
@@ -356,7 +427,7 @@ int run(int argc, char **argv, const char *program_name,
 
   internal::start(ctx);
   internal::train(ctx, step, steps, quiet);
-  if (!save_path.empty() && ctx->rank == 0)
+  if (!save_path.empty()) // collective when parameters are sharded
     internal::save_safetensors(ctx, save_path);
   if (ctx->rank == 0) {
     std::printf("done: %d steps, final loss %.9e\n", (int)steps,

@@ -39,7 +39,8 @@ float reported_loss(const Context *ctx);
 std::vector<float> to_host(Context *ctx, const Tensor *t);
 /// Copies host values into a tensor (sizes must match).
 void from_host(Context *ctx, Tensor *t, const std::vector<float> &values);
-/// Writes all parameters as safetensors (what --save does on rank 0).
+/// Writes all parameters as safetensors (what --save does). Call it on
+/// every rank: sharded parameters are gathered to rank 0, which writes.
 void save_safetensors(Context *ctx, const std::string &path);
 
 /// Deterministic generators.

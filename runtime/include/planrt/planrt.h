@@ -71,6 +71,16 @@ void declare_input(Context *ctx, const char *name, int64_t role, int64_t ndim,
 void set_training(Context *ctx, int64_t steps, int64_t seed,
                   int64_t global_batch, int64_t data_kind);
 
+/// Addition to the original API (optional; for tensor-parallel plans):
+/// declares that dimension `dim` of parameter `param_index` is split over
+/// mesh axis `mesh_axis`. The declared shape stays the local shard; the global
+/// dimension is local * axis size and this rank holds block coord[mesh_axis].
+/// Initialization then uses global element indices (every plan starts from
+/// the same weights) and --save gathers and writes the full tensor. Call it
+/// from plan_setup after declare_param.
+void shard_param(Context *ctx, int64_t param_index, int64_t dim,
+                 int64_t mesh_axis);
+
 //===--- Step body: called from the generated plan_step() -----------------===//
 
 /// Parameter / per-step input buffers by declaration index (persistent).

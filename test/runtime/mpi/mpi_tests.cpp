@@ -8,6 +8,12 @@
 #include <mpi.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <unistd.h>
 #include <vector>
 
 using namespace planrt;
@@ -127,6 +133,54 @@ TEST(DataParallel, TwoRanksMatchOneRankAdamW) {
       EXPECT_EQ(other, p);
     }
   }
+}
+
+std::vector<float> init_full_w() {
+  Context *ctx = internal::create_context("tp1", /*use_mpi=*/false);
+  declare_param(ctx, "w", 2, 4, 6, 1, 1, InitNormal, 0.0f, 1.0f);
+  set_training(ctx, 1, 5, 0, 0);
+  internal::start(ctx);
+  auto v = internal::to_host(ctx, param(ctx, 0));
+  internal::destroy_context(ctx);
+  return v;
+}
+
+TEST(ShardedParams, InitAndSaveUseGlobalIndices) {
+  std::vector<float> full = init_full_w(); // [4, 6] on one rank
+  Context *ctx = internal::create_context("tp2", /*use_mpi=*/true);
+  declare_mesh_axis(ctx, "tp", 2);
+  declare_param(ctx, "w", 2, 4, 3, 1, 1, InitNormal, 0.0f, 1.0f);
+  shard_param(ctx, 0, 1, 0); // columns split over tp
+  set_training(ctx, 1, 5, 0, 0);
+  internal::start(ctx);
+  auto local = internal::to_host(ctx, param(ctx, 0));
+  int r = world_rank();
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 3; ++j)
+      EXPECT_EQ(local[i * 3 + j], full[i * 6 + r * 3 + j]);
+
+  std::string path =
+      "/tmp/planrt_mpi_save_" + std::to_string(getpid()) + ".safetensors";
+  // Every rank calls it; rank 0 writes.
+  char buf[256];
+  std::snprintf(buf, sizeof(buf), "%s", path.c_str());
+  MPI_Bcast(buf, sizeof(buf), MPI_CHAR, 0, MPI_COMM_WORLD);
+  path = buf;
+  internal::save_safetensors(ctx, path);
+  if (r == 0) {
+    std::ifstream f(path, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(f)), {});
+    std::remove(path.c_str());
+    uint64_t hl = 0;
+    for (int i = 0; i < 8; ++i)
+      hl |= (uint64_t)(unsigned char)bytes[i] << (8 * i);
+    EXPECT_NE(bytes.find("\"shape\":[4,6]"), std::string::npos);
+    ASSERT_EQ(bytes.size(), 8 + hl + 24 * 4);
+    std::vector<float> saved(24);
+    std::memcpy(saved.data(), bytes.data() + 8 + hl, 24 * 4);
+    EXPECT_EQ(saved, full);
+  }
+  internal::destroy_context(ctx);
 }
 
 } // namespace
