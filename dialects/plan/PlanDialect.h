@@ -1,0 +1,55 @@
+//===- PlanDialect.h - The global planc dialect -----------------*- C++ -*-===//
+#ifndef PLANC_DIALECTS_PLAN_PLANDIALECT_H
+#define PLANC_DIALECTS_PLAN_PLANDIALECT_H
+
+#include "mlir/Bytecode/BytecodeOpInterface.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/Dialect.h"
+#include "mlir/IR/ImplicitLocOpBuilder.h"
+#include "mlir/IR/OpDefinition.h"
+#include "mlir/IR/SymbolTable.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+
+#include "dialects/plan/PlanDialect.h.inc"
+
+#define GET_ATTRDEF_CLASSES
+#include "dialects/plan/PlanAttrs.h.inc"
+
+#include "dialects/plan/PlanInterfaces.h.inc"
+
+#define GET_OP_CLASSES
+#include "dialects/plan/PlanOps.h.inc"
+
+namespace planc::plan {
+
+/// Names of the discardable attributes planc puts on func arguments and ops.
+inline constexpr llvm::StringLiteral kShardingAttr = "plan.sharding";
+inline constexpr llvm::StringLiteral kKindAttr = "plan.kind"; // input|label|param
+inline constexpr llvm::StringLiteral kNameAttr = "plan.name";
+inline constexpr llvm::StringLiteral kInitAttr = "plan.init";
+inline constexpr llvm::StringLiteral kModelAttr = "plan.model";
+inline constexpr llvm::StringLiteral kTrainStepAttr = "plan.train_step";
+
+/// The sharding recorded for `value` (on its defining op or, for a block
+/// argument, on the function argument), or null when none is recorded.
+ShardingAttr getSharding(mlir::Value value);
+/// Records the sharding of the single result of `op`.
+void setSharding(mlir::Operation *op, ShardingAttr sharding);
+
+/// The same sharding without pending sums.
+ShardingAttr dropPartial(ShardingAttr sharding);
+
+/// Local (per-rank) shape of a tensor of global shape `shape` sharded as
+/// `sharding` on `mesh`.
+llvm::SmallVector<int64_t> getLocalShape(llvm::ArrayRef<int64_t> shape,
+                                         ShardingAttr sharding, MeshOp mesh);
+
+/// The module's mesh (planc programs have exactly one), or null.
+MeshOp getMesh(mlir::ModuleOp module);
+
+} // namespace planc::plan
+
+#endif

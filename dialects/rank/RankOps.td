@@ -1,0 +1,193 @@
+//===- RankOps.td - The per-rank planc dialect ----------------------------===//
+#ifndef RANK_OPS_TD
+#define RANK_OPS_TD
+
+include "mlir/IR/OpBase.td"
+include "mlir/IR/SymbolInterfaces.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+include "dialects/plan/PlanAttrs.td"
+
+def Rank_Dialect : Dialect {
+  let name = "rank";
+  let cppNamespace = "::planc::rank";
+  let summary = "Per-rank level of planc: what one rank executes";
+  let description = [{
+    Values are buffers (`memref`) with the local shape one rank holds.
+    Communication is explicit (`rank.all_reduce` over mesh axes), compute
+    ops write into destination buffers, and parameters and per-step inputs
+    are declared at module level with their local shapes. Every compute op
+    is one call into the planrt runtime.
+  }];
+  let dependentDialects = ["::planc::plan::PlanDialect",
+                           "::mlir::memref::MemRefDialect"];
+}
+
+def RuntimeCallOpInterface : OpInterface<"RuntimeCallOpInterface"> {
+  let cppNamespace = "::planc::rank";
+  let description = [{
+    An op that codegen turns into one planrt call: the callee gets the
+    runtime context, then the op's operands in order, then the attributes
+    that getRuntimeAttrNames lists (by default all inherent attributes, in
+    alphabetical order, which is how ODS lists them).
+  }];
+  let methods = [
+    InterfaceMethod<"The planrt function this op calls.", "std::string",
+      "getRuntimeCallee", (ins), "",
+      "return (\"planrt::\" + $_op->getName().stripDialect()).str();">,
+    InterfaceMethod<"Attributes passed to the callee, in order.",
+      "::llvm::SmallVector<::llvm::StringRef>", "getRuntimeAttrNames", (ins), "",
+      "return ::llvm::SmallVector<::llvm::StringRef>($_op->getName().getAttributeNames());">,
+  ];
+}
+
+class Rank_Op<string mnemonic, list<Trait> traits = []>
+    : Op<Rank_Dialect, mnemonic, traits>;
+
+def Rank_F32Buffer : MemRefOf<[F32]>;
+
+//===--- Declarations ------------------------------------------------------===//
+
+def Rank_ParamDeclOp : Rank_Op<"param_decl", [Symbol]> {
+  let summary = "A trainable parameter: this rank's shard and its initializer";
+  let arguments = (ins SymbolNameAttr:$sym_name, TypeAttrOf<Rank_F32Buffer>:$type,
+                       Plan_InitAttr:$init);
+  let assemblyFormat = "$sym_name `:` $type `init` $init attr-dict";
+}
+
+def Rank_InputDeclOp : Rank_Op<"input_decl", [Symbol]> {
+  let summary = "A per-step input or label: this rank's rows of the batch";
+  let description = [{
+    When `batch_axis` is set, dimension 0 is split over that mesh axis and
+    this rank reads rows `[coord * n, (coord + 1) * n)` of the global batch.
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name, TypeAttrOf<Rank_F32Buffer>:$type,
+                       StrAttr:$role, OptionalAttr<StrAttr>:$batch_axis);
+  let assemblyFormat = [{
+    $sym_name `:` $type `role` $role (`batch_axis` $batch_axis^)? attr-dict
+  }];
+  let hasVerifier = 1;
+}
+
+//===--- Buffers -----------------------------------------------------------===//
+
+def Rank_ParamOp : Rank_Op<"param", [Pure,
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "This rank's buffer of a declared parameter";
+  let arguments = (ins FlatSymbolRefAttr:$name);
+  let results = (outs Rank_F32Buffer:$result);
+  let assemblyFormat = "$name attr-dict `:` type($result)";
+}
+
+def Rank_InputOp : Rank_Op<"input", [Pure,
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "This rank's buffer of a declared per-step input";
+  let arguments = (ins FlatSymbolRefAttr:$name);
+  let results = (outs Rank_F32Buffer:$result);
+  let assemblyFormat = "$name attr-dict `:` type($result)";
+}
+
+def Rank_AllocOp : Rank_Op<"alloc"> {
+  let summary = "A scratch buffer that lives until the end of the step";
+  let results = (outs Res<Rank_F32Buffer, "", [MemAlloc]>:$result);
+  let assemblyFormat = "attr-dict `:` type($result)";
+}
+
+//===--- Compute (destination-style: the last operand is written) ----------===//
+
+class Rank_CallOp<string mnemonic, list<Trait> traits = []>
+    : Rank_Op<mnemonic, !listconcat(traits, [RuntimeCallOpInterface])>;
+
+def Rank_MatmulOp : Rank_CallOp<"matmul"> {
+  let summary = "out = op(a) @ op(b)";
+  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead]>:$lhs,
+                       Arg<Rank_F32Buffer, "", [MemRead]>:$rhs,
+                       Arg<Rank_F32Buffer, "", [MemWrite]>:$out,
+                       BoolAttr:$transpose_lhs, BoolAttr:$transpose_rhs);
+  let assemblyFormat = [{
+    $lhs `,` $rhs `into` $out attr-dict `:` type($lhs) `,` type($rhs) `->` type($out)
+  }];
+  let hasVerifier = 1;
+}
+
+class Rank_UnaryCallOp<string mnemonic, string doc> : Rank_CallOp<mnemonic> {
+  let summary = doc;
+  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead]>:$input,
+                       Arg<Rank_F32Buffer, "", [MemWrite]>:$out);
+  let assemblyFormat = "$input `into` $out attr-dict `:` type($input) `->` type($out)";
+}
+
+class Rank_BinaryCallOp<string mnemonic, string doc> : Rank_CallOp<mnemonic> {
+  let summary = doc;
+  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead]>:$lhs,
+                       Arg<Rank_F32Buffer, "", [MemRead]>:$rhs,
+                       Arg<Rank_F32Buffer, "", [MemWrite]>:$out);
+  let assemblyFormat = [{
+    $lhs `,` $rhs `into` $out attr-dict `:` type($lhs) `,` type($rhs) `->` type($out)
+  }];
+}
+
+def Rank_BiasAddOp : Rank_BinaryCallOp<"bias_add", "out = input + bias (last dim)">;
+def Rank_AddOp : Rank_BinaryCallOp<"add", "out = lhs + rhs">;
+def Rank_ReluGradOp : Rank_BinaryCallOp<"relu_grad", "out = dy * (x > 0)">;
+def Rank_GeluGradOp : Rank_BinaryCallOp<"gelu_grad", "out = dy * gelu'(x)">;
+def Rank_ReluOp : Rank_UnaryCallOp<"relu", "out = max(x, 0)">;
+def Rank_GeluOp : Rank_UnaryCallOp<"gelu", "out = gelu(x), tanh form">;
+def Rank_BiasGradOp : Rank_UnaryCallOp<"bias_grad", "out[j] = sum over rows of dy[., j]">;
+
+def Rank_MseLossOp : Rank_CallOp<"mse_loss"> {
+  let summary = "out = scale * sum((pred - target)^2)";
+  let description = [{
+    `scale` is one over the number of elements of the global tensor, so
+    summing `out` over the ranks that hold parts of it gives the mean.
+  }];
+  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead]>:$prediction,
+                       Arg<Rank_F32Buffer, "", [MemRead]>:$target,
+                       Arg<Rank_F32Buffer, "", [MemWrite]>:$out, F32Attr:$scale);
+  let assemblyFormat = [{
+    $prediction `,` $target `into` $out attr-dict `:` type($prediction) `,` type($target) `->` type($out)
+  }];
+}
+
+def Rank_MseLossGradOp : Rank_CallOp<"mse_loss_grad"> {
+  let summary = "out = 2 * scale * (pred - target)";
+  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead]>:$prediction,
+                       Arg<Rank_F32Buffer, "", [MemRead]>:$target,
+                       Arg<Rank_F32Buffer, "", [MemWrite]>:$out, F32Attr:$scale);
+  let assemblyFormat = [{
+    $prediction `,` $target `into` $out attr-dict `:` type($prediction) `,` type($target) `->` type($out)
+  }];
+}
+
+def Rank_SgdUpdateOp : Rank_CallOp<"sgd_update"> {
+  let summary = "param -= lr * grad, in place";
+  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead, MemWrite]>:$param,
+                       Arg<Rank_F32Buffer, "", [MemRead]>:$grad, F32Attr:$lr);
+  let assemblyFormat = "$param `,` $grad attr-dict `:` type($param) `,` type($grad)";
+}
+
+def Rank_AdamWUpdateOp : Rank_CallOp<"adamw_update",
+    [DeclareOpInterfaceMethods<RuntimeCallOpInterface, ["getRuntimeAttrNames"]>]> {
+  let summary = "AdamW step in place; the runtime keeps the moments per parameter";
+  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead, MemWrite]>:$param,
+                       Arg<Rank_F32Buffer, "", [MemRead]>:$grad,
+                       I64Attr:$param_index, F32Attr:$lr, F32Attr:$beta1,
+                       F32Attr:$beta2, F32Attr:$eps, F32Attr:$weight_decay);
+  let assemblyFormat = "$param `,` $grad attr-dict `:` type($param) `,` type($grad)";
+}
+
+def Rank_ReportLossOp : Rank_CallOp<"report_loss"> {
+  let summary = "Hands this step's (reduced) loss to the runtime for logging";
+  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead]>:$loss);
+  let assemblyFormat = "$loss attr-dict `:` type($loss)";
+}
+
+//===--- Communication ----------------------------------------------------===//
+
+def Rank_AllReduceOp : Rank_Op<"all_reduce"> {
+  let summary = "In-place sum over the ranks that differ only in `axes`";
+  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead, MemWrite]>:$buffer,
+                       StrArrayAttr:$axes);
+  let assemblyFormat = "$buffer `over` $axes attr-dict `:` type($buffer)";
+}
+
+#endif

@@ -1,0 +1,225 @@
+//===- LowerRankToEmitC.cpp - Rank level to EmitC calls into planrt -------===//
+#include "planc/Transforms/Passes.h"
+
+namespace planc {
+#define GEN_PASS_DEF_LOWERRANKTOEMITC
+#include "planc/Transforms/Passes.h.inc"
+} // namespace planc
+
+using namespace mlir;
+using namespace planc;
+namespace rk = planc::rank;
+namespace ec = mlir::emitc;
+
+namespace {
+struct LowerRankToEmitCPass
+    : public planc::impl::LowerRankToEmitCBase<LowerRankToEmitCPass> {
+  void runOnOperation() override;
+};
+
+/// Builds `planrt::` calls with the context as first argument.
+class CallBuilder {
+public:
+  CallBuilder(OpBuilder &b, Value ctx) : b(b), ctx(ctx) {}
+
+  /// Emits `callee(ctx, operands..., attrs...)`; returns its result if
+  /// `resultType` is set.
+  Value call(Location loc, StringRef callee, ValueRange operands,
+             ArrayRef<Attribute> attrs, Type resultType = {}) {
+    SmallVector<Value> args{ctx};
+    args.append(operands.begin(), operands.end());
+    SmallVector<Attribute> argAttrs;
+    for (unsigned i = 0; i < args.size(); ++i)
+      argAttrs.push_back(b.getIndexAttr(i));
+    argAttrs.append(attrs.begin(), attrs.end());
+    TypeRange results = resultType ? TypeRange(resultType) : TypeRange();
+    auto op = ec::CallOpaqueOp::create(b, loc, results, callee, args,
+                                       b.getArrayAttr(argAttrs));
+    return resultType ? op.getResult(0) : Value();
+  }
+
+  Attribute str(StringRef s) {
+    std::string quoted = "\"";
+    for (char c : s) {
+      if (c == '"' || c == '\\')
+        quoted += '\\';
+      quoted += c;
+    }
+    return ec::OpaqueAttr::get(b.getContext(), quoted + "\"");
+  }
+  Attribute i64(int64_t v) { return b.getI64IntegerAttr(v); }
+  Attribute f32(double v) { return b.getF32FloatAttr(float(v)); }
+
+  /// `ndim, d0, d1, d2, d3` of a buffer type (trailing dims padded with 1).
+  SmallVector<Attribute> shape(MemRefType t) {
+    SmallVector<Attribute> out{i64(t.getRank())};
+    for (int64_t d = 0; d < 4; ++d)
+      out.push_back(i64(d < t.getRank() ? t.getDimSize(d) : 1));
+    return out;
+  }
+
+private:
+  OpBuilder &b;
+  Value ctx;
+};
+} // namespace
+
+static const char *initKindCode(StringRef kind) {
+  // Values of planrt::InitKind.
+  if (kind == "ones")
+    return "1";
+  if (kind == "normal")
+    return "2";
+  if (kind == "uniform")
+    return "3";
+  return "0";
+}
+
+void LowerRankToEmitCPass::runOnOperation() {
+  ModuleOp module = getOperation();
+  MLIRContext *ctx = &getContext();
+  plan::MeshOp mesh = plan::getMesh(module);
+  auto trains = module.getOps<plan::TrainOp>();
+  func::FuncOp step = module.lookupSymbol<func::FuncOp>("plan_step");
+  if (!mesh || trains.empty() || !step) {
+    module.emitError() << "expected plan.mesh, plan.train and @plan_step; run "
+                          "plan-lower-to-rank first";
+    return signalPassFailure();
+  }
+  plan::TrainOp train = *trains.begin();
+  auto name = module.getSymName();
+  std::string programName = name ? name->str() : "plan";
+
+  Type ctxType = ec::PointerType::get(ec::OpaqueType::get(ctx, "planrt::Context"));
+  Type tensorType = ec::PointerType::get(ec::OpaqueType::get(ctx, "planrt::Tensor"));
+  OpBuilder b(ctx);
+  b.setInsertionPointToStart(module.getBody());
+  ec::IncludeOp::create(b, module.getLoc(), "planrt/planrt.h", false);
+  auto staticFunc = [&](StringRef fname, Location loc) {
+    auto f = ec::FuncOp::create(b, loc, fname,
+                                b.getFunctionType({ctxType}, {}));
+    f.setSpecifiersAttr(b.getStrArrayAttr({"static"}));
+    Block *entry = f.addEntryBlock();
+    return std::make_pair(f, entry);
+  };
+
+  // plan_setup: the program description.
+  auto [setup, setupBody] = staticFunc("plan_setup", module.getLoc());
+  {
+    OpBuilder::InsertionGuard g(b);
+    b.setInsertionPointToStart(setupBody);
+    CallBuilder c(b, setup.getArgument(0));
+    for (auto [axis, size] : llvm::zip(mesh.getAxes(), mesh.getShape()))
+      c.call(mesh.getLoc(), "planrt::declare_mesh_axis", {},
+             {c.str(cast<StringAttr>(axis).getValue()), c.i64(size)});
+    for (auto p : module.getOps<rk::ParamDeclOp>()) {
+      SmallVector<Attribute> a{c.str(p.getSymName())};
+      append_range(a, c.shape(p.getType()));
+      plan::InitAttr init = p.getInit();
+      a.push_back(ec::OpaqueAttr::get(ctx, initKindCode(init.getKind())));
+      a.push_back(c.f32(init.getA().convertToDouble()));
+      a.push_back(c.f32(init.getB().convertToDouble()));
+      c.call(p.getLoc(), "planrt::declare_param", {}, a);
+    }
+    for (auto in : module.getOps<rk::InputDeclOp>()) {
+      SmallVector<Attribute> a{c.str(in.getSymName()),
+                               c.i64(in.getRole() == "label" ? 1 : 0)};
+      append_range(a, c.shape(in.getType()));
+      auto axis = in.getBatchAxis();
+      a.push_back(c.i64(axis ? mesh.getAxisIndex(*axis) : -1));
+      c.call(in.getLoc(), "planrt::declare_input", {}, a);
+    }
+    c.call(train.getLoc(), "planrt::set_training", {},
+           {c.i64(train.getSteps()), c.i64(train.getSeed()),
+            c.i64(train.getGlobalBatch()), c.i64(0)});
+    ec::ReturnOp::create(b, module.getLoc(), Value());
+  }
+
+  // Indices of declarations, in declaration order.
+  llvm::StringMap<int64_t> paramIdx, inputIdx;
+  for (auto p : module.getOps<rk::ParamDeclOp>())
+    paramIdx[p.getSymName()] = paramIdx.size();
+  for (auto in : module.getOps<rk::InputDeclOp>())
+    inputIdx[in.getSymName()] = inputIdx.size();
+
+  // plan_step: one call per rank op.
+  auto [emitStep, stepBody] = staticFunc("plan_step", step.getLoc());
+  {
+    OpBuilder::InsertionGuard g(b);
+    b.setInsertionPointToStart(stepBody);
+    CallBuilder c(b, emitStep.getArgument(0));
+    DenseMap<Value, Value> vals;
+    auto operands = [&](Operation *op) {
+      SmallVector<Value> out;
+      for (Value v : op->getOperands())
+        out.push_back(vals.lookup(v));
+      return out;
+    };
+    for (Operation &op : step.getBody().front()) {
+      Location loc = op.getLoc();
+      if (auto p = dyn_cast<rk::ParamOp>(op)) {
+        vals[p] = c.call(loc, "planrt::param", {},
+                         {c.i64(paramIdx.lookup(p.getName()))}, tensorType);
+      } else if (auto in = dyn_cast<rk::InputOp>(op)) {
+        vals[in] = c.call(loc, "planrt::input", {},
+                          {c.i64(inputIdx.lookup(in.getName()))}, tensorType);
+      } else if (auto alloc = dyn_cast<rk::AllocOp>(op)) {
+        vals[alloc] = c.call(loc, "planrt::alloc", {},
+                             c.shape(alloc.getType()), tensorType);
+      } else if (auto ar = dyn_cast<rk::AllReduceOp>(op)) {
+        int64_t mask = 0;
+        for (Attribute a : ar.getAxes()) {
+          int64_t i = mesh.getAxisIndex(cast<StringAttr>(a).getValue());
+          if (i < 0) {
+            ar.emitError() << "unknown mesh axis " << a;
+            return signalPassFailure();
+          }
+          mask |= int64_t(1) << i;
+        }
+        c.call(loc, "planrt::all_reduce_sum", operands(&op), {c.i64(mask)});
+      } else if (auto callOp = dyn_cast<rk::RuntimeCallOpInterface>(op)) {
+        SmallVector<Attribute> attrs;
+        for (StringRef attrName : callOp.getRuntimeAttrNames()) {
+          Attribute a = op.getAttr(attrName);
+          if (!a) {
+            op.emitError() << "lacks attribute '" << attrName << "'";
+            return signalPassFailure();
+          }
+          attrs.push_back(a);
+        }
+        c.call(loc, callOp.getRuntimeCallee(), operands(&op), attrs);
+      } else if (isa<func::ReturnOp>(op)) {
+        ec::ReturnOp::create(b, loc, Value());
+      } else {
+        op.emitError() << "no EmitC lowering for '" << op.getName() << "'";
+        return signalPassFailure();
+      }
+    }
+  }
+
+  // main: hand both functions to the runtime's driver.
+  auto charPP = ec::PointerType::get(
+      ec::PointerType::get(ec::OpaqueType::get(ctx, "char")));
+  auto mainFn = ec::FuncOp::create(
+      b, module.getLoc(), "main",
+      b.getFunctionType({b.getI32Type(), charPP}, {b.getI32Type()}));
+  Block *mainBody = mainFn.addEntryBlock();
+  {
+    OpBuilder::InsertionGuard g(b);
+    b.setInsertionPointToStart(mainBody);
+    CallBuilder c(b, mainFn.getArgument(0));
+    auto rc = ec::CallOpaqueOp::create(
+        b, module.getLoc(), TypeRange{b.getI32Type()}, "planrt::run",
+        ValueRange{mainFn.getArgument(0), mainFn.getArgument(1)},
+        b.getArrayAttr({b.getIndexAttr(0), b.getIndexAttr(1),
+                        c.str(programName),
+                        ec::OpaqueAttr::get(ctx, "plan_setup"),
+                        ec::OpaqueAttr::get(ctx, "plan_step")}));
+    ec::ReturnOp::create(b, module.getLoc(), rc.getResult(0));
+  }
+
+  // Everything else has been turned into the three functions above.
+  for (Operation &op : llvm::make_early_inc_range(module.getBody()->getOperations()))
+    if (!isa<ec::IncludeOp, ec::FuncOp>(op))
+      op.erase();
+}

@@ -1,0 +1,230 @@
+//===- LowerToRank.cpp - Global training step to per-rank code ------------===//
+#include "planc/Transforms/Passes.h"
+
+#include "llvm/ADT/TypeSwitch.h"
+
+namespace planc {
+#define GEN_PASS_DEF_LOWERTORANK
+#include "planc/Transforms/Passes.h.inc"
+} // namespace planc
+
+using namespace mlir;
+using namespace planc;
+using namespace planc::plan;
+namespace rk = planc::rank;
+
+namespace {
+struct LowerToRankPass : public planc::impl::LowerToRankBase<LowerToRankPass> {
+  void runOnOperation() override;
+
+  /// This rank's buffer type for `v`, or failure (with an error) if a split
+  /// dimension does not divide evenly.
+  FailureOr<MemRefType> localType(Value v, Operation *user) {
+    auto type = cast<RankedTensorType>(v.getType());
+    ShardingAttr s = getSharding(v);
+    if (!s) {
+      user->emitError() << "value has no sharding; run "
+                           "plan-propagate-sharding first";
+      return failure();
+    }
+    for (int64_t d = 0; d < type.getRank(); ++d)
+      for (StringRef axis : s.getDimAxes(d))
+        if (mesh.getAxisIndex(axis) < 0) {
+          user->emitError() << "sharding names mesh axis '" << axis
+                            << "', which " << mesh.getSymName()
+                            << " does not have";
+          return failure();
+        } else if (type.getDimSize(d) % mesh.getAxisSize(axis) != 0) {
+          user->emitError() << "dimension " << d << " of size "
+                            << type.getDimSize(d) << " cannot be split evenly "
+                            << "over mesh axis '" << axis << "' of size "
+                            << mesh.getAxisSize(axis);
+          return failure();
+        }
+    return MemRefType::get(getLocalShape(type.getShape(), s, mesh),
+                           type.getElementType());
+  }
+
+  MeshOp mesh;
+};
+} // namespace
+
+void LowerToRankPass::runOnOperation() {
+  ModuleOp module = getOperation();
+  MLIRContext *ctx = &getContext();
+  mesh = getMesh(module);
+  func::FuncOp step;
+  for (auto f : module.getOps<func::FuncOp>())
+    if (f->hasAttr(kTrainStepAttr))
+      step = f;
+  if (!mesh || !step) {
+    module.emitError() << "expected a plan.mesh and a train step; run "
+                          "plan-autodiff first";
+    return signalPassFailure();
+  }
+
+  OpBuilder b(ctx);
+  b.setInsertionPoint(step);
+  auto rankStep = func::FuncOp::create(b, step.getLoc(), "plan_step",
+                                       b.getFunctionType({}, {}));
+  Block *body = rankStep.addEntryBlock();
+
+  // Declarations and buffers of the arguments.
+  DenseMap<Value, Value> buf;
+  OpBuilder declB(ctx);
+  declB.setInsertionPoint(rankStep);
+  b.setInsertionPointToStart(body);
+  int64_t numParams = 0;
+  DenseMap<Value, int64_t> paramIndex;
+  for (BlockArgument arg : step.getArguments()) {
+    unsigned i = arg.getArgNumber();
+    auto kind = step.getArgAttrOfType<StringAttr>(i, kKindAttr);
+    auto name = step.getArgAttrOfType<StringAttr>(i, kNameAttr);
+    if (!kind || !name) {
+      step.emitError() << "argument " << i << " lacks " << kKindAttr
+                       << " or " << kNameAttr;
+      return signalPassFailure();
+    }
+    FailureOr<MemRefType> type = localType(arg, step);
+    if (failed(type))
+      return signalPassFailure();
+    auto ref = FlatSymbolRefAttr::get(name);
+    Location loc = arg.getLoc();
+    if (kind.getValue() == "param") {
+      auto init = step.getArgAttrOfType<InitAttr>(i, kInitAttr);
+      if (!init)
+        init = InitAttr::get(ctx, "zeros", 0, 0);
+      rk::ParamDeclOp::create(declB, loc, name, *type, init);
+      buf[arg] = rk::ParamOp::create(b, loc, *type, ref);
+      paramIndex[arg] = numParams++;
+      continue;
+    }
+    ShardingAttr s = getSharding(arg);
+    SmallVector<StringRef> batchAxes =
+        s.getRank() > 0 ? s.getDimAxes(0) : SmallVector<StringRef>();
+    for (int64_t d = 1; d < s.getRank(); ++d)
+      if (!s.getDimAxes(d).empty()) {
+        step.emitError() << "input '" << name.getValue()
+                         << "' may only be split along its batch dimension";
+        return signalPassFailure();
+      }
+    if (batchAxes.size() > 1) {
+      step.emitError() << "input '" << name.getValue()
+                       << "' is split over several axes; not supported yet";
+      return signalPassFailure();
+    }
+    rk::InputDeclOp::create(
+        declB, loc, name, *type, kind,
+        batchAxes.empty() ? StringAttr() : StringAttr::get(ctx, batchAxes[0]));
+    buf[arg] = rk::InputOp::create(b, loc, *type, ref);
+  }
+
+  auto f32 = [&](double v) { return b.getF32FloatAttr(float(v)); };
+  auto lossScale = [&](Value pred) {
+    return f32(1.0 / double(cast<RankedTensorType>(pred.getType())
+                                .getNumElements()));
+  };
+
+  for (Operation &op : step.getBody().front()) {
+    Location loc = op.getLoc();
+    auto in = [&](unsigned i) { return buf.lookup(op.getOperand(i)); };
+    if (auto ret = dyn_cast<func::ReturnOp>(op)) {
+      rk::ReportLossOp::create(b, loc, in(0));
+      func::ReturnOp::create(b, loc);
+      continue;
+    }
+    if (auto ar = dyn_cast<AllReduceOp>(op)) {
+      // In place: the partial value is dead once it is reduced.
+      if (!ar.getInput().hasOneUse()) {
+        ar.emitError() << "the reduced value has other uses; not supported "
+                          "yet";
+        return signalPassFailure();
+      }
+      rk::AllReduceOp::create(b, loc, in(0), ar.getAxes());
+      buf[ar.getResult()] = in(0);
+      continue;
+    }
+    // Optimizer updates write the parameter's own buffer.
+    if (isa<SgdUpdateOp, AdamWUpdateOp>(op)) {
+      Value w = op.getOperand(0);
+      if (!paramIndex.count(w)) {
+        op.emitError() << "updates a value that is not a parameter";
+        return signalPassFailure();
+      }
+      if (auto sgd = dyn_cast<SgdUpdateOp>(op))
+        rk::SgdUpdateOp::create(b, loc, in(0), in(1), sgd.getLrAttr());
+      else {
+        auto aw = cast<AdamWUpdateOp>(op);
+        rk::AdamWUpdateOp::create(
+            b, loc, in(0), in(1), b.getI64IntegerAttr(paramIndex[w]),
+            aw.getLrAttr(), aw.getBeta1Attr(), aw.getBeta2Attr(),
+            aw.getEpsAttr(), aw.getWeightDecayAttr());
+      }
+      buf[op.getResult(0)] = in(0);
+      continue;
+    }
+
+    FailureOr<MemRefType> type = localType(op.getResult(0), &op);
+    if (failed(type))
+      return signalPassFailure();
+    Value out = rk::AllocOp::create(b, loc, *type);
+    buf[op.getResult(0)] = out;
+    bool ok =
+        llvm::TypeSwitch<Operation *, bool>(&op)
+            .Case<MatmulOp>([&](MatmulOp mm) {
+              rk::MatmulOp::create(b, loc, in(0), in(1), out,
+                                   mm.getTransposeLhs(), mm.getTransposeRhs());
+              return true;
+            })
+            .Case<BiasAddOp>([&](auto) {
+              rk::BiasAddOp::create(b, loc, in(0), in(1), out);
+              return true;
+            })
+            .Case<AddOp>([&](auto) {
+              rk::AddOp::create(b, loc, in(0), in(1), out);
+              return true;
+            })
+            .Case<ReluGradOp>([&](auto) {
+              rk::ReluGradOp::create(b, loc, in(0), in(1), out);
+              return true;
+            })
+            .Case<GeluGradOp>([&](auto) {
+              rk::GeluGradOp::create(b, loc, in(0), in(1), out);
+              return true;
+            })
+            .Case<ReluOp>([&](auto) {
+              rk::ReluOp::create(b, loc, in(0), out);
+              return true;
+            })
+            .Case<GeluOp>([&](auto) {
+              rk::GeluOp::create(b, loc, in(0), out);
+              return true;
+            })
+            .Case<BiasGradOp>([&](auto) {
+              rk::BiasGradOp::create(b, loc, in(0), out);
+              return true;
+            })
+            .Case<MseLossOp>([&](MseLossOp l) {
+              rk::MseLossOp::create(b, loc, in(0), in(1), out,
+                                    lossScale(l.getPrediction()));
+              return true;
+            })
+            .Case<MseLossGradOp>([&](MseLossGradOp l) {
+              rk::MseLossGradOp::create(b, loc, in(0), in(1), out,
+                                        lossScale(l.getPrediction()));
+              return true;
+            })
+            .Default([&](Operation *other) {
+              other->emitError() << "no per-rank lowering for '"
+                                 << other->getName() << "'";
+              return false;
+            });
+    if (!ok)
+      return signalPassFailure();
+  }
+
+  // The global functions are fully replaced by the per-rank step.
+  for (auto f : llvm::make_early_inc_range(module.getOps<func::FuncOp>()))
+    if (f != rankStep)
+      f.erase();
+}

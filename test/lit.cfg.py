@@ -1,0 +1,29 @@
+# -*- Python -*-
+import os
+import lit.formats
+
+config.name = "planc"
+config.test_format = lit.formats.ShTest(execute_external=True)
+config.suffixes = [".mlir", ".plan", ".test"]
+config.excludes = ["Inputs", "CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py",
+                   "runtime"]
+config.test_source_root = os.path.dirname(__file__)
+config.test_exec_root = os.path.join(config.planc_obj_root, "test")
+
+bin_dir = os.path.join(config.planc_obj_root, "bin")
+config.environment["PATH"] = os.pathsep.join(
+    [bin_dir, config.llvm_tools_dir, config.environment.get("PATH", "")])
+for var in ["HOME", "TMPDIR"]:
+    if var in os.environ:
+        config.environment[var] = os.environ[var]
+# OpenMPI refuses root without these; --oversubscribe lets 2 cores run 4 ranks.
+config.environment["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
+config.environment["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
+config.environment["OMPI_MCA_rmaps_base_oversubscribe"] = "1"
+
+config.substitutions.append(("%examples", os.path.join(config.planc_src_root, "examples")))
+config.substitutions.append(("%mpirun", config.mpiexec + " --oversubscribe"))
+config.substitutions.append(("%python", "/usr/bin/python3"))
+config.substitutions.append(("%scripts", os.path.join(config.planc_src_root, "test", "e2e")))
+if config.cuda_enabled:
+    config.available_features.add("cuda")

@@ -1,0 +1,250 @@
+//===- planc.cpp - The planc compiler driver ------------------------------===//
+//
+//   planc model.plan -o model               build an executable (host target)
+//   planc model.plan --emit=mlir            the IR after the last stage
+//   planc model.plan --print-ir-after-all   the IR after every pass
+//===----------------------------------------------------------------------===//
+#include "planc/Codegen/Codegen.h"
+#include "planc/Frontend/Frontend.h"
+#include "planc/Transforms/Passes.h"
+
+#include "ToolchainConfig.h"
+
+#include "mlir/IR/AsmState.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Pass/PassInstrumentation.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Support/FileUtilities.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/ToolOutputFile.h"
+
+using namespace mlir;
+using namespace planc;
+namespace cl = llvm::cl;
+
+static cl::OptionCategory cat("planc options");
+static cl::opt<std::string> inputFile(cl::Positional, cl::desc("<file.plan>"),
+                                      cl::Required, cl::cat(cat));
+static cl::opt<std::string>
+    outputFile("o", cl::desc("Output file (default: the model's name for "
+                             "executables, stdout otherwise)"),
+               cl::value_desc("path"), cl::cat(cat));
+
+enum class Emit { Exe, Mlir, Cpp, Cuda };
+static cl::opt<Emit> emit(
+    "emit", cl::desc("What to produce"), cl::init(Emit::Exe),
+    cl::values(clEnumValN(Emit::Exe, "exe", "an executable (default)"),
+               clEnumValN(Emit::Mlir, "mlir",
+                          "MLIR after the last stage run (see --stage)"),
+               clEnumValN(Emit::Cpp, "cpp", "the generated C++ source"),
+               clEnumValN(Emit::Cuda, "cuda",
+                          "the generated CUDA C++ source (implies "
+                          "--target=cuda)")),
+    cl::cat(cat));
+static cl::opt<Target> target(
+    "target", cl::desc("Where the program runs"), cl::init(Target::Host),
+    cl::values(clEnumValN(Target::Host, "host",
+                          "CPU; each MPI rank plays one GPU (default)"),
+               clEnumValN(Target::Cuda, "cuda",
+                          "NVIDIA GPUs: cuBLASLt and NCCL, built with nvcc")),
+    cl::cat(cat));
+static cl::opt<std::string> stopAfter(
+    "stage",
+    cl::desc("Stop after this stage: parse, or a pass name such as "
+             "plan-autodiff, plan-propagate-sharding, plan-insert-collectives, "
+             "plan-lower-to-rank, plan-lower-rank-to-emitc"),
+    cl::value_desc("stage"), cl::cat(cat));
+static cl::opt<bool> printIRAfterAll("print-ir-after-all",
+                                     cl::desc("Print the IR after every pass "
+                                              "(to stderr)"),
+                                     cl::cat(cat));
+static cl::opt<std::string>
+    dumpIR("dump-ir",
+           cl::desc("Write the IR after parsing and after every pass to "
+                    "DIR/NN-<stage>.mlir"),
+           cl::value_desc("DIR"), cl::cat(cat));
+static cl::opt<bool> saveTemps("save-temps",
+                               cl::desc("Keep the generated source next to "
+                                        "the executable (<out>.cpp/.cu)"),
+                               cl::cat(cat));
+static cl::opt<bool> verbose("v", cl::desc("Print the compiler commands run"),
+                             cl::cat(cat));
+static cl::opt<bool> debugInfo("mlir-debuginfo",
+                               cl::desc("Print source locations in MLIR"),
+                               cl::cat(cat));
+
+namespace {
+/// Writes the module after every pass to DIR/NN-<pass>.mlir.
+class DumpInstrumentation : public PassInstrumentation {
+public:
+  DumpInstrumentation(std::string dir, int first) : dir(std::move(dir)), n(first) {}
+  void runAfterPass(Pass *pass, Operation *op) override {
+    write(op, pass->getArgument());
+  }
+  void write(Operation *op, StringRef stage) {
+    llvm::SmallString<128> path(dir);
+    std::string name = (n < 10 ? "0" : "") + std::to_string(n) + "-" +
+                       stage.str() + ".mlir";
+    ++n;
+    llvm::sys::path::append(path, name);
+    std::error_code ec;
+    llvm::raw_fd_ostream os(path, ec);
+    if (ec) {
+      llvm::errs() << "planc: error: cannot write " << path << ": "
+                   << ec.message() << "\n";
+      return;
+    }
+    op->print(os, OpPrintingFlags().enableDebugInfo(debugInfo));
+  }
+
+private:
+  std::string dir;
+  int n;
+};
+} // namespace
+
+static OpPrintingFlags printFlags() {
+  return OpPrintingFlags().enableDebugInfo(debugInfo);
+}
+
+/// The pass pipeline, in order. --stage cuts it after a named pass.
+static std::vector<std::unique_ptr<Pass>> pipeline() {
+  std::vector<std::unique_ptr<Pass>> passes;
+  passes.push_back(createAutodiff());
+  passes.push_back(createPropagateSharding());
+  passes.push_back(createInsertCollectives());
+  passes.push_back(createLowerToRank());
+  passes.push_back(createLowerRankToEmitC());
+  return passes;
+}
+
+static int writeOutput(llvm::function_ref<LogicalResult(llvm::raw_ostream &)> fn,
+                       StringRef path) {
+  std::string err;
+  auto out = openOutputFile(path.empty() ? "-" : path, &err);
+  if (!out) {
+    llvm::errs() << "planc: error: " << err << "\n";
+    return 1;
+  }
+  if (failed(fn(out->os())))
+    return 1;
+  out->keep();
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  llvm::InitLLVM init(argc, argv);
+  cl::SetVersionPrinter([](llvm::raw_ostream &os) {
+    os << "planc " PLANC_VERSION " (MLIR " LLVM_VERSION_STRING ")\n";
+  });
+  cl::HideUnrelatedOptions(cat);
+  cl::ParseCommandLineOptions(
+      argc, argv,
+      "planc: compiles a .plan file (model + parallel plan + training) into "
+      "a program launched with mpirun\n");
+  if (emit == Emit::Cuda)
+    target = Target::Cuda;
+
+  MLIRContext context;
+  context.loadDialect<plan::PlanDialect, rank::RankDialect, func::FuncDialect,
+                      memref::MemRefDialect, emitc::EmitCDialect>();
+  context.printOpOnDiagnostic(false);
+
+  llvm::SourceMgr sourceMgr;
+  std::string err;
+  auto file = openInputFile(inputFile, &err);
+  if (!file) {
+    llvm::errs() << "planc: error: " << err << "\n";
+    return 1;
+  }
+  sourceMgr.AddNewSourceBuffer(std::move(file), llvm::SMLoc());
+  SourceMgrDiagnosticHandler diagHandler(sourceMgr, &context);
+
+  OwningOpRef<ModuleOp> module = importPlan(sourceMgr, &context);
+  if (!module)
+    return 1;
+
+  std::unique_ptr<DumpInstrumentation> dumper;
+  if (!dumpIR.empty()) {
+    if (auto ec = llvm::sys::fs::create_directories(dumpIR)) {
+      llvm::errs() << "planc: error: cannot create " << dumpIR << ": "
+                   << ec.message() << "\n";
+      return 1;
+    }
+    dumper = std::make_unique<DumpInstrumentation>(dumpIR, 0);
+    dumper->write(*module, "parse");
+  }
+
+  bool parseOnly = stopAfter == "parse";
+  if (!parseOnly) {
+    PassManager pm(&context);
+    std::vector<std::unique_ptr<Pass>> passes = pipeline();
+    bool found = stopAfter.empty();
+    for (auto &p : passes) {
+      StringRef arg = p->getArgument();
+      pm.addPass(std::move(p));
+      if (arg == stopAfter) {
+        found = true;
+        break;
+      }
+    }
+    if (!found) {
+      llvm::errs() << "planc: error: unknown stage '" << stopAfter
+                   << "' for --stage; expected parse";
+      for (auto &p : pipeline())
+        llvm::errs() << ", " << p->getArgument();
+      llvm::errs() << "\n";
+      return 1;
+    }
+    if (printIRAfterAll)
+      pm.enableIRPrinting(
+          /*shouldPrintBeforePass=*/[](Pass *, Operation *) { return false; },
+          /*shouldPrintAfterPass=*/[](Pass *, Operation *) { return true; },
+          /*printModuleScope=*/true, /*printAfterOnlyOnChange=*/false,
+          /*printAfterOnlyOnFailure=*/false, llvm::errs(), printFlags());
+    if (dumper)
+      pm.addInstrumentation(std::move(dumper));
+    if (failed(pm.run(*module)))
+      return 1;
+  }
+
+  if (emit == Emit::Mlir || !stopAfter.empty())
+    return writeOutput(
+        [&](llvm::raw_ostream &os) {
+          module->print(os, printFlags());
+          return success();
+        },
+        outputFile);
+  if (emit == Emit::Cpp || emit == Emit::Cuda)
+    return writeOutput(
+        [&](llvm::raw_ostream &os) { return emitSource(*module, target, os); },
+        outputFile);
+
+  // An executable.
+  std::string out = outputFile;
+  if (out.empty())
+    out = module->getSymName() ? module->getSymName()->str() : "a.out";
+  llvm::SmallString<128> src;
+  const char *ext = target == Target::Cuda ? "cu" : "cpp";
+  if (saveTemps) {
+    src = out + "." + ext;
+  } else if (auto ec = llvm::sys::fs::createTemporaryFile("planc", ext, src)) {
+    llvm::errs() << "planc: error: cannot create a temporary file: "
+                 << ec.message() << "\n";
+    return 1;
+  }
+  if (int rc = writeOutput(
+          [&](llvm::raw_ostream &os) { return emitSource(*module, target, os); },
+          src))
+    return rc;
+  LogicalResult built =
+      compileExecutable(src.str().str(), out, target, Toolchain::fromBuild(),
+                        verbose);
+  if (!saveTemps)
+    llvm::sys::fs::remove(src);
+  return failed(built) ? 1 : 0;
+}
