@@ -80,7 +80,7 @@ LogicalResult planc::compileExecutable(const std::string &src,
                     "available or use --target=host\n";
     return failure();
   }
-  argv = {tc.nvcc, "-O2", "-std=c++17", "-x", "cu"};
+  argv = {tc.nvcc, "-O2", "-std=c++17"};
   SmallVector<StringRef> archs;
   StringRef(tc.cudaArchs).split(archs, ';', -1, false);
   for (StringRef a : archs)
@@ -90,6 +90,7 @@ LogicalResult planc::compileExecutable(const std::string &src,
   StringRef(tc.mpiInclude).split(parts, ';', -1, false);
   for (StringRef inc : parts)
     argv.push_back(("-I" + inc).str());
+  // The source is a .cu file, so nvcc compiles it as CUDA C++.
   argv.insert(argv.end(), {src, "-o", out,
                            tc.runtimeLibDir + "/libplanrt_cuda.a",
                            "-L" + tc.cudaRoot + "/lib64", "-lcublasLt",

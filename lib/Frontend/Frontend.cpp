@@ -832,9 +832,11 @@ void Sema::buildModel(PlanParser::ModelSectionContext *model) {
     error(loc(model->getStop()))
         << "the model has no loss; end it with e.g. 'loss mse(out, y)'";
 
-  bool hasParam = false;
-  for (DictionaryAttr a : argAttrs)
-    hasParam |= a.getAs<StringAttr>(kKindAttr).getValue() == "param";
+  // Counted on the source, so a parameter whose declaration failed does not
+  // also trigger this error.
+  bool hasParam = llvm::any_of(model->modelStmt(), [](auto *stmt) {
+    return dynamic_cast<PlanParser::ParamDeclContext *>(stmt) != nullptr;
+  });
   if (!hasParam)
     error(l) << "the model has no parameters, so there is nothing to train";
 

@@ -149,7 +149,8 @@ int main(int argc, char **argv) {
   if (emit == Emit::Cuda)
     target = Target::Cuda;
 
-  MLIRContext context;
+  // Our passes are module passes; one thread also keeps IR printing legal.
+  MLIRContext context(MLIRContext::Threading::DISABLED);
   context.loadDialect<plan::PlanDialect, rank::RankDialect, func::FuncDialect,
                       memref::MemRefDialect, emitc::EmitCDialect>();
   context.printOpOnDiagnostic(false);

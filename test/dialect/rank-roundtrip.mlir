@@ -1,0 +1,29 @@
+// RUN: plan-opt %s | plan-opt | FileCheck %s
+
+// CHECK: rank.param_decl @w : memref<4x2xf32> init <normal, 0.000000e+00, 5.000000e-01>
+rank.param_decl @w : memref<4x2xf32> init <normal, 0.0, 0.5>
+// CHECK: rank.input_decl @x : memref<4x4xf32> role "input" batch_axis "dp"
+rank.input_decl @x : memref<4x4xf32> role "input" batch_axis "dp"
+// CHECK: rank.input_decl @y : memref<4x2xf32> role "label"{{$}}
+rank.input_decl @y : memref<4x2xf32> role "label"
+func.func @step() {
+  // CHECK: rank.input @x : memref<4x4xf32>
+  %x = rank.input @x : memref<4x4xf32>
+  %y = rank.input @y : memref<4x2xf32>
+  // CHECK: rank.param @w : memref<4x2xf32>
+  %w = rank.param @w : memref<4x2xf32>
+  // CHECK: rank.alloc : memref<4x2xf32>
+  %t = rank.alloc : memref<4x2xf32>
+  // CHECK: rank.matmul %{{.*}}, %{{.*}} into %{{.*}} {transpose_lhs = false, transpose_rhs = false}
+  rank.matmul %x, %w into %t {transpose_lhs = false, transpose_rhs = false} : memref<4x4xf32>, memref<4x2xf32> -> memref<4x2xf32>
+  %l = rank.alloc : memref<f32>
+  // CHECK: rank.mse_loss {{.*}} {scale = 1.250000e-01 : f32}
+  rank.mse_loss %t, %y into %l {scale = 0.125 : f32} : memref<4x2xf32>, memref<4x2xf32> -> memref<f32>
+  // CHECK: rank.all_reduce %{{.*}} over ["dp"] : memref<f32>
+  rank.all_reduce %l over ["dp"] : memref<f32>
+  // CHECK: rank.sgd_update
+  rank.sgd_update %w, %w {lr = 0.1 : f32} : memref<4x2xf32>, memref<4x2xf32>
+  // CHECK: rank.report_loss
+  rank.report_loss %l : memref<f32>
+  return
+}

@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""Compares two training runs of a compiled plan: the per-step losses printed
+by planrt and the final parameters written with --save (safetensors).
+
+usage: compare_runs.py REF_LOG REF_PARAMS OTHER_LOG OTHER_PARAMS
+                       [--loss-rtol 1e-5] [--param-rtol 1e-4]
+
+Parameters are compared as ||a - b|| / ||a|| per tensor (relative error in
+the 2-norm), losses step by step as |a - b| / |a|. Exits 1 with a report of
+every mismatch. Uses only the standard library."""
+import argparse, json, math, re, struct, sys
+
+
+def read_losses(path):
+    losses = {}
+    with open(path) as f:
+        for line in f:
+            m = re.match(r"step (\d+)/\d+ \| loss (\S+) \|", line)
+            if m:
+                losses[int(m.group(1))] = float(m.group(2))
+    if not losses:
+        sys.exit(f"error: no 'step N/M | loss X' lines in {path}")
+    return losses
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    body = data[8 + n:]
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        if info["dtype"] != "F32":
+            sys.exit(f"error: {path}: {name} has dtype {info['dtype']}, expected F32")
+        b, e = info["data_offsets"]
+        vals = struct.unpack(f"<{(e - b) // 4}f", body[b:e])
+        out[name] = (info["shape"], vals)
+    return out
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("ref_log"); p.add_argument("ref_params")
+    p.add_argument("log"); p.add_argument("params")
+    p.add_argument("--loss-rtol", type=float, default=1e-5)
+    p.add_argument("--param-rtol", type=float, default=1e-4)
+    a = p.parse_args()
+    errors = []
+    ref, got = read_losses(a.ref_log), read_losses(a.log)
+    if ref.keys() != got.keys():
+        errors.append(f"different steps: {sorted(ref)} vs {sorted(got)}")
+    worst_loss = 0.0
+    for step in sorted(ref.keys() & got.keys()):
+        r, g = ref[step], got[step]
+        if not (math.isfinite(r) and math.isfinite(g)):
+            errors.append(f"step {step}: non-finite loss {r} vs {g}")
+            continue
+        rel = abs(r - g) / max(abs(r), 1e-30)
+        worst_loss = max(worst_loss, rel)
+        if rel > a.loss_rtol:
+            errors.append(f"step {step}: loss {r!r} vs {g!r} (rel {rel:.2e})")
+    pr, pg = read_safetensors(a.ref_params), read_safetensors(a.params)
+    if pr.keys() != pg.keys():
+        errors.append(f"different parameters: {sorted(pr)} vs {sorted(pg)}")
+    worst_param = 0.0
+    for name in sorted(pr.keys() & pg.keys()):
+        (sr, vr), (sg, vg) = pr[name], pg[name]
+        if sr != sg:
+            errors.append(f"{name}: shape {sr} vs {sg}")
+            continue
+        num = math.sqrt(sum((x - y) ** 2 for x, y in zip(vr, vg)))
+        den = max(math.sqrt(sum(x * x for x in vr)), 1e-30)
+        if not math.isfinite(num):
+            errors.append(f"{name}: non-finite values")
+            continue
+        worst_param = max(worst_param, num / den)
+        if num / den > a.param_rtol:
+            errors.append(f"{name}: relative difference {num / den:.2e}")
+    print(f"compared {len(ref)} steps and {len(pr)} parameters: worst loss "
+          f"rel diff {worst_loss:.2e}, worst parameter rel diff {worst_param:.2e}")
+    for e in errors:
+        print("MISMATCH:", e)
+    sys.exit(1 if errors else 0)
+
+
+if __name__ == "__main__":
+    main()
