@@ -65,14 +65,13 @@ SmallVector<StringRef> ShardingAttr::getPartialAxes() const {
 
 bool ShardingAttr::isReplicated() const {
   return !isPartial() && llvm::all_of(getDims(), [](Attribute d) {
-           return cast<ArrayAttr>(d).empty();
-         });
+    return cast<ArrayAttr>(d).empty();
+  });
 }
 
-LogicalResult
-ShardingAttr::verify(function_ref<InFlightDiagnostic()> emitError,
-                     FlatSymbolRefAttr mesh, ArrayAttr dims,
-                     ArrayAttr partial) {
+LogicalResult ShardingAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                                   FlatSymbolRefAttr mesh, ArrayAttr dims,
+                                   ArrayAttr partial) {
   if (!mesh)
     return emitError() << "sharding needs a mesh";
   llvm::SmallSetVector<StringRef, 4> seen;
@@ -182,9 +181,8 @@ Attribute InitAttr::parse(AsmParser &parser, Type) {
   double a = 0, b = 0;
   if (parser.parseLess() || parser.parseKeywordOrString(&kind))
     return {};
-  if (initTakesValues(kind) &&
-      (parser.parseComma() || parser.parseFloat(a) || parser.parseComma() ||
-       parser.parseFloat(b)))
+  if (initTakesValues(kind) && (parser.parseComma() || parser.parseFloat(a) ||
+                                parser.parseComma() || parser.parseFloat(b)))
     return {};
   if (parser.parseGreater())
     return {};
@@ -281,9 +279,9 @@ LogicalResult MeshOp::verify() {
 }
 
 LogicalResult TrainOp::verify() {
-  if (getSteps() < 0)
+  if (getStepsAttr().getInt() < 0)
     return emitOpError() << "steps must be >= 0";
-  if (getGlobalBatch() < 1)
+  if (getGlobalBatchAttr().getInt() < 1)
     return emitOpError() << "global_batch must be >= 1";
   if (getData() != "synthetic")
     return emitOpError() << "unknown data source '" << getData()
@@ -300,8 +298,8 @@ static LogicalResult expectRank(Operation *op, Value v, int64_t rank,
                                 StringRef what) {
   auto type = cast<RankedTensorType>(v.getType());
   if (type.getRank() != rank)
-    return op->emitOpError() << "expects " << what << " of rank " << rank
-                             << ", got " << type;
+    return op->emitOpError()
+           << "expects " << what << " of rank " << rank << ", got " << type;
   return success();
 }
 
@@ -393,8 +391,8 @@ static LogicalResult requireSameDims(Operation *op,
 }
 
 /// Elementwise ops: the result is laid out like the operands.
-static FailureOr<ShardingAttr> elementwiseRule(Operation *op,
-                                               ArrayRef<ShardingAttr> operands) {
+static FailureOr<ShardingAttr>
+elementwiseRule(Operation *op, ArrayRef<ShardingAttr> operands) {
   if (failed(requireSameDims(op, operands)))
     return failure();
   return operands.front();
@@ -474,9 +472,7 @@ BiasGradOp::inferResultSharding(ArrayRef<ShardingAttr> operands) {
   return out.get(getContext(), g.getMesh());
 }
 
-bool BiasGradOp::acceptsPartialOperands(ArrayRef<ShardingAttr>) {
-  return true;
-}
+bool BiasGradOp::acceptsPartialOperands(ArrayRef<ShardingAttr>) { return true; }
 
 FailureOr<ShardingAttr>
 MseLossOp::inferResultSharding(ArrayRef<ShardingAttr> operands) {
@@ -492,9 +488,8 @@ MseLossOp::inferResultSharding(ArrayRef<ShardingAttr> operands) {
 static FailureOr<ShardingAttr> updateRule(Operation *op,
                                           ArrayRef<ShardingAttr> operands) {
   if (operands[0].getDims() != operands[1].getDims())
-    return op->emitOpError()
-           << "gradient is distributed as " << operands[1]
-           << " but the parameter as " << operands[0];
+    return op->emitOpError() << "gradient is distributed as " << operands[1]
+                             << " but the parameter as " << operands[0];
   return operands[0];
 }
 

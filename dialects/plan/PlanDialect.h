@@ -27,7 +27,8 @@ namespace planc::plan {
 
 /// Names of the discardable attributes planc puts on func arguments and ops.
 inline constexpr llvm::StringLiteral kShardingAttr = "plan.sharding";
-inline constexpr llvm::StringLiteral kKindAttr = "plan.kind"; // input|label|param
+inline constexpr llvm::StringLiteral kKindAttr =
+    "plan.kind"; // input|label|param
 inline constexpr llvm::StringLiteral kNameAttr = "plan.name";
 inline constexpr llvm::StringLiteral kInitAttr = "plan.init";
 inline constexpr llvm::StringLiteral kModelAttr = "plan.model";

@@ -32,8 +32,8 @@ static LogicalResult verifyDeclRef(Operation *op, FlatSymbolRefAttr name,
                                    StringRef what) {
   auto decl = tables.lookupNearestSymbolFrom<DeclOp>(op, name);
   if (!decl)
-    return op->emitOpError() << "refers to " << name << ", which is not a "
-                             << what;
+    return op->emitOpError()
+           << "refers to " << name << ", which is not a " << what;
   if (decl.getType() != type)
     return op->emitOpError() << "has type " << type << " but " << name
                              << " is declared as " << decl.getType();

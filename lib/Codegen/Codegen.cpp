@@ -53,8 +53,8 @@ static LogicalResult runCommand(ArrayRef<std::string> argv, bool verbose) {
   }
   SmallVector<StringRef> args(argv.begin(), argv.end());
   std::string msg;
-  int rc = llvm::sys::ExecuteAndWait(*program, args, std::nullopt, {}, 0, 0,
-                                     &msg);
+  int rc =
+      llvm::sys::ExecuteAndWait(*program, args, std::nullopt, {}, 0, 0, &msg);
   if (rc != 0) {
     llvm::errs() << "planc: error: compiling the generated program failed ("
                  << (msg.empty() ? "exit code " + std::to_string(rc) : msg)
@@ -69,9 +69,16 @@ LogicalResult planc::compileExecutable(const std::string &src,
                                        const Toolchain &tc, bool verbose) {
   std::vector<std::string> argv;
   if (target == Target::Host) {
-    argv = {tc.hostCompiler, "-O2", "-std=c++17", "-I" + tc.runtimeInclude,
-            src, "-o", out, tc.runtimeLibDir + "/libplanrt_host.a",
-            "-lopenblas", "-lm"};
+    argv = {tc.hostCompiler,
+            "-O2",
+            "-std=c++17",
+            "-I" + tc.runtimeInclude,
+            src,
+            "-o",
+            out,
+            tc.runtimeLibDir + "/libplanrt_host.a",
+            "-lopenblas",
+            "-lm"};
     return runCommand(argv, verbose);
   }
   if (tc.nvcc.empty() || tc.cudaRoot.empty()) {
@@ -91,10 +98,10 @@ LogicalResult planc::compileExecutable(const std::string &src,
   for (StringRef inc : parts)
     argv.push_back(("-I" + inc).str());
   // The source is a .cu file, so nvcc compiles it as CUDA C++.
-  argv.insert(argv.end(), {src, "-o", out,
-                           tc.runtimeLibDir + "/libplanrt_cuda.a",
-                           "-L" + tc.cudaRoot + "/lib64", "-lcublasLt",
-                           "-lcublas", "-lnccl", "-lcudart"});
+  argv.insert(argv.end(),
+              {src, "-o", out, tc.runtimeLibDir + "/libplanrt_cuda.a",
+               "-L" + tc.cudaRoot + "/lib64", "-lcublasLt", "-lcublas",
+               "-lnccl", "-lcudart"});
   parts.clear();
   StringRef(tc.mpiLibs).split(parts, ';', -1, false);
   for (StringRef lib : parts)

@@ -9,21 +9,31 @@
 //===----------------------------------------------------------------------===//
 #include "planc/Frontend/Frontend.h"
 
-#include "dialects/plan/PlanDialect.h"
 #include "PlanLexer.h"
 #include "PlanParser.h"
+#include "dialects/plan/PlanDialect.h"
 
 #include "mlir/IR/Diagnostics.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringMap.h"
+#include "llvm/Support/ConvertUTF.h"
+#include "llvm/Support/thread.h"
 
 #include <cmath>
+#include <cstdio>
 #include <optional>
 #include <variant>
 
 using namespace mlir;
 using namespace planc;
 using namespace planc::plan;
+
+/// A number as a person would write it (0.1, not 1.000000e-01).
+static std::string num(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", x);
+  return buf;
+}
 
 namespace {
 
@@ -80,7 +90,8 @@ struct SettingSpec {
 
 constexpr SettingSpec kParallelSettings[] = {
     {"dp", SettingKind::Int, "data-parallel degree"},
-    {"tp", SettingKind::Int, "tensor-parallel degree (only 1 is supported yet)"},
+    {"tp", SettingKind::Int,
+     "tensor-parallel degree (only 1 is supported yet)"},
     {"pp", SettingKind::Int,
      "pipeline-parallel degree (only 1 is supported yet)"},
     {"world", SettingKind::Int, "number of ranks; must equal dp * tp * pp"},
@@ -126,16 +137,15 @@ private:
   }
 
   // --- settings ------------------------------------------------------------
-  void checkSettings(PlanParser::SettingsSectionContext *sec,
-                     ArrayRef<SettingSpec> specs,
-                     llvm::StringMap<std::pair<Val, PlanParser::SettingContext *>>
-                         &out);
+  void checkSettings(
+      PlanParser::SettingsSectionContext *sec, ArrayRef<SettingSpec> specs,
+      llvm::StringMap<std::pair<Val, PlanParser::SettingContext *>> &out);
   void readParallel();
   void readTrain();
-  std::optional<int64_t> intSetting(
-      llvm::StringMap<std::pair<Val, PlanParser::SettingContext *>> &s,
-      StringRef key, std::optional<int64_t> dflt, int64_t min, Location where,
-      StringRef section);
+  std::optional<int64_t>
+  intSetting(llvm::StringMap<std::pair<Val, PlanParser::SettingContext *>> &s,
+             StringRef key, std::optional<int64_t> dflt, int64_t min,
+             Location where, StringRef section);
 
   // --- model ---------------------------------------------------------------
   void buildModel(PlanParser::ModelSectionContext *model);
@@ -176,7 +186,8 @@ private:
   unsigned errors = 0;
 
   PlanParser::ModelSectionContext *modelSec = nullptr;
-  PlanParser::SettingsSectionContext *parallelSec = nullptr, *trainSec = nullptr;
+  PlanParser::SettingsSectionContext *parallelSec = nullptr,
+                                     *trainSec = nullptr;
 
   // Settings, once read.
   int64_t dp = 1;
@@ -216,8 +227,8 @@ void Sema::checkSettings(
     if (!spec) {
       error(loc(set->key)) << "unknown setting '" << key << "' in the "
                            << sec->kind->getText() << " section"
-                           << suggest(key, keys) << "; expected one of: "
-                           << llvm::join(keys, ", ");
+                           << suggest(key, keys)
+                           << "; expected one of: " << llvm::join(keys, ", ");
       continue;
     }
     if (auto it = out.find(key); it != out.end()) {
@@ -239,8 +250,7 @@ void Sema::checkSettings(
         std::string t = s->getText();
         v.v = t.substr(1, t.size() - 2);
       } else
-        error(v.loc) << "'" << key << "' expects a name (" << spec->help
-                     << ")";
+        error(v.loc) << "'" << key << "' expects a name (" << spec->help << ")";
     } else {
       v = eval(set->expr());
       if (!v.isError() && spec->kind == SettingKind::Int && !v.isInt()) {
@@ -295,8 +305,7 @@ void Sema::readParallel() {
              "parallelism (dp) is implemented; set "
           << key << " = 1";
   }
-  if (auto w = intSetting(s, "world", dp, 1, where, "parallel");
-      w && *w != dp)
+  if (auto w = intSetting(s, "world", dp, 1, where, "parallel"); w && *w != dp)
     error(s.find("world")->second.first.loc)
         << "world = " << *w << " but dp * tp * pp = " << dp
         << "; the mesh must use every rank exactly once";
@@ -350,16 +359,16 @@ void Sema::readTrain() {
   else if (optimizer == "adamw")
     known = {"lr", "beta1", "beta2", "eps", "weight_decay"};
   else {
-    error(loc(call->callee)) << "unknown optimizer '" << optimizer << "'"
-                             << suggest(optimizer, {"sgd", "adamw"})
-                             << "; expected sgd or adamw";
+    error(loc(call->callee))
+        << "unknown optimizer '" << optimizer << "'"
+        << suggest(optimizer, {"sgd", "adamw"}) << "; expected sgd or adamw";
     return;
   }
   bool haveLr = false;
   for (PlanParser::ArgContext *a : call->arg()) {
     if (!a->key) {
-      error(loc(a)) << "optimizer arguments are named, e.g. "
-                    << optimizer << "(lr = 0.01)";
+      error(loc(a)) << "optimizer arguments are named, e.g. " << optimizer
+                    << "(lr = 0.01)";
       continue;
     }
     std::string key = a->key->getText();
@@ -380,19 +389,19 @@ void Sema::readTrain() {
     if (key == "lr") {
       haveLr = true;
       if (!(x > 0))
-        error(v.loc) << "the learning rate must be > 0, got " << x;
+        error(v.loc) << "the learning rate must be > 0, got " << num(x);
       lr = x;
     } else if (key == "beta1" || key == "beta2") {
       if (!(x >= 0 && x < 1))
-        error(v.loc) << key << " must be in [0, 1), got " << x;
+        error(v.loc) << key << " must be in [0, 1), got " << num(x);
       (key == "beta1" ? beta1 : beta2) = x;
     } else if (key == "eps") {
       if (!(x > 0))
-        error(v.loc) << "eps must be > 0, got " << x;
+        error(v.loc) << "eps must be > 0, got " << num(x);
       eps = x;
     } else {
       if (!(x >= 0))
-        error(v.loc) << "weight_decay must be >= 0, got " << x;
+        error(v.loc) << "weight_decay must be >= 0, got " << num(x);
       weightDecay = x;
     }
   }
@@ -418,8 +427,9 @@ Val Sema::evalArith(Location l, char op, Val lhs, Val rhs) {
     }
     Value a = lhs.getTensor(), c = rhs.getTensor();
     if (a.getType() != c.getType()) {
-      auto d = error(l) << "cannot add tensors of shapes " << shapeStr(a.getType())
-                        << " and " << shapeStr(c.getType());
+      auto d = error(l) << "cannot add tensors of shapes "
+                        << shapeStr(a.getType()) << " and "
+                        << shapeStr(c.getType());
       d.attachNote(defLoc(a)) << "the left operand, " << shapeStr(a.getType())
                               << ", comes from here";
       d.attachNote(defLoc(c)) << "the right operand, " << shapeStr(c.getType())
@@ -542,20 +552,19 @@ Val Sema::evalCall(PlanParser::CallExprContext *call) {
   bool bad = false;
   for (PlanParser::ArgContext *a : call->arg()) {
     if (a->key) {
-      error(loc(a->key)) << "'" << fn
-                         << "' takes positional arguments only";
+      error(loc(a->key)) << "'" << fn << "' takes positional arguments only";
       bad = true;
     }
     args.push_back(eval(a->expr()));
     bad |= args.back().isError();
   }
   Val out{{}, l};
-  static const char *const kLayers[] = {"linear", "matmul", "relu", "gelu",
-                                        "add", "mse"};
+  static const char *const kLayers[] = {"linear", "matmul", "relu",
+                                        "gelu",   "add",    "mse"};
   auto arity = [&](size_t lo, size_t hi, StringRef usage) {
     if (args.size() < lo || args.size() > hi) {
-      error(l) << "'" << fn << "' takes " << usage << ", got "
-               << args.size() << " argument" << (args.size() == 1 ? "" : "s");
+      error(l) << "'" << fn << "' takes " << usage << ", got " << args.size()
+               << " argument" << (args.size() == 1 ? "" : "s");
       return false;
     }
     return true;
@@ -571,8 +580,8 @@ Val Sema::evalCall(PlanParser::CallExprContext *call) {
   if (bad)
     return out;
   for (auto [i, a] : llvm::enumerate(args))
-    if (!expectTensor(a, "argument " + std::to_string(i + 1) + " of '" + fn +
-                             "'"))
+    if (!expectTensor(a,
+                      "argument " + std::to_string(i + 1) + " of '" + fn + "'"))
       return out;
   auto shapeOf = [](Value v) {
     return cast<RankedTensorType>(v.getType()).getShape();
@@ -590,10 +599,10 @@ Val Sema::evalCall(PlanParser::CallExprContext *call) {
                         << " features (shape " << shapeStr(x.getType())
                         << ") but the weight expects " << ws[0] << " (shape "
                         << shapeStr(w.getType()) << ")";
-      d.attachNote(defLoc(x)) << "the input, " << shapeStr(x.getType())
-                              << ", comes from here";
-      d.attachNote(defLoc(w)) << "the weight, " << shapeStr(w.getType())
-                              << ", is defined here";
+      d.attachNote(defLoc(x))
+          << "the input, " << shapeStr(x.getType()) << ", comes from here";
+      d.attachNote(defLoc(w))
+          << "the weight, " << shapeStr(w.getType()) << ", is defined here";
       return {};
     }
     auto t = RankedTensorType::get({xs[0], ws[1]}, b.getF32Type());
@@ -611,8 +620,8 @@ Val Sema::evalCall(PlanParser::CallExprContext *call) {
       auto bs = shapeOf(bias);
       if (bs.size() != 1 || bs[0] != shapeOf(y)[1]) {
         auto d = error(args[2].loc)
-                 << "the bias of 'linear' must have shape ["
-                 << shapeOf(y)[1] << "] (one value per output feature), got "
+                 << "the bias of 'linear' must have shape [" << shapeOf(y)[1]
+                 << "] (one value per output feature), got "
                  << shapeStr(bias.getType());
         d.attachNote(defLoc(bias)) << "the bias is defined here";
         return out;
@@ -643,15 +652,15 @@ Val Sema::evalCall(PlanParser::CallExprContext *call) {
       auto d = error(l) << "'mse' compares tensors of the same shape, got "
                         << shapeStr(p.getType()) << " and "
                         << shapeStr(t.getType());
-      d.attachNote(defLoc(p)) << "the prediction, " << shapeStr(p.getType())
-                              << ", comes from here";
-      d.attachNote(defLoc(t)) << "the target, " << shapeStr(t.getType())
-                              << ", comes from here";
+      d.attachNote(defLoc(p))
+          << "the prediction, " << shapeStr(p.getType()) << ", comes from here";
+      d.attachNote(defLoc(t))
+          << "the target, " << shapeStr(t.getType()) << ", comes from here";
       return out;
     }
-    out.v = MseLossOp::create(b, l, RankedTensorType::get({}, b.getF32Type()),
-                              p, t)
-                .getResult();
+    out.v =
+        MseLossOp::create(b, l, RankedTensorType::get({}, b.getF32Type()), p, t)
+            .getResult();
   }
   return out;
 }
@@ -710,6 +719,15 @@ Sema::tensorType(PlanParser::TensorTypeContext *t, bool isData) {
     error(loc(t)) << "tensors have at most 4 dimensions";
     ok = false;
   }
+  // Element counts must stay far from int64 overflow in every later stage.
+  constexpr int64_t kMaxElements = int64_t(1) << 48;
+  int64_t numel = 1;
+  for (int64_t d : shape)
+    if (__builtin_mul_overflow(numel, d, &numel) || numel > kMaxElements) {
+      error(loc(t)) << "this tensor has more than 2^48 elements";
+      ok = false;
+      break;
+    }
   if (!ok)
     return std::nullopt;
   return RankedTensorType::get(shape, b.getF32Type());
@@ -718,7 +736,9 @@ Sema::tensorType(PlanParser::TensorTypeContext *t, bool isData) {
 std::optional<InitAttr> Sema::evalInit(PlanParser::ExprContext *e) {
   auto *call = dynamic_cast<PlanParser::CallExprContext *>(e);
   auto *name = dynamic_cast<PlanParser::NameExprContext *>(e);
-  std::string kind = call ? call->callee->getText() : name ? name->getText() : "";
+  std::string kind = call   ? call->callee->getText()
+                     : name ? name->getText()
+                            : "";
   if (kind != "zeros" && kind != "ones" && kind != "normal" &&
       kind != "uniform") {
     error(loc(e)) << "a parameter's initializer must be zeros, ones, "
@@ -730,7 +750,7 @@ std::optional<InitAttr> Sema::evalInit(PlanParser::ExprContext *e) {
   }
   bool takes = kind == "normal" || kind == "uniform";
   size_t n = call ? call->arg().size() : 0;
-  if (takes != (n == 2)) {
+  if (takes ? n != 2 : n != 0) {
     error(loc(e)) << "'" << kind << "' takes "
                   << (takes ? "two numbers" : "no arguments");
     return std::nullopt;
@@ -786,8 +806,7 @@ void Sema::buildModel(PlanParser::ModelSectionContext *model) {
           {b.getNamedAttr(kKindAttr, b.getStringAttr(d->role->getText())),
            b.getNamedAttr(kNameAttr, b.getStringAttr(d->name->getText())),
            b.getNamedAttr(kShardingAttr,
-                          ShardingAttr::get(ctx, meshRef,
-                                            b.getArrayAttr(dims),
+                          ShardingAttr::get(ctx, meshRef, b.getArrayAttr(dims),
                                             b.getArrayAttr({})))}));
       bind(d->name, Val{arg, loc(d->name)});
     } else if (auto *p = dynamic_cast<PlanParser::ParamDeclContext *>(stmt)) {
@@ -866,8 +885,8 @@ OwningOpRef<ModuleOp> Sema::run(PlanParser::FileContext *tree) {
     auto *s = sec->settingsSection();
     auto *&slot = s->kind->getText() == "parallel" ? parallelSec : trainSec;
     if (slot) {
-      auto d = error(loc(s)) << "the " << s->kind->getText()
-                             << " section appears twice";
+      auto d = error(loc(s))
+               << "the " << s->kind->getText() << " section appears twice";
       d.attachNote(loc(slot)) << "the first one is here";
       continue;
     }
@@ -892,9 +911,8 @@ OwningOpRef<ModuleOp> Sema::run(PlanParser::FileContext *tree) {
   meshRef = FlatSymbolRefAttr::get(mesh.getSymNameAttr());
   TrainOp::create(b, trainSec ? loc(trainSec) : loc(modelSec),
                   b.getI64IntegerAttr(steps), b.getI64IntegerAttr(seed),
-                  b.getI64IntegerAttr(batch.value_or(1)),
-                  b.getStringAttr(data), b.getStringAttr(optimizer),
-                  b.getF64FloatAttr(lr),
+                  b.getI64IntegerAttr(batch.value_or(1)), b.getStringAttr(data),
+                  b.getStringAttr(optimizer), b.getF64FloatAttr(lr),
                   b.getF64FloatAttr(beta1), b.getF64FloatAttr(beta2),
                   b.getF64FloatAttr(eps), b.getF64FloatAttr(weightDecay));
   buildModel(modelSec);
@@ -903,24 +921,90 @@ OwningOpRef<ModuleOp> Sema::run(PlanParser::FileContext *tree) {
   return owned;
 }
 
-OwningOpRef<ModuleOp> planc::importPlan(llvm::SourceMgr &sourceMgr,
-                                        MLIRContext *context) {
-  context->loadDialect<PlanDialect, func::FuncDialect>();
+/// Rejects input that would make the parser or the semantic pass misbehave:
+/// bytes that are not UTF-8 (ANTLR throws on them) and brackets nested so
+/// deeply that recursive descent would exhaust the stack.
+static bool checkInput(StringRef text, StringRef file, MLIRContext *ctx) {
+  constexpr size_t kMaxBytes = 16u << 20;
+  constexpr int kMaxDepth = 200;
+  if (text.size() > kMaxBytes) {
+    mlir::emitError(FileLineColLoc::get(ctx, file, 1, 1))
+        << "the file is " << text.size() << " bytes; plans are limited to "
+        << kMaxBytes << " bytes";
+    return false;
+  }
+  unsigned line = 1, col = 1;
+  int depth = 0;
+  for (size_t i = 0; i < text.size();) {
+    const auto *p = reinterpret_cast<const llvm::UTF8 *>(text.data() + i);
+    unsigned len = llvm::getNumBytesForUTF8(*p);
+    if (i + len > text.size() || !llvm::isLegalUTF8Sequence(p, p + len)) {
+      mlir::emitError(FileLineColLoc::get(ctx, file, line, col))
+          << "the file is not valid UTF-8 (byte 0x"
+          << llvm::utohexstr(uint8_t(text[i])) << "); save it as UTF-8 text";
+      return false;
+    }
+    char c = text[i];
+    if (c == '(' || c == '[' || c == '{') {
+      if (++depth > kMaxDepth) {
+        mlir::emitError(FileLineColLoc::get(ctx, file, line, col))
+            << "brackets are nested more than " << kMaxDepth
+            << " deep; split the expression into named steps";
+        return false;
+      }
+    } else if (c == ')' || c == ']' || c == '}') {
+      depth = std::max(0, depth - 1);
+    }
+    if (c == '\n') {
+      ++line;
+      col = 1;
+    } else {
+      ++col;
+    }
+    i += len;
+  }
+  return true;
+}
+
+static OwningOpRef<ModuleOp> importOnThisThread(llvm::SourceMgr &sourceMgr,
+                                                MLIRContext *context) {
   const llvm::MemoryBuffer *buf =
       sourceMgr.getMemoryBuffer(sourceMgr.getMainFileID());
   StringRef file = buf->getBufferIdentifier();
-  antlr4::ANTLRInputStream input(buf->getBufferStart(), buf->getBufferSize());
-  PlanLexer lexer(&input);
-  ErrorListener listener(context, file);
-  lexer.removeErrorListeners();
-  lexer.addErrorListener(&listener);
-  antlr4::CommonTokenStream tokens(&lexer);
-  PlanParser parser(&tokens);
-  parser.removeErrorListeners();
-  parser.addErrorListener(&listener);
-  PlanParser::FileContext *tree = parser.file();
-  if (listener.errors)
+  if (!checkInput(buf->getBuffer(), file, context))
     return nullptr;
-  Sema sema(context, file);
-  return sema.run(tree);
+  try {
+    antlr4::ANTLRInputStream input(buf->getBufferStart(), buf->getBufferSize());
+    PlanLexer lexer(&input);
+    ErrorListener listener(context, file);
+    lexer.removeErrorListeners();
+    lexer.addErrorListener(&listener);
+    antlr4::CommonTokenStream tokens(&lexer);
+    PlanParser parser(&tokens);
+    parser.removeErrorListeners();
+    parser.addErrorListener(&listener);
+    PlanParser::FileContext *tree = parser.file();
+    if (listener.errors)
+      return nullptr;
+    Sema sema(context, file);
+    return sema.run(tree);
+  } catch (const std::exception &e) {
+    // ANTLR reports problems by throwing; none may escape as a crash.
+    mlir::emitError(FileLineColLoc::get(context, file, 1, 1))
+        << "the parser failed: " << e.what();
+    return nullptr;
+  }
+}
+
+OwningOpRef<ModuleOp> planc::importPlan(llvm::SourceMgr &sourceMgr,
+                                        MLIRContext *context) {
+  context->loadDialect<PlanDialect, func::FuncDialect>();
+  // Parse trees of long operator chains are deep and both ANTLR and the
+  // semantic pass recurse over them: run on a thread with a large stack.
+  constexpr unsigned kStackBytes = 512u << 20;
+  OwningOpRef<ModuleOp> result;
+  llvm::thread worker(std::optional<unsigned>(kStackBytes),
+                      [&] { result = importOnThisThread(sourceMgr, context); });
+  worker.join();
+  return result;
 }

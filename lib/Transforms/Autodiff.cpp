@@ -46,9 +46,9 @@ struct AutodiffPass : public planc::impl::AutodiffBase<AutodiffPass> {
 
 /// Emits the operand adjoints of `op` given the adjoint `dy` of its result.
 /// `needs(v)` says whether v depends on a parameter (only those get adjoints).
-static LogicalResult
-backprop(Operation *op, Value dy, OpBuilder &b, Adjoints &adj,
-         llvm::function_ref<bool(Value)> needs) {
+static LogicalResult backprop(Operation *op, Value dy, OpBuilder &b,
+                              Adjoints &adj,
+                              llvm::function_ref<bool(Value)> needs) {
   Location loc = op->getLoc();
   auto typeOf = [](Value v) { return v.getType(); };
   return llvm::TypeSwitch<Operation *, LogicalResult>(op)
@@ -98,8 +98,7 @@ backprop(Operation *op, Value dy, OpBuilder &b, Adjoints &adj,
       })
       .Default([&](Operation *other) {
         return other->emitError()
-               << "planc cannot differentiate '" << other->getName()
-               << "' yet";
+               << "planc cannot differentiate '" << other->getName() << "' yet";
       });
 }
 
@@ -111,8 +110,8 @@ void AutodiffPass::runOnOperation() {
     if (f->hasAttr(kModelAttr))
       models.push_back(f);
   if (models.size() != 1) {
-    module.emitError() << "expected exactly one function marked '"
-                       << kModelAttr << "', found " << models.size();
+    module.emitError() << "expected exactly one function marked '" << kModelAttr
+                       << "', found " << models.size();
     return signalPassFailure();
   }
   if (trains.empty()) {
@@ -159,8 +158,8 @@ void AutodiffPass::runOnOperation() {
   Value loss = mapping.lookup(modelReturn->getOperand(0));
 
   auto lossOp = loss.getDefiningOp<MseLossOp>();
-  if (!lossOp || !llvm::hasSingleElement(
-                     modelReturn->getOperand(0).getUses())) {
+  if (!lossOp ||
+      !llvm::hasSingleElement(modelReturn->getOperand(0).getUses())) {
     modelReturn->emitError()
         << "the model's result must be a loss (mse) used by nothing else";
     return signalPassFailure();

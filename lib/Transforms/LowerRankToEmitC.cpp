@@ -90,14 +90,16 @@ void LowerRankToEmitCPass::runOnOperation() {
   auto name = module.getSymName();
   std::string programName = name ? name->str() : "plan";
 
-  Type ctxType = ec::PointerType::get(ec::OpaqueType::get(ctx, "planrt::Context"));
-  Type tensorType = ec::PointerType::get(ec::OpaqueType::get(ctx, "planrt::Tensor"));
+  Type ctxType =
+      ec::PointerType::get(ec::OpaqueType::get(ctx, "planrt::Context"));
+  Type tensorType =
+      ec::PointerType::get(ec::OpaqueType::get(ctx, "planrt::Tensor"));
   OpBuilder b(ctx);
   b.setInsertionPointToStart(module.getBody());
   ec::IncludeOp::create(b, module.getLoc(), "planrt/planrt.h", false);
   auto staticFunc = [&](StringRef fname, Location loc) {
-    auto f = ec::FuncOp::create(b, loc, fname,
-                                b.getFunctionType({ctxType}, {}));
+    auto f =
+        ec::FuncOp::create(b, loc, fname, b.getFunctionType({ctxType}, {}));
     f.setSpecifiersAttr(b.getStrArrayAttr({"static"}));
     Block *entry = f.addEntryBlock();
     return std::make_pair(f, entry);
@@ -164,8 +166,8 @@ void LowerRankToEmitCPass::runOnOperation() {
         vals[in] = c.call(loc, "planrt::input", {},
                           {c.i64(inputIdx.lookup(in.getName()))}, tensorType);
       } else if (auto alloc = dyn_cast<rk::AllocOp>(op)) {
-        vals[alloc] = c.call(loc, "planrt::alloc", {},
-                             c.shape(alloc.getType()), tensorType);
+        vals[alloc] = c.call(loc, "planrt::alloc", {}, c.shape(alloc.getType()),
+                             tensorType);
       } else if (auto ar = dyn_cast<rk::AllReduceOp>(op)) {
         int64_t mask = 0;
         for (Attribute a : ar.getAxes()) {
@@ -219,7 +221,8 @@ void LowerRankToEmitCPass::runOnOperation() {
   }
 
   // Everything else has been turned into the three functions above.
-  for (Operation &op : llvm::make_early_inc_range(module.getBody()->getOperations()))
+  for (Operation &op :
+       llvm::make_early_inc_range(module.getBody()->getOperations()))
     if (!isa<ec::IncludeOp, ec::FuncOp>(op))
       op.erase();
 }

@@ -30,9 +30,9 @@ struct LowerToRankPass : public planc::impl::LowerToRankBase<LowerToRankPass> {
     for (int64_t d = 0; d < type.getRank(); ++d)
       for (StringRef axis : s.getDimAxes(d))
         if (mesh.getAxisIndex(axis) < 0) {
-          user->emitError() << "sharding names mesh axis '" << axis
-                            << "', which " << mesh.getSymName()
-                            << " does not have";
+          user->emitError()
+              << "sharding names mesh axis '" << axis << "', which "
+              << mesh.getSymName() << " does not have";
           return failure();
         } else if (type.getDimSize(d) % mesh.getAxisSize(axis) != 0) {
           user->emitError() << "dimension " << d << " of size "
@@ -81,8 +81,8 @@ void LowerToRankPass::runOnOperation() {
     auto kind = step.getArgAttrOfType<StringAttr>(i, kKindAttr);
     auto name = step.getArgAttrOfType<StringAttr>(i, kNameAttr);
     if (!kind || !name) {
-      step.emitError() << "argument " << i << " lacks " << kKindAttr
-                       << " or " << kNameAttr;
+      step.emitError() << "argument " << i << " lacks " << kKindAttr << " or "
+                       << kNameAttr;
       return signalPassFailure();
     }
     FailureOr<MemRefType> type = localType(arg, step);
@@ -121,8 +121,8 @@ void LowerToRankPass::runOnOperation() {
 
   auto f32 = [&](double v) { return b.getF32FloatAttr(float(v)); };
   auto lossScale = [&](Value pred) {
-    return f32(1.0 / double(cast<RankedTensorType>(pred.getType())
-                                .getNumElements()));
+    return f32(1.0 /
+               double(cast<RankedTensorType>(pred.getType()).getNumElements()));
   };
 
   for (Operation &op : step.getBody().front()) {
@@ -215,8 +215,8 @@ void LowerToRankPass::runOnOperation() {
               return true;
             })
             .Default([&](Operation *other) {
-              other->emitError() << "no per-rank lowering for '"
-                                 << other->getName() << "'";
+              other->emitError()
+                  << "no per-rank lowering for '" << other->getName() << "'";
               return false;
             });
     if (!ok)

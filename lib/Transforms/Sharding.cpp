@@ -41,11 +41,10 @@ struct PropagateShardingPass
       // Unannotated arguments are replicated.
       for (BlockArgument arg : step.getArguments())
         if (!getSharding(arg))
-          step.setArgAttr(
-              arg.getArgNumber(), kShardingAttr,
-              ShardingAttr::getReplicated(
-                  &getContext(), meshRef,
-                  cast<RankedTensorType>(arg.getType()).getRank()));
+          step.setArgAttr(arg.getArgNumber(), kShardingAttr,
+                          ShardingAttr::getReplicated(
+                              &getContext(), meshRef,
+                              cast<RankedTensorType>(arg.getType()).getRank()));
       WalkResult r = step.walk([&](Operation *op) -> WalkResult {
         if (auto ar = dyn_cast<AllReduceOp>(op)) {
           ShardingAttr in = getSharding(ar.getInput());
@@ -53,10 +52,9 @@ struct PropagateShardingPass
           for (Attribute a : in.getPartial())
             if (!llvm::is_contained(ar.getAxes(), a))
               rest.push_back(a);
-          setSharding(op, ShardingAttr::get(&getContext(), in.getMesh(),
-                                            in.getDims(),
-                                            ArrayAttr::get(&getContext(),
-                                                           rest)));
+          setSharding(
+              op, ShardingAttr::get(&getContext(), in.getMesh(), in.getDims(),
+                                    ArrayAttr::get(&getContext(), rest)));
           return WalkResult::advance();
         }
         auto rule = dyn_cast<ShardingRuleOpInterface>(op);
@@ -97,8 +95,8 @@ struct InsertCollectivesPass
           b.setInsertionPointAfter(def);
         else
           b.setInsertionPointToStart(v.getParentBlock());
-        auto ar = AllReduceOp::create(b, v.getLoc(), v.getType(), v,
-                                      s.getPartial());
+        auto ar =
+            AllReduceOp::create(b, v.getLoc(), v.getType(), v, s.getPartial());
         setSharding(ar, dropPartial(s));
         return slot = ar.getResult();
       };
@@ -106,7 +104,8 @@ struct InsertCollectivesPass
         if (isa<AllReduceOp>(op))
           return;
         SmallVector<ShardingAttr> in = operandShardings(op);
-        if (llvm::none_of(in, [](ShardingAttr s) { return s && s.isPartial(); }))
+        if (llvm::none_of(in,
+                          [](ShardingAttr s) { return s && s.isPartial(); }))
           return;
         auto rule = dyn_cast<ShardingRuleOpInterface>(op);
         if (rule && rule.acceptsPartialOperands(in))

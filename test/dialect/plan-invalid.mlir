@@ -75,3 +75,8 @@ func.func @f(%a: tensor<8x4xf32> {plan.init = #plan.init<xavier>}) {
 func.func @f(%a: tensor<8x4xf32> {plan.init = #plan.init<uniform, 1.0, 0.0>}) {
   return
 }
+
+// -----
+
+// expected-error @below {{steps must be >= 0}}
+plan.train {data = "synthetic", global_batch = 8 : i64, lr = 1.0e-01 : f64, optimizer = "sgd", seed = 3 : i64, steps = -5 : i64}

@@ -30,21 +30,22 @@ static cl::OptionCategory cat("planc options");
 static cl::opt<std::string> inputFile(cl::Positional, cl::desc("<file.plan>"),
                                       cl::Required, cl::cat(cat));
 static cl::opt<std::string>
-    outputFile("o", cl::desc("Output file (default: the model's name for "
-                             "executables, stdout otherwise)"),
+    outputFile("o",
+               cl::desc("Output file (default: the model's name for "
+                        "executables, stdout otherwise)"),
                cl::value_desc("path"), cl::cat(cat));
 
 enum class Emit { Exe, Mlir, Cpp, Cuda };
-static cl::opt<Emit> emit(
-    "emit", cl::desc("What to produce"), cl::init(Emit::Exe),
-    cl::values(clEnumValN(Emit::Exe, "exe", "an executable (default)"),
-               clEnumValN(Emit::Mlir, "mlir",
-                          "MLIR after the last stage run (see --stage)"),
-               clEnumValN(Emit::Cpp, "cpp", "the generated C++ source"),
-               clEnumValN(Emit::Cuda, "cuda",
-                          "the generated CUDA C++ source (implies "
-                          "--target=cuda)")),
-    cl::cat(cat));
+static cl::opt<Emit>
+    emit("emit", cl::desc("What to produce"), cl::init(Emit::Exe),
+         cl::values(clEnumValN(Emit::Exe, "exe", "an executable (default)"),
+                    clEnumValN(Emit::Mlir, "mlir",
+                               "MLIR after the last stage run (see --stage)"),
+                    clEnumValN(Emit::Cpp, "cpp", "the generated C++ source"),
+                    clEnumValN(Emit::Cuda, "cuda",
+                               "the generated CUDA C++ source (implies "
+                               "--target=cuda)")),
+         cl::cat(cat));
 static cl::opt<Target> target(
     "target", cl::desc("Where the program runs"), cl::init(Target::Host),
     cl::values(clEnumValN(Target::Host, "host",
@@ -81,14 +82,15 @@ namespace {
 /// Writes the module after every pass to DIR/NN-<pass>.mlir.
 class DumpInstrumentation : public PassInstrumentation {
 public:
-  DumpInstrumentation(std::string dir, int first) : dir(std::move(dir)), n(first) {}
+  DumpInstrumentation(std::string dir, int first)
+      : dir(std::move(dir)), n(first) {}
   void runAfterPass(Pass *pass, Operation *op) override {
     write(op, pass->getArgument());
   }
   void write(Operation *op, StringRef stage) {
     llvm::SmallString<128> path(dir);
-    std::string name = (n < 10 ? "0" : "") + std::to_string(n) + "-" +
-                       stage.str() + ".mlir";
+    std::string name =
+        (n < 10 ? "0" : "") + std::to_string(n) + "-" + stage.str() + ".mlir";
     ++n;
     llvm::sys::path::append(path, name);
     std::error_code ec;
@@ -122,8 +124,9 @@ static std::vector<std::unique_ptr<Pass>> pipeline() {
   return passes;
 }
 
-static int writeOutput(llvm::function_ref<LogicalResult(llvm::raw_ostream &)> fn,
-                       StringRef path) {
+static int
+writeOutput(llvm::function_ref<LogicalResult(llvm::raw_ostream &)> fn,
+            StringRef path) {
   std::string err;
   auto out = openOutputFile(path.empty() ? "-" : path, &err);
   if (!out) {
@@ -239,12 +242,13 @@ int main(int argc, char **argv) {
     return 1;
   }
   if (int rc = writeOutput(
-          [&](llvm::raw_ostream &os) { return emitSource(*module, target, os); },
+          [&](llvm::raw_ostream &os) {
+            return emitSource(*module, target, os);
+          },
           src))
     return rc;
-  LogicalResult built =
-      compileExecutable(src.str().str(), out, target, Toolchain::fromBuild(),
-                        verbose);
+  LogicalResult built = compileExecutable(src.str().str(), out, target,
+                                          Toolchain::fromBuild(), verbose);
   if (!saveTemps)
     llvm::sys::fs::remove(src);
   return failed(built) ? 1 : 0;

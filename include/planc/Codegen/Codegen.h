@@ -22,9 +22,9 @@ struct Toolchain {
   std::string hostCompiler;   ///< MPI C++ compiler wrapper (mpicxx)
   std::string nvcc;
   std::string cudaRoot;
-  std::string mpiInclude;     ///< for nvcc, which does not wrap MPI
-  std::string mpiLibs;        ///< semicolon-separated, for nvcc
-  std::string cudaArchs;      ///< e.g. "80;90"
+  std::string mpiInclude; ///< for nvcc, which does not wrap MPI
+  std::string mpiLibs;    ///< semicolon-separated, for nvcc
+  std::string cudaArchs;  ///< e.g. "80;90"
   /// Defaults from the build that produced this planc, overridable with the
   /// PLANC_RUNTIME_DIR (include and lib under it), PLANC_CXX and
   /// PLANC_NVCC environment variables.
@@ -34,9 +34,8 @@ struct Toolchain {
 /// Compiles `sourcePath` to the executable `outPath` and links planrt. On
 /// failure, prints the failing command and returns failure.
 mlir::LogicalResult compileExecutable(const std::string &sourcePath,
-                                      const std::string &outPath,
-                                      Target target, const Toolchain &tc,
-                                      bool verbose);
+                                      const std::string &outPath, Target target,
+                                      const Toolchain &tc, bool verbose);
 
 } // namespace planc
 

@@ -37,7 +37,12 @@ struct Tensor {
 };
 
 /// Parameter initializers (values of `init_kind`).
-enum InitKind : int { InitZeros = 0, InitOnes = 1, InitNormal = 2, InitUniform = 3 };
+enum InitKind : int {
+  InitZeros = 0,
+  InitOnes = 1,
+  InitNormal = 2,
+  InitUniform = 3
+};
 /// Roles of a per-step input (values of `role`).
 enum InputRole : int { RoleInput = 0, RoleLabel = 1 };
 
