@@ -169,6 +169,16 @@ void LowerToRankPass::runOnOperation() {
       return signalPassFailure();
     Value out = rk::AllocOp::create(b, loc, *type);
     buf[op.getResult(0)] = out;
+    // Most ops map one to one: their buffers, then the destination.
+    SmallVector<Value> operands;
+    for (Value v : op.getOperands())
+      operands.push_back(buf.lookup(v));
+    operands.push_back(out);
+    auto same = [&](auto rankOp) {
+      decltype(rankOp)::create(b, loc, TypeRange(), operands,
+                               ArrayRef<NamedAttribute>());
+      return true;
+    };
     bool ok =
         llvm::TypeSwitch<Operation *, bool>(&op)
             .Case<MatmulOp>([&](MatmulOp mm) {
@@ -176,34 +186,13 @@ void LowerToRankPass::runOnOperation() {
                                    mm.getTransposeLhs(), mm.getTransposeRhs());
               return true;
             })
-            .Case<BiasAddOp>([&](auto) {
-              rk::BiasAddOp::create(b, loc, in(0), in(1), out);
-              return true;
-            })
-            .Case<AddOp>([&](auto) {
-              rk::AddOp::create(b, loc, in(0), in(1), out);
-              return true;
-            })
-            .Case<ReluGradOp>([&](auto) {
-              rk::ReluGradOp::create(b, loc, in(0), in(1), out);
-              return true;
-            })
-            .Case<GeluGradOp>([&](auto) {
-              rk::GeluGradOp::create(b, loc, in(0), in(1), out);
-              return true;
-            })
-            .Case<ReluOp>([&](auto) {
-              rk::ReluOp::create(b, loc, in(0), out);
-              return true;
-            })
-            .Case<GeluOp>([&](auto) {
-              rk::GeluOp::create(b, loc, in(0), out);
-              return true;
-            })
-            .Case<BiasGradOp>([&](auto) {
-              rk::BiasGradOp::create(b, loc, in(0), out);
-              return true;
-            })
+            .Case<BiasAddOp>([&](auto) { return same(rk::BiasAddOp()); })
+            .Case<AddOp>([&](auto) { return same(rk::AddOp()); })
+            .Case<ReluGradOp>([&](auto) { return same(rk::ReluGradOp()); })
+            .Case<GeluGradOp>([&](auto) { return same(rk::GeluGradOp()); })
+            .Case<ReluOp>([&](auto) { return same(rk::ReluOp()); })
+            .Case<GeluOp>([&](auto) { return same(rk::GeluOp()); })
+            .Case<BiasGradOp>([&](auto) { return same(rk::BiasGradOp()); })
             .Case<MseLossOp>([&](MseLossOp l) {
               rk::MseLossOp::create(b, loc, in(0), in(1), out,
                                     lossScale(l.getPrediction()));
