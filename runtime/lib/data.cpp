@@ -168,8 +168,7 @@ void fill_synthetic(Context *ctx, int64_t step) {
                      y->staging.size() * sizeof(float));
 }
 
-//===--- safetensors
-//-------------------------------------------------------===//
+//===--- safetensors ------------------------------------------------------===//
 
 static std::string json_string(const std::string &s) {
   std::string out = "\"";

@@ -25,8 +25,7 @@ namespace kernels {
 /// Number of elements summed by one partial of a chunked reduction.
 constexpr int64_t kReduceChunk = 1024;
 
-//===--- Scalar helpers
-//----------------------------------------------------===//
+//===--- Scalar helpers ---------------------------------------------------===//
 
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kGeluCoeff = 0.044715f;
@@ -47,8 +46,7 @@ PLANRT_HD inline float gelu_deriv(float x) {
   return 0.5f * (1.0f + t) + 0.5f * x * ((1.0f - t) * (1.0f + t)) * du;
 }
 
-//===--- Element-wise functors (index space: output elements)
-//--------------===//
+//===--- Element-wise functors (index space: output elements) -------------===//
 
 struct BiasAddFn {
   const float *x, *b;
@@ -129,8 +127,7 @@ struct AdamWFn {
   }
 };
 
-//===--- Reductions
-//--------------------------------------------------------===//
+//===--- Reductions -------------------------------------------------------===//
 
 /// db[j] = sum_r dy[r, j]; index space: the n columns. Rows are summed in
 /// order.
