@@ -1,5 +1,4 @@
-//===- planrt.h - The planc runtime: the API generated programs call
-//-------===//
+//===- planrt.h - The API that generated programs call ---------*- C++ -*-===//
 //
 // Generated programs (planc's host and cuda targets) call only what is
 // declared here. The same declarations are implemented by two backends:
@@ -11,7 +10,8 @@
 // libplanrt_cuda.a); the generated source is the same.
 //
 // Calling convention used by codegen: every call takes the Context first, then
-// the op's tensor operands in order, then the op's attributes in ODS order.
+// the op's tensor operands in order, then the attributes that the op's
+// RuntimeCallOpInterface lists (dialects/rank/RankOps.td).
 //===----------------------------------------------------------------------===//
 #ifndef PLANRT_PLANRT_H
 #define PLANRT_PLANRT_H
