@@ -81,7 +81,7 @@ struct Binding {
 };
 
 /// What a setting's value must be.
-enum class SettingKind { Int, Number, Name, Call };
+enum class SettingKind { Int, Name, Call };
 struct SettingSpec {
   const char *key;
   SettingKind kind;
@@ -253,12 +253,8 @@ void Sema::checkSettings(
         error(v.loc) << "'" << key << "' expects a name (" << spec->help << ")";
     } else {
       v = eval(set->expr());
-      if (!v.isError() && spec->kind == SettingKind::Int && !v.isInt()) {
+      if (!v.isError() && !v.isInt()) {
         error(v.loc) << "'" << key << "' must be an integer (" << spec->help
-                     << ")";
-        v.v = std::monostate();
-      } else if (!v.isError() && !v.isNumber()) {
-        error(v.loc) << "'" << key << "' must be a number (" << spec->help
                      << ")";
         v.v = std::monostate();
       }

@@ -95,6 +95,21 @@ void check_axis_mask(const Context *ctx, const char *op, int64_t axis_mask);
 void param_global_box(const Context *ctx, const ParamDesc &p,
                       const std::vector<int64_t> &coords, int64_t global[4],
                       int64_t offset[4]);
+
+/// Global row-major index of local element `i` of a tensor with local shape
+/// `local` placed at `offset` in a tensor of shape `global` (4-D, padded).
+inline int64_t global_index(const int64_t *local, const int64_t *global,
+                            const int64_t *offset, int64_t i) {
+  int64_t idx[4];
+  for (int d = 3; d >= 0; --d) {
+    idx[d] = i % local[d];
+    i /= local[d];
+  }
+  int64_t g = 0;
+  for (int d = 0; d < 4; ++d)
+    g = g * global[d] + offset[d] + idx[d];
+  return g;
+}
 bool param_is_sharded(const ParamDesc &p);
 
 /// MPI helpers usable from .cu files (which do not include mpi.h).

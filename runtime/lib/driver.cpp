@@ -186,18 +186,10 @@ void start(Context *ctx) {
     int64_t global[4], offset[4];
     param_global_box(ctx, p, ctx->coords, global, offset);
     const int64_t *l = p.t.shape;
-    for (int64_t i = 0; i < n; ++i) {
-      // Local (i0, i1, i2, i3) -> global row-major index.
-      int64_t rest = i, gi = 0, idx[4];
-      for (int d = 3; d >= 0; --d) {
-        idx[d] = rest % l[d];
-        rest /= l[d];
-      }
-      for (int d = 0; d < 4; ++d)
-        gi = gi * global[d] + offset[d] + idx[d];
+    for (int64_t i = 0; i < n; ++i)
       host[i] =
-          init_value(ctx->seed, p.name.c_str(), gi, p.init_kind, p.a, p.b);
-    }
+          init_value(ctx->seed, p.name.c_str(),
+                     global_index(l, global, offset, i), p.init_kind, p.a, p.b);
     backend::to_device(ctx, p.t.data, host.data(), (size_t)n * sizeof(float));
   }
   for (auto &in : ctx->inputs) {
@@ -291,16 +283,8 @@ static std::vector<float> gather_param(Context *ctx, ParamDesc &p) {
     }
     param_global_box(ctx, p, coords, global, offset);
     const float *src = all.data() + (size_t)r * n;
-    for (int64_t i = 0; i < n; ++i) {
-      int64_t rem = i, gi = 0, idx[4];
-      for (int d = 3; d >= 0; --d) {
-        idx[d] = rem % l[d];
-        rem /= l[d];
-      }
-      for (int d = 0; d < 4; ++d)
-        gi = gi * global[d] + offset[d] + idx[d];
-      full[gi] = src[i];
-    }
+    for (int64_t i = 0; i < n; ++i)
+      full[global_index(l, global, offset, i)] = src[i];
   }
   return full;
 }
