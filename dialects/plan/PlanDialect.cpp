@@ -278,51 +278,176 @@ LogicalResult MeshOp::verify() {
   return success();
 }
 
+/// Checks that string setting `name` is one of `allowed`.
+static LogicalResult expectOneOf(Operation *op, StringRef name, StringRef value,
+                                 ArrayRef<StringRef> allowed) {
+  if (llvm::is_contained(allowed, value))
+    return success();
+  InFlightDiagnostic diag = op->emitOpError() << "unknown " << name << " '"
+                                              << value << "'; expected ";
+  for (auto [i, a] : llvm::enumerate(allowed)) {
+    if (i > 0)
+      diag << (i + 1 == allowed.size() ? " or " : ", ");
+    diag << '"' << a << '"';
+  }
+  return diag;
+}
+
 LogicalResult TrainOp::verify() {
   if (getStepsAttr().getInt() < 0)
     return emitOpError() << "steps must be >= 0";
-  if (getGlobalBatchAttr().getInt() < 1)
+  int64_t batch = getGlobalBatchAttr().getInt();
+  if (batch < 1)
     return emitOpError() << "global_batch must be >= 1";
-  if (getData() != "synthetic")
+  if (getData() != "synthetic" && getData() != "shards")
     return emitOpError() << "unknown data source '" << getData()
-                         << "'; expected \"synthetic\"";
+                         << "'; expected \"synthetic\" or \"shards\"";
+  if (getData() == "shards" && !getDataPathAttr())
+    return emitOpError() << "data = \"shards\" needs data_path, the "
+                            "directory that holds the token shards";
   if (getOptimizer() != "sgd" && getOptimizer() != "adamw")
     return emitOpError() << "unknown optimizer '" << getOptimizer()
                          << "'; expected \"sgd\" or \"adamw\"";
-  if (!(getLr().convertToDouble() > 0))
+  double lr = getLr().convertToDouble();
+  if (!(lr > 0))
     return emitOpError() << "lr must be > 0";
+  if (auto mb = getMicroBatchAttr()) {
+    int64_t m = mb.getInt();
+    if (m < 1)
+      return emitOpError() << "micro_batch must be >= 1, got " << m;
+    if (batch % m != 0)
+      return emitOpError() << "global_batch (" << batch
+                           << ") must be a multiple of micro_batch (" << m
+                           << ")";
+  }
+  if (failed(expectOneOf(*this, "precision", getPrecision(),
+                         {"fp32", "bf16", "fp16"})) ||
+      failed(expectOneOf(*this, "loss_scale", getLossScale(),
+                         {"none", "dynamic"})) ||
+      failed(expectOneOf(*this, "lr_schedule", getLrSchedule(),
+                         {"constant", "cosine"})))
+    return failure();
+  if (getLossScale() == "dynamic" && getPrecision() != "fp16")
+    return emitOpError() << "loss_scale = \"dynamic\" is only for precision "
+                            "= \"fp16\" (got \""
+                         << getPrecision()
+                         << "\", which does not need loss scaling)";
+  if (auto clip = getGradClipAttr(); clip && !(clip.getValueAsDouble() > 0))
+    return emitOpError() << "grad_clip must be > 0 (leave it out to disable "
+                            "clipping), got "
+                         << clip.getValueAsDouble();
+  if ((int64_t)getWarmupSteps() < 0)
+    return emitOpError() << "warmup_steps must be >= 0";
+  if (auto minLr = getMinLrAttr()) {
+    double v = minLr.getValueAsDouble();
+    if (!(v >= 0) || v > lr)
+      return emitOpError() << "min_lr must be in [0, lr = " << lr << "], got "
+                           << v;
+  }
+  if (auto decay = getDecayStepsAttr(); decay && decay.getInt() < 1)
+    return emitOpError() << "decay_steps must be >= 1, got " << decay.getInt();
+  int64_t every = getCheckpointEvery();
+  if (every < 0)
+    return emitOpError() << "checkpoint_every must be >= 0 (0: never)";
+  if (every > 0 && !getCheckpointDirAttr())
+    return emitOpError() << "checkpoint_every = " << every
+                         << " needs checkpoint_dir, where checkpoints are "
+                            "written";
   return success();
 }
 
-static LogicalResult expectRank(Operation *op, Value v, int64_t rank,
-                                StringRef what) {
-  auto type = cast<RankedTensorType>(v.getType());
-  if (type.getRank() != rank)
-    return op->emitOpError()
-           << "expects " << what << " of rank " << rank << ", got " << type;
+LogicalResult ParallelOp::verify() {
+  if (failed(expectOneOf(*this, "schedule", getSchedule(),
+                         {"gpipe", "1f1b", "interleaved_1f1b"})) ||
+      failed(expectOneOf(*this, "recompute", getRecompute(),
+                         {"none", "selective", "full"})) ||
+      failed(expectOneOf(*this, "tensor_policy", getTensorPolicy(),
+                         {"none", "megatron"})))
+    return failure();
+  int64_t microbatches = getMicrobatches();
+  if (microbatches < 1)
+    return emitOpError() << "microbatches must be >= 1, got " << microbatches;
+  int64_t virtualStages = getVirtualStages();
+  if (virtualStages < 1)
+    return emitOpError() << "virtual_stages must be >= 1, got "
+                         << virtualStages;
+  if (virtualStages > 1 && getSchedule() != "interleaved_1f1b")
+    return emitOpError() << "virtual_stages = " << virtualStages
+                         << " needs schedule = \"interleaved_1f1b\" (\""
+                         << getSchedule() << "\" runs one stage per rank)";
+  int64_t zero = getZeroStage();
+  if (zero < 0 || zero > 3)
+    return emitOpError() << "zero_stage must be 0, 1, 2 or 3, got " << zero;
+  if (!(getBucketMb().convertToDouble() > 0))
+    return emitOpError() << "bucket_mb must be > 0, got "
+                         << getBucketMb().convertToDouble();
+  if (std::optional<ArrayRef<int64_t>> bounds = getStageBoundaries()) {
+    int64_t prev = 0;
+    for (int64_t b : *bounds) {
+      if (b <= prev)
+        return emitOpError()
+               << "stage_boundaries must be > 0 and strictly increasing "
+                  "(the first layer of each stage after the first), got "
+               << b << (prev == 0 ? "" : " after ")
+               << (prev == 0 ? std::string() : std::to_string(prev));
+      prev = b;
+    }
+  }
   return success();
 }
 
-/// Rows/cols of op(x) for a 2-D tensor.
-static std::pair<int64_t, int64_t> opShape(Value v, bool transposed) {
-  auto s = cast<RankedTensorType>(v.getType()).getShape();
+LogicalResult ClusterOp::verify() {
+  if ((int64_t)getNodes() < 1)
+    return emitOpError() << "nodes must be >= 1";
+  if ((int64_t)getGpusPerNode() < 1)
+    return emitOpError() << "gpus_per_node must be >= 1";
+  if (getGpu().empty())
+    return emitOpError() << "gpu must name the accelerator (e.g. \"H100\")";
+  if (!(getIntraNodeGbps().convertToDouble() > 0))
+    return emitOpError() << "intra_node_gbps must be > 0";
+  if (!(getInterNodeGbps().convertToDouble() > 0))
+    return emitOpError() << "inter_node_gbps must be > 0";
+  return success();
+}
+
+/// Rows/cols of op(x): the last two dimensions, swapped when transposed.
+static std::pair<int64_t, int64_t> opShape(RankedTensorType type,
+                                           bool transposed) {
+  auto s = type.getShape().take_back(2);
   return transposed ? std::make_pair(s[1], s[0]) : std::make_pair(s[0], s[1]);
 }
 
+/// "8x4" for shape [8, 4].
+static std::string shapeString(ArrayRef<int64_t> shape) {
+  std::string out;
+  llvm::raw_string_ostream os(out);
+  llvm::interleave(shape, os, "x");
+  return out;
+}
+
 LogicalResult MatmulOp::verify() {
-  if (failed(expectRank(*this, getLhs(), 2, "a 2-D lhs")) ||
-      failed(expectRank(*this, getRhs(), 2, "a 2-D rhs")) ||
-      failed(expectRank(*this, getResult(), 2, "a 2-D result")))
-    return failure();
-  auto [m, k] = opShape(getLhs(), getTransposeLhs());
-  auto [k2, n] = opShape(getRhs(), getTransposeRhs());
+  auto lt = getLhs().getType(), rt = getRhs().getType();
+  auto ot = getResult().getType();
+  int64_t rank = lt.getRank();
+  if (rank < 2)
+    return emitOpError() << "expects an lhs of rank >= 2, got " << lt;
+  if (rt.getRank() != 2 && rt.getRank() != rank)
+    return emitOpError() << "expects a 2-D rhs or one of the lhs's rank "
+                         << rank << ", got " << rt;
+  ArrayRef<int64_t> batch = lt.getShape().drop_back(2);
+  if (rt.getRank() == rank && rt.getShape().drop_back(2) != batch)
+    return emitOpError() << "batch dimensions of the lhs " << lt
+                         << " and the rhs " << rt << " differ";
+  auto [m, k] = opShape(lt, getTransposeLhs());
+  auto [k2, n] = opShape(rt, getTransposeRhs());
   if (k != k2)
     return emitOpError() << "contracts a dimension of size " << k
                          << " with one of size " << k2;
-  auto rs = getResult().getType().getShape();
-  if (rs[0] != m || rs[1] != n)
-    return emitOpError() << "result must be " << m << "x" << n << ", got "
-                         << getResult().getType();
+  SmallVector<int64_t> expected(batch);
+  expected.append({m, n});
+  if (ot.getShape() != ArrayRef<int64_t>(expected))
+    return emitOpError() << "result must be " << shapeString(expected)
+                         << ", got " << ot;
   return success();
 }
 
@@ -358,6 +483,183 @@ LogicalResult MseLossOp::verify() {
   return success();
 }
 
+LogicalResult SoftmaxOp::verify() {
+  if (getInput().getType().getRank() < 1)
+    return emitOpError() << "expects a tensor of rank >= 1 (softmax runs over "
+                            "the last dimension)";
+  return success();
+}
+
+LogicalResult EmbeddingOp::verify() {
+  auto ids = getIds().getType(), table = getTable().getType();
+  if (ids.getRank() < 1)
+    return emitOpError() << "expects ids of rank >= 1, got " << ids;
+  if (table.getRank() != 2)
+    return emitOpError() << "expects a 2-D table [vocab, dim], got " << table;
+  SmallVector<int64_t> expected(ids.getShape());
+  expected.push_back(table.getDimSize(1));
+  auto want = RankedTensorType::get(expected, table.getElementType());
+  if (getResult().getType() != want)
+    return emitOpError() << "result must be " << want
+                         << " (the ids' shape followed by the table's row "
+                            "width), got "
+                         << getResult().getType();
+  return success();
+}
+
+/// Checks a normalization's input and 1-D scale/shift `param`.
+static LogicalResult verifyNorm(Operation *op, RankedTensorType input,
+                                RankedTensorType param, StringRef paramName,
+                                APFloat eps) {
+  if (input.getRank() < 1)
+    return op->emitOpError() << "expects an input of rank >= 1, got " << input;
+  int64_t width = input.getDimSize(input.getRank() - 1);
+  if (param.getRank() != 1 || param.getDimSize(0) != width)
+    return op->emitOpError()
+           << paramName << " " << param
+           << " must be 1-D with the size of the last dimension of the input "
+           << input << " (" << width << ")";
+  if (!(eps.convertToDouble() >= 0))
+    return op->emitOpError() << "eps must be >= 0";
+  return success();
+}
+
+LogicalResult LayerNormOp::verify() {
+  return verifyNorm(*this, getInput().getType(), getGamma().getType(),
+                    "gamma and beta", getEps());
+}
+
+LogicalResult RmsNormOp::verify() {
+  return verifyNorm(*this, getInput().getType(), getGamma().getType(), "gamma",
+                    getEps());
+}
+
+int64_t AttentionOp::getHeadDim() {
+  int64_t heads = (int64_t)getNumHeads() + 2 * (int64_t)getNumKvHeads();
+  return getQkv().getType().getDimSize(2) / heads;
+}
+
+LogicalResult AttentionOp::verify() {
+  auto qkv = getQkv().getType();
+  int64_t h = getNumHeads(), kv = getNumKvHeads();
+  if (h < 1 || kv < 1)
+    return emitOpError() << "num_heads and num_kv_heads must be >= 1, got " << h
+                         << " and " << kv;
+  if (h % kv != 0)
+    return emitOpError() << "num_heads (" << h
+                         << ") must be a multiple of num_kv_heads (" << kv
+                         << ")";
+  if (qkv.getRank() != 3)
+    return emitOpError() << "expects qkv of rank 3 [batch, seq, (num_heads + "
+                            "2 * num_kv_heads) * head_dim], got "
+                         << qkv;
+  int64_t packed = qkv.getDimSize(2);
+  if (packed < 1 || packed % (h + 2 * kv) != 0)
+    return emitOpError() << "last dimension of qkv (" << packed
+                         << ") must be a positive multiple of num_heads + 2 * "
+                            "num_kv_heads = "
+                         << h + 2 * kv;
+  auto want = RankedTensorType::get(
+      {qkv.getDimSize(0), qkv.getDimSize(1), h * getHeadDim()},
+      qkv.getElementType());
+  if (getResult().getType() != want)
+    return emitOpError() << "result must be " << want << " (num_heads * "
+                         << "head_dim = " << h << " * " << getHeadDim()
+                         << "), got " << getResult().getType();
+  return success();
+}
+
+LogicalResult CrossEntropyOp::verify() {
+  auto logits = getLogits().getType(), targets = getTargets().getType();
+  if (logits.getRank() < 1)
+    return emitOpError() << "expects logits of rank >= 1, got " << logits;
+  auto want = RankedTensorType::get(logits.getShape().drop_back(),
+                                    targets.getElementType());
+  if (targets != want)
+    return emitOpError() << "targets must be " << want
+                         << " (the logits' shape without the class "
+                            "dimension), got "
+                         << targets;
+  return success();
+}
+
+LogicalResult TransposeOp::verify() {
+  auto in = getInput().getType();
+  ArrayRef<int64_t> perm = getPermutation();
+  if ((int64_t)perm.size() != in.getRank())
+    return emitOpError() << "permutation has " << perm.size()
+                         << " entries but the input has rank " << in.getRank();
+  SmallVector<bool> seen(perm.size(), false);
+  SmallVector<int64_t> expected;
+  for (int64_t p : perm) {
+    if (p < 0 || p >= in.getRank() || seen[p])
+      return emitOpError() << "permutation [" << perm
+                           << "] must list each of 0.." << in.getRank() - 1
+                           << " once";
+    seen[p] = true;
+    expected.push_back(in.getDimSize(p));
+  }
+  auto want = RankedTensorType::get(expected, in.getElementType());
+  if (getResult().getType() != want)
+    return emitOpError() << "result must be " << want << ", got "
+                         << getResult().getType();
+  return success();
+}
+
+LogicalResult ReshapeOp::verify() {
+  auto in = getInput().getType(), out = getResult().getType();
+  if (!in.hasStaticShape() || !out.hasStaticShape())
+    return emitOpError() << "expects static shapes";
+  if (in.getNumElements() != out.getNumElements())
+    return emitOpError() << "cannot reshape " << in << " ("
+                         << in.getNumElements() << " elements) to " << out
+                         << " (" << out.getNumElements() << " elements)";
+  return success();
+}
+
+LogicalResult ShardingConstraintOp::verify() {
+  auto type = getInput().getType();
+  if (getSharding().getRank() != type.getRank())
+    return emitOpError() << "sharding " << getSharding() << " has "
+                         << getSharding().getRank()
+                         << " dimensions but the value has rank "
+                         << type.getRank();
+  return success();
+}
+
+LogicalResult
+ShardingConstraintOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  ShardingAttr sharding = getSharding();
+  auto mesh =
+      symbols.lookupNearestSymbolFrom<MeshOp>(*this, sharding.getMesh());
+  if (!mesh)
+    return emitOpError() << "sharding refers to " << sharding.getMesh()
+                         << ", which is not a plan.mesh";
+  auto checkAxis = [&](StringRef axis) -> LogicalResult {
+    if (mesh.getAxisIndex(axis) < 0)
+      return emitOpError() << "mesh axis '" << axis << "' is not an axis of "
+                           << sharding.getMesh();
+    return success();
+  };
+  auto type = getInput().getType();
+  for (int64_t d = 0; d < sharding.getRank(); ++d) {
+    int64_t parts = 1;
+    for (StringRef axis : sharding.getDimAxes(d)) {
+      if (failed(checkAxis(axis)))
+        return failure();
+      parts *= mesh.getAxisSize(axis);
+    }
+    if (!type.isDynamicDim(d) && type.getDimSize(d) % parts != 0)
+      return emitOpError() << "dimension " << d << " of size "
+                           << type.getDimSize(d) << " cannot be split into "
+                           << parts << " equal parts";
+  }
+  for (StringRef axis : sharding.getPartialAxes())
+    if (failed(checkAxis(axis)))
+      return failure();
+  return success();
+}
+
 //===----------------------------------------------------------------------===//
 // Sharding rules
 //===----------------------------------------------------------------------===//
@@ -369,6 +671,10 @@ struct Layout {
   llvm::SmallSetVector<StringRef, 4> partial;
 
   explicit Layout(int64_t rank) : dims(rank) {}
+  void addPartial(ArrayRef<StringRef> axes) {
+    for (StringRef a : axes)
+      partial.insert(a);
+  }
   ShardingAttr get(MLIRContext *ctx, FlatSymbolRefAttr mesh) const {
     SmallVector<Attribute> d;
     for (auto &axes : dims)
@@ -376,8 +682,49 @@ struct Layout {
     return ShardingAttr::get(ctx, mesh, ArrayAttr::get(ctx, d),
                              axisList(ctx, partial.getArrayRef()));
   }
+  /// The sharding, or an error on `op` when the operands' shardings would
+  /// use one mesh axis twice in the result (e.g. to split two dimensions):
+  /// no rank would hold what that layout describes.
+  FailureOr<ShardingAttr> build(Operation *op, ArrayRef<ShardingAttr> operands,
+                                FlatSymbolRefAttr mesh) const {
+    llvm::SmallSetVector<StringRef, 4> seen;
+    auto clash = [&](StringRef a) -> LogicalResult {
+      InFlightDiagnostic diag = op->emitOpError() << "operand shardings (";
+      llvm::interleaveComma(operands, diag);
+      diag << ") would use mesh axis '" << a
+           << "' twice in the result; this combination is not supported yet";
+      return diag;
+    };
+    for (auto &axes : dims)
+      for (StringRef a : axes)
+        if (!seen.insert(a))
+          return clash(a);
+    for (StringRef a : partial)
+      if (!seen.insert(a))
+        return clash(a);
+    return get(op->getContext(), mesh);
+  }
 };
 } // namespace
+
+/// Checks that the dimensions `dims` of `s` are not split.
+static LogicalResult requireUnsplit(Operation *op, ShardingAttr s,
+                                    ArrayRef<int64_t> dims, StringRef what) {
+  for (int64_t d : dims)
+    if (!s.getDimAxes(d).empty())
+      return op->emitOpError() << "splitting " << what << " (dimension " << d
+                               << " of " << s << ") is not supported yet";
+  return success();
+}
+
+/// Checks that a parameter-like operand (bias, norm scale) is replicated.
+static LogicalResult requireReplicated(Operation *op, ShardingAttr s,
+                                       StringRef what) {
+  if (!s.isReplicated())
+    return op->emitOpError() << what << " sharded as " << s
+                             << " is not supported yet; it must be replicated";
+  return success();
+}
 
 static LogicalResult requireSameDims(Operation *op,
                                      ArrayRef<ShardingAttr> operands) {
@@ -390,11 +737,16 @@ static LogicalResult requireSameDims(Operation *op,
   return success();
 }
 
-/// Elementwise ops: the result is laid out like the operands.
+/// Elementwise ops: the result is laid out like the operands, and is
+/// partial like the partial ones (the op accepted them only if that is
+/// right, see acceptsPartialOperands).
 static FailureOr<ShardingAttr>
 elementwiseRule(Operation *op, ArrayRef<ShardingAttr> operands) {
   if (failed(requireSameDims(op, operands)))
     return failure();
+  for (ShardingAttr s : operands)
+    if (s.isPartial())
+      return s;
   return operands.front();
 }
 
@@ -415,6 +767,9 @@ ELEMENTWISE_RULE(GeluOp)
 ELEMENTWISE_RULE(ReluGradOp)
 ELEMENTWISE_RULE(GeluGradOp)
 ELEMENTWISE_RULE(MseLossGradOp)
+ELEMENTWISE_RULE(MulOp)
+ELEMENTWISE_RULE(SubOp)
+ELEMENTWISE_RULE(SiluOp)
 #undef ELEMENTWISE_RULE
 
 // A sum of pending sums over the same axes is a pending sum.
@@ -422,26 +777,51 @@ bool AddOp::acceptsPartialOperands(ArrayRef<ShardingAttr> operands) {
   return allPartialAlike(operands);
 }
 
+// So is a difference.
+bool SubOp::acceptsPartialOperands(ArrayRef<ShardingAttr> operands) {
+  return allPartialAlike(operands);
+}
+
+// A product is linear in each factor: one partial factor gives a partial
+// product, two do not. (The whole factor is laid out like the partial one,
+// so every summand is multiplied by the same elements.)
+bool MulOp::acceptsPartialOperands(ArrayRef<ShardingAttr> operands) {
+  return operands[0].isPartial() != operands[1].isPartial();
+}
+
 FailureOr<ShardingAttr>
 MatmulOp::inferResultSharding(ArrayRef<ShardingAttr> operands) {
   ShardingAttr lhs = operands[0], rhs = operands[1];
-  int64_t lm = getTransposeLhs() ? 1 : 0, rn = getTransposeRhs() ? 0 : 1;
-  auto lk = lhs.getDimAxes(1 - lm), rk = rhs.getDimAxes(1 - rn);
-  if (lk != rk)
+  int64_t rank = lhs.getRank(), rhsRank = rhs.getRank();
+  // Positions of M, K in op(lhs) and of K, N in op(rhs).
+  int64_t lm = rank - (getTransposeLhs() ? 1 : 2);
+  int64_t lk = rank - (getTransposeLhs() ? 2 : 1);
+  int64_t rk = rhsRank - (getTransposeRhs() ? 1 : 2);
+  int64_t rn = rhsRank - (getTransposeRhs() ? 2 : 1);
+  auto lkAxes = lhs.getDimAxes(lk), rkAxes = rhs.getDimAxes(rk);
+  if (lkAxes != rkAxes)
     return emitOpError()
            << "contraction dimension is split differently in the operands ("
            << lhs << " vs " << rhs
            << "); resharding between them is not supported yet";
-  Layout out(2);
-  out.dims[0] = lhs.getDimAxes(lm);
-  out.dims[1] = rhs.getDimAxes(rn);
+  Layout out(rank);
+  // Batch dimensions come from the lhs; a batched rhs must agree.
+  for (int64_t d = 0; d < rank - 2; ++d) {
+    out.dims[d] = lhs.getDimAxes(d);
+    if (rhsRank == rank && rhs.getDimAxes(d) != out.dims[d])
+      return emitOpError() << "batch dimension " << d
+                           << " is split differently in the operands (" << lhs
+                           << " vs " << rhs
+                           << "); resharding between them is not supported "
+                              "yet";
+  }
+  out.dims[rank - 2] = lhs.getDimAxes(lm);
+  out.dims[rank - 1] = rhs.getDimAxes(rn);
   // Contracting a split dimension leaves each rank a summand.
-  for (StringRef a : lk)
-    out.partial.insert(a);
+  out.addPartial(lkAxes);
   for (ShardingAttr s : operands)
-    for (StringRef a : s.getPartialAxes())
-      out.partial.insert(a);
-  return out.get(getContext(), lhs.getMesh());
+    out.addPartial(s.getPartialAxes());
+  return out.build(*this, operands, lhs.getMesh());
 }
 
 // A product is linear in each factor: one partial factor gives a partial
@@ -501,4 +881,166 @@ SgdUpdateOp::inferResultSharding(ArrayRef<ShardingAttr> operands) {
 FailureOr<ShardingAttr>
 AdamWUpdateOp::inferResultSharding(ArrayRef<ShardingAttr> operands) {
   return updateRule(*this, operands);
+}
+
+FailureOr<ShardingAttr>
+SoftmaxOp::inferResultSharding(ArrayRef<ShardingAttr> operands) {
+  ShardingAttr x = operands[0];
+  if (failed(
+          requireUnsplit(*this, x, {x.getRank() - 1}, "the softmax dimension")))
+    return failure();
+  return dropPartial(x);
+}
+
+FailureOr<ShardingAttr>
+EmbeddingOp::inferResultSharding(ArrayRef<ShardingAttr> operands) {
+  ShardingAttr ids = operands[0], table = operands[1];
+  if (ids.isPartial())
+    return emitOpError() << "ids sharded as " << ids
+                         << " are partial; indices cannot be pending sums";
+  Layout out(ids.getRank() + 1);
+  for (int64_t d = 0; d < ids.getRank(); ++d)
+    out.dims[d] = ids.getDimAxes(d);
+  // Vocab-parallel: each rank looks up the rows it owns (zeros for the
+  // others), so the result is a sum over the axes that split the vocabulary.
+  out.addPartial(table.getDimAxes(0));
+  out.dims.back() = table.getDimAxes(1);
+  out.addPartial(table.getPartialAxes());
+  return out.build(*this, operands, table.getMesh());
+}
+
+// The lookup is linear in the table; partial ids are rejected by the rule
+// (integer indices cannot be reduced, so they must reach it).
+bool EmbeddingOp::acceptsPartialOperands(ArrayRef<ShardingAttr>) {
+  return true;
+}
+
+/// Normalizations over the last dimension of operand 0 with replicated
+/// scale/shift operands.
+static FailureOr<ShardingAttr> normRule(Operation *op,
+                                        ArrayRef<ShardingAttr> operands) {
+  ShardingAttr x = operands[0];
+  if (failed(
+          requireUnsplit(op, x, {x.getRank() - 1}, "the normalized dimension")))
+    return failure();
+  for (ShardingAttr param : operands.drop_front())
+    if (failed(requireReplicated(op, param, "scale or shift")))
+      return failure();
+  return dropPartial(x);
+}
+
+FailureOr<ShardingAttr>
+LayerNormOp::inferResultSharding(ArrayRef<ShardingAttr> operands) {
+  return normRule(*this, operands);
+}
+
+FailureOr<ShardingAttr>
+RmsNormOp::inferResultSharding(ArrayRef<ShardingAttr> operands) {
+  return normRule(*this, operands);
+}
+
+FailureOr<ShardingAttr>
+AttentionOp::inferResultSharding(ArrayRef<ShardingAttr> operands) {
+  ShardingAttr qkv = operands[0];
+  if (failed(requireUnsplit(*this, qkv, {1}, "the sequence")) ||
+      failed(requireUnsplit(*this, qkv, {2}, "the heads")))
+    return failure();
+  // Sequences of the batch are independent.
+  Layout out(3);
+  out.dims[0] = qkv.getDimAxes(0);
+  return out.build(*this, operands, qkv.getMesh());
+}
+
+FailureOr<ShardingAttr>
+CrossEntropyOp::inferResultSharding(ArrayRef<ShardingAttr> operands) {
+  ShardingAttr logits = operands[0], targets = operands[1];
+  if (targets.isPartial())
+    return emitOpError() << "targets sharded as " << targets
+                         << " are partial; class indices cannot be pending "
+                            "sums";
+  int64_t last = logits.getRank() - 1;
+  if (failed(requireUnsplit(*this, logits, {last}, "the vocabulary")))
+    return failure();
+  Layout out(0);
+  for (int64_t d = 0; d < last; ++d) {
+    if (logits.getDimAxes(d) != targets.getDimAxes(d))
+      return emitOpError() << "logits and targets are distributed differently ("
+                           << logits << " vs " << targets
+                           << "); resharding between them is not supported "
+                              "yet";
+    // Each rank sums the losses of its positions: a summand of the mean.
+    out.addPartial(logits.getDimAxes(d));
+  }
+  return out.build(*this, operands, logits.getMesh());
+}
+
+// Nonlinear in the logits; partial targets are let through only so that the
+// rule rejects them (integer indices cannot be reduced).
+bool CrossEntropyOp::acceptsPartialOperands(ArrayRef<ShardingAttr> operands) {
+  return operands[1].isPartial();
+}
+
+FailureOr<ShardingAttr>
+TransposeOp::inferResultSharding(ArrayRef<ShardingAttr> operands) {
+  ShardingAttr x = operands[0];
+  Layout out(x.getRank());
+  for (auto [i, p] : llvm::enumerate(getPermutation()))
+    out.dims[i] = x.getDimAxes(p);
+  out.addPartial(x.getPartialAxes());
+  return out.build(*this, operands, x.getMesh());
+}
+
+// Moving elements around is linear.
+bool TransposeOp::acceptsPartialOperands(ArrayRef<ShardingAttr>) {
+  return true;
+}
+
+FailureOr<ShardingAttr>
+ReshapeOp::inferResultSharding(ArrayRef<ShardingAttr> operands) {
+  ShardingAttr x = operands[0];
+  auto in = getInput().getType(), res = getResult().getType();
+  bool split = false, splitBeyond0 = false;
+  for (int64_t d = 0; d < x.getRank(); ++d)
+    if (!x.getDimAxes(d).empty()) {
+      split = true;
+      splitBeyond0 |= d > 0;
+    }
+  Layout out(res.getRank());
+  out.addPartial(x.getPartialAxes());
+  if (!split)
+    return out.build(*this, operands, x.getMesh());
+  // Each rank holds whole rows of dimension 0, which reshape on their own
+  // when the result has the same rows.
+  if (!splitBeyond0 && res.getRank() >= 1 &&
+      res.getDimSize(0) == in.getDimSize(0)) {
+    out.dims[0] = x.getDimAxes(0);
+    return out.build(*this, operands, x.getMesh());
+  }
+  return emitOpError() << "reshaping " << in << " distributed as " << x
+                       << " to " << res
+                       << " is not supported yet (only a replicated input, or "
+                          "one split along dimension 0 that keeps its size)";
+}
+
+// Moving elements around is linear.
+bool ReshapeOp::acceptsPartialOperands(ArrayRef<ShardingAttr>) { return true; }
+
+FailureOr<ShardingAttr>
+ShardingConstraintOp::inferResultSharding(ArrayRef<ShardingAttr> operands) {
+  ShardingAttr in = operands[0], want = getSharding();
+  if (in == want)
+    return want;
+  // A replicated value narrows to any split locally: each rank keeps its
+  // slice. Anything else moves data between ranks.
+  if (!in.isReplicated() || want.isPartial() || in.getMesh() != want.getMesh())
+    return emitOpError() << "resharding from " << in << " to " << want
+                         << " is not supported yet";
+  return want;
+}
+
+// An identity keeps a pending sum when it is asked to; otherwise the value
+// is reduced first.
+bool ShardingConstraintOp::acceptsPartialOperands(
+    ArrayRef<ShardingAttr> operands) {
+  return operands[0].isPartial() && operands[0] == getSharding();
 }

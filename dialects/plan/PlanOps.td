@@ -42,17 +42,122 @@ def Plan_TrainOp : Plan_Op<"train"> {
   let description = [{
     ```mlir
     plan.train {data = "synthetic", global_batch = 32 : i64, lr = 5.0e-02 : f64,
-                optimizer = "sgd", seed = 42 : i64, steps = 50 : i64}
+                optimizer = "sgd", seed = 3 : i64, steps = 50 : i64,
+                precision = "bf16", grad_clip = 1.0 : f64,
+                lr_schedule = "cosine", warmup_steps = 10 : i64}
     ```
-    `optimizer` is `sgd` or `adamw`; AdamW also uses beta1, beta2, eps and
-    weight_decay.
+    - `steps`, `seed`, `global_batch` (samples per optimizer step, all ranks
+      together).
+    - `data`: `"synthetic"` (generated from the seed) or `"shards"` (token
+      shards read from `data_path`, which is then required).
+    - `optimizer`: `"sgd"` or `"adamw"`; AdamW also uses `beta1`, `beta2`,
+      `eps` and `weight_decay`. `lr` is the peak learning rate.
+    - `micro_batch` (optional): samples per microbatch; divides
+      `global_batch`.
+    - `precision`: `"fp32"` (default), `"bf16"` or `"fp16"`; `loss_scale`:
+      `"none"` (default) or `"dynamic"` (fp16 only).
+    - `grad_clip` (optional): clip the global gradient norm to this value.
+    - `lr_schedule`: `"constant"` (default) or `"cosine"`, after
+      `warmup_steps` of linear warmup (default 0); cosine decays to `min_lr`
+      (optional, default 0) over `decay_steps` (optional, default `steps`).
+    - `checkpoint_dir` (optional) and `checkpoint_every` (steps between
+      checkpoints; 0, the default, means never).
   }];
+  // New attributes go after the existing ones so that positional builders
+  // keep their meaning.
   let arguments = (ins I64Attr:$steps, I64Attr:$seed, I64Attr:$global_batch,
                        StrAttr:$data, StrAttr:$optimizer, F64Attr:$lr,
                        DefaultValuedAttr<F64Attr, "0.9">:$beta1,
                        DefaultValuedAttr<F64Attr, "0.999">:$beta2,
                        DefaultValuedAttr<F64Attr, "1e-8">:$eps,
-                       DefaultValuedAttr<F64Attr, "0.0">:$weight_decay);
+                       DefaultValuedAttr<F64Attr, "0.0">:$weight_decay,
+                       OptionalAttr<I64Attr>:$micro_batch,
+                       DefaultValuedAttr<StrAttr, "\"fp32\"">:$precision,
+                       DefaultValuedAttr<StrAttr, "\"none\"">:$loss_scale,
+                       OptionalAttr<F64Attr>:$grad_clip,
+                       DefaultValuedAttr<StrAttr, "\"constant\"">:$lr_schedule,
+                       DefaultValuedAttr<I64Attr, "0">:$warmup_steps,
+                       OptionalAttr<F64Attr>:$min_lr,
+                       OptionalAttr<I64Attr>:$decay_steps,
+                       OptionalAttr<StrAttr>:$data_path,
+                       OptionalAttr<StrAttr>:$checkpoint_dir,
+                       DefaultValuedAttr<I64Attr, "0">:$checkpoint_every);
+  let builders = [
+    // The original settings only; everything added later takes its default.
+    OpBuilder<(ins "::mlir::IntegerAttr":$steps, "::mlir::IntegerAttr":$seed,
+                   "::mlir::IntegerAttr":$global_batch,
+                   "::mlir::StringAttr":$data, "::mlir::StringAttr":$optimizer,
+                   "::mlir::FloatAttr":$lr, "::mlir::FloatAttr":$beta1,
+                   "::mlir::FloatAttr":$beta2, "::mlir::FloatAttr":$eps,
+                   "::mlir::FloatAttr":$weight_decay), [{
+      build($_builder, $_state, steps, seed, global_batch, data, optimizer, lr,
+            beta1, beta2, eps, weight_decay, /*micro_batch=*/nullptr,
+            /*precision=*/nullptr, /*loss_scale=*/nullptr,
+            /*grad_clip=*/nullptr, /*lr_schedule=*/nullptr,
+            /*warmup_steps=*/nullptr, /*min_lr=*/nullptr,
+            /*decay_steps=*/nullptr, /*data_path=*/nullptr,
+            /*checkpoint_dir=*/nullptr, /*checkpoint_every=*/nullptr);
+    }]>
+  ];
+  let assemblyFormat = "attr-dict";
+  let hasVerifier = 1;
+}
+
+def Plan_ParallelOp : Plan_Op<"parallel"> {
+  let summary = "How the training step is parallelized (beyond the mesh)";
+  let description = [{
+    At most one per module; every attribute has a default.
+
+    ```mlir
+    plan.parallel {schedule = "interleaved_1f1b", microbatches = 8 : i64,
+                   virtual_stages = 2 : i64, zero_stage = 1 : i64,
+                   recompute = "selective", sequence_parallel = true,
+                   tensor_policy = "megatron",
+                   stage_boundaries = array<i64: 4, 8, 12>}
+    ```
+    - `schedule`: pipeline schedule, `"gpipe"`, `"1f1b"` (default) or
+      `"interleaved_1f1b"`.
+    - `microbatches` (default 1) per optimizer step, per pipeline.
+    - `virtual_stages` (default 1): model chunks per pipeline rank; more than
+      one only with `"interleaved_1f1b"`.
+    - `zero_stage` (default 0): ZeRO sharding of optimizer state (1),
+      gradients (2) and parameters (3) over the data-parallel axis.
+    - `bucket_mb` (default 25.0): gradient all-reduce bucket size in MiB.
+    - `recompute`: activation recomputation, `"none"` (default),
+      `"selective"` or `"full"`.
+    - `sequence_parallel` (default false): split norms and dropout along the
+      sequence over the tensor-parallel axis.
+    - `tensor_policy`: how layers are split over the tensor-parallel axis,
+      `"none"` (default) or `"megatron"` (column- then row-parallel pairs).
+    - `stage_boundaries` (optional): the layer indices at which pipeline
+      stages 1, 2, ... start, strictly increasing and > 0.
+  }];
+  let arguments = (ins
+      DefaultValuedAttr<StrAttr, "\"1f1b\"">:$schedule,
+      DefaultValuedAttr<I64Attr, "1">:$microbatches,
+      DefaultValuedAttr<I64Attr, "1">:$virtual_stages,
+      DefaultValuedAttr<I64Attr, "0">:$zero_stage,
+      DefaultValuedAttr<F64Attr, "25.0">:$bucket_mb,
+      DefaultValuedAttr<StrAttr, "\"none\"">:$recompute,
+      DefaultValuedAttr<BoolAttr, "false">:$sequence_parallel,
+      DefaultValuedAttr<StrAttr, "\"none\"">:$tensor_policy,
+      OptionalAttr<DenseI64ArrayAttr>:$stage_boundaries);
+  let assemblyFormat = "attr-dict";
+  let hasVerifier = 1;
+}
+
+def Plan_ClusterOp : Plan_Op<"cluster"> {
+  let summary = "The machines the program is planned for";
+  let description = [{
+    ```mlir
+    plan.cluster {nodes = 2 : i64, gpus_per_node = 8 : i64, gpu = "H100",
+                  intra_node_gbps = 450.0 : f64, inter_node_gbps = 50.0 : f64}
+    ```
+    `nodes` and `gpus_per_node` are at least 1; the bandwidths (GB/s, one
+    direction, per GPU) are positive.
+  }];
+  let arguments = (ins I64Attr:$nodes, I64Attr:$gpus_per_node, StrAttr:$gpu,
+                       F64Attr:$intra_node_gbps, F64Attr:$inter_node_gbps);
   let assemblyFormat = "attr-dict";
   let hasVerifier = 1;
 }
@@ -71,7 +176,20 @@ class Plan_ComputeOp<string mnemonic, list<Trait> traits = [],
         DeclareOpInterfaceMethods<ShardingRuleOpInterface, overrides>])>;
 
 def Plan_MatmulOp : Plan_ComputeOp<"matmul", [], ["acceptsPartialOperands"]> {
-  let summary = "Matrix product c = op(a) @ op(b) of 2-D tensors";
+  let summary = "Matrix product c = op(a) @ op(b), optionally batched";
+  let description = [{
+    `lhs` is `[..., M, K]` (rank >= 2); `transpose_lhs` and `transpose_rhs`
+    swap the last two dimensions of their operand. `rhs` is either 2-D
+    `[K, N]` (a weight shared by the whole batch) or has the same leading
+    batch dimensions as `lhs`. The result is `[..., M, N]` with the batch
+    dimensions of `lhs`.
+
+    ```mlir
+    %y = plan.matmul %x, %w : tensor<8x16x32xf32>, tensor<32x64xf32> -> tensor<8x16x64xf32>
+    %s = plan.matmul %q, %k {transpose_rhs}
+        : tensor<8x16x32xf32>, tensor<8x16x32xf32> -> tensor<8x16x16xf32>
+    ```
+  }];
   let arguments = (ins Plan_F32Tensor:$lhs, Plan_F32Tensor:$rhs,
                        UnitAttr:$transpose_lhs, UnitAttr:$transpose_rhs);
   let results = (outs Plan_F32Tensor:$result);
@@ -120,6 +238,237 @@ def Plan_ReluGradOp : Plan_BinaryOp<"relu_grad",
     "Input gradient of relu: `relu_grad %x, %dy` = dy * (x > 0)">;
 def Plan_GeluGradOp : Plan_BinaryOp<"gelu_grad",
     "Input gradient of gelu: `gelu_grad %x, %dy` = dy * gelu'(x)">;
+
+//===----------------------------------------------------------------------===//
+// Transformer ops
+//===----------------------------------------------------------------------===//
+
+def Plan_I32Tensor : RankedTensorOf<[I32]>;
+
+def Plan_MulOp : Plan_BinaryOp<"mul", "Elementwise product",
+                               ["acceptsPartialOperands"]> {
+  let description = [{
+    ```mlir
+    %z = plan.mul %x, %y : tensor<8x16xf32>
+    ```
+    Sharding: both operands distributed alike; the product is linear in each
+    factor, so one partial factor gives a partial product.
+  }];
+}
+
+def Plan_SubOp : Plan_BinaryOp<"sub", "Elementwise difference lhs - rhs",
+                               ["acceptsPartialOperands"]> {
+  let description = [{
+    ```mlir
+    %z = plan.sub %x, %y : tensor<8x16xf32>
+    ```
+    Sharding: both operands distributed alike; a difference of pending sums
+    over the same axes is a pending sum.
+  }];
+}
+
+def Plan_SiluOp : Plan_UnaryOp<"silu", "SiLU (swish): x * sigmoid(x)"> {
+  let description = [{
+    ```mlir
+    %y = plan.silu %x : tensor<8x16xf32>
+    ```
+    Sharding: the result is laid out like the operand.
+  }];
+}
+
+def Plan_SoftmaxOp : Plan_ComputeOp<"softmax", [SameOperandsAndResultType]> {
+  let summary = "Softmax over the last dimension";
+  let description = [{
+    ```mlir
+    %p = plan.softmax %x : tensor<8x16xf32>
+    ```
+    The last dimension must not be split (each row is normalized whole).
+  }];
+  let arguments = (ins Plan_F32Tensor:$input);
+  let results = (outs Plan_F32Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+def Plan_EmbeddingOp : Plan_ComputeOp<"embedding", [],
+                                      ["acceptsPartialOperands"]> {
+  let summary = "Looks up rows of a table: result[i..., :] = table[ids[i...], :]";
+  let description = [{
+    `ids` (i32, rank >= 1) index the rows of `table` `[V, D]`; the result has
+    the shape of `ids` followed by `D`.
+
+    ```mlir
+    %h = plan.embedding %ids, %wte : tensor<8x128xi32>, tensor<50304x768xf32> -> tensor<8x128x768xf32>
+    ```
+    Sharding: the result's leading dimensions follow those of `ids`. A table
+    split along the vocabulary (dim 0) gives a partial result (each rank
+    contributes the rows it owns, zeros elsewhere: vocab-parallel embedding);
+    a table split along dim 1 splits the result's last dimension. The lookup
+    is linear in the table, so a partial table gives a partial result; `ids`
+    must not be partial.
+  }];
+  let arguments = (ins Plan_I32Tensor:$ids, Plan_F32Tensor:$table);
+  let results = (outs Plan_F32Tensor:$result);
+  let assemblyFormat = [{
+    $ids `,` $table attr-dict `:` type($ids) `,` type($table) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def Plan_LayerNormOp : Plan_ComputeOp<"layernorm",
+    [AllTypesMatch<["input", "result"]>, AllTypesMatch<["gamma", "beta"]>]> {
+  let summary = "Layer normalization over the last dimension";
+  let description = [{
+    `result = (x - mean) / sqrt(var + eps) * gamma + beta`, with the mean and
+    (biased) variance taken over the last dimension. `gamma` and `beta` are
+    1-D with the size of that dimension.
+
+    ```mlir
+    %y = plan.layernorm %x, %g, %b {eps = 1.0e-05 : f32} : tensor<8x16x64xf32>, tensor<64xf32>
+    ```
+    Sharding: the last dimension must not be split and `gamma`/`beta` must be
+    replicated; the result is laid out like `x`.
+  }];
+  let arguments = (ins Plan_F32Tensor:$input, Plan_F32Tensor:$gamma,
+                       Plan_F32Tensor:$beta,
+                       DefaultValuedAttr<F32Attr, "1e-5">:$eps);
+  let results = (outs Plan_F32Tensor:$result);
+  let assemblyFormat = [{
+    $input `,` $gamma `,` $beta attr-dict `:` type($input) `,` type($gamma)
+  }];
+  let hasVerifier = 1;
+}
+
+def Plan_RmsNormOp : Plan_ComputeOp<"rmsnorm",
+    [AllTypesMatch<["input", "result"]>]> {
+  let summary = "RMS normalization over the last dimension";
+  let description = [{
+    `result = x / sqrt(mean(x^2) + eps) * gamma`, the mean taken over the
+    last dimension; `gamma` is 1-D with the size of that dimension.
+
+    ```mlir
+    %y = plan.rmsnorm %x, %g {eps = 1.0e-05 : f32} : tensor<8x16x64xf32>, tensor<64xf32>
+    ```
+    Sharding: as `plan.layernorm`.
+  }];
+  let arguments = (ins Plan_F32Tensor:$input, Plan_F32Tensor:$gamma,
+                       DefaultValuedAttr<F32Attr, "1e-5">:$eps);
+  let results = (outs Plan_F32Tensor:$result);
+  let assemblyFormat = [{
+    $input `,` $gamma attr-dict `:` type($input) `,` type($gamma)
+  }];
+  let hasVerifier = 1;
+}
+
+def Plan_AttentionOp : Plan_ComputeOp<"attention"> {
+  let summary = "Causal scaled-dot-product self-attention, packed q/k/v input";
+  let description = [{
+    `qkv` is `[B, S, (H + 2 * KV) * Dh]`, laid out along the last dimension
+    as the `H` query heads, then the `KV` key heads, then the `KV` value
+    heads, each `Dh` wide (`H` = `num_heads`, `KV` = `num_kv_heads`; `H` is a
+    multiple of `KV`, and query head `h` attends with key/value head
+    `h / (H / KV)`: multi-, grouped- or multi-query attention). Position `i`
+    attends to positions `<= i` with scores scaled by `1 / sqrt(Dh)`. The
+    result is `[B, S, H * Dh]`, the heads' outputs side by side.
+
+    ```mlir
+    %a = plan.attention %qkv {num_heads = 12 : i64, num_kv_heads = 12 : i64}
+        : tensor<8x128x2304xf32> -> tensor<8x128x768xf32>
+    ```
+    Sharding: the batch dimension may be split; splitting the sequence or the
+    heads is not supported yet.
+  }];
+  let arguments = (ins Plan_F32Tensor:$qkv, I64Attr:$num_heads,
+                       I64Attr:$num_kv_heads);
+  let results = (outs Plan_F32Tensor:$result);
+  let assemblyFormat = "$qkv attr-dict `:` type($qkv) `->` type($result)";
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// Width of one head (Dh).
+    int64_t getHeadDim();
+  }];
+}
+
+def Plan_CrossEntropyOp : Plan_ComputeOp<"cross_entropy", [],
+                                         ["acceptsPartialOperands"]> {
+  let summary = "Mean softmax cross-entropy over all positions (a scalar)";
+  let description = [{
+    `logits` is `[..., V]`, `targets` (i32) has the shape of `logits` without
+    the last dimension and holds class indices in `[0, V)`. The result is the
+    mean over all positions of `-log softmax(logits)[target]`.
+
+    ```mlir
+    %l = plan.cross_entropy %logits, %t : tensor<8x128x50304xf32>, tensor<8x128xi32> -> tensor<f32>
+    ```
+    Sharding: like `plan.mse_loss`, splitting the leading dimensions gives a
+    result that is partial over those axes; splitting the vocabulary
+    dimension is not supported yet.
+  }];
+  let arguments = (ins Plan_F32Tensor:$logits, Plan_I32Tensor:$targets);
+  let results = (outs Plan_F32Scalar:$result);
+  let assemblyFormat = [{
+    $logits `,` $targets attr-dict `:` type($logits) `,` type($targets) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def Plan_TransposeOp : Plan_ComputeOp<"transpose", [],
+                                      ["acceptsPartialOperands"]> {
+  let summary = "Permutes the dimensions of a tensor";
+  let description = [{
+    Result dimension `i` is input dimension `permutation[i]`.
+
+    ```mlir
+    %t = plan.transpose %x {permutation = array<i64: 1, 0>} : tensor<8x4xf32> -> tensor<4x8xf32>
+    ```
+    Sharding: the dimensions carry their mesh axes along.
+  }];
+  let arguments = (ins Plan_F32Tensor:$input, DenseI64ArrayAttr:$permutation);
+  let results = (outs Plan_F32Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Plan_ReshapeOp : Plan_ComputeOp<"reshape", [],
+                                    ["acceptsPartialOperands"]> {
+  let summary = "Reinterprets a tensor with a new shape (row-major order)";
+  let description = [{
+    Same elements, same row-major order, a new static shape.
+
+    ```mlir
+    %r = plan.reshape %x : tensor<8x128x768xf32> -> tensor<1024x768xf32>
+    ```
+    Sharding: supported for a replicated input, and for an input split only
+    along dimension 0 when the result keeps the size of dimension 0 (the
+    split carries over); other cases are not supported yet.
+  }];
+  let arguments = (ins Plan_F32Tensor:$input);
+  let results = (outs Plan_F32Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Plan_ShardingConstraintOp : Plan_ComputeOp<"sharding_constraint",
+    [SameOperandsAndResultType, DeclareOpInterfaceMethods<SymbolUserOpInterface>],
+    ["acceptsPartialOperands"]> {
+  let summary = "Identity that pins how a value is distributed";
+  let description = [{
+    The result is the operand, distributed as `sharding` (like Shardy's
+    `sdy.sharding_constraint`). Sharding propagation gives the result
+    exactly this sharding. A replicated operand is narrowed to the split
+    locally (each rank keeps its slice), and a partial operand is reduced
+    first when the constraint is not partial; any other change of layout is
+    resharding, which is not supported yet.
+
+    ```mlir
+    %y = plan.sharding_constraint %x <@mesh, [[dp], []]> : tensor<8x4xf32>
+    ```
+  }];
+  let arguments = (ins Plan_F32Tensor:$input, Plan_ShardingAttr:$sharding);
+  let results = (outs Plan_F32Tensor:$result);
+  let assemblyFormat = "$input $sharding attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
 
 def Plan_MseLossOp : Plan_ComputeOp<"mse_loss",
     [AllTypesMatch<["prediction", "target"]>]> {
