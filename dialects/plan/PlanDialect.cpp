@@ -1044,3 +1044,26 @@ bool ShardingConstraintOp::acceptsPartialOperands(
     ArrayRef<ShardingAttr> operands) {
   return operands[0].isPartial() && operands[0] == getSharding();
 }
+
+//===----------------------------------------------------------------------===//
+// PosEmbeddingOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult PosEmbeddingOp::verify() {
+  auto in = getInput().getType(), table = getTable().getType();
+  if (in.getRank() != 3 || table.getRank() != 2 ||
+      table.getDimSize(1) != in.getDimSize(2) ||
+      table.getDimSize(0) < in.getDimSize(1))
+    return emitOpError() << "adds rows 0..S-1 of a [max_seq, D] table to a "
+                            "[B, S, D] input, got "
+                         << in << " and " << table;
+  return success();
+}
+
+FailureOr<ShardingAttr>
+PosEmbeddingOp::inferResultSharding(ArrayRef<ShardingAttr> operands) {
+  if (failed(requireReplicated(*this, operands[1], "the position table")) ||
+      failed(requireUnsplit(*this, operands[0], {1}, "the sequence")))
+    return failure();
+  return operands[0];
+}

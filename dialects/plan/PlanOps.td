@@ -315,6 +315,27 @@ def Plan_EmbeddingOp : Plan_ComputeOp<"embedding", [],
   let hasVerifier = 1;
 }
 
+def Plan_PosEmbeddingOp : Plan_ComputeOp<"pos_embedding",
+    [AllTypesMatch<["input", "result"]>]> {
+  let summary = "Adds learned position embeddings: result[b, s, :] = input[b, s, :] + table[s, :]";
+  let description = [{
+    `input` is `[B, S, D]` and `table` `[max_seq, D]` with `S <= max_seq`;
+    rows `0..S-1` of the table are added to every sequence of the batch.
+
+    ```mlir
+    %x = plan.pos_embedding %h, %wpe : tensor<8x128x768xf32>, tensor<1024x768xf32>
+    ```
+    Sharding: the result is laid out like `input`; the table must be
+    replicated and the sequence dimension unsplit (for now).
+  }];
+  let arguments = (ins Plan_F32Tensor:$input, Plan_F32Tensor:$table);
+  let results = (outs Plan_F32Tensor:$result);
+  let assemblyFormat = [{
+    $input `,` $table attr-dict `:` type($input) `,` type($table)
+  }];
+  let hasVerifier = 1;
+}
+
 def Plan_LayerNormOp : Plan_ComputeOp<"layernorm",
     [AllTypesMatch<["input", "result"]>, AllTypesMatch<["gamma", "beta"]>]> {
   let summary = "Layer normalization over the last dimension";

@@ -157,11 +157,18 @@ void AutodiffPass::runOnOperation() {
     b.clone(op, mapping);
   Value loss = mapping.lookup(modelReturn->getOperand(0));
 
-  auto lossOp = loss.getDefiningOp<MseLossOp>();
-  if (!lossOp ||
-      !llvm::hasSingleElement(modelReturn->getOperand(0).getUses())) {
+  if (!llvm::hasSingleElement(modelReturn->getOperand(0).getUses())) {
     modelReturn->emitError()
-        << "the model's result must be a loss (mse) used by nothing else";
+        << "the model's result must be a loss used by nothing else";
+    return signalPassFailure();
+  }
+  auto lossOp = loss.getDefiningOp<MseLossOp>();
+  if (!lossOp) {
+    Operation *def = loss.getDefiningOp();
+    (def ? def->emitError() : modelReturn->emitError())
+        << "planc cannot differentiate the loss '"
+        << (def ? def->getName().getStringRef() : StringRef("argument"))
+        << "' yet; mse is supported";
     return signalPassFailure();
   }
 

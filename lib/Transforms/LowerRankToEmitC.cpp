@@ -87,6 +87,28 @@ void LowerRankToEmitCPass::runOnOperation() {
     return signalPassFailure();
   }
   plan::TrainOp train = *trains.begin();
+  // Settings the runtime does not implement yet are refused, not ignored.
+  bool refused = false;
+  auto refuse = [&](Operation *op, bool cond, const Twine &what) {
+    if (cond)
+      op->emitError() << what << " is not implemented by the code generator "
+                      << "yet";
+    refused |= cond;
+  };
+  refuse(train, train.getPrecision() != "fp32",
+         "precision = " + train.getPrecision());
+  refuse(train, train.getLrSchedule() != "constant",
+         "lr_schedule = " + train.getLrSchedule());
+  refuse(train, train.getGradClip().has_value(), "grad_clip");
+  refuse(train, train.getData() != "synthetic", "data = " + train.getData());
+  refuse(train, train.getCheckpointDir().has_value(), "checkpoint");
+  for (auto par : module.getOps<plan::ParallelOp>())
+    refuse(par,
+           par.getMicrobatches() > 1 || par.getZeroStage() > 0 ||
+               par.getRecompute() != "none",
+           "microbatching, ZeRO and recompute (plan.parallel)");
+  if (refused)
+    return signalPassFailure();
   auto name = module.getSymName();
   std::string programName = name ? name->str() : "plan";
 

@@ -62,6 +62,11 @@ void LowerToRankPass::runOnOperation() {
                           "plan-autodiff first";
     return signalPassFailure();
   }
+  if (mesh.getAxisIndex("pp") >= 0 && mesh.getAxisSize("pp") > 1) {
+    mesh.emitError() << "pipeline parallelism (pp = " << mesh.getAxisSize("pp")
+                     << ") is not lowered to ranks yet";
+    return signalPassFailure();
+  }
 
   OpBuilder b(ctx);
   b.setInsertionPoint(step);
@@ -88,6 +93,15 @@ void LowerToRankPass::runOnOperation() {
     FailureOr<MemRefType> type = localType(arg, step);
     if (failed(type))
       return signalPassFailure();
+    // The runtime initializes and saves parameters whole; sharded ones
+    // need per-shard initialization that codegen does not emit yet.
+    if (kind.getValue() == "param" && !getSharding(arg).isReplicated()) {
+      mlir::emitError(arg.getLoc())
+          << "parameter '" << name.getValue() << "' is sharded as "
+          << getSharding(arg)
+          << "; lowering sharded parameters to ranks is not implemented yet";
+      return signalPassFailure();
+    }
     auto ref = FlatSymbolRefAttr::get(name);
     Location loc = arg.getLoc();
     if (kind.getValue() == "param") {

@@ -408,3 +408,11 @@ func.func @f(%x: tensor<8x4xf32>) {
   %0 = plan.sharding_constraint %x <@mesh, [[dp], []]> : tensor<8x4xf32>
   return
 }
+
+// -----
+
+func.func @f(%x: tensor<2x8x16xf32>, %t: tensor<4x16xf32>) {
+  // expected-error @below {{adds rows 0..S-1 of a [max_seq, D] table to a [B, S, D] input}}
+  %0 = plan.pos_embedding %x, %t : tensor<2x8x16xf32>, tensor<4x16xf32>
+  return
+}

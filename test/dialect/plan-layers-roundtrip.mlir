@@ -80,3 +80,10 @@ func.func @layers(%ids: tensor<2x8xi32>, %wte: tensor<64x16xf32>,
   %l = plan.cross_entropy %h, %t : tensor<2x8x16xf32>, tensor<2x8xi32> -> tensor<f32>
   return
 }
+
+// CHECK-LABEL: func.func @pos_embedding
+func.func @pos_embedding(%x: tensor<2x8x16xf32>, %t: tensor<32x16xf32>) -> tensor<2x8x16xf32> {
+  // CHECK: plan.pos_embedding %{{.*}}, %{{.*}} : tensor<2x8x16xf32>, tensor<32x16xf32>
+  %0 = plan.pos_embedding %x, %t : tensor<2x8x16xf32>, tensor<32x16xf32>
+  return %0 : tensor<2x8x16xf32>
+}

@@ -1,0 +1,780 @@
+//===- Layers.cpp - Built-in layers, blocks and repeat --------------------===//
+//
+// Built-in layers expand into plan-dialect ops at the call; blocks are
+// inlined at each call with their own scope, and `repeat(n) block(x)` inlines
+// n instances, each with its own parameters (`block.i.name`) and the layer
+// index that pipeline partitioning uses.
+//===----------------------------------------------------------------------===//
+#include "Sema.h"
+
+#include "llvm/ADT/StringExtras.h"
+
+using namespace mlir;
+using namespace planc;
+using namespace planc::plan;
+using namespace planc::frontend;
+
+static ArrayRef<int64_t> shapeOf(Value v) {
+  return cast<RankedTensorType>(v.getType()).getShape();
+}
+
+static RankedTensorType f32Tensor(ArrayRef<int64_t> shape, MLIRContext *ctx) {
+  return RankedTensorType::get(shape, Float32Type::get(ctx));
+}
+
+Sema::Args Sema::evalArgs(const std::vector<PlanParser::ArgContext *> &args,
+                          bool &bad) {
+  Args out;
+  for (PlanParser::ArgContext *a : args) {
+    // `act = gelu` names an activation, not a value.
+    auto *name = dynamic_cast<PlanParser::NameExprContext *>(a->expr());
+    Val v = a->key && a->key->getText() == "act" && name
+                ? Val{name->getText(), loc(name)}
+                : eval(a->expr());
+    bad |= v.isError();
+    if (a->key) {
+      out.named.emplace_back(a->key->getText(), v);
+      out.namedLocs.push_back(loc(a->key));
+    } else {
+      if (!out.named.empty()) {
+        error(v.loc) << "positional arguments come before named ones";
+        bad = true;
+      }
+      out.positional.push_back(v);
+    }
+  }
+  return out;
+}
+
+Val Sema::evalCall(PlanParser::CallExprContext *call) {
+  Location l = loc(call);
+  std::string fn = call->callee->getText();
+  bool bad = false;
+  Args args = evalArgs(call->arg(), bad);
+  if (auto it = blocks.find(fn); it != blocks.end())
+    return bad ? Val::error(l) : callBlock(it->second, args, l);
+  // An unknown callee is reported even when its arguments had errors.
+  if (bad && isBuiltin(fn))
+    return Val::error(l);
+  return callBuiltin(fn, args, l, loc(call->callee));
+}
+
+Val Sema::evalRepeat(PlanParser::RepeatExprContext *rep) {
+  Location l = loc(rep);
+  Val n = eval(rep->count);
+  std::string fn = rep->callee->getText();
+  auto it = blocks.find(fn);
+  if (it == blocks.end()) {
+    SmallVector<StringRef> known;
+    for (auto &kv : blocks)
+      known.push_back(kv.getKey());
+    error(loc(rep->callee)) << "repeat(...) applies a block, and '" << fn
+                            << "' is not one" << suggest(fn, known);
+    return Val::error(l);
+  }
+  if (n.isError())
+    return Val::error(l);
+  if (!n.isInt() || n.getInt() < 1) {
+    error(n.loc) << "the repeat count must be a positive integer";
+    return Val::error(l);
+  }
+  bool bad = false;
+  Args args = evalArgs(rep->arg(), bad);
+  if (bad)
+    return Val::error(l);
+  if (args.positional.empty() || !args.positional[0].isTensor()) {
+    error(l) << "repeat(n) " << fn << "(x, ...) feeds each instance's result "
+             << "to the next as its first argument, which must be a tensor";
+    return Val::error(l);
+  }
+  std::string outerPrefix = paramPrefix;
+  std::optional<int64_t> outerLayer = layer;
+  for (int64_t i = 0; i < n.getInt(); ++i) {
+    paramPrefix = outerPrefix + fn + "." + std::to_string(i) + ".";
+    // Nested repeats stay within the outer layer.
+    if (!outerLayer)
+      layer = numLayers++;
+    Operation *before = body->empty() ? nullptr : &body->back();
+    Val out = callBlock(it->second, args, l);
+    // Ops of this instance record their layer for stage partitioning.
+    for (Operation &op : llvm::make_range(
+             before ? std::next(before->getIterator()) : body->begin(),
+             body->end()))
+      op.setAttr(kLayerAttr, b.getI64IntegerAttr(*layer));
+    if (out.isError()) {
+      paramPrefix = outerPrefix;
+      layer = outerLayer;
+      return out;
+    }
+    if (out.isTensor() &&
+        out.getTensor().getType() != args.positional[0].getTensor().getType()) {
+      error(l) << "repeat needs a block that returns what it takes: " << fn
+               << " takes "
+               << shapeStr(args.positional[0].getTensor().getType())
+               << " but returns " << shapeStr(out.getTensor().getType());
+      paramPrefix = outerPrefix;
+      layer = outerLayer;
+      return Val::error(l);
+    }
+    args.positional[0] = out;
+  }
+  paramPrefix = outerPrefix;
+  layer = outerLayer;
+  return args.positional[0];
+}
+
+Val Sema::callBlock(PlanParser::BlockDeclContext *block, Args &args,
+                    Location callLoc) {
+  std::string name = block->name->getText();
+  auto params = block->blockParam();
+  if (!args.named.empty()) {
+    error(args.namedLocs[0]) << "block arguments are positional: " << name
+                             << " takes " << params.size();
+    return Val::error(callLoc);
+  }
+  if (args.positional.size() != params.size()) {
+    auto d = error(callLoc) << "'" << name << "' takes " << params.size()
+                            << " argument" << (params.size() == 1 ? "" : "s")
+                            << ", got " << args.positional.size();
+    d.attachNote(loc(block->name)) << "'" << name << "' is defined here";
+    return Val::error(callLoc);
+  }
+  if (callers.size() >= 32) {
+    error(callLoc) << "blocks call each other more than 32 deep; is '" << name
+                   << "' calling itself?";
+    return Val::error(callLoc);
+  }
+  // A block sees the top-level constants and its own names only.
+  std::vector<llvm::StringMap<Binding>> saved(scopes.begin() + 1, scopes.end());
+  scopes.resize(1);
+  scopes.emplace_back();
+  Location l = loc(block->name);
+  scopes.back().try_emplace(
+      "batch", Binding{train.batch ? Val{*train.batch, l} : Val::error(l), l});
+  callers.push_back(callLoc);
+
+  bool ok = true;
+  for (auto [p, a] : llvm::zip(params, args.positional)) {
+    Location pl = loc(p->name);
+    if (p->kind) {
+      std::string kind = p->kind->getText();
+      bool fits = kind == "int" ? a.isInt() : kind == "float" && a.isNumber();
+      if (kind != "int" && kind != "float") {
+        error(loc(p->kind)) << "a block parameter is a tensor type such as "
+                               "f32[batch, d], or int, or float";
+        ok = false;
+      } else if (!fits) {
+        auto d = error(callLoc) << "argument '" << p->name->getText()
+                                << "' of '" << name << "' must be " << kind;
+        d.attachNote(pl) << "declared here";
+        ok = false;
+      }
+    } else if (auto type = tensorType(p->tensorType(), /*isData=*/false)) {
+      if (!a.isTensor() || a.getTensor().getType() != *type) {
+        auto d = error(callLoc)
+                 << "argument '" << p->name->getText() << "' of '" << name
+                 << "' must be a tensor of shape " << shapeStr(*type)
+                 << (a.isTensor() ? ", got " + shapeStr(a.getTensor().getType())
+                                  : std::string(", got a number or string"));
+        d.attachNote(pl) << "declared here";
+        ok = false;
+      }
+    } else {
+      ok = false;
+    }
+    if (scopes.back().count(p->name->getText())) {
+      error(pl) << "parameter '" << p->name->getText() << "' is listed twice";
+      ok = false;
+    }
+    scopes.back().try_emplace(p->name->getText(), Binding{a, pl, a.isTensor()});
+  }
+  std::optional<Val> ret;
+  if (ok)
+    runStmts(block->stmt(), /*inBlock=*/true, &ret);
+  callers.pop_back();
+  scopes.resize(1);
+  scopes.insert(scopes.end(), saved.begin(), saved.end());
+  if (!ok)
+    return Val::error(callLoc);
+  if (!ret) {
+    error(loc(block->getStop()))
+        << "block '" << name << "' must end with 'return <value>'";
+    return Val::error(callLoc);
+  }
+  Val out = *ret;
+  out.loc = callLoc;
+  return out;
+}
+
+bool Sema::checkTpDivides(int64_t n, StringRef what, Location l) {
+  if (par.tp <= 1 || n % par.tp == 0)
+    return true;
+  auto d = error(l) << "tp = " << par.tp << " does not divide " << what << " ("
+                    << n << "): tensor parallelism gives each rank an "
+                    << "equal share; choose a tp that divides " << n;
+  if (par.tpLoc)
+    d.attachNote(*par.tpLoc) << "tp is set here";
+  return false;
+}
+
+void Sema::seedSharding(Value param, int64_t dim, Location use) {
+  auto arg = dyn_cast<BlockArgument>(param);
+  if (par.tensorPolicy != "megatron" || par.tp <= 1 || !arg ||
+      arg.getOwner() != body)
+    return;
+  unsigned i = arg.getArgNumber();
+  DictionaryAttr attrs = argAttrs[i];
+  if (attrs.getAs<StringAttr>(kKindAttr).getValue() != "param" ||
+      attrs.get(kShardingAttr))
+    return; // Explicit annotations win over the policy.
+  auto type = cast<RankedTensorType>(param.getType());
+  if (!checkTpDivides(type.getDimSize(dim),
+                      "dimension " + std::to_string(dim) + " of '" +
+                          attrs.getAs<StringAttr>(kNameAttr).getValue().str() +
+                          "'",
+                      use))
+    return;
+  SmallVector<Attribute> dims(type.getRank(), b.getArrayAttr({}));
+  dims[dim] = b.getStrArrayAttr({"tp"});
+  NamedAttrList list(attrs);
+  list.set(kShardingAttr, ShardingAttr::get(ctx, meshRef, b.getArrayAttr(dims),
+                                            b.getArrayAttr({})));
+  argAttrs[i] = list.getDictionary(ctx);
+}
+
+Value Sema::linear(Location l, Value x, Value w, Value bias, bool transposeW,
+                   StringRef what) {
+  auto xs = shapeOf(x), ws = shapeOf(w);
+  if (ws.size() != 2 || xs.empty()) {
+    error(l) << what << ": the weight must be 2-D and the input at least 1-D, "
+             << "got " << shapeStr(w.getType()) << " and "
+             << shapeStr(x.getType());
+    return {};
+  }
+  int64_t k = transposeW ? ws[1] : ws[0], n = transposeW ? ws[0] : ws[1];
+  if (xs.back() != k) {
+    auto d = error(l) << what << ": the input has " << xs.back()
+                      << " features (shape " << shapeStr(x.getType())
+                      << ") but the weight expects " << k << " (shape "
+                      << shapeStr(w.getType())
+                      << (transposeW ? ", used transposed)" : ")");
+    d.attachNote(defLoc(x))
+        << "the input, " << shapeStr(x.getType()) << ", comes from here";
+    d.attachNote(defLoc(w))
+        << "the weight, " << shapeStr(w.getType()) << ", is defined here";
+    return {};
+  }
+  SmallVector<int64_t> outShape(xs);
+  outShape.back() = n;
+  auto type = f32Tensor(outShape, ctx);
+  Value y;
+  if (xs.size() == 1) {
+    error(l) << what << ": the input must have a batch dimension";
+    return {};
+  }
+  SmallVector<NamedAttribute> attrs;
+  if (transposeW)
+    attrs.push_back(b.getNamedAttr("transpose_rhs", b.getUnitAttr()));
+  y = MatmulOp::create(b, l, TypeRange(type), ValueRange{x, w}, attrs)
+          ->getResult(0);
+  if (!bias)
+    return y;
+  auto bs = shapeOf(bias);
+  if (bs.size() != 1 || bs[0] != n) {
+    auto d = error(l) << what << ": the bias must have shape [" << n
+                      << "] (one value per output feature), got "
+                      << shapeStr(bias.getType());
+    d.attachNote(defLoc(bias)) << "the bias is defined here";
+    return {};
+  }
+  return BiasAddOp::create(b, l, type, y, bias);
+}
+
+static const char *const kBuiltins[] = {
+    "linear",        "matmul",       "transpose", "reshape",   "embedding",
+    "pos_embedding", "layernorm",    "rmsnorm",   "attention", "mlp",
+    "relu",          "gelu",         "silu",      "softmax",   "add",
+    "mse",           "cross_entropy"};
+
+bool Sema::isBuiltin(StringRef fn) { return llvm::is_contained(kBuiltins, fn); }
+
+Val Sema::callBuiltin(StringRef fn, Args &args, Location l,
+                      Location calleeLoc) {
+  Val out = Val::error(l);
+  if (!isBuiltin(fn)) {
+    SmallVector<StringRef> known(std::begin(kBuiltins), std::end(kBuiltins));
+    for (auto &kv : blocks)
+      known.push_back(kv.getKey());
+    error(calleeLoc) << "unknown function '" << fn << "'" << suggest(fn, known)
+                     << "; see docs/language.md for the built-in layers";
+    return out;
+  }
+  auto &pos = args.positional;
+  // Named arguments this layer accepts, consumed as they are read.
+  llvm::StringMap<Val> named;
+  for (auto [kv, nl] : llvm::zip(args.named, args.namedLocs))
+    if (!named.try_emplace(kv.first, kv.second).second) {
+      error(nl) << "argument '" << kv.first << "' is given twice";
+      return out;
+    }
+  auto arity = [&](size_t lo, size_t hi, StringRef usage) {
+    if (pos.size() < lo || pos.size() > hi) {
+      error(l) << "'" << fn << "' takes " << usage << ", got " << pos.size()
+               << " positional argument" << (pos.size() == 1 ? "" : "s");
+      return false;
+    }
+    return true;
+  };
+  auto tensorArg = [&](size_t i) -> Value {
+    if (!pos[i].isTensor()) {
+      error(pos[i].loc) << "argument " << i + 1 << " of '" << fn
+                        << "' must be a tensor, not a number or string";
+      return {};
+    }
+    return pos[i].getTensor();
+  };
+  // A named tensor argument; `required` says whether it may be missing.
+  bool badNamed = false;
+  auto namedTensor = [&](StringRef key, bool required) -> Value {
+    auto it = named.find(key);
+    if (it == named.end()) {
+      if (required) {
+        error(l) << "'" << fn << "' needs '" << key << " = <param>'";
+        badNamed = true;
+      }
+      return {};
+    }
+    Val v = it->second;
+    named.erase(it);
+    if (!v.isTensor()) {
+      error(v.loc) << "'" << key << "' must be a tensor";
+      badNamed = true;
+      return {};
+    }
+    return v.getTensor();
+  };
+  auto namedNumber = [&](StringRef key, double dflt) -> double {
+    auto it = named.find(key);
+    if (it == named.end())
+      return dflt;
+    Val v = it->second;
+    named.erase(it);
+    if (!v.isNumber()) {
+      error(v.loc) << "'" << key << "' must be a number";
+      badNamed = true;
+      return dflt;
+    }
+    return v.getNumber();
+  };
+  auto namedName = [&](StringRef key, StringRef dflt) -> std::string {
+    auto it = named.find(key);
+    if (it == named.end())
+      return dflt.str();
+    Val v = it->second;
+    named.erase(it);
+    if (v.isString())
+      return v.getString();
+    error(v.loc) << "'" << key << "' must be a name, e.g. " << key << " = "
+                 << dflt;
+    badNamed = true;
+    return dflt.str();
+  };
+  auto leftovers = [&]() {
+    for (auto &kv : named) {
+      error(kv.second.loc) << "'" << fn << "' has no argument '" << kv.getKey()
+                           << "'";
+      badNamed = true;
+    }
+    return !badNamed;
+  };
+  auto generic = [&](auto opTag, Type type, ValueRange operands,
+                     ArrayRef<NamedAttribute> attrs = {}) {
+    return decltype(opTag)::create(b, l, TypeRange(type), operands, attrs)
+        ->getResult(0);
+  };
+
+  if (fn == "linear") {
+    if (!arity(2, 3, "an input, a weight and an optional bias"))
+      return out;
+    bool transposed = namedNumber("transposed", 0) != 0;
+    if (!leftovers())
+      return out;
+    Value x = tensorArg(0), w = tensorArg(1);
+    Value bias = pos.size() == 3 ? tensorArg(2) : Value();
+    if (!x || !w || (pos.size() == 3 && !bias))
+      return out;
+    if (Value y = linear(l, x, w, bias, transposed, "'linear'"))
+      out.v = y;
+    return out;
+  }
+  if (fn == "matmul") {
+    if (!arity(2, 2, "two tensors") || !leftovers())
+      return out;
+    Value a = tensorArg(0), c = tensorArg(1);
+    if (!a || !c)
+      return out;
+    auto as = shapeOf(a), cs = shapeOf(c);
+    if (as.size() < 2 || cs.size() != 2 || as.back() != cs[0]) {
+      auto d = error(l) << "'matmul' multiplies [..., m, k] by [k, n], got "
+                        << shapeStr(a.getType()) << " and "
+                        << shapeStr(c.getType());
+      d.attachNote(defLoc(a)) << "the left operand comes from here";
+      d.attachNote(defLoc(c)) << "the right operand comes from here";
+      return out;
+    }
+    SmallVector<int64_t> shape(as);
+    shape.back() = cs[1];
+    out.v = generic(MatmulOp(), f32Tensor(shape, ctx), {a, c});
+    return out;
+  }
+  if (fn == "transpose") {
+    if (!arity(1, 2, "a tensor and an optional permutation") || !leftovers())
+      return out;
+    Value x = tensorArg(0);
+    if (!x)
+      return out;
+    auto xs = shapeOf(x);
+    SmallVector<int64_t> perm;
+    if (pos.size() == 2) {
+      if (!pos[1].isList() || !pos[1].getList().allInts) {
+        error(pos[1].loc) << "the permutation is a list of dimensions, e.g. "
+                             "[0, 2, 1]";
+        return out;
+      }
+      for (double d : pos[1].getList().values)
+        perm.push_back(int64_t(d));
+    } else {
+      if (xs.size() < 2) {
+        error(l) << "'transpose' needs at least 2 dimensions";
+        return out;
+      }
+      for (int64_t i = 0; i < (int64_t)xs.size(); ++i)
+        perm.push_back(i);
+      std::swap(perm[xs.size() - 1], perm[xs.size() - 2]);
+    }
+    SmallVector<int64_t> sorted(perm);
+    llvm::sort(sorted);
+    for (int64_t i = 0; i < (int64_t)sorted.size(); ++i)
+      if (sorted.size() != xs.size() || sorted[i] != i) {
+        error(pos.size() == 2 ? pos[1].loc : l)
+            << "the permutation must list each of the " << xs.size()
+            << " dimensions once";
+        return out;
+      }
+    SmallVector<int64_t> shape;
+    for (int64_t p : perm)
+      shape.push_back(xs[p]);
+    out.v =
+        generic(TransposeOp(), f32Tensor(shape, ctx), {x},
+                {b.getNamedAttr("permutation", b.getDenseI64ArrayAttr(perm))});
+    return out;
+  }
+  if (fn == "reshape") {
+    if (!arity(2, 2, "a tensor and a shape list") || !leftovers())
+      return out;
+    Value x = tensorArg(0);
+    if (!x)
+      return out;
+    if (!pos[1].isList() || !pos[1].getList().allInts) {
+      error(pos[1].loc) << "the new shape is a list of sizes, e.g. [batch, "
+                           "seq, heads, 64]";
+      return out;
+    }
+    SmallVector<int64_t> shape;
+    int64_t n = 1;
+    for (double d : pos[1].getList().values) {
+      if (d < 1) {
+        error(pos[1].loc) << "sizes must be positive";
+        return out;
+      }
+      shape.push_back(int64_t(d));
+      n *= int64_t(d);
+    }
+    auto type = cast<RankedTensorType>(x.getType());
+    if (n != type.getNumElements()) {
+      error(l) << "'reshape' keeps the number of elements: "
+               << shapeStr(x.getType()) << " has " << type.getNumElements()
+               << ", the new shape " << n;
+      return out;
+    }
+    out.v = generic(ReshapeOp(), f32Tensor(shape, ctx), {x});
+    return out;
+  }
+  if (fn == "embedding") {
+    if (!arity(2, 2, "token ids and a table") || !leftovers())
+      return out;
+    Value ids = tensorArg(0), table = tensorArg(1);
+    if (!ids || !table)
+      return out;
+    auto idType = cast<RankedTensorType>(ids.getType());
+    auto ts = shapeOf(table);
+    if (!idType.getElementType().isInteger(32) || ts.size() != 2) {
+      error(l) << "'embedding' looks up i32 token ids in a [vocab, dim] "
+                  "table, got "
+               << shapeStr(ids.getType()) << " and "
+               << shapeStr(table.getType());
+      return out;
+    }
+    int64_t vocab = ts[0];
+    if (par.tp > 1 && vocab % par.tp != 0) {
+      int64_t multiple = 128 * par.tp;
+      int64_t padded = (vocab + multiple - 1) / multiple * multiple;
+      auto arg = dyn_cast<BlockArgument>(table);
+      if (par.padVocab && arg && arg.getOwner() == body &&
+          llvm::all_of(arg.getUsers(), [](Operation *) { return false; })) {
+        // Pad the table as Megatron does; the extra rows are never looked up.
+        arg.setType(f32Tensor({padded, ts[1]}, ctx));
+        mlir::emitRemark(l) << "the vocabulary is padded from " << vocab
+                            << " to " << padded << " rows (a multiple of 128 "
+                            << "* tp) so that tp = " << par.tp << " divides it";
+        vocab = padded;
+      } else {
+        auto d = error(l) << "the vocabulary (" << vocab
+                          << " rows) is not divisible by tp = " << par.tp
+                          << "; pad it to " << padded
+                          << " (a multiple of 128 * tp, as Megatron-LM does) "
+                          << "or set 'pad_vocab = true' in the parallel "
+                             "section to let planc pad it";
+        if (par.padVocab)
+          d.attachNote(defLoc(table))
+              << "planc pads only a table that nothing used before it";
+        if (par.tpLoc)
+          d.attachNote(*par.tpLoc) << "tp is set here";
+        return out;
+      }
+    }
+    seedSharding(table, 0, l);
+    SmallVector<int64_t> shape(idType.getShape());
+    shape.push_back(ts[1]);
+    out.v = generic(EmbeddingOp(), f32Tensor(shape, ctx), {ids, table});
+    return out;
+  }
+  if (fn == "pos_embedding") {
+    if (!arity(2, 2, "an input [batch, seq, dim] and a table [max_seq, dim]") ||
+        !leftovers())
+      return out;
+    Value x = tensorArg(0), table = tensorArg(1);
+    if (!x || !table)
+      return out;
+    auto xs = shapeOf(x), ts = shapeOf(table);
+    if (xs.size() != 3 || ts.size() != 2 || ts[1] != xs[2] || ts[0] < xs[1]) {
+      error(l) << "'pos_embedding' adds rows 0..seq-1 of a [max_seq, dim] "
+                  "table to a [batch, seq, dim] input, got "
+               << shapeStr(x.getType()) << " and " << shapeStr(table.getType());
+      return out;
+    }
+    out.v = generic(PosEmbeddingOp(), x.getType(), {x, table});
+    return out;
+  }
+  if (fn == "layernorm" || fn == "rmsnorm") {
+    bool ln = fn == "layernorm";
+    if (!arity(ln ? 3 : 2, ln ? 3 : 2,
+               ln ? "an input, a scale and a shift" : "an input and a scale"))
+      return out;
+    double eps = namedNumber("eps", ln ? 1e-5 : 1e-6);
+    if (!leftovers())
+      return out;
+    SmallVector<Value> ops;
+    for (size_t i = 0; i < pos.size(); ++i)
+      if (Value v = tensorArg(i))
+        ops.push_back(v);
+      else
+        return out;
+    int64_t d = shapeOf(ops[0]).back();
+    for (size_t i = 1; i < ops.size(); ++i)
+      if (shapeOf(ops[i]).size() != 1 || shapeOf(ops[i])[0] != d) {
+        auto diag = error(pos[i].loc)
+                    << "'" << fn << "' normalizes the last dimension (" << d
+                    << "), so its " << (i == 1 ? "scale" : "shift")
+                    << " must have shape [" << d << "], got "
+                    << shapeStr(ops[i].getType());
+        diag.attachNote(defLoc(ops[i])) << "defined here";
+        return out;
+      }
+    if (!(eps > 0)) {
+      error(l) << "eps must be > 0";
+      return out;
+    }
+    auto epsAttr = b.getNamedAttr("eps", b.getF32FloatAttr(float(eps)));
+    out.v = ln ? generic(LayerNormOp(), ops[0].getType(), ops, {epsAttr})
+               : generic(RmsNormOp(), ops[0].getType(), ops, {epsAttr});
+    return out;
+  }
+  if (fn == "attention") {
+    if (!arity(1, 1, "an input [batch, seq, dim] and named weights"))
+      return out;
+    Value x = tensorArg(0);
+    Value wqkv = namedTensor("qkv", true),
+          bqkv = namedTensor("qkv_bias", false);
+    Value wout = namedTensor("out", true),
+          bout = namedTensor("out_bias", false);
+    double heads = namedNumber("heads", 0);
+    double kvHeads = namedNumber("kv_heads", heads);
+    if (!leftovers() || !x || !wqkv || !wout)
+      return out;
+    if (heads < 1 || kvHeads < 1 || heads != int64_t(heads) ||
+        kvHeads != int64_t(kvHeads)) {
+      error(l) << "'attention' needs 'heads = <count>' (and optionally "
+                  "'kv_heads = <count>' for grouped-query attention)";
+      return out;
+    }
+    int64_t H = int64_t(heads), KV = int64_t(kvHeads);
+    auto xs = shapeOf(x), ws = shapeOf(wqkv);
+    if (xs.size() != 3) {
+      error(l) << "'attention' takes a [batch, seq, dim] input, got "
+               << shapeStr(x.getType());
+      return out;
+    }
+    if (H % KV != 0) {
+      error(l) << "heads (" << H << ") must be a multiple of kv_heads (" << KV
+               << "): each key/value head serves a group of query heads";
+      return out;
+    }
+    if (ws.size() != 2 || ws[1] % (H + 2 * KV) != 0) {
+      auto d = error(l) << "'attention': qkv projects to (heads + 2 * "
+                        << "kv_heads) * head_dim = (" << H << " + 2 * " << KV
+                        << ") * head_dim columns, but its shape is "
+                        << shapeStr(wqkv.getType());
+      d.attachNote(defLoc(wqkv)) << "qkv is defined here";
+      return out;
+    }
+    int64_t headDim = ws[1] / (H + 2 * KV);
+    bool ok = checkTpDivides(H, "the attention heads", l) &&
+              checkTpDivides(KV, "the key/value heads", l);
+    if (!ok)
+      return out;
+    seedSharding(wqkv, 1, l);
+    if (bqkv)
+      seedSharding(bqkv, 0, l);
+    seedSharding(wout, 0, l);
+    Value qkv = linear(l, x, wqkv, bqkv, false, "'attention' (qkv)");
+    if (!qkv)
+      return out;
+    Value a = generic(
+        AttentionOp(), f32Tensor({xs[0], xs[1], H * headDim}, ctx), {qkv},
+        {b.getNamedAttr("num_heads", b.getI64IntegerAttr(H)),
+         b.getNamedAttr("num_kv_heads", b.getI64IntegerAttr(KV))});
+    if (Value y = linear(l, a, wout, bout, false, "'attention' (out)"))
+      out.v = y;
+    return out;
+  }
+  if (fn == "mlp") {
+    if (!arity(1, 1, "an input and named weights"))
+      return out;
+    Value x = tensorArg(0);
+    std::string act = namedName("act", "gelu");
+    if (!x)
+      return out;
+    if (act == "swiglu") {
+      Value gate = namedTensor("gate", true), up = namedTensor("up", true),
+            down = namedTensor("down", true);
+      if (!leftovers() || !gate || !up || !down)
+        return out;
+      if (gate.getType() != up.getType()) {
+        error(l) << "'mlp' with swiglu needs gate and up of the same shape, "
+                 << "got " << shapeStr(gate.getType()) << " and "
+                 << shapeStr(up.getType());
+        return out;
+      }
+      if (shapeOf(gate).size() == 2 &&
+          !checkTpDivides(shapeOf(gate)[1], "the MLP's hidden size", l))
+        return out;
+      seedSharding(gate, 1, l);
+      seedSharding(up, 1, l);
+      seedSharding(down, 0, l);
+      Value g = linear(l, x, gate, {}, false, "'mlp' (gate)");
+      Value u = g ? linear(l, x, up, {}, false, "'mlp' (up)") : Value();
+      if (!u)
+        return out;
+      Value s = generic(SiluOp(), g.getType(), {g});
+      Value h = generic(MulOp(), g.getType(), {s, u});
+      if (Value y = linear(l, h, down, {}, false, "'mlp' (down)"))
+        out.v = y;
+      return out;
+    }
+    if (act != "gelu" && act != "relu" && act != "silu") {
+      error(l) << "'mlp' activation must be gelu, relu, silu or swiglu, got '"
+               << act << "'";
+      return out;
+    }
+    Value fc = namedTensor("fc", true), fcBias = namedTensor("fc_bias", false);
+    Value proj = namedTensor("proj", true),
+          projBias = namedTensor("proj_bias", false);
+    if (!leftovers() || !fc || !proj)
+      return out;
+    if (shapeOf(fc).size() == 2 &&
+        !checkTpDivides(shapeOf(fc)[1], "the MLP's hidden size", l))
+      return out;
+    seedSharding(fc, 1, l);
+    if (fcBias)
+      seedSharding(fcBias, 0, l);
+    seedSharding(proj, 0, l);
+    Value h = linear(l, x, fc, fcBias, false, "'mlp' (fc)");
+    if (!h)
+      return out;
+    h = act == "gelu"   ? Value(GeluOp::create(b, l, h.getType(), h))
+        : act == "relu" ? Value(ReluOp::create(b, l, h.getType(), h))
+                        : generic(SiluOp(), h.getType(), {h});
+    if (Value y = linear(l, h, proj, projBias, false, "'mlp' (proj)"))
+      out.v = y;
+    return out;
+  }
+  if (fn == "relu" || fn == "gelu" || fn == "silu" || fn == "softmax") {
+    if (!arity(1, 1, "one tensor") || !leftovers())
+      return out;
+    Value x = tensorArg(0);
+    if (!x)
+      return out;
+    Type t = x.getType();
+    out.v = fn == "relu"   ? Value(ReluOp::create(b, l, t, x))
+            : fn == "gelu" ? Value(GeluOp::create(b, l, t, x))
+            : fn == "silu" ? generic(SiluOp(), t, {x})
+                           : generic(SoftmaxOp(), t, {x});
+    return out;
+  }
+  if (fn == "add") {
+    if (!arity(2, 2, "two tensors") || !leftovers())
+      return out;
+    return evalArith(l, '+', pos[0], pos[1]);
+  }
+  if (fn == "mse") {
+    if (!arity(2, 2, "a prediction and a target") || !leftovers())
+      return out;
+    Value p = tensorArg(0), t = tensorArg(1);
+    if (!p || !t)
+      return out;
+    if (p.getType() != t.getType()) {
+      auto d = error(l) << "'mse' compares tensors of the same shape, got "
+                        << shapeStr(p.getType()) << " and "
+                        << shapeStr(t.getType());
+      d.attachNote(defLoc(p))
+          << "the prediction, " << shapeStr(p.getType()) << ", comes from here";
+      d.attachNote(defLoc(t))
+          << "the target, " << shapeStr(t.getType()) << ", comes from here";
+      return out;
+    }
+    out.v = MseLossOp::create(b, l, f32Tensor({}, ctx), p, t).getResult();
+    return out;
+  }
+  // cross_entropy
+  if (!arity(2, 2, "logits and target ids") || !leftovers())
+    return out;
+  Value logits = tensorArg(0), targets = tensorArg(1);
+  if (!logits || !targets)
+    return out;
+  auto ls = shapeOf(logits);
+  auto tt = cast<RankedTensorType>(targets.getType());
+  if (!tt.getElementType().isInteger(32) ||
+      ls.size() != tt.getShape().size() + 1 ||
+      ls.drop_back() != tt.getShape()) {
+    auto d = error(l) << "'cross_entropy' takes logits [..., vocab] and i32 "
+                         "targets [...] with the same leading shape, got "
+                      << shapeStr(logits.getType()) << " and "
+                      << shapeStr(targets.getType());
+    d.attachNote(defLoc(logits)) << "the logits come from here";
+    d.attachNote(defLoc(targets)) << "the targets come from here";
+    return out;
+  }
+  out.v = generic(CrossEntropyOp(), f32Tensor({}, ctx), {logits, targets});
+  return out;
+}
