@@ -139,7 +139,12 @@ bool Loader::load(unsigned id, std::vector<std::string> &stack) {
     return false;
 
   bool ok = true;
-  stack.push_back(path);
+  // Imports are recognized by their real path, the main file included.
+  llvm::SmallString<256> self;
+  if (llvm::sys::fs::real_path(path, self))
+    self = path;
+  loaded.insert(self);
+  stack.push_back(std::string(self));
   for (PlanParser::ImportDeclContext *imp : f->file.tree->importDecl()) {
     antlr4::Token *t = imp->path;
     Location l = FileLineColLoc::get(ctx, path, t->getLine(),

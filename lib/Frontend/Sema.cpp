@@ -466,6 +466,7 @@ void Sema::runStmts(const std::vector<PlanParser::StmtContext *> &stmts,
                              {b.getNamedAttr(kShardingAttr, sharding)});
       bind(d->name, Val{arg, loc(d->name)});
     } else if (auto *p = dynamic_cast<PlanParser::ParamDeclContext *>(stmt)) {
+      ++numParamDecls;
       auto type = tensorType(p->tensorType(), /*isData=*/false);
       std::optional<InitAttr> init =
           p->init ? evalInit(p->init) : InitAttr::get(ctx, "normal", 0, 0.02);
@@ -560,12 +561,9 @@ void Sema::buildModel(PlanParser::ModelSectionContext *model) {
   if (!loss)
     error(loc(model->getStop()))
         << "the model has no loss; end it with e.g. 'loss mse(out, y)'";
-  // Counted on the source, so a parameter whose declaration failed does not
-  // also trigger this error.
-  bool hasParam = llvm::any_of(model->stmt(), [](auto *stmt) {
-    return dynamic_cast<PlanParser::ParamDeclContext *>(stmt) != nullptr;
-  });
-  if (!hasParam && numLayers == 0)
+  // Counted on the statements run, so a parameter whose declaration failed
+  // does not also trigger this error.
+  if (numParamDecls == 0)
     error(l) << "the model has no parameters, so there is nothing to train";
 
   bool haveLoss = loss && *loss;

@@ -229,6 +229,7 @@ private:
   std::string paramPrefix;                      // "block.3." inside repeats
   std::optional<int64_t> layer;                 // repeat iteration, if any
   int64_t numLayers = 0;
+  int64_t numParamDecls = 0; // param statements run, including failed ones
   llvm::SmallVector<mlir::DictionaryAttr> argAttrs;
   std::optional<mlir::Value> loss;
   mlir::FlatSymbolRefAttr meshRef;
