@@ -57,6 +57,8 @@ struct Context {
   int64_t step = 0; // current step number, from 1
   float last_loss = 0.0f;
   bool loss_reported = false;
+  float last_grad_norm = 0.0f; // from report_grad_norm
+  bool grad_norm_reported = false;
 
   // Scratch arena: chunks of device memory; consolidated into one chunk at
   // the next reset when a step needed more than one.

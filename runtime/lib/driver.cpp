@@ -126,6 +126,19 @@ void report_loss(Context *ctx, const Tensor *loss) {
   ctx->loss_reported = true;
 }
 
+void report_grad_norm(Context *ctx, const Tensor *sumsq) {
+  if (!ctx)
+    fatal("report_grad_norm: null context");
+  check_tensor("report_grad_norm", "sumsq", sumsq);
+  if (sumsq->numel() != 1 || sumsq->dtype != F32)
+    fatal("report_grad_norm: sumsq must be one f32 element, got %s",
+          shape_str(sumsq).c_str());
+  float v = 0.0f;
+  backend::to_host(ctx, &v, sumsq->data, sizeof(float));
+  ctx->last_grad_norm = std::sqrt(v);
+  ctx->grad_norm_reported = true;
+}
+
 namespace internal {
 
 Context *create_context(const char *program_name, bool use_mpi) {
@@ -206,11 +219,27 @@ void begin_step(Context *ctx, int64_t step) {
   ctx->step = step;
   ctx->loss_reported = false;
   ctx->last_loss = std::numeric_limits<float>::quiet_NaN();
+  ctx->grad_norm_reported = false;
+  ctx->last_grad_norm = std::numeric_limits<float>::quiet_NaN();
   if (!ctx->inputs.empty())
     fill_synthetic(ctx, step);
 }
 
 float reported_loss(const Context *ctx) { return ctx->last_loss; }
+
+float reported_grad_norm(const Context *ctx) { return ctx->last_grad_norm; }
+
+std::string step_line(const Context *ctx, int64_t step, int64_t steps,
+                      double ms) {
+  char buf[256];
+  int n = std::snprintf(buf, sizeof(buf), "step %d/%d | loss %.9e", (int)step,
+                        (int)steps, (double)ctx->last_loss);
+  if (ctx->grad_norm_reported)
+    n += std::snprintf(buf + n, sizeof(buf) - n, " | grad norm %.4e",
+                       (double)ctx->last_grad_norm);
+  std::snprintf(buf + n, sizeof(buf) - n, " | %.2f ms", ms);
+  return buf;
+}
 
 std::vector<float> train(Context *ctx, void (*step)(Context *), int64_t steps,
                          bool quiet) {
@@ -225,8 +254,7 @@ std::vector<float> train(Context *ctx, void (*step)(Context *), int64_t steps,
     double ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
     losses.push_back(ctx->last_loss);
     if (ctx->rank == 0 && !quiet) {
-      std::printf("step %d/%d | loss %.9e | %.2f ms\n", (int)s, (int)steps,
-                  (double)ctx->last_loss, ms);
+      std::printf("%s\n", step_line(ctx, s, steps, ms).c_str());
       std::fflush(stdout);
     }
   }
@@ -239,6 +267,25 @@ std::vector<float> to_host(Context *ctx, const Tensor *t) {
   if (!v.empty())
     backend::to_host(ctx, v.data(), t->data, v.size() * sizeof(float));
   return v;
+}
+
+std::vector<int32_t> to_host_ids(Context *ctx, const Tensor *t) {
+  check_tensor("to_host_ids", "tensor", t);
+  std::vector<int32_t> v((size_t)t->numel());
+  if (!v.empty())
+    backend::to_host(ctx, v.data(), t->data, v.size() * sizeof(int32_t));
+  return v;
+}
+
+void from_host_ids(Context *ctx, Tensor *t, const std::vector<int32_t> &ids) {
+  check_tensor("from_host_ids", "tensor", t);
+  if (t->dtype != I32)
+    fatal("from_host_ids: tensor %s is not i32", shape_str(t).c_str());
+  if ((int64_t)ids.size() != t->numel())
+    fatal("from_host_ids: %zu values for a tensor %s", ids.size(),
+          shape_str(t).c_str());
+  if (!ids.empty())
+    backend::to_device(ctx, t->data, ids.data(), ids.size() * sizeof(int32_t));
 }
 
 void from_host(Context *ctx, Tensor *t, const std::vector<float> &values) {

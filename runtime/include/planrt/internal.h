@@ -35,10 +35,19 @@ std::vector<float> train(Context *ctx, void (*step)(Context *), int64_t steps,
                          bool quiet);
 /// Loss given to report_loss during the current step (NaN if none).
 float reported_loss(const Context *ctx);
+/// Gradient norm given to report_grad_norm during the current step (NaN if
+/// none).
+float reported_grad_norm(const Context *ctx);
+/// The line printed for a step: "step S/N | loss L[ | grad norm G] | T ms".
+std::string step_line(const Context *ctx, int64_t step, int64_t steps,
+                      double ms);
 /// Copies a tensor to host memory.
 std::vector<float> to_host(Context *ctx, const Tensor *t);
 /// Copies host values into a tensor (sizes must match).
 void from_host(Context *ctx, Tensor *t, const std::vector<float> &values);
+/// The same for int32 tensors (from_host_ids requires dtype I32).
+std::vector<int32_t> to_host_ids(Context *ctx, const Tensor *t);
+void from_host_ids(Context *ctx, Tensor *t, const std::vector<int32_t> &ids);
 /// Writes all parameters as safetensors (what --save does). Call it on
 /// every rank: sharded parameters are gathered to rank 0, which writes.
 void save_safetensors(Context *ctx, const std::string &path);

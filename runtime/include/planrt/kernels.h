@@ -175,6 +175,530 @@ struct ScaledSumFn {
   }
 };
 
+//===--- More scalar helpers ----------------------------------------------===//
+
+/// Logistic sigmoid; exp of a non-positive argument only, so no overflow.
+PLANRT_HD inline float sigmoid(float x) {
+  if (x >= 0.0f)
+    return 1.0f / (1.0f + expf(-x));
+  float e = expf(x);
+  return e / (1.0f + e);
+}
+
+PLANRT_HD inline float dot(const float *a, const float *b, int64_t n) {
+  float acc = 0.0f;
+  for (int64_t i = 0; i < n; ++i)
+    acc += a[i] * b[i];
+  return acc;
+}
+
+PLANRT_HD inline float row_max(const float *x, int64_t n) {
+  float m = x[0];
+  for (int64_t i = 1; i < n; ++i)
+    m = x[i] > m ? x[i] : m;
+  return m;
+}
+
+/// *p += v; atomic on the device, a plain add on the host (whose loop is
+/// sequential).
+PLANRT_HD inline void atomic_add(float *p, float v) {
+#ifdef __CUDA_ARCH__
+  atomicAdd(p, v);
+#else
+  *p += v;
+#endif
+}
+
+/// Records a bad index in an error flag (flag[0] = 1, flag[1] = the value);
+/// the op checks the flag after the kernel. Racing writers all store 1.
+PLANRT_HD inline void flag_bad_index(int *flag, int32_t value) {
+  flag[0] = 1;
+  flag[1] = value;
+}
+
+//===--- More element-wise functors ---------------------------------------===//
+
+struct MulFn {
+  const float *a, *b;
+  float *out;
+  PLANRT_HD void operator()(int64_t i) const { out[i] = a[i] * b[i]; }
+};
+
+struct SubFn {
+  const float *a, *b;
+  float *out;
+  PLANRT_HD void operator()(int64_t i) const { out[i] = a[i] - b[i]; }
+};
+
+struct ScaleFn {
+  const float *x;
+  float *out;
+  float factor;
+  PLANRT_HD void operator()(int64_t i) const { out[i] = factor * x[i]; }
+};
+
+struct FillFn {
+  float *t;
+  float value;
+  PLANRT_HD void operator()(int64_t i) const { t[i] = value; }
+};
+
+struct FillI32Fn {
+  int32_t *t;
+  int32_t value;
+  PLANRT_HD void operator()(int64_t i) const { t[i] = value; }
+};
+
+struct SiluFn {
+  const float *x;
+  float *out;
+  PLANRT_HD void operator()(int64_t i) const { out[i] = x[i] * sigmoid(x[i]); }
+};
+
+/// d silu / dx = s + x s (1 - s), s = sigmoid(x).
+struct SiluGradFn {
+  const float *x, *dy;
+  float *dx;
+  PLANRT_HD void operator()(int64_t i) const {
+    float xi = x[i], s = sigmoid(xi);
+    dx[i] = dy[i] * (s + xi * s * (1.0f - s));
+  }
+};
+
+/// out[r, c] = x[r, c] + table[r % S, c] for x viewed as [B * S, C].
+struct PosEmbeddingFn {
+  const float *x, *table;
+  float *out;
+  int64_t S, C;
+  PLANRT_HD void operator()(int64_t i) const {
+    int64_t s = (i / C) % S;
+    out[i] = x[i] + table[s * C + i % C];
+  }
+};
+
+/// out[r, :] = table[ids[r], :]; index space: rows * C.
+struct EmbeddingFn {
+  const int32_t *ids;
+  const float *table;
+  float *out;
+  int64_t V, C;
+  int *flag;
+  PLANRT_HD void operator()(int64_t i) const {
+    int32_t id = ids[i / C];
+    if (id < 0 || id >= V) {
+      flag_bad_index(flag, id);
+      out[i] = 0.0f;
+      return;
+    }
+    out[i] = table[(int64_t)id * C + i % C];
+  }
+};
+
+/// dtable[ids[r], c] += dout[r, c] with atomics; index space: rows * C.
+/// Order of the additions is unspecified (used by the cuda backend).
+struct EmbeddingGradAtomicFn {
+  const int32_t *ids;
+  const float *dout;
+  float *dtable;
+  int64_t V, C;
+  int *flag;
+  PLANRT_HD void operator()(int64_t i) const {
+    int32_t id = ids[i / C];
+    if (id < 0 || id >= V) {
+      flag_bad_index(flag, id);
+      return;
+    }
+    atomic_add(&dtable[(int64_t)id * C + i % C], dout[i]);
+  }
+};
+
+/// g *= min(1, max_norm / (sqrt(sumsq) + 1e-6)); sumsq is read on the device.
+struct ClipFn {
+  float *g;
+  const float *sumsq;
+  float max_norm;
+  PLANRT_HD void operator()(int64_t i) const {
+    float f = max_norm / (sqrtf(sumsq[0]) + 1e-6f);
+    if (f < 1.0f)
+      g[i] *= f;
+  }
+};
+
+//===--- Row-wise functors (index space: rows of [rows, C]) ---------------===//
+
+struct SoftmaxFn {
+  const float *x;
+  float *out;
+  int64_t C;
+  PLANRT_HD void operator()(int64_t r) const {
+    const float *xr = x + r * C;
+    float *o = out + r * C;
+    float m = row_max(xr, C), sum = 0.0f;
+    for (int64_t j = 0; j < C; ++j) {
+      float e = expf(xr[j] - m);
+      o[j] = e;
+      sum += e;
+    }
+    float inv = 1.0f / sum;
+    for (int64_t j = 0; j < C; ++j)
+      o[j] *= inv;
+  }
+};
+
+/// dx = y * (dy - sum(y * dy)).
+struct SoftmaxGradFn {
+  const float *y, *dy;
+  float *dx;
+  int64_t C;
+  PLANRT_HD void operator()(int64_t r) const {
+    const float *yr = y + r * C, *dyr = dy + r * C;
+    float s = dot(yr, dyr, C);
+    for (int64_t j = 0; j < C; ++j)
+      dx[r * C + j] = yr[j] * (dyr[j] - s);
+  }
+};
+
+/// Row statistics of a norm: mean (LayerNorm only; null for RMSNorm) and
+/// rstd = 1 / sqrt(var + eps) (var = mean of squares for RMSNorm).
+struct NormStatsFn {
+  const float *x;
+  float *mean, *rstd;
+  int64_t C;
+  float eps;
+  PLANRT_HD void operator()(int64_t r) const {
+    const float *xr = x + r * C;
+    float mu = 0.0f;
+    if (mean) {
+      for (int64_t j = 0; j < C; ++j)
+        mu += xr[j];
+      mu /= (float)C;
+      mean[r] = mu;
+    }
+    float var = 0.0f;
+    for (int64_t j = 0; j < C; ++j) {
+      float d = xr[j] - mu;
+      var += d * d;
+    }
+    var /= (float)C;
+    rstd[r] = 1.0f / sqrtf(var + eps);
+  }
+};
+
+/// out = (x - mean) * rstd * gamma + beta, with the statistics of NormStatsFn
+/// (mean and beta null for RMSNorm).
+struct NormFn {
+  const float *x, *gamma, *beta, *mean, *rstd;
+  float *out;
+  int64_t C;
+  PLANRT_HD void operator()(int64_t r) const {
+    float mu = mean ? mean[r] : 0.0f, rs = rstd[r];
+    for (int64_t j = 0; j < C; ++j) {
+      float y = (x[r * C + j] - mu) * rs * gamma[j];
+      out[r * C + j] = beta ? y + beta[j] : y;
+    }
+  }
+};
+
+/// dx of LayerNorm (mean non-null): rstd (g dy - mean(g dy) - xhat
+/// mean(g dy xhat)); of RMSNorm (mean null): rstd (g dy - xhat mean(g dy
+/// xhat)), xhat = (x - mean) * rstd.
+struct NormGradXFn {
+  const float *x, *gamma, *dout, *mean, *rstd;
+  float *dx;
+  int64_t C;
+  PLANRT_HD void operator()(int64_t r) const {
+    const float *xr = x + r * C, *dyr = dout + r * C;
+    float mu = mean ? mean[r] : 0.0f, rs = rstd[r];
+    float a = 0.0f, b = 0.0f;
+    for (int64_t j = 0; j < C; ++j) {
+      float gd = gamma[j] * dyr[j];
+      a += gd;
+      b += gd * (xr[j] - mu) * rs;
+    }
+    a = mean ? a / (float)C : 0.0f;
+    b /= (float)C;
+    for (int64_t j = 0; j < C; ++j) {
+      float xhat = (xr[j] - mu) * rs;
+      dx[r * C + j] = rs * (gamma[j] * dyr[j] - a - xhat * b);
+    }
+  }
+};
+
+/// dgamma[j] = sum_r dout[r, j] xhat[r, j], dbeta[j] = sum_r dout[r, j]
+/// (dbeta may be null); index space: the C columns, rows summed in order.
+struct NormGradParamFn {
+  const float *x, *dout, *mean, *rstd;
+  float *dgamma, *dbeta;
+  int64_t rows, C;
+  PLANRT_HD void operator()(int64_t j) const {
+    float dg = 0.0f, db = 0.0f;
+    for (int64_t r = 0; r < rows; ++r) {
+      float mu = mean ? mean[r] : 0.0f;
+      float dy = dout[r * C + j];
+      dg += dy * (x[r * C + j] - mu) * rstd[r];
+      db += dy;
+    }
+    dgamma[j] = dg;
+    if (dbeta)
+      dbeta[j] = db;
+  }
+};
+
+/// loss[r] = logsumexp(logits[r]) - logits[r, targets[r]].
+struct CrossEntropyFn {
+  const float *logits;
+  const int32_t *targets;
+  float *loss;
+  int64_t C;
+  int *flag;
+  PLANRT_HD void operator()(int64_t r) const {
+    int32_t t = targets[r];
+    if (t < 0 || t >= C) {
+      flag_bad_index(flag, t);
+      loss[r] = 0.0f;
+      return;
+    }
+    const float *xr = logits + r * C;
+    float m = row_max(xr, C), sum = 0.0f;
+    for (int64_t j = 0; j < C; ++j)
+      sum += expf(xr[j] - m);
+    loss[r] = m + logf(sum) - xr[t];
+  }
+};
+
+/// dlogits[r] = scale * (softmax(logits[r]) - onehot(targets[r])).
+struct CrossEntropyGradFn {
+  const float *logits;
+  const int32_t *targets;
+  float *dlogits;
+  int64_t C;
+  float scale;
+  int *flag;
+  PLANRT_HD void operator()(int64_t r) const {
+    int32_t t = targets[r];
+    const float *xr = logits + r * C;
+    float *d = dlogits + r * C;
+    if (t < 0 || t >= C) {
+      flag_bad_index(flag, t);
+      for (int64_t j = 0; j < C; ++j)
+        d[j] = 0.0f;
+      return;
+    }
+    float m = row_max(xr, C), sum = 0.0f;
+    for (int64_t j = 0; j < C; ++j) {
+      float e = expf(xr[j] - m);
+      d[j] = e;
+      sum += e;
+    }
+    float inv = scale / sum;
+    for (int64_t j = 0; j < C; ++j)
+      d[j] *= inv;
+    d[t] -= scale;
+  }
+};
+
+//===--- Column reductions (index space: columns) -------------------------===//
+
+/// dtable[ids[r], c] += dout[r, c] for r in order; index space: the C
+/// columns, so every column is owned by one invocation (deterministic, no
+/// atomics; used by the host backend). dtable must be zero beforehand.
+struct EmbeddingGradColumnFn {
+  const int32_t *ids;
+  const float *dout;
+  float *dtable;
+  int64_t rows, V, C;
+  int *flag;
+  PLANRT_HD void operator()(int64_t c) const {
+    for (int64_t r = 0; r < rows; ++r) {
+      int32_t id = ids[r];
+      if (id < 0 || id >= V) {
+        flag_bad_index(flag, id);
+        continue;
+      }
+      dtable[(int64_t)id * C + c] += dout[r * C + c];
+    }
+  }
+};
+
+/// dtable[s, c] = sum_b dout[b, s, c] for s < S, 0 for s >= S; index space:
+/// T * C (all of dtable).
+struct PosEmbeddingGradFn {
+  const float *dout;
+  float *dtable;
+  int64_t B, S, C;
+  PLANRT_HD void operator()(int64_t i) const {
+    int64_t s = i / C, c = i % C;
+    float acc = 0.0f;
+    if (s < S)
+      for (int64_t b = 0; b < B; ++b)
+        acc += dout[(b * S + s) * C + c];
+    dtable[i] = acc;
+  }
+};
+
+//===--- Attention --------------------------------------------------------===//
+//
+// qkv is [B, S, W] with W = (H + 2 KV) D: query head h at columns h D, key
+// head g at (H + g) D, value head g at (H + KV + g) D. Query head h reads kv
+// head h / (H / KV). Row-statistics arrays are indexed ((b H + h) S + t).
+
+struct AttnShape {
+  int64_t B, S, H, KV, D;
+  float scale; // 1 / sqrt(D)
+  PLANRT_HD int64_t width() const { return (H + 2 * KV) * D; }
+  PLANRT_HD const float *q(const float *qkv, int64_t b, int64_t t,
+                           int64_t h) const {
+    return qkv + (b * S + t) * width() + h * D;
+  }
+  PLANRT_HD const float *k(const float *qkv, int64_t b, int64_t t,
+                           int64_t g) const {
+    return qkv + (b * S + t) * width() + (H + g) * D;
+  }
+  PLANRT_HD const float *v(const float *qkv, int64_t b, int64_t t,
+                           int64_t g) const {
+    return qkv + (b * S + t) * width() + (H + KV + g) * D;
+  }
+  PLANRT_HD int64_t o(int64_t b, int64_t t, int64_t h) const {
+    return (b * S + t) * H * D + h * D;
+  }
+};
+
+/// out[b, t, h] = sum_{t' <= t} softmax_t'(scale q.k) v; index space: B H S
+/// (i = (b H + h) S + t). Two passes: the row max, then the normalizer and
+/// the weighted sum of values accumulated in the output row.
+struct AttentionFn {
+  const float *qkv;
+  float *out;
+  AttnShape a;
+  PLANRT_HD void operator()(int64_t i) const {
+    int64_t t = i % a.S, h = (i / a.S) % a.H, b = i / (a.S * a.H);
+    int64_t g = h / (a.H / a.KV), D = a.D;
+    const float *q = a.q(qkv, b, t, h);
+    float m = a.scale * dot(q, a.k(qkv, b, 0, g), D);
+    for (int64_t u = 1; u <= t; ++u) {
+      float s = a.scale * dot(q, a.k(qkv, b, u, g), D);
+      m = s > m ? s : m;
+    }
+    float *o = out + a.o(b, t, h);
+    for (int64_t d = 0; d < D; ++d)
+      o[d] = 0.0f;
+    float sum = 0.0f;
+    for (int64_t u = 0; u <= t; ++u) {
+      float e = expf(a.scale * dot(q, a.k(qkv, b, u, g), D) - m);
+      sum += e;
+      const float *v = a.v(qkv, b, u, g);
+      for (int64_t d = 0; d < D; ++d)
+        o[d] += e * v[d];
+    }
+    float inv = 1.0f / sum;
+    for (int64_t d = 0; d < D; ++d)
+      o[d] *= inv;
+  }
+};
+
+/// Backward, part 1; index space B H S like AttentionFn. Recomputes the row's
+/// logsumexp (lse) and delta = sum_t' p dp = dout . out, stores both, and
+/// writes dq = scale sum_t' p (dp - delta) k with dp = dout . v.
+struct AttentionGradQFn {
+  const float *qkv, *dout;
+  float *dqkv, *lse, *delta;
+  AttnShape a;
+  PLANRT_HD void operator()(int64_t i) const {
+    int64_t t = i % a.S, h = (i / a.S) % a.H, b = i / (a.S * a.H);
+    int64_t g = h / (a.H / a.KV), D = a.D;
+    const float *q = a.q(qkv, b, t, h);
+    const float *dy = dout + a.o(b, t, h);
+    float m = a.scale * dot(q, a.k(qkv, b, 0, g), D);
+    for (int64_t u = 1; u <= t; ++u) {
+      float s = a.scale * dot(q, a.k(qkv, b, u, g), D);
+      m = s > m ? s : m;
+    }
+    float sum = 0.0f, pdp = 0.0f;
+    for (int64_t u = 0; u <= t; ++u) {
+      float e = expf(a.scale * dot(q, a.k(qkv, b, u, g), D) - m);
+      sum += e;
+      pdp += e * dot(dy, a.v(qkv, b, u, g), D);
+    }
+    float l = m + logf(sum), dl = pdp / sum;
+    lse[i] = l;
+    delta[i] = dl;
+    float *dq = dqkv + (a.q(qkv, b, t, h) - qkv);
+    for (int64_t d = 0; d < D; ++d)
+      dq[d] = 0.0f;
+    for (int64_t u = 0; u <= t; ++u) {
+      const float *k = a.k(qkv, b, u, g);
+      float p = expf(a.scale * dot(q, k, D) - l);
+      float ds = p * (dot(dy, a.v(qkv, b, u, g), D) - dl) * a.scale;
+      for (int64_t d = 0; d < D; ++d)
+        dq[d] += ds * k[d];
+    }
+  }
+};
+
+/// Backward, part 2; index space B KV S (j = (b KV + g) S + t'). For key /
+/// value position t' of kv head g, sums over the group's query heads h and
+/// the queries t >= t' that see it: dv = sum p dout, dk = scale sum p (dp -
+/// delta) q. Each invocation owns its dk and dv rows: no races.
+struct AttentionGradKVFn {
+  const float *qkv, *dout, *lse, *delta;
+  float *dqkv;
+  AttnShape a;
+  PLANRT_HD void operator()(int64_t j) const {
+    int64_t u = j % a.S, g = (j / a.S) % a.KV, b = j / (a.S * a.KV);
+    int64_t rep = a.H / a.KV, D = a.D;
+    const float *k = a.k(qkv, b, u, g), *v = a.v(qkv, b, u, g);
+    float *dk = dqkv + (k - qkv), *dv = dqkv + (v - qkv);
+    for (int64_t d = 0; d < D; ++d) {
+      dk[d] = 0.0f;
+      dv[d] = 0.0f;
+    }
+    for (int64_t h = g * rep; h < (g + 1) * rep; ++h)
+      for (int64_t t = u; t < a.S; ++t) {
+        int64_t row = (b * a.H + h) * a.S + t;
+        const float *q = a.q(qkv, b, t, h);
+        const float *dy = dout + a.o(b, t, h);
+        float p = expf(a.scale * dot(q, k, D) - lse[row]);
+        float ds = p * (dot(dy, v, D) - delta[row]) * a.scale;
+        for (int64_t d = 0; d < D; ++d) {
+          dv[d] += p * dy[d];
+          dk[d] += ds * q[d];
+        }
+      }
+  }
+};
+
+//===--- Chunked sums -----------------------------------------------------===//
+
+/// partial[c] = sum of v (or v^2 with `square`) over chunk c of kReduceChunk
+/// elements; index space: the chunks.
+struct SumPartialFn {
+  const float *v;
+  float *partial;
+  int64_t n;
+  bool square;
+  PLANRT_HD void operator()(int64_t c) const {
+    int64_t begin = c * kReduceChunk;
+    int64_t end = begin + kReduceChunk < n ? begin + kReduceChunk : n;
+    float acc = 0.0f;
+    for (int64_t i = begin; i < end; ++i)
+      acc += square ? v[i] * v[i] : v[i];
+    partial[c] = acc;
+  }
+};
+
+/// out[0] += sum(partial[0..count)); index space: one element.
+struct AccumulateSumFn {
+  const float *partial;
+  float *out;
+  int64_t count;
+  PLANRT_HD void operator()(int64_t) const {
+    float acc = 0.0f;
+    for (int64_t c = 0; c < count; ++c)
+      acc += partial[c];
+    out[0] += acc;
+  }
+};
+
 } // namespace kernels
 } // namespace planrt
 

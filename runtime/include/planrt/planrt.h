@@ -22,18 +22,25 @@ namespace planrt {
 
 struct Context;
 
-/// A dense fp32 tensor of rank 0..4, row-major. `data` points to host memory
-/// on the host backend and to device memory on the cuda backend.
+/// Element types of a Tensor (values of `Tensor::dtype`). Both are 4 bytes.
+enum DType : int { F32 = 0, I32 = 1 };
+
+/// A dense tensor of rank 0..4, row-major. `data` points to host memory
+/// on the host backend and to device memory on the cuda backend. Elements are
+/// fp32 (`dtype` F32) or int32 (`dtype` I32, e.g. token ids; the same storage
+/// read through ids()).
 struct Tensor {
   float *data = nullptr;
   int ndim = 0;
   int64_t shape[4] = {1, 1, 1, 1};
+  int dtype = F32;
   int64_t numel() const {
     int64_t n = 1;
     for (int i = 0; i < ndim; ++i)
       n *= shape[i];
     return n;
   }
+  int32_t *ids() const { return reinterpret_cast<int32_t *>(data); }
 };
 
 /// Parameter initializers (values of `init_kind`).
@@ -96,7 +103,18 @@ Tensor *input(Context *ctx, int64_t index);
 Tensor *alloc(Context *ctx, int64_t ndim, int64_t d0, int64_t d1, int64_t d2,
               int64_t d3);
 
-/// c = op(a) @ op(b), a and b 2-D; op(x) = x^T when the flag is set.
+/// A tensor header sharing src's data (and dtype) with another shape of the
+/// same element count; unused trailing dims are 1. The header is valid until
+/// the end of the current step, like alloc().
+Tensor *view(Context *ctx, Tensor *src, int64_t ndim, int64_t d0, int64_t d1,
+             int64_t d2, int64_t d3);
+/// Every element of t = value (converted to int32 for an I32 tensor).
+void fill(Context *ctx, Tensor *t, float value);
+
+/// c = op(a) @ op(b); op(x) = x^T when the flag is set. Operands of rank > 2
+/// are viewed as 2-D [rows, last dim] (rows = product of the leading dims),
+/// so [B,S,K] @ [K,N] -> [B,S,N] is a linear layer and X^T @ dY with X
+/// [B,S,K], dY [B,S,N] (transpose_a) contracts over B*S into [K,N].
 void matmul(Context *ctx, const Tensor *a, const Tensor *b, Tensor *c,
             bool transpose_a, bool transpose_b);
 /// out[r, j] = x[r, j] + b[j]   (x viewed as [numel / n, n], n = b.numel()).
@@ -130,6 +148,77 @@ void adamw_update(Context *ctx, Tensor *w, const Tensor *g, int64_t param_index,
 void all_reduce_sum(Context *ctx, Tensor *t, int64_t axis_mask);
 /// Records this step's loss (rank-0 tensor, already reduced) for logging.
 void report_loss(Context *ctx, const Tensor *loss);
+
+// Below, "rows" is the product of all but the last dimension and C is the last
+// dimension. Every output is overwritten (nothing accumulates) except
+// sumsq_accumulate's `acc`.
+
+/// out = a * b, out = a - b (same shapes); out = factor * x.
+void mul(Context *ctx, const Tensor *a, const Tensor *b, Tensor *out);
+void sub(Context *ctx, const Tensor *a, const Tensor *b, Tensor *out);
+void scale(Context *ctx, const Tensor *x, Tensor *out, float factor);
+/// SiLU: x * sigmoid(x); dx = dy * d silu(x) / dx.
+void silu(Context *ctx, const Tensor *x, Tensor *out);
+void silu_grad(Context *ctx, const Tensor *x, const Tensor *dy, Tensor *dx);
+/// Softmax over the last dimension (max-subtracted). softmax_grad takes the
+/// softmax output y: dx = y * (dy - sum(y * dy)) per row.
+void softmax(Context *ctx, const Tensor *x, Tensor *out);
+void softmax_grad(Context *ctx, const Tensor *y, const Tensor *dy, Tensor *dx);
+
+/// out[..., :] = table[ids[...], :]; ids I32 of any rank <= 3, table [V, C],
+/// out = ids shape + [C]. An id outside [0, V) is a fatal error.
+void embedding(Context *ctx, const Tensor *ids, const Tensor *table,
+               Tensor *out);
+/// dtable = 0, then dtable[ids[r], :] += dout[r, :] for every row r.
+void embedding_grad(Context *ctx, const Tensor *ids, const Tensor *dout,
+                    Tensor *dtable);
+/// x, out [B,S,C], table [T,C] with S <= T: out[b,s,:] = x[b,s,:] + table[s,:].
+void pos_embedding(Context *ctx, const Tensor *x, const Tensor *table,
+                   Tensor *out);
+/// dtable[s,:] = sum_b dout[b,s,:] for s < S; rows s >= S are zero.
+void pos_embedding_grad(Context *ctx, const Tensor *dout, Tensor *dtable);
+
+/// LayerNorm over the last dim (biased variance): gamma, beta [C].
+void layernorm(Context *ctx, const Tensor *x, const Tensor *gamma,
+               const Tensor *beta, Tensor *out, float eps);
+/// Recomputes the row statistics from x. dgamma, dbeta [C] are sums over rows.
+void layernorm_grad(Context *ctx, const Tensor *x, const Tensor *gamma,
+                    const Tensor *dout, Tensor *dx, Tensor *dgamma,
+                    Tensor *dbeta, float eps);
+/// RMSNorm: out = x * rsqrt(mean(x^2) + eps) * gamma, gamma [C].
+void rmsnorm(Context *ctx, const Tensor *x, const Tensor *gamma, Tensor *out,
+             float eps);
+void rmsnorm_grad(Context *ctx, const Tensor *x, const Tensor *gamma,
+                  const Tensor *dout, Tensor *dx, Tensor *dgamma, float eps);
+
+/// Causal grouped-query self-attention. qkv [B, S, (H + 2 KV) * D] holds the
+/// H query heads, then the KV key heads, then the KV value heads along the
+/// last dim; out [B, S, H * D]. Query head h uses kv head h / (H / KV); scores
+/// are scaled by 1/sqrt(D) and position t attends to positions 0..t.
+void attention(Context *ctx, const Tensor *qkv, Tensor *out, int64_t num_heads,
+               int64_t num_kv_heads);
+/// Recomputes the probabilities; dqkv (shape of qkv) is overwritten.
+void attention_grad(Context *ctx, const Tensor *qkv, const Tensor *dout,
+                    Tensor *dqkv, int64_t num_heads, int64_t num_kv_heads);
+
+/// out (rank 0) = scale * sum over rows of (logsumexp(logits[r]) -
+/// logits[r, targets[r]]); targets I32 with the shape of logits minus its last
+/// dim. A target outside [0, C) is a fatal error.
+void cross_entropy(Context *ctx, const Tensor *logits, const Tensor *targets,
+                   Tensor *out, float scale);
+/// dlogits = scale * (softmax(logits[r]) - onehot(targets[r])).
+void cross_entropy_grad(Context *ctx, const Tensor *logits,
+                        const Tensor *targets, Tensor *dlogits, float scale);
+
+/// acc (rank 0) += sum(g^2). Zero acc first (fill) and call it once per
+/// gradient; all-reduce acc over the ranks that hold different shards.
+void sumsq_accumulate(Context *ctx, const Tensor *g, Tensor *acc);
+/// g *= min(1, max_norm / (sqrt(sumsq) + 1e-6)); sumsq is a rank-0 tensor.
+void clip_by_global_norm(Context *ctx, Tensor *g, const Tensor *sumsq,
+                         float max_norm);
+/// Records sqrt(sumsq) (rank-0 tensor, already reduced) for the step line,
+/// which then reads "step S/N | loss L | grad norm G | T ms".
+void report_grad_norm(Context *ctx, const Tensor *sumsq);
 
 //===--- Entry point: called from the generated main() --------------------===//
 

@@ -191,6 +191,12 @@ void synchronize(Context *ctx) {
 
 namespace detail {
 
+/// embedding_grad adds rows into the table with atomicAdd, one thread per
+/// element of dout: fast, but the order of the additions (hence the last bits
+/// of the result) is not deterministic. The column-wise deterministic form
+/// has only C threads, each walking every row.
+constexpr bool kAtomicScatter = true;
+
 template <class F> __global__ void map_kernel(int64_t n, F f) {
   int64_t stride = (int64_t)gridDim.x * blockDim.x;
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;

@@ -84,6 +84,9 @@ void synchronize(Context *) {}
 
 namespace detail {
 
+/// embedding_grad walks the rows in order per column: deterministic.
+constexpr bool kAtomicScatter = false;
+
 template <class F> void launch(Context *, int64_t n, const F &f) {
   for (int64_t i = 0; i < n; ++i)
     f(i);
