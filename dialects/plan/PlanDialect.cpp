@@ -210,11 +210,25 @@ ShardingAttr planc::plan::getSharding(Value value) {
     return func.getArgAttrOfType<ShardingAttr>(arg.getArgNumber(),
                                                kShardingAttr);
   }
-  return value.getDefiningOp()->getAttrOfType<ShardingAttr>(kShardingAttr);
+  // Ops with several results record one sharding per result.
+  Attribute a = value.getDefiningOp()->getAttr(kShardingAttr);
+  if (auto list = dyn_cast_or_null<ArrayAttr>(a)) {
+    unsigned i = cast<OpResult>(value).getResultNumber();
+    return i < list.size() ? dyn_cast<ShardingAttr>(list[i]) : ShardingAttr();
+  }
+  return dyn_cast_or_null<ShardingAttr>(a);
 }
 
 void planc::plan::setSharding(Operation *op, ShardingAttr sharding) {
   op->setAttr(kShardingAttr, sharding);
+}
+
+void planc::plan::setShardings(Operation *op,
+                               ArrayRef<ShardingAttr> shardings) {
+  if (shardings.size() == 1)
+    return setSharding(op, shardings[0]);
+  SmallVector<Attribute> list(shardings.begin(), shardings.end());
+  op->setAttr(kShardingAttr, ArrayAttr::get(op->getContext(), list));
 }
 
 ShardingAttr planc::plan::dropPartial(ShardingAttr s) {
@@ -1009,17 +1023,30 @@ ReshapeOp::inferResultSharding(ArrayRef<ShardingAttr> operands) {
   out.addPartial(x.getPartialAxes());
   if (!split)
     return out.build(*this, operands, x.getMesh());
-  // Each rank holds whole rows of dimension 0, which reshape on their own
-  // when the result has the same rows.
+  // Each rank holds a contiguous block of whole rows of dimension 0. They
+  // reshape on their own when the result keeps dimension 0, or when the
+  // result's dimension 0 collapses the leading dimensions of the input
+  // ([B, S, D] -> [B * S, D]): then the block stays contiguous.
+  auto collapsesLeading = [&]() {
+    if (res.getRank() < 1 || res.getRank() > in.getRank())
+      return false;
+    int64_t k = in.getRank() - res.getRank();
+    int64_t lead = 1;
+    for (int64_t d = 0; d <= k; ++d)
+      lead *= in.getDimSize(d);
+    return lead == res.getDimSize(0) &&
+           in.getShape().drop_front(k + 1) == res.getShape().drop_front();
+  };
   if (!splitBeyond0 && res.getRank() >= 1 &&
-      res.getDimSize(0) == in.getDimSize(0)) {
+      (res.getDimSize(0) == in.getDimSize(0) || collapsesLeading())) {
     out.dims[0] = x.getDimAxes(0);
     return out.build(*this, operands, x.getMesh());
   }
   return emitOpError() << "reshaping " << in << " distributed as " << x
                        << " to " << res
                        << " is not supported yet (only a replicated input, or "
-                          "one split along dimension 0 that keeps its size)";
+                          "one split along dimension 0 that keeps its size or "
+                          "collapses the leading dimensions)";
 }
 
 // Moving elements around is linear.
@@ -1065,5 +1092,165 @@ PosEmbeddingOp::inferResultSharding(ArrayRef<ShardingAttr> operands) {
   if (failed(requireReplicated(*this, operands[1], "the position table")) ||
       failed(requireUnsplit(*this, operands[0], {1}, "the sequence")))
     return failure();
+  return operands[0];
+}
+
+//===----------------------------------------------------------------------===//
+// Gradient ops
+//===----------------------------------------------------------------------===//
+
+LogicalResult EmbeddingGradOp::verify() {
+  auto ids = getIds().getType(), g = getGrad().getType();
+  auto r = getResult().getType();
+  if (g.getRank() != ids.getRank() + 1 || r.getRank() != 2 ||
+      g.getShape().drop_back() != ids.getShape() ||
+      g.getDimSize(g.getRank() - 1) != r.getDimSize(1))
+    return emitOpError() << "expects ids [...], grad [..., D] and a [V, D] "
+                            "result, got "
+                         << ids << ", " << g << " and " << r;
+  return success();
+}
+
+/// Axes that split the leading (all but last) dims: summing over those
+/// positions leaves a pending sum.
+static void addLeadingAxes(Layout &out, ShardingAttr s) {
+  for (int64_t d = 0; d + 1 < s.getRank(); ++d)
+    out.addPartial(s.getDimAxes(d));
+  out.addPartial(s.getPartialAxes());
+}
+
+FailureOr<ShardingAttr>
+EmbeddingGradOp::inferResultSharding(ArrayRef<ShardingAttr> operands) {
+  ShardingAttr ids = operands[0], g = operands[1];
+  if (ids.getDims() != ArrayAttr::get(getContext(),
+                                      g.getDims().getValue().drop_back()))
+    return emitOpError() << "ids " << ids << " and gradient " << g
+                         << " must be split alike";
+  Layout out(2);
+  out.dims[1] = g.getDimAxes(g.getRank() - 1);
+  addLeadingAxes(out, g);
+  return out.build(*this, operands, g.getMesh());
+}
+
+bool EmbeddingGradOp::acceptsPartialOperands(ArrayRef<ShardingAttr> ops) {
+  return !ops[0].isPartial();
+}
+
+LogicalResult PosEmbeddingGradOp::verify() {
+  auto g = getGrad().getType(), r = getResult().getType();
+  if (g.getRank() != 3 || r.getRank() != 2 || r.getDimSize(1) != g.getDimSize(2) ||
+      r.getDimSize(0) < g.getDimSize(1))
+    return emitOpError() << "expects a [B, S, D] gradient and a [T, D] "
+                            "result with T >= S, got "
+                         << g << " and " << r;
+  return success();
+}
+
+FailureOr<ShardingAttr>
+PosEmbeddingGradOp::inferResultSharding(ArrayRef<ShardingAttr> operands) {
+  ShardingAttr g = operands[0];
+  if (failed(requireUnsplit(*this, g, {1}, "the sequence")))
+    return failure();
+  Layout out(2);
+  out.dims[1] = g.getDimAxes(2);
+  out.addPartial(g.getDimAxes(0));
+  out.addPartial(g.getPartialAxes());
+  return out.build(*this, operands, g.getMesh());
+}
+
+bool PosEmbeddingGradOp::acceptsPartialOperands(ArrayRef<ShardingAttr>) {
+  return true;
+}
+
+/// d input like input; d scale/shift summed over the leading dims.
+static FailureOr<SmallVector<ShardingAttr>>
+normGradRule(Operation *op, ArrayRef<ShardingAttr> operands, unsigned n) {
+  ShardingAttr x = operands[0], g = operands[2];
+  if (failed(requireUnsplit(op, x, {x.getRank() - 1},
+                            "the normalized dimension")) ||
+      failed(requireReplicated(op, operands[1], "the scale")))
+    return failure();
+  if (x.getDims() != g.getDims())
+    return op->emitOpError() << "input " << x << " and gradient " << g
+                             << " must be split alike";
+  Layout param(1);
+  addLeadingAxes(param, x);
+  FailureOr<ShardingAttr> p = param.build(op, operands, x.getMesh());
+  if (failed(p))
+    return failure();
+  SmallVector<ShardingAttr> out{dropPartial(x)};
+  out.append(n - 1, *p);
+  return out;
+}
+
+FailureOr<ShardingAttr>
+LayerNormGradOp::inferResultSharding(ArrayRef<ShardingAttr> operands) {
+  auto all = inferResultShardings(operands);
+  return failed(all) ? FailureOr<ShardingAttr>(failure())
+                     : FailureOr<ShardingAttr>((*all)[0]);
+}
+
+FailureOr<SmallVector<ShardingAttr>>
+LayerNormGradOp::inferResultShardings(ArrayRef<ShardingAttr> operands) {
+  return normGradRule(*this, operands, 3);
+}
+
+FailureOr<ShardingAttr>
+RmsNormGradOp::inferResultSharding(ArrayRef<ShardingAttr> operands) {
+  auto all = inferResultShardings(operands);
+  return failed(all) ? FailureOr<ShardingAttr>(failure())
+                     : FailureOr<ShardingAttr>((*all)[0]);
+}
+
+FailureOr<SmallVector<ShardingAttr>>
+RmsNormGradOp::inferResultShardings(ArrayRef<ShardingAttr> operands) {
+  return normGradRule(*this, operands, 2);
+}
+
+FailureOr<ShardingAttr>
+AttentionGradOp::inferResultSharding(ArrayRef<ShardingAttr> operands) {
+  ShardingAttr qkv = operands[0];
+  if (failed(requireUnsplit(*this, qkv, {1, 2}, "the sequence or heads")) ||
+      failed(requireSameDims(*this, operands)))
+    return failure();
+  return qkv;
+}
+
+FailureOr<ShardingAttr>
+SiluGradOp::inferResultSharding(ArrayRef<ShardingAttr> operands) {
+  return elementwiseRule(*this, operands);
+}
+
+FailureOr<ShardingAttr>
+SoftmaxGradOp::inferResultSharding(ArrayRef<ShardingAttr> operands) {
+  if (failed(requireUnsplit(*this, operands[0], {operands[0].getRank() - 1},
+                            "the softmax dimension")))
+    return failure();
+  return elementwiseRule(*this, operands);
+}
+
+FailureOr<ShardingAttr>
+CrossEntropyGradOp::inferResultSharding(ArrayRef<ShardingAttr> operands) {
+  ShardingAttr logits = operands[0];
+  if (failed(requireUnsplit(*this, logits, {logits.getRank() - 1},
+                            "the vocabulary")))
+    return failure();
+  return dropPartial(logits);
+}
+
+FailureOr<ShardingAttr>
+SumSqOp::inferResultSharding(ArrayRef<ShardingAttr> operands) {
+  Layout out(0);
+  for (int64_t d = 0; d < operands[0].getRank(); ++d)
+    out.addPartial(operands[0].getDimAxes(d));
+  return out.build(*this, operands, operands[0].getMesh());
+}
+
+FailureOr<ShardingAttr>
+ClipByNormOp::inferResultSharding(ArrayRef<ShardingAttr> operands) {
+  if (!operands[1].isReplicated())
+    return emitOpError() << "the sum of squares must be whole (replicated), "
+                            "got "
+                         << operands[1];
   return operands[0];
 }

@@ -33,12 +33,16 @@ inline constexpr llvm::StringLiteral kNameAttr = "plan.name";
 inline constexpr llvm::StringLiteral kInitAttr = "plan.init";
 inline constexpr llvm::StringLiteral kModelAttr = "plan.model";
 inline constexpr llvm::StringLiteral kTrainStepAttr = "plan.train_step";
+/// On the train step's results: "loss", "grad_sumsq", or none (a parameter).
+inline constexpr llvm::StringLiteral kResultAttr = "plan.result";
 
 /// The sharding recorded for `value` (on its defining op or, for a block
 /// argument, on the function argument), or null when none is recorded.
 ShardingAttr getSharding(mlir::Value value);
 /// Records the sharding of the single result of `op`.
 void setSharding(mlir::Operation *op, ShardingAttr sharding);
+/// Records one sharding per result of `op`.
+void setShardings(mlir::Operation *op, llvm::ArrayRef<ShardingAttr> shardings);
 
 /// The same sharding without pending sums.
 ShardingAttr dropPartial(ShardingAttr sharding);

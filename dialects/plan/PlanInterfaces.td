@@ -20,6 +20,18 @@ def ShardingRuleOpInterface : OpInterface<"ShardingRuleOpInterface"> {
       "::mlir::FailureOr<::planc::plan::ShardingAttr>", "inferResultSharding",
       (ins "::llvm::ArrayRef<::planc::plan::ShardingAttr>":$operands)>,
     InterfaceMethod<
+      "Shardings of every result; ops with several results override this "
+      "(their inferResultSharding gives the first).",
+      "::mlir::FailureOr<::llvm::SmallVector<::planc::plan::ShardingAttr>>",
+      "inferResultShardings",
+      (ins "::llvm::ArrayRef<::planc::plan::ShardingAttr>":$operands),
+      /*methodBody=*/"", /*defaultImplementation=*/[{
+        auto s = $_op.inferResultSharding(operands);
+        if (::mlir::failed(s))
+          return ::mlir::failure();
+        return ::llvm::SmallVector<::planc::plan::ShardingAttr>{*s};
+      }]>,
+    InterfaceMethod<
       "Whether the op is linear in its operands, so that partial operands "
       "give a partial result without communication.",
       "bool", "acceptsPartialOperands",

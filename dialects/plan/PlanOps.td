@@ -530,6 +530,117 @@ def Plan_AdamWUpdateOp : Plan_ComputeOp<"adamw_update",
   let assemblyFormat = "$param `,` $grad attr-dict `:` type($result)";
 }
 
+//===----------------------------------------------------------------------===//
+// Gradient ops (made by plan-autodiff)
+//===----------------------------------------------------------------------===//
+
+def Plan_EmbeddingGradOp : Plan_ComputeOp<"embedding_grad", [],
+                                          ["acceptsPartialOperands"]> {
+  let summary = "Gradient of an embedding table: rows scatter-added from the output gradient";
+  let arguments = (ins Plan_I32Tensor:$ids, Plan_F32Tensor:$grad);
+  let results = (outs Plan_F32Tensor:$result);
+  let assemblyFormat = [{
+    $ids `,` $grad attr-dict `:` type($ids) `,` type($grad) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def Plan_PosEmbeddingGradOp : Plan_ComputeOp<"pos_embedding_grad", [],
+                                             ["acceptsPartialOperands"]> {
+  let summary = "Gradient of a position table: the output gradient summed over the batch";
+  let arguments = (ins Plan_F32Tensor:$grad);
+  let results = (outs Plan_F32Tensor:$result);
+  let assemblyFormat = "$grad attr-dict `:` type($grad) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Plan_LayerNormGradOp : Plan_ComputeOp<"layernorm_grad",
+    [AllTypesMatch<["input", "grad", "input_grad"]>,
+     AllTypesMatch<["gamma", "gamma_grad", "beta_grad"]>],
+    ["inferResultShardings"]> {
+  let summary = "Gradients of layernorm: input, scale and shift";
+  let description = [{
+    Recomputes the statistics from `input`; `grad` is the gradient of the
+    layernorm's output. Results: d input, d gamma, d beta.
+  }];
+  let arguments = (ins Plan_F32Tensor:$input, Plan_F32Tensor:$gamma,
+                       Plan_F32Tensor:$grad, DefaultValuedAttr<F32Attr, "1e-5">:$eps);
+  let results = (outs Plan_F32Tensor:$input_grad, Plan_F32Tensor:$gamma_grad,
+                      Plan_F32Tensor:$beta_grad);
+  let assemblyFormat = [{
+    $input `,` $gamma `,` $grad attr-dict `:` type($input) `,` type($gamma)
+  }];
+  let builders = [OpBuilder<(ins "::mlir::Value":$input, "::mlir::Value":$gamma,
+                                 "::mlir::Value":$grad, "::mlir::FloatAttr":$eps), [{
+    build($_builder, $_state, ::mlir::TypeRange{input.getType(), gamma.getType(),
+          gamma.getType()}, input, gamma, grad, eps);
+  }]>];
+}
+
+def Plan_RmsNormGradOp : Plan_ComputeOp<"rmsnorm_grad",
+    [AllTypesMatch<["input", "grad", "input_grad"]>,
+     AllTypesMatch<["gamma", "gamma_grad"]>],
+    ["inferResultShardings"]> {
+  let summary = "Gradients of rmsnorm: input and scale";
+  let arguments = (ins Plan_F32Tensor:$input, Plan_F32Tensor:$gamma,
+                       Plan_F32Tensor:$grad, DefaultValuedAttr<F32Attr, "1e-5">:$eps);
+  let results = (outs Plan_F32Tensor:$input_grad, Plan_F32Tensor:$gamma_grad);
+  let assemblyFormat = [{
+    $input `,` $gamma `,` $grad attr-dict `:` type($input) `,` type($gamma)
+  }];
+  let builders = [OpBuilder<(ins "::mlir::Value":$input, "::mlir::Value":$gamma,
+                                 "::mlir::Value":$grad, "::mlir::FloatAttr":$eps), [{
+    build($_builder, $_state, ::mlir::TypeRange{input.getType(), gamma.getType()},
+          input, gamma, grad, eps);
+  }]>];
+}
+
+def Plan_AttentionGradOp : Plan_ComputeOp<"attention_grad",
+    [AllTypesMatch<["qkv", "result"]>]> {
+  let summary = "Gradient of causal attention with respect to the packed qkv";
+  let arguments = (ins Plan_F32Tensor:$qkv, Plan_F32Tensor:$grad,
+                       I64Attr:$num_heads, I64Attr:$num_kv_heads);
+  let results = (outs Plan_F32Tensor:$result);
+  let assemblyFormat = [{
+    $qkv `,` $grad attr-dict `:` type($qkv) `,` type($grad)
+  }];
+}
+
+def Plan_SiluGradOp : Plan_BinaryOp<"silu_grad",
+    "Input gradient of silu: `silu_grad %x, %dy` = dy * silu'(x)">;
+def Plan_SoftmaxGradOp : Plan_BinaryOp<"softmax_grad",
+    "Input gradient of softmax from its output: `softmax_grad %y, %dy`">;
+
+def Plan_CrossEntropyGradOp : Plan_ComputeOp<"cross_entropy_grad",
+    [AllTypesMatch<["logits", "result"]>]> {
+  let summary = "Gradient of cross_entropy (mean over positions) with respect to the logits";
+  let arguments = (ins Plan_F32Tensor:$logits, Plan_I32Tensor:$targets);
+  let results = (outs Plan_F32Tensor:$result);
+  let assemblyFormat = [{
+    $logits `,` $targets attr-dict `:` type($logits) `,` type($targets)
+  }];
+}
+
+def Plan_SumSqOp : Plan_ComputeOp<"sumsq"> {
+  let summary = "Sum of squares of all elements (for the global gradient norm)";
+  let arguments = (ins Plan_F32Tensor:$input);
+  let results = (outs Plan_F32Scalar:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+}
+
+def Plan_ClipByNormOp : Plan_ComputeOp<"clip_by_norm",
+    [AllTypesMatch<["input", "result"]>]> {
+  let summary = "Scales a gradient by min(1, max_norm / sqrt(sumsq))";
+  let description = [{
+    `sumsq` is the sum of squares of all gradients, so clipping every
+    gradient with it clips by the global norm.
+  }];
+  let arguments = (ins Plan_F32Tensor:$input, Plan_F32Scalar:$sumsq,
+                       F32Attr:$max_norm);
+  let results = (outs Plan_F32Tensor:$result);
+  let assemblyFormat = "$input `,` $sumsq attr-dict `:` type($input) `,` type($sumsq)";
+}
+
 def Plan_AllReduceOp : Plan_Op<"all_reduce", [Pure, SameOperandsAndResultType]> {
   let summary = "Resolves a partial sum over mesh axes";
   let description = [{

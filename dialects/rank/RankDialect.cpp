@@ -50,15 +50,24 @@ LogicalResult InputOp::verifySymbolUses(SymbolTableCollection &tables) {
                                     "rank.input_decl");
 }
 
+/// A buffer of rank >= 2 viewed as 2-D [rows, last dim], as planrt's
+/// matmul sees it.
+static std::pair<int64_t, int64_t> asMatrix(MemRefType t) {
+  int64_t last = t.getDimSize(t.getRank() - 1);
+  return {t.getNumElements() / last, last};
+}
+
 LogicalResult MatmulOp::verify() {
   auto a = getLhs().getType(), b = getRhs().getType(), c = getOut().getType();
-  if (a.getRank() != 2 || b.getRank() != 2 || c.getRank() != 2)
-    return emitOpError() << "expects 2-D buffers";
-  int64_t m = a.getDimSize(getTransposeLhs() ? 1 : 0);
-  int64_t k = a.getDimSize(getTransposeLhs() ? 0 : 1);
-  int64_t k2 = b.getDimSize(getTransposeRhs() ? 1 : 0);
-  int64_t n = b.getDimSize(getTransposeRhs() ? 0 : 1);
-  if (k != k2 || c.getDimSize(0) != m || c.getDimSize(1) != n)
+  if (a.getRank() < 2 || b.getRank() < 2 || c.getRank() < 2)
+    return emitOpError() << "expects buffers of rank 2 or more (leading "
+                            "dimensions are rows)";
+  auto [ar, ac] = asMatrix(a);
+  auto [br, bc] = asMatrix(b);
+  auto [cr, cc] = asMatrix(c);
+  int64_t m = getTransposeLhs() ? ac : ar, k = getTransposeLhs() ? ar : ac;
+  int64_t k2 = getTransposeRhs() ? bc : br, n = getTransposeRhs() ? br : bc;
+  if (k != k2 || cr != m || cc != n)
     return emitOpError() << "shapes do not agree: " << a << ", " << b << " -> "
                          << c;
   return success();
@@ -67,4 +76,13 @@ LogicalResult MatmulOp::verify() {
 SmallVector<StringRef> AdamWUpdateOp::getRuntimeAttrNames() {
   // planrt::adamw_update(ctx, w, g, param_index, lr, beta1, beta2, eps, wd).
   return {"param_index", "lr", "beta1", "beta2", "eps", "weight_decay"};
+}
+
+LogicalResult ViewOp::verify() {
+  if (getSource().getType().getNumElements() !=
+      getResult().getType().getNumElements())
+    return emitOpError() << "views " << getSource().getType() << " as "
+                         << getResult().getType()
+                         << ", which has a different element count";
+  return success();
 }

@@ -44,6 +44,9 @@ class Rank_Op<string mnemonic, list<Trait> traits = []>
     : Op<Rank_Dialect, mnemonic, traits>;
 
 def Rank_F32Buffer : MemRefOf<[F32]>;
+// Per-step inputs may be token ids.
+def Rank_DataBuffer : MemRefOf<[F32, I32]>;
+def Rank_I32Buffer : MemRefOf<[I32]>;
 
 //===--- Declarations ------------------------------------------------------===//
 
@@ -60,7 +63,7 @@ def Rank_InputDeclOp : Rank_Op<"input_decl", [Symbol]> {
     When `batch_axis` is set, dimension 0 is split over that mesh axis and
     this rank reads rows `[coord * n, (coord + 1) * n)` of the global batch.
   }];
-  let arguments = (ins SymbolNameAttr:$sym_name, TypeAttrOf<Rank_F32Buffer>:$type,
+  let arguments = (ins SymbolNameAttr:$sym_name, TypeAttrOf<Rank_DataBuffer>:$type,
                        StrAttr:$role, OptionalAttr<StrAttr>:$batch_axis);
   let assemblyFormat = [{
     $sym_name `:` $type `role` $role (`batch_axis` $batch_axis^)? attr-dict
@@ -82,7 +85,7 @@ def Rank_InputOp : Rank_Op<"input", [Pure,
     DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
   let summary = "This rank's buffer of a declared per-step input";
   let arguments = (ins FlatSymbolRefAttr:$name);
-  let results = (outs Rank_F32Buffer:$result);
+  let results = (outs Rank_DataBuffer:$result);
   let assemblyFormat = "$name attr-dict `:` type($result)";
 }
 
@@ -98,7 +101,7 @@ class Rank_CallOp<string mnemonic, list<Trait> traits = []>
     : Rank_Op<mnemonic, !listconcat(traits, [RuntimeCallOpInterface])>;
 
 def Rank_MatmulOp : Rank_CallOp<"matmul"> {
-  let summary = "out = op(a) @ op(b)";
+  let summary = "out = op(a) @ op(b), each viewed as [rows, last dim]";
   let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead]>:$lhs,
                        Arg<Rank_F32Buffer, "", [MemRead]>:$rhs,
                        Arg<Rank_F32Buffer, "", [MemWrite]>:$out,
@@ -179,6 +182,184 @@ def Rank_ReportLossOp : Rank_CallOp<"report_loss"> {
   let summary = "Hands this step's (reduced) loss to the runtime for logging";
   let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead]>:$loss);
   let assemblyFormat = "$loss attr-dict `:` type($loss)";
+}
+
+//===--- Transformer layers (forward and backward) --------------------------===//
+
+class Rank_TernaryCallOp<string mnemonic, string doc> : Rank_CallOp<mnemonic> {
+  let summary = doc;
+  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead]>:$a,
+                       Arg<Rank_F32Buffer, "", [MemRead]>:$b,
+                       Arg<Rank_F32Buffer, "", [MemRead]>:$c,
+                       Arg<Rank_F32Buffer, "", [MemWrite]>:$out);
+  let assemblyFormat = [{
+    $a `,` $b `,` $c `into` $out attr-dict `:` type($a) `,` type($b) `,`
+    type($c) `->` type($out)
+  }];
+}
+
+def Rank_SiluOp : Rank_UnaryCallOp<"silu", "out = x * sigmoid(x)">;
+def Rank_SoftmaxOp : Rank_UnaryCallOp<"softmax", "softmax over the last dimension">;
+def Rank_SiluGradOp : Rank_BinaryCallOp<"silu_grad", "out = dy * silu'(x)">;
+def Rank_SoftmaxGradOp : Rank_BinaryCallOp<"softmax_grad", "out = y * (dy - sum(dy * y)) from y = softmax">;
+def Rank_MulOp : Rank_BinaryCallOp<"mul", "out = lhs * rhs">;
+def Rank_SubOp : Rank_BinaryCallOp<"sub", "out = lhs - rhs">;
+def Rank_PosEmbeddingOp : Rank_BinaryCallOp<"pos_embedding", "out[b, s] = x[b, s] + table[s]">;
+def Rank_PosEmbeddingGradOp : Rank_UnaryCallOp<"pos_embedding_grad", "dtable[s] = sum over b of dy[b, s]; 0 past S">;
+
+def Rank_EmbeddingOp : Rank_CallOp<"embedding"> {
+  let summary = "out[...] = table[ids[...]]";
+  let arguments = (ins Arg<Rank_I32Buffer, "", [MemRead]>:$ids,
+                       Arg<Rank_F32Buffer, "", [MemRead]>:$table,
+                       Arg<Rank_F32Buffer, "", [MemWrite]>:$out);
+  let assemblyFormat = [{
+    $ids `,` $table `into` $out attr-dict `:` type($ids) `,` type($table) `->` type($out)
+  }];
+}
+
+def Rank_EmbeddingGradOp : Rank_CallOp<"embedding_grad"> {
+  let summary = "dtable = scatter-add of dy rows at ids (overwrites dtable)";
+  let arguments = (ins Arg<Rank_I32Buffer, "", [MemRead]>:$ids,
+                       Arg<Rank_F32Buffer, "", [MemRead]>:$grad,
+                       Arg<Rank_F32Buffer, "", [MemWrite]>:$out);
+  let assemblyFormat = [{
+    $ids `,` $grad `into` $out attr-dict `:` type($ids) `,` type($grad) `->` type($out)
+  }];
+}
+
+def Rank_LayerNormOp : Rank_CallOp<"layernorm",
+    [AllTypesMatch<["gamma", "beta"]>]> {
+  let summary = "layernorm over the last dimension";
+  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead]>:$input,
+                       Arg<Rank_F32Buffer, "", [MemRead]>:$gamma,
+                       Arg<Rank_F32Buffer, "", [MemRead]>:$beta,
+                       Arg<Rank_F32Buffer, "", [MemWrite]>:$out, F32Attr:$eps);
+  let assemblyFormat = [{
+    $input `,` $gamma `,` $beta `into` $out attr-dict `:` type($input) `,`
+    type($gamma) `->` type($out)
+  }];
+}
+
+def Rank_LayerNormGradOp : Rank_CallOp<"layernorm_grad",
+    [AllTypesMatch<["input", "grad", "input_grad"]>,
+     AllTypesMatch<["gamma", "gamma_grad", "beta_grad"]>]> {
+  let summary = "d input, d gamma, d beta of layernorm (statistics recomputed)";
+  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead]>:$input,
+                       Arg<Rank_F32Buffer, "", [MemRead]>:$gamma,
+                       Arg<Rank_F32Buffer, "", [MemRead]>:$grad,
+                       Arg<Rank_F32Buffer, "", [MemWrite]>:$input_grad,
+                       Arg<Rank_F32Buffer, "", [MemWrite]>:$gamma_grad,
+                       Arg<Rank_F32Buffer, "", [MemWrite]>:$beta_grad,
+                       F32Attr:$eps);
+  let assemblyFormat = [{
+    $input `,` $gamma `,` $grad `into` $input_grad `,` $gamma_grad `,`
+    $beta_grad attr-dict `:` type($input) `,` type($gamma)
+  }];
+}
+
+def Rank_RmsNormOp : Rank_CallOp<"rmsnorm"> {
+  let summary = "rmsnorm over the last dimension";
+  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead]>:$input,
+                       Arg<Rank_F32Buffer, "", [MemRead]>:$gamma,
+                       Arg<Rank_F32Buffer, "", [MemWrite]>:$out, F32Attr:$eps);
+  let assemblyFormat = [{
+    $input `,` $gamma `into` $out attr-dict `:` type($input) `,` type($gamma)
+    `->` type($out)
+  }];
+}
+
+def Rank_RmsNormGradOp : Rank_CallOp<"rmsnorm_grad",
+    [AllTypesMatch<["input", "grad", "input_grad"]>,
+     AllTypesMatch<["gamma", "gamma_grad"]>]> {
+  let summary = "d input, d gamma of rmsnorm";
+  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead]>:$input,
+                       Arg<Rank_F32Buffer, "", [MemRead]>:$gamma,
+                       Arg<Rank_F32Buffer, "", [MemRead]>:$grad,
+                       Arg<Rank_F32Buffer, "", [MemWrite]>:$input_grad,
+                       Arg<Rank_F32Buffer, "", [MemWrite]>:$gamma_grad,
+                       F32Attr:$eps);
+  let assemblyFormat = [{
+    $input `,` $gamma `,` $grad `into` $input_grad `,` $gamma_grad attr-dict
+    `:` type($input) `,` type($gamma)
+  }];
+}
+
+def Rank_AttentionOp : Rank_CallOp<"attention"> {
+  let summary = "causal attention over packed qkv (GQA when num_kv_heads < num_heads)";
+  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead]>:$qkv,
+                       Arg<Rank_F32Buffer, "", [MemWrite]>:$out,
+                       I64Attr:$num_heads, I64Attr:$num_kv_heads);
+  let assemblyFormat = "$qkv `into` $out attr-dict `:` type($qkv) `->` type($out)";
+}
+
+def Rank_AttentionGradOp : Rank_CallOp<"attention_grad"> {
+  let summary = "d qkv of causal attention (probabilities recomputed)";
+  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead]>:$qkv,
+                       Arg<Rank_F32Buffer, "", [MemRead]>:$grad,
+                       Arg<Rank_F32Buffer, "", [MemWrite]>:$out,
+                       I64Attr:$num_heads, I64Attr:$num_kv_heads);
+  let assemblyFormat = [{
+    $qkv `,` $grad `into` $out attr-dict `:` type($qkv) `,` type($grad) `->` type($out)
+  }];
+}
+
+def Rank_CrossEntropyOp : Rank_CallOp<"cross_entropy"> {
+  let summary = "out = scale * sum over rows of (logsumexp(row) - row[target])";
+  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead]>:$logits,
+                       Arg<Rank_I32Buffer, "", [MemRead]>:$targets,
+                       Arg<Rank_F32Buffer, "", [MemWrite]>:$out, F32Attr:$scale);
+  let assemblyFormat = [{
+    $logits `,` $targets `into` $out attr-dict `:` type($logits) `,` type($targets) `->` type($out)
+  }];
+}
+
+def Rank_CrossEntropyGradOp : Rank_CallOp<"cross_entropy_grad"> {
+  let summary = "out = scale * (softmax(row) - onehot(target))";
+  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead]>:$logits,
+                       Arg<Rank_I32Buffer, "", [MemRead]>:$targets,
+                       Arg<Rank_F32Buffer, "", [MemWrite]>:$out, F32Attr:$scale);
+  let assemblyFormat = [{
+    $logits `,` $targets `into` $out attr-dict `:` type($logits) `,` type($targets) `->` type($out)
+  }];
+}
+
+//===--- Gradient norm ------------------------------------------------------===//
+
+def Rank_FillOp : Rank_CallOp<"fill"> {
+  let summary = "Sets every element to `value`";
+  let arguments = (ins Arg<Rank_F32Buffer, "", [MemWrite]>:$buffer, F32Attr:$value);
+  let assemblyFormat = "$buffer attr-dict `:` type($buffer)";
+}
+
+def Rank_SumSqAccumulateOp : Rank_CallOp<"sumsq_accumulate"> {
+  let summary = "acc += sum(g^2)";
+  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead]>:$input,
+                       Arg<Rank_F32Buffer, "", [MemRead, MemWrite]>:$acc);
+  let assemblyFormat = "$input `into` $acc attr-dict `:` type($input) `->` type($acc)";
+}
+
+def Rank_ClipByGlobalNormOp : Rank_CallOp<"clip_by_global_norm"> {
+  let summary = "g *= min(1, max_norm / sqrt(sumsq)), in place";
+  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead, MemWrite]>:$grad,
+                       Arg<Rank_F32Buffer, "", [MemRead]>:$sumsq,
+                       F32Attr:$max_norm);
+  let assemblyFormat = "$grad `,` $sumsq attr-dict `:` type($grad) `,` type($sumsq)";
+}
+
+def Rank_ReportGradNormOp : Rank_CallOp<"report_grad_norm"> {
+  let summary = "Hands this step's gradient sum of squares to the runtime for logging";
+  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead]>:$sumsq);
+  let assemblyFormat = "$sumsq attr-dict `:` type($sumsq)";
+}
+
+//===--- Views ----------------------------------------------------------------===//
+
+def Rank_ViewOp : Rank_Op<"view", [Pure]> {
+  let summary = "The same buffer seen with another shape (same element count)";
+  let arguments = (ins Rank_F32Buffer:$source);
+  let results = (outs Rank_F32Buffer:$result);
+  let assemblyFormat = "$source attr-dict `:` type($source) `->` type($result)";
+  let hasVerifier = 1;
 }
 
 //===--- Communication ----------------------------------------------------===//

@@ -1,8 +1,10 @@
 //===- Autodiff.cpp - Forward model to training step ----------------------===//
 //
 // Reverse-mode differentiation on the plan dialect. The forward function is
-// straight-line code (the frontend unrolls blocks), so one backward sweep over
-// the ops in reverse order with an adjoint per value is exact.
+// straight-line code (the frontend inlines blocks), so one backward sweep over
+// the ops in reverse order with an adjoint per value is exact. After the
+// sweep come the global gradient norm (always reported; used to clip when
+// plan.train asks), then one optimizer update per parameter.
 //===----------------------------------------------------------------------===//
 #include "planc/Transforms/Passes.h"
 
@@ -44,62 +46,207 @@ struct AutodiffPass : public planc::impl::AutodiffBase<AutodiffPass> {
 
 } // namespace
 
+/// `v` viewed as 2-D [rows, last dim] (itself when already 2-D).
+static Value rows2d(OpBuilder &b, Location loc, Value v) {
+  auto t = cast<RankedTensorType>(v.getType());
+  if (t.getRank() == 2)
+    return v;
+  int64_t last = t.getDimSize(t.getRank() - 1);
+  auto flat = RankedTensorType::get({t.getNumElements() / last, last},
+                                    t.getElementType());
+  return ReshapeOp::create(b, loc, TypeRange(flat), ValueRange(v),
+                           ArrayRef<NamedAttribute>())
+      ->getResult(0);
+}
+
+/// The gradients of C = op(A) op(B).
+static LogicalResult backpropMatmul(MatmulOp mm, Value dy, OpBuilder &b,
+                                    Adjoints &adj,
+                                    llvm::function_ref<bool(Value)> needs) {
+  Location loc = mm.getLoc();
+  Value a = mm.getLhs(), w = mm.getRhs();
+  bool ta = mm.getTransposeLhs(), tb = mm.getTransposeRhs();
+  auto mk = [&](Type t, Value l, Value r, bool tl, bool tr) {
+    return MatmulOp::create(b, loc, t, l, r, tl, tr).getResult();
+  };
+  int64_t rankA = cast<RankedTensorType>(a.getType()).getRank();
+  int64_t rankW = cast<RankedTensorType>(w.getType()).getRank();
+  if (rankA == 2 && rankW == 2) {
+    // d op(A) = dC op(B)^T and d op(B) = op(A)^T dC, transposed back when
+    // the operand itself was used transposed.
+    if (needs(a))
+      adj.add(loc, a,
+              ta ? mk(a.getType(), w, dy, tb, true)
+                 : mk(a.getType(), dy, w, false, !tb));
+    if (needs(w))
+      adj.add(loc, w,
+              tb ? mk(w.getType(), dy, a, true, ta)
+                 : mk(w.getType(), a, dy, !ta, false));
+    return success();
+  }
+  if (rankW != 2 || ta)
+    return mm.emitError() << "planc cannot differentiate a matmul with a "
+                             "batched or transposed left operand and a "
+                             "batched right operand yet";
+  // Leading dims of A are batch dims: dA is a batched product, dB sums over
+  // all rows, so both sides are viewed as [rows, features].
+  if (needs(a))
+    adj.add(loc, a, mk(a.getType(), dy, w, false, !tb));
+  if (needs(w)) {
+    Value a2 = rows2d(b, loc, a), dy2 = rows2d(b, loc, dy);
+    adj.add(loc, w,
+            tb ? mk(w.getType(), dy2, a2, true, false)
+               : mk(w.getType(), a2, dy2, true, false));
+  }
+  return success();
+}
+
 /// Emits the operand adjoints of `op` given the adjoint `dy` of its result.
 /// `needs(v)` says whether v depends on a parameter (only those get adjoints).
 static LogicalResult backprop(Operation *op, Value dy, OpBuilder &b,
                               Adjoints &adj,
                               llvm::function_ref<bool(Value)> needs) {
   Location loc = op->getLoc();
-  auto typeOf = [](Value v) { return v.getType(); };
+  auto gen = [&](auto tag, TypeRange types, ValueRange operands,
+                 ArrayRef<NamedAttribute> attrs = {}) {
+    return decltype(tag)::create(b, loc, types, operands, attrs).getOperation();
+  };
+  auto pass = [&](Value v) {
+    if (needs(v))
+      adj.add(loc, v, dy);
+  };
   return llvm::TypeSwitch<Operation *, LogicalResult>(op)
-      .Case<MatmulOp>([&](MatmulOp mm) {
-        Value a = mm.getLhs(), bb = mm.getRhs();
-        bool ta = mm.getTransposeLhs(), tb = mm.getTransposeRhs();
-        auto mk = [&](Type t, Value l, Value r, bool tl, bool tr) {
-          return MatmulOp::create(b, loc, t, l, r, tl, tr).getResult();
-        };
-        // C = op(A) op(B): d op(A) = dC op(B)^T and d op(B) = op(A)^T dC,
-        // transposed back when the operand itself was used transposed.
-        if (needs(a))
-          adj.add(loc, a,
-                  ta ? mk(typeOf(a), bb, dy, tb, true)
-                     : mk(typeOf(a), dy, bb, false, !tb));
-        if (needs(bb))
-          adj.add(loc, bb,
-                  tb ? mk(typeOf(bb), dy, a, true, ta)
-                     : mk(typeOf(bb), a, dy, !ta, false));
-        return success();
-      })
+      .Case<MatmulOp>(
+          [&](MatmulOp mm) { return backpropMatmul(mm, dy, b, adj, needs); })
       .Case<BiasAddOp>([&](BiasAddOp ba) {
-        if (needs(ba.getInput()))
-          adj.add(loc, ba.getInput(), dy);
+        pass(ba.getInput());
         if (needs(ba.getBias()))
           adj.add(loc, ba.getBias(),
-                  BiasGradOp::create(b, loc, typeOf(ba.getBias()), dy));
+                  BiasGradOp::create(b, loc, ba.getBias().getType(), dy));
         return success();
       })
       .Case<AddOp>([&](AddOp add) {
-        for (Value v : {add.getLhs(), add.getRhs()})
-          if (needs(v))
-            adj.add(loc, v, dy);
+        pass(add.getLhs());
+        pass(add.getRhs());
+        return success();
+      })
+      .Case<MulOp>([&](MulOp m) {
+        if (needs(m.getLhs()))
+          adj.add(loc, m.getLhs(),
+                  gen(MulOp(), dy.getType(), {dy, m.getRhs()})->getResult(0));
+        if (needs(m.getRhs()))
+          adj.add(loc, m.getRhs(),
+                  gen(MulOp(), dy.getType(), {dy, m.getLhs()})->getResult(0));
         return success();
       })
       .Case<ReluOp>([&](ReluOp r) {
         if (needs(r.getInput()))
           adj.add(loc, r.getInput(),
-                  ReluGradOp::create(b, loc, typeOf(dy), r.getInput(), dy));
+                  ReluGradOp::create(b, loc, dy.getType(), r.getInput(), dy));
         return success();
       })
       .Case<GeluOp>([&](GeluOp g) {
         if (needs(g.getInput()))
           adj.add(loc, g.getInput(),
-                  GeluGradOp::create(b, loc, typeOf(dy), g.getInput(), dy));
+                  GeluGradOp::create(b, loc, dy.getType(), g.getInput(), dy));
+        return success();
+      })
+      .Case<SiluOp>([&](SiluOp s) {
+        if (needs(s.getInput()))
+          adj.add(loc, s.getInput(),
+                  gen(SiluGradOp(), dy.getType(), {s.getInput(), dy})
+                      ->getResult(0));
+        return success();
+      })
+      .Case<SoftmaxOp>([&](SoftmaxOp s) {
+        // From the output: dx = y * (dy - sum(dy * y)).
+        if (needs(s.getInput()))
+          adj.add(loc, s.getInput(),
+                  gen(SoftmaxGradOp(), dy.getType(), {s.getResult(), dy})
+                      ->getResult(0));
+        return success();
+      })
+      .Case<EmbeddingOp>([&](EmbeddingOp e) {
+        if (needs(e.getTable()))
+          adj.add(loc, e.getTable(),
+                  gen(EmbeddingGradOp(), e.getTable().getType(),
+                      {e.getIds(), dy})
+                      ->getResult(0));
+        return success();
+      })
+      .Case<PosEmbeddingOp>([&](PosEmbeddingOp p) {
+        pass(p.getInput());
+        if (needs(p.getTable()))
+          adj.add(loc, p.getTable(),
+                  gen(PosEmbeddingGradOp(), p.getTable().getType(), {dy})
+                      ->getResult(0));
+        return success();
+      })
+      .Case<LayerNormOp>([&](LayerNormOp ln) {
+        auto g = LayerNormGradOp::create(b, loc, ln.getInput(), ln.getGamma(),
+                                         dy, ln.getEpsAttr());
+        if (needs(ln.getInput()))
+          adj.add(loc, ln.getInput(), g.getInputGrad());
+        if (needs(ln.getGamma()))
+          adj.add(loc, ln.getGamma(), g.getGammaGrad());
+        if (needs(ln.getBeta()))
+          adj.add(loc, ln.getBeta(), g.getBetaGrad());
+        return success();
+      })
+      .Case<RmsNormOp>([&](RmsNormOp rn) {
+        auto g = RmsNormGradOp::create(b, loc, rn.getInput(), rn.getGamma(),
+                                       dy, rn.getEpsAttr());
+        if (needs(rn.getInput()))
+          adj.add(loc, rn.getInput(), g.getInputGrad());
+        if (needs(rn.getGamma()))
+          adj.add(loc, rn.getGamma(), g.getGammaGrad());
+        return success();
+      })
+      .Case<AttentionOp>([&](AttentionOp at) {
+        if (needs(at.getQkv()))
+          adj.add(loc, at.getQkv(),
+                  gen(AttentionGradOp(), at.getQkv().getType(),
+                      {at.getQkv(), dy},
+                      {b.getNamedAttr("num_heads", at.getNumHeadsAttr()),
+                       b.getNamedAttr("num_kv_heads", at.getNumKvHeadsAttr())})
+                      ->getResult(0));
+        return success();
+      })
+      .Case<TransposeOp>([&](TransposeOp t) {
+        if (!needs(t.getInput()))
+          return success();
+        ArrayRef<int64_t> perm = t.getPermutation();
+        SmallVector<int64_t> inverse(perm.size());
+        for (auto [i, p] : llvm::enumerate(perm))
+          inverse[p] = i;
+        adj.add(loc, t.getInput(),
+                gen(TransposeOp(), t.getInput().getType(), {dy},
+                    {b.getNamedAttr("permutation",
+                                    b.getDenseI64ArrayAttr(inverse))})
+                    ->getResult(0));
+        return success();
+      })
+      .Case<ReshapeOp>([&](ReshapeOp r) {
+        if (needs(r.getInput()))
+          adj.add(loc, r.getInput(),
+                  gen(ReshapeOp(), r.getInput().getType(), {dy})
+                      ->getResult(0));
+        return success();
+      })
+      .Case<ShardingConstraintOp>([&](ShardingConstraintOp c) {
+        pass(c.getInput());
         return success();
       })
       .Default([&](Operation *other) {
         return other->emitError()
                << "planc cannot differentiate '" << other->getName() << "' yet";
       });
+}
+
+static FloatAttr toF32(OpBuilder &b, APFloat v) {
+  bool lost;
+  v.convert(APFloat::IEEEsingle(), APFloat::rmNearestTiesToEven, &lost);
+  return b.getF32FloatAttr(v.convertToFloat());
 }
 
 void AutodiffPass::runOnOperation() {
@@ -126,8 +273,8 @@ void AutodiffPass::runOnOperation() {
     return signalPassFailure();
   }
 
-  // The step takes the model's arguments and returns the loss and the
-  // updated parameters.
+  // The step takes the model's arguments and returns the loss, the sum of
+  // squares of all gradients, and the updated parameters.
   auto kindOf = [&](unsigned i) {
     auto k = model.getArgAttrOfType<StringAttr>(i, kKindAttr);
     return k ? k.getValue() : StringRef();
@@ -136,17 +283,20 @@ void AutodiffPass::runOnOperation() {
   for (unsigned i = 0; i < model.getNumArguments(); ++i)
     if (kindOf(i) == "param")
       params.push_back(i);
-  SmallVector<Type> resultTypes{model.getResultTypes()[0]};
+  OpBuilder b(module.getContext());
+  auto scalar = RankedTensorType::get({}, b.getF32Type());
+  SmallVector<Type> resultTypes{model.getResultTypes()[0], scalar};
   for (unsigned i : params)
     resultTypes.push_back(model.getArgumentTypes()[i]);
 
-  OpBuilder b(module.getContext());
   b.setInsertionPointAfter(model);
   auto step = func::FuncOp::create(
       b, model.getLoc(), "train_step",
       b.getFunctionType(model.getArgumentTypes(), resultTypes));
   step->setAttr(kTrainStepAttr, b.getUnitAttr());
   step.setAllArgAttrs(model.getAllArgAttrs());
+  step.setResultAttr(0, kResultAttr, b.getStringAttr("loss"));
+  step.setResultAttr(1, kResultAttr, b.getStringAttr("grad_sumsq"));
   Block *body = step.addEntryBlock();
   b.setInsertionPointToEnd(body);
 
@@ -162,13 +312,12 @@ void AutodiffPass::runOnOperation() {
         << "the model's result must be a loss used by nothing else";
     return signalPassFailure();
   }
-  auto lossOp = loss.getDefiningOp<MseLossOp>();
-  if (!lossOp) {
-    Operation *def = loss.getDefiningOp();
-    (def ? def->emitError() : modelReturn->emitError())
+  Operation *lossOp = loss.getDefiningOp();
+  if (!isa_and_nonnull<MseLossOp, CrossEntropyOp>(lossOp)) {
+    (lossOp ? lossOp->emitError() : modelReturn->emitError())
         << "planc cannot differentiate the loss '"
-        << (def ? def->getName().getStringRef() : StringRef("argument"))
-        << "' yet; mse is supported";
+        << (lossOp ? lossOp->getName().getStringRef() : StringRef("argument"))
+        << "' yet; mse and cross_entropy are supported";
     return signalPassFailure();
   }
 
@@ -187,11 +336,17 @@ void AutodiffPass::runOnOperation() {
   for (Operation &op : body->getOperations())
     forward.push_back(&op);
   // Seed: d loss / d prediction, with d loss = 1.
-  if (needs(lossOp.getPrediction()))
-    adj.add(lossOp.getLoc(), lossOp.getPrediction(),
-            MseLossGradOp::create(b, lossOp.getLoc(),
-                                  lossOp.getPrediction().getType(),
-                                  lossOp.getPrediction(), lossOp.getTarget()));
+  Value pred = lossOp->getOperand(0), target = lossOp->getOperand(1);
+  if (needs(pred))
+    adj.add(lossOp->getLoc(), pred,
+            isa<MseLossOp>(lossOp)
+                ? Value(MseLossGradOp::create(b, lossOp->getLoc(),
+                                              pred.getType(), pred, target))
+                : CrossEntropyGradOp::create(b, lossOp->getLoc(),
+                                             TypeRange(pred.getType()),
+                                             ValueRange{pred, target},
+                                             ArrayRef<NamedAttribute>())
+                      ->getResult(0));
   for (Operation *op : llvm::reverse(forward)) {
     if (op == lossOp || op->getNumResults() != 1)
       continue;
@@ -202,32 +357,59 @@ void AutodiffPass::runOnOperation() {
       return signalPassFailure();
   }
 
-  SmallVector<Value> results{loss};
+  // The global gradient norm: sum of squares over every gradient.
+  SmallVector<Value> grads;
+  Value sumsq;
   for (unsigned i : params) {
     Value w = step.getArgument(i);
     Value g = adj.lookup(w);
+    grads.push_back(g);
     if (!g) {
       auto name = model.getArgAttrOfType<StringAttr>(i, kNameAttr);
-      mlir::emitWarning(model.getLoc())
+      mlir::emitWarning(w.getLoc())
           << "parameter '" << (name ? name.getValue() : "?")
           << "' does not affect the loss; it is left untouched";
+      continue;
+    }
+    Value sq = SumSqOp::create(b, w.getLoc(), TypeRange(scalar), ValueRange(g),
+                               ArrayRef<NamedAttribute>())
+                   ->getResult(0);
+    sumsq = sumsq ? AddOp::create(b, w.getLoc(), scalar, sumsq, sq).getResult()
+                  : sq;
+  }
+  if (!sumsq) {
+    model.emitError() << "no parameter affects the loss; there is nothing to "
+                         "train";
+    return signalPassFailure();
+  }
+
+  SmallVector<Value> results{loss, sumsq};
+  for (auto [i, g] : llvm::zip(params, grads)) {
+    Value w = step.getArgument(i);
+    if (!g) {
       results.push_back(w);
       continue;
     }
-    auto f32 = [&](APFloat v) {
-      bool lost;
-      v.convert(APFloat::IEEEsingle(), APFloat::rmNearestTiesToEven, &lost);
-      return b.getF32FloatAttr(v.convertToFloat());
-    };
+    if (auto clip = train.getGradClip())
+      g = ClipByNormOp::create(b, w.getLoc(), TypeRange(g.getType()),
+                               ValueRange{g, sumsq},
+                               {b.getNamedAttr("max_norm",
+                                               toF32(b, *clip))})
+              ->getResult(0);
     Value updated;
-    if (train.getOptimizer() == "adamw")
+    if (train.getOptimizer() == "adamw") {
+      // Decoupled weight decay applies to matrices, not to biases and
+      // norm scales (1-D), as GPT-2 and most recipes do.
+      bool decays = cast<RankedTensorType>(w.getType()).getRank() >= 2;
       updated = AdamWUpdateOp::create(
-          b, w.getLoc(), w.getType(), w, g, f32(train.getLr()),
-          f32(train.getBeta1()), f32(train.getBeta2()), f32(train.getEps()),
-          f32(train.getWeightDecay()));
-    else
+          b, w.getLoc(), w.getType(), w, g, toF32(b, train.getLr()),
+          toF32(b, train.getBeta1()), toF32(b, train.getBeta2()),
+          toF32(b, train.getEps()),
+          decays ? toF32(b, train.getWeightDecay()) : b.getF32FloatAttr(0));
+    } else {
       updated = SgdUpdateOp::create(b, w.getLoc(), w.getType(), w, g,
-                                    f32(train.getLr()));
+                                    toF32(b, train.getLr()));
+    }
     results.push_back(updated);
   }
   func::ReturnOp::create(b, modelReturn->getLoc(), results);

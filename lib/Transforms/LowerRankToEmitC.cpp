@@ -97,16 +97,15 @@ void LowerRankToEmitCPass::runOnOperation() {
   };
   refuse(train, train.getPrecision() != "fp32",
          "precision = " + train.getPrecision());
-  refuse(train, train.getLrSchedule() != "constant",
-         "lr_schedule = " + train.getLrSchedule());
-  refuse(train, train.getGradClip().has_value(), "grad_clip");
-  refuse(train, train.getData() != "synthetic", "data = " + train.getData());
   refuse(train, train.getCheckpointDir().has_value(), "checkpoint");
+  refuse(mesh, mesh.getAxisIndex("tp") >= 0 && mesh.getAxisSize("tp") > 1,
+         "tensor parallelism (tp > 1)");
   for (auto par : module.getOps<plan::ParallelOp>())
     refuse(par,
            par.getMicrobatches() > 1 || par.getZeroStage() > 0 ||
-               par.getRecompute() != "none",
-           "microbatching, ZeRO and recompute (plan.parallel)");
+               par.getRecompute() != "none" || par.getSequenceParallel(),
+           "microbatching, ZeRO, recompute and sequence parallelism "
+           "(plan.parallel)");
   if (refused)
     return signalPassFailure();
   auto name = module.getSymName();
@@ -145,17 +144,33 @@ void LowerRankToEmitCPass::runOnOperation() {
       a.push_back(c.f32(init.getB().convertToDouble()));
       c.call(p.getLoc(), "planrt::declare_param", {}, a);
     }
-    for (auto in : module.getOps<rk::InputDeclOp>()) {
+    for (auto [index, in] :
+         llvm::enumerate(module.getOps<rk::InputDeclOp>())) {
       SmallVector<Attribute> a{c.str(in.getSymName()),
                                c.i64(in.getRole() == "label" ? 1 : 0)};
       append_range(a, c.shape(in.getType()));
       auto axis = in.getBatchAxis();
       a.push_back(c.i64(axis ? mesh.getAxisIndex(*axis) : -1));
       c.call(in.getLoc(), "planrt::declare_input", {}, a);
+      // Token ids are int32 (planrt::I32).
+      if (in.getType().getElementType().isInteger(32))
+        c.call(in.getLoc(), "planrt::set_input_dtype", {},
+               {c.i64(index), c.i64(1)});
     }
+    // Data sources: 0 = synthetic regression, 1 = token shards.
+    bool shards = train.getData() == "shards";
     c.call(train.getLoc(), "planrt::set_training", {},
            {c.i64(train.getSteps()), c.i64(train.getSeed()),
-            c.i64(train.getGlobalBatch()), c.i64(0)});
+            c.i64(train.getGlobalBatch()), c.i64(shards ? 1 : 0)});
+    if (shards)
+      c.call(train.getLoc(), "planrt::set_data_path", {},
+             {c.str(train.getDataPath().value_or(""))});
+    if (train.getLrSchedule() == "cosine")
+      c.call(train.getLoc(), "planrt::set_lr_schedule", {},
+             {c.i64(1), c.i64(train.getWarmupSteps()),
+              c.f32(train.getMinLr() ? train.getMinLr()->convertToDouble()
+                                     : 0.0),
+              c.i64(train.getDecaySteps().value_or(0))});
     ec::ReturnOp::create(b, module.getLoc(), Value());
   }
 
@@ -190,6 +205,9 @@ void LowerRankToEmitCPass::runOnOperation() {
       } else if (auto alloc = dyn_cast<rk::AllocOp>(op)) {
         vals[alloc] = c.call(loc, "planrt::alloc", {}, c.shape(alloc.getType()),
                              tensorType);
+      } else if (auto view = dyn_cast<rk::ViewOp>(op)) {
+        vals[view] = c.call(loc, "planrt::view", operands(&op),
+                            c.shape(view.getType()), tensorType);
       } else if (auto ar = dyn_cast<rk::AllReduceOp>(op)) {
         int64_t mask = 0;
         for (Attribute a : ar.getAxes()) {

@@ -142,20 +142,59 @@ void LowerToRankPass::runOnOperation() {
   for (Operation &op : step.getBody().front()) {
     Location loc = op.getLoc();
     auto in = [&](unsigned i) { return buf.lookup(op.getOperand(i)); };
-    if (auto ret = dyn_cast<func::ReturnOp>(op)) {
-      rk::ReportLossOp::create(b, loc, in(0));
+    if (isa<func::ReturnOp>(op)) {
+      // Results: the loss, the gradients' sum of squares, and parameters
+      // that were updated in place.
+      for (auto [i, v] : llvm::enumerate(op.getOperands())) {
+        auto role = step.getResultAttrOfType<StringAttr>(i, kResultAttr);
+        if (role && role.getValue() == "loss")
+          rk::ReportLossOp::create(b, loc, in(i));
+        else if (role && role.getValue() == "grad_sumsq")
+          rk::ReportGradNormOp::create(b, loc, in(i));
+        else if (!paramIndex.count(v) &&
+                 !isa_and_nonnull<SgdUpdateOp, AdamWUpdateOp>(
+                     v.getDefiningOp())) {
+          op.emitError() << "result " << i << " is neither the loss, the "
+                         << "gradient norm nor an updated parameter";
+          return signalPassFailure();
+        }
+      }
       func::ReturnOp::create(b, loc);
       continue;
     }
+    // In-place ops overwrite their operand's buffer, which is only safe when
+    // every other use of the operand comes before them.
+    auto lastUse = [&](Value v) {
+      return llvm::all_of(v.getUsers(), [&](Operation *user) {
+        return user == &op || user->isBeforeInBlock(&op);
+      });
+    };
     if (auto ar = dyn_cast<AllReduceOp>(op)) {
-      // In place: the partial value is dead once it is reduced.
-      if (!ar.getInput().hasOneUse()) {
-        ar.emitError() << "the reduced value has other uses; not supported "
+      if (!lastUse(ar.getInput())) {
+        ar.emitError() << "the reduced value has later uses; not supported "
                           "yet";
         return signalPassFailure();
       }
       rk::AllReduceOp::create(b, loc, in(0), ar.getAxes());
       buf[ar.getResult()] = in(0);
+      continue;
+    }
+    if (auto clip = dyn_cast<ClipByNormOp>(op)) {
+      if (!lastUse(clip.getInput())) {
+        clip.emitError() << "the clipped gradient has later uses; not "
+                            "supported yet";
+        return signalPassFailure();
+      }
+      rk::ClipByGlobalNormOp::create(b, loc, in(0), in(1),
+                                     clip.getMaxNormAttr());
+      buf[clip.getResult()] = in(0);
+      continue;
+    }
+    if (auto r = dyn_cast<ReshapeOp>(op)) {
+      FailureOr<MemRefType> type = localType(r.getResult(), &op);
+      if (failed(type))
+        return signalPassFailure();
+      buf[r.getResult()] = rk::ViewOp::create(b, loc, *type, in(0));
       continue;
     }
     // Optimizer updates write the parameter's own buffer.
@@ -178,11 +217,15 @@ void LowerToRankPass::runOnOperation() {
       continue;
     }
 
-    FailureOr<MemRefType> type = localType(op.getResult(0), &op);
-    if (failed(type))
-      return signalPassFailure();
-    Value out = rk::AllocOp::create(b, loc, *type);
-    buf[op.getResult(0)] = out;
+    SmallVector<Value> outs;
+    for (Value result : op.getResults()) {
+      FailureOr<MemRefType> type = localType(result, &op);
+      if (failed(type))
+        return signalPassFailure();
+      outs.push_back(rk::AllocOp::create(b, loc, *type));
+      buf[result] = outs.back();
+    }
+    Value out = outs.front();
     // Most ops map one to one: their buffers, then the destination.
     SmallVector<Value> operands;
     for (Value v : op.getOperands())
@@ -201,6 +244,66 @@ void LowerToRankPass::runOnOperation() {
               return true;
             })
             .Case<BiasAddOp>([&](auto) { return same(rk::BiasAddOp()); })
+            .Case<MulOp>([&](auto) { return same(rk::MulOp()); })
+            .Case<SubOp>([&](auto) { return same(rk::SubOp()); })
+            .Case<SiluOp>([&](auto) { return same(rk::SiluOp()); })
+            .Case<SiluGradOp>([&](auto) { return same(rk::SiluGradOp()); })
+            .Case<SoftmaxOp>([&](auto) { return same(rk::SoftmaxOp()); })
+            .Case<SoftmaxGradOp>(
+                [&](auto) { return same(rk::SoftmaxGradOp()); })
+            .Case<EmbeddingOp>([&](auto) { return same(rk::EmbeddingOp()); })
+            .Case<EmbeddingGradOp>(
+                [&](auto) { return same(rk::EmbeddingGradOp()); })
+            .Case<PosEmbeddingOp>(
+                [&](auto) { return same(rk::PosEmbeddingOp()); })
+            .Case<PosEmbeddingGradOp>(
+                [&](auto) { return same(rk::PosEmbeddingGradOp()); })
+            .Case<LayerNormOp>([&](LayerNormOp ln) {
+              rk::LayerNormOp::create(b, loc, in(0), in(1), in(2), out,
+                                      ln.getEpsAttr());
+              return true;
+            })
+            .Case<LayerNormGradOp>([&](LayerNormGradOp g) {
+              rk::LayerNormGradOp::create(b, loc, in(0), in(1), in(2), outs[0],
+                                          outs[1], outs[2], g.getEpsAttr());
+              return true;
+            })
+            .Case<RmsNormOp>([&](RmsNormOp rn) {
+              rk::RmsNormOp::create(b, loc, in(0), in(1), out,
+                                    rn.getEpsAttr());
+              return true;
+            })
+            .Case<RmsNormGradOp>([&](RmsNormGradOp g) {
+              rk::RmsNormGradOp::create(b, loc, in(0), in(1), in(2), outs[0],
+                                        outs[1], g.getEpsAttr());
+              return true;
+            })
+            .Case<AttentionOp>([&](AttentionOp a) {
+              rk::AttentionOp::create(b, loc, in(0), out, a.getNumHeadsAttr(),
+                                      a.getNumKvHeadsAttr());
+              return true;
+            })
+            .Case<AttentionGradOp>([&](AttentionGradOp a) {
+              rk::AttentionGradOp::create(b, loc, in(0), in(1), out,
+                                          a.getNumHeadsAttr(),
+                                          a.getNumKvHeadsAttr());
+              return true;
+            })
+            .Case<CrossEntropyOp>([&](CrossEntropyOp ce) {
+              rk::CrossEntropyOp::create(b, loc, in(0), in(1), out,
+                                         lossScale(ce.getTargets()));
+              return true;
+            })
+            .Case<CrossEntropyGradOp>([&](CrossEntropyGradOp ce) {
+              rk::CrossEntropyGradOp::create(b, loc, in(0), in(1), out,
+                                             lossScale(ce.getTargets()));
+              return true;
+            })
+            .Case<SumSqOp>([&](auto) {
+              rk::FillOp::create(b, loc, out, f32(0));
+              rk::SumSqAccumulateOp::create(b, loc, in(0), out);
+              return true;
+            })
             .Case<AddOp>([&](auto) { return same(rk::AddOp()); })
             .Case<ReluGradOp>([&](auto) { return same(rk::ReluGradOp()); })
             .Case<GeluGradOp>([&](auto) { return same(rk::GeluGradOp()); })

@@ -66,10 +66,11 @@ struct PropagateShardingPass
         if (!rule.acceptsPartialOperands(in))
           for (ShardingAttr &s : in)
             s = dropPartial(s);
-        FailureOr<ShardingAttr> out = rule.inferResultSharding(in);
+        FailureOr<SmallVector<ShardingAttr>> out =
+            rule.inferResultShardings(in);
         if (failed(out))
           return WalkResult::interrupt();
-        setSharding(op, *out);
+        setShardings(op, *out);
         return WalkResult::advance();
       });
       if (r.wasInterrupted())

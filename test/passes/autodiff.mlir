@@ -21,7 +21,7 @@ func.func @m(%x: tensor<8x4xf32> {plan.kind = "input", plan.name = "x"},
 // The forward function stays; the step returns loss and updated parameters.
 // CHECK-LABEL: func.func @m(
 // CHECK-LABEL: func.func @train_step(
-// CHECK-SAME: -> (tensor<f32>, tensor<4x4xf32>, tensor<4xf32>, tensor<4x4xf32>) attributes {plan.train_step}
+// CHECK-SAME: -> (tensor<f32> {plan.result = "loss"}, tensor<f32> {plan.result = "grad_sumsq"}, tensor<4x4xf32>, tensor<4xf32>, tensor<4x4xf32>) attributes {plan.train_step}
 // CHECK: %[[MM:.*]] = plan.matmul %arg0, %arg2
 // CHECK: %[[BA:.*]] = plan.bias_add %[[MM]], %arg3
 // CHECK: %[[G:.*]] = plan.gelu %[[BA]]
@@ -39,10 +39,16 @@ func.func @m(%x: tensor<8x4xf32> {plan.kind = "input", plan.name = "x"},
 // No gradient for the input x, only for w.
 // CHECK-NOT: plan.matmul %[[DBA]], %arg2
 // CHECK: %[[DW:.*]] = plan.matmul %arg0, %[[DBA]] {transpose_lhs}
+// The global gradient norm: one sum of squares per gradient, added up.
+// CHECK: %[[SW:.*]] = plan.sumsq %[[DW]]
+// CHECK: %[[SB:.*]] = plan.sumsq %[[DB]]
+// CHECK: %[[S1:.*]] = plan.add %[[SW]], %[[SB]]
+// CHECK: %[[SV:.*]] = plan.sumsq %[[DV]]
+// CHECK: %[[SUMSQ:.*]] = plan.add %[[S1]], %[[SV]]
 // CHECK: %[[W:.*]] = plan.sgd_update %arg2, %[[DW]] {lr = 5.000000e-02 : f32}
 // CHECK: %[[B:.*]] = plan.sgd_update %arg3, %[[DB]]
 // CHECK: %[[V:.*]] = plan.sgd_update %arg4, %[[DV]]
-// CHECK: return %[[LOSS]], %[[W]], %[[B]], %[[V]]
+// CHECK: return %[[LOSS]], %[[SUMSQ]], %[[W]], %[[B]], %[[V]]
 
 // -----
 
@@ -76,7 +82,7 @@ func.func @m(%x: tensor<8x4xf32> {plan.kind = "input", plan.name = "x"},
              %w: tensor<4x4xf32> {plan.kind = "param", plan.name = "w"}) -> tensor<f32> attributes {plan.model} {
   %0 = plan.matmul %x, %w : tensor<8x4xf32>, tensor<4x4xf32> -> tensor<8x4xf32>
   %1 = plan.mse_loss %0, %0 : tensor<8x4xf32> -> tensor<f32>
-  // expected-error @below {{planc cannot differentiate the loss 'plan.add' yet; mse is supported}}
+  // expected-error @below {{planc cannot differentiate the loss 'plan.add' yet; mse and cross_entropy are supported}}
   %2 = plan.add %1, %1 : tensor<f32>
   return %2 : tensor<f32>
 }
@@ -93,3 +99,56 @@ func.func @m(%x: tensor<8x4xf32> {plan.kind = "input", plan.name = "x"},
   // expected-error @below {{the model's result must be a loss used by nothing else}}
   return %1 : tensor<f32>
 }
+
+// -----
+
+// A transformer-shaped model: 3-D activations, an LM head tied to the
+// embedding, layernorm, attention, cross-entropy; AdamW decays only matrices,
+// and gradients are clipped by their global norm.
+plan.mesh @mesh axes = ["dp"] shape = [1]
+plan.train {data = "synthetic", global_batch = 2 : i64, grad_clip = 1.0 : f64, lr = 1.000000e-03 : f64, optimizer = "adamw", weight_decay = 0.1 : f64, seed = 1 : i64, steps = 3 : i64}
+func.func @gpt(%ids: tensor<2x4xi32> {plan.kind = "input", plan.name = "ids"},
+               %tgt: tensor<2x4xi32> {plan.kind = "label", plan.name = "tgt"},
+               %wte: tensor<16x8xf32> {plan.kind = "param", plan.name = "wte"},
+               %g: tensor<8xf32> {plan.kind = "param", plan.name = "g"},
+               %bb: tensor<8xf32> {plan.kind = "param", plan.name = "b"},
+               %wqkv: tensor<8x24xf32> {plan.kind = "param", plan.name = "wqkv"}) -> tensor<f32> attributes {plan.model} {
+  %x = plan.embedding %ids, %wte : tensor<2x4xi32>, tensor<16x8xf32> -> tensor<2x4x8xf32>
+  %n = plan.layernorm %x, %g, %bb : tensor<2x4x8xf32>, tensor<8xf32>
+  %qkv = plan.matmul %n, %wqkv : tensor<2x4x8xf32>, tensor<8x24xf32> -> tensor<2x4x24xf32>
+  %a = plan.attention %qkv {num_heads = 2 : i64, num_kv_heads = 2 : i64} : tensor<2x4x24xf32> -> tensor<2x4x8xf32>
+  %h = plan.add %x, %a : tensor<2x4x8xf32>
+  %logits = plan.matmul %h, %wte {transpose_rhs} : tensor<2x4x8xf32>, tensor<16x8xf32> -> tensor<2x4x16xf32>
+  %l = plan.cross_entropy %logits, %tgt : tensor<2x4x16xf32>, tensor<2x4xi32> -> tensor<f32>
+  return %l : tensor<f32>
+}
+// CHECK-LABEL: func.func @train_step(
+// CHECK: %[[X:.*]] = plan.embedding
+// CHECK: %[[N:.*]] = plan.layernorm
+// CHECK: %[[QKV:.*]] = plan.matmul
+// CHECK: %[[H:.*]] = plan.add
+// CHECK: %[[LOGITS:.*]] = plan.matmul %[[H]], %arg2 {transpose_rhs}
+// CHECK: %[[DL:.*]] = plan.cross_entropy_grad %[[LOGITS]], %arg1 : tensor<2x4x16xf32>, tensor<2x4xi32>
+// Tied head: dh = dlogits @ wte; d wte (head) = dlogits^T @ h over all rows.
+// CHECK: %[[DH:.*]] = plan.matmul %[[DL]], %arg2 : tensor<2x4x16xf32>, tensor<16x8xf32> -> tensor<2x4x8xf32>
+// CHECK: %[[H2:.*]] = plan.reshape %[[H]] : tensor<2x4x8xf32> -> tensor<8x8xf32>
+// CHECK: %[[DL2:.*]] = plan.reshape %[[DL]] : tensor<2x4x16xf32> -> tensor<8x16xf32>
+// CHECK: %[[DWTE1:.*]] = plan.matmul %[[DL2]], %[[H2]] {transpose_lhs} : tensor<8x16xf32>, tensor<8x8xf32> -> tensor<16x8xf32>
+// CHECK: %[[DQKV:.*]] = plan.attention_grad %[[QKV]], %[[DH]] {num_heads = 2 : i64, num_kv_heads = 2 : i64}
+// CHECK: plan.matmul %[[DQKV]], %arg5 {transpose_rhs}
+// CHECK: %[[LNX:[^,]*]], %{{.*}}, %{{.*}} = plan.layernorm_grad %[[X]], %arg3, %{{.*}} : tensor<2x4x8xf32>, tensor<8xf32>
+// The embedding's gradient is accumulated with the head's.
+// CHECK: %[[DX:.*]] = plan.add %[[DH]], %[[LNX]]
+// CHECK: %[[DWTE2:.*]] = plan.embedding_grad %arg0, %[[DX]] : tensor<2x4xi32>, tensor<2x4x8xf32> -> tensor<16x8xf32>
+// CHECK: %[[DWTE:.*]] = plan.add %[[DWTE1]], %[[DWTE2]]
+// CHECK: %[[SQW:.*]] = plan.sumsq %[[DWTE]]
+// CHECK: plan.sumsq %gamma_grad
+// CHECK: plan.sumsq %beta_grad
+// CHECK: plan.sumsq
+// CHECK: %[[SUMSQ:.*]] = plan.add
+// CHECK-NEXT: %[[CW:.*]] = plan.clip_by_norm %[[DWTE]], %[[SUMSQ]] {max_norm = 1.000000e+00 : f32}
+// CHECK: plan.adamw_update %arg2, %[[CW]] {{{.*}}weight_decay = 1.000000e-01 : f32}
+// 1-D parameters (norm scale and shift) are not decayed.
+// CHECK: plan.adamw_update %arg3, %{{.*}} {{{.*}}weight_decay = 0.000000e+00 : f32}
+// CHECK: plan.adamw_update %arg4, %{{.*}} {{{.*}}weight_decay = 0.000000e+00 : f32}
+// CHECK: plan.adamw_update %arg5, %{{.*}} {{{.*}}weight_decay = 1.000000e-01 : f32}

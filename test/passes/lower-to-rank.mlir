@@ -12,7 +12,7 @@ module {
     %3 = plan.mse_loss %2, %arg1 : tensor<8x2xf32> -> tensor<f32>
     return %3 : tensor<f32>
   }
-  func.func @train_step(%arg0: tensor<8x4xf32> {plan.kind = "input", plan.name = "x", plan.sharding = #plan.sharding<@mesh, [[dp], []]>}, %arg1: tensor<8x2xf32> {plan.kind = "label", plan.name = "y", plan.sharding = #plan.sharding<@mesh, [[dp], []]>}, %arg2: tensor<4x2xf32> {plan.init = #plan.init<normal, 0.000000e+00, 5.000000e-01>, plan.kind = "param", plan.name = "w", plan.sharding = #plan.sharding<@mesh, [[], []]>}, %arg3: tensor<2xf32> {plan.init = #plan.init<zeros>, plan.kind = "param", plan.name = "b", plan.sharding = #plan.sharding<@mesh, [[]]>}) -> (tensor<f32>, tensor<4x2xf32>, tensor<2xf32>) attributes {plan.train_step} {
+  func.func @train_step(%arg0: tensor<8x4xf32> {plan.kind = "input", plan.name = "x", plan.sharding = #plan.sharding<@mesh, [[dp], []]>}, %arg1: tensor<8x2xf32> {plan.kind = "label", plan.name = "y", plan.sharding = #plan.sharding<@mesh, [[dp], []]>}, %arg2: tensor<4x2xf32> {plan.init = #plan.init<normal, 0.000000e+00, 5.000000e-01>, plan.kind = "param", plan.name = "w", plan.sharding = #plan.sharding<@mesh, [[], []]>}, %arg3: tensor<2xf32> {plan.init = #plan.init<zeros>, plan.kind = "param", plan.name = "b", plan.sharding = #plan.sharding<@mesh, [[]]>}) -> (tensor<f32> {plan.result = "loss"}, tensor<f32> {plan.result = "grad_sumsq"}, tensor<4x2xf32>, tensor<2xf32>) attributes {plan.train_step} {
     %0 = plan.matmul %arg0, %arg2 {plan.sharding = #plan.sharding<@mesh, [[dp], []]>} : tensor<8x4xf32>, tensor<4x2xf32> -> tensor<8x2xf32>
     %1 = plan.bias_add %0, %arg3 {plan.sharding = #plan.sharding<@mesh, [[dp], []]>} : tensor<8x2xf32>, tensor<2xf32>
     %2 = plan.relu %1 {plan.sharding = #plan.sharding<@mesh, [[dp], []]>} : tensor<8x2xf32>
@@ -24,9 +24,12 @@ module {
     %8 = plan.all_reduce %7 over ["dp"] {plan.sharding = #plan.sharding<@mesh, [[]]>} : tensor<2xf32>
     %9 = plan.matmul %arg0, %6 {plan.sharding = #plan.sharding<@mesh, [[], []], partial = [dp]>, transpose_lhs} : tensor<8x4xf32>, tensor<8x2xf32> -> tensor<4x2xf32>
     %10 = plan.all_reduce %9 over ["dp"] {plan.sharding = #plan.sharding<@mesh, [[], []]>} : tensor<4x2xf32>
-    %11 = plan.adamw_update %arg2, %10 {beta1 = 0.899999976 : f32, beta2 = 9.990000e-01 : f32, eps = 9.99999993E-9 : f32, lr = 1.000000e-03 : f32, plan.sharding = #plan.sharding<@mesh, [[], []]>, weight_decay = 0.000000e+00 : f32} : tensor<4x2xf32>
-    %12 = plan.adamw_update %arg3, %8 {beta1 = 0.899999976 : f32, beta2 = 9.990000e-01 : f32, eps = 9.99999993E-9 : f32, lr = 1.000000e-03 : f32, plan.sharding = #plan.sharding<@mesh, [[]]>, weight_decay = 0.000000e+00 : f32} : tensor<2xf32>
-    return %4, %11, %12 : tensor<f32>, tensor<4x2xf32>, tensor<2xf32>
+    %11 = plan.sumsq %10 {plan.sharding = #plan.sharding<@mesh, []>} : tensor<4x2xf32> -> tensor<f32>
+    %12 = plan.sumsq %8 {plan.sharding = #plan.sharding<@mesh, []>} : tensor<2xf32> -> tensor<f32>
+    %13 = plan.add %11, %12 {plan.sharding = #plan.sharding<@mesh, []>} : tensor<f32>
+    %14 = plan.adamw_update %arg2, %10 {beta1 = 0.899999976 : f32, beta2 = 9.990000e-01 : f32, eps = 9.99999993E-9 : f32, lr = 1.000000e-03 : f32, plan.sharding = #plan.sharding<@mesh, [[], []]>, weight_decay = 0.000000e+00 : f32} : tensor<4x2xf32>
+    %15 = plan.adamw_update %arg3, %8 {beta1 = 0.899999976 : f32, beta2 = 9.990000e-01 : f32, eps = 9.99999993E-9 : f32, lr = 1.000000e-03 : f32, plan.sharding = #plan.sharding<@mesh, [[]]>, weight_decay = 0.000000e+00 : f32} : tensor<2xf32>
+    return %4, %13, %14, %15 : tensor<f32>, tensor<f32>, tensor<4x2xf32>, tensor<2xf32>
   }
 }
 
@@ -51,6 +54,7 @@ module {
 // CHECK: rank.adamw_update %[[W]], %[[GW]] {{{.*}}param_index = 0 : i64
 // CHECK: rank.adamw_update {{.*}}param_index = 1 : i64
 // CHECK: rank.report_loss %[[LOSS]] : memref<f32>
+// CHECK-NEXT: rank.report_grad_norm %{{.*}} : memref<f32>
 // CHECK-NEXT: return
 
 // -----
