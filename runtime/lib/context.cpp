@@ -4,6 +4,7 @@
 
 #include <mpi.h>
 
+#include <cmath>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
@@ -171,6 +172,52 @@ void set_training(Context *ctx, int64_t steps, int64_t seed,
   ctx->seed = seed;
   ctx->global_batch = global_batch;
   ctx->data_kind = data_kind;
+}
+
+void set_input_dtype(Context *ctx, int64_t input_index, int64_t dtype) {
+  check_ctx(ctx, "set_input_dtype");
+  if (ctx->started)
+    fatal("set_input_dtype: called after the program started");
+  if (input_index < 0 || input_index >= (int64_t)ctx->inputs.size())
+    fatal("set_input_dtype: input index %lld out of range (%zu inputs "
+          "declared)",
+          (long long)input_index, ctx->inputs.size());
+  InputDesc &in = ctx->inputs[input_index];
+  if (dtype != F32 && dtype != I32)
+    fatal("set_input_dtype '%s': unknown dtype %lld (0 = f32, 1 = i32)",
+          in.name.c_str(), (long long)dtype);
+  in.t.dtype = (int)dtype;
+}
+
+void set_data_path(Context *ctx, const char *pattern) {
+  check_ctx(ctx, "set_data_path");
+  if (ctx->started)
+    fatal("set_data_path: called after the program started");
+  if (!pattern || !*pattern)
+    fatal("set_data_path: empty pattern");
+  ctx->data_path = pattern;
+  ctx->data_path_set = true;
+}
+
+void set_lr_schedule(Context *ctx, int64_t kind, int64_t warmup_steps,
+                     float min_lr, int64_t decay_steps) {
+  check_ctx(ctx, "set_lr_schedule");
+  if (kind != LrConstant && kind != LrCosine)
+    fatal("set_lr_schedule: unknown kind %lld (0 = constant, 1 = cosine)",
+          (long long)kind);
+  if (warmup_steps < 0)
+    fatal("set_lr_schedule: warmup steps must be >= 0, got %lld",
+          (long long)warmup_steps);
+  if (decay_steps < 0)
+    fatal("set_lr_schedule: decay steps must be >= 0, got %lld",
+          (long long)decay_steps);
+  if (!std::isfinite(min_lr))
+    fatal("set_lr_schedule: min_lr must be finite, got %g", (double)min_lr);
+  ctx->lr_schedule_set = true;
+  ctx->lr_kind = kind;
+  ctx->lr_warmup = warmup_steps;
+  ctx->lr_min = min_lr;
+  ctx->lr_decay = decay_steps;
 }
 
 void shard_param(Context *ctx, int64_t param_index, int64_t dim,

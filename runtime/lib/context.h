@@ -8,6 +8,7 @@
 #ifndef PLANRT_LIB_CONTEXT_H
 #define PLANRT_LIB_CONTEXT_H
 
+#include "planrt/internal.h"
 #include "planrt/planrt.h"
 
 #include <cstddef>
@@ -48,6 +49,19 @@ struct Context {
   std::deque<ParamDesc> params;
   std::deque<InputDesc> inputs;
   int64_t steps = 1, seed = 0, global_batch = 0, data_kind = 0;
+  std::string data_path; // set_data_path (data_kind 1)
+  bool data_path_set = false;
+  internal::TokenShards tokens; // data_kind 1, opened before start
+  bool tokens_open = false;
+  std::vector<int32_t> token_inputs, token_labels; // host staging
+
+  // Learning-rate schedule (set_lr_schedule).
+  bool lr_schedule_set = false;
+  int64_t lr_kind = LrConstant, lr_warmup = 0, lr_decay = 0;
+  float lr_min = 0.0f;
+  int64_t run_steps = 0; // steps of the current run (default decay_steps)
+  float last_lr = 0.0f;  // scheduled lr of the step's first update
+  bool lr_reported = false;
 
   bool use_mpi = false;
   int rank = 0, world = 1;
@@ -87,6 +101,12 @@ void arena_reset(Context *ctx);
 void arena_free_all(Context *ctx);
 /// Generates this rank's rows of the data_kind 0 input/label for `step`.
 void fill_synthetic(Context *ctx, int64_t step);
+/// Reads this rank's rows of the data_kind 1 input/label for `step` (fatal on
+/// a read error: the files were checked before the run).
+void fill_tokens(Context *ctx, int64_t step);
+/// Scheduled lr for an optimizer update with base lr `base`; records the
+/// first one of the step for the step line.
+float step_lr(Context *ctx, float base);
 /// Ranks in the group of `axis_mask`, and this rank's group color.
 int64_t group_size(const Context *ctx, int64_t axis_mask);
 int64_t group_color(const Context *ctx, int64_t axis_mask);

@@ -5,6 +5,7 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -51,10 +52,13 @@ void validate(Context *ctx) {
             in.name.c_str(), (long long)in.batch_axis, (long long)naxes);
   if (ctx->inputs.empty())
     return; // nothing to generate (tests, or programs without data)
-  if (ctx->data_kind != 0)
-    fatal("unsupported data_kind %lld (only 0 = synthetic regression is "
-          "implemented)",
+  if (ctx->data_kind != DataSynthetic && ctx->data_kind != DataTokenShards)
+    fatal("unsupported data_kind %lld (0 = synthetic regression and 1 = "
+          "token shards are implemented)",
           (long long)ctx->data_kind);
+  const char *kind = ctx->data_kind == DataSynthetic
+                         ? "data_kind 0 (synthetic regression)"
+                         : "data_kind 1 (token shards)";
   const InputDesc *x = nullptr, *y = nullptr;
   int nx = 0, ny = 0;
   for (auto &in : ctx->inputs) {
@@ -67,18 +71,29 @@ void validate(Context *ctx) {
     }
   }
   if (nx != 1 || ny != 1)
-    fatal("data_kind 0 (synthetic regression) needs exactly one input and "
-          "one label, got %d input(s) and %d label(s)",
-          nx, ny);
+    fatal("%s needs exactly one input and one label, got %d input(s) and %d "
+          "label(s)",
+          kind, nx, ny);
   if (x->t.ndim != 2 || y->t.ndim != 2)
-    fatal("data_kind 0 needs a 2-D input and a 2-D label, got input '%s' %s "
-          "and label '%s' %s",
-          x->name.c_str(), shape_str(&x->t).c_str(), y->name.c_str(),
+    fatal("%s needs a 2-D input and a 2-D label, got input '%s' %s and label "
+          "'%s' %s",
+          kind, x->name.c_str(), shape_str(&x->t).c_str(), y->name.c_str(),
           shape_str(&y->t).c_str());
   if (x->t.shape[0] != y->t.shape[0] || x->batch_axis != y->batch_axis)
-    fatal("data_kind 0: input '%s' %s and label '%s' %s must have the same "
-          "rows and batch axis",
-          x->name.c_str(), shape_str(&x->t).c_str(), y->name.c_str(),
+    fatal("%s: input '%s' %s and label '%s' %s must have the same rows and "
+          "batch axis",
+          kind, x->name.c_str(), shape_str(&x->t).c_str(), y->name.c_str(),
+          shape_str(&y->t).c_str());
+  int want = ctx->data_kind == DataSynthetic ? F32 : I32;
+  for (const InputDesc *in : {x, y})
+    if (in->t.dtype != want)
+      fatal("%s needs %s inputs and labels; '%s' is %s (see set_input_dtype)",
+            kind, want == F32 ? "f32" : "i32", in->name.c_str(),
+            in->t.dtype == F32 ? "f32" : "i32");
+  if (ctx->data_kind == DataTokenShards && x->t.shape[1] != y->t.shape[1])
+    fatal("%s: input '%s' %s and label '%s' %s must have the same shape "
+          "[rows, sequence]",
+          kind, x->name.c_str(), shape_str(&x->t).c_str(), y->name.c_str(),
           shape_str(&y->t).c_str());
   int64_t global_rows =
       x->t.shape[0] * (x->batch_axis >= 0 ? ctx->axis_sizes[x->batch_axis] : 1);
@@ -87,6 +102,20 @@ void validate(Context *ctx) {
           "ranks on its batch axis",
           (long long)ctx->global_batch, x->name.c_str(),
           (long long)x->t.shape[0], (long long)(global_rows / x->t.shape[0]));
+}
+
+/// Tokens of the global batch: global rows x the other dims of the first I32
+/// input (0 if there is none).
+int64_t global_batch_tokens(const Context *ctx) {
+  for (auto &in : ctx->inputs) {
+    if (in.t.dtype != I32)
+      continue;
+    int64_t n = in.t.numel();
+    if (in.batch_axis >= 0 && in.batch_axis < (int64_t)ctx->axis_sizes.size())
+      n *= ctx->axis_sizes[in.batch_axis];
+    return n;
+  }
+  return 0;
 }
 
 void allocate_tensor(Context *ctx, Tensor *t) {
@@ -139,6 +168,15 @@ void report_grad_norm(Context *ctx, const Tensor *sumsq) {
   ctx->grad_norm_reported = true;
 }
 
+float step_lr(Context *ctx, float base) {
+  float lr = internal::scheduled_lr(ctx, base);
+  if (!ctx->lr_reported) {
+    ctx->last_lr = lr;
+    ctx->lr_reported = true;
+  }
+  return lr;
+}
+
 namespace internal {
 
 Context *create_context(const char *program_name, bool use_mpi) {
@@ -189,6 +227,13 @@ void start(Context *ctx) {
     ctx->coords[i] = r % ctx->axis_sizes[i];
     r /= ctx->axis_sizes[i];
   }
+  if (ctx->data_kind == DataTokenShards && !ctx->inputs.empty() &&
+      !ctx->tokens_open) {
+    // planrt::run opened them before any collective; tests come here.
+    std::string error = open_training_data(ctx);
+    if (!error.empty())
+      fatal("%s", error.c_str());
+  }
   backend::init(ctx);
   ctx->started = true;
   std::vector<float> host;
@@ -221,7 +266,15 @@ void begin_step(Context *ctx, int64_t step) {
   ctx->last_loss = std::numeric_limits<float>::quiet_NaN();
   ctx->grad_norm_reported = false;
   ctx->last_grad_norm = std::numeric_limits<float>::quiet_NaN();
-  if (!ctx->inputs.empty())
+  ctx->lr_reported = false;
+  ctx->last_lr = std::numeric_limits<float>::quiet_NaN();
+  if (ctx->run_steps <= 0)
+    ctx->run_steps = ctx->steps;
+  if (ctx->inputs.empty())
+    return;
+  if (ctx->data_kind == DataTokenShards)
+    fill_tokens(ctx, step);
+  else
     fill_synthetic(ctx, step);
 }
 
@@ -237,13 +290,43 @@ std::string step_line(const Context *ctx, int64_t step, int64_t steps,
   if (ctx->grad_norm_reported)
     n += std::snprintf(buf + n, sizeof(buf) - n, " | grad norm %.4e",
                        (double)ctx->last_grad_norm);
-  std::snprintf(buf + n, sizeof(buf) - n, " | %.2f ms", ms);
+  n += std::snprintf(buf + n, sizeof(buf) - n, " | %.2f ms", ms);
+  int64_t tokens = global_batch_tokens(ctx);
+  if (tokens > 0 || ctx->lr_schedule_set)
+    n += std::snprintf(buf + n, sizeof(buf) - n, " | lr %.3e",
+                       (double)ctx->last_lr);
+  if (tokens > 0)
+    std::snprintf(buf + n, sizeof(buf) - n, " | %.0f tok/s",
+                  ms > 0 ? (double)tokens / (ms * 1e-3) : 0.0);
   return buf;
+}
+
+double scheduled_lr(int64_t kind, int64_t warmup_steps, double min_lr,
+                    int64_t decay_steps, int64_t run_steps, double base,
+                    int64_t step) {
+  if (warmup_steps > 0 && step <= warmup_steps)
+    return base * (double)step / (double)warmup_steps;
+  if (kind != LrCosine)
+    return base;
+  int64_t decay = decay_steps > 0 ? decay_steps : run_steps;
+  double p = (double)(step - warmup_steps) /
+             (double)std::max<int64_t>(1, decay - warmup_steps);
+  p = std::min(1.0, std::max(0.0, p));
+  return min_lr + 0.5 * (1.0 + std::cos(M_PI * p)) * (base - min_lr);
+}
+
+float scheduled_lr(const Context *ctx, float base) {
+  if (!ctx->lr_schedule_set)
+    return base;
+  return (float)scheduled_lr(
+      ctx->lr_kind, ctx->lr_warmup, ctx->lr_min, ctx->lr_decay,
+      ctx->run_steps > 0 ? ctx->run_steps : ctx->steps, base, ctx->step);
 }
 
 std::vector<float> train(Context *ctx, void (*step)(Context *), int64_t steps,
                          bool quiet) {
   std::vector<float> losses;
+  ctx->run_steps = steps; // the default decay_steps of the lr schedule
   for (int64_t s = 1; s <= steps; ++s) {
     begin_step(ctx, s);
     backend::synchronize(ctx);
@@ -454,6 +537,19 @@ int run(int argc, char **argv, const char *program_name,
     delete ctx;
     MPI_Finalize();
     return 1;
+  }
+
+  // Training data files, checked by every rank before any collective.
+  if (!ctx->inputs.empty() && ctx->data_kind == DataTokenShards) {
+    validate(ctx); // the description first (fatal: a code generator bug)
+    std::string data_error = internal::open_training_data(ctx);
+    if (!data_error.empty()) {
+      std::fprintf(stderr, "planrt: error: %s\n", data_error.c_str());
+      std::fflush(stderr);
+      delete ctx;
+      MPI_Finalize();
+      return 1;
+    }
   }
 
   internal::start(ctx);

@@ -38,7 +38,9 @@ float reported_loss(const Context *ctx);
 /// Gradient norm given to report_grad_norm during the current step (NaN if
 /// none).
 float reported_grad_norm(const Context *ctx);
-/// The line printed for a step: "step S/N | loss L[ | grad norm G] | T ms".
+/// The line printed for a step:
+/// "step S/N | loss L[ | grad norm G] | T ms[ | lr R[ | K tok/s]]"
+/// (see report_grad_norm in planrt.h).
 std::string step_line(const Context *ctx, int64_t step, int64_t steps,
                       double ms);
 /// Copies a tensor to host memory.
@@ -62,6 +64,50 @@ void synthetic_inputs(int64_t seed, int64_t step, int64_t input_index,
 /// Teacher labels y[rows][out_cols] for input rows x[rows][in_cols].
 void synthetic_labels(int64_t seed, const float *x, int64_t rows,
                       int64_t in_cols, int64_t out_cols, float *y);
+
+/// Learning rate at `step` (from 1) for base lr `base` under a schedule
+/// (see set_lr_schedule); `decay_steps` 0 means `run_steps`.
+double scheduled_lr(int64_t kind, int64_t warmup_steps, double min_lr,
+                    int64_t decay_steps, int64_t run_steps, double base,
+                    int64_t step);
+/// The same with the Context's schedule and current step.
+float scheduled_lr(const Context *ctx, float base);
+
+/// Token shards (data_kind 1). Errors are returned as a message
+/// "<file or pattern>: <what>; <how to fix>" (empty on success); planrt::run
+/// prints it as "planrt: error: <message>" on every rank.
+struct TokenShard {
+  std::string path;
+  int64_t first = 0;  // index of its first token in the stream
+  int64_t tokens = 0; // tokens claimed by (and present in) the file
+};
+struct TokenShards {
+  std::string pattern;
+  std::vector<TokenShard> files; // sorted by name
+  int64_t total = 0;             // tokens in the stream
+};
+constexpr int32_t kShardMagic = 20240520;
+constexpr int32_t kShardVersion = 1;
+constexpr int64_t kShardHeaderInts = 256;
+/// Checks one shard file's header and size; sets `tokens`.
+std::string check_token_shard(const std::string &path, int64_t &tokens);
+/// Globs `pattern` (sorted by name) and checks every file.
+std::string open_token_shards(const std::string &pattern, TokenShards &out);
+/// stream[start, start + count) as int32.
+std::string read_tokens(const TokenShards &shards, int64_t start, int64_t count,
+                        int32_t *out);
+/// Position in the stream of global row 0 at `step` (from 1).
+int64_t token_step_position(int64_t total, int64_t global_batch, int64_t seq,
+                            int64_t step);
+/// Rows [row0, row0 + rows) of the batch of `step`: inputs and labels
+/// [rows][seq]. Reads rows * seq + 1 tokens (the windows of these rows).
+std::string token_batch(const TokenShards &shards, int64_t step,
+                        int64_t global_batch, int64_t seq, int64_t row0,
+                        int64_t rows, int32_t *inputs, int32_t *labels);
+/// What run checks before any collective for data_kind 1: the data path is
+/// set, the shards are valid and hold at least global_batch * S + 1 tokens.
+/// Opens the shards into the Context. Empty for other data kinds.
+std::string open_training_data(Context *ctx);
 
 /// Safetensors serialization of named fp32 tensors (shapes as dims lists).
 struct NamedTensor {

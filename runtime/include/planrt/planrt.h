@@ -76,12 +76,57 @@ void declare_input(Context *ctx, const char *name, int64_t role, int64_t ndim,
                    int64_t d0, int64_t d1, int64_t d2, int64_t d3,
                    int64_t batch_axis);
 
-/// Training loop settings. `data_kind` 0 = synthetic regression: each input
-/// element is uniform in [-1, 1) from (seed, step, global row, column); each
-/// label row is a fixed nonlinear "teacher" function of its input row (the
-/// teacher depends only on the seed), so the data is the same for any plan.
+/// Sets the element type of per-step input `input_index` (a DType: 0 = F32,
+/// the default; 1 = I32, token ids). Call it right after declare_input.
+void set_input_dtype(Context *ctx, int64_t input_index, int64_t dtype);
+
+/// Kinds of training data (values of `data_kind`).
+enum DataKind : int { DataSynthetic = 0, DataTokenShards = 1 };
+
+/// Training loop settings. `data_kind`:
+///  0 = synthetic regression: each input element is uniform in [-1, 1) from
+///      (seed, step, global row, column); each label row is a fixed nonlinear
+///      "teacher" function of its input row (the teacher depends only on the
+///      seed), so the data is the same for any plan. Inputs must be F32.
+///  1 = token shards (see set_data_path): exactly one input and one label,
+///      both I32 with the same local shape [rows, S] and the same batch axis.
+///      The token stream is the concatenation of the shard files in sorted
+///      name order. At step s (from 1) global row g of the batch takes the
+///      window w = stream[pos + g*S, pos + g*S + S + 1): input row = w[0, S),
+///      label row = w[1, S + 1). pos = ((s - 1) mod E) * global_batch * S,
+///      where E = floor((tokens - 1) / (global_batch * S)) is the number of
+///      steps in an epoch: pos advances by global_batch * S per step and
+///      wraps to 0 when fewer than global_batch * S + 1 tokens remain. Each
+///      rank reads only the windows of its own rows, so the data is the same
+///      for any split of the batch.
 void set_training(Context *ctx, int64_t steps, int64_t seed,
                   int64_t global_batch, int64_t data_kind);
+
+/// For data_kind 1: a glob pattern (relative to the current directory) of
+/// the token shard files. A shard is a header of 256 little-endian int32
+/// (header[0] = 20240520, header[1] = 1 (version), header[2] = number of
+/// tokens) followed by that many little-endian uint16 tokens (the format of
+/// llm.c; tools/plan-tokenize writes it). planrt::run checks every matching
+/// file before any collective; on a problem every rank prints
+/// "planrt: error: <file or pattern>: <what>; <how to fix>" and run returns 1.
+void set_data_path(Context *ctx, const char *pattern);
+
+/// Learning-rate schedule (values of `kind`).
+enum LrScheduleKind : int { LrConstant = 0, LrCosine = 1 };
+
+/// Sets the schedule applied to the `lr` attribute of sgd_update and
+/// adamw_update (that attribute is the BASE lr L). At step s (from 1), with
+/// W = warmup_steps and D = decay_steps (0 = the number of steps of the run,
+/// i.e. --steps when given):
+///   s <= W:          lr = L * s / W                  (linear warmup, W > 0)
+///   otherwise, kind 0 (constant):  lr = L
+///              kind 1 (cosine):    p  = min(1, (s - W) / max(1, D - W))
+///                                  lr = min_lr + 0.5 * (1 + cos(pi * p))
+///                                              * (L - min_lr)
+/// so the cosine schedule reaches min_lr at step D and stays there. Without a
+/// call the lr is constant (L at every step).
+void set_lr_schedule(Context *ctx, int64_t kind, int64_t warmup_steps,
+                     float min_lr, int64_t decay_steps);
 
 /// Addition to the original API (optional; for tensor-parallel plans):
 /// declares that dimension `dim` of parameter `param_index` is split over
@@ -218,6 +263,15 @@ void clip_by_global_norm(Context *ctx, Tensor *g, const Tensor *sumsq,
                          float max_norm);
 /// Records sqrt(sumsq) (rank-0 tensor, already reduced) for the step line,
 /// which then reads "step S/N | loss L | grad norm G | T ms".
+///
+/// The full step line (rank 0, one per step) is
+///   step S/N | loss L[ | grad norm G] | T ms[ | lr R[ | K tok/s]]
+/// "grad norm" appears when report_grad_norm was called in the step. When the
+/// program has an I32 input, "| lr R | K tok/s" is appended: R is the
+/// scheduled lr of the step's first sgd_update/adamw_update call, K the
+/// tokens of the global batch (global rows x the other dims of the first I32
+/// input) per second of step wall time. Without I32 inputs, "| lr R" is
+/// appended only when set_lr_schedule was called.
 void report_grad_norm(Context *ctx, const Tensor *sumsq);
 
 //===--- Entry point: called from the generated main() --------------------===//

@@ -183,6 +183,66 @@ TEST(ShardedParams, InitAndSaveUseGlobalIndices) {
   internal::destroy_context(ctx);
 }
 
+TEST(TokenShards, EachRankReadsItsRowsOfTheGlobalBatch) {
+  // Rank 0 writes one shard of 50 tokens (token i = 3 i + 1); both ranks
+  // train over dp = 2 with 2 local rows of 4 tokens (global batch 4, 16
+  // tokens per step, 3 steps per epoch) and compare with a 1-rank read.
+  char tmpl[] = "/tmp/planrt_mpi_tokens_XXXXXX";
+  std::string dir;
+  if (world_rank() == 0)
+    dir = mkdtemp(tmpl);
+  char buf[64] = {};
+  std::snprintf(buf, sizeof(buf), "%s", dir.c_str());
+  MPI_Bcast(buf, sizeof(buf), MPI_CHAR, 0, MPI_COMM_WORLD);
+  dir = buf;
+  std::string path = dir + "/shard.bin";
+  if (world_rank() == 0) {
+    std::vector<unsigned char> b(1024 + 100, 0);
+    int32_t h[3] = {20240520, 1, 50};
+    std::memcpy(b.data(), h, sizeof(h)); // little-endian host
+    for (int i = 0; i < 50; ++i)
+      b[1024 + 2 * i] = (unsigned char)(3 * i + 1);
+    std::ofstream(path, std::ios::binary)
+        .write((const char *)b.data(), (std::streamsize)b.size());
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+
+  Context *ctx = internal::create_context("tokens", true);
+  declare_mesh_axis(ctx, "dp", 2);
+  declare_input(ctx, "x", RoleInput, 2, 2, 4, 1, 1, 0);
+  set_input_dtype(ctx, 0, I32);
+  declare_input(ctx, "y", RoleLabel, 2, 2, 4, 1, 1, 0);
+  set_input_dtype(ctx, 1, I32);
+  set_training(ctx, 4, 1, 4, DataTokenShards);
+  set_data_path(ctx, path.c_str());
+  ASSERT_EQ(internal::open_training_data(ctx), "");
+  internal::start(ctx);
+  internal::TokenShards shards;
+  ASSERT_EQ(internal::open_token_shards(path, shards), "");
+  for (int64_t step = 1; step <= 4; ++step) {
+    internal::begin_step(ctx, step);
+    std::vector<int32_t> x(16), y(16);
+    ASSERT_EQ(
+        internal::token_batch(shards, step, 4, 4, 0, 4, x.data(), y.data()),
+        "");
+    auto gx = internal::to_host_ids(ctx, input(ctx, 0));
+    auto gy = internal::to_host_ids(ctx, input(ctx, 1));
+    int r = world_rank();
+    EXPECT_EQ(gx,
+              std::vector<int32_t>(x.begin() + 8 * r, x.begin() + 8 * r + 8));
+    EXPECT_EQ(gy,
+              std::vector<int32_t>(y.begin() + 8 * r, y.begin() + 8 * r + 8));
+    int64_t pos = ((step - 1) % 3) * 16 + 8 * r;
+    EXPECT_EQ(gx[0], 3 * pos + 1) << step;
+  }
+  internal::destroy_context(ctx);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (world_rank() == 0) {
+    std::remove(path.c_str());
+    rmdir(dir.c_str());
+  }
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
