@@ -1122,8 +1122,8 @@ static void addLeadingAxes(Layout &out, ShardingAttr s) {
 FailureOr<ShardingAttr>
 EmbeddingGradOp::inferResultSharding(ArrayRef<ShardingAttr> operands) {
   ShardingAttr ids = operands[0], g = operands[1];
-  if (ids.getDims() != ArrayAttr::get(getContext(),
-                                      g.getDims().getValue().drop_back()))
+  if (ids.getDims() !=
+      ArrayAttr::get(getContext(), g.getDims().getValue().drop_back()))
     return emitOpError() << "ids " << ids << " and gradient " << g
                          << " must be split alike";
   Layout out(2);
@@ -1138,8 +1138,8 @@ bool EmbeddingGradOp::acceptsPartialOperands(ArrayRef<ShardingAttr> ops) {
 
 LogicalResult PosEmbeddingGradOp::verify() {
   auto g = getGrad().getType(), r = getResult().getType();
-  if (g.getRank() != 3 || r.getRank() != 2 || r.getDimSize(1) != g.getDimSize(2) ||
-      r.getDimSize(0) < g.getDimSize(1))
+  if (g.getRank() != 3 || r.getRank() != 2 ||
+      r.getDimSize(1) != g.getDimSize(2) || r.getDimSize(0) < g.getDimSize(1))
     return emitOpError() << "expects a [B, S, D] gradient and a [T, D] "
                             "result with T >= S, got "
                          << g << " and " << r;
@@ -1171,8 +1171,8 @@ normGradRule(Operation *op, ArrayRef<ShardingAttr> operands, unsigned n) {
       failed(requireReplicated(op, operands[1], "the scale")))
     return failure();
   if (x.getDims() != g.getDims())
-    return op->emitOpError() << "input " << x << " and gradient " << g
-                             << " must be split alike";
+    return op->emitOpError()
+           << "input " << x << " and gradient " << g << " must be split alike";
   Layout param(1);
   addLeadingAxes(param, x);
   FailureOr<ShardingAttr> p = param.build(op, operands, x.getMesh());

@@ -352,6 +352,21 @@ def Rank_ReportGradNormOp : Rank_CallOp<"report_grad_norm"> {
   let assemblyFormat = "$sumsq attr-dict `:` type($sumsq)";
 }
 
+//===--- Observation ----------------------------------------------------------===//
+
+def Rank_ObserveOp : Rank_Op<"observe"> {
+  let summary = "Lets the runtime snapshot a buffer under a name";
+  let description = [{
+    A no-op unless the program was asked to record the current step
+    (`--dump-step0`): then the buffer's contents at this point are copied and
+    later written under `name` (e.g. `logits`, `grad/<param>`), for checking
+    a run against an independent implementation.
+  }];
+  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead]>:$buffer,
+                       StrAttr:$name);
+  let assemblyFormat = "$buffer `as` $name attr-dict `:` type($buffer)";
+}
+
 //===--- Views ----------------------------------------------------------------===//
 
 def Rank_ViewOp : Rank_Op<"view", [Pure]> {

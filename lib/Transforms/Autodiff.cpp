@@ -168,10 +168,10 @@ static LogicalResult backprop(Operation *op, Value dy, OpBuilder &b,
       })
       .Case<EmbeddingOp>([&](EmbeddingOp e) {
         if (needs(e.getTable()))
-          adj.add(loc, e.getTable(),
-                  gen(EmbeddingGradOp(), e.getTable().getType(),
-                      {e.getIds(), dy})
-                      ->getResult(0));
+          adj.add(
+              loc, e.getTable(),
+              gen(EmbeddingGradOp(), e.getTable().getType(), {e.getIds(), dy})
+                  ->getResult(0));
         return success();
       })
       .Case<PosEmbeddingOp>([&](PosEmbeddingOp p) {
@@ -194,8 +194,8 @@ static LogicalResult backprop(Operation *op, Value dy, OpBuilder &b,
         return success();
       })
       .Case<RmsNormOp>([&](RmsNormOp rn) {
-        auto g = RmsNormGradOp::create(b, loc, rn.getInput(), rn.getGamma(),
-                                       dy, rn.getEpsAttr());
+        auto g = RmsNormGradOp::create(b, loc, rn.getInput(), rn.getGamma(), dy,
+                                       rn.getEpsAttr());
         if (needs(rn.getInput()))
           adj.add(loc, rn.getInput(), g.getInputGrad());
         if (needs(rn.getGamma()))
@@ -229,8 +229,7 @@ static LogicalResult backprop(Operation *op, Value dy, OpBuilder &b,
       .Case<ReshapeOp>([&](ReshapeOp r) {
         if (needs(r.getInput()))
           adj.add(loc, r.getInput(),
-                  gen(ReshapeOp(), r.getInput().getType(), {dy})
-                      ->getResult(0));
+                  gen(ReshapeOp(), r.getInput().getType(), {dy})->getResult(0));
         return success();
       })
       .Case<ShardingConstraintOp>([&](ShardingConstraintOp c) {
@@ -342,10 +341,9 @@ void AutodiffPass::runOnOperation() {
             isa<MseLossOp>(lossOp)
                 ? Value(MseLossGradOp::create(b, lossOp->getLoc(),
                                               pred.getType(), pred, target))
-                : CrossEntropyGradOp::create(b, lossOp->getLoc(),
-                                             TypeRange(pred.getType()),
-                                             ValueRange{pred, target},
-                                             ArrayRef<NamedAttribute>())
+                : CrossEntropyGradOp::create(
+                      b, lossOp->getLoc(), TypeRange(pred.getType()),
+                      ValueRange{pred, target}, ArrayRef<NamedAttribute>())
                       ->getResult(0));
   for (Operation *op : llvm::reverse(forward)) {
     if (op == lossOp || op->getNumResults() != 1)
@@ -393,8 +391,7 @@ void AutodiffPass::runOnOperation() {
     if (auto clip = train.getGradClip())
       g = ClipByNormOp::create(b, w.getLoc(), TypeRange(g.getType()),
                                ValueRange{g, sumsq},
-                               {b.getNamedAttr("max_norm",
-                                               toF32(b, *clip))})
+                               {b.getNamedAttr("max_norm", toF32(b, *clip))})
               ->getResult(0);
     Value updated;
     if (train.getOptimizer() == "adamw") {

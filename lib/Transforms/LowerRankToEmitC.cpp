@@ -144,8 +144,7 @@ void LowerRankToEmitCPass::runOnOperation() {
       a.push_back(c.f32(init.getB().convertToDouble()));
       c.call(p.getLoc(), "planrt::declare_param", {}, a);
     }
-    for (auto [index, in] :
-         llvm::enumerate(module.getOps<rk::InputDeclOp>())) {
+    for (auto [index, in] : llvm::enumerate(module.getOps<rk::InputDeclOp>())) {
       SmallVector<Attribute> a{c.str(in.getSymName()),
                                c.i64(in.getRole() == "label" ? 1 : 0)};
       append_range(a, c.shape(in.getType()));
@@ -166,11 +165,11 @@ void LowerRankToEmitCPass::runOnOperation() {
       c.call(train.getLoc(), "planrt::set_data_path", {},
              {c.str(train.getDataPath().value_or(""))});
     if (train.getLrSchedule() == "cosine")
-      c.call(train.getLoc(), "planrt::set_lr_schedule", {},
-             {c.i64(1), c.i64(train.getWarmupSteps()),
-              c.f32(train.getMinLr() ? train.getMinLr()->convertToDouble()
-                                     : 0.0),
-              c.i64(train.getDecaySteps().value_or(0))});
+      c.call(
+          train.getLoc(), "planrt::set_lr_schedule", {},
+          {c.i64(1), c.i64(train.getWarmupSteps()),
+           c.f32(train.getMinLr() ? train.getMinLr()->convertToDouble() : 0.0),
+           c.i64(train.getDecaySteps().value_or(0))});
     ec::ReturnOp::create(b, module.getLoc(), Value());
   }
 
@@ -205,6 +204,8 @@ void LowerRankToEmitCPass::runOnOperation() {
       } else if (auto alloc = dyn_cast<rk::AllocOp>(op)) {
         vals[alloc] = c.call(loc, "planrt::alloc", {}, c.shape(alloc.getType()),
                              tensorType);
+      } else if (auto obs = dyn_cast<rk::ObserveOp>(op)) {
+        c.call(loc, "planrt::observe", operands(&op), {c.str(obs.getName())});
       } else if (auto view = dyn_cast<rk::ViewOp>(op)) {
         vals[view] = c.call(loc, "planrt::view", operands(&op),
                             c.shape(view.getType()), tensorType);

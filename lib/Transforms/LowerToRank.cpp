@@ -139,6 +139,23 @@ void LowerToRankPass::runOnOperation() {
                double(cast<RankedTensorType>(pred.getType()).getNumElements()));
   };
 
+  // Gradients are observed once whole (after their all-reduce) and before
+  // clipping, under the name of the parameter they update.
+  auto observeGrad = [&](Value updatedOrClipped, Value gradBuf, Location loc) {
+    Operation *user = updatedOrClipped.getDefiningOp();
+    while (user && isa<ClipByNormOp>(user) && !user->getUsers().empty())
+      user = *user->getUsers().begin();
+    if (!isa_and_nonnull<SgdUpdateOp, AdamWUpdateOp>(user))
+      return;
+    auto arg = dyn_cast<BlockArgument>(user->getOperand(0));
+    if (!arg)
+      return;
+    auto name =
+        step.getArgAttrOfType<StringAttr>(arg.getArgNumber(), kNameAttr);
+    rk::ObserveOp::create(b, loc, gradBuf,
+                          b.getStringAttr("grad/" + name.getValue()));
+  };
+
   for (Operation &op : step.getBody().front()) {
     Location loc = op.getLoc();
     auto in = [&](unsigned i) { return buf.lookup(op.getOperand(i)); };
@@ -180,6 +197,7 @@ void LowerToRankPass::runOnOperation() {
       continue;
     }
     if (auto clip = dyn_cast<ClipByNormOp>(op)) {
+      observeGrad(clip.getResult(), in(0), loc);
       if (!lastUse(clip.getInput())) {
         clip.emitError() << "the clipped gradient has later uses; not "
                             "supported yet";
@@ -200,6 +218,8 @@ void LowerToRankPass::runOnOperation() {
     // Optimizer updates write the parameter's own buffer.
     if (isa<SgdUpdateOp, AdamWUpdateOp>(op)) {
       Value w = op.getOperand(0);
+      if (!op.getOperand(1).getDefiningOp<ClipByNormOp>())
+        observeGrad(op.getResult(0), in(1), loc);
       if (!paramIndex.count(w)) {
         op.emitError() << "updates a value that is not a parameter";
         return signalPassFailure();
@@ -269,8 +289,7 @@ void LowerToRankPass::runOnOperation() {
               return true;
             })
             .Case<RmsNormOp>([&](RmsNormOp rn) {
-              rk::RmsNormOp::create(b, loc, in(0), in(1), out,
-                                    rn.getEpsAttr());
+              rk::RmsNormOp::create(b, loc, in(0), in(1), out, rn.getEpsAttr());
               return true;
             })
             .Case<RmsNormGradOp>([&](RmsNormGradOp g) {
@@ -327,6 +346,9 @@ void LowerToRankPass::runOnOperation() {
             });
     if (!ok)
       return signalPassFailure();
+    // The loss's prediction is what a reference implementation compares.
+    if (isa<MseLossOp, CrossEntropyOp>(op))
+      rk::ObserveOp::create(b, loc, in(0), b.getStringAttr("logits"));
   }
 
   // The global functions are fully replaced by the per-rank step.

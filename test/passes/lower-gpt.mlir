@@ -33,6 +33,8 @@ func.func @gpt(%ids: tensor<2x4xi32> {plan.kind = "input", plan.name = "ids", pl
 // CHECK: rank.attention {{.*}} {num_heads = 2 : i64, num_kv_heads = 1 : i64} : memref<1x4x16xf32> -> memref<1x4x8xf32>
 // Cross-entropy is scaled by 1 / (global positions) = 1/8.
 // CHECK: rank.cross_entropy {{.*}} {scale = 1.250000e-01 : f32}
+// The prediction is offered to the runtime for checking against references.
+// CHECK-NEXT: rank.observe %{{.*}} as "logits" : memref<1x4x16xf32>
 // CHECK: rank.cross_entropy_grad {{.*}} {scale = 1.250000e-01 : f32}
 // CHECK: rank.view %{{.*}} : memref<1x4x8xf32> -> memref<4x8xf32>
 // CHECK: rank.attention_grad
@@ -42,7 +44,9 @@ func.func @gpt(%ids: tensor<2x4xi32> {plan.kind = "input", plan.name = "ids", pl
 // CHECK: rank.all_reduce %[[GW:.*]] over ["dp"] : memref<16x8xf32>
 // CHECK: rank.fill %[[SQ:.*]] {value = 0.000000e+00 : f32} : memref<f32>
 // CHECK-NEXT: rank.sumsq_accumulate %[[GW]] into %[[SQ]]
-// CHECK: rank.clip_by_global_norm %[[GW]], %{{.*}} {max_norm = 1.000000e+00 : f32}
+// Gradients are observed whole and before clipping.
+// CHECK: rank.observe %[[GW]] as "grad/wte" : memref<16x8xf32>
+// CHECK-NEXT: rank.clip_by_global_norm %[[GW]], %{{.*}} {max_norm = 1.000000e+00 : f32}
 // CHECK: rank.adamw_update
 // CHECK: rank.report_loss
 // CHECK-NEXT: rank.report_grad_norm
