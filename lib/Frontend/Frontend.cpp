@@ -23,6 +23,9 @@ using namespace planc::frontend;
 
 namespace {
 
+/// The largest plan file, imports included, that is read.
+constexpr size_t kMaxBytes = 16u << 20;
+
 /// Reports lexer and parser errors as located MLIR diagnostics.
 class ErrorListener : public antlr4::BaseErrorListener {
 public:
@@ -76,7 +79,6 @@ private:
 /// bytes that are not UTF-8 (ANTLR throws on them) and brackets nested so
 /// deeply that recursive descent would exhaust the stack.
 bool Loader::checkInput(StringRef text, StringRef file) {
-  constexpr size_t kMaxBytes = 16u << 20;
   constexpr int kMaxDepth = 200;
   if (text.size() > kMaxBytes) {
     mlir::emitError(FileLineColLoc::get(ctx, file, 1, 1))
@@ -170,6 +172,23 @@ bool Loader::load(unsigned id, std::vector<std::string> &stack) {
     }
     if (!loaded.insert(real).second)
       continue; // Already read through another import.
+    // Reading a device such as /dev/zero would never end, and a directory
+    // cannot be read: only regular files of a sane size are imported.
+    llvm::sys::fs::file_status st;
+    if (!llvm::sys::fs::status(real, st) &&
+        st.type() != llvm::sys::fs::file_type::regular_file) {
+      mlir::emitError(l) << "cannot import '" << rel
+                         << "': it is not a regular file";
+      ok = false;
+      continue;
+    }
+    if (st.getSize() > kMaxBytes) {
+      mlir::emitError(l) << "cannot import '" << rel << "': the file is "
+                         << st.getSize() << " bytes; plans are limited to "
+                         << kMaxBytes << " bytes";
+      ok = false;
+      continue;
+    }
     auto fileOrErr = llvm::MemoryBuffer::getFile(full, /*IsText=*/true);
     if (!fileOrErr) {
       mlir::emitError(l) << "cannot read '" << rel

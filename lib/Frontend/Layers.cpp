@@ -9,6 +9,8 @@
 
 #include "llvm/ADT/StringExtras.h"
 
+#include <cmath>
+
 using namespace mlir;
 using namespace planc;
 using namespace planc::plan;
@@ -17,6 +19,18 @@ using namespace planc::frontend;
 static ArrayRef<int64_t> shapeOf(Value v) {
   return cast<RankedTensorType>(v.getType()).getShape();
 }
+
+/// A list element as an integer, if it is one that fits in int64_t.
+static std::optional<int64_t> listInt(double x) {
+  if (!(x >= -9.0e18 && x <= 9.0e18) || x != std::trunc(x))
+    return std::nullopt;
+  return int64_t(x);
+}
+
+/// Blocks inlined into one model, counting every call and every repeat
+/// iteration; beyond this a plan is a runaway expansion, not a model
+/// (repeat(1000000000), or blocks that each call the next twice).
+static constexpr int64_t kMaxInstances = 10000;
 
 static RankedTensorType f32Tensor(ArrayRef<int64_t> shape, MLIRContext *ctx) {
   return RankedTensorType::get(shape, Float32Type::get(ctx));
@@ -76,6 +90,11 @@ Val Sema::evalRepeat(PlanParser::RepeatExprContext *rep) {
     return Val::error(l);
   if (!n.isInt() || n.getInt() < 1) {
     error(n.loc) << "the repeat count must be a positive integer";
+    return Val::error(l);
+  }
+  if (n.getInt() > kMaxInstances) {
+    error(n.loc) << "the repeat count is " << n.getInt() << "; at most "
+                 << kMaxInstances << " layers are supported";
     return Val::error(l);
   }
   bool bad = false;
@@ -142,6 +161,14 @@ Val Sema::callBlock(PlanParser::BlockDeclContext *block, Args &args,
   if (callers.size() >= 32) {
     error(callLoc) << "blocks call each other more than 32 deep; is '" << name
                    << "' calling itself?";
+    return Val::error(callLoc);
+  }
+  if (++numInstances > kMaxInstances) {
+    // Reported once; every later call fails quietly.
+    if (numInstances == kMaxInstances + 1)
+      error(callLoc) << "the model inlines more than " << kMaxInstances
+                     << " block instances (calls and repeat iterations); "
+                        "is a block calling another one many times?";
     return Val::error(callLoc);
   }
   // A block sees the top-level constants and its own names only.
@@ -442,7 +469,7 @@ Val Sema::callBuiltin(StringRef fn, Args &args, Location l,
         return out;
       }
       for (double d : pos[1].getList().values)
-        perm.push_back(int64_t(d));
+        perm.push_back(listInt(d).value_or(-1)); // -1: rejected below
     } else {
       if (xs.size() < 2) {
         error(l) << "'transpose' needs at least 2 dimensions";
@@ -483,12 +510,15 @@ Val Sema::callBuiltin(StringRef fn, Args &args, Location l,
     SmallVector<int64_t> shape;
     int64_t n = 1;
     for (double d : pos[1].getList().values) {
-      if (d < 1) {
-        error(pos[1].loc) << "sizes must be positive";
+      std::optional<int64_t> size = listInt(d);
+      if (!size || *size < 1) {
+        error(pos[1].loc) << "sizes must be positive integers";
         return out;
       }
-      shape.push_back(int64_t(d));
-      n *= int64_t(d);
+      shape.push_back(*size);
+      // The product is compared with an element count below 2^48.
+      if (__builtin_mul_overflow(n, *size, &n))
+        n = INT64_MAX;
     }
     auto type = cast<RankedTensorType>(x.getType());
     if (n != type.getNumElements()) {
@@ -580,6 +610,11 @@ Val Sema::callBuiltin(StringRef fn, Args &args, Location l,
         ops.push_back(v);
       else
         return out;
+    if (shapeOf(ops[0]).empty()) {
+      error(pos[0].loc) << "'" << fn << "' normalizes the last dimension, but "
+                        << "its input is a scalar";
+      return out;
+    }
     int64_t d = shapeOf(ops[0]).back();
     for (size_t i = 1; i < ops.size(); ++i)
       if (shapeOf(ops[i]).size() != 1 || shapeOf(ops[i])[0] != d) {
@@ -612,8 +647,12 @@ Val Sema::callBuiltin(StringRef fn, Args &args, Location l,
     double kvHeads = namedNumber("kv_heads", heads);
     if (!leftovers() || !x || !wqkv || !wout)
       return out;
-    if (heads < 1 || kvHeads < 1 || heads != int64_t(heads) ||
-        kvHeads != int64_t(kvHeads)) {
+    // Head counts are compared with a weight's width, so 2^20 is plenty and
+    // keeps (heads + 2 * kv_heads) * head_dim far from overflow.
+    auto isCount = [](double x) {
+      return x >= 1 && x <= double(1 << 20) && x == std::trunc(x);
+    };
+    if (!isCount(heads) || !isCount(kvHeads)) {
       error(l) << "'attention' needs 'heads = <count>' (and optionally "
                   "'kv_heads = <count>' for grouped-query attention)";
       return out;
@@ -726,6 +765,11 @@ Val Sema::callBuiltin(StringRef fn, Args &args, Location l,
     if (!x)
       return out;
     Type t = x.getType();
+    if (fn == "softmax" && shapeOf(x).empty()) {
+      error(pos[0].loc) << "'softmax' normalizes over the last dimension, but "
+                        << "its input is a scalar";
+      return out;
+    }
     out.v = fn == "relu"   ? Value(ReluOp::create(b, l, t, x))
             : fn == "gelu" ? Value(GeluOp::create(b, l, t, x))
             : fn == "silu" ? generic(SiluOp(), t, {x})

@@ -149,7 +149,7 @@ private:
   void readSettings(PlanParser::SettingsSectionContext *sec,
                     llvm::ArrayRef<llvm::StringRef> keys, Settings &out);
   std::optional<int64_t> intSetting(Settings &s, llvm::StringRef key,
-                                    int64_t min);
+                                    int64_t min, int64_t max = INT64_MAX);
   std::optional<double> numberSetting(Settings &s, llvm::StringRef key,
                                       double min, bool inclusive);
   std::optional<std::string>
@@ -229,6 +229,7 @@ private:
   std::string paramPrefix;                      // "block.3." inside repeats
   std::optional<int64_t> layer;                 // repeat iteration, if any
   int64_t numLayers = 0;
+  int64_t numInstances = 0;  // blocks inlined so far (calls and repeats)
   int64_t numParamDecls = 0; // param statements run, including failed ones
   llvm::SmallVector<mlir::DictionaryAttr> argAttrs;
   std::optional<mlir::Value> loss;

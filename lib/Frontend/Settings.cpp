@@ -59,8 +59,8 @@ static std::optional<std::string> rawName(PlanParser::ExprContext *e) {
   return std::nullopt;
 }
 
-std::optional<int64_t> Sema::intSetting(Settings &s, StringRef key,
-                                        int64_t min) {
+std::optional<int64_t> Sema::intSetting(Settings &s, StringRef key, int64_t min,
+                                        int64_t max) {
   auto it = s.find(key);
   if (it == s.end())
     return std::nullopt;
@@ -73,6 +73,11 @@ std::optional<int64_t> Sema::intSetting(Settings &s, StringRef key,
   }
   if (v.getInt() < min) {
     error(v.loc) << "'" << key << "' must be at least " << min << ", got "
+                 << v.getInt();
+    return std::nullopt;
+  }
+  if (v.getInt() > max) {
+    error(v.loc) << "'" << key << "' must be at most " << max << ", got "
                  << v.getInt();
     return std::nullopt;
   }
@@ -124,6 +129,18 @@ std::optional<bool> Sema::boolSetting(Settings &s, StringRef key) {
 // parallel
 //===----------------------------------------------------------------------===//
 
+/// Mesh axes, microbatches, virtual stages and cluster sizes are at most
+/// 2^20 each, so that products of three of them (dp * tp * pp) cannot
+/// overflow.
+static constexpr int64_t kMaxCount = int64_t(1) << 20;
+
+/// A list element as an integer, if it is one that fits in int64_t.
+static std::optional<int64_t> listInt(double x) {
+  if (!(x >= -9.0e18 && x <= 9.0e18) || x != std::trunc(x))
+    return std::nullopt;
+  return int64_t(x);
+}
+
 void Sema::readParallel() {
   if (!parallelSec)
     return;
@@ -135,15 +152,15 @@ void Sema::readParallel() {
                 "pad_vocab"},
                s);
   auto at = [&](StringRef key) { return s.find(key)->second.val.loc; };
-  if (auto v = intSetting(s, "dp", 1)) {
+  if (auto v = intSetting(s, "dp", 1, kMaxCount)) {
     par.dp = *v;
     par.dpLoc = at("dp");
   }
-  if (auto v = intSetting(s, "tp", 1)) {
+  if (auto v = intSetting(s, "tp", 1, kMaxCount)) {
     par.tp = *v;
     par.tpLoc = at("tp");
   }
-  if (auto v = intSetting(s, "pp", 1)) {
+  if (auto v = intSetting(s, "pp", 1, kMaxCount)) {
     par.pp = *v;
     par.ppLoc = at("pp");
   }
@@ -175,12 +192,12 @@ void Sema::readParallel() {
   if (auto v =
           nameSetting(s, "schedule", {"gpipe", "1f1b", "interleaved_1f1b"}))
     par.schedule = *v;
-  if (auto v = intSetting(s, "microbatches", 1)) {
+  if (auto v = intSetting(s, "microbatches", 1, kMaxCount)) {
     par.microbatches = *v;
     par.microbatchesSet = true;
     par.microLoc = at("microbatches");
   }
-  if (auto v = intSetting(s, "virtual_stages", 1)) {
+  if (auto v = intSetting(s, "virtual_stages", 1, kMaxCount)) {
     par.virtualStages = *v;
     par.virtualLoc = at("virtual_stages");
     if (*v > 1 && par.schedule != "interleaved_1f1b")
@@ -198,13 +215,14 @@ void Sema::readParallel() {
     else if (!v.isError()) {
       int64_t prev = 0;
       for (double x : v.getList().values) {
-        if (int64_t(x) <= prev) {
+        std::optional<int64_t> i = listInt(x);
+        if (!i || *i <= prev) {
           error(v.loc) << "stage boundaries must be increasing layer indices "
                           "above 0";
           par.stageBoundaries.clear();
           break;
         }
-        prev = int64_t(x);
+        prev = *i;
         par.stageBoundaries.push_back(prev);
       }
     }
@@ -455,8 +473,9 @@ void Sema::readCluster() {
        {"nodes", "gpus_per_node", "gpu", "intra_bw", "inter_bw"})
     if (!s.count(key))
       error(*cluster.loc) << "the cluster section must set '" << key << "'";
-  cluster.nodes = intSetting(s, "nodes", 1).value_or(0);
-  cluster.gpusPerNode = intSetting(s, "gpus_per_node", 1).value_or(0);
+  cluster.nodes = intSetting(s, "nodes", 1, kMaxCount).value_or(0);
+  cluster.gpusPerNode =
+      intSetting(s, "gpus_per_node", 1, kMaxCount).value_or(0);
   if (auto v = nameSetting(s, "gpu", {"a100", "h100", "h200", "b200", "l40s"}))
     cluster.gpu = *v;
   cluster.intraGBps =
@@ -487,31 +506,41 @@ void Sema::checkPlan(Location modelLoc) {
   // Batches: global = micro * microbatches * dp.
   if (train.batch) {
     int64_t B = *train.batch, dp = par.dp;
+    // dp and microbatches are at most 2^20, micro_batch is not.
+    int64_t got = 0;
     if (train.microBatch && par.microbatchesSet) {
-      int64_t got = *train.microBatch * par.microbatches * dp;
-      if (got != B) {
-        auto d = error(*train.batchLoc)
-                 << "the global batch " << B << " must equal micro_batch * "
-                 << "microbatches * dp = " << *train.microBatch << " * "
-                 << par.microbatches << " * " << dp << " = " << got;
+      bool overflow = __builtin_mul_overflow(*train.microBatch,
+                                             par.microbatches * dp, &got);
+      if (overflow || got != B) {
+        auto d =
+            error(*train.batchLoc)
+            << "the global batch " << B << " must equal micro_batch * "
+            << "microbatches * dp = " << *train.microBatch << " * "
+            << par.microbatches << " * " << dp << " = "
+            << (overflow ? std::string("more than 2^63") : std::to_string(got));
         d.attachNote(*train.microLoc) << "micro_batch is set here";
         d.attachNote(*par.microLoc) << "microbatches is set here";
       }
     } else if (train.microBatch) {
-      if (B % (*train.microBatch * dp) != 0)
+      bool overflow = __builtin_mul_overflow(*train.microBatch, dp, &got);
+      if (overflow || B % got != 0)
         error(*train.batchLoc)
             << "the global batch " << B << " is not a multiple of "
-            << "micro_batch * dp = " << *train.microBatch * dp
+            << "micro_batch * dp = "
+            << (overflow ? std::to_string(*train.microBatch) + " * " +
+                               std::to_string(dp)
+                         : std::to_string(got))
             << ", so it cannot be cut into whole microbatches";
       else
-        par.microbatches = B / (*train.microBatch * dp);
+        par.microbatches = B / got;
     } else if (B % (par.microbatches * dp) != 0) {
       if (par.microbatches == 1)
         error(*train.batchLoc)
             << "the global batch " << B << " is not divisible by dp = " << dp
             << ": every data-parallel rank needs the same number of samples; "
                "use a multiple of "
-            << dp << ", e.g. " << (B / dp + 1) * dp;
+            << dp << ", e.g. "
+            << (B / dp + (B / dp < INT64_MAX / dp ? 1 : 0)) * dp;
       else
         error(*train.batchLoc)
             << "the global batch " << B << " cannot be split into "
@@ -540,9 +569,10 @@ void Sema::checkPlan(Location modelLoc) {
           << " repeated layers (0 to " << numLayers - 1 << ")";
   } else if (stages > 1) {
     if (numLayers == 0)
-      error(*par.ppLoc) << "pipeline parallelism cuts the model's repeated "
-                           "layers into stages, but the model has no "
-                           "repeat(n) of a block";
+      error(par.pp > 1 ? *par.ppLoc : *par.virtualLoc)
+          << "pipeline parallelism cuts the model's repeated "
+             "layers into stages, but the model has no "
+             "repeat(n) of a block";
     else if (numLayers % stages != 0) {
       auto d = error(par.virtualStages > 1 ? *par.virtualLoc : *par.ppLoc)
                << "the model's " << numLayers << " layers cannot be cut into "
