@@ -8,6 +8,7 @@
 #include "PlanLexer.h"
 #include "Sema.h"
 
+#include "mlir/IR/Verifier.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/ConvertUTF.h"
@@ -396,5 +397,13 @@ OwningOpRef<ModuleOp> Sema::run(ArrayRef<SourceFile> files) {
   }
   if (errors)
     return nullptr;
+  // The frontend's own output must be valid IR; if it is not, that is a bug
+  // in planc, reported as such rather than passed on.
+  if (failed(mlir::verify(*owned))) {
+    mlir::emitError(owned->getLoc())
+        << "internal error: planc built invalid IR for this plan; please "
+           "report it with the plan file";
+    return nullptr;
+  }
   return owned;
 }

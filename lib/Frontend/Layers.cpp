@@ -60,13 +60,26 @@ Sema::Args Sema::evalArgs(const std::vector<PlanParser::ArgContext *> &args,
   return out;
 }
 
+std::string Sema::nextInstancePrefix(StringRef block) {
+  std::string key = paramPrefix + block.str();
+  return key + "." + std::to_string(instanceCount[key]++) + ".";
+}
+
 Val Sema::evalCall(PlanParser::CallExprContext *call) {
   Location l = loc(call);
   std::string fn = call->callee->getText();
   bool bad = false;
   Args args = evalArgs(call->arg(), bad);
-  if (auto it = blocks.find(fn); it != blocks.end())
-    return bad ? Val::error(l) : callBlock(it->second, args, l);
+  if (auto it = blocks.find(fn); it != blocks.end()) {
+    if (bad)
+      return Val::error(l);
+    // Each instance of a block has its own parameters: block.<i>.name.
+    std::string outer = paramPrefix;
+    paramPrefix = nextInstancePrefix(fn);
+    Val out = callBlock(it->second, args, l);
+    paramPrefix = outer;
+    return out;
+  }
   // An unknown callee is reported even when its arguments had errors.
   if (bad && isBuiltin(fn))
     return Val::error(l);
@@ -109,7 +122,8 @@ Val Sema::evalRepeat(PlanParser::RepeatExprContext *rep) {
   std::string outerPrefix = paramPrefix;
   std::optional<int64_t> outerLayer = layer;
   for (int64_t i = 0; i < n.getInt(); ++i) {
-    paramPrefix = outerPrefix + fn + "." + std::to_string(i) + ".";
+    paramPrefix = outerPrefix;
+    paramPrefix = nextInstancePrefix(fn);
     // Nested repeats stay within the outer layer.
     if (!outerLayer)
       layer = numLayers++;

@@ -79,7 +79,10 @@ void Sema::bind(antlr4::Token *name, Val v, bool rebindable) {
         return;
       }
       auto d = error(l) << "'" << n << "' is already defined";
-      d.attachNote(it->second.defLoc) << "previous definition is here";
+      if (isa<UnknownLoc>(it->second.defLoc))
+        d.attachNote(l) << "'" << n << "' is a built-in name";
+      else
+        d.attachNote(it->second.defLoc) << "previous definition is here";
       if (rebindable && !it->second.rebindable)
         d.attachNote(l) << "only computed tensors can be given a new value; "
                            "constants, inputs and parameters cannot";
@@ -212,6 +215,11 @@ std::optional<ShardingAttr> Sema::shardSpec(PlanParser::ShardSpecContext *spec,
       error(loc(d)) << "mesh axis '" << axis
                     << "' splits more than one dimension of " << what;
       ok = false;
+      continue;
+    }
+    if (size == 1) {
+      // Splitting over an axis of size 1 is no split (the mesh leaves it out).
+      out.push_back(b.getArrayAttr({}));
       continue;
     }
     if (type.getDimSize(i) % size != 0) {
@@ -369,12 +377,17 @@ Val Sema::eval(PlanParser::ExprContext *e) {
       error(l) << "unary '-' needs a number";
     return Val::error(l);
   }
-  if (auto *m = dynamic_cast<PlanParser::MulExprContext *>(e))
-    return evalArith(loc(m->op), m->op->getText()[0], eval(m->lhs),
-                     eval(m->rhs));
-  if (auto *a = dynamic_cast<PlanParser::AddExprContext *>(e))
-    return evalArith(loc(a->op), a->op->getText()[0], eval(a->lhs),
-                     eval(a->rhs));
+  // Operands in source order, so their ops appear in that order too.
+  if (auto *m = dynamic_cast<PlanParser::MulExprContext *>(e)) {
+    Val lhs = eval(m->lhs);
+    Val rhs = eval(m->rhs);
+    return evalArith(loc(m->op), m->op->getText()[0], lhs, rhs);
+  }
+  if (auto *a = dynamic_cast<PlanParser::AddExprContext *>(e)) {
+    Val lhs = eval(a->lhs);
+    Val rhs = eval(a->rhs);
+    return evalArith(loc(a->op), a->op->getText()[0], lhs, rhs);
+  }
   if (auto *c = dynamic_cast<PlanParser::CallExprContext *>(e))
     return evalCall(c);
   if (auto *r = dynamic_cast<PlanParser::RepeatExprContext *>(e))

@@ -226,8 +226,11 @@ private:
   mlir::Block *body = nullptr;
   std::vector<llvm::StringMap<Binding>> scopes; // [0] = top-level constants
   std::vector<mlir::Location> callers;          // call sites of inlined blocks
-  std::string paramPrefix;                      // "block.3." inside repeats
-  std::optional<int64_t> layer;                 // repeat iteration, if any
+  std::string paramPrefix;                      // "block.3." inside blocks
+  llvm::StringMap<int64_t> instanceCount;       // per prefix + block name
+  /// "<prefix><block>.<i>." for the next instance of `block` here.
+  std::string nextInstancePrefix(llvm::StringRef block);
+  std::optional<int64_t> layer; // repeat iteration, if any
   int64_t numLayers = 0;
   int64_t numInstances = 0;  // blocks inlined so far (calls and repeats)
   int64_t numParamDecls = 0; // param statements run, including failed ones

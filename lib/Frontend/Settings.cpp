@@ -409,10 +409,6 @@ void Sema::readTrain() {
   train.gradClip = numberSetting(s, "grad_clip", 0, /*inclusive=*/false);
   if (auto it = s.find("lr_schedule"); it != s.end())
     readLrSchedule(it->second);
-  if (train.minLr && *train.minLr > train.lr)
-    error(at("lr_schedule"))
-        << "min_lr (" << num(*train.minLr) << ") is above the learning rate ("
-        << num(train.lr) << ")";
   if (auto it = s.find("data"); it != s.end()) {
     PlanParser::ExprContext *e = it->second.ctx->expr();
     auto *call = dynamic_cast<PlanParser::CallExprContext *>(e);
@@ -456,6 +452,11 @@ void Sema::readTrain() {
         << "'optimizer' expects sgd(lr = ...) or adamw(lr = ..., betas = "
            "[..., ...], eps = ..., weight_decay = ...)";
   }
+  // After the optimizer, which sets the learning rate.
+  if (train.minLr && *train.minLr > train.lr)
+    error(at("lr_schedule"))
+        << "min_lr (" << num(*train.minLr) << ") is above the learning rate ("
+        << num(train.lr) << ")";
 }
 
 //===----------------------------------------------------------------------===//

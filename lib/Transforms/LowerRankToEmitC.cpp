@@ -180,12 +180,12 @@ void LowerRankToEmitCPass::runOnOperation() {
   for (auto in : module.getOps<rk::InputDeclOp>())
     inputIdx[in.getSymName()] = inputIdx.size();
 
-  // plan_step: one call per rank op.
-  auto [emitStep, stepBody] = staticFunc("plan_step", step.getLoc());
-  {
+  // plan_step and plan_forward: one call per rank op.
+  auto translate = [&](func::FuncOp src, StringRef name) -> ec::FuncOp {
+    auto [emitFn, fnBody] = staticFunc(name, src.getLoc());
     OpBuilder::InsertionGuard g(b);
-    b.setInsertionPointToStart(stepBody);
-    CallBuilder c(b, emitStep.getArgument(0));
+    b.setInsertionPointToStart(fnBody);
+    CallBuilder c(b, emitFn.getArgument(0));
     DenseMap<Value, Value> vals;
     auto operands = [&](Operation *op) {
       SmallVector<Value> out;
@@ -193,7 +193,7 @@ void LowerRankToEmitCPass::runOnOperation() {
         out.push_back(vals.lookup(v));
       return out;
     };
-    for (Operation &op : step.getBody().front()) {
+    for (Operation &op : src.getBody().front()) {
       Location loc = op.getLoc();
       if (auto p = dyn_cast<rk::ParamOp>(op)) {
         vals[p] = c.call(loc, "planrt::param", {},
@@ -215,7 +215,7 @@ void LowerRankToEmitCPass::runOnOperation() {
           int64_t i = mesh.getAxisIndex(cast<StringAttr>(a).getValue());
           if (i < 0) {
             ar.emitError() << "unknown mesh axis " << a;
-            return signalPassFailure();
+            return ec::FuncOp();
           }
           mask |= int64_t(1) << i;
         }
@@ -226,7 +226,7 @@ void LowerRankToEmitCPass::runOnOperation() {
           Attribute a = op.getAttr(attrName);
           if (!a) {
             op.emitError() << "lacks attribute '" << attrName << "'";
-            return signalPassFailure();
+            return ec::FuncOp();
           }
           attrs.push_back(a);
         }
@@ -235,9 +235,26 @@ void LowerRankToEmitCPass::runOnOperation() {
         ec::ReturnOp::create(b, loc, Value());
       } else {
         op.emitError() << "no EmitC lowering for '" << op.getName() << "'";
-        return signalPassFailure();
+        return ec::FuncOp();
       }
     }
+    return emitFn;
+  };
+  func::FuncOp forward = module.lookupSymbol<func::FuncOp>("plan_forward");
+  ec::FuncOp emitForward;
+  if (forward && !(emitForward = translate(forward, "plan_forward")))
+    return signalPassFailure();
+  ec::FuncOp emitStep = translate(step, "plan_step");
+  if (!emitStep)
+    return signalPassFailure();
+  // The setup refers to plan_forward, so it comes after it.
+  setup->moveAfter(emitStep);
+  if (emitForward) {
+    OpBuilder::InsertionGuard g(b);
+    b.setInsertionPoint(setupBody->getTerminator());
+    CallBuilder c(b, setup.getArgument(0));
+    c.call(forward.getLoc(), "planrt::set_forward", {},
+           {ec::OpaqueAttr::get(ctx, "plan_forward")});
   }
 
   // main: hand both functions to the runtime's driver.

@@ -45,6 +45,11 @@ struct LowerToRankPass : public planc::impl::LowerToRankBase<LowerToRankPass> {
                            type.getElementType());
   }
 
+  /// Lowers `src` (the train step, or the forward model) into the
+  /// rank-level function `funcName`; the step also makes the declarations.
+  LogicalResult lowerFunc(func::FuncOp src, StringRef funcName, bool isStep,
+                          func::FuncOp &out);
+
   MeshOp mesh;
 };
 } // namespace
@@ -68,31 +73,53 @@ void LowerToRankPass::runOnOperation() {
     return signalPassFailure();
   }
 
+  func::FuncOp model;
+  for (auto f : module.getOps<func::FuncOp>())
+    if (f->hasAttr(kModelAttr))
+      model = f;
+  func::FuncOp rankStep, rankForward;
+  if (failed(lowerFunc(step, "plan_step", /*isStep=*/true, rankStep)))
+    return signalPassFailure();
+  // The forward function serves generation (it computes the logits).
+  if (model &&
+      failed(lowerFunc(model, "plan_forward", /*isStep=*/false, rankForward)))
+    return signalPassFailure();
+
+  // The global functions are fully replaced by the per-rank ones.
+  for (auto f : llvm::make_early_inc_range(module.getOps<func::FuncOp>()))
+    if (f != rankStep && f != rankForward)
+      f.erase();
+}
+
+LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
+                                         bool isStep, func::FuncOp &out) {
+  MLIRContext *ctx = &getContext();
   OpBuilder b(ctx);
-  b.setInsertionPoint(step);
-  auto rankStep = func::FuncOp::create(b, step.getLoc(), "plan_step",
+  b.setInsertionPoint(src);
+  auto rankFunc = func::FuncOp::create(b, src.getLoc(), funcName,
                                        b.getFunctionType({}, {}));
-  Block *body = rankStep.addEntryBlock();
+  out = rankFunc;
+  Block *body = rankFunc.addEntryBlock();
 
   // Declarations and buffers of the arguments.
   DenseMap<Value, Value> buf;
   OpBuilder declB(ctx);
-  declB.setInsertionPoint(rankStep);
+  declB.setInsertionPoint(rankFunc);
   b.setInsertionPointToStart(body);
   int64_t numParams = 0;
   DenseMap<Value, int64_t> paramIndex;
-  for (BlockArgument arg : step.getArguments()) {
+  for (BlockArgument arg : src.getArguments()) {
     unsigned i = arg.getArgNumber();
-    auto kind = step.getArgAttrOfType<StringAttr>(i, kKindAttr);
-    auto name = step.getArgAttrOfType<StringAttr>(i, kNameAttr);
+    auto kind = src.getArgAttrOfType<StringAttr>(i, kKindAttr);
+    auto name = src.getArgAttrOfType<StringAttr>(i, kNameAttr);
     if (!kind || !name) {
-      step.emitError() << "argument " << i << " lacks " << kKindAttr << " or "
-                       << kNameAttr;
-      return signalPassFailure();
+      src.emitError() << "argument " << i << " lacks " << kKindAttr << " or "
+                      << kNameAttr;
+      return failure();
     }
-    FailureOr<MemRefType> type = localType(arg, step);
+    FailureOr<MemRefType> type = localType(arg, src);
     if (failed(type))
-      return signalPassFailure();
+      return failure();
     // The runtime initializes and saves parameters whole; sharded ones
     // need per-shard initialization that codegen does not emit yet.
     if (kind.getValue() == "param" && !getSharding(arg).isReplicated()) {
@@ -100,15 +127,16 @@ void LowerToRankPass::runOnOperation() {
           << "parameter '" << name.getValue() << "' is sharded as "
           << getSharding(arg)
           << "; lowering sharded parameters to ranks is not implemented yet";
-      return signalPassFailure();
+      return failure();
     }
     auto ref = FlatSymbolRefAttr::get(name);
     Location loc = arg.getLoc();
     if (kind.getValue() == "param") {
-      auto init = step.getArgAttrOfType<InitAttr>(i, kInitAttr);
+      auto init = src.getArgAttrOfType<InitAttr>(i, kInitAttr);
       if (!init)
         init = InitAttr::get(ctx, "zeros", 0, 0);
-      rk::ParamDeclOp::create(declB, loc, name, *type, init);
+      if (isStep)
+        rk::ParamDeclOp::create(declB, loc, name, *type, init);
       buf[arg] = rk::ParamOp::create(b, loc, *type, ref);
       paramIndex[arg] = numParams++;
       continue;
@@ -118,18 +146,20 @@ void LowerToRankPass::runOnOperation() {
         s.getRank() > 0 ? s.getDimAxes(0) : SmallVector<StringRef>();
     for (int64_t d = 1; d < s.getRank(); ++d)
       if (!s.getDimAxes(d).empty()) {
-        step.emitError() << "input '" << name.getValue()
-                         << "' may only be split along its batch dimension";
-        return signalPassFailure();
+        src.emitError() << "input '" << name.getValue()
+                        << "' may only be split along its batch dimension";
+        return failure();
       }
     if (batchAxes.size() > 1) {
-      step.emitError() << "input '" << name.getValue()
-                       << "' is split over several axes; not supported yet";
-      return signalPassFailure();
+      src.emitError() << "input '" << name.getValue()
+                      << "' is split over several axes; not supported yet";
+      return failure();
     }
-    rk::InputDeclOp::create(
-        declB, loc, name, *type, kind,
-        batchAxes.empty() ? StringAttr() : StringAttr::get(ctx, batchAxes[0]));
+    if (isStep)
+      rk::InputDeclOp::create(declB, loc, name, *type, kind,
+                              batchAxes.empty()
+                                  ? StringAttr()
+                                  : StringAttr::get(ctx, batchAxes[0]));
     buf[arg] = rk::InputOp::create(b, loc, *type, ref);
   }
 
@@ -150,20 +180,25 @@ void LowerToRankPass::runOnOperation() {
     auto arg = dyn_cast<BlockArgument>(user->getOperand(0));
     if (!arg)
       return;
-    auto name =
-        step.getArgAttrOfType<StringAttr>(arg.getArgNumber(), kNameAttr);
+    auto name = src.getArgAttrOfType<StringAttr>(arg.getArgNumber(), kNameAttr);
     rk::ObserveOp::create(b, loc, gradBuf,
                           b.getStringAttr("grad/" + name.getValue()));
   };
 
-  for (Operation &op : step.getBody().front()) {
+  for (Operation &op : src.getBody().front()) {
     Location loc = op.getLoc();
     auto in = [&](unsigned i) { return buf.lookup(op.getOperand(i)); };
+    if (isa<func::ReturnOp>(op) && !isStep) {
+      // The forward function's result (the loss) is not needed: generation
+      // reads the observed logits.
+      func::ReturnOp::create(b, loc);
+      continue;
+    }
     if (isa<func::ReturnOp>(op)) {
       // Results: the loss, the gradients' sum of squares, and parameters
       // that were updated in place.
       for (auto [i, v] : llvm::enumerate(op.getOperands())) {
-        auto role = step.getResultAttrOfType<StringAttr>(i, kResultAttr);
+        auto role = src.getResultAttrOfType<StringAttr>(i, kResultAttr);
         if (role && role.getValue() == "loss")
           rk::ReportLossOp::create(b, loc, in(i));
         else if (role && role.getValue() == "grad_sumsq")
@@ -173,7 +208,7 @@ void LowerToRankPass::runOnOperation() {
                      v.getDefiningOp())) {
           op.emitError() << "result " << i << " is neither the loss, the "
                          << "gradient norm nor an updated parameter";
-          return signalPassFailure();
+          return failure();
         }
       }
       func::ReturnOp::create(b, loc);
@@ -190,7 +225,7 @@ void LowerToRankPass::runOnOperation() {
       if (!lastUse(ar.getInput())) {
         ar.emitError() << "the reduced value has later uses; not supported "
                           "yet";
-        return signalPassFailure();
+        return failure();
       }
       rk::AllReduceOp::create(b, loc, in(0), ar.getAxes());
       buf[ar.getResult()] = in(0);
@@ -201,7 +236,7 @@ void LowerToRankPass::runOnOperation() {
       if (!lastUse(clip.getInput())) {
         clip.emitError() << "the clipped gradient has later uses; not "
                             "supported yet";
-        return signalPassFailure();
+        return failure();
       }
       rk::ClipByGlobalNormOp::create(b, loc, in(0), in(1),
                                      clip.getMaxNormAttr());
@@ -211,7 +246,7 @@ void LowerToRankPass::runOnOperation() {
     if (auto r = dyn_cast<ReshapeOp>(op)) {
       FailureOr<MemRefType> type = localType(r.getResult(), &op);
       if (failed(type))
-        return signalPassFailure();
+        return failure();
       buf[r.getResult()] = rk::ViewOp::create(b, loc, *type, in(0));
       continue;
     }
@@ -222,7 +257,7 @@ void LowerToRankPass::runOnOperation() {
         observeGrad(op.getResult(0), in(1), loc);
       if (!paramIndex.count(w)) {
         op.emitError() << "updates a value that is not a parameter";
-        return signalPassFailure();
+        return failure();
       }
       if (auto sgd = dyn_cast<SgdUpdateOp>(op))
         rk::SgdUpdateOp::create(b, loc, in(0), in(1), sgd.getLrAttr());
@@ -241,7 +276,7 @@ void LowerToRankPass::runOnOperation() {
     for (Value result : op.getResults()) {
       FailureOr<MemRefType> type = localType(result, &op);
       if (failed(type))
-        return signalPassFailure();
+        return failure();
       outs.push_back(rk::AllocOp::create(b, loc, *type));
       buf[result] = outs.back();
     }
@@ -345,14 +380,11 @@ void LowerToRankPass::runOnOperation() {
               return false;
             });
     if (!ok)
-      return signalPassFailure();
+      return failure();
     // The loss's prediction is what a reference implementation compares.
     if (isa<MseLossOp, CrossEntropyOp>(op))
       rk::ObserveOp::create(b, loc, in(0), b.getStringAttr("logits"));
   }
 
-  // The global functions are fully replaced by the per-rank step.
-  for (auto f : llvm::make_early_inc_range(module.getOps<func::FuncOp>()))
-    if (f != rankStep)
-      f.erase();
+  return success();
 }

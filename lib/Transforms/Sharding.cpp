@@ -18,10 +18,12 @@ static SmallVector<ShardingAttr> operandShardings(Operation *op) {
   return out;
 }
 
+/// The functions that are distributed: the training step, and the forward
+/// model (lowered too, for generation).
 static SmallVector<func::FuncOp> trainSteps(ModuleOp module) {
   SmallVector<func::FuncOp> steps;
   for (auto f : module.getOps<func::FuncOp>())
-    if (f->hasAttr(kTrainStepAttr))
+    if (f->hasAttr(kTrainStepAttr) || f->hasAttr(kModelAttr))
       steps.push_back(f);
   return steps;
 }

@@ -51,8 +51,13 @@ func.func @gpt(%ids: tensor<2x4xi32> {plan.kind = "input", plan.name = "ids", pl
 // CHECK: rank.report_loss
 // CHECK-NEXT: rank.report_grad_norm
 
-// EMITC: planrt::set_input_dtype
+// EMITC: emitc.func @plan_forward(
+// EMITC: "planrt::observe"{{.*}}logits
+// EMITC: emitc.func @plan_step(
 // EMITC: planrt::view
 // EMITC: planrt::attention_grad
 // EMITC: planrt::clip_by_global_norm
 // EMITC: planrt::report_grad_norm
+// EMITC: emitc.func @plan_setup(
+// EMITC: planrt::set_input_dtype
+// EMITC: "planrt::set_forward"{{.*}}#emitc.opaque<"plan_forward">

@@ -39,14 +39,6 @@ module {
 }
 
 // CHECK: emitc.include "planrt/planrt.h"
-// CHECK: emitc.func @plan_setup(%[[C:.*]]: !emitc.ptr<!emitc.opaque<"planrt::Context">>) attributes {specifiers = ["static"]}
-// CHECK: call_opaque "planrt::declare_mesh_axis"(%[[C]]) {args = [0 : index, #emitc.opaque<"\22dp\22">, 2]}
-// Name, ndim, 4 dims, init kind (2 = normal), mean, std.
-// CHECK: call_opaque "planrt::declare_param"(%[[C]]) {args = [0 : index, #emitc.opaque<"\22w\22">, 2, 4, 2, 1, 1, #emitc.opaque<"2">, 0.000000e+00 : f32, 5.000000e-01 : f32]}
-// CHECK: call_opaque "planrt::declare_param"(%[[C]]) {args = [0 : index, #emitc.opaque<"\22b\22">, 1, 2, 1, 1, 1, #emitc.opaque<"0">
-// Name, role (1 = label), ndim, local dims, batch axis index.
-// CHECK: call_opaque "planrt::declare_input"(%[[C]]) {args = [0 : index, #emitc.opaque<"\22y\22">, 1, 2, 4, 2, 1, 1, 0]}
-// CHECK: call_opaque "planrt::set_training"(%[[C]]) {args = [0 : index, 3, 1, 8, 0]}
 // CHECK-LABEL: emitc.func @plan_step(
 // CHECK: %[[X:.*]] = call_opaque "planrt::input"(%{{.*}}) {args = [0 : index, 0]}
 // CHECK: %[[W:.*]] = call_opaque "planrt::param"(%{{.*}}) {args = [0 : index, 0]}
@@ -58,6 +50,14 @@ module {
 // AdamW's arguments in planrt's order: index, lr, beta1, beta2, eps, decay.
 // CHECK: call_opaque "planrt::adamw_update"({{.*}}) {args = [0 : index, 1 : index, 2 : index, 0, 1.000000e-03 : f32, 0.899999976 : f32, 9.990000e-01 : f32, 9.99999993E-9 : f32, 0.000000e+00 : f32]}
 // CHECK: call_opaque "planrt::report_loss"
+// CHECK: emitc.func @plan_setup(%[[C:.*]]: !emitc.ptr<!emitc.opaque<"planrt::Context">>) attributes {specifiers = ["static"]}
+// CHECK: call_opaque "planrt::declare_mesh_axis"(%[[C]]) {args = [0 : index, #emitc.opaque<"\22dp\22">, 2]}
+// Name, ndim, 4 dims, init kind (2 = normal), mean, std.
+// CHECK: call_opaque "planrt::declare_param"(%[[C]]) {args = [0 : index, #emitc.opaque<"\22w\22">, 2, 4, 2, 1, 1, #emitc.opaque<"2">, 0.000000e+00 : f32, 5.000000e-01 : f32]}
+// CHECK: call_opaque "planrt::declare_param"(%[[C]]) {args = [0 : index, #emitc.opaque<"\22b\22">, 1, 2, 1, 1, 1, #emitc.opaque<"0">
+// Name, role (1 = label), ndim, local dims, batch axis index.
+// CHECK: call_opaque "planrt::declare_input"(%[[C]]) {args = [0 : index, #emitc.opaque<"\22y\22">, 1, 2, 4, 2, 1, 1, 0]}
+// CHECK: call_opaque "planrt::set_training"(%[[C]]) {args = [0 : index, 3, 1, 8, 0]}
 // CHECK-LABEL: emitc.func @main(
 // CHECK: call_opaque "planrt::run"(%arg0, %arg1) {args = [0 : index, 1 : index, #emitc.opaque<"\22plan\22">, #emitc.opaque<"plan_setup">, #emitc.opaque<"plan_step">]}
 // Nothing of the rank level is left.

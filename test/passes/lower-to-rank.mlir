@@ -1,16 +1,18 @@
 // RUN: plan-opt %s --plan-lower-to-rank --split-input-file --verify-diagnostics | FileCheck %s
+// RUN: plan-opt %s --plan-lower-to-rank --split-input-file --verify-diagnostics | FileCheck %s --check-prefix=FWD
 
 // The dp=2 training step of a linear + relu model with AdamW, after
 // plan-insert-collectives.
 module {
   plan.mesh @mesh axes = ["dp"] shape = [2]
   plan.train {data = "synthetic", global_batch = 8 : i64, lr = 1.000000e-03 : f64, optimizer = "adamw", seed = 1 : i64, steps = 3 : i64}
-  func.func @m(%arg0: tensor<8x4xf32> {plan.kind = "input", plan.name = "x", plan.sharding = #plan.sharding<@mesh, [[dp], []]>}, %arg1: tensor<8x2xf32> {plan.kind = "label", plan.name = "y", plan.sharding = #plan.sharding<@mesh, [[dp], []]>}, %arg2: tensor<4x2xf32> {plan.init = #plan.init<normal, 0.000000e+00, 5.000000e-01>, plan.kind = "param", plan.name = "w"}, %arg3: tensor<2xf32> {plan.init = #plan.init<zeros>, plan.kind = "param", plan.name = "b"}) -> tensor<f32> attributes {plan.model} {
-    %0 = plan.matmul %arg0, %arg2 : tensor<8x4xf32>, tensor<4x2xf32> -> tensor<8x2xf32>
-    %1 = plan.bias_add %0, %arg3 : tensor<8x2xf32>, tensor<2xf32>
-    %2 = plan.relu %1 : tensor<8x2xf32>
-    %3 = plan.mse_loss %2, %arg1 : tensor<8x2xf32> -> tensor<f32>
-    return %3 : tensor<f32>
+  func.func @m(%arg0: tensor<8x4xf32> {plan.kind = "input", plan.name = "x", plan.sharding = #plan.sharding<@mesh, [[dp], []]>}, %arg1: tensor<8x2xf32> {plan.kind = "label", plan.name = "y", plan.sharding = #plan.sharding<@mesh, [[dp], []]>}, %arg2: tensor<4x2xf32> {plan.init = #plan.init<normal, 0.000000e+00, 5.000000e-01>, plan.kind = "param", plan.name = "w", plan.sharding = #plan.sharding<@mesh, [[], []]>}, %arg3: tensor<2xf32> {plan.init = #plan.init<zeros>, plan.kind = "param", plan.name = "b", plan.sharding = #plan.sharding<@mesh, [[]]>}) -> tensor<f32> attributes {plan.model} {
+    %0 = plan.matmul %arg0, %arg2 {plan.sharding = #plan.sharding<@mesh, [[dp], []]>} : tensor<8x4xf32>, tensor<4x2xf32> -> tensor<8x2xf32>
+    %1 = plan.bias_add %0, %arg3 {plan.sharding = #plan.sharding<@mesh, [[dp], []]>} : tensor<8x2xf32>, tensor<2xf32>
+    %2 = plan.relu %1 {plan.sharding = #plan.sharding<@mesh, [[dp], []]>} : tensor<8x2xf32>
+    %3 = plan.mse_loss %2, %arg1 {plan.sharding = #plan.sharding<@mesh, [], partial = [dp]>} : tensor<8x2xf32> -> tensor<f32>
+    %4 = plan.all_reduce %3 over ["dp"] {plan.sharding = #plan.sharding<@mesh, []>} : tensor<f32>
+    return %4 : tensor<f32>
   }
   func.func @train_step(%arg0: tensor<8x4xf32> {plan.kind = "input", plan.name = "x", plan.sharding = #plan.sharding<@mesh, [[dp], []]>}, %arg1: tensor<8x2xf32> {plan.kind = "label", plan.name = "y", plan.sharding = #plan.sharding<@mesh, [[dp], []]>}, %arg2: tensor<4x2xf32> {plan.init = #plan.init<normal, 0.000000e+00, 5.000000e-01>, plan.kind = "param", plan.name = "w", plan.sharding = #plan.sharding<@mesh, [[], []]>}, %arg3: tensor<2xf32> {plan.init = #plan.init<zeros>, plan.kind = "param", plan.name = "b", plan.sharding = #plan.sharding<@mesh, [[]]>}) -> (tensor<f32> {plan.result = "loss"}, tensor<f32> {plan.result = "grad_sumsq"}, tensor<4x2xf32>, tensor<2xf32>) attributes {plan.train_step} {
     %0 = plan.matmul %arg0, %arg2 {plan.sharding = #plan.sharding<@mesh, [[dp], []]>} : tensor<8x4xf32>, tensor<4x2xf32> -> tensor<8x2xf32>
@@ -56,6 +58,14 @@ module {
 // CHECK: rank.report_loss %[[LOSS]] : memref<f32>
 // CHECK-NEXT: rank.report_grad_norm %{{.*}} : memref<f32>
 // CHECK-NEXT: return
+// The forward model is lowered too (for generation): it reads the same
+// declarations and observes the prediction.
+// FWD-LABEL: func.func @plan_forward()
+// FWD: rank.mse_loss
+// FWD-NEXT: rank.observe %{{.*}} as "logits"
+// FWD-NOT: rank.adamw_update
+// FWD: return
+// FWD-LABEL: func.func @plan_step()
 
 // -----
 
