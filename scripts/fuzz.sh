@@ -20,11 +20,12 @@ SECONDS_TO_RUN="${1:-600}"
 shift || true
 JOBS="${FUZZ_JOBS:-1}"
 
+# clang-22 and its fuzzer runtime come from Debian; installed when missing.
 if ! command -v clang++-22 >/dev/null ||
   [ ! -e /usr/lib/llvm-22/lib/clang/22/lib/linux/libclang_rt.fuzzer-x86_64.a ]; then
-  echo "fuzz.sh: needs clang-22 and its fuzzer runtime:" >&2
-  echo "  apt-get install -y clang-22 libclang-rt-22-dev" >&2
-  exit 1
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq clang-22 libclang-rt-22-dev >/dev/null
 fi
 
 if [ ! -f "$BUILD/build.ninja" ]; then
