@@ -123,7 +123,9 @@ Val Sema::evalRepeat(PlanParser::RepeatExprContext *rep) {
   std::optional<int64_t> outerLayer = layer;
   for (int64_t i = 0; i < n.getInt(); ++i) {
     paramPrefix = outerPrefix;
-    paramPrefix = nextInstancePrefix(fn);
+    // `repeat(n) block(x) as "h"` names the instances h.0., h.1., ...
+    paramPrefix =
+        nextInstancePrefix(rep->prefix ? unquote(rep->prefix->getText()) : fn);
     // Nested repeats stay within the outer layer.
     if (!outerLayer)
       layer = numLayers++;

@@ -25,7 +25,8 @@ settingsSection : kind=('parallel' | 'train' | 'cluster') '{' setting* '}' ;
 setting         : key=IDENT '=' expr ';'? ;
 
 stmt        : role=('input' | 'label') name=IDENT ':' tensorType shardSpec? ';'?    # dataDecl
-            | 'param' name=IDENT ':' tensorType ('=' init=expr)? shardSpec? ';'?  # paramDecl
+            | 'param' name=IDENT ':' tensorType ('=' init=expr)?
+              ('as' exportName=STRING)? shardSpec? ';'?                         # paramDecl
             | 'loss' expr ';'?                                                  # lossStmt
             | 'return' expr ';'?                                                # returnStmt
             | name=IDENT '=' expr shardSpec? ';'?                               # letStmt
@@ -42,7 +43,7 @@ expr        : '(' expr ')'                                          # parenExpr
             | lhs=expr op=('*' | '/' | '%') rhs=expr                # mulExpr
             | lhs=expr op=('+' | '-') rhs=expr                      # addExpr
             | 'repeat' '(' count=expr ')' callee=IDENT
-              '(' (arg (',' arg)*)? ')'                             # repeatExpr
+              '(' (arg (',' arg)*)? ')' ('as' prefix=STRING)?       # repeatExpr
             | callee=IDENT '(' (arg (',' arg)*)? ')'                # callExpr
             | '[' (expr (',' expr)*)? ']'                           # listExpr
             | IDENT                                                 # nameExpr

@@ -12,6 +12,10 @@ using namespace planc;
 using namespace planc::plan;
 using namespace planc::frontend;
 
+std::string Sema::unquote(StringRef quoted) {
+  return quoted.drop_front().drop_back().str();
+}
+
 Sema::Sema(MLIRContext *ctx) : ctx(ctx), b(ctx) { scopes.emplace_back(); }
 
 //===----------------------------------------------------------------------===//
@@ -483,11 +487,28 @@ void Sema::runStmts(const std::vector<PlanParser::StmtContext *> &stmts,
       auto type = tensorType(p->tensorType(), /*isData=*/false);
       std::optional<InitAttr> init =
           p->init ? evalInit(p->init) : InitAttr::get(ctx, "normal", 0, 0.02);
-      std::string name = paramPrefix + p->name->getText();
+      // `as "ln_1.weight"` names the parameter for export (checkpoints,
+      // safetensors); the plan keeps using its identifier.
+      std::string name =
+          paramPrefix + (p->exportName ? unquote(p->exportName->getText())
+                                       : p->name->getText());
       std::optional<ShardingAttr> sharding;
       if (type && p->shardSpec())
         sharding = shardSpec(p->shardSpec(), *type, "'" + name + "'");
       if (!type || !init || (p->shardSpec() && !sharding)) {
+        bind(p->name, Val::error(loc(p->name)));
+        continue;
+      }
+      if (name.empty() || name.back() == '.') {
+        error(loc(p->exportName)) << "an export name must be non-empty";
+        bind(p->name, Val::error(loc(p->name)));
+        continue;
+      }
+      if (auto [it, fresh] = paramNames.try_emplace(name, loc(p->name));
+          !fresh) {
+        auto d = error(loc(p->name))
+                 << "two parameters are named '" << name << "'";
+        d.attachNote(it->second) << "the other one is declared here";
         bind(p->name, Val::error(loc(p->name)));
         continue;
       }

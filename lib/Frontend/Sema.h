@@ -143,6 +143,7 @@ private:
   static std::string suggest(llvm::StringRef name,
                              llvm::ArrayRef<llvm::StringRef> known);
   static std::string shapeStr(mlir::Type t);
+  static std::string unquote(llvm::StringRef quoted);
   mlir::Location defLoc(mlir::Value v);
 
   // --- settings (Settings.cpp) ---------------------------------------------
@@ -228,6 +229,7 @@ private:
   std::vector<mlir::Location> callers;          // call sites of inlined blocks
   std::string paramPrefix;                      // "block.3." inside blocks
   llvm::StringMap<int64_t> instanceCount;       // per prefix + block name
+  llvm::StringMap<mlir::Location> paramNames;   // full names, for clashes
   /// "<prefix><block>.<i>." for the next instance of `block` here.
   std::string nextInstancePrefix(llvm::StringRef block);
   std::optional<int64_t> layer; // repeat iteration, if any
