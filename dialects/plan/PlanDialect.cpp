@@ -1183,11 +1183,17 @@ normGradRule(Operation *op, ArrayRef<ShardingAttr> operands, unsigned n) {
   return out;
 }
 
+/// The first of several result shardings (multi-result ops' single form).
+static FailureOr<ShardingAttr>
+firstResult(FailureOr<SmallVector<ShardingAttr>> all) {
+  if (failed(all))
+    return failure();
+  return (*all)[0];
+}
+
 FailureOr<ShardingAttr>
 LayerNormGradOp::inferResultSharding(ArrayRef<ShardingAttr> operands) {
-  auto all = inferResultShardings(operands);
-  return failed(all) ? FailureOr<ShardingAttr>(failure())
-                     : FailureOr<ShardingAttr>((*all)[0]);
+  return firstResult(inferResultShardings(operands));
 }
 
 FailureOr<SmallVector<ShardingAttr>>
@@ -1197,9 +1203,7 @@ LayerNormGradOp::inferResultShardings(ArrayRef<ShardingAttr> operands) {
 
 FailureOr<ShardingAttr>
 RmsNormGradOp::inferResultSharding(ArrayRef<ShardingAttr> operands) {
-  auto all = inferResultShardings(operands);
-  return failed(all) ? FailureOr<ShardingAttr>(failure())
-                     : FailureOr<ShardingAttr>((*all)[0]);
+  return firstResult(inferResultShardings(operands));
 }
 
 FailureOr<SmallVector<ShardingAttr>>
