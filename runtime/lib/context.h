@@ -37,6 +37,13 @@ struct InputDesc {
   std::vector<float> staging; // host staging buffer
 };
 
+/// A tensor recorded by observe() (host copy).
+struct ObservedTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::vector<float> data;
+};
+
 struct ArenaChunk {
   char *base = nullptr;
   size_t size = 0;
@@ -73,6 +80,12 @@ struct Context {
   bool loss_reported = false;
   float last_grad_norm = 0.0f; // from report_grad_norm
   bool grad_norm_reported = false;
+
+  void (*forward)(Context *) = nullptr; // set_forward
+
+  // --dump-step0: observe() records on rank 0 during step 1.
+  std::string dump_step0_path;
+  std::vector<ObservedTensor> observed;
 
   // Scratch arena: chunks of device memory; consolidated into one chunk at
   // the next reset when a step needed more than one.

@@ -125,12 +125,24 @@ void allocate_tensor(Context *ctx, Tensor *t) {
 
 std::string usage(const char *program) {
   return std::string("usage: ") + program +
-         " [--steps N] [--save PATH] [--quiet] [--help]\n"
-         "  --steps N    run N training steps instead of the compiled number\n"
-         "  --save PATH  after the last step, write all parameters to PATH "
-         "(safetensors)\n"
-         "  --quiet      do not print one line per step\n"
-         "  --help       print this help and exit\n";
+         " [--steps N] [--save PATH] [--save-init PATH] [--dump-step0 PATH]"
+         " [--quiet] [--help]\n"
+         "  --steps N          run N training steps instead of the compiled "
+         "number\n"
+         "  --save PATH        after the last step, write all parameters to "
+         "PATH\n"
+         "                     (safetensors)\n"
+         "  --save-init PATH   before step 1, write the initial parameters to "
+         "PATH\n"
+         "                     (safetensors)\n"
+         "  --dump-step0 PATH  after step 1, write the tensors the program "
+         "observed in\n"
+         "                     it to PATH (safetensors): 'logits' (rank 0's "
+         "rows of the\n"
+         "                     batch) and 'grad/<param>' (whole gradients, "
+         "before clipping)\n"
+         "  --quiet            do not print one line per step\n"
+         "  --help             print this help and exit\n";
 }
 
 std::string launch_name(const char *argv0) {
@@ -166,6 +178,37 @@ void report_grad_norm(Context *ctx, const Tensor *sumsq) {
   backend::to_host(ctx, &v, sumsq->data, sizeof(float));
   ctx->last_grad_norm = std::sqrt(v);
   ctx->grad_norm_reported = true;
+}
+
+void set_forward(Context *ctx, void (*forward)(Context *)) {
+  if (!ctx)
+    fatal("set_forward: null context");
+  ctx->forward = forward;
+}
+
+void observe(Context *ctx, const Tensor *t, const char *name) {
+  if (!ctx)
+    fatal("observe: null context");
+  if (ctx->dump_step0_path.empty() || ctx->step != 1 || ctx->rank != 0)
+    return;
+  if (!name || !*name)
+    fatal("observe: empty name");
+  check_tensor("observe", name, t);
+  if (t->dtype != F32)
+    fatal("observe: '%s' is an i32 tensor %s; only f32 tensors can be "
+          "observed",
+          name, shape_str(t).c_str());
+  ObservedTensor *o = nullptr;
+  for (auto &prev : ctx->observed)
+    if (prev.name == name)
+      o = &prev;
+  if (!o) {
+    ctx->observed.emplace_back();
+    o = &ctx->observed.back();
+    o->name = name;
+  }
+  o->shape.assign(t->shape, t->shape + t->ndim);
+  o->data = internal::to_host(ctx, t);
 }
 
 float step_lr(Context *ctx, float base) {
@@ -340,8 +383,36 @@ std::vector<float> train(Context *ctx, void (*step)(Context *), int64_t steps,
       std::printf("%s\n", step_line(ctx, s, steps, ms).c_str());
       std::fflush(stdout);
     }
+    if (s == 1 && !ctx->dump_step0_path.empty()) {
+      if (ctx->rank == 0 && write_observed(ctx, ctx->dump_step0_path) == 0) {
+        std::fprintf(stderr,
+                     "planrt: warning: --dump-step0: the program observed "
+                     "no tensor in step 1; '%s' is empty\n",
+                     ctx->dump_step0_path.c_str());
+        std::fflush(stderr);
+      }
+      ctx->observed.clear();
+      ctx->observed.shrink_to_fit();
+    }
   }
   return losses;
+}
+
+StepFn forward_fn(const Context *ctx) { return ctx->forward; }
+
+void set_dump_step0(Context *ctx, const std::string &path) {
+  ctx->dump_step0_path = path;
+  ctx->observed.clear();
+}
+
+size_t write_observed(Context *ctx, const std::string &path) {
+  if (ctx->rank != 0)
+    return 0;
+  std::vector<NamedTensor> named;
+  for (const ObservedTensor &o : ctx->observed)
+    named.push_back(NamedTensor{o.name, o.shape, o.data.data()});
+  write_safetensors(path, named);
+  return named.size();
 }
 
 std::vector<float> to_host(Context *ctx, const Tensor *t) {
@@ -455,7 +526,7 @@ int run(int argc, char **argv, const char *program_name,
 
   // Options. Errors are reported by every rank, with no collective.
   int64_t steps = ctx->steps;
-  std::string save_path;
+  std::string save_path, init_path, dump_path;
   bool quiet = false;
   std::string error;
   for (int i = 1; i < argc && error.empty(); ++i) {
@@ -502,18 +573,27 @@ int run(int argc, char **argv, const char *program_name,
                 ">= 0)";
       else
         steps = n;
-    } else if (arg == "--save") {
+    } else if (arg == "--save" || arg == "--save-init" ||
+               arg == "--dump-step0") {
       if (!take_value())
         break;
       if (value.empty())
-        error = "empty path for --save";
-      save_path = value;
+        error = "empty path for " + arg;
+      if (arg == "--save")
+        save_path = value;
+      else if (arg == "--save-init")
+        init_path = value;
+      else
+        dump_path = value;
     } else if (arg == "--quiet" && !has_value) {
       quiet = true;
     } else {
       error = "unknown option '" + std::string(argv[i]) + "'";
     }
   }
+  if (error.empty() && !dump_path.empty() && steps < 1)
+    error = "--dump-step0 writes what step 1 observed but the run has no "
+            "step (--steps 0); run at least one step";
   if (!error.empty()) {
     std::fprintf(stderr, "%s: error: %s\n%s", program_name, error.c_str(),
                  usage(argv0).c_str());
@@ -553,6 +633,9 @@ int run(int argc, char **argv, const char *program_name,
   }
 
   internal::start(ctx);
+  if (!init_path.empty()) // collective when parameters are sharded
+    internal::save_safetensors(ctx, init_path);
+  internal::set_dump_step0(ctx, dump_path);
   internal::train(ctx, step, steps, quiet);
   if (!save_path.empty()) // collective when parameters are sharded
     internal::save_safetensors(ctx, save_path);

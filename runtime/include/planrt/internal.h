@@ -53,6 +53,17 @@ void from_host_ids(Context *ctx, Tensor *t, const std::vector<int32_t> &ids);
 /// Writes all parameters as safetensors (what --save does). Call it on
 /// every rank: sharded parameters are gathered to rank 0, which writes.
 void save_safetensors(Context *ctx, const std::string &path);
+/// What --dump-step0 PATH does: from now on observe() records on rank 0
+/// during step 1, and train() writes the recorded tensors to `path` after
+/// step 1 (an empty path turns it off again).
+void set_dump_step0(Context *ctx, const std::string &path);
+/// Writes the tensors recorded by observe() to `path` on rank 0 (what
+/// train() does after step 1 with set_dump_step0) and returns their number.
+size_t write_observed(Context *ctx, const std::string &path);
+
+/// The function given to set_forward (null if none).
+using StepFn = void (*)(Context *);
+StepFn forward_fn(const Context *ctx);
 
 /// Deterministic generators.
 uint64_t name_hash(const char *name);

@@ -128,6 +128,11 @@ enum LrScheduleKind : int { LrConstant = 0, LrCosine = 1 };
 void set_lr_schedule(Context *ctx, int64_t kind, int64_t warmup_steps,
                      float min_lr, int64_t decay_steps);
 
+/// Registers the generated forward function: the model alone (no backward,
+/// no update), computing the logits of the current inputs, for generation.
+/// planrt keeps it (internal::forward_fn); no driver option calls it yet.
+void set_forward(Context *ctx, void (*forward)(Context *));
+
 /// Addition to the original API (optional; for tensor-parallel plans):
 /// declares that dimension `dim` of parameter `param_index` is split over
 /// mesh axis `mesh_axis`. The declared shape stays the local shard; the global
@@ -274,6 +279,21 @@ void clip_by_global_norm(Context *ctx, Tensor *g, const Tensor *sumsq,
 /// appended only when set_lr_schedule was called.
 void report_grad_norm(Context *ctx, const Tensor *sumsq);
 
+/// Offers tensor `t` under `name` for checking against a reference
+/// implementation. A no-op unless the program runs with --dump-step0 PATH;
+/// then, during step 1 only, rank 0 copies t's current contents to host
+/// memory (device -> host on the cuda backend), and after step 1 it writes
+/// every tensor observed in that step to PATH as safetensors: F32, shaped
+/// like the local tensor, in the order first observed (a name observed twice
+/// keeps the later contents). t must be F32. planc emits
+///   observe(ctx, logits, "logits")           right after the loss op: the
+///       loss's prediction, i.e. rank 0's rows of the global batch when the
+///       batch is split over ranks;
+///   observe(ctx, grad, "grad/<param name>")  for every parameter gradient
+///       once it is whole (after its data-parallel all-reduce) and before
+///       clipping: the gradient of the global mean loss.
+void observe(Context *ctx, const Tensor *t, const char *name);
+
 //===--- Entry point: called from the generated main() --------------------===//
 
 /// Initializes MPI (and CUDA/NCCL on the cuda backend), calls `setup` to
@@ -282,7 +302,13 @@ void report_grad_norm(Context *ctx, const Tensor *sumsq);
 /// sizes and how to launch, and run returns 1 without any collective), creates
 /// and initializes parameters, then runs `steps` training steps calling `step`
 /// and printing one line per step on rank 0. Command-line options of the
-/// generated program are parsed here (see --help).
+/// generated program are parsed here (see --help):
+///   --steps N          run N steps instead of the compiled number
+///   --save PATH        after the last step, write all parameters (gathered
+///                      to rank 0) to PATH as safetensors
+///   --save-init PATH   the same before step 1: the initial parameters
+///   --dump-step0 PATH  write the tensors observed in step 1 (see observe)
+///   --quiet, --help
 int run(int argc, char **argv, const char *program_name,
         void (*setup)(Context *), void (*step)(Context *));
 

@@ -1,0 +1,447 @@
+#!/usr/bin/env python3
+"""Checks a planc-compiled GPT against an independent PyTorch model.
+
+usage: gpt_reference.py PLAN INIT STEP0 LOG [--data GLOB]
+                        [--logits-rtol 5e-6] [--loss0-rtol 1e-5]
+                        [--grad-rtol 1e-5] [--loss-rtol 1e-5]
+
+PLAN   the .plan file that was compiled (dp = 1); its sizes (vocab, seq, d,
+       heads, layers), batch, AdamW settings, grad_clip and lr_schedule are
+       read from it
+INIT   the parameters before step 1 (the program's --save-init)
+STEP0  what the program observed in step 1 (--dump-step0): 'logits' and
+       'grad/<param>'
+LOG    the program's stdout ('step N/M | loss X | ...' lines)
+
+The model is written here from the GPT-2 definition, not from planc's IR:
+token + learned position embeddings, pre-norm blocks x + attn(ln_1(x)) and
+x + mlp(ln_2(x)), causal multi-head self-attention with a fused qkv
+projection (Conv1D convention, y = x @ W + b) split into q, k, v of width d
+and heads of d / heads, GELU in its tanh form, a final layernorm and an LM
+head tied to the token embedding; layernorm eps 1e-5. It runs in float64, so
+the differences measured are planc's (float32) own.
+
+Checks, each as a relative error in the 2-norm (||a - b|| / ||b||, b the
+reference):
+  - step 1 at the initial weights: the logits, the loss, and every
+    parameter's gradient (whole, before clipping);
+  - the loss of each of the M steps of the log, after training the reference
+    with the plan's AdamW (written out below with planrt's formulas: global
+    norm clipping, bias-corrected moments, decoupled weight decay on 2-D
+    parameters only, warmup + cosine lr schedule).
+Prints one summary line with the worst errors, then a MISMATCH line per
+failed check, and exits 1 if there is any.
+
+The default tolerances are about 15x the errors measured on tiny-gpt (logits
+3e-7, gradients 6e-7, losses 9e-7 over 10 steps). 1e-4 everywhere would miss
+real mistakes: GELU in its erf form instead of tanh moves the logits by only
+1.4e-5 and the gradients by 4e-5 at the initial weights (small
+activations), and weight decay on 1-D parameters moves the loss of step 10
+by 3e-5."""
+import argparse
+import glob
+import json
+import math
+import os
+import re
+import struct
+import sys
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+DTYPE = torch.float64
+
+# --- the plan's settings ------------------------------------------------------
+
+
+def plan_settings(path):
+    """The integer/real constants and the optimizer, grad_clip and lr_schedule
+    settings of a plan (only the forms tiny-gpt.plan uses)."""
+    text = re.sub(r"//[^\n]*", "", open(path).read())
+    num = r"([-+]?[0-9.]+(?:[eE][-+]?[0-9]+)?)"
+    consts = {}
+    for m in re.finditer(r"^\s*(\w+)\s*=\s*" + num + r"\s*(?:/\s*" + num +
+                         r")?\s*$", text, re.M):
+        v = float(m.group(2)) / (float(m.group(3)) if m.group(3) else 1.0)
+        consts[m.group(1)] = v
+    s = {}
+    for k in ["vocab", "seq", "d", "heads", "layers", "batch", "dp"]:
+        if k not in consts:
+            sys.exit(f"error: {path}: no '{k} = <integer>' setting")
+        s[k] = int(consts[k])
+    s["grad_clip"] = consts.get("grad_clip")
+    m = re.search(r"adamw\(\s*lr\s*=\s*" + num + r"\s*,\s*betas\s*=\s*\[\s*" +
+                  num + r"\s*,\s*" + num + r"\s*\]\s*,\s*eps\s*=\s*" + num +
+                  r"\s*,\s*weight_decay\s*=\s*" + num + r"\s*\)", text)
+    if not m:
+        sys.exit(f"error: {path}: no 'optimizer = adamw(lr = .., betas = "
+                 "[.., ..], eps = .., weight_decay = ..)'")
+    s["lr"], s["beta1"], s["beta2"], s["eps"], s["weight_decay"] = map(
+        float, m.groups())
+    m = re.search(r"lr_schedule\s*=\s*cosine\(\s*warmup\s*=\s*" + num +
+                  r"\s*,\s*min_lr\s*=\s*" + num + r"\s*,\s*decay_steps\s*=\s*" +
+                  num + r"\s*\)", text)
+    s["schedule"] = (int(m.group(1)), float(m.group(2)),
+                     int(m.group(3))) if m else None
+    m = re.search(r'data\s*=\s*shards\(\s*"([^"]+)"\s*\)', text)
+    s["data"] = m.group(1) if m else None
+    return s
+
+
+def lr_at(s, step, run_steps):
+    """planrt's schedule (planrt.h, set_lr_schedule), step from 1."""
+    base = s["lr"]
+    if s["schedule"] is None:
+        return base
+    warmup, min_lr, decay = s["schedule"]
+    if warmup > 0 and step <= warmup:
+        return base * step / warmup
+    decay = decay if decay > 0 else run_steps
+    p = min(1.0, max(0.0, (step - warmup) / max(1, decay - warmup)))
+    return min_lr + 0.5 * (1.0 + math.cos(math.pi * p)) * (base - min_lr)
+
+
+# --- files ----------------------------------------------------------------------
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    body = data[8 + n:]
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        if info["dtype"] != "F32":
+            sys.exit(f"error: {path}: {name} has dtype {info['dtype']}")
+        b, e = info["data_offsets"]
+        out[name] = np.frombuffer(body[b:e], dtype="<f4").reshape(
+            info["shape"]).copy()
+    return out
+
+
+def read_losses(path):
+    losses, total = {}, None
+    with open(path) as f:
+        for line in f:
+            m = re.match(r"step (\d+)/(\d+) \| loss (\S+) \|", line)
+            if m:
+                losses[int(m.group(1))] = float(m.group(3))
+                total = int(m.group(2))
+    if not losses or sorted(losses) != list(range(1, total + 1)):
+        sys.exit(f"error: {path}: expected lines 'step N/M | loss X |' for "
+                 f"N = 1..M, got steps {sorted(losses)}")
+    return [losses[i] for i in range(1, total + 1)]
+
+
+def read_token_stream(pattern):
+    """The shards in sorted name order, concatenated (format: planrt.h,
+    set_data_path)."""
+    tokens = []
+    for path in sorted(glob.glob(pattern)):
+        with open(path, "rb") as f:
+            raw = f.read()
+        header = np.frombuffer(raw[:1024], dtype="<i4")
+        if header[0] != 20240520 or header[1] != 1:
+            sys.exit(f"error: {path}: not a version 1 token shard")
+        n = int(header[2])
+        tokens.append(np.frombuffer(raw[1024:1024 + 2 * n], dtype="<u2"))
+    if not tokens:
+        sys.exit(f"error: no file matches {pattern}")
+    return np.concatenate(tokens).astype(np.int64)
+
+
+def batch(stream, step, B, S):
+    """Inputs and targets [B, S] of a step (from 1), as runtime/lib/tokens.cpp
+    reads them."""
+    per_step = B * S
+    epoch = (len(stream) - 1) // per_step
+    pos = ((step - 1) % epoch) * per_step
+    x = np.empty((B, S), np.int64)
+    y = np.empty((B, S), np.int64)
+    for g in range(B):
+        w = stream[pos + g * S:pos + g * S + S + 1]
+        x[g], y[g] = w[:S], w[1:]
+    return torch.from_numpy(x), torch.from_numpy(y)
+
+
+# --- GPT-2 ------------------------------------------------------------------
+
+
+class Conv1D(nn.Module):
+    """GPT-2's projection: y = x @ weight + bias, weight [n_in, n_out]."""
+
+    def __init__(self, n_in, n_out):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(n_in, n_out, dtype=DTYPE))
+        self.bias = nn.Parameter(torch.zeros(n_out, dtype=DTYPE))
+
+    def forward(self, x):
+        return x @ self.weight + self.bias
+
+
+def gelu_tanh(x):
+    return 0.5 * x * (1.0 + torch.tanh(
+        math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+
+
+class CausalSelfAttention(nn.Module):
+
+    def __init__(self, d, heads, max_seq):
+        super().__init__()
+        self.d, self.heads = d, heads
+        self.c_attn = Conv1D(d, 3 * d)
+        self.c_proj = Conv1D(d, d)
+        self.register_buffer(
+            "mask", torch.tril(torch.ones(max_seq, max_seq, dtype=torch.bool)))
+
+    def forward(self, x):
+        B, T, C = x.shape
+        hd = C // self.heads
+        q, k, v = self.c_attn(x).split(self.d, dim=2)
+        q = q.view(B, T, self.heads, hd).transpose(1, 2)  # [B, H, T, hd]
+        k = k.view(B, T, self.heads, hd).transpose(1, 2)
+        v = v.view(B, T, self.heads, hd).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(hd)
+        att = att.masked_fill(~self.mask[:T, :T], float("-inf"))
+        att = F.softmax(att, dim=-1)
+        y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
+        return self.c_proj(y)
+
+
+class MLP(nn.Module):
+
+    def __init__(self, d):
+        super().__init__()
+        self.c_fc = Conv1D(d, 4 * d)
+        self.c_proj = Conv1D(4 * d, d)
+
+    def forward(self, x):
+        return self.c_proj(gelu_tanh(self.c_fc(x)))
+
+
+class Block(nn.Module):
+
+    def __init__(self, d, heads, max_seq):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(d, eps=1e-5, dtype=DTYPE)
+        self.attn = CausalSelfAttention(d, heads, max_seq)
+        self.ln_2 = nn.LayerNorm(d, eps=1e-5, dtype=DTYPE)
+        self.mlp = MLP(d)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        x = x + self.mlp(self.ln_2(x))
+        return x
+
+
+class GPT(nn.Module):
+
+    def __init__(self, vocab, max_seq, d, heads, layers):
+        super().__init__()
+        self.wte = nn.Embedding(vocab, d, dtype=DTYPE)
+        self.wpe = nn.Embedding(max_seq, d, dtype=DTYPE)
+        self.h = nn.ModuleList(
+            [Block(d, heads, max_seq) for _ in range(layers)])
+        self.ln_f = nn.LayerNorm(d, eps=1e-5, dtype=DTYPE)
+
+    def forward(self, idx, targets):
+        B, T = idx.shape
+        pos = torch.arange(T, dtype=torch.long)
+        x = self.wte(idx) + self.wpe(pos)[None]
+        for block in self.h:
+            x = block(x)
+        logits = self.ln_f(x) @ self.wte.weight.t()  # tied LM head
+        loss = F.cross_entropy(logits.reshape(B * T, -1), targets.reshape(-1))
+        return logits, loss
+
+
+def planc_names(layers):
+    """planc's parameter name -> this model's parameter name."""
+    m = {"wte": "wte.weight", "wpe": "wpe.weight", "ln_f_g": "ln_f.weight",
+         "ln_f_b": "ln_f.bias"}
+    per_layer = {
+        "ln_1_g": "ln_1.weight", "ln_1_b": "ln_1.bias",
+        "attn_w": "attn.c_attn.weight", "attn_b": "attn.c_attn.bias",
+        "attn_proj_w": "attn.c_proj.weight", "attn_proj_b": "attn.c_proj.bias",
+        "ln_2_g": "ln_2.weight", "ln_2_b": "ln_2.bias",
+        "fc_w": "mlp.c_fc.weight", "fc_b": "mlp.c_fc.bias",
+        "mlp_proj_w": "mlp.c_proj.weight", "mlp_proj_b": "mlp.c_proj.bias"}
+    for i in range(layers):
+        for k, v in per_layer.items():
+            m[f"gpt_layer.{i}.{k}"] = f"h.{i}.{v}"
+    return m
+
+
+# --- checks -------------------------------------------------------------------
+
+
+def rel(a, b):
+    a = np.asarray(a, np.float64)
+    b = np.asarray(b, np.float64)
+    if not np.all(np.isfinite(a)):
+        return float("inf")
+    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-300))
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("plan")
+    p.add_argument("init")
+    p.add_argument("step0")
+    p.add_argument("log")
+    p.add_argument("--data", help="shard glob (default: the plan's, relative "
+                   "to the current directory)")
+    p.add_argument("--logits-rtol", type=float, default=5e-6)
+    p.add_argument("--loss0-rtol", type=float, default=1e-5)
+    p.add_argument("--grad-rtol", type=float, default=1e-5)
+    p.add_argument("--loss-rtol", type=float, default=1e-5)
+    a = p.parse_args()
+    torch.manual_seed(0)
+    torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
+
+    s = plan_settings(a.plan)
+    if s["dp"] != 1:
+        sys.exit(f"error: {a.plan}: dp = {s['dp']}; this check needs dp = 1 "
+                 "(the dumped logits are then the whole batch)")
+    pattern = a.data or s["data"]
+    if not pattern:
+        sys.exit(f"error: {a.plan}: no 'data = shards(\"...\")' and no --data")
+    B, S = s["batch"], s["seq"]
+    stream = read_token_stream(pattern)
+    init = read_safetensors(a.init)
+    step0 = read_safetensors(a.step0)
+    log_losses = read_losses(a.log)
+    steps = len(log_losses)
+    errors = []
+
+    max_seq = init["wpe"].shape[0] if "wpe" in init else S
+    model = GPT(s["vocab"], max_seq, s["d"], s["heads"], s["layers"])
+    names = planc_names(s["layers"])
+    params = dict(model.named_parameters())
+    if sorted(names.values()) != sorted(params):
+        sys.exit("error: the name map does not cover the model: "
+                 f"{sorted(set(params) ^ set(names.values()))}")
+    if sorted(init) != sorted(names):
+        errors.append("the program's parameters differ from GPT-2's: "
+                      f"only in planc {sorted(set(init) - set(names))}, "
+                      f"only here {sorted(set(names) - set(init))}")
+    with torch.no_grad():
+        for pn, tn in names.items():
+            if pn not in init:
+                continue
+            if tuple(init[pn].shape) != tuple(params[tn].shape):
+                errors.append(f"{pn}: shape {list(init[pn].shape)}, GPT-2 "
+                              f"has {list(params[tn].shape)}")
+                continue
+            params[tn].copy_(torch.from_numpy(init[pn]).to(DTYPE))
+    if errors:
+        for e in errors:
+            print("MISMATCH:", e)
+        sys.exit(1)
+
+    # Step 1 at the initial weights.
+    x, y = batch(stream, 1, B, S)
+    logits, loss = model(x, y)
+    loss.backward()
+    if "logits" not in step0:
+        errors.append(f"{a.step0} has no 'logits'")
+        err_logits = float("inf")
+    else:
+        got = step0["logits"]
+        ref = logits.detach().numpy()[:got.shape[0]]
+        if got.shape != ref.shape:
+            errors.append(f"logits: shape {list(got.shape)}, reference "
+                          f"{list(ref.shape)}")
+            err_logits = float("inf")
+        else:
+            err_logits = rel(got, ref)
+    err_loss0 = rel(log_losses[0], loss.item())
+    worst_grad, worst_grad_name = 0.0, "-"
+    for pn, tn in names.items():
+        key = "grad/" + pn
+        if key not in step0:
+            errors.append(f"{a.step0} has no '{key}'")
+            continue
+        ref = params[tn].grad.numpy()
+        if step0[key].shape != ref.shape:
+            errors.append(f"{key}: shape {list(step0[key].shape)}, reference "
+                          f"{list(ref.shape)}")
+            continue
+        e = rel(step0[key], ref)
+        if e > worst_grad or not math.isfinite(e):
+            worst_grad, worst_grad_name = e, pn
+        if not e <= a.grad_rtol:
+            errors.append(f"gradient of {pn}: rel error {e:.2e} > "
+                          f"{a.grad_rtol:g}")
+    extra = sorted(k for k in step0
+                   if k != "logits" and k[len("grad/"):] not in names)
+    if extra:
+        errors.append(f"{a.step0} has unexpected tensors {extra}")
+    if not err_logits <= a.logits_rtol:
+        errors.append(f"logits: rel error {err_logits:.2e} > "
+                      f"{a.logits_rtol:g}")
+    if not err_loss0 <= a.loss0_rtol:
+        errors.append(f"step 1 loss: {log_losses[0]!r} vs reference "
+                      f"{loss.item()!r} (rel error {err_loss0:.2e} > "
+                      f"{a.loss0_rtol:g})")
+
+    # `steps` steps of AdamW as planrt runs them (runtime/include/planrt/
+    # kernels.h: ClipFn, AdamWFn): g *= min(1, clip / (||g|| + 1e-6)) over
+    # all gradients; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
+    # w -= lr (m / (1 - b1^t) / (sqrt(v / (1 - b2^t)) + eps) + wd w), with wd
+    # only on 2-D parameters.
+    plist = [params[names[pn]] for pn in names]
+    m = [torch.zeros_like(t) for t in plist]
+    v = [torch.zeros_like(t) for t in plist]
+    b1, b2, eps = s["beta1"], s["beta2"], s["eps"]
+    ref_losses = []
+    for step in range(1, steps + 1):
+        if step > 1:
+            for t in plist:
+                t.grad = None
+            x, y = batch(stream, step, B, S)
+            _, loss = model(x, y)
+            loss.backward()
+        ref_losses.append(loss.item())
+        with torch.no_grad():
+            grads = [t.grad.clone() for t in plist]
+            if s["grad_clip"]:
+                norm = math.sqrt(sum(float((g * g).sum()) for g in grads))
+                f = s["grad_clip"] / (norm + 1e-6)
+                if f < 1.0:
+                    grads = [g * f for g in grads]
+            lr = lr_at(s, step, steps)
+            bc1, bc2 = 1.0 - b1**step, 1.0 - b2**step
+            for t, g, mi, vi in zip(plist, grads, m, v):
+                mi.mul_(b1).add_((1.0 - b1) * g)
+                vi.mul_(b2).add_((1.0 - b2) * g * g)
+                wd = s["weight_decay"] if t.dim() == 2 else 0.0
+                t.sub_(lr * ((mi / bc1) / (torch.sqrt(vi / bc2) + eps) +
+                             wd * t))
+    worst_loss, worst_loss_step = 0.0, 0
+    for i, (got, ref) in enumerate(zip(log_losses, ref_losses), 1):
+        e = rel(got, ref)
+        if e > worst_loss or not math.isfinite(e):
+            worst_loss, worst_loss_step = e, i
+        if not e <= a.loss_rtol:
+            errors.append(f"step {i} loss: {got!r} vs reference {ref!r} "
+                          f"(rel error {e:.2e} > {a.loss_rtol:g})")
+
+    print(f"gpt_reference: {len(names)} parameters, {steps} steps: logits rel "
+          f"err {err_logits:.2e}, step-1 loss rel err {err_loss0:.2e}, worst "
+          f"gradient rel err {worst_grad:.2e} ({worst_grad_name}), worst loss "
+          f"rel err {worst_loss:.2e} (step {worst_loss_step}); losses "
+          f"{log_losses[0]:.6f} -> {log_losses[-1]:.6f}")
+    for e in errors:
+        print("MISMATCH:", e)
+    sys.exit(1 if errors else 0)
+
+
+if __name__ == "__main__":
+    main()
