@@ -262,20 +262,18 @@ class GPT(nn.Module):
 
 
 def planc_names(layers):
-    """planc's parameter name -> this model's parameter name."""
-    m = {"wte": "wte.weight", "wpe": "wpe.weight", "ln_f_g": "ln_f.weight",
-         "ln_f_b": "ln_f.bias"}
-    per_layer = {
-        "ln_1_g": "ln_1.weight", "ln_1_b": "ln_1.bias",
-        "attn_w": "attn.c_attn.weight", "attn_b": "attn.c_attn.bias",
-        "attn_proj_w": "attn.c_proj.weight", "attn_proj_b": "attn.c_proj.bias",
-        "ln_2_g": "ln_2.weight", "ln_2_b": "ln_2.bias",
-        "fc_w": "mlp.c_fc.weight", "fc_b": "mlp.c_fc.bias",
-        "mlp_proj_w": "mlp.c_proj.weight", "mlp_proj_b": "mlp.c_proj.bias"}
+    """planc's parameter name -> this model's parameter name. The plan
+    (examples/models/gpt.plan) exports Hugging Face GPT-2's names, which are
+    this module's names too, so the map is the identity; it is spelled out
+    so that a renamed tensor fails loudly."""
+    names = ["wte.weight", "wpe.weight", "ln_f.weight", "ln_f.bias"]
+    per_layer = ["ln_1.weight", "ln_1.bias", "attn.c_attn.weight",
+                 "attn.c_attn.bias", "attn.c_proj.weight", "attn.c_proj.bias",
+                 "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight",
+                 "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"]
     for i in range(layers):
-        for k, v in per_layer.items():
-            m[f"gpt_layer.{i}.{k}"] = f"h.{i}.{v}"
-    return m
+        names += [f"h.{i}.{n}" for n in per_layer]
+    return {n: n for n in names}
 
 
 # --- checks -------------------------------------------------------------------
