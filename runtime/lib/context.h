@@ -84,6 +84,10 @@ struct Context {
   void (*forward)(Context *) = nullptr; // set_forward
 
   // --dump-step0: observe() records on rank 0 during step 1.
+  // Generation: observe() copies the tensor named `capture` here.
+  std::string capture;
+  std::vector<float> captured;
+  std::vector<int64_t> captured_shape;
   std::string dump_step0_path;
   std::vector<ObservedTensor> observed;
 

@@ -126,7 +126,8 @@ void allocate_tensor(Context *ctx, Tensor *t) {
 std::string usage(const char *program) {
   return std::string("usage: ") + program +
          " [--steps N] [--save PATH] [--save-init PATH] [--dump-step0 PATH]"
-         " [--quiet] [--help]\n"
+         " [--generate N [--prompt TEXT] [--temperature T]] [--quiet] "
+         "[--help]\n"
          "  --steps N          run N training steps instead of the compiled "
          "number\n"
          "  --save PATH        after the last step, write all parameters to "
@@ -141,6 +142,14 @@ std::string usage(const char *program) {
          "rows of the\n"
          "                     batch) and 'grad/<param>' (whole gradients, "
          "before clipping)\n"
+         "  --generate N       after training, sample N tokens with the "
+         "model's "
+         "forward\n"
+         "                     function and print them (byte-level models)\n"
+         "  --prompt TEXT      the text generation starts from (default: "
+         "\"The \")\n"
+         "  --temperature T    sampling temperature, 0 = greedy (default "
+         "0.8)\n"
          "  --quiet            do not print one line per step\n"
          "  --help             print this help and exit\n";
 }
@@ -189,6 +198,11 @@ void set_forward(Context *ctx, void (*forward)(Context *)) {
 void observe(Context *ctx, const Tensor *t, const char *name) {
   if (!ctx)
     fatal("observe: null context");
+  if (!ctx->capture.empty() && name && ctx->capture == name) {
+    ctx->captured = internal::to_host(ctx, t);
+    ctx->captured_shape.assign(t->shape, t->shape + t->ndim);
+    return;
+  }
   if (ctx->dump_step0_path.empty() || ctx->step != 1 || ctx->rank != 0)
     return;
   if (!name || !*name)
@@ -527,6 +541,9 @@ int run(int argc, char **argv, const char *program_name,
   // Options. Errors are reported by every rank, with no collective.
   int64_t steps = ctx->steps;
   std::string save_path, init_path, dump_path;
+  std::string prompt = "The ";
+  int64_t generate = 0;
+  float temperature = 0.8f;
   bool quiet = false;
   std::string error;
   for (int i = 1; i < argc && error.empty(); ++i) {
@@ -585,6 +602,26 @@ int run(int argc, char **argv, const char *program_name,
         init_path = value;
       else
         dump_path = value;
+    } else if (arg == "--generate" || arg == "--temperature") {
+      if (!take_value())
+        break;
+      char *end = nullptr;
+      errno = 0;
+      double v = std::strtod(value.c_str(), &end);
+      bool isCount = arg == "--generate";
+      if (value.empty() || *end || errno || v < 0 ||
+          (isCount && (v != std::floor(v) || v > 1000000)) ||
+          (!isCount && !(v <= 100)))
+        error = "invalid value '" + value + "' for " + arg +
+                (isCount ? " (want an integer >= 0)" : " (want a number >= 0)");
+      else if (isCount)
+        generate = int64_t(v);
+      else
+        temperature = float(v);
+    } else if (arg == "--prompt") {
+      if (!take_value())
+        break;
+      prompt = value;
     } else if (arg == "--quiet" && !has_value) {
       quiet = true;
     } else {
@@ -639,6 +676,16 @@ int run(int argc, char **argv, const char *program_name,
   internal::train(ctx, step, steps, quiet);
   if (!save_path.empty()) // collective when parameters are sharded
     internal::save_safetensors(ctx, save_path);
+  if (generate > 0) { // collective: every rank runs the forward function
+    std::string text = internal::generate(ctx, prompt, generate, temperature);
+    if (ctx->rank == 0) {
+      std::printf("sample: %s", prompt.c_str());
+      for (char c : text)
+        std::putchar(c == '\n' || (c >= 32 && c < 127) ? c : '?');
+      std::printf("\n");
+      std::fflush(stdout);
+    }
+  }
   if (ctx->rank == 0) {
     std::printf("done: %d steps, final loss %.9e\n", (int)steps,
                 (double)(steps > 0 ? ctx->last_loss

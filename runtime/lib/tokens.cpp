@@ -164,12 +164,17 @@ int64_t token_step_position(int64_t total, int64_t global_batch, int64_t seq,
   int64_t per_step = global_batch * seq;
   if (per_step <= 0 || total < per_step + 1)
     return 0;
-  // pos advances by per_step and wraps to 0 when fewer than per_step + 1
-  // tokens remain: steps_per_epoch positions k * per_step with
-  // k * per_step + per_step + 1 <= total.
-  int64_t steps_per_epoch = (total - 1) / per_step;
-  int64_t k = step >= 1 ? (step - 1) % steps_per_epoch : 0;
-  return k * per_step;
+  // pos advances by per_step within an epoch. Each epoch starts a few
+  // tokens further in (epoch * 7 modulo room + 1, room = up to seq tokens
+  // kept free at the end), so that a text that fits in few batches is not cut
+  // into the same windows every epoch. Every window stays inside the
+  // stream: offset + k * per_step + per_step + 1 <= total.
+  int64_t room = std::min<int64_t>(seq, total - 1 - per_step);
+  int64_t steps_per_epoch = (total - 1 - room) / per_step;
+  int64_t s = step >= 1 ? step - 1 : 0;
+  int64_t epoch = s / steps_per_epoch, k = s % steps_per_epoch;
+  int64_t offset = room > 0 ? (epoch * 7) % (room + 1) : 0;
+  return offset + k * per_step;
 }
 
 std::string token_batch(const TokenShards &shards, int64_t step,

@@ -160,8 +160,11 @@ def batch(stream, step, B, S):
     """Inputs and targets [B, S] of a step (from 1), as runtime/lib/tokens.cpp
     reads them."""
     per_step = B * S
-    epoch = (len(stream) - 1) // per_step
-    pos = ((step - 1) % epoch) * per_step
+    room = min(S, len(stream) - 1 - per_step)
+    steps_per_epoch = (len(stream) - 1 - room) // per_step
+    epoch, k = divmod(step - 1, steps_per_epoch)
+    offset = (epoch * 7) % (room + 1) if room > 0 else 0
+    pos = offset + k * per_step
     x = np.empty((B, S), np.int64)
     y = np.empty((B, S), np.int64)
     for g in range(B):

@@ -102,21 +102,28 @@ TEST_F(TwoShards, OpenAndReadAcrossTheBoundary) {
 }
 
 TEST(TokenPositions, MatchTheWrapRule) {
-  // Reference: pos starts at 0, advances by B*S, wraps to 0 when fewer than
-  // B*S + 1 tokens remain.
+  // Reference: an epoch starts at offset (epoch * 7) % (room + 1), with room
+  // = min(S, total - 1 - B*S) tokens kept free, and advances by B*S while a
+  // whole batch window (B*S + 1 tokens) still fits before the room.
   for (int64_t total : {7, 13, 16, 17, 18, 19, 100})
     for (int64_t b : {1, 2, 4})
       for (int64_t seq : {1, 3}) {
         int64_t per = b * seq;
         if (total < per + 1)
           continue;
-        int64_t pos = 0;
+        int64_t room = std::min<int64_t>(seq, total - 1 - per);
+        int64_t epoch = 0, pos = 0;
         for (int64_t step = 1; step <= 40; ++step) {
-          EXPECT_EQ(internal::token_step_position(total, b, seq, step), pos)
+          int64_t offset = room > 0 ? (epoch * 7) % (room + 1) : 0;
+          int64_t got = internal::token_step_position(total, b, seq, step);
+          EXPECT_EQ(got, offset + pos)
               << total << " " << b << " " << seq << " " << step;
+          EXPECT_LE(got + per + 1, total);
           pos += per;
-          if (total - pos < per + 1)
+          if (total - room - pos < per + 1) {
             pos = 0;
+            ++epoch;
+          }
         }
       }
 }
@@ -124,14 +131,15 @@ TEST(TokenPositions, MatchTheWrapRule) {
 TEST_F(TwoShards, BatchWindowsCrossFilesAndWrap) {
   internal::TokenShards s;
   ASSERT_EQ(internal::open_token_shards(pattern, s), "");
-  // Global batch 2, S = 3: 6 tokens per step, 2 steps per epoch (17 tokens).
+  // Global batch 2, S = 3: 6 tokens per step, 3 tokens of room, 2 steps per
+  // epoch (17 tokens); epochs start at offsets 0, 3, 2.
   const int64_t b = 2, seq = 3;
   for (int64_t step = 1; step <= 5; ++step) {
     std::vector<int32_t> in(b * seq), lab(b * seq);
     ASSERT_EQ(
         internal::token_batch(s, step, b, seq, 0, b, in.data(), lab.data()),
         "");
-    int64_t pos = ((step - 1) % 2) * b * seq;
+    int64_t pos = ((step - 1) / 2 * 7) % 4 + ((step - 1) % 2) * b * seq;
     for (int64_t r = 0; r < b; ++r)
       for (int64_t j = 0; j < seq; ++j) {
         EXPECT_EQ(in[r * seq + j], tok(pos + r * seq + j)) << step;
@@ -235,7 +243,7 @@ TEST_F(TwoShards, ContextFillsInputsEveryStep) {
     internal::begin_step(ctx, step);
     auto x = internal::to_host_ids(ctx, input(ctx, 0));
     auto y = internal::to_host_ids(ctx, input(ctx, 1));
-    int64_t pos = ((step - 1) % 2) * 6;
+    int64_t pos = ((step - 1) / 2 * 7) % 4 + ((step - 1) % 2) * 6;
     for (int64_t i = 0; i < 6; ++i) {
       EXPECT_EQ(x[i], tok(pos + i)) << step;
       EXPECT_EQ(y[i], tok(pos + i + 1)) << step;

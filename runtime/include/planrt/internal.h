@@ -64,6 +64,10 @@ size_t write_observed(Context *ctx, const std::string &path);
 /// The function given to set_forward (null if none).
 using StepFn = void (*)(Context *);
 StepFn forward_fn(const Context *ctx);
+/// Samples `count` tokens after `prompt` with the forward function (see
+/// generate.cpp); every rank calls it; returns the sampled bytes.
+std::string generate(Context *ctx, const std::string &prompt, int64_t count,
+                     float temperature);
 
 /// Deterministic generators.
 uint64_t name_hash(const char *name);

@@ -93,12 +93,14 @@ enum DataKind : int { DataSynthetic = 0, DataTokenShards = 1 };
 ///      The token stream is the concatenation of the shard files in sorted
 ///      name order. At step s (from 1) global row g of the batch takes the
 ///      window w = stream[pos + g*S, pos + g*S + S + 1): input row = w[0, S),
-///      label row = w[1, S + 1). pos = ((s - 1) mod E) * global_batch * S,
-///      where E = floor((tokens - 1) / (global_batch * S)) is the number of
-///      steps in an epoch: pos advances by global_batch * S per step and
-///      wraps to 0 when fewer than global_batch * S + 1 tokens remain. Each
-///      rank reads only the windows of its own rows, so the data is the same
-///      for any split of the batch.
+///      label row = w[1, S + 1). With P = global_batch * S, R = min(S,
+///      tokens - 1 - P) tokens kept as room, E = floor((tokens - 1 - R) / P)
+///      steps per epoch, e = floor((s - 1) / E) and k = (s - 1) mod E:
+///      pos = (e * 7) mod (R + 1) + k * P. So pos advances by P per step, and
+///      each epoch starts a few tokens further in, so that a small text is
+///      not cut into the same windows every epoch. Each rank reads only the
+///      windows of its own rows, so the data is the same for any split of
+///      the batch.
 void set_training(Context *ctx, int64_t steps, int64_t seed,
                   int64_t global_batch, int64_t data_kind);
 

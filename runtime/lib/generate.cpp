@@ -1,0 +1,99 @@
+//===- generate.cpp - Sampling text with the compiled forward function ----===//
+//
+// After training, `--generate N` runs the forward function that planc emits
+// (plan_forward) N times: every rank fills its rows of the token input with
+// the current context (the same on every row), the forward pass runs (it is
+// collective, so every rank takes part), rank 0 samples the next token from
+// the logits of row 0 at the last filled position, and broadcasts it.
+//===----------------------------------------------------------------------===//
+#include "context.h"
+
+#include "planrt/internal.h"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+namespace planrt {
+namespace internal {
+
+namespace {
+/// A uniform double in [0, 1) from a splitmix64 step of `state`.
+double uniform(uint64_t &state) {
+  uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  z ^= z >> 31;
+  return double(z >> 11) * 0x1.0p-53;
+}
+
+int32_t sample(const float *logits, int64_t vocab, float temperature,
+               uint64_t &rng) {
+  int64_t best = std::max_element(logits, logits + vocab) - logits;
+  if (temperature <= 0)
+    return int32_t(best);
+  std::vector<double> p(vocab);
+  double sum = 0;
+  for (int64_t v = 0; v < vocab; ++v)
+    sum += p[v] = std::exp(double(logits[v] - logits[best]) / temperature);
+  double u = uniform(rng) * sum;
+  for (int64_t v = 0; v < vocab; ++v)
+    if ((u -= p[v]) <= 0)
+      return int32_t(v);
+  return int32_t(vocab - 1);
+}
+} // namespace
+
+std::string generate(Context *ctx, const std::string &prompt, int64_t count,
+                     float temperature) {
+  InputDesc *tokens = nullptr, *labels = nullptr;
+  for (InputDesc &in : ctx->inputs)
+    if (in.t.dtype == I32)
+      (in.role == RoleLabel ? labels : tokens) = &in;
+  if (!ctx->forward || !tokens)
+    fatal("--generate needs a model with token inputs and a forward "
+          "function; this program has %s",
+          ctx->forward ? "no token input" : "no forward function");
+  int64_t rows = tokens->t.shape[0], seq = tokens->t.shape[1];
+  std::vector<int32_t> context(prompt.begin(), prompt.end());
+  if (context.empty())
+    context.push_back('\n');
+  std::string out;
+  uint64_t rng = uint64_t(ctx->seed) * 0x2545F4914F6CDD1DULL + 1;
+  for (int64_t k = 0; k < count; ++k) {
+    // The last `seq` tokens of the context, left-aligned in every row; the
+    // positions after them do not affect causal attention at `last`.
+    int64_t n = std::min<int64_t>(seq, int64_t(context.size()));
+    int64_t last = n - 1;
+    std::vector<int32_t> ids(size_t(rows * seq), 0);
+    for (int64_t r = 0; r < rows; ++r)
+      std::copy(context.end() - n, context.end(), ids.begin() + r * seq);
+    arena_reset(ctx);
+    from_host_ids(ctx, &tokens->t, ids);
+    if (labels)
+      from_host_ids(ctx, &labels->t, std::vector<int32_t>(ids.size(), 0));
+    ctx->capture = "logits";
+    ctx->forward(ctx);
+    ctx->capture.clear();
+    int32_t next = 0;
+    if (ctx->rank == 0) {
+      if (ctx->captured_shape.size() != 3 || ctx->captured_shape[1] != seq)
+        fatal("--generate: the forward function did not observe [rows, %lld, "
+              "vocab] logits",
+              (long long)seq);
+      int64_t vocab = ctx->captured_shape[2];
+      next =
+          sample(ctx->captured.data() + last * vocab, vocab, temperature, rng);
+    }
+    if (ctx->use_mpi)
+      MPI_Bcast(&next, 1, MPI_INT32_T, 0, MPI_COMM_WORLD);
+    context.push_back(next);
+    out.push_back(char(next));
+  }
+  return out;
+}
+
+} // namespace internal
+} // namespace planrt
