@@ -3,9 +3,10 @@
 # (examples/data/tiny.txt, one token per byte), compiles examples/tiny-gpt.plan
 # (a 2-layer GPT, data parallel over 2 ranks) and trains it with
 # mpirun -np 2, printing step, loss, gradient norm, time, learning rate and
-# tokens/s per step. At the end it compares the final loss with the
-# byte-level unigram entropy of the text (what a model that only knows
-# letter frequencies would reach).
+# tokens/s per step. At the end the trained model writes a short sample of
+# text through the forward function planc emitted, and the final loss is
+# compared with the byte-level unigram entropy of the text (what a model that
+# only knows letter frequencies would reach).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PLANC_BUILD_TARGETS=(planc plan-tokenize planrt_host)
@@ -21,7 +22,7 @@ echo
 echo "== planc examples/tiny-gpt.plan -o tiny-gpt"
 "$BUILD/bin/planc" "$ROOT/examples/tiny-gpt.plan" -o tiny-gpt
 echo "== mpirun -np 2 ./tiny-gpt"
-mpirun --oversubscribe -np 2 ./tiny-gpt "$@" | tee train.log
+mpirun --oversubscribe -np 2 ./tiny-gpt --generate 300 "$@" | tee train.log
 python3 - "$ROOT/examples/data/tiny.txt" train.log <<'PY'
 import collections, math, re, sys
 data = open(sys.argv[1], "rb").read()
