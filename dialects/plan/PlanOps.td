@@ -233,11 +233,17 @@ class Plan_UnaryOp<string mnemonic, string doc>
 
 def Plan_AddOp : Plan_BinaryOp<"add", "Elementwise sum", ["acceptsPartialOperands"]>;
 def Plan_ReluOp : Plan_UnaryOp<"relu", "max(x, 0)">;
-def Plan_GeluOp : Plan_UnaryOp<"gelu", "GELU, tanh approximation">;
+def Plan_GeluOp : Plan_UnaryOp<"gelu",
+    "GELU: tanh approximation (GPT-2's), or the exact erf form with `exact`"> {
+  let arguments = (ins Plan_F32Tensor:$input, UnitAttr:$exact);
+}
 def Plan_ReluGradOp : Plan_BinaryOp<"relu_grad",
     "Input gradient of relu: `relu_grad %x, %dy` = dy * (x > 0)">;
 def Plan_GeluGradOp : Plan_BinaryOp<"gelu_grad",
-    "Input gradient of gelu: `gelu_grad %x, %dy` = dy * gelu'(x)">;
+    "Input gradient of gelu: `gelu_grad %x, %dy` = dy * gelu'(x)"> {
+  let arguments = (ins Plan_F32Tensor:$lhs, Plan_F32Tensor:$rhs,
+                       UnitAttr:$exact);
+}
 
 //===----------------------------------------------------------------------===//
 // Transformer ops

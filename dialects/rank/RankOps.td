@@ -135,6 +135,8 @@ def Rank_ReluGradOp : Rank_BinaryCallOp<"relu_grad", "out = dy * (x > 0)">;
 def Rank_GeluGradOp : Rank_BinaryCallOp<"gelu_grad", "out = dy * gelu'(x)">;
 def Rank_ReluOp : Rank_UnaryCallOp<"relu", "out = max(x, 0)">;
 def Rank_GeluOp : Rank_UnaryCallOp<"gelu", "out = gelu(x), tanh form">;
+def Rank_GeluExactOp : Rank_UnaryCallOp<"gelu_exact", "out = gelu(x), erf form">;
+def Rank_GeluExactGradOp : Rank_BinaryCallOp<"gelu_exact_grad", "out = dy * gelu'(x), erf form">;
 def Rank_BiasGradOp : Rank_UnaryCallOp<"bias_grad", "out[j] = sum over rows of dy[., j]">;
 
 def Rank_MseLossOp : Rank_CallOp<"mse_loss"> {

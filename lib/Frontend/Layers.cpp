@@ -747,8 +747,10 @@ Val Sema::callBuiltin(StringRef fn, Args &args, Location l,
         out.v = y;
       return out;
     }
-    if (act != "gelu" && act != "relu" && act != "silu") {
-      error(l) << "'mlp' activation must be gelu, relu, silu or swiglu, got '"
+    if (act != "gelu" && act != "gelu_exact" && act != "relu" &&
+        act != "silu") {
+      error(l) << "'mlp' activation must be gelu, gelu_exact, relu, silu or "
+                  "swiglu, got '"
                << act << "'";
       return out;
     }
@@ -767,7 +769,10 @@ Val Sema::callBuiltin(StringRef fn, Args &args, Location l,
     Value h = linear(l, x, fc, fcBias, false, "'mlp' (fc)");
     if (!h)
       return out;
-    h = act == "gelu"   ? Value(GeluOp::create(b, l, h.getType(), h))
+    h = act == "gelu" || act == "gelu_exact"
+            ? Value(GeluOp::create(b, l, h.getType(), h,
+                                   act == "gelu_exact" ? b.getUnitAttr()
+                                                       : UnitAttr()))
         : act == "relu" ? Value(ReluOp::create(b, l, h.getType(), h))
                         : generic(SiluOp(), h.getType(), {h});
     if (Value y = linear(l, h, proj, projBias, false, "'mlp' (proj)"))
@@ -775,6 +780,8 @@ Val Sema::callBuiltin(StringRef fn, Args &args, Location l,
     return out;
   }
   if (fn == "relu" || fn == "gelu" || fn == "silu" || fn == "softmax") {
+    // gelu(x) is GPT-2's tanh form; gelu(x, exact = true) the erf form.
+    bool exact = fn == "gelu" && namedNumber("exact", 0) != 0;
     if (!arity(1, 1, "one tensor") || !leftovers())
       return out;
     Value x = tensorArg(0);
@@ -786,8 +793,10 @@ Val Sema::callBuiltin(StringRef fn, Args &args, Location l,
                         << "its input is a scalar";
       return out;
     }
-    out.v = fn == "relu"   ? Value(ReluOp::create(b, l, t, x))
-            : fn == "gelu" ? Value(GeluOp::create(b, l, t, x))
+    out.v = fn == "relu" ? Value(ReluOp::create(b, l, t, x))
+            : fn == "gelu"
+                ? Value(GeluOp::create(b, l, t, x,
+                                       exact ? b.getUnitAttr() : UnitAttr()))
             : fn == "silu" ? generic(SiluOp(), t, {x})
                            : generic(SoftmaxOp(), t, {x});
     return out;

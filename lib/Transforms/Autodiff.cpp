@@ -148,7 +148,8 @@ static LogicalResult backprop(Operation *op, Value dy, OpBuilder &b,
       .Case<GeluOp>([&](GeluOp g) {
         if (needs(g.getInput()))
           adj.add(loc, g.getInput(),
-                  GeluGradOp::create(b, loc, dy.getType(), g.getInput(), dy));
+                  GeluGradOp::create(b, loc, dy.getType(), g.getInput(), dy,
+                                     g.getExactAttr()));
         return success();
       })
       .Case<SiluOp>([&](SiluOp s) {

@@ -360,9 +360,15 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
             })
             .Case<AddOp>([&](auto) { return same(rk::AddOp()); })
             .Case<ReluGradOp>([&](auto) { return same(rk::ReluGradOp()); })
-            .Case<GeluGradOp>([&](auto) { return same(rk::GeluGradOp()); })
+            .Case<GeluGradOp>([&](GeluGradOp g) {
+              return g.getExact() ? same(rk::GeluExactGradOp())
+                                  : same(rk::GeluGradOp());
+            })
             .Case<ReluOp>([&](auto) { return same(rk::ReluOp()); })
-            .Case<GeluOp>([&](auto) { return same(rk::GeluOp()); })
+            .Case<GeluOp>([&](GeluOp g) {
+              return g.getExact() ? same(rk::GeluExactOp())
+                                  : same(rk::GeluOp());
+            })
             .Case<BiasGradOp>([&](auto) { return same(rk::BiasGradOp()); })
             .Case<MseLossOp>([&](MseLossOp l) {
               rk::MseLossOp::create(b, loc, in(0), in(1), out,

@@ -181,6 +181,33 @@ TEST_F(KernelTest, GeluGradMatchesFiniteDifferences) {
   expect_close(host(dx), want, 1e-5, 1e-6);
 }
 
+TEST_F(KernelTest, GeluExactAndGrad) {
+  Tensor *x = random({10, 20}, -5.0f, 5.0f), *dy = random({10, 20});
+  Tensor *y = make({10, 20}), *dx = make({10, 20});
+  gelu_exact(ctx, x, y);
+  gelu_exact_grad(ctx, x, dy, dx);
+  auto xv = host(x), dyv = host(dy);
+  auto ref = [](double v) {
+    return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0)));
+  };
+  std::vector<double> want(xv.size()), wantd(xv.size());
+  const double h = 1e-5;
+  for (size_t i = 0; i < xv.size(); ++i) {
+    want[i] = ref(xv[i]);
+    wantd[i] = dyv[i] * (ref(xv[i] + h) - ref(xv[i] - h)) / (2 * h);
+  }
+  expect_close(host(y), want, 1e-5, 1e-6);
+  expect_close(host(dx), wantd, 1e-5, 1e-6);
+  // It differs from the tanh form (by up to ~1e-3), which this must tell apart.
+  Tensor *t = make({10, 20});
+  gelu(ctx, x, t);
+  double diff = 0;
+  auto tv = host(t), yv = host(y);
+  for (size_t i = 0; i < tv.size(); ++i)
+    diff = std::max(diff, std::abs((double)tv[i] - yv[i]));
+  EXPECT_GT(diff, 1e-4);
+}
+
 TEST_F(KernelTest, MseLossAndGrad) {
   // More elements than one reduction chunk, and a ragged last chunk.
   const int64_t rows = 700, cols = 3;

@@ -77,6 +77,32 @@ struct ReluGradFn {
   }
 };
 
+/// GELU, exact form: x * Phi(x) = 0.5 x (1 + erf(x / sqrt(2))).
+PLANRT_HD inline float gelu_exact_fwd(float x) {
+  return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+}
+
+/// d gelu_exact(x) / dx = Phi(x) + x phi(x).
+PLANRT_HD inline float gelu_exact_deriv(float x) {
+  float cdf = 0.5f * (1.0f + erff(x * 0.70710678118654752f));
+  float pdf = 0.39894228040143268f * expf(-0.5f * x * x);
+  return cdf + x * pdf;
+}
+
+struct GeluExactFn {
+  const float *x;
+  float *out;
+  PLANRT_HD void operator()(int64_t i) const { out[i] = gelu_exact_fwd(x[i]); }
+};
+
+struct GeluExactGradFn {
+  const float *x, *dy;
+  float *dx;
+  PLANRT_HD void operator()(int64_t i) const {
+    dx[i] = dy[i] * gelu_exact_deriv(x[i]);
+  }
+};
+
 struct GeluFn {
   const float *x;
   float *out;

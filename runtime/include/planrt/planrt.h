@@ -181,6 +181,10 @@ void relu_grad(Context *ctx, const Tensor *x, const Tensor *dy, Tensor *dx);
 /// GELU, tanh approximation (GPT-2's form).
 void gelu(Context *ctx, const Tensor *x, Tensor *out);
 void gelu_grad(Context *ctx, const Tensor *x, const Tensor *dy, Tensor *dx);
+/// GELU, exact form x * Phi(x) (erf), and its input gradient.
+void gelu_exact(Context *ctx, const Tensor *x, Tensor *out);
+void gelu_exact_grad(Context *ctx, const Tensor *x, const Tensor *dy,
+                     Tensor *dx);
 /// out (rank-0) = scale * sum((pred - target)^2). With scale = 1/global_numel
 /// and a later all-reduce this is the global mean squared error.
 void mse_loss(Context *ctx, const Tensor *pred, const Tensor *target,
