@@ -88,6 +88,8 @@ struct Context {
   std::string capture;
   std::vector<float> captured;
   std::vector<int64_t> captured_shape;
+  int64_t save_every = 0; // --save-every (with save_path)
+  std::string save_path;
   std::string dump_step0_path;
   std::vector<ObservedTensor> observed;
 

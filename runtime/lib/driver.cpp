@@ -125,7 +125,8 @@ void allocate_tensor(Context *ctx, Tensor *t) {
 
 std::string usage(const char *program) {
   return std::string("usage: ") + program +
-         " [--steps N] [--save PATH] [--save-init PATH] [--dump-step0 PATH]"
+         " [--steps N] [--save PATH [--save-every N]] [--save-init PATH]"
+         " [--dump-step0 PATH]"
          " [--generate N [--prompt TEXT] [--temperature T]] [--quiet] "
          "[--help]\n"
          "  --steps N          run N training steps instead of the compiled "
@@ -133,6 +134,9 @@ std::string usage(const char *program) {
          "  --save PATH        after the last step, write all parameters to "
          "PATH\n"
          "                     (safetensors)\n"
+         "  --save-every N     also write them every N steps, to PATH with "
+         "-stepNNNNNN\n"
+         "                     before its extension (needs --save)\n"
          "  --save-init PATH   before step 1, write the initial parameters to "
          "PATH\n"
          "                     (safetensors)\n"
@@ -397,6 +401,19 @@ std::vector<float> train(Context *ctx, void (*step)(Context *), int64_t steps,
       std::printf("%s\n", step_line(ctx, s, steps, ms).c_str());
       std::fflush(stdout);
     }
+    // --save-every: PATH with the step before its extension (collective
+    // when parameters are sharded, so every rank calls it).
+    if (ctx->save_every > 0 && s % ctx->save_every == 0) {
+      std::string path = ctx->save_path;
+      size_t dot = path.rfind('.');
+      size_t slash = path.rfind('/');
+      if (dot == std::string::npos ||
+          (slash != std::string::npos && dot < slash))
+        dot = path.size();
+      char step_tag[32];
+      std::snprintf(step_tag, sizeof(step_tag), "-step%06lld", (long long)s);
+      save_safetensors(ctx, path.substr(0, dot) + step_tag + path.substr(dot));
+    }
     if (s == 1 && !ctx->dump_step0_path.empty()) {
       if (ctx->rank == 0 && write_observed(ctx, ctx->dump_step0_path) == 0) {
         std::fprintf(stderr,
@@ -541,6 +558,7 @@ int run(int argc, char **argv, const char *program_name,
   // Options. Errors are reported by every rank, with no collective.
   int64_t steps = ctx->steps;
   std::string save_path, init_path, dump_path;
+  int64_t save_every = 0;
   std::string prompt = "The ";
   int64_t generate = 0;
   float temperature = 0.8f;
@@ -618,6 +636,18 @@ int run(int argc, char **argv, const char *program_name,
         generate = int64_t(v);
       else
         temperature = float(v);
+    } else if (arg == "--save-every") {
+      if (!take_value())
+        break;
+      char *end = nullptr;
+      errno = 0;
+      long long n = std::strtoll(value.c_str(), &end, 10);
+      if (value.empty() || *end || errno || n < 1)
+        error = "invalid value '" + value +
+                "' for --save-every (want an "
+                "integer >= 1)";
+      else
+        save_every = n;
     } else if (arg == "--prompt") {
       if (!take_value())
         break;
@@ -628,6 +658,8 @@ int run(int argc, char **argv, const char *program_name,
       error = "unknown option '" + std::string(argv[i]) + "'";
     }
   }
+  if (error.empty() && save_every > 0 && save_path.empty())
+    error = "--save-every needs --save PATH to name the files";
   if (error.empty() && !dump_path.empty() && steps < 1)
     error = "--dump-step0 writes what step 1 observed but the run has no "
             "step (--steps 0); run at least one step";
@@ -672,6 +704,8 @@ int run(int argc, char **argv, const char *program_name,
   internal::start(ctx);
   if (!init_path.empty()) // collective when parameters are sharded
     internal::save_safetensors(ctx, init_path);
+  ctx->save_every = save_every;
+  ctx->save_path = save_path;
   internal::set_dump_step0(ctx, dump_path);
   internal::train(ctx, step, steps, quiet);
   if (!save_path.empty()) // collective when parameters are sharded
