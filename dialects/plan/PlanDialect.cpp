@@ -1258,3 +1258,8 @@ ClipByNormOp::inferResultSharding(ArrayRef<ShardingAttr> operands) {
                          << operands[1];
   return operands[0];
 }
+
+FailureOr<ShardingAttr>
+ScaleOp::inferResultSharding(ArrayRef<ShardingAttr> operands) {
+  return operands[0];
+}

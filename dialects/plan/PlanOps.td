@@ -273,6 +273,14 @@ def Plan_SubOp : Plan_BinaryOp<"sub", "Elementwise difference lhs - rhs",
   }];
 }
 
+def Plan_ScaleOp : Plan_UnaryOp<"scale", "Multiplies by a constant"> {
+  let description = [{
+    `plan.scale %x {factor = -1.0 : f32}`, laid out like its input. Made by
+    autodiff (the gradient of `a - b` with respect to `b`).
+  }];
+  let arguments = (ins Plan_F32Tensor:$input, F32Attr:$factor);
+}
+
 def Plan_SiluOp : Plan_UnaryOp<"silu", "SiLU (swish): x * sigmoid(x)"> {
   let description = [{
     ```mlir

@@ -205,6 +205,12 @@ def Rank_SoftmaxOp : Rank_UnaryCallOp<"softmax", "softmax over the last dimensio
 def Rank_SiluGradOp : Rank_BinaryCallOp<"silu_grad", "out = dy * silu'(x)">;
 def Rank_SoftmaxGradOp : Rank_BinaryCallOp<"softmax_grad", "out = y * (dy - sum(dy * y)) from y = softmax">;
 def Rank_MulOp : Rank_BinaryCallOp<"mul", "out = lhs * rhs">;
+def Rank_ScaleOp : Rank_CallOp<"scale"> {
+  let summary = "out = factor * x";
+  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead]>:$input,
+                       Arg<Rank_F32Buffer, "", [MemWrite]>:$out, F32Attr:$factor);
+  let assemblyFormat = "$input `into` $out attr-dict `:` type($input) `->` type($out)";
+}
 def Rank_SubOp : Rank_BinaryCallOp<"sub", "out = lhs - rhs">;
 def Rank_PosEmbeddingOp : Rank_BinaryCallOp<"pos_embedding", "out[b, s] = x[b, s] + table[s]">;
 def Rank_PosEmbeddingGradOp : Rank_UnaryCallOp<"pos_embedding_grad", "dtable[s] = sum over b of dy[b, s]; 0 past S">;

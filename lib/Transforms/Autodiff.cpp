@@ -130,6 +130,15 @@ static LogicalResult backprop(Operation *op, Value dy, OpBuilder &b,
         pass(add.getRhs());
         return success();
       })
+      .Case<SubOp>([&](SubOp sub) {
+        pass(sub.getLhs());
+        if (needs(sub.getRhs()))
+          adj.add(loc, sub.getRhs(),
+                  gen(ScaleOp(), dy.getType(), {dy},
+                      {b.getNamedAttr("factor", b.getF32FloatAttr(-1.0f))})
+                      ->getResult(0));
+        return success();
+      })
       .Case<MulOp>([&](MulOp m) {
         if (needs(m.getLhs()))
           adj.add(loc, m.getLhs(),

@@ -300,6 +300,10 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
             })
             .Case<BiasAddOp>([&](auto) { return same(rk::BiasAddOp()); })
             .Case<MulOp>([&](auto) { return same(rk::MulOp()); })
+            .Case<ScaleOp>([&](ScaleOp sc) {
+              rk::ScaleOp::create(b, loc, in(0), out, sc.getFactorAttr());
+              return true;
+            })
             .Case<SubOp>([&](auto) { return same(rk::SubOp()); })
             .Case<SiluOp>([&](auto) { return same(rk::SiluOp()); })
             .Case<SiluGradOp>([&](auto) { return same(rk::SiluGradOp()); })

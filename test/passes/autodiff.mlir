@@ -152,3 +152,23 @@ func.func @gpt(%ids: tensor<2x4xi32> {plan.kind = "input", plan.name = "ids"},
 // CHECK: plan.adamw_update %arg3, %{{.*}} {{{.*}}weight_decay = 0.000000e+00 : f32}
 // CHECK: plan.adamw_update %arg4, %{{.*}} {{{.*}}weight_decay = 0.000000e+00 : f32}
 // CHECK: plan.adamw_update %arg5, %{{.*}} {{{.*}}weight_decay = 1.000000e-01 : f32}
+
+// -----
+
+// d(a - b)/db = -1: the gradient of the subtrahend is scaled.
+plan.mesh @mesh axes = ["dp"] shape = [1]
+plan.train {data = "synthetic", global_batch = 8 : i64, lr = 1.000000e-03 : f64, optimizer = "sgd", seed = 1 : i64, steps = 3 : i64}
+func.func @m(%x: tensor<8x4xf32> {plan.kind = "input", plan.name = "x"},
+             %w: tensor<4x4xf32> {plan.kind = "param", plan.name = "w"},
+             %v: tensor<4x4xf32> {plan.kind = "param", plan.name = "v"}) -> tensor<f32> attributes {plan.model} {
+  %0 = plan.matmul %x, %w : tensor<8x4xf32>, tensor<4x4xf32> -> tensor<8x4xf32>
+  %1 = plan.matmul %x, %v : tensor<8x4xf32>, tensor<4x4xf32> -> tensor<8x4xf32>
+  %2 = plan.sub %0, %1 : tensor<8x4xf32>
+  %3 = plan.mse_loss %2, %x : tensor<8x4xf32> -> tensor<f32>
+  return %3 : tensor<f32>
+}
+// CHECK-LABEL: func.func @train_step(
+// CHECK: %[[D:.*]] = plan.mse_loss_grad
+// CHECK: %[[NEG:.*]] = plan.scale %[[D]] {factor = -1.000000e+00 : f32}
+// CHECK: plan.matmul %arg0, %[[NEG]] {transpose_lhs}
+// CHECK: plan.matmul %arg0, %[[D]] {transpose_lhs}
