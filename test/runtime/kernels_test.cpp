@@ -4,6 +4,8 @@
 #include "planrt/kernels.h"
 #include "planrt/planrt.h"
 
+#include "context_fixture.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -14,45 +16,13 @@ using namespace planrt;
 
 namespace {
 
-// OpenBLAS starts threads at load time; fork-based death tests need the
-// threadsafe style.
-const bool kDeathStyle = [] {
-  GTEST_FLAG_SET(death_test_style, "threadsafe");
-  return true;
-}();
-
-class KernelTest : public ::testing::Test {
+class KernelTest : public test::ContextTest {
 protected:
-  void SetUp() override {
-    ctx = internal::create_context("kernels", /*use_mpi=*/false);
-    declare_mesh_axis(ctx, "dp", 1);
+  KernelTest() : ContextTest("kernels", 1234) {}
+  void declare() override {
     declare_param(ctx, "w", 2, 5, 7, 1, 1, InitNormal, 0.0f, 1.0f);
-    internal::start(ctx);
-    internal::begin_step(ctx, 1);
-  }
-  void TearDown() override { internal::destroy_context(ctx); }
-
-  /// A scratch tensor filled with uniform values in [lo, hi).
-  Tensor *random(std::vector<int64_t> shape, float lo = -1.0f,
-                 float hi = 1.0f) {
-    Tensor *t = make(shape);
-    std::uniform_real_distribution<float> dist(lo, hi);
-    std::vector<float> v((size_t)t->numel());
-    for (auto &e : v)
-      e = dist(rng);
-    internal::from_host(ctx, t, v);
-    return t;
-  }
-  Tensor *make(std::vector<int64_t> shape) {
-    int64_t d[4] = {1, 1, 1, 1};
-    for (size_t i = 0; i < shape.size(); ++i)
-      d[i] = shape[i];
-    return alloc(ctx, (int64_t)shape.size(), d[0], d[1], d[2], d[3]);
   }
   std::vector<float> host(const Tensor *t) { return internal::to_host(ctx, t); }
-
-  Context *ctx = nullptr;
-  std::mt19937 rng{1234};
 };
 
 void expect_close(const std::vector<float> &got,

@@ -4,6 +4,8 @@
 #include "planrt/internal.h"
 #include "planrt/planrt.h"
 
+#include "context_fixture.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -17,40 +19,12 @@ using namespace planrt;
 
 namespace {
 
-const bool kDeathStyle = [] {
-  GTEST_FLAG_SET(death_test_style, "threadsafe");
-  return true;
-}();
-
 using Vec = std::vector<double>;
 
-class OpsTest : public ::testing::Test {
+class OpsTest : public test::ContextTest {
 protected:
-  void SetUp() override {
-    ctx = internal::create_context("ops", /*use_mpi=*/false);
-    declare_mesh_axis(ctx, "dp", 1);
-    internal::start(ctx);
-    internal::begin_step(ctx, 1);
-  }
-  void TearDown() override { internal::destroy_context(ctx); }
+  OpsTest() : ContextTest("ops", 4321) {}
 
-  Tensor *make(std::vector<int64_t> shape) {
-    int64_t d[4] = {1, 1, 1, 1};
-    for (size_t i = 0; i < shape.size(); ++i)
-      d[i] = shape[i];
-    return alloc(ctx, (int64_t)shape.size(), d[0], d[1], d[2], d[3]);
-  }
-  /// Uniform values in [lo, hi) (never exactly zero in practice).
-  Tensor *random(std::vector<int64_t> shape, float lo = -1.0f,
-                 float hi = 1.0f) {
-    Tensor *t = make(shape);
-    std::uniform_real_distribution<float> dist(lo, hi);
-    std::vector<float> v((size_t)t->numel());
-    for (auto &e : v)
-      e = dist(rng);
-    internal::from_host(ctx, t, v);
-    return t;
-  }
   Tensor *ids(std::vector<int64_t> shape, std::vector<int32_t> values) {
     Tensor *t = make(shape);
     t->dtype = I32;
@@ -71,9 +45,6 @@ protected:
     auto v = internal::to_host(ctx, t);
     return Vec(v.begin(), v.end());
   }
-
-  Context *ctx = nullptr;
-  std::mt19937 rng{4321};
 };
 
 void expect_close(const Vec &got, const Vec &want, double rtol, double atol) {

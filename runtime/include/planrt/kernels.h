@@ -61,22 +61,6 @@ struct AddFn {
   PLANRT_HD void operator()(int64_t i) const { out[i] = a[i] + b[i]; }
 };
 
-struct ReluFn {
-  const float *x;
-  float *out;
-  PLANRT_HD void operator()(int64_t i) const {
-    out[i] = x[i] > 0.0f ? x[i] : 0.0f;
-  }
-};
-
-struct ReluGradFn {
-  const float *x, *dy;
-  float *dx;
-  PLANRT_HD void operator()(int64_t i) const {
-    dx[i] = x[i] > 0.0f ? dy[i] : 0.0f;
-  }
-};
-
 /// GELU, exact form: x * Phi(x) = 0.5 x (1 + erf(x / sqrt(2))).
 PLANRT_HD inline float gelu_exact_fwd(float x) {
   return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
@@ -88,34 +72,6 @@ PLANRT_HD inline float gelu_exact_deriv(float x) {
   float pdf = 0.39894228040143268f * expf(-0.5f * x * x);
   return cdf + x * pdf;
 }
-
-struct GeluExactFn {
-  const float *x;
-  float *out;
-  PLANRT_HD void operator()(int64_t i) const { out[i] = gelu_exact_fwd(x[i]); }
-};
-
-struct GeluExactGradFn {
-  const float *x, *dy;
-  float *dx;
-  PLANRT_HD void operator()(int64_t i) const {
-    dx[i] = dy[i] * gelu_exact_deriv(x[i]);
-  }
-};
-
-struct GeluFn {
-  const float *x;
-  float *out;
-  PLANRT_HD void operator()(int64_t i) const { out[i] = gelu_fwd(x[i]); }
-};
-
-struct GeluGradFn {
-  const float *x, *dy;
-  float *dx;
-  PLANRT_HD void operator()(int64_t i) const {
-    dx[i] = dy[i] * gelu_deriv(x[i]);
-  }
-};
 
 /// dpred = 2 * scale * (pred - target).
 struct MseGradFn {
@@ -211,6 +167,52 @@ PLANRT_HD inline float sigmoid(float x) {
   return e / (1.0f + e);
 }
 
+//===--- Activations: value and derivative, mapped elementwise ------------===//
+
+/// out = A::value(x), elementwise.
+template <class A> struct MapFn {
+  const float *x;
+  float *out;
+  PLANRT_HD void operator()(int64_t i) const { out[i] = A::value(x[i]); }
+};
+
+/// dx = dy * A::deriv(x), elementwise.
+template <class A> struct MapGradFn {
+  const float *x, *dy;
+  float *dx;
+  PLANRT_HD void operator()(int64_t i) const { dx[i] = dy[i] * A::deriv(x[i]); }
+};
+
+struct Relu {
+  static PLANRT_HD float value(float x) { return x > 0.0f ? x : 0.0f; }
+  static PLANRT_HD float deriv(float x) { return x > 0.0f ? 1.0f : 0.0f; }
+};
+struct GeluTanh {
+  static PLANRT_HD float value(float x) { return gelu_fwd(x); }
+  static PLANRT_HD float deriv(float x) { return gelu_deriv(x); }
+};
+struct GeluErf {
+  static PLANRT_HD float value(float x) { return gelu_exact_fwd(x); }
+  static PLANRT_HD float deriv(float x) { return gelu_exact_deriv(x); }
+};
+/// silu(x) = x s, d silu / dx = s + x s (1 - s), s = sigmoid(x).
+struct Silu {
+  static PLANRT_HD float value(float x) { return x * sigmoid(x); }
+  static PLANRT_HD float deriv(float x) {
+    float s = sigmoid(x);
+    return s + x * s * (1.0f - s);
+  }
+};
+
+using ReluFn = MapFn<Relu>;
+using ReluGradFn = MapGradFn<Relu>;
+using GeluFn = MapFn<GeluTanh>;
+using GeluGradFn = MapGradFn<GeluTanh>;
+using GeluExactFn = MapFn<GeluErf>;
+using GeluExactGradFn = MapGradFn<GeluErf>;
+using SiluFn = MapFn<Silu>;
+using SiluGradFn = MapGradFn<Silu>;
+
 PLANRT_HD inline float dot(const float *a, const float *b, int64_t n) {
   float acc = 0.0f;
   for (int64_t i = 0; i < n; ++i)
@@ -273,22 +275,6 @@ struct FillI32Fn {
   int32_t *t;
   int32_t value;
   PLANRT_HD void operator()(int64_t i) const { t[i] = value; }
-};
-
-struct SiluFn {
-  const float *x;
-  float *out;
-  PLANRT_HD void operator()(int64_t i) const { out[i] = x[i] * sigmoid(x[i]); }
-};
-
-/// d silu / dx = s + x s (1 - s), s = sigmoid(x).
-struct SiluGradFn {
-  const float *x, *dy;
-  float *dx;
-  PLANRT_HD void operator()(int64_t i) const {
-    float xi = x[i], s = sigmoid(xi);
-    dx[i] = dy[i] * (s + xi * s * (1.0f - s));
-  }
 };
 
 /// out[r, c] = x[r, c] + table[r % S, c] for x viewed as [B * S, C].
