@@ -40,12 +40,13 @@ activations), and weight decay on 1-D parameters moves the loss of step 10
 by 3e-5."""
 import argparse
 import glob
-import json
 import math
 import os
 import re
-import struct
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import compare_runs  # noqa: E402  (the shared log and safetensors readers)
 
 import numpy as np
 import torch
@@ -108,34 +109,18 @@ def lr_at(s, step, run_steps):
 
 
 def read_safetensors(path):
-    with open(path, "rb") as f:
-        data = f.read()
-    (n,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8:8 + n])
-    body = data[8 + n:]
-    out = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        if info["dtype"] != "F32":
-            sys.exit(f"error: {path}: {name} has dtype {info['dtype']}")
-        b, e = info["data_offsets"]
-        out[name] = np.frombuffer(body[b:e], dtype="<f4").reshape(
-            info["shape"]).copy()
-    return out
+    """Name -> float32 array, with compare_runs.py's reader."""
+    return {name: np.asarray(vals, np.float32).reshape(shape)
+            for name, (shape, vals) in compare_runs.read_safetensors(path).items()}
 
 
 def read_losses(path):
-    losses, total = {}, None
-    with open(path) as f:
-        for line in f:
-            m = re.match(r"step (\d+)/(\d+) \| loss (\S+) \|", line)
-            if m:
-                losses[int(m.group(1))] = float(m.group(3))
-                total = int(m.group(2))
-    if not losses or sorted(losses) != list(range(1, total + 1)):
-        sys.exit(f"error: {path}: expected lines 'step N/M | loss X |' for "
-                 f"N = 1..M, got steps {sorted(losses)}")
+    """The losses of steps 1..M of a planrt log, in order."""
+    losses = compare_runs.read_losses(path)
+    total = int(re.search(r"step \d+/(\d+) \|", open(path).read()).group(1))
+    if sorted(losses) != list(range(1, total + 1)):
+        sys.exit(f"error: {path}: expected losses of steps 1..{total}, got "
+                 f"steps {sorted(losses)}")
     return [losses[i] for i in range(1, total + 1)]
 
 
