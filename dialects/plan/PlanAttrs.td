@@ -17,14 +17,28 @@ def Plan_ShardingAttr : Plan_Attr<"Sharding", "sharding"> {
     summand and the value is their sum. Everything not split or partial is
     replicated.
 
+    A split dimension may be made of `segments` (global sizes, written after
+    its axes): each segment is split on its own and a rank holds its block
+    of every segment, in order. A packed `[q | k | v]` attention projection
+    is split by heads that way.
+
     ```mlir
     #plan.sharding<@mesh, [[dp], []]>                 // batch split over dp
     #plan.sharding<@mesh, [[], []], partial = [dp]>   // dp-partial gradient
+    #plan.sharding<@mesh, [[tp] {64, 64, 64}, []]>     // q, k, v split by heads
     ```
   }];
   let parameters = (ins "::mlir::FlatSymbolRefAttr":$mesh,
                         "::mlir::ArrayAttr":$dims,
-                        "::mlir::ArrayAttr":$partial);
+                        "::mlir::ArrayAttr":$partial,
+                        "::mlir::ArrayAttr":$segments);
+  let builders = [
+    // No segmented dimension.
+    AttrBuilder<(ins "::mlir::FlatSymbolRefAttr":$mesh,
+                     "::mlir::ArrayAttr":$dims, "::mlir::ArrayAttr":$partial), [{
+      return $_get($_ctxt, mesh, dims, partial, ::mlir::ArrayAttr::get($_ctxt, {}));
+    }]>
+  ];
   let hasCustomAssemblyFormat = 1;
   let genVerifyDecl = 1;
   let extraClassDeclaration = [{
@@ -35,6 +49,8 @@ def Plan_ShardingAttr : Plan_Attr<"Sharding", "sharding"> {
     /// Mesh axes that split dimension `dim`.
     ::llvm::SmallVector<::llvm::StringRef> getDimAxes(int64_t dim) const;
     ::llvm::SmallVector<::llvm::StringRef> getPartialAxes() const;
+    /// Global segment sizes of dimension `dim` (empty: one segment).
+    ::llvm::ArrayRef<int64_t> getDimSegments(int64_t dim) const;
     bool isPartial() const { return !getPartial().empty(); }
     bool isReplicated() const;
     int64_t getRank() const { return getDims().size(); }

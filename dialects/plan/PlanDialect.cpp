@@ -63,6 +63,12 @@ SmallVector<StringRef> ShardingAttr::getPartialAxes() const {
   return axisNames(getPartial());
 }
 
+ArrayRef<int64_t> ShardingAttr::getDimSegments(int64_t dim) const {
+  if (getSegments().empty())
+    return {};
+  return cast<DenseI64ArrayAttr>(getSegments()[dim]).asArrayRef();
+}
+
 bool ShardingAttr::isReplicated() const {
   return !isPartial() && llvm::all_of(getDims(), [](Attribute d) {
     return cast<ArrayAttr>(d).empty();
@@ -71,7 +77,7 @@ bool ShardingAttr::isReplicated() const {
 
 LogicalResult ShardingAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                                    FlatSymbolRefAttr mesh, ArrayAttr dims,
-                                   ArrayAttr partial) {
+                                   ArrayAttr partial, ArrayAttr segments) {
   if (!mesh)
     return emitError() << "sharding needs a mesh";
   llvm::SmallSetVector<StringRef, 4> seen;
@@ -93,6 +99,30 @@ LogicalResult ShardingAttr::verify(function_ref<InFlightDiagnostic()> emitError,
     if (failed(check(list)))
       return failure();
   }
+  // Segments are all-or-nothing per attribute (one entry per dimension), so
+  // that equal layouts compare equal.
+  if (!segments.empty()) {
+    if (segments.size() != dims.size())
+      return emitError() << "segments need one entry per dimension";
+    bool any = false;
+    for (auto [d, a] : llvm::enumerate(segments)) {
+      auto seg = dyn_cast<DenseI64ArrayAttr>(a);
+      if (!seg)
+        return emitError() << "segments of a dimension must be sizes";
+      if (seg.empty())
+        continue;
+      any = true;
+      if (cast<ArrayAttr>(dims[d]).empty())
+        return emitError() << "dimension " << d
+                           << " has segments but is not split";
+      for (int64_t n : seg.asArrayRef())
+        if (n < 1)
+          return emitError() << "segment sizes must be >= 1";
+    }
+    if (!any)
+      return emitError() << "segments without a segmented dimension; leave "
+                            "them out";
+  }
   return check(partial);
 }
 
@@ -111,7 +141,8 @@ static ParseResult parseAxisList(AsmParser &parser,
 Attribute ShardingAttr::parse(AsmParser &parser, Type) {
   MLIRContext *ctx = parser.getContext();
   FlatSymbolRefAttr mesh;
-  SmallVector<Attribute> dims, partial;
+  SmallVector<Attribute> dims, partial, segments;
+  bool anySegments = false;
   if (parser.parseLess() || parser.parseAttribute(mesh) || parser.parseComma())
     return {};
   if (parser.parseCommaSeparatedList(
@@ -120,9 +151,21 @@ Attribute ShardingAttr::parse(AsmParser &parser, Type) {
             if (parseAxisList(parser, axes))
               return failure();
             dims.push_back(ArrayAttr::get(ctx, axes));
+            SmallVector<int64_t> seg;
+            if (succeeded(parser.parseOptionalLBrace())) {
+              if (parser.parseCommaSeparatedList([&]() -> ParseResult {
+                    return parser.parseInteger(seg.emplace_back());
+                  }) ||
+                  parser.parseRBrace())
+                return failure();
+              anySegments = true;
+            }
+            segments.push_back(DenseI64ArrayAttr::get(ctx, seg));
             return success();
           }))
     return {};
+  if (!anySegments)
+    segments.clear();
   if (succeeded(parser.parseOptionalComma())) {
     if (parser.parseKeyword("partial") || parser.parseEqual() ||
         parseAxisList(parser, partial))
@@ -131,7 +174,8 @@ Attribute ShardingAttr::parse(AsmParser &parser, Type) {
   if (parser.parseGreater())
     return {};
   return parser.getChecked<ShardingAttr>(ctx, mesh, ArrayAttr::get(ctx, dims),
-                                         ArrayAttr::get(ctx, partial));
+                                         ArrayAttr::get(ctx, partial),
+                                         ArrayAttr::get(ctx, segments));
 }
 
 static void printAxisList(AsmPrinter &printer, ArrayAttr axes) {
@@ -144,8 +188,14 @@ static void printAxisList(AsmPrinter &printer, ArrayAttr axes) {
 
 void ShardingAttr::print(AsmPrinter &printer) const {
   printer << '<' << getMesh() << ", [";
-  llvm::interleaveComma(getDims(), printer, [&](Attribute d) {
-    printAxisList(printer, cast<ArrayAttr>(d));
+  llvm::interleaveComma(llvm::enumerate(getDims()), printer, [&](auto it) {
+    printAxisList(printer, cast<ArrayAttr>(it.value()));
+    ArrayRef<int64_t> seg = getDimSegments(it.index());
+    if (!seg.empty()) {
+      printer << " {";
+      llvm::interleaveComma(seg, printer);
+      printer << '}';
+    }
   });
   printer << ']';
   if (isPartial()) {
@@ -233,7 +283,7 @@ void planc::plan::setShardings(Operation *op,
 
 ShardingAttr planc::plan::dropPartial(ShardingAttr s) {
   return ShardingAttr::get(s.getContext(), s.getMesh(), s.getDims(),
-                           ArrayAttr::get(s.getContext(), {}));
+                           ArrayAttr::get(s.getContext(), {}), s.getSegments());
 }
 
 MeshOp planc::plan::getMesh(ModuleOp module) {
@@ -675,405 +725,7 @@ ShardingConstraintOp::verifySymbolUses(SymbolTableCollection &symbols) {
 }
 
 //===----------------------------------------------------------------------===//
-// Sharding rules
-//===----------------------------------------------------------------------===//
-
-namespace {
-/// A mutable sharding, built up by the rules below.
-struct Layout {
-  SmallVector<SmallVector<StringRef>> dims;
-  llvm::SmallSetVector<StringRef, 4> partial;
-
-  explicit Layout(int64_t rank) : dims(rank) {}
-  void addPartial(ArrayRef<StringRef> axes) {
-    for (StringRef a : axes)
-      partial.insert(a);
-  }
-  ShardingAttr get(MLIRContext *ctx, FlatSymbolRefAttr mesh) const {
-    SmallVector<Attribute> d;
-    for (auto &axes : dims)
-      d.push_back(axisList(ctx, axes));
-    return ShardingAttr::get(ctx, mesh, ArrayAttr::get(ctx, d),
-                             axisList(ctx, partial.getArrayRef()));
-  }
-  /// The sharding, or an error on `op` when the operands' shardings would
-  /// use one mesh axis twice in the result (e.g. to split two dimensions):
-  /// no rank would hold what that layout describes.
-  FailureOr<ShardingAttr> build(Operation *op, ArrayRef<ShardingAttr> operands,
-                                FlatSymbolRefAttr mesh) const {
-    llvm::SmallSetVector<StringRef, 4> seen;
-    auto clash = [&](StringRef a) -> LogicalResult {
-      InFlightDiagnostic diag = op->emitOpError() << "operand shardings (";
-      llvm::interleaveComma(operands, diag);
-      diag << ") would use mesh axis '" << a
-           << "' twice in the result; this combination is not supported yet";
-      return diag;
-    };
-    for (auto &axes : dims)
-      for (StringRef a : axes)
-        if (!seen.insert(a))
-          return clash(a);
-    for (StringRef a : partial)
-      if (!seen.insert(a))
-        return clash(a);
-    return get(op->getContext(), mesh);
-  }
-};
-} // namespace
-
-/// Checks that the dimensions `dims` of `s` are not split.
-static LogicalResult requireUnsplit(Operation *op, ShardingAttr s,
-                                    ArrayRef<int64_t> dims, StringRef what) {
-  for (int64_t d : dims)
-    if (!s.getDimAxes(d).empty())
-      return op->emitOpError() << "splitting " << what << " (dimension " << d
-                               << " of " << s << ") is not supported yet";
-  return success();
-}
-
-/// Checks that a parameter-like operand (bias, norm scale) is replicated.
-static LogicalResult requireReplicated(Operation *op, ShardingAttr s,
-                                       StringRef what) {
-  if (!s.isReplicated())
-    return op->emitOpError() << what << " sharded as " << s
-                             << " is not supported yet; it must be replicated";
-  return success();
-}
-
-static LogicalResult requireSameDims(Operation *op,
-                                     ArrayRef<ShardingAttr> operands) {
-  for (ShardingAttr s : operands.drop_front())
-    if (s.getDims() != operands.front().getDims())
-      return op->emitOpError()
-             << "operands are distributed differently (" << operands.front()
-             << " vs " << s
-             << "); resharding between them is not supported yet";
-  return success();
-}
-
-/// Elementwise ops: the result is laid out like the operands, and is
-/// partial like the partial ones (the op accepted them only if that is
-/// right, see acceptsPartialOperands).
-static FailureOr<ShardingAttr>
-elementwiseRule(Operation *op, ArrayRef<ShardingAttr> operands) {
-  if (failed(requireSameDims(op, operands)))
-    return failure();
-  for (ShardingAttr s : operands)
-    if (s.isPartial())
-      return s;
-  return operands.front();
-}
-
-static bool allPartialAlike(ArrayRef<ShardingAttr> operands) {
-  return llvm::all_of(operands, [&](ShardingAttr s) {
-    return s.isPartial() && s == operands.front();
-  });
-}
-
-#define ELEMENTWISE_RULE(OP)                                                   \
-  FailureOr<ShardingAttr> OP::inferResultSharding(                             \
-      ArrayRef<ShardingAttr> operands) {                                       \
-    return elementwiseRule(*this, operands);                                   \
-  }
-ELEMENTWISE_RULE(AddOp)
-ELEMENTWISE_RULE(ReluOp)
-ELEMENTWISE_RULE(GeluOp)
-ELEMENTWISE_RULE(ReluGradOp)
-ELEMENTWISE_RULE(GeluGradOp)
-ELEMENTWISE_RULE(MseLossGradOp)
-ELEMENTWISE_RULE(MulOp)
-ELEMENTWISE_RULE(SubOp)
-ELEMENTWISE_RULE(SiluOp)
-#undef ELEMENTWISE_RULE
-
-// A sum of pending sums over the same axes is a pending sum.
-bool AddOp::acceptsPartialOperands(ArrayRef<ShardingAttr> operands) {
-  return allPartialAlike(operands);
-}
-
-// So is a difference.
-bool SubOp::acceptsPartialOperands(ArrayRef<ShardingAttr> operands) {
-  return allPartialAlike(operands);
-}
-
-// A product is linear in each factor: one partial factor gives a partial
-// product, two do not. (The whole factor is laid out like the partial one,
-// so every summand is multiplied by the same elements.)
-bool MulOp::acceptsPartialOperands(ArrayRef<ShardingAttr> operands) {
-  return operands[0].isPartial() != operands[1].isPartial();
-}
-
-FailureOr<ShardingAttr>
-MatmulOp::inferResultSharding(ArrayRef<ShardingAttr> operands) {
-  ShardingAttr lhs = operands[0], rhs = operands[1];
-  int64_t rank = lhs.getRank(), rhsRank = rhs.getRank();
-  // Positions of M, K in op(lhs) and of K, N in op(rhs).
-  int64_t lm = rank - (getTransposeLhs() ? 1 : 2);
-  int64_t lk = rank - (getTransposeLhs() ? 2 : 1);
-  int64_t rk = rhsRank - (getTransposeRhs() ? 1 : 2);
-  int64_t rn = rhsRank - (getTransposeRhs() ? 2 : 1);
-  auto lkAxes = lhs.getDimAxes(lk), rkAxes = rhs.getDimAxes(rk);
-  if (lkAxes != rkAxes)
-    return emitOpError()
-           << "contraction dimension is split differently in the operands ("
-           << lhs << " vs " << rhs
-           << "); resharding between them is not supported yet";
-  Layout out(rank);
-  // Batch dimensions come from the lhs; a batched rhs must agree.
-  for (int64_t d = 0; d < rank - 2; ++d) {
-    out.dims[d] = lhs.getDimAxes(d);
-    if (rhsRank == rank && rhs.getDimAxes(d) != out.dims[d])
-      return emitOpError() << "batch dimension " << d
-                           << " is split differently in the operands (" << lhs
-                           << " vs " << rhs
-                           << "); resharding between them is not supported "
-                              "yet";
-  }
-  out.dims[rank - 2] = lhs.getDimAxes(lm);
-  out.dims[rank - 1] = rhs.getDimAxes(rn);
-  // Contracting a split dimension leaves each rank a summand.
-  out.addPartial(lkAxes);
-  for (ShardingAttr s : operands)
-    out.addPartial(s.getPartialAxes());
-  return out.build(*this, operands, lhs.getMesh());
-}
-
-// A product is linear in each factor: one partial factor gives a partial
-// product, two do not.
-bool MatmulOp::acceptsPartialOperands(ArrayRef<ShardingAttr> operands) {
-  return operands[0].isPartial() != operands[1].isPartial();
-}
-
-FailureOr<ShardingAttr>
-BiasAddOp::inferResultSharding(ArrayRef<ShardingAttr> operands) {
-  if (!operands[1].isReplicated())
-    return emitOpError() << "bias sharded as " << operands[1]
-                         << " is not supported yet; it must be replicated";
-  return operands[0];
-}
-
-FailureOr<ShardingAttr>
-BiasGradOp::inferResultSharding(ArrayRef<ShardingAttr> operands) {
-  ShardingAttr g = operands[0];
-  int64_t last = g.getRank() - 1;
-  Layout out(1);
-  out.dims[0] = g.getDimAxes(last);
-  for (int64_t d = 0; d < last; ++d)
-    for (StringRef a : g.getDimAxes(d))
-      out.partial.insert(a);
-  for (StringRef a : g.getPartialAxes())
-    out.partial.insert(a);
-  return out.get(getContext(), g.getMesh());
-}
-
-bool BiasGradOp::acceptsPartialOperands(ArrayRef<ShardingAttr>) { return true; }
-
-FailureOr<ShardingAttr>
-MseLossOp::inferResultSharding(ArrayRef<ShardingAttr> operands) {
-  if (failed(requireSameDims(*this, operands)))
-    return failure();
-  Layout out(0);
-  for (int64_t d = 0; d < operands[0].getRank(); ++d)
-    for (StringRef a : operands[0].getDimAxes(d))
-      out.partial.insert(a);
-  return out.get(getContext(), operands[0].getMesh());
-}
-
-static FailureOr<ShardingAttr> updateRule(Operation *op,
-                                          ArrayRef<ShardingAttr> operands) {
-  if (operands[0].getDims() != operands[1].getDims())
-    return op->emitOpError() << "gradient is distributed as " << operands[1]
-                             << " but the parameter as " << operands[0];
-  return operands[0];
-}
-
-FailureOr<ShardingAttr>
-SgdUpdateOp::inferResultSharding(ArrayRef<ShardingAttr> operands) {
-  return updateRule(*this, operands);
-}
-
-FailureOr<ShardingAttr>
-AdamWUpdateOp::inferResultSharding(ArrayRef<ShardingAttr> operands) {
-  return updateRule(*this, operands);
-}
-
-FailureOr<ShardingAttr>
-SoftmaxOp::inferResultSharding(ArrayRef<ShardingAttr> operands) {
-  ShardingAttr x = operands[0];
-  if (failed(
-          requireUnsplit(*this, x, {x.getRank() - 1}, "the softmax dimension")))
-    return failure();
-  return dropPartial(x);
-}
-
-FailureOr<ShardingAttr>
-EmbeddingOp::inferResultSharding(ArrayRef<ShardingAttr> operands) {
-  ShardingAttr ids = operands[0], table = operands[1];
-  if (ids.isPartial())
-    return emitOpError() << "ids sharded as " << ids
-                         << " are partial; indices cannot be pending sums";
-  Layout out(ids.getRank() + 1);
-  for (int64_t d = 0; d < ids.getRank(); ++d)
-    out.dims[d] = ids.getDimAxes(d);
-  // Vocab-parallel: each rank looks up the rows it owns (zeros for the
-  // others), so the result is a sum over the axes that split the vocabulary.
-  out.addPartial(table.getDimAxes(0));
-  out.dims.back() = table.getDimAxes(1);
-  out.addPartial(table.getPartialAxes());
-  return out.build(*this, operands, table.getMesh());
-}
-
-// The lookup is linear in the table; partial ids are rejected by the rule
-// (integer indices cannot be reduced, so they must reach it).
-bool EmbeddingOp::acceptsPartialOperands(ArrayRef<ShardingAttr>) {
-  return true;
-}
-
-/// Normalizations over the last dimension of operand 0 with replicated
-/// scale/shift operands.
-static FailureOr<ShardingAttr> normRule(Operation *op,
-                                        ArrayRef<ShardingAttr> operands) {
-  ShardingAttr x = operands[0];
-  if (failed(
-          requireUnsplit(op, x, {x.getRank() - 1}, "the normalized dimension")))
-    return failure();
-  for (ShardingAttr param : operands.drop_front())
-    if (failed(requireReplicated(op, param, "scale or shift")))
-      return failure();
-  return dropPartial(x);
-}
-
-FailureOr<ShardingAttr>
-LayerNormOp::inferResultSharding(ArrayRef<ShardingAttr> operands) {
-  return normRule(*this, operands);
-}
-
-FailureOr<ShardingAttr>
-RmsNormOp::inferResultSharding(ArrayRef<ShardingAttr> operands) {
-  return normRule(*this, operands);
-}
-
-FailureOr<ShardingAttr>
-AttentionOp::inferResultSharding(ArrayRef<ShardingAttr> operands) {
-  ShardingAttr qkv = operands[0];
-  if (failed(requireUnsplit(*this, qkv, {1}, "the sequence")) ||
-      failed(requireUnsplit(*this, qkv, {2}, "the heads")))
-    return failure();
-  // Sequences of the batch are independent.
-  Layout out(3);
-  out.dims[0] = qkv.getDimAxes(0);
-  return out.build(*this, operands, qkv.getMesh());
-}
-
-FailureOr<ShardingAttr>
-CrossEntropyOp::inferResultSharding(ArrayRef<ShardingAttr> operands) {
-  ShardingAttr logits = operands[0], targets = operands[1];
-  if (targets.isPartial())
-    return emitOpError() << "targets sharded as " << targets
-                         << " are partial; class indices cannot be pending "
-                            "sums";
-  int64_t last = logits.getRank() - 1;
-  if (failed(requireUnsplit(*this, logits, {last}, "the vocabulary")))
-    return failure();
-  Layout out(0);
-  for (int64_t d = 0; d < last; ++d) {
-    if (logits.getDimAxes(d) != targets.getDimAxes(d))
-      return emitOpError() << "logits and targets are distributed differently ("
-                           << logits << " vs " << targets
-                           << "); resharding between them is not supported "
-                              "yet";
-    // Each rank sums the losses of its positions: a summand of the mean.
-    out.addPartial(logits.getDimAxes(d));
-  }
-  return out.build(*this, operands, logits.getMesh());
-}
-
-// Nonlinear in the logits; partial targets are let through only so that the
-// rule rejects them (integer indices cannot be reduced).
-bool CrossEntropyOp::acceptsPartialOperands(ArrayRef<ShardingAttr> operands) {
-  return operands[1].isPartial();
-}
-
-FailureOr<ShardingAttr>
-TransposeOp::inferResultSharding(ArrayRef<ShardingAttr> operands) {
-  ShardingAttr x = operands[0];
-  Layout out(x.getRank());
-  for (auto [i, p] : llvm::enumerate(getPermutation()))
-    out.dims[i] = x.getDimAxes(p);
-  out.addPartial(x.getPartialAxes());
-  return out.build(*this, operands, x.getMesh());
-}
-
-// Moving elements around is linear.
-bool TransposeOp::acceptsPartialOperands(ArrayRef<ShardingAttr>) {
-  return true;
-}
-
-FailureOr<ShardingAttr>
-ReshapeOp::inferResultSharding(ArrayRef<ShardingAttr> operands) {
-  ShardingAttr x = operands[0];
-  auto in = getInput().getType(), res = getResult().getType();
-  bool split = false, splitBeyond0 = false;
-  for (int64_t d = 0; d < x.getRank(); ++d)
-    if (!x.getDimAxes(d).empty()) {
-      split = true;
-      splitBeyond0 |= d > 0;
-    }
-  Layout out(res.getRank());
-  out.addPartial(x.getPartialAxes());
-  if (!split)
-    return out.build(*this, operands, x.getMesh());
-  // Each rank holds a contiguous block of whole rows of dimension 0. They
-  // reshape on their own when the result keeps dimension 0, or when the
-  // result's dimension 0 collapses the leading dimensions of the input
-  // ([B, S, D] -> [B * S, D]): then the block stays contiguous.
-  auto collapsesLeading = [&]() {
-    if (res.getRank() < 1 || res.getRank() > in.getRank())
-      return false;
-    int64_t k = in.getRank() - res.getRank();
-    int64_t lead = 1;
-    for (int64_t d = 0; d <= k; ++d)
-      lead *= in.getDimSize(d);
-    return lead == res.getDimSize(0) &&
-           in.getShape().drop_front(k + 1) == res.getShape().drop_front();
-  };
-  if (!splitBeyond0 && res.getRank() >= 1 &&
-      (res.getDimSize(0) == in.getDimSize(0) || collapsesLeading())) {
-    out.dims[0] = x.getDimAxes(0);
-    return out.build(*this, operands, x.getMesh());
-  }
-  return emitOpError() << "reshaping " << in << " distributed as " << x
-                       << " to " << res
-                       << " is not supported yet (only a replicated input, or "
-                          "one split along dimension 0 that keeps its size or "
-                          "collapses the leading dimensions)";
-}
-
-// Moving elements around is linear.
-bool ReshapeOp::acceptsPartialOperands(ArrayRef<ShardingAttr>) { return true; }
-
-FailureOr<ShardingAttr>
-ShardingConstraintOp::inferResultSharding(ArrayRef<ShardingAttr> operands) {
-  ShardingAttr in = operands[0], want = getSharding();
-  if (in == want)
-    return want;
-  // A replicated value narrows to any split locally: each rank keeps its
-  // slice. Anything else moves data between ranks.
-  if (!in.isReplicated() || want.isPartial() || in.getMesh() != want.getMesh())
-    return emitOpError() << "resharding from " << in << " to " << want
-                         << " is not supported yet";
-  return want;
-}
-
-// An identity keeps a pending sum when it is asked to; otherwise the value
-// is reduced first.
-bool ShardingConstraintOp::acceptsPartialOperands(
-    ArrayRef<ShardingAttr> operands) {
-  return operands[0].isPartial() && operands[0] == getSharding();
-}
-
-//===----------------------------------------------------------------------===//
-// PosEmbeddingOp
+// More verifiers
 //===----------------------------------------------------------------------===//
 
 LogicalResult PosEmbeddingOp::verify() {
@@ -1087,18 +739,6 @@ LogicalResult PosEmbeddingOp::verify() {
   return success();
 }
 
-FailureOr<ShardingAttr>
-PosEmbeddingOp::inferResultSharding(ArrayRef<ShardingAttr> operands) {
-  if (failed(requireReplicated(*this, operands[1], "the position table")) ||
-      failed(requireUnsplit(*this, operands[0], {1}, "the sequence")))
-    return failure();
-  return operands[0];
-}
-
-//===----------------------------------------------------------------------===//
-// Gradient ops
-//===----------------------------------------------------------------------===//
-
 LogicalResult EmbeddingGradOp::verify() {
   auto ids = getIds().getType(), g = getGrad().getType();
   auto r = getResult().getType();
@@ -1111,31 +751,6 @@ LogicalResult EmbeddingGradOp::verify() {
   return success();
 }
 
-/// Axes that split the leading (all but last) dims: summing over those
-/// positions leaves a pending sum.
-static void addLeadingAxes(Layout &out, ShardingAttr s) {
-  for (int64_t d = 0; d + 1 < s.getRank(); ++d)
-    out.addPartial(s.getDimAxes(d));
-  out.addPartial(s.getPartialAxes());
-}
-
-FailureOr<ShardingAttr>
-EmbeddingGradOp::inferResultSharding(ArrayRef<ShardingAttr> operands) {
-  ShardingAttr ids = operands[0], g = operands[1];
-  if (ids.getDims() !=
-      ArrayAttr::get(getContext(), g.getDims().getValue().drop_back()))
-    return emitOpError() << "ids " << ids << " and gradient " << g
-                         << " must be split alike";
-  Layout out(2);
-  out.dims[1] = g.getDimAxes(g.getRank() - 1);
-  addLeadingAxes(out, g);
-  return out.build(*this, operands, g.getMesh());
-}
-
-bool EmbeddingGradOp::acceptsPartialOperands(ArrayRef<ShardingAttr> ops) {
-  return !ops[0].isPartial();
-}
-
 LogicalResult PosEmbeddingGradOp::verify() {
   auto g = getGrad().getType(), r = getResult().getType();
   if (g.getRank() != 3 || r.getRank() != 2 ||
@@ -1144,122 +759,4 @@ LogicalResult PosEmbeddingGradOp::verify() {
                             "result with T >= S, got "
                          << g << " and " << r;
   return success();
-}
-
-FailureOr<ShardingAttr>
-PosEmbeddingGradOp::inferResultSharding(ArrayRef<ShardingAttr> operands) {
-  ShardingAttr g = operands[0];
-  if (failed(requireUnsplit(*this, g, {1}, "the sequence")))
-    return failure();
-  Layout out(2);
-  out.dims[1] = g.getDimAxes(2);
-  out.addPartial(g.getDimAxes(0));
-  out.addPartial(g.getPartialAxes());
-  return out.build(*this, operands, g.getMesh());
-}
-
-bool PosEmbeddingGradOp::acceptsPartialOperands(ArrayRef<ShardingAttr>) {
-  return true;
-}
-
-/// d input like input; d scale/shift summed over the leading dims.
-static FailureOr<SmallVector<ShardingAttr>>
-normGradRule(Operation *op, ArrayRef<ShardingAttr> operands, unsigned n) {
-  ShardingAttr x = operands[0], g = operands[2];
-  if (failed(requireUnsplit(op, x, {x.getRank() - 1},
-                            "the normalized dimension")) ||
-      failed(requireReplicated(op, operands[1], "the scale")))
-    return failure();
-  if (x.getDims() != g.getDims())
-    return op->emitOpError()
-           << "input " << x << " and gradient " << g << " must be split alike";
-  Layout param(1);
-  addLeadingAxes(param, x);
-  FailureOr<ShardingAttr> p = param.build(op, operands, x.getMesh());
-  if (failed(p))
-    return failure();
-  SmallVector<ShardingAttr> out{dropPartial(x)};
-  out.append(n - 1, *p);
-  return out;
-}
-
-/// The first of several result shardings (multi-result ops' single form).
-static FailureOr<ShardingAttr>
-firstResult(FailureOr<SmallVector<ShardingAttr>> all) {
-  if (failed(all))
-    return failure();
-  return (*all)[0];
-}
-
-FailureOr<ShardingAttr>
-LayerNormGradOp::inferResultSharding(ArrayRef<ShardingAttr> operands) {
-  return firstResult(inferResultShardings(operands));
-}
-
-FailureOr<SmallVector<ShardingAttr>>
-LayerNormGradOp::inferResultShardings(ArrayRef<ShardingAttr> operands) {
-  return normGradRule(*this, operands, 3);
-}
-
-FailureOr<ShardingAttr>
-RmsNormGradOp::inferResultSharding(ArrayRef<ShardingAttr> operands) {
-  return firstResult(inferResultShardings(operands));
-}
-
-FailureOr<SmallVector<ShardingAttr>>
-RmsNormGradOp::inferResultShardings(ArrayRef<ShardingAttr> operands) {
-  return normGradRule(*this, operands, 2);
-}
-
-FailureOr<ShardingAttr>
-AttentionGradOp::inferResultSharding(ArrayRef<ShardingAttr> operands) {
-  ShardingAttr qkv = operands[0];
-  if (failed(requireUnsplit(*this, qkv, {1, 2}, "the sequence or heads")) ||
-      failed(requireSameDims(*this, operands)))
-    return failure();
-  return qkv;
-}
-
-FailureOr<ShardingAttr>
-SiluGradOp::inferResultSharding(ArrayRef<ShardingAttr> operands) {
-  return elementwiseRule(*this, operands);
-}
-
-FailureOr<ShardingAttr>
-SoftmaxGradOp::inferResultSharding(ArrayRef<ShardingAttr> operands) {
-  if (failed(requireUnsplit(*this, operands[0], {operands[0].getRank() - 1},
-                            "the softmax dimension")))
-    return failure();
-  return elementwiseRule(*this, operands);
-}
-
-FailureOr<ShardingAttr>
-CrossEntropyGradOp::inferResultSharding(ArrayRef<ShardingAttr> operands) {
-  ShardingAttr logits = operands[0];
-  if (failed(requireUnsplit(*this, logits, {logits.getRank() - 1},
-                            "the vocabulary")))
-    return failure();
-  return dropPartial(logits);
-}
-
-FailureOr<ShardingAttr>
-SumSqOp::inferResultSharding(ArrayRef<ShardingAttr> operands) {
-  Layout out(0);
-  for (int64_t d = 0; d < operands[0].getRank(); ++d)
-    out.addPartial(operands[0].getDimAxes(d));
-  return out.build(*this, operands, operands[0].getMesh());
-}
-
-FailureOr<ShardingAttr>
-ClipByNormOp::inferResultSharding(ArrayRef<ShardingAttr> operands) {
-  if (!operands[1].isReplicated())
-    return emitOpError() << "the sum of squares must be whole (replicated), "
-                            "got "
-                         << operands[1];
-  return operands[0];
-}
-
-FailureOr<ShardingAttr>
-ScaleOp::inferResultSharding(ArrayRef<ShardingAttr> operands) {
-  return operands[0];
 }

@@ -14,6 +14,7 @@
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 
 #include "dialects/plan/PlanDialect.h.inc"
+#include "dialects/plan/ShardingRule.h"
 
 #define GET_ATTRDEF_CLASSES
 #include "dialects/plan/PlanAttrs.h.inc"

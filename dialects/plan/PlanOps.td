@@ -169,13 +169,12 @@ def Plan_ClusterOp : Plan_Op<"cluster"> {
 def Plan_F32Tensor : RankedTensorOf<[F32]>;
 def Plan_F32Scalar : 0DTensorOf<[F32]>;
 
-// `overrides` names the interface methods with defaults that the op overrides.
-class Plan_ComputeOp<string mnemonic, list<Trait> traits = [],
-                     list<string> overrides = []>
+// Every compute op states its sharding rule (dialects/plan/ShardingRules.cpp).
+class Plan_ComputeOp<string mnemonic, list<Trait> traits = []>
     : Plan_Op<mnemonic, !listconcat(traits, [Pure,
-        DeclareOpInterfaceMethods<ShardingRuleOpInterface, overrides>])>;
+        DeclareOpInterfaceMethods<ShardingRuleOpInterface>])>;
 
-def Plan_MatmulOp : Plan_ComputeOp<"matmul", [], ["acceptsPartialOperands"]> {
+def Plan_MatmulOp : Plan_ComputeOp<"matmul", []> {
   let summary = "Matrix product c = op(a) @ op(b), optionally batched";
   let description = [{
     `lhs` is `[..., M, K]` (rank >= 2); `transpose_lhs` and `transpose_rhs`
@@ -207,7 +206,7 @@ def Plan_BiasAddOp : Plan_ComputeOp<"bias_add", [AllTypesMatch<["input", "result
   let hasVerifier = 1;
 }
 
-def Plan_BiasGradOp : Plan_ComputeOp<"bias_grad", [], ["acceptsPartialOperands"]> {
+def Plan_BiasGradOp : Plan_ComputeOp<"bias_grad", []> {
   let summary = "Gradient of a bias: sum of the output gradient over all but the last dimension";
   let arguments = (ins Plan_F32Tensor:$grad);
   let results = (outs Plan_F32Tensor:$result);
@@ -215,8 +214,8 @@ def Plan_BiasGradOp : Plan_ComputeOp<"bias_grad", [], ["acceptsPartialOperands"]
   let hasVerifier = 1;
 }
 
-class Plan_BinaryOp<string mnemonic, string doc, list<string> overrides = []>
-    : Plan_ComputeOp<mnemonic, [SameOperandsAndResultType], overrides> {
+class Plan_BinaryOp<string mnemonic, string doc>
+    : Plan_ComputeOp<mnemonic, [SameOperandsAndResultType]> {
   let summary = doc;
   let arguments = (ins Plan_F32Tensor:$lhs, Plan_F32Tensor:$rhs);
   let results = (outs Plan_F32Tensor:$result);
@@ -231,7 +230,7 @@ class Plan_UnaryOp<string mnemonic, string doc>
   let assemblyFormat = "$input attr-dict `:` type($result)";
 }
 
-def Plan_AddOp : Plan_BinaryOp<"add", "Elementwise sum", ["acceptsPartialOperands"]>;
+def Plan_AddOp : Plan_BinaryOp<"add", "Elementwise sum">;
 def Plan_ReluOp : Plan_UnaryOp<"relu", "max(x, 0)">;
 def Plan_GeluOp : Plan_UnaryOp<"gelu",
     "GELU: tanh approximation (GPT-2's), or the exact erf form with `exact`"> {
@@ -251,8 +250,7 @@ def Plan_GeluGradOp : Plan_BinaryOp<"gelu_grad",
 
 def Plan_I32Tensor : RankedTensorOf<[I32]>;
 
-def Plan_MulOp : Plan_BinaryOp<"mul", "Elementwise product",
-                               ["acceptsPartialOperands"]> {
+def Plan_MulOp : Plan_BinaryOp<"mul", "Elementwise product"> {
   let description = [{
     ```mlir
     %z = plan.mul %x, %y : tensor<8x16xf32>
@@ -262,8 +260,7 @@ def Plan_MulOp : Plan_BinaryOp<"mul", "Elementwise product",
   }];
 }
 
-def Plan_SubOp : Plan_BinaryOp<"sub", "Elementwise difference lhs - rhs",
-                               ["acceptsPartialOperands"]> {
+def Plan_SubOp : Plan_BinaryOp<"sub", "Elementwise difference lhs - rhs"> {
   let description = [{
     ```mlir
     %z = plan.sub %x, %y : tensor<8x16xf32>
@@ -304,8 +301,7 @@ def Plan_SoftmaxOp : Plan_ComputeOp<"softmax", [SameOperandsAndResultType]> {
   let hasVerifier = 1;
 }
 
-def Plan_EmbeddingOp : Plan_ComputeOp<"embedding", [],
-                                      ["acceptsPartialOperands"]> {
+def Plan_EmbeddingOp : Plan_ComputeOp<"embedding", []> {
   let summary = "Looks up rows of a table: result[i..., :] = table[ids[i...], :]";
   let description = [{
     `ids` (i32, rank >= 1) index the rows of `table` `[V, D]`; the result has
@@ -424,8 +420,7 @@ def Plan_AttentionOp : Plan_ComputeOp<"attention"> {
   }];
 }
 
-def Plan_CrossEntropyOp : Plan_ComputeOp<"cross_entropy", [],
-                                         ["acceptsPartialOperands"]> {
+def Plan_CrossEntropyOp : Plan_ComputeOp<"cross_entropy", []> {
   let summary = "Mean softmax cross-entropy over all positions (a scalar)";
   let description = [{
     `logits` is `[..., V]`, `targets` (i32) has the shape of `logits` without
@@ -447,8 +442,7 @@ def Plan_CrossEntropyOp : Plan_ComputeOp<"cross_entropy", [],
   let hasVerifier = 1;
 }
 
-def Plan_TransposeOp : Plan_ComputeOp<"transpose", [],
-                                      ["acceptsPartialOperands"]> {
+def Plan_TransposeOp : Plan_ComputeOp<"transpose", []> {
   let summary = "Permutes the dimensions of a tensor";
   let description = [{
     Result dimension `i` is input dimension `permutation[i]`.
@@ -464,8 +458,7 @@ def Plan_TransposeOp : Plan_ComputeOp<"transpose", [],
   let hasVerifier = 1;
 }
 
-def Plan_ReshapeOp : Plan_ComputeOp<"reshape", [],
-                                    ["acceptsPartialOperands"]> {
+def Plan_ReshapeOp : Plan_ComputeOp<"reshape", []> {
   let summary = "Reinterprets a tensor with a new shape (row-major order)";
   let description = [{
     Same elements, same row-major order, a new static shape.
@@ -484,8 +477,7 @@ def Plan_ReshapeOp : Plan_ComputeOp<"reshape", [],
 }
 
 def Plan_ShardingConstraintOp : Plan_ComputeOp<"sharding_constraint",
-    [SameOperandsAndResultType, DeclareOpInterfaceMethods<SymbolUserOpInterface>],
-    ["acceptsPartialOperands"]> {
+    [SameOperandsAndResultType, DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
   let summary = "Identity that pins how a value is distributed";
   let description = [{
     The result is the operand, distributed as `sharding` (like Shardy's
@@ -548,8 +540,7 @@ def Plan_AdamWUpdateOp : Plan_ComputeOp<"adamw_update",
 // Gradient ops (made by plan-autodiff)
 //===----------------------------------------------------------------------===//
 
-def Plan_EmbeddingGradOp : Plan_ComputeOp<"embedding_grad", [],
-                                          ["acceptsPartialOperands"]> {
+def Plan_EmbeddingGradOp : Plan_ComputeOp<"embedding_grad", []> {
   let summary = "Gradient of an embedding table: rows scatter-added from the output gradient";
   let arguments = (ins Plan_I32Tensor:$ids, Plan_F32Tensor:$grad);
   let results = (outs Plan_F32Tensor:$result);
@@ -559,8 +550,7 @@ def Plan_EmbeddingGradOp : Plan_ComputeOp<"embedding_grad", [],
   let hasVerifier = 1;
 }
 
-def Plan_PosEmbeddingGradOp : Plan_ComputeOp<"pos_embedding_grad", [],
-                                             ["acceptsPartialOperands"]> {
+def Plan_PosEmbeddingGradOp : Plan_ComputeOp<"pos_embedding_grad", []> {
   let summary = "Gradient of a position table: the output gradient summed over the batch";
   let arguments = (ins Plan_F32Tensor:$grad);
   let results = (outs Plan_F32Tensor:$result);
@@ -570,8 +560,7 @@ def Plan_PosEmbeddingGradOp : Plan_ComputeOp<"pos_embedding_grad", [],
 
 def Plan_LayerNormGradOp : Plan_ComputeOp<"layernorm_grad",
     [AllTypesMatch<["input", "grad", "input_grad"]>,
-     AllTypesMatch<["gamma", "gamma_grad", "beta_grad"]>],
-    ["inferResultShardings"]> {
+     AllTypesMatch<["gamma", "gamma_grad", "beta_grad"]>]> {
   let summary = "Gradients of layernorm: input, scale and shift";
   let description = [{
     Recomputes the statistics from `input`; `grad` is the gradient of the
@@ -593,8 +582,7 @@ def Plan_LayerNormGradOp : Plan_ComputeOp<"layernorm_grad",
 
 def Plan_RmsNormGradOp : Plan_ComputeOp<"rmsnorm_grad",
     [AllTypesMatch<["input", "grad", "input_grad"]>,
-     AllTypesMatch<["gamma", "gamma_grad"]>],
-    ["inferResultShardings"]> {
+     AllTypesMatch<["gamma", "gamma_grad"]>]> {
   let summary = "Gradients of rmsnorm: input and scale";
   let arguments = (ins Plan_F32Tensor:$input, Plan_F32Tensor:$gamma,
                        Plan_F32Tensor:$grad, DefaultValuedAttr<F32Attr, "1e-5">:$eps);
@@ -655,17 +643,6 @@ def Plan_ClipByNormOp : Plan_ComputeOp<"clip_by_norm",
   let assemblyFormat = "$input `,` $sumsq attr-dict `:` type($input) `,` type($sumsq)";
 }
 
-def Plan_AllReduceOp : Plan_Op<"all_reduce", [Pure, SameOperandsAndResultType]> {
-  let summary = "Resolves a partial sum over mesh axes";
-  let description = [{
-    At the global level the value does not change: a tensor that is
-    `partial` over `axes` becomes replicated over them. Lowering to the rank
-    level turns it into an all-reduce among the ranks that differ only in
-    those axes.
-  }];
-  let arguments = (ins Plan_F32Tensor:$input, StrArrayAttr:$axes);
-  let results = (outs Plan_F32Tensor:$result);
-  let assemblyFormat = "$input `over` $axes attr-dict `:` type($result)";
-}
+include "dialects/plan/PlanCollectiveOps.td"
 
 #endif

@@ -261,28 +261,21 @@ bool Sema::checkTpDivides(int64_t n, StringRef what, Location l) {
 }
 
 void Sema::seedSharding(Value param, int64_t dim, Location use) {
+  // The split itself is made by plan-seed-sharding; the frontend checks here
+  // what it can report at the layer's location.
   auto arg = dyn_cast<BlockArgument>(param);
   if (par.tensorPolicy != "megatron" || par.tp <= 1 || !arg ||
       arg.getOwner() != body)
     return;
-  unsigned i = arg.getArgNumber();
-  DictionaryAttr attrs = argAttrs[i];
+  DictionaryAttr attrs = argAttrs[arg.getArgNumber()];
   if (attrs.getAs<StringAttr>(kKindAttr).getValue() != "param" ||
       attrs.get(kShardingAttr))
     return; // Explicit annotations win over the policy.
   auto type = cast<RankedTensorType>(param.getType());
-  if (!checkTpDivides(type.getDimSize(dim),
-                      "dimension " + std::to_string(dim) + " of '" +
-                          attrs.getAs<StringAttr>(kNameAttr).getValue().str() +
-                          "'",
-                      use))
-    return;
-  SmallVector<Attribute> dims(type.getRank(), b.getArrayAttr({}));
-  dims[dim] = b.getStrArrayAttr({"tp"});
-  NamedAttrList list(attrs);
-  list.set(kShardingAttr, ShardingAttr::get(ctx, meshRef, b.getArrayAttr(dims),
-                                            b.getArrayAttr({})));
-  argAttrs[i] = list.getDictionary(ctx);
+  checkTpDivides(type.getDimSize(dim),
+                 "dimension " + std::to_string(dim) + " of '" +
+                     attrs.getAs<StringAttr>(kNameAttr).getValue().str() + "'",
+                 use);
 }
 
 Value Sema::linear(Location l, Value x, Value w, Value bias, bool transposeW,

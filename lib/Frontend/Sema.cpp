@@ -469,18 +469,13 @@ void Sema::runStmts(const std::vector<PlanParser::StmtContext *> &stmts,
         bind(d->name, Val::error(loc(d->name)));
         continue;
       }
-      // Samples are split over the data-parallel axis.
-      SmallVector<Attribute> dims(type->getRank(), b.getArrayAttr({}));
-      dims[0] = b.getStrArrayAttr({"dp"});
-      ShardingAttr sharding = ShardingAttr::get(
-          ctx, meshRef, b.getArrayAttr(dims), b.getArrayAttr({}));
+      // plan-seed-sharding splits the samples over the data-parallel axis.
       if (d->shardSpec())
         error(loc(d->shardSpec()))
             << "inputs and labels are split along the batch over dp; they "
                "take no shard(...) annotation";
       Value arg = declareArg(*type, loc(d->name), d->role->getText(),
-                             d->name->getText(),
-                             {b.getNamedAttr(kShardingAttr, sharding)});
+                             d->name->getText(), {});
       bind(d->name, Val{arg, loc(d->name)});
     } else if (auto *p = dynamic_cast<PlanParser::ParamDeclContext *>(stmt)) {
       ++numParamDecls;

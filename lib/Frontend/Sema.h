@@ -198,7 +198,8 @@ private:
   static bool isBuiltin(llvm::StringRef fn);
   mlir::Value linear(mlir::Location l, mlir::Value x, mlir::Value w,
                      mlir::Value bias, bool transposeW, llvm::StringRef what);
-  /// Seeds a tensor-parallel sharding on a parameter (policy megatron).
+  /// Checks that the megatron policy can split a parameter along `dim`
+  /// (plan-seed-sharding makes the split).
   void seedSharding(mlir::Value param, int64_t dim, mlir::Location use);
   bool checkTpDivides(int64_t n, llvm::StringRef what, mlir::Location l);
 

@@ -20,7 +20,8 @@ An example may be preceded, on the lines directly above its opening fence
                                  (a warning or a remark)
   <!-- ir: TEXT -->              planc must succeed and print TEXT in the IR
                                  on stdout (may be repeated)
-  <!-- flags: --mlir-debuginfo --> extra planc arguments
+  <!-- flags: --mlir-debuginfo --> extra planc arguments (a --stage=PASS
+                                 among them replaces --stage=parse)
 
 An example without markers is a complete plan that must compile silently
 (exit code 0, nothing on stderr). Each check runs
@@ -125,7 +126,9 @@ def main():
 
         for where, path, expect in checks:
             flags = " ".join(expect["flags"]).split()
-            cmd = [args.planc, path, "--emit=mlir", "--stage=parse"] + flags
+            stage = [] if any(f.startswith("--stage") for f in flags) else [
+                "--stage=parse"]
+            cmd = [args.planc, path, "--emit=mlir"] + stage + flags
             try:
                 r = subprocess.run(cmd, capture_output=True, text=True,
                                    timeout=120)

@@ -1,5 +1,5 @@
-// RUN: plan-opt %s --plan-autodiff --plan-propagate-sharding --plan-insert-collectives --plan-lower-to-rank | FileCheck %s
-// RUN: plan-opt %s --plan-autodiff --plan-propagate-sharding --plan-insert-collectives --plan-lower-to-rank --plan-lower-rank-to-emitc | FileCheck %s --check-prefix=EMITC
+// RUN: plan-opt %s --plan-autodiff --plan-propagate-sharding --plan-insert-reshards --plan-expand-reshards --plan-lower-to-rank | FileCheck %s
+// RUN: plan-opt %s --plan-autodiff --plan-propagate-sharding --plan-insert-reshards --plan-expand-reshards --plan-lower-to-rank --plan-lower-rank-to-emitc | FileCheck %s --check-prefix=EMITC
 
 // A transformer-shaped step, data parallel over 2 ranks, down to the rank
 // level: token inputs are int32 buffers of local rows, every layer and its

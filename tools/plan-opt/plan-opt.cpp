@@ -1,5 +1,6 @@
 //===- plan-opt.cpp - mlir-opt with planc's dialects and passes -----------===//
 #include "planc/Transforms/Passes.h"
+#include "planc/Transforms/Pipeline.h"
 
 #include "mlir/Dialect/EmitC/IR/EmitC.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -12,6 +13,7 @@ int main(int argc, char **argv) {
                   mlir::func::FuncDialect, mlir::memref::MemRefDialect,
                   mlir::emitc::EmitCDialect>();
   planc::registerPlancPasses();
+  planc::registerPipeline();
   return mlir::asMainReturnCode(mlir::MlirOptMain(
       argc, argv, "planc optimizer driver (dialects plan and rank)\n",
       registry));

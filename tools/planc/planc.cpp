@@ -7,6 +7,7 @@
 #include "planc/Codegen/Codegen.h"
 #include "planc/Frontend/Frontend.h"
 #include "planc/Transforms/Passes.h"
+#include "planc/Transforms/Pipeline.h"
 
 #include "ToolchainConfig.h"
 
@@ -55,9 +56,10 @@ static cl::opt<Target> target(
     cl::cat(cat));
 static cl::opt<std::string> stopAfter(
     "stage",
-    cl::desc("Stop after this stage: parse, or a pass name such as "
-             "plan-autodiff, plan-propagate-sharding, plan-insert-collectives, "
-             "plan-lower-to-rank, plan-lower-rank-to-emitc"),
+    cl::desc("Stop after this stage: parse, or a pass of the pipeline: "
+             "plan-seed-sharding, plan-autodiff, plan-propagate-sharding, "
+             "plan-insert-reshards, plan-expand-reshards, plan-lower-to-rank, "
+             "plan-lower-rank-to-emitc"),
     cl::value_desc("stage"), cl::cat(cat));
 static cl::opt<bool> printIRAfterAll("print-ir-after-all",
                                      cl::desc("Print the IR after every pass "
@@ -111,17 +113,6 @@ private:
 
 static OpPrintingFlags printFlags() {
   return OpPrintingFlags().enableDebugInfo(debugInfo);
-}
-
-/// The pass pipeline, in order. --stage cuts it after a named pass.
-static std::vector<std::unique_ptr<Pass>> pipeline() {
-  std::vector<std::unique_ptr<Pass>> passes;
-  passes.push_back(createAutodiff());
-  passes.push_back(createPropagateSharding());
-  passes.push_back(createInsertCollectives());
-  passes.push_back(createLowerToRank());
-  passes.push_back(createLowerRankToEmitC());
-  return passes;
 }
 
 static int
@@ -186,21 +177,13 @@ int main(int argc, char **argv) {
   bool parseOnly = stopAfter == "parse";
   if (!parseOnly) {
     PassManager pm(&context);
-    std::vector<std::unique_ptr<Pass>> passes = pipeline();
-    bool found = stopAfter.empty();
-    for (auto &p : passes) {
-      StringRef arg = p->getArgument();
-      pm.addPass(std::move(p));
-      if (arg == stopAfter) {
-        found = true;
-        break;
-      }
-    }
-    if (!found) {
+    PipelineOptions options;
+    options.stopAfter = stopAfter;
+    if (failed(buildPipeline(pm, options))) {
       llvm::errs() << "planc: error: unknown stage '" << stopAfter
                    << "' for --stage; expected parse";
-      for (auto &p : pipeline())
-        llvm::errs() << ", " << p->getArgument();
+      for (StringRef name : pipelinePassNames())
+        llvm::errs() << ", " << name;
       llvm::errs() << "\n";
       return 1;
     }

@@ -4,6 +4,18 @@
 
 include "mlir/Pass/PassBase.td"
 
+def SeedSharding : Pass<"plan-seed-sharding", "mlir::ModuleOp"> {
+  let summary = "Write the plan's strategy as sharding seeds on the model";
+  let description = [{
+    Inputs and labels: the batch split over `dp` (origin "data"). With
+    `tensor_policy = "megatron"` and tp > 1: the first linear of every
+    attention (by heads, as q/k/v segments) and MLP split by columns over
+    `tp`, and embedding tables by rows (origin "policy"). Arguments that
+    already have a layout (user annotations) are left as they are.
+  }];
+  let dependentDialects = ["::planc::plan::PlanDialect"];
+}
+
 def Autodiff : Pass<"plan-autodiff", "mlir::ModuleOp"> {
   let summary = "Turn the model's forward function into a training step";
   let description = [{
@@ -17,26 +29,37 @@ def Autodiff : Pass<"plan-autodiff", "mlir::ModuleOp"> {
 }
 
 def PropagateSharding : Pass<"plan-propagate-sharding", "mlir::ModuleOp"> {
-  let summary = "Give every value of the training step a sharding";
+  let summary = "Give every value of the training step a layout on the mesh";
   let description = [{
-    Starting from the shardings on the step's arguments (inputs split over
-    the data-parallel axis, parameters replicated, unless annotated
-    otherwise), applies each op's ShardingRuleOpInterface rule in program
-    order and records the result as `plan.sharding`. Operands that the op
-    cannot consume as pending sums are treated as if reduced first; the
-    collective-insertion pass makes that explicit.
+    From the seeds (sharded arguments with their `plan.sharding_origin`,
+    and `plan.sharding_constraint`s), propagates layouts through every op's
+    factor-based sharding rule, forward and backward to a fixed point, with
+    priorities (user, then policy and data, then ZeRO storage). Records the
+    axes of each op's factors (`plan.factor_axes`) and each result's layout
+    (`plan.sharding`); arguments left open become replicated. Two
+    annotations that disagree are an error naming both.
   }];
   let dependentDialects = ["::planc::plan::PlanDialect"];
 }
 
-def InsertCollectives : Pass<"plan-insert-collectives", "mlir::ModuleOp"> {
-  let summary = "Insert all-reduces where pending sums must be resolved";
+def InsertReshards : Pass<"plan-insert-reshards", "mlir::ModuleOp"> {
+  let summary = "Insert a plan.reshard wherever a use needs another layout";
   let description = [{
-    Wherever a value that is `partial` over some mesh axes (for example a
-    data-parallel weight gradient, or the loss) is used by an op that needs
-    it whole (an optimizer update, a nonlinearity, the step's results),
-    inserts one `plan.all_reduce` over those axes. Sums of partial values
-    stay partial, so gradients that are accumulated are reduced once.
+    For every op, the layout each operand must have follows from the op's
+    factor axes; where the operand's layout differs, a `plan.reshard` is
+    inserted (shared by the uses of an intermediate value and placed after
+    it; placed before each use of a parameter). Removes the sharding
+    constraints.
+  }];
+  let dependentDialects = ["::planc::plan::PlanDialect"];
+}
+
+def ExpandReshards : Pass<"plan-expand-reshards", "mlir::ModuleOp"> {
+  let summary = "Lower each plan.reshard to the cheapest collectives";
+  let description = [{
+    partial -> whole: all-reduce; partial -> split: reduce-scatter; split ->
+    whole: all-gather; whole -> split: a local slice; a split moved to
+    another dimension: all-to-all. Each collective names its mesh axis.
   }];
   let dependentDialects = ["::planc::plan::PlanDialect"];
 }

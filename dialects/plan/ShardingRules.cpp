@@ -1,0 +1,390 @@
+//===- ShardingRules.cpp - Each plan op's sharding rule, as data ----------===//
+//
+// One function per op family: which factor each dimension is. Propagation
+// (lib/Transforms/PropagateSharding.cpp) derives everything else: a factor
+// present in operands but absent from a result makes that result a pending
+// sum over the factor's axes, a factor marked needsReplication is gathered,
+// and the linearity says which pending sums an op passes through.
+//===----------------------------------------------------------------------===//
+#include "dialects/plan/PlanDialect.h"
+
+using namespace mlir;
+using namespace planc::plan;
+using Rule = OpShardingRule;
+using Lin = OpShardingRule::Linearity;
+
+static ArrayRef<int64_t> shapeOf(Value v) {
+  return cast<RankedTensorType>(v.getType()).getShape();
+}
+
+/// Factors for every dimension of `shape` (size-1 dimensions get none).
+static SmallVector<int64_t> addFactors(Rule &r, ArrayRef<int64_t> shape) {
+  SmallVector<int64_t> fs;
+  for (int64_t n : shape)
+    fs.push_back(n == 1 ? -1 : r.addFactor(n));
+  return fs;
+}
+
+/// Operands and result all of one shape, dimension by dimension; the last
+/// dimension must stay whole when `wholeLast`.
+static Rule elementwise(Operation *op, bool wholeLast = false) {
+  Rule r;
+  ArrayRef<int64_t> shape = shapeOf(op->getResult(0));
+  SmallVector<int64_t> fs = addFactors(r, shape);
+  if (wholeLast && !fs.empty() && fs.back() >= 0)
+    r.factors[fs.back()].needsReplication = true;
+  for (unsigned i = 0; i < op->getNumOperands(); ++i)
+    r.operands.push_back(Rule::tensor(fs));
+  r.results.push_back(Rule::tensor(fs));
+  return r;
+}
+
+/// `fs` with the factors of all but the last `keep` dimensions removed.
+static SmallVector<int64_t> lastOf(ArrayRef<int64_t> fs, size_t keep) {
+  return SmallVector<int64_t>(fs.take_back(keep));
+}
+
+//===--- Elementwise
+//-------------------------------------------------------===//
+
+#define ELEMENTWISE_RULE(OP)                                                   \
+  Rule OP::getShardingRule() { return elementwise(*this); }
+ELEMENTWISE_RULE(ReluOp)
+ELEMENTWISE_RULE(GeluOp)
+ELEMENTWISE_RULE(SiluOp)
+ELEMENTWISE_RULE(ReluGradOp)
+ELEMENTWISE_RULE(GeluGradOp)
+ELEMENTWISE_RULE(SiluGradOp)
+ELEMENTWISE_RULE(MseLossGradOp)
+ELEMENTWISE_RULE(SgdUpdateOp)
+ELEMENTWISE_RULE(AdamWUpdateOp)
+#undef ELEMENTWISE_RULE
+
+// A sum (or difference) of pending sums over the same axes is one.
+Rule AddOp::getShardingRule() {
+  Rule r = elementwise(*this);
+  r.setLinear(Lin::Joint, {0, 1});
+  return r;
+}
+
+Rule SubOp::getShardingRule() {
+  Rule r = elementwise(*this);
+  r.setLinear(Lin::Joint, {0, 1});
+  return r;
+}
+
+// A product is linear in each factor, not in both.
+Rule MulOp::getShardingRule() {
+  Rule r = elementwise(*this);
+  r.setLinear(Lin::Each, {0, 1});
+  return r;
+}
+
+Rule ScaleOp::getShardingRule() {
+  Rule r = elementwise(*this);
+  r.setLinear(Lin::Each, {0});
+  return r;
+}
+
+Rule SoftmaxOp::getShardingRule() {
+  return elementwise(*this, /*wholeLast=*/true);
+}
+
+Rule SoftmaxGradOp::getShardingRule() {
+  return elementwise(*this, /*wholeLast=*/true);
+}
+
+// The identity pins its result; propagation treats it specially, this rule
+// only says that the layout passes through.
+Rule ShardingConstraintOp::getShardingRule() {
+  Rule r = elementwise(*this);
+  r.setLinear(Lin::Each, {0});
+  return r;
+}
+
+//===--- Linear algebra
+//----------------------------------------------------===//
+
+// [..., m, k] x [k, n] (or [..., k, n]) -> [..., m, n]; k is summed over.
+Rule MatmulOp::getShardingRule() {
+  Rule r;
+  ArrayRef<int64_t> a = shapeOf(getLhs()), b = shapeOf(getRhs());
+  int64_t rank = a.size();
+  SmallVector<int64_t> batch = addFactors(r, a.drop_back(2));
+  bool ta = getTransposeLhs(), tb = getTransposeRhs();
+  int64_t m = a[rank - (ta ? 1 : 2)], k = a[rank - (ta ? 2 : 1)];
+  int64_t n = b[b.size() - (tb ? 2 : 1)];
+  int64_t fm = m == 1 ? -1 : r.addFactor(m), fk = k == 1 ? -1 : r.addFactor(k);
+  int64_t fn = n == 1 ? -1 : r.addFactor(n);
+  SmallVector<int64_t> lhs(batch), rhs, out(batch);
+  lhs.append(ta ? SmallVector<int64_t>{fk, fm} : SmallVector<int64_t>{fm, fk});
+  if (b.size() == a.size())
+    rhs.append(batch);
+  rhs.append(tb ? SmallVector<int64_t>{fn, fk} : SmallVector<int64_t>{fk, fn});
+  out.append({fm, fn});
+  r.operands = {Rule::tensor(lhs), Rule::tensor(rhs)};
+  r.results = {Rule::tensor(out)};
+  r.setLinear(Lin::Each, {0, 1});
+  return r;
+}
+
+Rule BiasAddOp::getShardingRule() {
+  Rule r;
+  SmallVector<int64_t> fs = addFactors(r, shapeOf(getInput()));
+  r.operands = {Rule::tensor(fs), Rule::tensor(lastOf(fs, 1))};
+  r.results = {Rule::tensor(fs)};
+  return r;
+}
+
+// Summed over the rows: a pending sum wherever the rows are split.
+Rule BiasGradOp::getShardingRule() {
+  Rule r;
+  SmallVector<int64_t> fs = addFactors(r, shapeOf(getGrad()));
+  r.operands = {Rule::tensor(fs)};
+  r.results = {Rule::tensor(lastOf(fs, 1))};
+  r.setLinear(Lin::Each, {0});
+  return r;
+}
+
+Rule TransposeOp::getShardingRule() {
+  Rule r;
+  SmallVector<int64_t> fs = addFactors(r, shapeOf(getInput()));
+  SmallVector<int64_t> out;
+  for (int64_t p : getPermutation())
+    out.push_back(fs[p]);
+  r.operands = {Rule::tensor(fs)};
+  r.results = {Rule::tensor(out)};
+  r.setLinear(Lin::Each, {0});
+  return r;
+}
+
+// Both shapes as products of common factors, e.g. [B, S, D] -> [B * S, D]
+// is factors b, s, d with result dimension 0 = (b, s). Where the shapes
+// have no common factorization, one replicated factor covers the rest.
+Rule ReshapeOp::getShardingRule() {
+  Rule r;
+  ArrayRef<int64_t> in = shapeOf(getInput()), out = shapeOf(getResult());
+  Rule::TensorDims inDims(in.size()), outDims(out.size());
+  size_t i = 0, j = 0;
+  int64_t ri = 1, rj = 1; // what is left of in[i] / out[j]
+  auto skipOnes = [&]() {
+    while (i < in.size() && ri == 1 && in[i] == 1)
+      ++i;
+    while (j < out.size() && rj == 1 && out[j] == 1)
+      ++j;
+  };
+  skipOnes();
+  if (i < in.size() && ri == 1)
+    ri = in[i];
+  if (j < out.size() && rj == 1)
+    rj = out[j];
+  while (i < in.size() && j < out.size()) {
+    int64_t f;
+    if (ri % rj == 0 || rj % ri == 0) {
+      int64_t size = std::min(ri, rj);
+      f = r.addFactor(size);
+      inDims[i].factors.push_back(f);
+      outDims[j].factors.push_back(f);
+      ri /= size;
+      rj /= size;
+    } else {
+      // No common factor boundary: the rest moves as one whole block.
+      f = r.addFactor(ri * rj, /*needsReplication=*/true);
+      for (; i < in.size(); ++i)
+        inDims[i].factors.push_back(f);
+      for (; j < out.size(); ++j)
+        outDims[j].factors.push_back(f);
+      break;
+    }
+    if (ri == 1) {
+      ++i;
+      while (i < in.size() && in[i] == 1)
+        ++i;
+      if (i < in.size())
+        ri = in[i];
+    }
+    if (rj == 1) {
+      ++j;
+      while (j < out.size() && out[j] == 1)
+        ++j;
+      if (j < out.size())
+        rj = out[j];
+    }
+  }
+  r.operands = {inDims};
+  r.results = {outDims};
+  r.setLinear(Lin::Each, {0});
+  return r;
+}
+
+//===--- Losses
+//-------------------------------------------------------------===//
+
+// Every element is summed into the scalar.
+Rule MseLossOp::getShardingRule() {
+  Rule r;
+  SmallVector<int64_t> fs = addFactors(r, shapeOf(getPrediction()));
+  r.operands = {Rule::tensor(fs), Rule::tensor(fs)};
+  r.results = {Rule::TensorDims()};
+  return r;
+}
+
+Rule SumSqOp::getShardingRule() {
+  Rule r;
+  r.operands = {Rule::tensor(addFactors(r, shapeOf(getInput())))};
+  r.results = {Rule::TensorDims()};
+  return r;
+}
+
+// The class dimension stays whole (planc has no vocab-parallel
+// cross-entropy yet); positions are summed into the mean.
+Rule CrossEntropyOp::getShardingRule() {
+  Rule r;
+  SmallVector<int64_t> fs = addFactors(r, shapeOf(getLogits()));
+  if (fs.back() >= 0)
+    r.factors[fs.back()].needsReplication = true;
+  r.operands = {Rule::tensor(fs), Rule::tensor(ArrayRef(fs).drop_back())};
+  r.results = {Rule::TensorDims()};
+  return r;
+}
+
+Rule CrossEntropyGradOp::getShardingRule() {
+  Rule r;
+  SmallVector<int64_t> fs = addFactors(r, shapeOf(getLogits()));
+  if (fs.back() >= 0)
+    r.factors[fs.back()].needsReplication = true;
+  r.operands = {Rule::tensor(fs), Rule::tensor(ArrayRef(fs).drop_back())};
+  r.results = {Rule::tensor(fs)};
+  return r;
+}
+
+//===--- Transformer layers
+//-------------------------------------------------===//
+
+// ids [..., ] x table [v, d] -> [..., d]. The lookup is a sum over v of
+// one-hot(ids) * table: a rank holding rows [a, b) of the table contributes
+// those rows (zeros for other ids), so splitting v leaves a pending sum
+// (vocab-parallel embedding).
+Rule EmbeddingOp::getShardingRule() {
+  Rule r;
+  SmallVector<int64_t> ids = addFactors(r, shapeOf(getIds()));
+  SmallVector<int64_t> table = addFactors(r, shapeOf(getTable()));
+  SmallVector<int64_t> out(ids);
+  out.push_back(table[1]);
+  r.operands = {Rule::tensor(ids), Rule::tensor(table)};
+  r.results = {Rule::tensor(out)};
+  r.setLinear(Lin::Each, {1});
+  return r;
+}
+
+// Rows scatter-added into [v, d]: summed over the positions; a rank that
+// holds rows [a, b) of the table adds only those.
+Rule EmbeddingGradOp::getShardingRule() {
+  Rule r;
+  SmallVector<int64_t> ids = addFactors(r, shapeOf(getIds()));
+  SmallVector<int64_t> table = addFactors(r, shapeOf(getResult()));
+  SmallVector<int64_t> grad(ids);
+  grad.push_back(table[1]);
+  r.operands = {Rule::tensor(ids), Rule::tensor(grad)};
+  r.results = {Rule::tensor(table)};
+  r.setLinear(Lin::Each, {1});
+  return r;
+}
+
+// [b, s, d] + table[0..s) : the positions and the table's rows stay whole.
+Rule PosEmbeddingOp::getShardingRule() {
+  Rule r;
+  SmallVector<int64_t> fs = addFactors(r, shapeOf(getInput()));
+  int64_t t = r.addFactor(shapeOf(getTable())[0], /*needsReplication=*/true);
+  if (fs[1] >= 0)
+    r.factors[fs[1]].needsReplication = true;
+  r.operands = {Rule::tensor(fs), Rule::tensor({t, fs[2]})};
+  r.results = {Rule::tensor(fs)};
+  return r;
+}
+
+Rule PosEmbeddingGradOp::getShardingRule() {
+  Rule r;
+  SmallVector<int64_t> fs = addFactors(r, shapeOf(getGrad()));
+  int64_t t = r.addFactor(shapeOf(getResult())[0], /*needsReplication=*/true);
+  if (fs[1] >= 0)
+    r.factors[fs[1]].needsReplication = true;
+  r.operands = {Rule::tensor(fs)};
+  r.results = {Rule::tensor({t, fs[2]})};
+  r.setLinear(Lin::Each, {0});
+  return r;
+}
+
+/// Normalizations over the last dimension, with 1-D parameters on it:
+/// `params` operands after the input, `grads`: the gradient ops' extra
+/// operand (the output gradient, shaped like the input) and results.
+static Rule normRule(Operation *op, unsigned params, bool isGrad) {
+  Rule r;
+  SmallVector<int64_t> fs = addFactors(r, shapeOf(op->getOperand(0)));
+  if (fs.back() >= 0)
+    r.factors[fs.back()].needsReplication = true;
+  Rule::TensorDims x = Rule::tensor(fs), p = Rule::tensor(lastOf(fs, 1));
+  r.operands.push_back(x);
+  for (unsigned i = 0; i < params; ++i)
+    r.operands.push_back(p);
+  if (!isGrad) {
+    r.results = {x};
+    return r;
+  }
+  r.operands.push_back(x); // the output gradient
+  // d input, then the parameters' gradients, summed over the rows.
+  r.results.push_back(x);
+  for (unsigned i = 1; i < op->getNumResults(); ++i)
+    r.results.push_back(p);
+  return r;
+}
+
+Rule LayerNormOp::getShardingRule() { return normRule(*this, 2, false); }
+Rule RmsNormOp::getShardingRule() { return normRule(*this, 1, false); }
+Rule LayerNormGradOp::getShardingRule() { return normRule(*this, 1, true); }
+Rule RmsNormGradOp::getShardingRule() { return normRule(*this, 1, true); }
+
+/// Attention over packed [b, s, (H + 2 KV) * Dh]: the heads are a factor
+/// (of size KV, so that a split keeps query heads with their key/value
+/// head), the packed dimension is three segments split by it, and the
+/// output [b, s, H * Dh] is split by it plainly. Causal attention needs
+/// the whole sequence.
+static Rule attentionRule(Operation *op, int64_t h, int64_t kv,
+                          unsigned numInputs) {
+  Rule r;
+  ArrayRef<int64_t> qkv = shapeOf(op->getOperand(0));
+  int64_t dh = qkv[2] / (h + 2 * kv);
+  int64_t b = qkv[0] == 1 ? -1 : r.addFactor(qkv[0]);
+  int64_t s = qkv[1] == 1 ? -1 : r.addFactor(qkv[1], true);
+  int64_t heads = r.addFactor(kv);
+  Rule::TensorDims packed = Rule::tensor({b, s, heads});
+  packed[2].segments = {h * dh, kv * dh, kv * dh};
+  Rule::TensorDims out = Rule::tensor({b, s, heads});
+  r.operands.push_back(packed);
+  if (numInputs == 2)
+    r.operands.push_back(out); // the output gradient
+  r.results.push_back(numInputs == 2 ? packed : out);
+  return r;
+}
+
+Rule AttentionOp::getShardingRule() {
+  return attentionRule(*this, getNumHeads(), getNumKvHeads(), 1);
+}
+
+Rule AttentionGradOp::getShardingRule() {
+  return attentionRule(*this, getNumHeads(), getNumKvHeads(), 2);
+}
+
+//===--- Optimizer
+//----------------------------------------------------------===//
+
+// Scales by a whole scalar. It is linear in the gradient, but the gradient
+// was reduced for its norm already: passing the pending sum through would
+// reduce it twice.
+Rule ClipByNormOp::getShardingRule() {
+  Rule r;
+  r.operands = {Rule::tensor(addFactors(r, shapeOf(getInput()))),
+                Rule::TensorDims()};
+  r.results = {r.operands[0]};
+  return r;
+}

@@ -1,0 +1,124 @@
+//===- InsertReshards.cpp - Make every layout change explicit -------------===//
+//
+// After propagation each op records the axes of its factors; the layout
+// each operand must have follows from them (and from which pending sums the
+// op passes through). Where a value's layout differs, a `plan.reshard` to the
+// needed layout is inserted. A reshard of an intermediate value is shared by
+// its uses and placed right after the value is computed (a gradient is
+// reduced once, as soon as it is final); a parameter's is placed right
+// before each use, so that a ZeRO-3 parameter is gathered just before it is
+// needed and its gathered copy dies right after. Sharding constraints have
+// done their job once their operand is resharded: they are removed.
+//===----------------------------------------------------------------------===//
+#include "ShardingAnalysis.h"
+#include "planc/Transforms/Passes.h"
+
+namespace planc {
+#define GEN_PASS_DEF_INSERTRESHARDS
+#include "planc/Transforms/Passes.h.inc"
+} // namespace planc
+
+using namespace mlir;
+using namespace planc;
+using namespace planc::plan;
+
+namespace {
+struct InsertReshardsPass
+    : public planc::impl::InsertReshardsBase<InsertReshardsPass> {
+  void runOnOperation() override;
+};
+} // namespace
+
+/// The layout each operand of `op` must have, or none where anything goes.
+static LogicalResult requiredShardings(Operation *op,
+                                       SmallVectorImpl<ShardingAttr> &out) {
+  MLIRContext *ctx = op->getContext();
+  out.assign(op->getNumOperands(), ShardingAttr());
+  if (auto c = dyn_cast<ShardingConstraintOp>(op)) {
+    out[0] = c.getSharding();
+    return success();
+  }
+  if (auto ret = dyn_cast<func::ReturnOp>(op)) {
+    auto f = cast<func::FuncOp>(op->getParentOp());
+    // The loss and the gradient norm are reported whole; a parameter goes
+    // back as its argument came in.
+    SmallVector<BlockArgument> params = updatedParams(f);
+    for (auto [i, v] : llvm::enumerate(ret.getOperands())) {
+      ShardingAttr s = getSharding(v);
+      if (!s)
+        continue;
+      out[i] = i < params.size() && params[i]
+                   ? getSharding(params[i])
+                   : ShardingAttr::getReplicated(ctx, s.getMesh(), s.getRank());
+    }
+    return success();
+  }
+  auto ruleOp = dyn_cast<ShardingRuleOpInterface>(op);
+  if (!ruleOp)
+    return success();
+  std::optional<FactorAxes> axes = readFactorAxes(op);
+  if (!axes)
+    return op->emitError() << "has no " << kFactorAxesAttr
+                           << "; run plan-propagate-sharding first";
+  OpShardingRule rule = ruleOp.getShardingRule();
+  if (axes->size() != rule.factors.size())
+    return op->emitError() << kFactorAxesAttr << " lists " << axes->size()
+                           << " factors but the op's rule has "
+                           << rule.factors.size();
+  SmallVector<ShardingAttr> actual;
+  for (Value v : op->getOperands())
+    actual.push_back(getSharding(v));
+  auto passed = acceptedPartials(op, rule, *axes);
+  for (unsigned i = 0; i < op->getNumOperands(); ++i) {
+    if (!actual[i])
+      return op->emitError() << "operand " << i
+                             << " has no sharding; run "
+                                "plan-propagate-sharding first";
+    out[i] = projectSharding(ctx, actual[i].getMesh(), rule.operands[i], *axes,
+                             passed[i]);
+  }
+  return success();
+}
+
+void InsertReshardsPass::runOnOperation() {
+  for (func::FuncOp f : distributedFunctions(getOperation())) {
+    DenseMap<std::pair<Value, Attribute>, Value> shared;
+    auto reshard = [&](Value v, ShardingAttr to, Operation *user) -> Value {
+      OpBuilder b(v.getContext());
+      bool isArg = isa<BlockArgument>(v);
+      if (!isArg) {
+        Value &slot = shared[{v, to}];
+        if (slot)
+          return slot;
+        b.setInsertionPointAfterValue(v);
+        auto rs = ReshardOp::create(b, v.getLoc(), v.getType(), v, to);
+        setSharding(rs, to);
+        return slot = rs.getResult();
+      }
+      b.setInsertionPoint(user);
+      auto rs = ReshardOp::create(b, user->getLoc(), v.getType(), v, to);
+      setSharding(rs, to);
+      return rs.getResult();
+    };
+    SmallVector<Operation *> ops;
+    f.walk([&](Operation *op) {
+      if (!isa<ReshardOp>(op))
+        ops.push_back(op);
+    });
+    for (Operation *op : ops) {
+      SmallVector<ShardingAttr> need;
+      if (failed(requiredShardings(op, need)))
+        return signalPassFailure();
+      for (OpOperand &use : op->getOpOperands()) {
+        ShardingAttr want = need[use.getOperandNumber()];
+        ShardingAttr have = getSharding(use.get());
+        if (want && have && want != have)
+          use.set(reshard(use.get(), want, op));
+      }
+      if (auto c = dyn_cast<ShardingConstraintOp>(op)) {
+        c.getResult().replaceAllUsesWith(c.getInput());
+        c.erase();
+      }
+    }
+  }
+}

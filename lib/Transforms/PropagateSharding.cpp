@@ -1,0 +1,436 @@
+//===- PropagateSharding.cpp - Sharding propagation to a fixed point ------===//
+//
+// Every value of the distributed functions gets a layout, from a few seeds:
+// sharded arguments (user `shard(...)`, the tensor policy, the data-parallel
+// batch split, ZeRO) and `plan.sharding_constraint`s. Per op, the sharding
+// rule (dialects/plan/ShardingRules.cpp) relates its tensors' dimensions
+// through factors; the engine reads each factor's mesh axes from whichever
+// tensor has the strongest claim and writes them to the tensors that have
+// none, forward and backward over the ops until nothing changes (the way
+// OpenXLA Shardy propagates). Claims are ordered by priority: user (0), then
+// policy and data (1), then ZeRO storage (2); at equal priority a layout that
+// comes from a parameter wins, then the first operand. Two user annotations
+// that disagree on one factor are an error naming both. A mesh axis splits
+// at most one factor per op; the weaker claim loses it.
+//
+// Then each op's decision is recorded: `plan.factor_axes` (the axes of each
+// factor) and `plan.sharding` on its results. Where an operand's layout
+// differs from what the op's factors need, plan-insert-reshards inserts a
+// reshard.
+//===----------------------------------------------------------------------===//
+#include "ShardingAnalysis.h"
+#include "planc/Transforms/Passes.h"
+
+#include "llvm/ADT/StringSet.h"
+
+namespace planc {
+#define GEN_PASS_DEF_PROPAGATESHARDING
+#include "planc/Transforms/Passes.h.inc"
+} // namespace planc
+
+using namespace mlir;
+using namespace planc;
+using namespace planc::plan;
+using Rule = OpShardingRule;
+
+namespace {
+constexpr int kOpen = 1 << 20;
+
+int priorityOf(StringRef origin) {
+  if (origin == "policy" || origin == "data")
+    return 1;
+  if (origin == "zero")
+    return 2;
+  return 0; // "user", and annotations written by hand in tests
+}
+
+struct DimState {
+  SmallVector<StringRef, 2> axes;
+  SmallVector<int64_t> segments;
+  int prio = kOpen;      // kOpen: nothing known yet
+  bool closed = false;   // a seed: propagation never changes it
+  bool anchored = false; // the layout of a parameter
+  LocationAttr origin;   // where the claim comes from (for errors)
+};
+
+struct Choice {
+  SmallVector<StringRef, 2> axes;
+  SmallVector<int64_t> segments; // carried by dimensions the op passes on
+  int prio = kOpen;
+  bool anchored = false;
+  LocationAttr origin;
+  Value from; // the tensor the claim was read from
+};
+
+/// One tensor of an op with the rule's view of its dimensions.
+struct Slot {
+  Value value;
+  const Rule::TensorDims *dims;
+};
+
+class Propagator {
+public:
+  explicit Propagator(MeshOp mesh) : mesh(mesh) {}
+
+  SmallVector<DimState> &dims(Value v) {
+    SmallVector<DimState> &d = states[v];
+    if (auto t = dyn_cast<RankedTensorType>(v.getType()))
+      if ((int64_t)d.size() != t.getRank())
+        d.resize(t.getRank());
+    return d;
+  }
+
+  LogicalResult seed(Value v, ShardingAttr s, int prio, bool anchored,
+                     Location loc) {
+    if (failed(checkAxes(s, loc)))
+      return failure();
+    SmallVector<DimState> &ds = dims(v);
+    for (auto [d, st] : llvm::enumerate(ds)) {
+      st.axes.assign(s.getDimAxes(d));
+      st.segments.assign(s.getDimSegments(d).begin(),
+                         s.getDimSegments(d).end());
+      st.prio = prio;
+      st.closed = true;
+      st.anchored = anchored;
+      st.origin = loc;
+    }
+    return success();
+  }
+
+  LogicalResult propagate(func::FuncOp f);
+  LogicalResult materialize(func::FuncOp f);
+
+private:
+  LogicalResult checkAxes(ShardingAttr s, Location loc) {
+    for (int64_t d = 0; d < s.getRank(); ++d)
+      for (StringRef a : s.getDimAxes(d))
+        if (mesh.getAxisIndex(a) < 0)
+          return mlir::emitError(loc)
+                 << "sharding " << s << " names mesh axis '" << a << "', which "
+                 << mesh.getSymName() << " does not have";
+    return success();
+  }
+
+  int64_t product(ArrayRef<StringRef> axes) {
+    int64_t n = 1;
+    for (StringRef a : axes)
+      n *= mesh.getAxisSize(a);
+    return n;
+  }
+
+  /// Whether `axes` split factor `size` (each segment, when segmented).
+  bool divides(int64_t size, ArrayRef<int64_t> segments,
+               ArrayRef<StringRef> axes) {
+    int64_t n = product(axes);
+    if (segments.empty())
+      return size % n == 0;
+    return llvm::all_of(segments, [&](int64_t s) { return s % n == 0; });
+  }
+
+  SmallVector<Slot> slots(Operation *op, const Rule &rule) {
+    SmallVector<Slot> out;
+    for (auto [i, v] : llvm::enumerate(op->getOperands()))
+      if (i < rule.operands.size())
+        out.push_back({v, &rule.operands[i]});
+    for (auto [i, v] : llvm::enumerate(op->getResults()))
+      if (i < rule.results.size())
+        out.push_back({v, &rule.results[i]});
+    return out;
+  }
+
+  FailureOr<SmallVector<Choice>> resolve(Operation *op, const Rule &rule);
+  void push(Operation *op, const Rule &rule, ArrayRef<Choice> choice);
+  void unify(Value a, Value b);
+  LogicalResult visit(Operation *op);
+
+  MeshOp mesh;
+  DenseMap<Value, SmallVector<DimState>> states;
+  bool changed = false;
+};
+} // namespace
+
+FailureOr<SmallVector<Choice>> Propagator::resolve(Operation *op,
+                                                   const Rule &rule) {
+  SmallVector<Choice> choice(rule.factors.size());
+  for (Slot s : slots(op, rule)) {
+    SmallVector<DimState> &ds = dims(s.value);
+    for (auto [d, rd] : llvm::enumerate(*s.dims)) {
+      if (rd.factors.empty() || d >= ds.size())
+        continue;
+      int64_t f = rd.factors.front();
+      DimState &st = ds[d];
+      if (rule.factors[f].needsReplication || st.prio >= kOpen ||
+          st.axes.empty())
+        continue;
+      // Where the rule gives a dimension segments (attention's packed
+      // q/k/v), the tensor must be split by them; elsewhere the op passes
+      // the dimension on and its segments travel with the factor.
+      SmallVector<int64_t> carried;
+      if (!rd.segments.empty()) {
+        if (ArrayRef<int64_t>(st.segments) != ArrayRef<int64_t>(rd.segments))
+          continue;
+      } else {
+        carried = st.segments;
+      }
+      if (!divides(rule.factors[f].size, rd.segments, st.axes) ||
+          !divides(rule.factors[f].size, carried, st.axes))
+        continue;
+      Choice &c = choice[f];
+      if (c.prio == 0 && st.prio == 0 &&
+          (c.axes != st.axes || c.segments != carried)) {
+        InFlightDiagnostic diag = op->emitError()
+                                  << "conflicting shardings from two "
+                                     "annotations: one dimension is split "
+                                     "over [";
+        llvm::interleaveComma(c.axes, diag);
+        diag << "] by one and over [";
+        llvm::interleaveComma(st.axes, diag);
+        diag << "] by the other; make the shard(...) annotations agree or "
+                "remove one";
+        if (c.origin)
+          diag.attachNote(Location(c.origin)) << "the first is set here";
+        if (st.origin)
+          diag.attachNote(Location(st.origin)) << "the second is set here";
+        return failure();
+      }
+      bool better =
+          st.prio < c.prio || (st.prio == c.prio && st.anchored && !c.anchored);
+      if (better)
+        c = {st.axes, carried, st.prio, st.anchored, st.origin, s.value};
+    }
+  }
+  // One mesh axis splits at most one factor: the strongest claim keeps it.
+  SmallVector<int64_t> order(rule.factors.size());
+  for (auto [i, o] : llvm::enumerate(order))
+    o = i;
+  llvm::stable_sort(order, [&](int64_t a, int64_t b) {
+    return std::make_pair(choice[a].prio, !choice[a].anchored) <
+           std::make_pair(choice[b].prio, !choice[b].anchored);
+  });
+  llvm::StringSet<> used;
+  for (int64_t f : order) {
+    auto &axes = choice[f].axes;
+    size_t keep = 0;
+    while (keep < axes.size() && !used.contains(axes[keep]))
+      ++keep;
+    axes.truncate(keep);
+    for (StringRef a : axes)
+      used.insert(a);
+  }
+  return choice;
+}
+
+void Propagator::push(Operation *op, const Rule &rule,
+                      ArrayRef<Choice> choice) {
+  for (Slot s : slots(op, rule)) {
+    SmallVector<DimState> &ds = dims(s.value);
+    for (auto [d, rd] : llvm::enumerate(*s.dims)) {
+      if (rd.factors.empty() || d >= ds.size())
+        continue;
+      const Choice &c = choice[rd.factors.front()];
+      // Only the major factor of a dimension can carry its split.
+      if (c.axes.empty() ||
+          llvm::any_of(ArrayRef(rd.factors).drop_front(),
+                       [&](int64_t f) { return !choice[f].axes.empty(); }))
+        continue;
+      DimState &st = ds[d];
+      if (st.closed || c.prio >= st.prio)
+        continue;
+      st.axes = c.axes;
+      st.segments =
+          rd.segments.empty() ? c.segments : SmallVector<int64_t>(rd.segments);
+      st.prio = c.prio;
+      st.anchored = c.anchored;
+      st.origin = c.origin;
+      changed = true;
+    }
+  }
+}
+
+/// Two values that must be laid out alike (a returned parameter and the
+/// argument it updates): the stronger claim per dimension wins.
+void Propagator::unify(Value a, Value b) {
+  SmallVector<DimState> &da = dims(a), &db = dims(b);
+  for (size_t d = 0; d < da.size() && d < db.size(); ++d) {
+    DimState &x = da[d], &y = db[d];
+    if (x.prio < y.prio && !y.closed) {
+      y = x;
+      y.closed = false;
+      changed = true;
+    } else if (y.prio < x.prio && !x.closed) {
+      x = y;
+      x.closed = false;
+      changed = true;
+    }
+  }
+}
+
+LogicalResult Propagator::visit(Operation *op) {
+  if (auto rule = dyn_cast<ShardingRuleOpInterface>(op)) {
+    Rule r = rule.getShardingRule();
+    FailureOr<SmallVector<Choice>> choice = resolve(op, r);
+    if (failed(choice))
+      return failure();
+    push(op, r, *choice);
+    return success();
+  }
+  // Layout ops already in the input keep dimensions where they are.
+  if (isa<ReshardOp, AllReduceOp>(op))
+    unify(op->getOperand(0), op->getResult(0));
+  if (auto ret = dyn_cast<func::ReturnOp>(op)) {
+    auto f = cast<func::FuncOp>(op->getParentOp());
+    if (!f->hasAttr(kTrainStepAttr))
+      return success();
+    for (auto [i, arg] : llvm::enumerate(updatedParams(f)))
+      if (arg && i < ret.getNumOperands())
+        unify(arg, ret.getOperand(i));
+  }
+  return success();
+}
+
+LogicalResult Propagator::propagate(func::FuncOp f) {
+  SmallVector<Operation *> ops;
+  f.walk([&](Operation *op) { ops.push_back(op); });
+  // Each sweep can only strengthen a claim, and priorities are few, so this
+  // ends; the bound is a guard against a rule that oscillates.
+  for (int iter = 0; iter < 64; ++iter) {
+    changed = false;
+    for (Operation *op : ops)
+      if (failed(visit(op)))
+        return failure();
+    for (Operation *op : llvm::reverse(ops))
+      if (failed(visit(op)))
+        return failure();
+    if (!changed)
+      return success();
+  }
+  return f.emitError() << "sharding propagation did not settle; this is a "
+                          "bug in a sharding rule";
+}
+
+LogicalResult Propagator::materialize(func::FuncOp f) {
+  MLIRContext *ctx = f.getContext();
+  auto meshRef = FlatSymbolRefAttr::get(mesh.getSymNameAttr());
+  auto toAttr = [&](Value v) {
+    SmallVector<Attribute> d, seg;
+    bool anySeg = false;
+    for (DimState &st : dims(v)) {
+      bool split = st.prio < kOpen && !st.axes.empty();
+      d.push_back(Builder(ctx).getStrArrayAttr(
+          split ? ArrayRef<StringRef>(st.axes) : ArrayRef<StringRef>()));
+      bool s = split && !st.segments.empty();
+      anySeg |= s;
+      seg.push_back(DenseI64ArrayAttr::get(ctx, s ? ArrayRef(st.segments)
+                                                  : ArrayRef<int64_t>()));
+    }
+    if (!anySeg)
+      seg.clear();
+    return ShardingAttr::get(ctx, meshRef, ArrayAttr::get(ctx, d),
+                             ArrayAttr::get(ctx, {}), ArrayAttr::get(ctx, seg));
+  };
+  for (BlockArgument arg : f.getArguments())
+    if (isa<RankedTensorType>(arg.getType()))
+      f.setArgAttr(arg.getArgNumber(), kShardingAttr, toAttr(arg));
+
+  // First every op's factors, so that each op can see how its results'
+  // users will take them; then the results' layouts, in program order.
+  WalkResult r = f.walk([&](ShardingRuleOpInterface ruleOp) -> WalkResult {
+    Rule rule = ruleOp.getShardingRule();
+    FailureOr<SmallVector<Choice>> choice = resolve(ruleOp, rule);
+    if (failed(choice))
+      return WalkResult::interrupt();
+    FactorAxes axes;
+    for (Choice &c : *choice)
+      axes.push_back(
+          {c.axes, c.axes.empty() ? SmallVector<int64_t>() : c.segments});
+    writeFactorAxes(ruleOp, axes);
+    return WalkResult::advance();
+  });
+  if (r.wasInterrupted())
+    return failure();
+  f.walk([&](Operation *op) {
+    if (auto c = dyn_cast<ShardingConstraintOp>(op))
+      return setSharding(op, c.getSharding());
+    if (auto ar = dyn_cast<AllReduceOp>(op)) {
+      ShardingAttr in = getSharding(ar.getInput());
+      SmallVector<Attribute> rest;
+      for (Attribute a : in.getPartial())
+        if (!llvm::is_contained(ar.getAxes(), a))
+          rest.push_back(a);
+      return setSharding(op, ShardingAttr::get(ctx, in.getMesh(), in.getDims(),
+                                               ArrayAttr::get(ctx, rest),
+                                               in.getSegments()));
+    }
+    if (auto rs = dyn_cast<ReshardOp>(op))
+      return setSharding(op, rs.getSharding());
+    auto ruleOp = dyn_cast<ShardingRuleOpInterface>(op);
+    if (!ruleOp)
+      return;
+    Rule rule = ruleOp.getShardingRule();
+    FactorAxes axes = *readFactorAxes(op);
+    auto passed = acceptedPartials(op, rule, axes);
+    llvm::SmallSetVector<StringRef, 4> through;
+    for (auto &p : passed)
+      through.insert(p.begin(), p.end());
+    SmallVector<ShardingAttr> results;
+    for (unsigned i = 0; i < op->getNumResults(); ++i)
+      results.push_back(
+          resultSharding(ctx, meshRef, rule, i, axes, through.getArrayRef()));
+    setShardings(op, results);
+  });
+  return success();
+}
+
+namespace {
+struct PropagateShardingPass
+    : public planc::impl::PropagateShardingBase<PropagateShardingPass> {
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    MeshOp mesh = getMesh(module);
+    if (!mesh) {
+      module.emitError() << "expected a plan.mesh op";
+      return signalPassFailure();
+    }
+    SmallVector<func::FuncOp> funcs = distributedFunctions(module);
+    func::FuncOp step = funcs.empty() || !funcs[0]->hasAttr(kTrainStepAttr)
+                            ? func::FuncOp()
+                            : funcs[0];
+    for (func::FuncOp f : funcs) {
+      Propagator p(mesh);
+      for (BlockArgument arg : f.getArguments()) {
+        unsigned i = arg.getArgNumber();
+        auto kind = f.getArgAttrOfType<StringAttr>(i, kKindAttr);
+        bool isParam = !kind || kind.getValue() == "param";
+        ShardingAttr s = getSharding(arg);
+        // The forward function holds parameters as the step decided.
+        if (f != step && step && i < step.getNumArguments())
+          s = getSharding(step.getArgument(i));
+        if (!s && !isParam)
+          s = ShardingAttr::getReplicated(
+              &getContext(), FlatSymbolRefAttr::get(mesh.getSymNameAttr()),
+              cast<RankedTensorType>(arg.getType()).getRank());
+        if (!s)
+          continue; // open: propagation decides
+        auto origin = f.getArgAttrOfType<StringAttr>(i, kShardingOriginAttr);
+        int prio = f != step && step ? 0
+                   : origin          ? priorityOf(origin.getValue())
+                   : isParam         ? 0
+                                     : 1;
+        if (failed(p.seed(arg, s, prio, isParam, arg.getLoc())))
+          return signalPassFailure();
+      }
+      WalkResult seeded = f.walk([&](ShardingConstraintOp c) {
+        auto origin = c->getAttrOfType<StringAttr>(kShardingOriginAttr);
+        if (failed(p.seed(c.getResult(), c.getSharding(),
+                          origin ? priorityOf(origin.getValue()) : 0,
+                          /*anchored=*/false, c.getLoc())))
+          return WalkResult::interrupt();
+        return WalkResult::advance();
+      });
+      if (seeded.wasInterrupted() || failed(p.propagate(f)) ||
+          failed(p.materialize(f)))
+        return signalPassFailure();
+    }
+  }
+};
+} // namespace

@@ -1,0 +1,132 @@
+//===- SeedSharding.cpp - The plan's strategy as a few sharding seeds -----===//
+//
+// Propagation needs only a few layouts to start from; this pass writes them
+// on the model's arguments, each with its origin (which sets its priority):
+//  - data:   inputs and labels split along the batch over `dp`;
+//  - policy: with `tensor = megatron` and tp > 1, the first linear of each
+//            layer split by columns over `tp` (the packed q/k/v projection
+//            by heads: three segments), and embedding tables by rows
+//            (vocab-parallel). Everything else (biases, the row-parallel
+//            second linears, gradients) follows by propagation.
+// A parameter the user annotated with shard(...) keeps its annotation.
+// Being a pass over the IR, the same seeds can come from a planner later.
+//===----------------------------------------------------------------------===//
+#include "ShardingAnalysis.h"
+#include "planc/Transforms/Passes.h"
+
+namespace planc {
+#define GEN_PASS_DEF_SEEDSHARDING
+#include "planc/Transforms/Passes.h.inc"
+} // namespace planc
+
+using namespace mlir;
+using namespace planc;
+using namespace planc::plan;
+
+namespace {
+struct SeedShardingPass
+    : public planc::impl::SeedShardingBase<SeedShardingPass> {
+  void runOnOperation() override;
+
+  /// Splits dimension `dim` of argument `arg` over `axis` unless the
+  /// argument already has a layout.
+  void seed(func::FuncOp f, BlockArgument arg, int64_t dim, StringRef axis,
+            StringRef origin, ArrayRef<int64_t> segments = {}) {
+    unsigned i = arg.getArgNumber();
+    if (getSharding(arg))
+      return;
+    auto type = cast<RankedTensorType>(arg.getType());
+    int64_t n = mesh.getAxisSize(axis);
+    bool divides =
+        segments.empty()
+            ? type.getDimSize(dim) % n == 0
+            : llvm::all_of(segments, [&](int64_t s) { return s % n == 0; });
+    if (!divides)
+      return; // the frontend reported it where the layer is written
+    Builder b(f.getContext());
+    SmallVector<Attribute> dims(type.getRank(), b.getArrayAttr({}));
+    dims[dim] = b.getStrArrayAttr({axis});
+    SmallVector<Attribute> seg;
+    if (!segments.empty()) {
+      seg.assign(type.getRank(), b.getDenseI64ArrayAttr({}));
+      seg[dim] = b.getDenseI64ArrayAttr(segments);
+    }
+    f.setArgAttr(
+        i, kShardingAttr,
+        ShardingAttr::get(
+            f.getContext(), FlatSymbolRefAttr::get(mesh.getSymNameAttr()),
+            b.getArrayAttr(dims), b.getArrayAttr({}), b.getArrayAttr(seg)));
+    f.setArgAttr(i, kShardingOriginAttr, b.getStringAttr(origin));
+  }
+
+  /// The parameter argument a matmul multiplies by (its rhs), if any.
+  static BlockArgument weightOf(MatmulOp mm) {
+    auto arg = dyn_cast<BlockArgument>(mm.getRhs());
+    if (!arg)
+      return {};
+    auto f = cast<func::FuncOp>(arg.getOwner()->getParentOp());
+    auto kind = f.getArgAttrOfType<StringAttr>(arg.getArgNumber(), kKindAttr);
+    return kind && kind.getValue() == "param" ? arg : BlockArgument();
+  }
+
+  /// The matmul that produces `v`, looking through a bias.
+  static MatmulOp producer(Value v) {
+    if (auto ba = v.getDefiningOp<BiasAddOp>())
+      v = ba.getInput();
+    return v.getDefiningOp<MatmulOp>();
+  }
+
+  /// Column-parallel: the output features of `mm` over tp.
+  void column(func::FuncOp f, MatmulOp mm, ArrayRef<int64_t> segments = {}) {
+    if (!mm)
+      return;
+    if (BlockArgument w = weightOf(mm))
+      if (cast<RankedTensorType>(w.getType()).getRank() == 2)
+        seed(f, w, mm.getTransposeRhs() ? 0 : 1, "tp", "policy", segments);
+  }
+
+  MeshOp mesh;
+};
+} // namespace
+
+void SeedShardingPass::runOnOperation() {
+  ModuleOp module = getOperation();
+  mesh = getMesh(module);
+  if (!mesh) {
+    module.emitError() << "expected a plan.mesh op";
+    return signalPassFailure();
+  }
+  ParallelOp par;
+  for (auto p : module.getOps<ParallelOp>())
+    par = p;
+  bool megatron =
+      par && par.getTensorPolicy() == "megatron" && mesh.getAxisSize("tp") > 1;
+  for (auto f : module.getOps<func::FuncOp>()) {
+    if (!f->hasAttr(kModelAttr))
+      continue;
+    // Samples over the data-parallel axis (kept even when dp = 1, so that
+    // every plan's inputs are declared alike).
+    if (mesh.getAxisIndex("dp") >= 0)
+      for (BlockArgument arg : f.getArguments()) {
+        auto kind =
+            f.getArgAttrOfType<StringAttr>(arg.getArgNumber(), kKindAttr);
+        if (kind && (kind.getValue() == "input" || kind.getValue() == "label"))
+          seed(f, arg, 0, "dp", "data");
+      }
+    if (!megatron)
+      continue;
+    f.walk([&](Operation *op) {
+      if (auto at = dyn_cast<AttentionOp>(op)) {
+        int64_t dh = at.getHeadDim(), h = at.getNumHeads(),
+                kv = at.getNumKvHeads();
+        column(f, producer(at.getQkv()), {h * dh, kv * dh, kv * dh});
+      } else if (isa<GeluOp, ReluOp, SiluOp>(op)) {
+        // The first linear of an MLP feeds its activation.
+        column(f, producer(op->getOperand(0)));
+      } else if (auto e = dyn_cast<EmbeddingOp>(op)) {
+        if (auto table = dyn_cast<BlockArgument>(e.getTable()))
+          seed(f, table, 0, "tp", "policy");
+      }
+    });
+  }
+}

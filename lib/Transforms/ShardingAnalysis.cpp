@@ -1,0 +1,176 @@
+//===- ShardingAnalysis.cpp - Factor shardings shared by the passes -------===//
+#include "ShardingAnalysis.h"
+
+#include "llvm/ADT/SetVector.h"
+
+using namespace mlir;
+using namespace planc::plan;
+
+std::optional<FactorAxes> planc::plan::readFactorAxes(Operation *op) {
+  auto list = op->getAttrOfType<ArrayAttr>(kFactorAxesAttr);
+  if (!list)
+    return std::nullopt;
+  FactorAxes out;
+  for (Attribute f : list) {
+    out.emplace_back();
+    for (Attribute a : cast<ArrayAttr>(f)) {
+      if (auto seg = dyn_cast<DenseI64ArrayAttr>(a))
+        out.back().segments.assign(seg.asArrayRef().begin(),
+                                   seg.asArrayRef().end());
+      else
+        out.back().axes.push_back(cast<StringAttr>(a).getValue());
+    }
+  }
+  return out;
+}
+
+void planc::plan::writeFactorAxes(Operation *op, const FactorAxes &axes) {
+  Builder b(op->getContext());
+  SmallVector<Attribute> list;
+  for (const FactorSharding &f : axes) {
+    SmallVector<Attribute> entry;
+    for (StringRef a : f.axes)
+      entry.push_back(b.getStringAttr(a));
+    if (!f.segments.empty())
+      entry.push_back(b.getDenseI64ArrayAttr(f.segments));
+    list.push_back(b.getArrayAttr(entry));
+  }
+  op->setAttr(kFactorAxesAttr, b.getArrayAttr(list));
+}
+
+static ArrayAttr names(MLIRContext *ctx, ArrayRef<StringRef> axes) {
+  SmallVector<Attribute> out;
+  for (StringRef a : axes)
+    out.push_back(StringAttr::get(ctx, a));
+  return ArrayAttr::get(ctx, out);
+}
+
+ShardingAttr
+planc::plan::projectSharding(MLIRContext *ctx, FlatSymbolRefAttr mesh,
+                             const OpShardingRule::TensorDims &dims,
+                             const FactorAxes &factors,
+                             ArrayRef<StringRef> partial) {
+  SmallVector<Attribute> dimAttrs, segAttrs;
+  bool anySegments = false;
+  for (const OpShardingRule::Dim &d : dims) {
+    ArrayRef<StringRef> axes;
+    ArrayRef<int64_t> segments;
+    if (!d.factors.empty()) {
+      const FactorSharding &f = factors[d.factors.front()];
+      axes = f.axes;
+      segments =
+          d.segments.empty() ? ArrayRef(f.segments) : ArrayRef(d.segments);
+    }
+    if (axes.empty())
+      segments = {};
+    dimAttrs.push_back(names(ctx, axes));
+    anySegments |= !segments.empty();
+    segAttrs.push_back(DenseI64ArrayAttr::get(ctx, segments));
+  }
+  if (!anySegments)
+    segAttrs.clear();
+  return ShardingAttr::get(ctx, mesh, ArrayAttr::get(ctx, dimAttrs),
+                           names(ctx, partial), ArrayAttr::get(ctx, segAttrs));
+}
+
+SmallVector<SmallVector<StringRef>>
+planc::plan::acceptedPartials(Operation *op, const OpShardingRule &rule,
+                              const FactorAxes &factors) {
+  using Lin = OpShardingRule::Linearity;
+  // Whether `user` would take `s` pending in operand `i`: linear there, and
+  // none of its factors split over an axis of the pending sum.
+  auto takesPending = [&](Operation *user, unsigned i, ShardingAttr s) {
+    // A constraint keeps exactly the pending sums it names.
+    if (auto c = dyn_cast<ShardingConstraintOp>(user))
+      return c.getSharding().getPartial() == s.getPartial();
+    auto r = dyn_cast<ShardingRuleOpInterface>(user);
+    if (!r || !r.getShardingRule().isLinearIn(i))
+      return false;
+    std::optional<FactorAxes> fs =
+        user == op ? std::optional<FactorAxes>(factors) : readFactorAxes(user);
+    return !fs || llvm::none_of(s.getPartialAxes(), [&](StringRef a) {
+      return llvm::any_of(*fs, [&](const FactorSharding &f) {
+        return llvm::is_contained(f.axes, a);
+      });
+    });
+  };
+  SmallVector<ShardingAttr> operands;
+  for (Value v : op->getOperands()) {
+    ShardingAttr s = getSharding(v);
+    bool allTake =
+        s && llvm::all_of(v.getUses(), [&](OpOperand &use) {
+          return takesPending(use.getOwner(), use.getOperandNumber(), s);
+        });
+    operands.push_back(s && s.isPartial() && !allTake ? dropPartial(s) : s);
+  }
+  SmallVector<SmallVector<StringRef>> out(operands.size());
+  SmallVector<unsigned> partial;
+  for (unsigned i : rule.linearOperands)
+    if (i < operands.size() && operands[i] && operands[i].isPartial())
+      partial.push_back(i);
+  if (partial.empty())
+    return out;
+  if (rule.linearity == Lin::Each && partial.size() == 1) {
+    out[partial[0]] = operands[partial[0]].getPartialAxes();
+    return out;
+  }
+  if (rule.linearity == Lin::Joint &&
+      partial.size() == rule.linearOperands.size() &&
+      llvm::all_of(partial, [&](unsigned i) {
+        return operands[i].getPartial() == operands[partial[0]].getPartial();
+      })) {
+    for (unsigned i : partial)
+      out[i] = operands[i].getPartialAxes();
+  }
+  return out;
+}
+
+ShardingAttr planc::plan::resultSharding(MLIRContext *ctx,
+                                         FlatSymbolRefAttr mesh,
+                                         const OpShardingRule &rule, unsigned i,
+                                         const FactorAxes &factors,
+                                         ArrayRef<StringRef> passed) {
+  llvm::SmallSetVector<int64_t, 8> inResult, inOperands;
+  for (const OpShardingRule::Dim &d : rule.results[i])
+    inResult.insert(d.factors.begin(), d.factors.end());
+  for (auto &t : rule.operands)
+    for (const OpShardingRule::Dim &d : t)
+      inOperands.insert(d.factors.begin(), d.factors.end());
+  llvm::SmallSetVector<StringRef, 4> partial;
+  // Each rank saw only its part of a factor the result does not have: the
+  // result is a summand.
+  for (int64_t f : inOperands)
+    if (!inResult.contains(f) && !rule.factors[f].needsReplication)
+      partial.insert(factors[f].axes.begin(), factors[f].axes.end());
+  partial.insert(passed.begin(), passed.end());
+  return projectSharding(ctx, mesh, rule.results[i], factors,
+                         partial.getArrayRef());
+}
+
+SmallVector<func::FuncOp> planc::plan::distributedFunctions(ModuleOp module) {
+  SmallVector<func::FuncOp> out;
+  for (auto f : module.getOps<func::FuncOp>())
+    if (f->hasAttr(kTrainStepAttr))
+      out.push_back(f);
+  for (auto f : module.getOps<func::FuncOp>())
+    if (f->hasAttr(kModelAttr) && !f->hasAttr(kTrainStepAttr))
+      out.push_back(f);
+  return out;
+}
+
+SmallVector<BlockArgument> planc::plan::updatedParams(func::FuncOp f) {
+  SmallVector<BlockArgument> params;
+  for (BlockArgument arg : f.getArguments()) {
+    auto kind = f.getArgAttrOfType<StringAttr>(arg.getArgNumber(), kKindAttr);
+    if (kind && kind.getValue() == "param")
+      params.push_back(arg);
+  }
+  SmallVector<BlockArgument> out(f.getNumResults());
+  if (!f->hasAttr(kTrainStepAttr))
+    return out;
+  size_t next = 0;
+  for (unsigned i = 0; i < f.getNumResults() && next < params.size(); ++i)
+    if (!f.getResultAttr(i, kResultAttr))
+      out[i] = params[next++];
+  return out;
+}

@@ -1,0 +1,74 @@
+//===- ShardingAnalysis.h - Factor shardings shared by the passes -*- C++
+//-*-===//
+//
+// What plan-propagate-sharding decides per op is the mesh axes of each
+// factor of its sharding rule, recorded as `plan.factor_axes`. From that,
+// plan-insert-reshards derives the layout each operand must have, and the
+// layout each result gets, with the functions below.
+//===----------------------------------------------------------------------===//
+#ifndef PLANC_LIB_TRANSFORMS_SHARDINGANALYSIS_H
+#define PLANC_LIB_TRANSFORMS_SHARDINGANALYSIS_H
+
+#include "dialects/plan/PlanDialect.h"
+
+namespace planc::plan {
+
+inline constexpr llvm::StringLiteral kFactorAxesAttr = "plan.factor_axes";
+/// On sharded arguments: "user", "policy", "data" or "zero" (how strongly
+/// the layout holds against others; see docs/design.md).
+inline constexpr llvm::StringLiteral kShardingOriginAttr =
+    "plan.sharding_origin";
+
+/// How one factor is split: its mesh axes and, when it is carried by a
+/// packed dimension that the op does not itself interpret (a matmul's
+/// output features that are q/k/v), that dimension's segments.
+struct FactorSharding {
+  llvm::SmallVector<llvm::StringRef, 2> axes;
+  llvm::SmallVector<int64_t> segments;
+};
+using FactorAxes = llvm::SmallVector<FactorSharding>;
+
+/// The factor axes recorded on `op`, or none when it has no record.
+std::optional<FactorAxes> readFactorAxes(mlir::Operation *op);
+void writeFactorAxes(mlir::Operation *op, const FactorAxes &axes);
+
+/// The layout of a tensor with dimensions `dims` under `factors`: each
+/// dimension is split over the axes of its major factor (with the segments
+/// the rule gives the dimension, else the factor's), and pending over
+/// `partial`.
+ShardingAttr projectSharding(mlir::MLIRContext *ctx,
+                             mlir::FlatSymbolRefAttr mesh,
+                             const OpShardingRule::TensorDims &dims,
+                             const FactorAxes &factors,
+                             llvm::ArrayRef<llvm::StringRef> partial);
+
+/// The pending sums among the operands of `op` that it passes through to
+/// its results, per operand (empty: that operand must be whole). A pending
+/// sum passes only where the op is linear in it, where it would not use an
+/// axis twice (one that also splits a factor), and where every other use of
+/// the value takes it pending too: a value that one use needs whole is
+/// reduced once, for all of them.
+llvm::SmallVector<llvm::SmallVector<llvm::StringRef>>
+acceptedPartials(mlir::Operation *op, const OpShardingRule &rule,
+                 const FactorAxes &factors);
+
+/// The sharding of result `i`: its factors' axes, pending over the axes of
+/// factors that the operands have and it lacks, and over `passed` (the
+/// accepted partials).
+ShardingAttr resultSharding(mlir::MLIRContext *ctx,
+                            mlir::FlatSymbolRefAttr mesh,
+                            const OpShardingRule &rule, unsigned i,
+                            const FactorAxes &factors,
+                            llvm::ArrayRef<llvm::StringRef> passed);
+
+/// For each result of the train step `f` that is an updated parameter (no
+/// `plan.result` role), the parameter argument it updates; null elsewhere.
+llvm::SmallVector<mlir::BlockArgument> updatedParams(mlir::func::FuncOp f);
+
+/// The functions that are distributed: the training step, and the forward
+/// model (lowered too, for generation), the step first.
+llvm::SmallVector<mlir::func::FuncOp> distributedFunctions(mlir::ModuleOp m);
+
+} // namespace planc::plan
+
+#endif
