@@ -208,8 +208,9 @@ bool memory_report(Context *ctx) {
     std::fprintf(stderr,
                  "planrt: error: rank %d: the runtime allocated params %lld B "
                  "and state %lld B but the compiler computed params %lld B and "
-                 "state %lld B (expect_bytes); the program and the runtime "
-                 "disagree on shapes, so this is a planc or planrt bug\n",
+                 "state %lld B (expect_bytes); the generated program and the "
+                 "runtime disagree on the shapes, a planc or planrt bug to "
+                 "report with the plan\n",
                  ctx->rank, (long long)ctx->param_bytes,
                  (long long)ctx->state_bytes, (long long)ctx->expected_params,
                  (long long)ctx->expected_state);

@@ -451,8 +451,10 @@ void observe(Context *ctx, const Tensor *t, const char *name);
 /// product of the mesh axes (otherwise every rank prints an error naming both
 /// sizes and how to launch, and run returns 1 without any collective), creates
 /// and initializes parameters, then runs `steps` training steps calling `step`
-/// and printing one line per step on rank 0. Command-line options of the
-/// generated program are parsed here (see --help):
+/// and printing one line per step on rank 0; at the end rank 0 prints the
+/// "memory per rank" line if expect_bytes was called (a mismatch fails the
+/// run, see expect_bytes) and then "done: N steps, final loss L". Command-line
+/// options of the generated program are parsed here (see --help):
 ///   --steps N          run N steps instead of the compiled number
 ///   --save PATH        after the last step, write all parameters (gathered
 ///                      to rank 0) to PATH as safetensors
