@@ -220,16 +220,21 @@ void set_lr_schedule(Context *ctx, int64_t kind, int64_t warmup_steps,
   ctx->lr_decay = decay_steps;
 }
 
+namespace {
+ParamDesc &param_desc(Context *ctx, const char *op, int64_t param_index) {
+  if (ctx->started)
+    fatal("%s: called after the program started", op);
+  if (param_index < 0 || param_index >= (int64_t)ctx->params.size())
+    fatal("%s: parameter index %lld out of range (%zu parameters declared)", op,
+          (long long)param_index, ctx->params.size());
+  return ctx->params[param_index];
+}
+} // namespace
+
 void shard_param(Context *ctx, int64_t param_index, int64_t dim,
                  int64_t mesh_axis) {
   check_ctx(ctx, "shard_param");
-  if (ctx->started)
-    fatal("shard_param: called after the program started");
-  if (param_index < 0 || param_index >= (int64_t)ctx->params.size())
-    fatal("shard_param: parameter index %lld out of range (%zu parameters "
-          "declared)",
-          (long long)param_index, ctx->params.size());
-  ParamDesc &p = ctx->params[param_index];
+  ParamDesc &p = param_desc(ctx, "shard_param", param_index);
   if (dim < 0 || dim >= p.t.ndim)
     fatal("shard_param '%s': dimension %lld out of range for rank %d",
           p.name.c_str(), (long long)dim, p.t.ndim);
@@ -237,28 +242,144 @@ void shard_param(Context *ctx, int64_t param_index, int64_t dim,
     fatal("shard_param '%s': invalid mesh axis %lld", p.name.c_str(),
           (long long)mesh_axis);
   for (int d = 0; d < 4; ++d)
-    if (p.shard_axis[d] == mesh_axis && d != dim)
-      fatal("shard_param '%s': axis %lld already splits dimension %d",
-            p.name.c_str(), (long long)mesh_axis, d);
+    for (int64_t ax : p.shard_axes[d])
+      if (ax == mesh_axis)
+        fatal("shard_param '%s': axis %lld already splits dimension %d",
+              p.name.c_str(), (long long)mesh_axis, d);
   // The axis itself is checked in start() (axes may be declared later).
-  p.shard_axis[dim] = mesh_axis;
+  p.shard_axes[dim].push_back(mesh_axis);
 }
 
-bool param_is_sharded(const ParamDesc &p) {
-  for (int d = 0; d < 4; ++d)
-    if (p.shard_axis[d] >= 0)
-      return true;
-  return false;
-}
-
-void param_global_box(const Context *ctx, const ParamDesc &p,
-                      const std::vector<int64_t> &coords, int64_t global[4],
-                      int64_t offset[4]) {
-  for (int d = 0; d < 4; ++d) {
-    int64_t ax = p.shard_axis[d];
-    global[d] = p.t.shape[d] * (ax >= 0 ? ctx->axis_sizes[ax] : 1);
-    offset[d] = ax >= 0 ? coords[ax] * p.t.shape[d] : 0;
+void set_param_segments(Context *ctx, int64_t param_index, int64_t dim,
+                        int64_t s0, int64_t s1, int64_t s2) {
+  const char *op = "set_param_segments";
+  check_ctx(ctx, op);
+  ParamDesc &p = param_desc(ctx, op, param_index);
+  if (dim < 0 || dim >= p.t.ndim)
+    fatal("%s '%s': dimension %lld out of range for rank %d", op,
+          p.name.c_str(), (long long)dim, p.t.ndim);
+  if (!p.segments[dim].empty())
+    fatal("%s '%s': the segments of dimension %lld are already set", op,
+          p.name.c_str(), (long long)dim);
+  int64_t s[3] = {s0, s1, s2};
+  std::vector<int64_t> segs;
+  for (int k = 0; k < 3; ++k) {
+    if (s[k] < 0)
+      fatal("%s '%s': segment %d has negative size %lld", op, p.name.c_str(), k,
+            (long long)s[k]);
+    if (s[k] == 0) {
+      for (int j = k + 1; j < 3; ++j)
+        if (s[j] != 0)
+          fatal("%s '%s': segment %d is 0, which ends the list, but segment "
+                "%d is %lld",
+                op, p.name.c_str(), k, j, (long long)s[j]);
+      break;
+    }
+    segs.push_back(s[k]);
   }
+  if (segs.empty())
+    fatal("%s '%s': at least one segment size must be > 0", op, p.name.c_str());
+  // Sizes are checked against the split in start() (axes may come later).
+  p.segments[dim] = segs;
+}
+
+int64_t param_dim_blocks(const Context *ctx, const ParamDesc &p, int d) {
+  int64_t n = 1;
+  for (int64_t ax : p.shard_axes[d])
+    n *= ctx->axis_sizes[ax];
+  return n;
+}
+
+int64_t param_shard_mask(const ParamDesc &p) {
+  int64_t mask = 0;
+  for (int d = 0; d < 4; ++d)
+    for (int64_t ax : p.shard_axes[d])
+      mask |= int64_t(1) << ax;
+  return mask;
+}
+
+ParamLayout param_layout(const Context *ctx, const ParamDesc &p,
+                         const std::vector<int64_t> &coords) {
+  ParamLayout l;
+  for (int d = 0; d < 4; ++d) {
+    int64_t blocks = param_dim_blocks(ctx, p, d), block = 0;
+    for (int64_t ax : p.shard_axes[d]) // outer axis first: mixed radix
+      block = block * ctx->axis_sizes[ax] + coords[ax];
+    int64_t local = p.t.shape[d];
+    l.global[d] = local * blocks;
+    std::vector<int64_t> segs = p.segments[d];
+    if (segs.empty())
+      segs.push_back(l.global[d]);
+    // The local dim is this rank's block of segment 0, then of segment 1...
+    l.index[d].reserve((size_t)local);
+    int64_t seg_start = 0;
+    for (int64_t s : segs) {
+      int64_t w = s / blocks;
+      for (int64_t e = 0; e < w; ++e)
+        l.index[d].push_back(seg_start + block * w + e);
+      seg_start += s;
+    }
+  }
+  return l;
+}
+
+std::vector<int64_t> rank_coords(const Context *ctx, int64_t rank) {
+  std::vector<int64_t> c(ctx->axis_sizes.size(), 0);
+  for (size_t i = c.size(); i-- > 0;) { // row-major, last axis fastest
+    c[i] = rank % ctx->axis_sizes[i];
+    rank /= ctx->axis_sizes[i];
+  }
+  return c;
+}
+
+void declare_state(Context *ctx, const char *name, int64_t ndim, int64_t d0,
+                   int64_t d1, int64_t d2, int64_t d3) {
+  check_ctx(ctx, "declare_state");
+  if (ctx->started)
+    fatal("declare_state: called after the program started");
+  if (!name || !*name)
+    fatal("declare_state: empty state name");
+  for (auto &st : ctx->states)
+    if (st.name == name)
+      fatal("declare_state: state '%s' declared twice", name);
+  int64_t d[4] = {d0, d1, d2, d3};
+  check_dims("declare_state", name, ndim, d);
+  StateDesc st;
+  st.name = name;
+  st.t = make_shape(ndim, d);
+  ctx->states.push_back(std::move(st));
+}
+
+Tensor *state(Context *ctx, int64_t index) {
+  check_ctx(ctx, "state");
+  if (index < 0 || index >= (int64_t)ctx->states.size())
+    fatal("state: index %lld out of range (%zu state tensors declared)",
+          (long long)index, ctx->states.size());
+  if (!ctx->started)
+    fatal("state: called before the program started");
+  return &ctx->states[index].t;
+}
+
+void expect_bytes(Context *ctx, int64_t params, int64_t grads, int64_t state) {
+  check_ctx(ctx, "expect_bytes");
+  if (params < 0 || grads < 0 || state < 0)
+    fatal("expect_bytes: byte counts must be >= 0, got params %lld, grads "
+          "%lld, state %lld",
+          (long long)params, (long long)grads, (long long)state);
+  ctx->expected_set = true;
+  ctx->expected_params = params;
+  ctx->expected_grads = grads;
+  ctx->expected_state = state;
+}
+
+void check_no_pending(Context *ctx, const char *when) {
+  if (ctx->pending.empty())
+    return;
+  auto &first = *ctx->pending.begin();
+  fatal("%s: %s on slot %lld was started and not waited for; call "
+        "collective_wait(ctx, %lld) before the step ends",
+        when, first.second.c_str(), (long long)first.first,
+        (long long)first.first);
 }
 
 //===--- Buffers ----------------------------------------------------------===//
@@ -305,6 +426,9 @@ void *arena_alloc(Context *ctx, size_t bytes) {
   }
   void *p = ctx->chunks.back().base + ctx->chunk_offset;
   ctx->chunk_offset += bytes;
+  ctx->arena_used += bytes;
+  if (ctx->arena_used > ctx->arena_peak)
+    ctx->arena_peak = ctx->arena_used;
   return p;
 }
 
@@ -325,6 +449,7 @@ void arena_reset(Context *ctx) {
     ctx->chunks.push_back(c);
   }
   ctx->chunk_offset = 0;
+  ctx->arena_used = 0;
 }
 
 void arena_free_all(Context *ctx) {

@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -23,10 +24,21 @@ struct ParamDesc {
   std::string name;
   int64_t init_kind = InitZeros;
   float a = 0.0f, b = 0.0f;
-  int64_t shard_axis[4] = {-1, -1, -1, -1}; // mesh axis splitting each dim
+  // Mesh axes splitting each dim, outermost first (shard_param): the block
+  // index along the dim is mixed-radix over these axes' coordinates.
+  std::vector<int64_t> shard_axes[4];
+  // Global sizes of the segments of each dim (set_param_segments); empty =
+  // one segment, the whole dim. Each segment is split over shard_axes[d].
+  std::vector<int64_t> segments[4];
   Tensor t;    // the parameter (device memory once started)
   Tensor m, v; // AdamW state, allocated on first use
   bool has_adam_state = false;
+};
+
+/// A persistent optimizer-state tensor (declare_state).
+struct StateDesc {
+  std::string name;
+  Tensor t; // zeroed at start
 };
 
 struct InputDesc {
@@ -54,6 +66,7 @@ struct Context {
   std::vector<std::string> axis_names;
   std::vector<int64_t> axis_sizes;
   std::deque<ParamDesc> params;
+  std::deque<StateDesc> states;
   std::deque<InputDesc> inputs;
   int64_t steps = 1, seed = 0, global_batch = 0, data_kind = 0;
   std::string data_path; // set_data_path (data_kind 1)
@@ -98,6 +111,18 @@ struct Context {
   std::vector<ArenaChunk> chunks;
   size_t chunk_offset = 0; // used bytes of chunks.back()
   std::deque<Tensor> scratch;
+  size_t arena_used = 0; // bytes handed out by the arena in this step
+  size_t arena_peak = 0; // the most of any step
+
+  // Memory accounting (expect_bytes): what the runtime allocated for
+  // parameters and declared state, and what the compiler computed.
+  int64_t param_bytes = 0, state_bytes = 0;
+  bool expected_set = false;
+  int64_t expected_params = 0, expected_grads = 0, expected_state = 0;
+
+  // Non-blocking collectives started and not yet waited for: slot -> what
+  // was started (for error messages).
+  std::map<int64_t, std::string> pending;
 
   std::vector<double> teacher; // [out][in] teacher matrix for data_kind 0
   int64_t teacher_in = 0, teacher_out = 0;
@@ -132,26 +157,41 @@ int64_t group_color(const Context *ctx, int64_t axis_mask);
 /// Checks the mask against the declared axes.
 void check_axis_mask(const Context *ctx, const char *op, int64_t axis_mask);
 
-/// Global shape of a parameter and the offset of this rank's shard.
-void param_global_box(const Context *ctx, const ParamDesc &p,
-                      const std::vector<int64_t> &coords, int64_t global[4],
-                      int64_t offset[4]);
-
-/// Global row-major index of local element `i` of a tensor with local shape
-/// `local` placed at `offset` in a tensor of shape `global` (4-D, padded).
-inline int64_t global_index(const int64_t *local, const int64_t *global,
-                            const int64_t *offset, int64_t i) {
-  int64_t idx[4];
-  for (int d = 3; d >= 0; --d) {
-    idx[d] = i % local[d];
-    i /= local[d];
+/// Where a parameter's local elements sit in the whole tensor on the rank
+/// with coordinates `coords`: global shape and, for every dim, the global
+/// index of each local index (shard_param blocks, set_param_segments).
+struct ParamLayout {
+  int64_t global[4];
+  std::vector<int64_t> index[4];
+  /// Global row-major index of local row-major element `i`.
+  int64_t global_flat(const int64_t *local, int64_t i) const {
+    int64_t idx[4];
+    for (int d = 3; d >= 0; --d) {
+      idx[d] = i % local[d];
+      i /= local[d];
+    }
+    int64_t g = 0;
+    for (int d = 0; d < 4; ++d)
+      g = g * global[d] + index[d][idx[d]];
+    return g;
   }
-  int64_t g = 0;
-  for (int d = 0; d < 4; ++d)
-    g = g * global[d] + offset[d] + idx[d];
-  return g;
-}
-bool param_is_sharded(const ParamDesc &p);
+};
+ParamLayout param_layout(const Context *ctx, const ParamDesc &p,
+                         const std::vector<int64_t> &coords);
+/// Number of blocks dim `d` of `p` is split into (product of its axes).
+int64_t param_dim_blocks(const Context *ctx, const ParamDesc &p, int d);
+/// Bit mask of the mesh axes that split some dim of `p` (0 = replicated).
+int64_t param_shard_mask(const ParamDesc &p);
+/// Row-major coordinates of world rank `rank` on the declared axes.
+std::vector<int64_t> rank_coords(const Context *ctx, int64_t rank);
+
+/// Non-blocking collective slots: the range check, and the check that none
+/// is pending at a step boundary (`when` names the boundary).
+constexpr int64_t kMaxCollectiveSlots = 1024;
+void check_no_pending(Context *ctx, const char *when);
+
+/// Reductions of the all-reduce collectives.
+enum class ReduceOp { Sum, Max };
 
 /// MPI helpers usable from .cu files (which do not include mpi.h).
 void mpi_bcast_bytes(Context *ctx, void *data, size_t bytes, int root);

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <map>
 
 namespace planrt {
 
@@ -40,11 +41,31 @@ std::string mesh_str(const Context *ctx) {
 void validate(Context *ctx) {
   int64_t naxes = (int64_t)ctx->axis_sizes.size();
   for (auto &p : ctx->params)
-    for (int d = 0; d < 4; ++d)
-      if (p.shard_axis[d] >= naxes)
-        fatal("parameter '%s': shard axis %lld is not a declared mesh axis "
-              "(%lld axes)",
-              p.name.c_str(), (long long)p.shard_axis[d], (long long)naxes);
+    for (int d = 0; d < 4; ++d) {
+      for (int64_t ax : p.shard_axes[d])
+        if (ax >= naxes)
+          fatal("parameter '%s': shard axis %lld is not a declared mesh axis "
+                "(%lld axes)",
+                p.name.c_str(), (long long)ax, (long long)naxes);
+      if (p.segments[d].empty())
+        continue;
+      int64_t blocks = param_dim_blocks(ctx, p, d), sum = 0;
+      for (size_t k = 0; k < p.segments[d].size(); ++k) {
+        int64_t s = p.segments[d][k];
+        if (s % blocks != 0)
+          fatal("parameter '%s': segment %zu of dimension %d has size %lld, "
+                "which does not split evenly over the %lld blocks of the "
+                "dimension's mesh axes",
+                p.name.c_str(), k, d, (long long)s, (long long)blocks);
+        sum += s;
+      }
+      if (sum != p.t.shape[d] * blocks)
+        fatal("parameter '%s': the segments of dimension %d sum to %lld but "
+              "the global dimension is %lld (local %lld x %lld blocks)",
+              p.name.c_str(), d, (long long)sum,
+              (long long)(p.t.shape[d] * blocks), (long long)p.t.shape[d],
+              (long long)blocks);
+    }
   for (auto &in : ctx->inputs)
     if (in.batch_axis >= naxes)
       fatal("input '%s': batch axis %lld is not a declared mesh axis (%lld "
@@ -165,6 +186,44 @@ std::string launch_name(const char *argv0) {
   return s;
 }
 
+/// The "memory per rank" line (rank 0) and the check of the runtime's
+/// parameter and state bytes against expect_bytes on every rank; false (after
+/// every rank printed an error) if some rank differs.
+bool memory_report(Context *ctx) {
+  if (ctx->rank == 0) {
+    std::printf("memory per rank: params %lld B, state %lld B, step arena "
+                "peak %lld B (compiler: params %lld B, grads %lld B, state "
+                "%lld B)\n",
+                (long long)ctx->param_bytes, (long long)ctx->state_bytes,
+                (long long)ctx->arena_peak, (long long)ctx->expected_params,
+                (long long)ctx->expected_grads, (long long)ctx->expected_state);
+    std::fflush(stdout);
+  }
+  int bad = ctx->param_bytes != ctx->expected_params ||
+            ctx->state_bytes != ctx->expected_state;
+  int any = bad;
+  if (ctx->use_mpi && ctx->world > 1)
+    MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (bad)
+    std::fprintf(stderr,
+                 "planrt: error: rank %d: the runtime allocated params %lld B "
+                 "and state %lld B but the compiler computed params %lld B and "
+                 "state %lld B (expect_bytes); the generated program and the "
+                 "runtime disagree on the shapes, a planc or planrt bug to "
+                 "report with the plan\n",
+                 ctx->rank, (long long)ctx->param_bytes,
+                 (long long)ctx->state_bytes, (long long)ctx->expected_params,
+                 (long long)ctx->expected_state);
+  else if (any)
+    std::fprintf(stderr,
+                 "planrt: error: rank %d: another rank's parameter or state "
+                 "bytes differ from what the compiler computed (see its "
+                 "message)\n",
+                 ctx->rank);
+  std::fflush(stderr);
+  return !any;
+}
+
 } // namespace
 
 void report_loss(Context *ctx, const Tensor *loss) {
@@ -267,6 +326,8 @@ void destroy_context(Context *ctx) {
         backend::free_bytes(ctx, p.v.data);
       }
     }
+    for (auto &st : ctx->states)
+      backend::free_bytes(ctx, st.t.data);
     for (auto &in : ctx->inputs)
       backend::free_bytes(ctx, in.t.data);
     backend::finalize(ctx);
@@ -281,13 +342,7 @@ void start(Context *ctx) {
   if (mesh_ranks(ctx) != ctx->world)
     fatal("this program needs %lld ranks (%s) but the world has %d",
           (long long)mesh_ranks(ctx), mesh_str(ctx).c_str(), ctx->world);
-  // Row-major coordinates, last axis fastest.
-  ctx->coords.assign(ctx->axis_sizes.size(), 0);
-  int64_t r = ctx->rank;
-  for (size_t i = ctx->axis_sizes.size(); i-- > 0;) {
-    ctx->coords[i] = r % ctx->axis_sizes[i];
-    r /= ctx->axis_sizes[i];
-  }
+  ctx->coords = rank_coords(ctx, ctx->rank);
   if (ctx->data_kind == DataTokenShards && !ctx->inputs.empty() &&
       !ctx->tokens_open) {
     // planrt::run opened them before any collective; tests come here.
@@ -301,15 +356,19 @@ void start(Context *ctx) {
   for (auto &p : ctx->params) {
     allocate_tensor(ctx, &p.t);
     int64_t n = p.t.numel();
+    ctx->param_bytes += n * (int64_t)sizeof(float);
     host.resize((size_t)n);
-    int64_t global[4], offset[4];
-    param_global_box(ctx, p, ctx->coords, global, offset);
-    const int64_t *l = p.t.shape;
+    ParamLayout layout = param_layout(ctx, p, ctx->coords);
     for (int64_t i = 0; i < n; ++i)
       host[i] =
           init_value(ctx->seed, p.name.c_str(),
-                     global_index(l, global, offset, i), p.init_kind, p.a, p.b);
+                     layout.global_flat(p.t.shape, i), p.init_kind, p.a, p.b);
     backend::to_device(ctx, p.t.data, host.data(), (size_t)n * sizeof(float));
+  }
+  for (auto &st : ctx->states) {
+    allocate_tensor(ctx, &st.t);
+    ctx->state_bytes += st.t.numel() * (int64_t)sizeof(float);
+    backend::zero_bytes(ctx, st.t.data, (size_t)st.t.numel() * sizeof(float));
   }
   for (auto &in : ctx->inputs) {
     allocate_tensor(ctx, &in.t);
@@ -321,6 +380,7 @@ void start(Context *ctx) {
 void begin_step(Context *ctx, int64_t step) {
   if (!ctx->started)
     fatal("begin_step: the program was not started");
+  check_no_pending(ctx, "begin_step");
   arena_reset(ctx);
   ctx->step = step;
   ctx->loss_reported = false;
@@ -393,6 +453,7 @@ std::vector<float> train(Context *ctx, void (*step)(Context *), int64_t steps,
     backend::synchronize(ctx);
     auto t0 = std::chrono::steady_clock::now();
     step(ctx);
+    check_no_pending(ctx, "end of step");
     backend::synchronize(ctx);
     auto t1 = std::chrono::steady_clock::now();
     double ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
@@ -483,40 +544,50 @@ void from_host(Context *ctx, Tensor *t, const std::vector<float> &values) {
                        values.size() * sizeof(float));
 }
 
-/// Gathers a sharded parameter to rank 0 (collective over the world);
-/// returns the full tensor on rank 0.
-static std::vector<float> gather_param(Context *ctx, ParamDesc &p) {
+/// Gathers a sharded parameter to rank 0 over `comm`, the ranks that hold
+/// distinct blocks of it (coordinate 0 on every axis that does not split
+/// it, in world-rank order); returns the whole tensor on rank 0.
+static std::vector<float> gather_param(Context *ctx, ParamDesc &p,
+                                       MPI_Comm comm) {
   std::vector<float> local = to_host(ctx, &p.t);
   int64_t n = p.t.numel();
+  int members = 1;
+  if (comm != MPI_COMM_NULL)
+    MPI_Comm_size(comm, &members);
   std::vector<float> all;
   if (ctx->rank == 0)
-    all.resize((size_t)(n * ctx->world));
-  if (ctx->use_mpi && ctx->world > 1) {
-    if (n * ctx->world > 0x7fffffff)
-      fatal("--save: parameter '%s' is too large to gather", p.name.c_str());
+    all.resize((size_t)(n * members));
+  if (members > 1) {
+    if (n * members > 0x7fffffff)
+      fatal("--save: parameter '%s' (%lld elements per rank) is too large to "
+            "gather with MPI's int counts",
+            p.name.c_str(), (long long)n);
     MPI_Gather(local.data(), (int)n, MPI_FLOAT, all.data(), (int)n, MPI_FLOAT,
-               0, MPI_COMM_WORLD);
+               0, comm);
   } else {
     all = local;
   }
   if (ctx->rank != 0)
     return {};
-  int64_t global[4], offset[4];
-  param_global_box(ctx, p, ctx->coords, global, offset);
-  std::vector<float> full(
-      (size_t)(global[0] * global[1] * global[2] * global[3]));
-  const int64_t *l = p.t.shape;
-  for (int r = 0; r < ctx->world; ++r) {
-    std::vector<int64_t> coords(ctx->axis_sizes.size());
-    int64_t rest = r;
-    for (size_t a = coords.size(); a-- > 0;) {
-      coords[a] = rest % ctx->axis_sizes[a];
-      rest /= ctx->axis_sizes[a];
-    }
-    param_global_box(ctx, p, coords, global, offset);
-    const float *src = all.data() + (size_t)r * n;
+  int64_t mask = param_shard_mask(p);
+  std::vector<float> full;
+  size_t next = 0; // block of the next holder in `all`
+  for (int64_t r = 0; r < ctx->world && next < (size_t)members; ++r) {
+    std::vector<int64_t> coords = rank_coords(ctx, r);
+    bool holder = true;
+    for (size_t a = 0; a < coords.size(); ++a)
+      if (!(mask & (int64_t(1) << a)) && coords[a] != 0)
+        holder = false;
+    if (!holder)
+      continue;
+    ParamLayout layout = param_layout(ctx, p, coords);
+    if (full.empty())
+      full.resize((size_t)(layout.global[0] * layout.global[1] *
+                           layout.global[2] * layout.global[3]));
+    const float *src = all.data() + next * (size_t)n;
     for (int64_t i = 0; i < n; ++i)
-      full[global_index(l, global, offset, i)] = src[i];
+      full[layout.global_flat(p.t.shape, i)] = src[i];
+    ++next;
   }
   return full;
 }
@@ -525,20 +596,38 @@ void save_safetensors(Context *ctx, const std::string &path) {
   std::vector<std::vector<float>> host;
   std::vector<NamedTensor> named;
   host.reserve(ctx->params.size());
+  // One communicator per set of splitting axes: the ranks with coordinate 0
+  // on the other axes (replicas along those hold the same blocks).
+  std::map<int64_t, MPI_Comm> comms;
   for (auto &p : ctx->params) {
-    int64_t global[4], offset[4];
-    param_global_box(ctx, p, ctx->coords, global, offset);
-    if (param_is_sharded(p))
-      host.push_back(gather_param(ctx, p));
-    else if (ctx->rank == 0)
+    ParamLayout layout = param_layout(ctx, p, ctx->coords);
+    int64_t mask = param_shard_mask(p);
+    if (mask != 0) {
+      MPI_Comm comm = MPI_COMM_NULL;
+      if (ctx->use_mpi && ctx->world > 1) {
+        auto it = comms.find(mask);
+        if (it == comms.end()) {
+          int color = group_color(ctx, mask) == 0 ? 0 : MPI_UNDEFINED;
+          MPI_Comm_split(MPI_COMM_WORLD, color, ctx->rank, &comm);
+          it = comms.emplace(mask, comm).first;
+        }
+        comm = it->second;
+      }
+      if (comm != MPI_COMM_NULL || !ctx->use_mpi || ctx->world == 1)
+        host.push_back(gather_param(ctx, p, comm));
+    } else if (ctx->rank == 0) {
       host.push_back(to_host(ctx, &p.t));
+    }
     NamedTensor nt;
     nt.name = p.name;
     for (int d = 0; d < p.t.ndim; ++d)
-      nt.shape.push_back(global[d]);
+      nt.shape.push_back(layout.global[d]);
     nt.data = ctx->rank == 0 ? host.back().data() : nullptr;
     named.push_back(nt);
   }
+  for (auto &kv : comms)
+    if (kv.second != MPI_COMM_NULL)
+      MPI_Comm_free(&kv.second);
   if (ctx->rank == 0)
     write_safetensors(path, named);
 }
@@ -719,6 +808,11 @@ int run(int argc, char **argv, const char *program_name,
       std::printf("\n");
       std::fflush(stdout);
     }
+  }
+  if (ctx->expected_set && !memory_report(ctx)) {
+    internal::destroy_context(ctx);
+    MPI_Finalize();
+    return 1;
   }
   if (ctx->rank == 0) {
     std::printf("done: %d steps, final loss %.9e\n", (int)steps,

@@ -310,7 +310,7 @@ TEST_F(OpsTest, EmbeddingAndGrad) {
   std::vector<int32_t> iv = {0, 3, 3, 1, 4, 3, 0, 2};
   Tensor *id = ids({B, S}, iv), *table = random({V, C});
   Tensor *out = make({B, S, C});
-  embedding(ctx, id, table, out);
+  embedding(ctx, id, table, out, -1);
   Vec tv = host(table), want((size_t)(B * S * C));
   for (int64_t r = 0; r < B * S; ++r)
     for (int64_t c = 0; c < C; ++c)
@@ -318,7 +318,7 @@ TEST_F(OpsTest, EmbeddingAndGrad) {
   expect_close(host(out), want, 0, 0);
 
   Tensor *w = random({B, S, C}), *dtable = random({V, C}); // overwritten
-  embedding_grad(ctx, id, w, dtable);
+  embedding_grad(ctx, id, w, dtable, -1);
   auto f = [&](const Vec &t) {
     Vec o((size_t)(B * S * C));
     for (int64_t r = 0; r < B * S; ++r)
@@ -329,15 +329,15 @@ TEST_F(OpsTest, EmbeddingAndGrad) {
   expect_grad(host(dtable), fd_grad(f, tv, host(w)));
 
   Tensor *bad = ids({B, S}, {0, 1, 2, 5, 0, 0, 0, 0});
-  EXPECT_DEATH(embedding(ctx, bad, table, out),
+  EXPECT_DEATH(embedding(ctx, bad, table, out, -1),
                "planrt: error: embedding: token id 5 out of range \\[0, 5\\)");
-  EXPECT_DEATH(
-      embedding_grad(ctx, ids({B, S}, {0, 0, -1, 0, 0, 0, 0, 0}), w, dtable),
-      "planrt: error: embedding_grad: token id -1 out of range");
+  EXPECT_DEATH(embedding_grad(ctx, ids({B, S}, {0, 0, -1, 0, 0, 0, 0, 0}), w,
+                              dtable, -1),
+               "planrt: error: embedding_grad: token id -1 out of range");
   Tensor *fids = random({B, S});
-  EXPECT_DEATH(embedding(ctx, fids, table, out),
+  EXPECT_DEATH(embedding(ctx, fids, table, out, -1),
                "planrt: error: embedding: ids \\[2, 4\\] must be i32, got f32");
-  EXPECT_DEATH(embedding(ctx, id, table, make({B, S, C + 1})),
+  EXPECT_DEATH(embedding(ctx, id, table, make({B, S, C + 1}), -1),
                "planrt: error: embedding: out \\[2, 4, 4\\] must be ids");
 }
 

@@ -288,39 +288,57 @@ struct PosEmbeddingFn {
   }
 };
 
-/// out[r, :] = table[ids[r], :]; index space: rows * C.
+/// A vocabulary split over ranks: the local table holds global rows
+/// [row0, row0 + V) of a table of Vg rows (row0 = 0, Vg = V when whole).
+/// Ids outside [0, Vg) are errors; ids outside the local rows belong to
+/// another rank.
+struct VocabSlice {
+  int64_t V, row0, Vg;
+  PLANRT_HD bool valid(int32_t id) const { return id >= 0 && id < Vg; }
+  /// Local row of `id`, or -1 if another rank owns it.
+  PLANRT_HD int64_t local(int32_t id) const {
+    int64_t l = (int64_t)id - row0;
+    return l >= 0 && l < V ? l : -1;
+  }
+};
+
+/// out[r, :] = table[ids[r] - row0, :] if this rank owns ids[r], else 0;
+/// index space: rows * C.
 struct EmbeddingFn {
   const int32_t *ids;
   const float *table;
   float *out;
-  int64_t V, C;
+  VocabSlice vocab;
+  int64_t C;
   int *flag;
   PLANRT_HD void operator()(int64_t i) const {
     int32_t id = ids[i / C];
-    if (id < 0 || id >= V) {
+    if (!vocab.valid(id))
       flag_bad_index(flag, id);
-      out[i] = 0.0f;
-      return;
-    }
-    out[i] = table[(int64_t)id * C + i % C];
+    int64_t l = vocab.valid(id) ? vocab.local(id) : -1;
+    out[i] = l >= 0 ? table[l * C + i % C] : 0.0f;
   }
 };
 
-/// dtable[ids[r], c] += dout[r, c] with atomics; index space: rows * C.
-/// Order of the additions is unspecified (used by the cuda backend).
+/// dtable[ids[r] - row0, c] += dout[r, c] with atomics for the owned ids;
+/// index space: rows * C. Order of the additions is unspecified (used by the
+/// cuda backend).
 struct EmbeddingGradAtomicFn {
   const int32_t *ids;
   const float *dout;
   float *dtable;
-  int64_t V, C;
+  VocabSlice vocab;
+  int64_t C;
   int *flag;
   PLANRT_HD void operator()(int64_t i) const {
     int32_t id = ids[i / C];
-    if (id < 0 || id >= V) {
+    if (!vocab.valid(id)) {
       flag_bad_index(flag, id);
       return;
     }
-    atomic_add(&dtable[(int64_t)id * C + i % C], dout[i]);
+    int64_t l = vocab.local(id);
+    if (l >= 0)
+      atomic_add(&dtable[l * C + i % C], dout[i]);
   }
 };
 
@@ -509,6 +527,123 @@ struct CrossEntropyGradFn {
   }
 };
 
+//===--- Cross-entropy over a split vocabulary
+//-----------------------------===//
+//
+// With the vocabulary (last dim of the logits) split over ranks, each rank
+// holds C columns starting at global column `vocab.row0`. The row max and
+// the two row statistics below are combined across ranks by collectives
+// between the kernels; with a whole vocabulary they reproduce
+// CrossEntropyFn / CrossEntropyGradFn operation for operation.
+
+/// out[r] = max_j x[r, j]; index space: rows.
+struct RowMaxFn {
+  const float *x;
+  float *out;
+  int64_t C;
+  PLANRT_HD void operator()(int64_t r) const { out[r] = row_max(x + r * C, C); }
+};
+
+/// stats[r, 0] = sum_j exp(logits[r, j] - rowmax[r]); stats[r, 1] =
+/// logits[r, t - row0] if this rank owns target t, else 0. Index space: rows.
+struct CeStatsFn {
+  const float *logits, *rowmax;
+  const int32_t *targets;
+  float *stats;
+  VocabSlice vocab;
+  int *flag;
+  PLANRT_HD void operator()(int64_t r) const {
+    const float *xr = logits + r * vocab.V;
+    float m = rowmax[r], sum = 0.0f;
+    for (int64_t j = 0; j < vocab.V; ++j)
+      sum += expf(xr[j] - m);
+    int32_t t = targets[r];
+    if (!vocab.valid(t))
+      flag_bad_index(flag, t);
+    int64_t l = vocab.valid(t) ? vocab.local(t) : -1;
+    stats[2 * r] = sum;
+    stats[2 * r + 1] = l >= 0 ? xr[l] : 0.0f;
+  }
+};
+
+/// loss[r] = rowmax[r] + log(stats[r, 0]) - stats[r, 1]; index space: rows.
+struct CeRowLossFn {
+  const float *stats, *rowmax;
+  float *loss;
+  PLANRT_HD void operator()(int64_t r) const {
+    loss[r] = rowmax[r] + logf(stats[2 * r]) - stats[2 * r + 1];
+  }
+};
+
+/// dlogits[r] = scale * (exp(logits[r] - rowmax[r]) / stats[r, 0] -
+/// onehot(owned target)); index space: rows.
+struct CeGradFn {
+  const float *logits, *rowmax, *stats;
+  const int32_t *targets;
+  float *dlogits;
+  VocabSlice vocab;
+  float scale;
+  int *flag;
+  PLANRT_HD void operator()(int64_t r) const {
+    int64_t C = vocab.V;
+    const float *xr = logits + r * C;
+    float *d = dlogits + r * C;
+    float m = rowmax[r], inv = scale / stats[2 * r];
+    for (int64_t j = 0; j < C; ++j)
+      d[j] = expf(xr[j] - m) * inv;
+    int32_t t = targets[r];
+    if (!vocab.valid(t)) {
+      flag_bad_index(flag, t);
+      return;
+    }
+    int64_t l = vocab.local(t);
+    if (l >= 0)
+      d[l] -= scale;
+  }
+};
+
+//===--- Blocks along one dimension (collectives) -------------------------===//
+//
+// A tensor is viewed around one dimension as [outer, D, inner]. Collectives
+// move contiguous blocks, so a tensor split along a dimension other than the
+// outermost is packed into (or unpacked from) G contiguous blocks
+// [G][outer, Db, inner], D = G * Db.
+
+/// dst[i] = src[i].
+struct CopyFn {
+  const float *src;
+  float *dst;
+  PLANRT_HD void operator()(int64_t i) const { dst[i] = src[i]; }
+};
+
+/// dst = blocks first, first + 1, ... of src [outer, D, inner] along the
+/// middle dim, each stored contiguously as [outer, Db, inner]; index space:
+/// dst elements (a multiple of outer * Db * inner).
+struct SplitBlocksFn {
+  const float *src;
+  float *dst;
+  int64_t outer, D, Db, inner, first;
+  PLANRT_HD void operator()(int64_t i) const {
+    int64_t per = outer * Db * inner, k = i / per, r = i % per;
+    int64_t o = r / (Db * inner), d = (r / inner) % Db, e = r % inner;
+    dst[i] = src[(o * D + (first + k) * Db + d) * inner + e];
+  }
+};
+
+/// dst [outer, G * Db, inner] from G contiguous blocks src[k] [outer, Db,
+/// inner] placed at k * Db along the middle dim; index space: dst elements.
+struct MergeBlocksFn {
+  const float *src;
+  float *dst;
+  int64_t outer, Db, inner, G;
+  PLANRT_HD void operator()(int64_t i) const {
+    int64_t e = i % inner, t = i / inner;
+    int64_t dd = t % (G * Db), o = t / (G * Db);
+    int64_t k = dd / Db, d = dd % Db;
+    dst[i] = src[((k * outer + o) * Db + d) * inner + e];
+  }
+};
+
 //===--- Column reductions (index space: columns) -------------------------===//
 
 /// dtable[ids[r], c] += dout[r, c] for r in order; index space: the C
@@ -518,16 +653,20 @@ struct EmbeddingGradColumnFn {
   const int32_t *ids;
   const float *dout;
   float *dtable;
-  int64_t rows, V, C;
+  int64_t rows;
+  VocabSlice vocab;
+  int64_t C;
   int *flag;
   PLANRT_HD void operator()(int64_t c) const {
     for (int64_t r = 0; r < rows; ++r) {
       int32_t id = ids[r];
-      if (id < 0 || id >= V) {
+      if (!vocab.valid(id)) {
         flag_bad_index(flag, id);
         continue;
       }
-      dtable[(int64_t)id * C + c] += dout[r * C + c];
+      int64_t l = vocab.local(id);
+      if (l >= 0)
+        dtable[l * C + c] += dout[r * C + c];
     }
   }
 };

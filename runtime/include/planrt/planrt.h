@@ -138,18 +138,63 @@ void set_forward(Context *ctx, void (*forward)(Context *));
 /// Addition to the original API (optional; for tensor-parallel plans):
 /// declares that dimension `dim` of parameter `param_index` is split over
 /// mesh axis `mesh_axis`. The declared shape stays the local shard; the global
-/// dimension is local * axis size and this rank holds block coord[mesh_axis].
-/// Initialization then uses global element indices (every plan starts from
-/// the same weights) and --save gathers and writes the full tensor. Call it
-/// from plan_setup after declare_param.
+/// dimension is local * (product of the sizes of the dim's axes). May be
+/// called several times for one dim, outer axis first: the dim is then split
+/// into P = size(a0) * size(a1) * ... blocks and this rank holds block
+/// coord[a0] * size(a1) + coord[a1] (mixed radix, in call order). An axis
+/// may split only one dim, once. Initialization then uses global element
+/// indices (every plan starts from the same weights) and --save gathers and
+/// writes the whole tensor. Call it from plan_setup after declare_param.
 void shard_param(Context *ctx, int64_t param_index, int64_t dim,
                  int64_t mesh_axis);
+
+/// Declares that global dimension `dim` of parameter `param_index` is the
+/// concatenation of segments of global sizes s0, s1, s2 (a 0 ends the list
+/// and every later size must be 0 too; s0 > 0), e.g. a packed [q | k | v]
+/// weight split by heads: H*Dh, KV*Dh, KV*Dh. Each segment is split evenly
+/// over the dim's axes (shard_param): with P blocks and this rank's block b,
+/// the local dim holds elements [b*s0/P, (b+1)*s0/P) of segment 0, then the
+/// same block of segment 1, then of segment 2. The declared (local) size must
+/// be s0/P + s1/P + s2/P. Checked when the program starts (fatal): every
+/// segment divisible by P and the sizes summing to the global dimension
+/// (local * P). Without shard_param on that dim P = 1 and the segments only
+/// have to sum to the dim. Call once per dim, from plan_setup.
+void set_param_segments(Context *ctx, int64_t param_index, int64_t dim,
+                        int64_t s0, int64_t s1, int64_t s2);
+
+/// Declares persistent optimizer-state tensor number N (N = order of
+/// declaration, from 0, separate from the parameters' numbering), e.g. the
+/// AdamW moments of a parameter or of its ZeRO shard. `ndim` and `d0..d3`
+/// give the local shape (unused trailing dims are 1); the tensor is F32,
+/// zero at the start of the run, and kept across steps (never saved). Names
+/// must be distinct. Call it from plan_setup.
+void declare_state(Context *ctx, const char *name, int64_t ndim, int64_t d0,
+                   int64_t d1, int64_t d2, int64_t d3);
+
+/// Records the bytes the compiler computed for this rank (the same on every
+/// rank's call): `params` for parameters, `grads` for gradients (reported
+/// only) and `state` for the tensors of declare_state. The runtime counts
+/// params = 4 * sum of the local parameter element counts and state = 4 *
+/// sum of the declared state element counts (the moments that
+/// adamw_update(..., param_index, ...) allocates are not included), and
+/// tracks the step arena's peak (the most bytes alloc/view scratch and the
+/// ops' temporaries took in one step, each allocation rounded up to 256).
+/// When expect_bytes was called, at the end of planrt::run rank 0 prints,
+/// before the "done" line,
+///   memory per rank: params P B, state S B, step arena peak A B
+///   (compiler: params P' B, grads G' B, state S' B)
+/// (one line, rank 0's numbers), and if any rank's params or state differ
+/// from the compiler's, every rank prints "planrt: error: rank R: ..." and
+/// run returns 1 without the "done" line. Call it from plan_setup.
+void expect_bytes(Context *ctx, int64_t params, int64_t grads, int64_t state);
 
 //===--- Step body: called from the generated plan_step() -----------------===//
 
 /// Parameter / per-step input buffers by declaration index (persistent).
 Tensor *param(Context *ctx, int64_t index);
 Tensor *input(Context *ctx, int64_t index);
+/// Optimizer-state tensor by declaration index (declare_state; persistent).
+Tensor *state(Context *ctx, int64_t index);
 /// Scratch tensor valid until the end of the current step (arena-allocated;
 /// the arena is reset before every step). Contents are undefined.
 Tensor *alloc(Context *ctx, int64_t ndim, int64_t d0, int64_t d1, int64_t d2,
@@ -199,9 +244,67 @@ void sgd_update(Context *ctx, Tensor *w, const Tensor *g, float lr);
 void adamw_update(Context *ctx, Tensor *w, const Tensor *g, int64_t param_index,
                   float lr, float beta1, float beta2, float eps,
                   float weight_decay);
-/// In-place sum over the ranks that differ only in the mesh axes whose bits
-/// are set in `axis_mask` (bit i = i-th declared axis).
+/// The same update with the moments given as tensors (usually state(ctx, i)
+/// of declare_state, zero before the first step), each of w's shape:
+///   m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2
+///   w -= lr * ((m / (1 - beta1^t)) / (sqrt(v / (1 - beta2^t)) + eps)
+///              + weight_decay * w)
+/// with t the step number and lr the scheduled lr. Bit for bit the same
+/// arithmetic as the param_index form.
+void adamw_update(Context *ctx, Tensor *w, const Tensor *g, Tensor *m,
+                  Tensor *v, float lr, float beta1, float beta2, float eps,
+                  float weight_decay);
+
+//===--- Collectives ------------------------------------------------------===//
+//
+// A group is the set of ranks that differ only in the mesh axes selected by
+// `axis_mask` (bit i = i-th declared axis) or in the one mesh axis `axis`
+// (the index of a declared axis). Every member of a group must make the same
+// calls in the same order. With `axis`, G is the axis size and g this rank's
+// coordinate on it; a dimension split over the axis is cut into G equal
+// blocks and block b lives on the rank with g = b. Tensors are F32 and
+// row-major; in and out must not overlap. Shapes are checked (fatal with both
+// shapes). With a group of one rank the ops are local copies.
+
+/// In-place sum over the group of `axis_mask`.
 void all_reduce_sum(Context *ctx, Tensor *t, int64_t axis_mask);
+/// In-place maximum over the group of `axis_mask`.
+void all_reduce_max(Context *ctx, Tensor *t, int64_t axis_mask);
+
+/// Non-blocking all_reduce_sum (to overlap gradient all-reduces with the
+/// backward pass): starts the in-place sum of t over the group of
+/// `axis_mask` on `slot` (0..1023, chosen by the compiler) and returns; t
+/// must stay allocated and must be neither read nor written until
+/// collective_wait(ctx, slot) returns, after which it holds the sum. Starting
+/// on a slot whose collective was not waited for, waiting on a slot with
+/// nothing started, or a step that ends (or a begin_step) with a slot still
+/// busy is a fatal error naming the slot. Members of the group must start
+/// their collectives in the same order.
+void all_reduce_sum_start(Context *ctx, Tensor *t, int64_t axis_mask,
+                          int64_t slot);
+/// Waits for the collective started on `slot` (see all_reduce_sum_start)
+/// and frees the slot. On the cuda backend the wait is asynchronous: later
+/// work of the step is ordered after the collective.
+void collective_wait(Context *ctx, int64_t slot);
+
+/// out = the concatenation along `dim` of the members' `in`, in order of g:
+/// out.shape[dim] = G * in.shape[dim], the other dims equal.
+void all_gather(Context *ctx, const Tensor *in, Tensor *out, int64_t dim,
+                int64_t axis);
+/// out = block g along `dim` of the sum over the group of `in`:
+/// out.shape[dim] = in.shape[dim] / G (which must divide), the others equal.
+void reduce_scatter(Context *ctx, const Tensor *in, Tensor *out, int64_t dim,
+                    int64_t axis);
+/// Local, no communication: out = block g of `in` along `dim`, with
+/// out.shape[dim] = in.shape[dim] / G.
+void shard_slice(Context *ctx, const Tensor *in, Tensor *out, int64_t dim,
+                 int64_t axis);
+/// `in` is this rank's block g of a tensor X split along gather_dim; out is
+/// block g of X split along split_dim instead: out.shape[gather_dim] =
+/// G * in.shape[gather_dim], out.shape[split_dim] = in.shape[split_dim] / G,
+/// the others equal. gather_dim != split_dim.
+void all_to_all(Context *ctx, const Tensor *in, Tensor *out, int64_t gather_dim,
+                int64_t split_dim, int64_t axis);
 /// Records this step's loss (rank-0 tensor, already reduced) for logging.
 void report_loss(Context *ctx, const Tensor *loss);
 
@@ -223,11 +326,19 @@ void softmax_grad(Context *ctx, const Tensor *y, const Tensor *dy, Tensor *dx);
 
 /// out[..., :] = table[ids[...], :]; ids I32 of any rank <= 3, table [V, C],
 /// out = ids shape + [C]. An id outside [0, V) is a fatal error.
+/// Vocab-parallel form: with `vocab_axis` a mesh axis of size G and this
+/// rank's coordinate g on it, the local table [Vl, C] holds global rows
+/// [g*Vl, (g+1)*Vl): an id in that range reads row id - g*Vl, any other id
+/// gives a zero row (an all_reduce_sum over the axis completes the lookup),
+/// and an id outside [0, G*Vl) is a fatal error. vocab_axis = -1: the table
+/// is whole (V = Vl, g = 0, G = 1).
 void embedding(Context *ctx, const Tensor *ids, const Tensor *table,
-               Tensor *out);
-/// dtable = 0, then dtable[ids[r], :] += dout[r, :] for every row r.
+               Tensor *out, int64_t vocab_axis);
+/// dtable = 0, then dtable[ids[r], :] += dout[r, :] for every row r; with
+/// `vocab_axis` (as in embedding) only the rows of ids this rank owns, at
+/// local row id - g*Vl; ids outside [0, G*Vl) are fatal.
 void embedding_grad(Context *ctx, const Tensor *ids, const Tensor *dout,
-                    Tensor *dtable);
+                    Tensor *dtable, int64_t vocab_axis);
 /// x, out [B,S,C], table [T,C] with S <= T: out[b,s,:] = x[b,s,:] + table[s,:].
 void pos_embedding(Context *ctx, const Tensor *x, const Tensor *table,
                    Tensor *out);
@@ -265,6 +376,39 @@ void cross_entropy(Context *ctx, const Tensor *logits, const Tensor *targets,
 /// dlogits = scale * (softmax(logits[r]) - onehot(targets[r])).
 void cross_entropy_grad(Context *ctx, const Tensor *logits,
                         const Tensor *targets, Tensor *dlogits, float scale);
+
+/// Cross-entropy over a vocabulary split over a mesh axis, as local kernels
+/// between collectives that the compiler inserts. logits [..., C] hold this
+/// rank's C columns of the vocabulary (global columns [g*C, (g+1)*C) with g
+/// this rank's coordinate on `vocab_axis`; vocab_axis -1: the whole
+/// vocabulary, g = 0); targets as for cross_entropy, global ids. rowmax has
+/// `rows` elements (any shape, e.g. [rows] or logits' shape without its last
+/// dim); stats is [..., 2] with 2 * rows elements. The sequence
+///   row_max(logits, m);            all_reduce_max(m, vocab axis mask);
+///   ce_local_stats(logits, targets, m, st, axis);
+///                                  all_reduce_sum(st, vocab axis mask);
+///   ce_loss_from_stats(st, m, loss, scale);
+///   ce_grad_from_stats(logits, targets, m, st, dlogits, scale, axis);
+/// gives cross_entropy's loss and this rank's columns of
+/// cross_entropy_grad's dlogits (the same arithmetic; bit for bit with one
+/// rank and vocab_axis -1).
+///
+/// out[r] = max_j x[r, j] over the last dim (which must not be empty).
+void row_max(Context *ctx, const Tensor *x, Tensor *out);
+/// stats[r, 0] = sum_j exp(logits[r, j] - rowmax[r]); stats[r, 1] =
+/// logits[r, t - g*C] if this rank owns target t = targets[r] (g*C <= t <
+/// (g+1)*C), else 0. A target outside [0, G*C) is a fatal error.
+void ce_local_stats(Context *ctx, const Tensor *logits, const Tensor *targets,
+                    const Tensor *rowmax, Tensor *stats, int64_t vocab_axis);
+/// out (rank 0) = scale * sum_r (rowmax[r] + log(stats[r, 0]) - stats[r, 1]).
+void ce_loss_from_stats(Context *ctx, const Tensor *stats, const Tensor *rowmax,
+                        Tensor *out, float scale);
+/// dlogits[r, j] = scale * (exp(logits[r, j] - rowmax[r]) / stats[r, 0] -
+/// [j == t - g*C]) with the one-hot term only for an owned target.
+void ce_grad_from_stats(Context *ctx, const Tensor *logits,
+                        const Tensor *targets, const Tensor *rowmax,
+                        const Tensor *stats, Tensor *dlogits, float scale,
+                        int64_t vocab_axis);
 
 /// acc (rank 0) += sum(g^2). Zero acc first (fill) and call it once per
 /// gradient; all-reduce acc over the ranks that hold different shards.
@@ -307,12 +451,19 @@ void observe(Context *ctx, const Tensor *t, const char *name);
 /// product of the mesh axes (otherwise every rank prints an error naming both
 /// sizes and how to launch, and run returns 1 without any collective), creates
 /// and initializes parameters, then runs `steps` training steps calling `step`
-/// and printing one line per step on rank 0. Command-line options of the
-/// generated program are parsed here (see --help):
+/// and printing one line per step on rank 0; at the end rank 0 prints the
+/// "memory per rank" line if expect_bytes was called (a mismatch fails the
+/// run, see expect_bytes) and then "done: N steps, final loss L". Command-line
+/// options of the generated program are parsed here (see --help):
 ///   --steps N          run N steps instead of the compiled number
 ///   --save PATH        after the last step, write all parameters (gathered
 ///                      to rank 0) to PATH as safetensors
+///   --save-every N     also every N steps, to PATH with -stepNNNNNN before
+///                      its extension
 ///   --save-init PATH   the same before step 1: the initial parameters
+///                      (saved tensors are whole: sharded and segmented
+///                      parameters are gathered from the ranks that hold
+///                      distinct blocks)
 ///   --dump-step0 PATH  write the tensors observed in step 1 (see observe)
 ///   --quiet, --help
 int run(int argc, char **argv, const char *program_name,

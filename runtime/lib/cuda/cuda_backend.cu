@@ -2,9 +2,15 @@
 //
 // One GPU per rank, chosen by the rank's index within its node. Kernels run
 // the shared functors of planrt/kernels.h from a grid-stride __global__
-// kernel; GEMM is cuBLASLt (fp32 compute); all-reduce is NCCL, with one
+// kernel; GEMM is cuBLASLt (fp32 compute); collectives are NCCL, with one
 // communicator per axis mask split from a world communicator whose
-// ncclUniqueId is broadcast over MPI. Everything runs on one stream.
+// ncclUniqueId is broadcast over MPI. Kernels and copies run on one compute
+// stream; every NCCL call runs on one communication stream, ordered after
+// the compute work issued before it by an event. Blocking collectives make
+// the compute stream wait for them at once; all_reduce_sum_start records an
+// event per slot that collective_wait makes the compute stream wait on, so
+// the compute stream runs on meanwhile. One stream for all NCCL calls keeps
+// them in program order on every rank (no cross-stream NCCL deadlock).
 // This file does not include mpi.h (see mpi_bcast_bytes in context.h).
 //===----------------------------------------------------------------------===//
 
@@ -17,6 +23,7 @@
 
 #include <cmath>
 #include <map>
+#include <set>
 #include <tuple>
 
 namespace planrt {
@@ -64,6 +71,11 @@ struct CudaState {
   cudaStream_t stream = nullptr;
   cublasLtHandle_t lt = nullptr;
   void *workspace = nullptr;
+  cudaStream_t comm_stream = nullptr; // every NCCL call
+  cudaEvent_t ready = nullptr;        // compute work before a collective
+  cudaEvent_t done = nullptr;         // end of a blocking collective
+  std::map<int64_t, cudaEvent_t> slot_events; // slot -> end of its collective
+  std::set<int64_t> started;                  // slots with a collective
   ncclComm_t world = nullptr;
   std::map<int64_t, ncclComm_t> comms; // axis mask -> communicator
   std::map<GemmKey, GemmPlan> gemms;
@@ -104,6 +116,9 @@ void init(Context *ctx) {
   s->device = local;
   CUDA_CHECK(cudaSetDevice(s->device));
   CUDA_CHECK(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&s->comm_stream, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaEventCreateWithFlags(&s->ready, cudaEventDisableTiming));
+  CUDA_CHECK(cudaEventCreateWithFlags(&s->done, cudaEventDisableTiming));
   CUBLAS_CHECK(cublasLtCreate(&s->lt));
   CUDA_CHECK(cudaMalloc(&s->workspace, kWorkspaceBytes));
   if (ctx->use_mpi && ctx->world > 1) {
@@ -120,6 +135,11 @@ void finalize(Context *ctx) {
   if (!s)
     return;
   CUDA_CHECK(cudaStreamSynchronize(s->stream));
+  CUDA_CHECK(cudaStreamSynchronize(s->comm_stream));
+  for (auto &kv : s->slot_events)
+    CUDA_CHECK(cudaEventDestroy(kv.second));
+  CUDA_CHECK(cudaEventDestroy(s->ready));
+  CUDA_CHECK(cudaEventDestroy(s->done));
   for (auto &kv : s->comms)
     if (kv.second != s->world)
       NCCL_CHECK(ncclCommDestroy(kv.second));
@@ -134,6 +154,7 @@ void finalize(Context *ctx) {
   }
   CUDA_CHECK(cudaFree(s->workspace));
   CUBLAS_CHECK(cublasLtDestroy(s->lt));
+  CUDA_CHECK(cudaStreamDestroy(s->comm_stream));
   CUDA_CHECK(cudaStreamDestroy(s->stream));
   delete s;
   ctx->backend = nullptr;
@@ -283,22 +304,108 @@ void gemm(Context *ctx, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
                               kWorkspaceBytes, s->stream));
 }
 
-void allreduce_sum(Context *ctx, float *data, int64_t count,
-                   int64_t axis_mask) {
+namespace {
+ncclComm_t group_comm(Context *ctx, const char *op, int64_t axis_mask) {
   CudaState *s = state(ctx);
   if (!s->world)
-    fatal("all_reduce_sum: a group of %lld ranks needs MPI and NCCL",
+    fatal("%s: a group of %lld ranks needs MPI and NCCL", op,
           (long long)group_size(ctx, axis_mask));
   auto it = s->comms.find(axis_mask);
   if (it == s->comms.end()) {
+    // key = world rank: members are ordered by their coordinates.
     ncclComm_t comm = s->world;
     if (group_size(ctx, axis_mask) != ctx->world)
       NCCL_CHECK(ncclCommSplit(s->world, (int)group_color(ctx, axis_mask),
                                ctx->rank, &comm, nullptr));
     it = s->comms.emplace(axis_mask, comm).first;
   }
-  NCCL_CHECK(ncclAllReduce(data, data, (size_t)count, ncclFloat, ncclSum,
-                           it->second, s->stream));
+  return it->second;
+}
+
+/// Orders the communication stream after the compute work issued so far.
+void begin_comm(CudaState *s) {
+  CUDA_CHECK(cudaEventRecord(s->ready, s->stream));
+  CUDA_CHECK(cudaStreamWaitEvent(s->comm_stream, s->ready, 0));
+}
+
+/// Orders later compute work after the collectives issued so far.
+void end_comm(CudaState *s) {
+  CUDA_CHECK(cudaEventRecord(s->done, s->comm_stream));
+  CUDA_CHECK(cudaStreamWaitEvent(s->stream, s->done, 0));
+}
+} // namespace
+
+void allreduce(Context *ctx, float *data, int64_t count, int64_t axis_mask,
+               ReduceOp op) {
+  CudaState *s = state(ctx);
+  ncclComm_t comm = group_comm(ctx, "all_reduce", axis_mask);
+  begin_comm(s);
+  NCCL_CHECK(ncclAllReduce(data, data, (size_t)count, ncclFloat,
+                           op == ReduceOp::Max ? ncclMax : ncclSum, comm,
+                           s->comm_stream));
+  end_comm(s);
+}
+
+void allreduce_start(Context *ctx, float *data, int64_t count,
+                     int64_t axis_mask, int64_t slot) {
+  CudaState *s = state(ctx);
+  ncclComm_t comm = group_comm(ctx, "all_reduce_sum_start", axis_mask);
+  auto it = s->slot_events.find(slot);
+  if (it == s->slot_events.end()) {
+    cudaEvent_t e;
+    CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    it = s->slot_events.emplace(slot, e).first;
+  }
+  begin_comm(s);
+  NCCL_CHECK(ncclAllReduce(data, data, (size_t)count, ncclFloat, ncclSum, comm,
+                           s->comm_stream));
+  CUDA_CHECK(cudaEventRecord(it->second, s->comm_stream));
+  s->started.insert(slot);
+}
+
+void collective_wait(Context *ctx, int64_t slot) {
+  CudaState *s = state(ctx);
+  if (!s->started.erase(slot))
+    return; // nothing was started (a group of one rank)
+  CUDA_CHECK(cudaStreamWaitEvent(s->stream, s->slot_events.at(slot), 0));
+}
+
+void allgather(Context *ctx, const float *send, float *recv, int64_t count,
+               int64_t axis) {
+  CudaState *s = state(ctx);
+  ncclComm_t comm = group_comm(ctx, "all_gather", int64_t(1) << axis);
+  begin_comm(s);
+  NCCL_CHECK(ncclAllGather(send, recv, (size_t)count, ncclFloat, comm,
+                           s->comm_stream));
+  end_comm(s);
+}
+
+void reduce_scatter(Context *ctx, const float *send, float *recv, int64_t count,
+                    int64_t axis) {
+  CudaState *s = state(ctx);
+  ncclComm_t comm = group_comm(ctx, "reduce_scatter", int64_t(1) << axis);
+  begin_comm(s);
+  NCCL_CHECK(ncclReduceScatter(send, recv, (size_t)count, ncclFloat, ncclSum,
+                               comm, s->comm_stream));
+  end_comm(s);
+}
+
+void alltoall(Context *ctx, const float *send, float *recv, int64_t count,
+              int64_t axis) {
+  CudaState *s = state(ctx);
+  ncclComm_t comm = group_comm(ctx, "all_to_all", int64_t(1) << axis);
+  int members = (int)ctx->axis_sizes[axis];
+  begin_comm(s);
+  // Grouped point-to-point: every pair exchanges one block.
+  NCCL_CHECK(ncclGroupStart());
+  for (int k = 0; k < members; ++k) {
+    NCCL_CHECK(ncclSend(send + (size_t)k * count, (size_t)count, ncclFloat, k,
+                        comm, s->comm_stream));
+    NCCL_CHECK(ncclRecv(recv + (size_t)k * count, (size_t)count, ncclFloat, k,
+                        comm, s->comm_stream));
+  }
+  NCCL_CHECK(ncclGroupEnd());
+  end_comm(s);
 }
 
 } // namespace detail

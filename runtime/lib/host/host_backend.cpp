@@ -1,8 +1,9 @@
 //===- host_backend.cpp - Host backend: malloc, OpenBLAS, MPI -------------===//
 //
 // Each MPI rank plays one GPU. Kernels run the shared functors of
-// planrt/kernels.h in plain loops; GEMM is cblas_sgemm; all-reduce is
-// MPI_Allreduce on one communicator per axis mask (MPI_Comm_split, cached).
+// planrt/kernels.h in plain loops; GEMM is cblas_sgemm; collectives are MPI
+// (MPI_Allreduce, MPI_Iallreduce, MPI_Allgather, MPI_Reduce_scatter_block,
+// MPI_Alltoall) on one communicator per axis mask (MPI_Comm_split, cached).
 //===----------------------------------------------------------------------===//
 
 #include "../context.h"
@@ -11,16 +12,19 @@
 #include <cblas.h>
 #include <mpi.h>
 
+#include <climits>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <vector>
 
 namespace planrt {
 
 namespace {
 struct HostState {
-  std::map<int64_t, MPI_Comm> comms; // axis mask -> communicator
+  std::map<int64_t, MPI_Comm> comms;                    // axis mask -> comm
+  std::map<int64_t, std::vector<MPI_Request>> requests; // slot -> requests
 };
 HostState *state(Context *ctx) { return (HostState *)ctx->backend; }
 } // namespace
@@ -43,9 +47,13 @@ void finalize(Context *ctx) {
     return;
   int fin = 0;
   MPI_Finalized(&fin);
-  if (!fin)
+  if (!fin) {
+    // Only a context torn down mid-step can have collectives in flight.
+    for (auto &kv : s->requests)
+      MPI_Waitall((int)kv.second.size(), kv.second.data(), MPI_STATUSES_IGNORE);
     for (auto &kv : s->comms)
       MPI_Comm_free(&kv.second);
+  }
   delete s;
   ctx->backend = nullptr;
 }
@@ -104,14 +112,15 @@ void gemm(Context *, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
               (int)lda, b, (int)ldb, 0.0f, c, (int)ldc);
 }
 
-void allreduce_sum(Context *ctx, float *data, int64_t count,
-                   int64_t axis_mask) {
+namespace {
+MPI_Comm group_comm(Context *ctx, const char *op, int64_t axis_mask) {
   if (!ctx->use_mpi)
-    fatal("all_reduce_sum: a group of %lld ranks needs MPI",
+    fatal("%s: a group of %lld ranks needs MPI", op,
           (long long)group_size(ctx, axis_mask));
   HostState *s = state(ctx);
   auto it = s->comms.find(axis_mask);
   if (it == s->comms.end()) {
+    // key = world rank: members are ordered by their coordinates.
     MPI_Comm comm;
     int rc = MPI_Comm_split(MPI_COMM_WORLD, (int)group_color(ctx, axis_mask),
                             ctx->rank, &comm);
@@ -119,15 +128,84 @@ void allreduce_sum(Context *ctx, float *data, int64_t count,
       fatal("MPI_Comm_split failed (code %d)", rc);
     it = s->comms.emplace(axis_mask, comm).first;
   }
-  // MPI counts are int: reduce in pieces.
-  const int64_t kPiece = int64_t(1) << 30;
+  return it->second;
+}
+
+void check_mpi(int rc, const char *call) {
+  if (rc != MPI_SUCCESS)
+    fatal("%s failed (code %d)", call, rc);
+}
+
+/// Per-member block counts of the block collectives are MPI ints.
+int block_count(const char *op, int64_t count) {
+  if (count > INT_MAX)
+    fatal("%s: %lld elements per rank exceed MPI's count limit (%d) on the "
+          "host backend; split the tensor into smaller pieces",
+          op, (long long)count, INT_MAX);
+  return (int)count;
+}
+
+// MPI counts are int: all-reduces go in pieces.
+constexpr int64_t kPiece = int64_t(1) << 30;
+} // namespace
+
+void allreduce(Context *ctx, float *data, int64_t count, int64_t axis_mask,
+               ReduceOp op) {
+  MPI_Comm comm = group_comm(ctx, "all_reduce", axis_mask);
   for (int64_t off = 0; off < count; off += kPiece) {
     int n = (int)(count - off < kPiece ? count - off : kPiece);
-    int rc = MPI_Allreduce(MPI_IN_PLACE, data + off, n, MPI_FLOAT, MPI_SUM,
-                           it->second);
-    if (rc != MPI_SUCCESS)
-      fatal("MPI_Allreduce failed (code %d)", rc);
+    check_mpi(MPI_Allreduce(MPI_IN_PLACE, data + off, n, MPI_FLOAT,
+                            op == ReduceOp::Max ? MPI_MAX : MPI_SUM, comm),
+              "MPI_Allreduce");
   }
+}
+
+void allreduce_start(Context *ctx, float *data, int64_t count,
+                     int64_t axis_mask, int64_t slot) {
+  MPI_Comm comm = group_comm(ctx, "all_reduce_sum_start", axis_mask);
+  std::vector<MPI_Request> &reqs = state(ctx)->requests[slot];
+  for (int64_t off = 0; off < count; off += kPiece) {
+    int n = (int)(count - off < kPiece ? count - off : kPiece);
+    reqs.emplace_back();
+    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, data + off, n, MPI_FLOAT, MPI_SUM,
+                             comm, &reqs.back()),
+              "MPI_Iallreduce");
+  }
+}
+
+void collective_wait(Context *ctx, int64_t slot) {
+  HostState *s = state(ctx);
+  auto it = s->requests.find(slot);
+  if (it == s->requests.end())
+    return; // nothing was started (a group of one rank)
+  check_mpi(MPI_Waitall((int)it->second.size(), it->second.data(),
+                        MPI_STATUSES_IGNORE),
+            "MPI_Waitall");
+  s->requests.erase(it);
+}
+
+void allgather(Context *ctx, const float *send, float *recv, int64_t count,
+               int64_t axis) {
+  MPI_Comm comm = group_comm(ctx, "all_gather", int64_t(1) << axis);
+  int n = block_count("all_gather", count);
+  check_mpi(MPI_Allgather(send, n, MPI_FLOAT, recv, n, MPI_FLOAT, comm),
+            "MPI_Allgather");
+}
+
+void reduce_scatter(Context *ctx, const float *send, float *recv, int64_t count,
+                    int64_t axis) {
+  MPI_Comm comm = group_comm(ctx, "reduce_scatter", int64_t(1) << axis);
+  int n = block_count("reduce_scatter", count);
+  check_mpi(MPI_Reduce_scatter_block(send, recv, n, MPI_FLOAT, MPI_SUM, comm),
+            "MPI_Reduce_scatter_block");
+}
+
+void alltoall(Context *ctx, const float *send, float *recv, int64_t count,
+              int64_t axis) {
+  MPI_Comm comm = group_comm(ctx, "all_to_all", int64_t(1) << axis);
+  int n = block_count("all_to_all", count);
+  check_mpi(MPI_Alltoall(send, n, MPI_FLOAT, recv, n, MPI_FLOAT, comm),
+            "MPI_Alltoall");
 }
 
 } // namespace detail

@@ -24,7 +24,7 @@ static void plan_step(planrt::Context *ctx) {
   planrt::Tensor *wte = planrt::param(ctx, 0);
   planrt::Tensor *wout = planrt::param(ctx, 1);
   planrt::Tensor *h = planrt::alloc(ctx, 3, 2, 8, 16, 1);
-  planrt::embedding(ctx, x, wte, h);
+  planrt::embedding(ctx, x, wte, h, -1);
   planrt::Tensor *logits = planrt::alloc(ctx, 3, 2, 8, 256, 1);
   planrt::matmul(ctx, h, wout, logits, false, false);
   planrt::Tensor *loss = planrt::alloc(ctx, 0, 1, 1, 1, 1);
@@ -36,7 +36,7 @@ static void plan_step(planrt::Context *ctx) {
   planrt::Tensor *dh = planrt::alloc(ctx, 3, 2, 8, 16, 1);
   planrt::matmul(ctx, dlogits, wout, dh, false, true);
   planrt::Tensor *gwte = planrt::alloc(ctx, 2, 256, 16, 1, 1);
-  planrt::embedding_grad(ctx, x, dh, gwte);
+  planrt::embedding_grad(ctx, x, dh, gwte, -1);
   planrt::all_reduce_sum(ctx, gwte, 1);
   planrt::all_reduce_sum(ctx, gwout, 1);
   planrt::Tensor *sumsq = planrt::alloc(ctx, 0, 1, 1, 1, 1);

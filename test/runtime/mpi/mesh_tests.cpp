@@ -1,0 +1,507 @@
+// Tests run with `mpirun -np 4` on a 2 x 2 mesh, axes dp (axis 0, outer) and
+// tp (axis 1): world rank r has dp = r / 2, tp = r % 2. Collectives over
+// each axis on every dim of 3-D tensors, the non-blocking all-reduce,
+// sharded and segmented parameters (init and --save against one rank), and
+// vocab-parallel embedding and cross-entropy against the whole ops.
+#include "planrt/internal.h"
+#include "planrt/planrt.h"
+
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <iterator>
+#include <random>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+using namespace planrt;
+
+namespace {
+
+constexpr int64_t kDp = 0, kTp = 1; // axis indices
+
+int world_rank() {
+  int r;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+int64_t coord(int64_t axis) {
+  return axis == kDp ? world_rank() / 2 : world_rank() % 2;
+}
+int64_t other_coord(int64_t axis) { return coord(1 - axis); }
+
+/// A started 2 x 2 context in step 1.
+Context *mesh() {
+  Context *ctx = internal::create_context("mesh", /*use_mpi=*/true);
+  declare_mesh_axis(ctx, "dp", 2);
+  declare_mesh_axis(ctx, "tp", 2);
+  internal::start(ctx);
+  internal::begin_step(ctx, 1);
+  return ctx;
+}
+
+using Shape = std::vector<int64_t>;
+
+Tensor *make(Context *ctx, const Shape &s) {
+  int64_t d[4] = {1, 1, 1, 1};
+  for (size_t i = 0; i < s.size(); ++i)
+    d[i] = s[i];
+  return alloc(ctx, (int64_t)s.size(), d[0], d[1], d[2], d[3]);
+}
+
+Tensor *tensor(Context *ctx, const Shape &s, const std::vector<float> &v) {
+  Tensor *t = make(ctx, s);
+  internal::from_host(ctx, t, v);
+  return t;
+}
+
+/// Block k of the G blocks of a row-major 3-D tensor along `dim`.
+std::vector<float> block(const std::vector<float> &x, const Shape &s, int dim,
+                         int64_t G, int64_t k) {
+  Shape b = s;
+  b[dim] /= G;
+  std::vector<float> out;
+  for (int64_t i = 0; i < b[0]; ++i)
+    for (int64_t j = 0; j < b[1]; ++j)
+      for (int64_t l = 0; l < b[2]; ++l) {
+        int64_t idx[3] = {i, j, l};
+        idx[dim] += k * b[dim];
+        out.push_back(x[(idx[0] * s[1] + idx[1]) * s[2] + idx[2]]);
+      }
+  return out;
+}
+
+Shape block_shape(Shape s, int dim, int64_t G) {
+  s[dim] /= G;
+  return s;
+}
+
+const Shape kShape = {4, 6, 8};
+
+/// The global tensor of this rank's group over `axis`: distinct integers,
+/// different for the two groups of the axis (exact in f32).
+std::vector<float> group_tensor(int64_t axis) {
+  std::vector<float> x(4 * 6 * 8);
+  for (size_t i = 0; i < x.size(); ++i)
+    x[i] = (float)(i + 1) + 1000.0f * (float)other_coord(axis);
+  return x;
+}
+
+TEST(Collectives, AllGatherEveryDimOverEachAxis) {
+  Context *ctx = mesh();
+  for (int64_t axis : {kDp, kTp})
+    for (int dim = 0; dim < 3; ++dim) {
+      auto x = group_tensor(axis);
+      Tensor *in = tensor(ctx, block_shape(kShape, dim, 2),
+                          block(x, kShape, dim, 2, coord(axis)));
+      Tensor *out = make(ctx, kShape);
+      all_gather(ctx, in, out, dim, axis);
+      EXPECT_EQ(internal::to_host(ctx, out), x)
+          << "axis " << axis << " dim " << dim;
+    }
+  internal::destroy_context(ctx);
+}
+
+TEST(Collectives, ReduceScatterEveryDimOverEachAxis) {
+  Context *ctx = mesh();
+  for (int64_t axis : {kDp, kTp})
+    for (int dim = 0; dim < 3; ++dim) {
+      auto x = group_tensor(axis);
+      // Member g contributes (g + 1) x: the sum is 3 x.
+      std::vector<float> mine(x), sum(x);
+      for (size_t i = 0; i < x.size(); ++i) {
+        mine[i] = x[i] * (float)(coord(axis) + 1);
+        sum[i] = 3.0f * x[i];
+      }
+      Tensor *in = tensor(ctx, kShape, mine);
+      Tensor *out = make(ctx, block_shape(kShape, dim, 2));
+      reduce_scatter(ctx, in, out, dim, axis);
+      EXPECT_EQ(internal::to_host(ctx, out),
+                block(sum, kShape, dim, 2, coord(axis)))
+          << "axis " << axis << " dim " << dim;
+    }
+  internal::destroy_context(ctx);
+}
+
+TEST(Collectives, ShardSliceEveryDimOverEachAxis) {
+  Context *ctx = mesh();
+  for (int64_t axis : {kDp, kTp})
+    for (int dim = 0; dim < 3; ++dim) {
+      auto x = group_tensor(axis);
+      Tensor *in = tensor(ctx, kShape, x);
+      Tensor *out = make(ctx, block_shape(kShape, dim, 2));
+      shard_slice(ctx, in, out, dim, axis);
+      EXPECT_EQ(internal::to_host(ctx, out),
+                block(x, kShape, dim, 2, coord(axis)))
+          << "axis " << axis << " dim " << dim;
+    }
+  internal::destroy_context(ctx);
+}
+
+TEST(Collectives, AllToAllBothDirectionsOverEachAxis) {
+  Context *ctx = mesh();
+  for (int64_t axis : {kDp, kTp})
+    for (int gd = 0; gd < 3; ++gd)
+      for (int sd = 0; sd < 3; ++sd) {
+        if (gd == sd)
+          continue;
+        auto x = group_tensor(axis);
+        int64_t g = coord(axis);
+        Tensor *in =
+            tensor(ctx, block_shape(kShape, gd, 2), block(x, kShape, gd, 2, g));
+        Tensor *out = make(ctx, block_shape(kShape, sd, 2));
+        all_to_all(ctx, in, out, gd, sd, axis);
+        EXPECT_EQ(internal::to_host(ctx, out), block(x, kShape, sd, 2, g))
+            << "axis " << axis << " gather " << gd << " split " << sd;
+        // And back: the original block.
+        Tensor *back = make(ctx, block_shape(kShape, gd, 2));
+        all_to_all(ctx, out, back, sd, gd, axis);
+        EXPECT_EQ(internal::to_host(ctx, back), block(x, kShape, gd, 2, g));
+      }
+  internal::destroy_context(ctx);
+}
+
+float max_value(int64_t rank, size_t i) {
+  return (float)((int64_t)(i * 7 + rank * 13) % 17) - 8.0f;
+}
+
+TEST(Collectives, AllReduceMaxFollowsTheMask) {
+  Context *ctx = mesh();
+  const size_t n = 40;
+  for (int64_t mask : {0, 1, 2, 3}) {
+    std::vector<float> v(n);
+    for (size_t i = 0; i < n; ++i)
+      v[i] = max_value(world_rank(), i);
+    Tensor *t = tensor(ctx, {5, 8}, v);
+    all_reduce_max(ctx, t, mask);
+    // Members: the ranks that agree with this one on the unmasked axes.
+    std::vector<float> want(n, -1e30f);
+    for (int r = 0; r < 4; ++r) {
+      bool member = ((mask & 1) || r / 2 == coord(kDp)) &&
+                    ((mask & 2) || r % 2 == coord(kTp));
+      for (size_t i = 0; member && i < n; ++i)
+        want[i] = std::max(want[i], max_value(r, i));
+    }
+    EXPECT_EQ(internal::to_host(ctx, t), want) << "mask " << mask;
+  }
+  internal::destroy_context(ctx);
+}
+
+TEST(NonBlocking, AllReducesOverlapALocalKernel) {
+  Context *ctx = mesh();
+  for (int64_t step = 1; step <= 3; ++step) {
+    internal::begin_step(ctx, step);
+    const int64_t na = 64 * 33, nb = 1000;
+    std::vector<float> a(na), b(nb);
+    for (int64_t i = 0; i < na; ++i)
+      a[i] = (float)(i % 100) * (float)(world_rank() + 1) + (float)step;
+    for (int64_t i = 0; i < nb; ++i)
+      b[i] = (float)(world_rank() * 10 + i % 7);
+    Tensor *ta = tensor(ctx, {64, 33}, a), *tb = tensor(ctx, {nb}, b);
+    all_reduce_sum_start(ctx, ta, 2, 5); // over tp
+    all_reduce_sum_start(ctx, tb, 3, 9); // over the whole mesh
+    // Local work while the sums are in flight.
+    std::vector<float> xv(16 * 8), wv(8 * 4);
+    for (size_t i = 0; i < xv.size(); ++i)
+      xv[i] = (float)(i % 5) - 2.0f;
+    for (size_t i = 0; i < wv.size(); ++i)
+      wv[i] = (float)(i % 3);
+    Tensor *x = tensor(ctx, {16, 8}, xv), *w = tensor(ctx, {8, 4}, wv);
+    Tensor *y = make(ctx, {16, 4});
+    matmul(ctx, x, w, y, false, false);
+    collective_wait(ctx, 9);
+    collective_wait(ctx, 5);
+
+    auto ga = internal::to_host(ctx, ta), gb = internal::to_host(ctx, tb);
+    // tp partner of rank r: r ^ 1; ranks r and r ^ 1 have factors r + 1 and
+    // (r ^ 1) + 1.
+    float fa = (float)(world_rank() + 1 + (world_rank() ^ 1) + 1);
+    for (int64_t i = 0; i < na; ++i)
+      ASSERT_EQ(ga[i], (float)(i % 100) * fa + 2.0f * (float)step) << i;
+    for (int64_t i = 0; i < nb; ++i)
+      ASSERT_EQ(gb[i], (float)(60 + 4 * (i % 7))) << i;
+    auto gy = internal::to_host(ctx, y);
+    for (int r = 0; r < 16; ++r)
+      for (int c = 0; c < 4; ++c) {
+        float want = 0;
+        for (int k = 0; k < 8; ++k)
+          want += xv[r * 8 + k] * wv[k * 4 + c];
+        ASSERT_EQ(gy[r * 4 + c], want);
+      }
+  }
+  internal::destroy_context(ctx);
+}
+
+//===--- Sharded and segmented parameters ---------------------------------===//
+
+/// Parameters with global shapes; `sharded` declares this rank's shards of
+/// them on the 2 x 2 mesh, otherwise the whole tensors on one rank.
+void declare_params(Context *ctx, bool sharded) {
+  auto d = [&](int64_t whole, int64_t blocks) {
+    return sharded ? whole / blocks : whole;
+  };
+  // A packed [q | k | v] weight: segments 16, 8, 8 split over tp.
+  declare_param(ctx, "wqkv", 2, 3, d(32, 2), 1, 1, InitNormal, 0.0f, 1.0f);
+  // Rows split over dp, then tp (block dp * 2 + tp).
+  declare_param(ctx, "w_in", 2, d(8, 4), 5, 1, 1, InitUniform, -1.0f, 1.0f);
+  // Rows split over tp, then dp (block tp * 2 + dp).
+  declare_param(ctx, "w_in2", 2, d(8, 4), 5, 1, 1, InitNormal, 1.0f, 2.0f);
+  // Rows over tp, columns over dp.
+  declare_param(ctx, "emb", 2, d(16, 2), d(6, 2), 1, 1, InitNormal, 0.0f, 1.0f);
+  declare_param(ctx, "b", 1, 5, 1, 1, 1, InitUniform, 0.0f, 1.0f);
+  // Last dim over dp then tp, segments 4 and 12.
+  declare_param(ctx, "w3", 3, 3, 2, d(16, 4), 1, InitNormal, 0.0f, 1.0f);
+  if (!sharded)
+    return;
+  shard_param(ctx, 0, 1, kTp);
+  set_param_segments(ctx, 0, 1, 16, 8, 8);
+  shard_param(ctx, 1, 0, kDp);
+  shard_param(ctx, 1, 0, kTp);
+  shard_param(ctx, 2, 0, kTp);
+  shard_param(ctx, 2, 0, kDp);
+  shard_param(ctx, 3, 0, kTp);
+  shard_param(ctx, 3, 1, kDp);
+  shard_param(ctx, 5, 2, kDp);
+  shard_param(ctx, 5, 2, kTp);
+  set_param_segments(ctx, 5, 2, 4, 12, 0);
+}
+
+Context *params_context(bool sharded) {
+  Context *ctx = internal::create_context("params", /*use_mpi=*/sharded);
+  if (sharded) {
+    declare_mesh_axis(ctx, "dp", 2);
+    declare_mesh_axis(ctx, "tp", 2);
+  }
+  declare_params(ctx, sharded);
+  set_training(ctx, 1, 11, 0, 0);
+  internal::start(ctx);
+  return ctx;
+}
+
+/// Global index along each dim of local element (i, j, l) of parameter p,
+/// written out per parameter from the layout rules.
+std::vector<int64_t> global_of(int p, int64_t i, int64_t j, int64_t l) {
+  int64_t dp = coord(kDp), tp = coord(kTp);
+  switch (p) {
+  case 0: // segments of 16, 8, 8 split in 2: 8 + 4 + 4 local columns
+    return {i,
+            j < 8 ? tp * 8 + j
+                  : (j < 12 ? 16 + tp * 4 + (j - 8) : 24 + tp * 4 + (j - 12)),
+            0};
+  case 1:
+    return {(dp * 2 + tp) * 2 + i, j, 0};
+  case 2:
+    return {(tp * 2 + dp) * 2 + i, j, 0};
+  case 3:
+    return {tp * 8 + i, dp * 3 + j, 0};
+  case 4:
+    return {i, 0, 0};
+  default: { // segments of 4 and 12 split in 4 blocks q: 1 + 3 local
+    int64_t q = dp * 2 + tp;
+    return {i, j, l == 0 ? q : 4 + q * 3 + (l - 1)};
+  }
+  }
+}
+
+TEST(ShardedParams, InitOfShardsIsTheWholeInit) {
+  Context *whole = params_context(false);
+  Context *ctx = params_context(true);
+  for (int p = 0; p < 6; ++p) {
+    Tensor *w = param(whole, p), *t = param(ctx, p);
+    auto wv = internal::to_host(whole, w), tv = internal::to_host(ctx, t);
+    int64_t W1 = w->shape[1], W2 = w->shape[2];
+    for (int64_t i = 0; i < t->shape[0]; ++i)
+      for (int64_t j = 0; j < t->shape[1]; ++j)
+        for (int64_t l = 0; l < t->shape[2]; ++l) {
+          auto g = global_of(p, i, j, l);
+          ASSERT_EQ(tv[(i * t->shape[1] + j) * t->shape[2] + l],
+                    wv[(g[0] * W1 + g[1]) * W2 + g[2]])
+              << "param " << p << " local (" << i << ", " << j << ", " << l
+              << ")";
+        }
+  }
+  internal::destroy_context(ctx);
+  internal::destroy_context(whole);
+}
+
+std::string read_file(const std::string &path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(f)), {});
+}
+
+TEST(ShardedParams, SaveWritesTheWholeTensorsOfOneRank) {
+  std::string base = "/tmp/planrt_mesh_save_" + std::to_string(getpid());
+  char buf[256];
+  std::snprintf(buf, sizeof(buf), "%s", base.c_str());
+  MPI_Bcast(buf, sizeof(buf), MPI_CHAR, 0, MPI_COMM_WORLD);
+  base = buf;
+  Context *ctx = params_context(true);
+  // Replicas along dp of wqkv and b (dp = 1) must not be read: make them
+  // differ.
+  if (coord(kDp) == 1)
+    for (int p : {0, 4})
+      fill(ctx, param(ctx, p), 1234.0f);
+  internal::save_safetensors(ctx, base + "-4.safetensors");
+  internal::destroy_context(ctx);
+  if (world_rank() == 0) {
+    Context *whole = params_context(false);
+    internal::save_safetensors(whole, base + "-1.safetensors");
+    internal::destroy_context(whole);
+    std::string four = read_file(base + "-4.safetensors");
+    std::string one = read_file(base + "-1.safetensors");
+    std::remove((base + "-4.safetensors").c_str());
+    std::remove((base + "-1.safetensors").c_str());
+    EXPECT_GT(one.size(), 8u + 4u * (96 + 40 + 40 + 96 + 5 + 96));
+    EXPECT_TRUE(four == one) << "the 4-rank file differs from the 1-rank one";
+    EXPECT_NE(one.find("\"w3\":{\"dtype\":\"F32\",\"shape\":[3,2,16]"),
+              std::string::npos);
+  }
+}
+
+//===--- Vocab-parallel embedding and cross-entropy -----------------------===//
+
+std::vector<float> uniform(size_t n, unsigned seed, float lo, float hi) {
+  std::mt19937 rng(seed); // the same values on every rank
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (auto &e : v)
+    e = dist(rng);
+  return v;
+}
+
+Tensor *id_tensor(Context *ctx, const Shape &s, const std::vector<int32_t> &v) {
+  Tensor *t = make(ctx, s);
+  t->dtype = I32;
+  internal::from_host_ids(ctx, t, v);
+  return t;
+}
+
+/// A one-rank (no MPI) context in step 1 for the whole ops.
+Context *single() {
+  Context *ctx = internal::create_context("single", /*use_mpi=*/false);
+  internal::start(ctx);
+  internal::begin_step(ctx, 1);
+  return ctx;
+}
+
+TEST(VocabParallel, EmbeddingMatchesTheWholeTable) {
+  const int64_t V = 8, C = 3, Vl = V / 2;
+  std::vector<int32_t> ids = {0, 7, 3, 4, 4, 1, 6, 2, 5, 7};
+  auto table = uniform(V * C, 1, -1.0f, 1.0f);
+  auto dout = uniform(ids.size() * C, 2, -1.0f, 1.0f);
+  Context *one = single();
+  Tensor *want = make(one, {2, 5, C}), *want_grad = make(one, {V, C});
+  embedding(one, id_tensor(one, {2, 5}, ids), tensor(one, {V, C}, table), want,
+            -1);
+  embedding_grad(one, id_tensor(one, {2, 5}, ids), tensor(one, {2, 5, C}, dout),
+                 want_grad, -1);
+  auto wv = internal::to_host(one, want),
+       wg = internal::to_host(one, want_grad);
+
+  Context *ctx = mesh();
+  int64_t g = coord(kTp);
+  std::vector<float> local(table.begin() + g * Vl * C,
+                           table.begin() + (g + 1) * Vl * C);
+  Tensor *tid = id_tensor(ctx, {2, 5}, ids);
+  Tensor *out = make(ctx, {2, 5, C});
+  embedding(ctx, tid, tensor(ctx, {Vl, C}, local), out, kTp);
+  auto part = internal::to_host(ctx, out);
+  for (size_t r = 0; r < ids.size(); ++r)
+    for (int64_t c = 0; c < C; ++c)
+      ASSERT_EQ(part[r * C + c], ids[r] / Vl == g ? wv[r * C + c] : 0.0f);
+  all_reduce_sum(ctx, out, 1 << kTp);
+  EXPECT_EQ(internal::to_host(ctx, out), wv);
+
+  Tensor *dtable = make(ctx, {Vl, C});
+  embedding_grad(ctx, tid, tensor(ctx, {2, 5, C}, dout), dtable, kTp);
+  EXPECT_EQ(internal::to_host(ctx, dtable),
+            std::vector<float>(wg.begin() + g * Vl * C,
+                               wg.begin() + (g + 1) * Vl * C));
+  internal::destroy_context(ctx);
+  internal::destroy_context(one);
+}
+
+TEST(VocabParallel, CrossEntropyMatchesTheWholeLogits) {
+  const int64_t B = 2, S = 3, V = 10, C = V / 2;
+  std::vector<int32_t> tgt = {9, 0, 4, 5, 7, 2};
+  auto logits = uniform(B * S * V, 3, -4.0f, 4.0f);
+  const float scale = 1.0f / (B * S);
+  Context *one = single();
+  Tensor *loss1 = make(one, {}), *dl1 = make(one, {B, S, V});
+  Tensor *l1 = tensor(one, {B, S, V}, logits);
+  Tensor *t1 = id_tensor(one, {B, S}, tgt);
+  cross_entropy(one, l1, t1, loss1, scale);
+  cross_entropy_grad(one, l1, t1, dl1, scale);
+  float want_loss = internal::to_host(one, loss1)[0];
+  auto want_grad = internal::to_host(one, dl1);
+
+  Context *ctx = mesh();
+  int64_t g = coord(kTp);
+  std::vector<float> local;
+  for (int64_t r = 0; r < B * S; ++r)
+    local.insert(local.end(), logits.begin() + r * V + g * C,
+                 logits.begin() + r * V + (g + 1) * C);
+  Tensor *lg = tensor(ctx, {B, S, C}, local), *tg = id_tensor(ctx, {B, S}, tgt);
+  Tensor *m = make(ctx, {B * S}), *st = make(ctx, {B * S, 2});
+  Tensor *loss = make(ctx, {}), *dl = make(ctx, {B, S, C});
+  row_max(ctx, lg, m);
+  all_reduce_max(ctx, m, 1 << kTp);
+  ce_local_stats(ctx, lg, tg, m, st, kTp);
+  all_reduce_sum(ctx, st, 1 << kTp);
+  ce_loss_from_stats(ctx, st, m, loss, scale);
+  ce_grad_from_stats(ctx, lg, tg, m, st, dl, scale, kTp);
+  float got_loss = internal::to_host(ctx, loss)[0];
+  EXPECT_NEAR(got_loss, want_loss, 1e-6 * std::fabs(want_loss));
+  auto got = internal::to_host(ctx, dl);
+  for (int64_t r = 0; r < B * S; ++r)
+    for (int64_t c = 0; c < C; ++c) {
+      float w = want_grad[r * V + g * C + c];
+      ASSERT_NEAR(got[r * C + c], w, 1e-6 * std::fabs(w) + 1e-7 * scale)
+          << "row " << r << " column " << g * C + c;
+    }
+  internal::destroy_context(ctx);
+  internal::destroy_context(one);
+}
+
+/// On ranks other than 0 (whose output gtest's printer does not show):
+/// prints each failure with the rank.
+class RankFailurePrinter : public ::testing::EmptyTestEventListener {
+  void OnTestPartResult(const ::testing::TestPartResult &r) override {
+    if (r.failed())
+      std::fprintf(stderr, "rank %d: %s:%d: failure\n%s\n", world_rank(),
+                   r.file_name() ? r.file_name() : "?", r.line_number(),
+                   r.message());
+  }
+};
+
+} // namespace
+
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
+  ::testing::InitGoogleTest(&argc, argv);
+  int rank, size;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (size != 4) {
+    if (rank == 0)
+      std::fprintf(stderr, "planrt_mesh_tests must run on 4 ranks\n");
+    MPI_Finalize();
+    return 1;
+  }
+  if (rank != 0) {
+    auto &listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+    listeners.Append(new RankFailurePrinter);
+  }
+  int failed = RUN_ALL_TESTS() != 0, any = 0;
+  MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (any && rank == 0)
+    std::fprintf(stderr, "planrt_mesh_tests: failures on some rank\n");
+  MPI_Finalize();
+  return any;
+}
