@@ -24,6 +24,10 @@ struct OpShardingRule {
     /// dimension, the sequence of causal attention): operands split along it
     /// are gathered first.
     bool needsReplication = false;
+    /// The factor may be split, and the op's lowering exchanges over its
+    /// axes what it needs (vocab-parallel cross-entropy): results that lack
+    /// the factor are whole over those axes, not pending sums.
+    bool exchangedByOp = false;
   };
   /// A tensor dimension: its factors, major to minor (size-1 factors are
   /// left out; no factor: the dimension is never split), and, when the

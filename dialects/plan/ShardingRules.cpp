@@ -236,26 +236,25 @@ Rule SumSqOp::getShardingRule() {
   return r;
 }
 
-// The class dimension stays whole (planc has no vocab-parallel
-// cross-entropy yet); positions are summed into the mean.
-Rule CrossEntropyOp::getShardingRule() {
+// Positions are summed into the mean. The class dimension may be split
+// (vocab-parallel): the lowering exchanges each row's maximum and sum of
+// exponentials over its axes, so the full logits are never gathered.
+static Rule crossEntropyRule(Value logits, bool isGrad) {
   Rule r;
-  SmallVector<int64_t> fs = addFactors(r, shapeOf(getLogits()));
+  SmallVector<int64_t> fs = addFactors(r, shapeOf(logits));
   if (fs.back() >= 0)
-    r.factors[fs.back()].needsReplication = true;
+    r.factors[fs.back()].exchangedByOp = true;
   r.operands = {Rule::tensor(fs), Rule::tensor(ArrayRef(fs).drop_back())};
-  r.results = {Rule::TensorDims()};
+  r.results = {isGrad ? Rule::tensor(fs) : Rule::TensorDims()};
   return r;
 }
 
+Rule CrossEntropyOp::getShardingRule() {
+  return crossEntropyRule(getLogits(), false);
+}
+
 Rule CrossEntropyGradOp::getShardingRule() {
-  Rule r;
-  SmallVector<int64_t> fs = addFactors(r, shapeOf(getLogits()));
-  if (fs.back() >= 0)
-    r.factors[fs.back()].needsReplication = true;
-  r.operands = {Rule::tensor(fs), Rule::tensor(ArrayRef(fs).drop_back())};
-  r.results = {Rule::tensor(fs)};
-  return r;
+  return crossEntropyRule(getLogits(), true);
 }
 
 //===--- Transformer layers

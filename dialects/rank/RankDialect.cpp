@@ -86,3 +86,51 @@ LogicalResult ViewOp::verify() {
                          << ", which has a different element count";
   return success();
 }
+
+//===--- Collectives
+//-------------------------------------------------------===//
+
+// planrt takes the dimensions before the axis.
+SmallVector<StringRef> AllGatherOp::getRuntimeAttrNames() {
+  return {"dim", "axis"};
+}
+SmallVector<StringRef> ReduceScatterOp::getRuntimeAttrNames() {
+  return {"dim", "axis"};
+}
+SmallVector<StringRef> ShardSliceOp::getRuntimeAttrNames() {
+  return {"dim", "axis"};
+}
+SmallVector<StringRef> AllToAllOp::getRuntimeAttrNames() {
+  return {"gather_dim", "split_dim", "axis"};
+}
+
+/// The input and output differ only in dimension `dim`, by a whole factor
+/// (`grows`: the output is the larger).
+static LogicalResult verifyDimCollective(Operation *op, MemRefType in,
+                                         MemRefType out, int64_t dim,
+                                         bool grows) {
+  if (in.getRank() != out.getRank() || dim < 0 || dim >= in.getRank())
+    return op->emitOpError() << "expects buffers of one rank and a dimension "
+                                "in range, got "
+                             << in << ", " << out << " and dim " << dim;
+  for (int64_t d = 0; d < in.getRank(); ++d) {
+    int64_t a = in.getDimSize(d), b = out.getDimSize(d);
+    if (d != dim ? a != b : (grows ? b % a : a % b) != 0)
+      return op->emitOpError() << "cannot take " << in << " to " << out
+                               << " along dimension " << dim;
+  }
+  return success();
+}
+
+LogicalResult AllGatherOp::verify() {
+  return verifyDimCollective(*this, getInput().getType(), getOut().getType(),
+                             getDim(), true);
+}
+LogicalResult ReduceScatterOp::verify() {
+  return verifyDimCollective(*this, getInput().getType(), getOut().getType(),
+                             getDim(), false);
+}
+LogicalResult ShardSliceOp::verify() {
+  return verifyDimCollective(*this, getInput().getType(), getOut().getType(),
+                             getDim(), false);
+}

@@ -11,4 +11,11 @@
 #define GET_OP_CLASSES
 #include "dialects/rank/RankOps.h.inc"
 
+namespace planc::rank {
+/// On @plan_step: the bytes of parameters, gradients and optimizer state
+/// this rank holds (local shapes), which the runtime checks against what it
+/// allocates.
+inline constexpr llvm::StringLiteral kExpectedBytesAttr = "rank.expected_bytes";
+} // namespace planc::rank
+
 #endif

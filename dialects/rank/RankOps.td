@@ -28,7 +28,9 @@ def RuntimeCallOpInterface : OpInterface<"RuntimeCallOpInterface"> {
     An op that codegen turns into one planrt call: the callee gets the
     runtime context, then the op's operands in order, then the attributes
     that getRuntimeAttrNames lists (by default all inherent attributes, in
-    alphabetical order, which is how ODS lists them).
+    alphabetical order, which is how ODS lists them). A string attribute
+    whose name ends in `axis` names a mesh axis and is passed as the axis's
+    index (-1 for the empty string: no axis).
   }];
   let methods = [
     InterfaceMethod<"The planrt function this op calls.", "std::string",
@@ -52,9 +54,15 @@ def Rank_I32Buffer : MemRefOf<[I32]>;
 
 def Rank_ParamDeclOp : Rank_Op<"param_decl", [Symbol]> {
   let summary = "A trainable parameter: this rank's shard and its initializer";
+  let description = [{
+    `type` is the local shape. With `sharding`, the global parameter is split
+    as it says (axes of a dimension outer first; segments split one by one);
+    initialization and export use global element indices, so values do not
+    depend on the plan.
+  }];
   let arguments = (ins SymbolNameAttr:$sym_name, TypeAttrOf<Rank_F32Buffer>:$type,
-                       Plan_InitAttr:$init);
-  let assemblyFormat = "$sym_name `:` $type `init` $init attr-dict";
+                       Plan_InitAttr:$init, OptionalAttr<Plan_ShardingAttr>:$sharding);
+  let assemblyFormat = "$sym_name `:` $type `init` $init (`sharding` $sharding^)? attr-dict";
 }
 
 def Rank_InputDeclOp : Rank_Op<"input_decl", [Symbol]> {
@@ -217,9 +225,14 @@ def Rank_PosEmbeddingGradOp : Rank_UnaryCallOp<"pos_embedding_grad", "dtable[s] 
 
 def Rank_EmbeddingOp : Rank_CallOp<"embedding"> {
   let summary = "out[...] = table[ids[...]]";
+  let description = [{
+    With a `vocab_axis`, the table holds this rank's rows of the vocabulary
+    (block `coord` of that axis) and other ids give zero rows.
+  }];
   let arguments = (ins Arg<Rank_I32Buffer, "", [MemRead]>:$ids,
                        Arg<Rank_F32Buffer, "", [MemRead]>:$table,
-                       Arg<Rank_F32Buffer, "", [MemWrite]>:$out);
+                       Arg<Rank_F32Buffer, "", [MemWrite]>:$out,
+                       DefaultValuedStrAttr<StrAttr, "">:$vocab_axis);
   let assemblyFormat = [{
     $ids `,` $table `into` $out attr-dict `:` type($ids) `,` type($table) `->` type($out)
   }];
@@ -229,7 +242,8 @@ def Rank_EmbeddingGradOp : Rank_CallOp<"embedding_grad"> {
   let summary = "dtable = scatter-add of dy rows at ids (overwrites dtable)";
   let arguments = (ins Arg<Rank_I32Buffer, "", [MemRead]>:$ids,
                        Arg<Rank_F32Buffer, "", [MemRead]>:$grad,
-                       Arg<Rank_F32Buffer, "", [MemWrite]>:$out);
+                       Arg<Rank_F32Buffer, "", [MemWrite]>:$out,
+                       DefaultValuedStrAttr<StrAttr, "">:$vocab_axis);
   let assemblyFormat = [{
     $ids `,` $grad `into` $out attr-dict `:` type($ids) `,` type($grad) `->` type($out)
   }];
@@ -392,6 +406,87 @@ def Rank_AllReduceOp : Rank_Op<"all_reduce"> {
   let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead, MemWrite]>:$buffer,
                        StrArrayAttr:$axes);
   let assemblyFormat = "$buffer `over` $axes attr-dict `:` type($buffer)";
+}
+
+def Rank_AllReduceMaxOp : Rank_Op<"all_reduce_max"> {
+  let summary = "In-place maximum over the ranks that differ only in `axes`";
+  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead, MemWrite]>:$buffer,
+                       StrArrayAttr:$axes);
+  let assemblyFormat = "$buffer `over` $axes attr-dict `:` type($buffer)";
+}
+
+// Collectives that move a dimension's split, over one named axis. The
+// runtime takes (in, out, dims..., axis).
+class Rank_DimCollectiveOp<string mnemonic, string doc>
+    : Rank_CallOp<mnemonic,
+        [DeclareOpInterfaceMethods<RuntimeCallOpInterface, ["getRuntimeAttrNames"]>]> {
+  let summary = doc;
+  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead]>:$input,
+                       Arg<Rank_F32Buffer, "", [MemWrite]>:$out,
+                       I64Attr:$dim, StrAttr:$axis);
+  let assemblyFormat = [{
+    $input `into` $out `dim` $dim `over` $axis attr-dict `:` type($input) `->` type($out)
+  }];
+  let hasVerifier = 1;
+}
+
+def Rank_AllGatherOp : Rank_DimCollectiveOp<"all_gather",
+    "out = the blocks of every rank of `axis`, concatenated along `dim`">;
+def Rank_ReduceScatterOp : Rank_DimCollectiveOp<"reduce_scatter",
+    "out = this rank's block along `dim` of the sum over `axis`">;
+def Rank_ShardSliceOp : Rank_DimCollectiveOp<"shard_slice",
+    "out = this rank's block along `dim` (local, no communication)">;
+
+def Rank_AllToAllOp : Rank_CallOp<"all_to_all",
+    [DeclareOpInterfaceMethods<RuntimeCallOpInterface, ["getRuntimeAttrNames"]>]> {
+  let summary = "Moves the split over `axis` from `gather_dim` to `split_dim`";
+  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead]>:$input,
+                       Arg<Rank_F32Buffer, "", [MemWrite]>:$out,
+                       I64Attr:$gather_dim, I64Attr:$split_dim, StrAttr:$axis);
+  let assemblyFormat = [{
+    $input `into` $out `gather` $gather_dim `split` $split_dim `over` $axis attr-dict `:` type($input) `->` type($out)
+  }];
+}
+
+//===--- Vocab-parallel cross-entropy --------------------------------------===//
+// The logits' class dimension is split over `vocab_axis`; between these
+// local parts the compiler puts the collectives (max, then sum of stats).
+
+def Rank_RowMaxOp : Rank_UnaryCallOp<"row_max", "out[r] = max over the last dimension of x[r]">;
+
+def Rank_CeLocalStatsOp : Rank_CallOp<"ce_local_stats"> {
+  let summary = "stats[r] = (sum exp(logits[r] - rowmax[r]), the target's logit if owned)";
+  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead]>:$logits,
+                       Arg<Rank_I32Buffer, "", [MemRead]>:$targets,
+                       Arg<Rank_F32Buffer, "", [MemRead]>:$rowmax,
+                       Arg<Rank_F32Buffer, "", [MemWrite]>:$stats,
+                       StrAttr:$vocab_axis);
+  let assemblyFormat = [{
+    $logits `,` $targets `,` $rowmax `into` $stats attr-dict `:` type($logits) `,` type($targets) `,` type($rowmax) `->` type($stats)
+  }];
+}
+
+def Rank_CeLossFromStatsOp : Rank_CallOp<"ce_loss_from_stats"> {
+  let summary = "out = scale * sum over rows of (rowmax + log(stats[r, 0]) - stats[r, 1])";
+  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead]>:$stats,
+                       Arg<Rank_F32Buffer, "", [MemRead]>:$rowmax,
+                       Arg<Rank_F32Buffer, "", [MemWrite]>:$out, F32Attr:$scale);
+  let assemblyFormat = [{
+    $stats `,` $rowmax `into` $out attr-dict `:` type($stats) `,` type($rowmax) `->` type($out)
+  }];
+}
+
+def Rank_CeGradFromStatsOp : Rank_CallOp<"ce_grad_from_stats"> {
+  let summary = "dlogits = scale * (exp(logits - rowmax) / stats[r, 0] - onehot(owned target))";
+  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead]>:$logits,
+                       Arg<Rank_I32Buffer, "", [MemRead]>:$targets,
+                       Arg<Rank_F32Buffer, "", [MemRead]>:$rowmax,
+                       Arg<Rank_F32Buffer, "", [MemRead]>:$stats,
+                       Arg<Rank_F32Buffer, "", [MemWrite]>:$out,
+                       F32Attr:$scale, StrAttr:$vocab_axis);
+  let assemblyFormat = [{
+    $logits `,` $targets `,` $rowmax `,` $stats `into` $out attr-dict `:` type($logits) `,` type($targets) `,` type($rowmax) `,` type($stats) `->` type($out)
+  }];
 }
 
 #endif

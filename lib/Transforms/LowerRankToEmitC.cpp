@@ -98,8 +98,6 @@ void LowerRankToEmitCPass::runOnOperation() {
   refuse(train, train.getPrecision() != "fp32",
          "precision = " + train.getPrecision());
   refuse(train, train.getCheckpointDir().has_value(), "checkpoint");
-  refuse(mesh, mesh.getAxisIndex("tp") >= 0 && mesh.getAxisSize("tp") > 1,
-         "tensor parallelism (tp > 1)");
   for (auto par : module.getOps<plan::ParallelOp>())
     refuse(par,
            par.getMicrobatches() > 1 || par.getZeroStage() > 0 ||
@@ -135,6 +133,7 @@ void LowerRankToEmitCPass::runOnOperation() {
     for (auto [axis, size] : llvm::zip(mesh.getAxes(), mesh.getShape()))
       c.call(mesh.getLoc(), "planrt::declare_mesh_axis", {},
              {c.str(cast<StringAttr>(axis).getValue()), c.i64(size)});
+    int64_t declared = 0;
     for (auto p : module.getOps<rk::ParamDeclOp>()) {
       SmallVector<Attribute> a{c.str(p.getSymName())};
       append_range(a, c.shape(p.getType()));
@@ -143,6 +142,28 @@ void LowerRankToEmitCPass::runOnOperation() {
       a.push_back(c.f32(init.getA().convertToDouble()));
       a.push_back(c.f32(init.getB().convertToDouble()));
       c.call(p.getLoc(), "planrt::declare_param", {}, a);
+      // A sharded parameter: which axes split each dimension (outer
+      // first), and the segments a dimension is split by one at a time.
+      if (auto s = p.getShardingAttr()) {
+        int64_t index = declared;
+        for (int64_t d = 0; d < s.getRank(); ++d) {
+          for (StringRef axis : s.getDimAxes(d))
+            c.call(p.getLoc(), "planrt::shard_param", {},
+                   {c.i64(index), c.i64(d), c.i64(mesh.getAxisIndex(axis))});
+          ArrayRef<int64_t> seg = s.getDimSegments(d);
+          if (seg.empty())
+            continue;
+          if (seg.size() > 3) {
+            p.emitError() << "planrt takes at most 3 segments per dimension";
+            refused = true;
+          }
+          SmallVector<Attribute> args{c.i64(index), c.i64(d)};
+          for (int i = 0; i < 3; ++i)
+            args.push_back(c.i64(i < (int)seg.size() ? seg[i] : 0));
+          c.call(p.getLoc(), "planrt::set_param_segments", {}, args);
+        }
+      }
+      ++declared;
     }
     for (auto [index, in] : llvm::enumerate(module.getOps<rk::InputDeclOp>())) {
       SmallVector<Attribute> a{c.str(in.getSymName()),
@@ -170,8 +191,15 @@ void LowerRankToEmitCPass::runOnOperation() {
           {c.i64(1), c.i64(train.getWarmupSteps()),
            c.f32(train.getMinLr() ? train.getMinLr()->convertToDouble() : 0.0),
            c.i64(train.getDecaySteps().value_or(0))});
+    if (auto bytes =
+            step->getAttrOfType<DenseI64ArrayAttr>(rk::kExpectedBytesAttr);
+        bytes && bytes.size() == 3)
+      c.call(step.getLoc(), "planrt::expect_bytes", {},
+             {c.i64(bytes[0]), c.i64(bytes[1]), c.i64(bytes[2])});
     ec::ReturnOp::create(b, module.getLoc(), Value());
   }
+  if (refused)
+    return signalPassFailure();
 
   // Indices of declarations, in declaration order.
   llvm::StringMap<int64_t> paramIdx, inputIdx;
@@ -209,21 +237,35 @@ void LowerRankToEmitCPass::runOnOperation() {
       } else if (auto view = dyn_cast<rk::ViewOp>(op)) {
         vals[view] = c.call(loc, "planrt::view", operands(&op),
                             c.shape(view.getType()), tensorType);
-      } else if (auto ar = dyn_cast<rk::AllReduceOp>(op)) {
+      } else if (isa<rk::AllReduceOp, rk::AllReduceMaxOp>(op)) {
         int64_t mask = 0;
-        for (Attribute a : ar.getAxes()) {
+        for (Attribute a : op.getAttrOfType<ArrayAttr>("axes")) {
           int64_t i = mesh.getAxisIndex(cast<StringAttr>(a).getValue());
           if (i < 0) {
-            ar.emitError() << "unknown mesh axis " << a;
+            op.emitError() << "unknown mesh axis " << a;
             return ec::FuncOp();
           }
           mask |= int64_t(1) << i;
         }
-        c.call(loc, "planrt::all_reduce_sum", operands(&op), {c.i64(mask)});
+        c.call(loc,
+               isa<rk::AllReduceOp>(op) ? "planrt::all_reduce_sum"
+                                        : "planrt::all_reduce_max",
+               operands(&op), {c.i64(mask)});
       } else if (auto callOp = dyn_cast<rk::RuntimeCallOpInterface>(op)) {
         SmallVector<Attribute> attrs;
         for (StringRef attrName : callOp.getRuntimeAttrNames()) {
           Attribute a = op.getAttr(attrName);
+          // Mesh axes are passed by index; none is -1.
+          if (attrName.ends_with("axis") && (!a || isa<StringAttr>(a))) {
+            StringRef axis = a ? cast<StringAttr>(a).getValue() : "";
+            int64_t i = axis.empty() ? -1 : mesh.getAxisIndex(axis);
+            if (!axis.empty() && i < 0) {
+              op.emitError() << "unknown mesh axis '" << axis << "'";
+              return ec::FuncOp();
+            }
+            attrs.push_back(c.i64(i));
+            continue;
+          }
           if (!a) {
             op.emitError() << "lacks attribute '" << attrName << "'";
             return ec::FuncOp();

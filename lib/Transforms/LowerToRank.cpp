@@ -107,6 +107,7 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
   declB.setInsertionPoint(rankFunc);
   b.setInsertionPointToStart(body);
   int64_t numParams = 0;
+  int64_t paramBytes = 0, gradBytes = 0;
   DenseMap<Value, int64_t> paramIndex;
   for (BlockArgument arg : src.getArguments()) {
     unsigned i = arg.getArgNumber();
@@ -120,23 +121,18 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
     FailureOr<MemRefType> type = localType(arg, src);
     if (failed(type))
       return failure();
-    // The runtime initializes and saves parameters whole; sharded ones
-    // need per-shard initialization that codegen does not emit yet.
-    if (kind.getValue() == "param" && !getSharding(arg).isReplicated()) {
-      mlir::emitError(arg.getLoc())
-          << "parameter '" << name.getValue() << "' is sharded as "
-          << getSharding(arg)
-          << "; lowering sharded parameters to ranks is not implemented yet";
-      return failure();
-    }
     auto ref = FlatSymbolRefAttr::get(name);
     Location loc = arg.getLoc();
     if (kind.getValue() == "param") {
       auto init = src.getArgAttrOfType<InitAttr>(i, kInitAttr);
       if (!init)
         init = InitAttr::get(ctx, "zeros", 0, 0);
-      if (isStep)
-        rk::ParamDeclOp::create(declB, loc, name, *type, init);
+      if (isStep) {
+        ShardingAttr s = getSharding(arg);
+        rk::ParamDeclOp::create(declB, loc, name, *type, init,
+                                s.isReplicated() ? ShardingAttr() : s);
+        paramBytes += type->getNumElements() * 4;
+      }
       buf[arg] = rk::ParamOp::create(b, loc, *type, ref);
       paramIndex[arg] = numParams++;
       continue;
@@ -169,6 +165,55 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
                double(cast<RankedTensorType>(pred.getType()).getNumElements()));
   };
 
+  // The one mesh axis that splits dimension `dim` of `v`, or null.
+  auto splitAxis = [&](Value v, int64_t dim,
+                       Operation *user) -> FailureOr<StringAttr> {
+    ShardingAttr s = getSharding(v);
+    SmallVector<StringRef> axes = s.getDimAxes(dim);
+    if (axes.size() > 1) {
+      user->emitError() << "dimension " << dim << " split over several axes ("
+                        << s << ") is not supported by this op yet";
+      return failure();
+    }
+    return axes.empty() ? StringAttr() : b.getStringAttr(axes[0]);
+  };
+  // The heads this rank holds: the packed q/k/v dimension is split by heads.
+  auto localHeads = [&](Value qkv, int64_t h,
+                        int64_t kv) -> std::pair<IntegerAttr, IntegerAttr> {
+    int64_t n = 1;
+    for (StringRef a : getSharding(qkv).getDimAxes(2))
+      n *= mesh.getAxisSize(a);
+    return {b.getI64IntegerAttr(h / n), b.getI64IntegerAttr(kv / n)};
+  };
+  // Embedding tables split by rows (vocab-parallel).
+  auto rowAxis = [&](Value table, Operation *user) {
+    return splitAxis(table, 0, user);
+  };
+  auto vocabAxis = [&](Value logits, Operation *user) {
+    return splitAxis(
+        logits, cast<RankedTensorType>(logits.getType()).getRank() - 1, user);
+  };
+  // Each row's maximum and (sum of exponentials, target logit) over the
+  // whole vocabulary, from this rank's columns: computed once per logits
+  // and shared by the loss and its gradient.
+  DenseMap<std::pair<Value, Value>, std::pair<Value, Value>> statsOf;
+  auto ceStats = [&](Value logits, Value targets, StringAttr axis,
+                     Location loc) -> std::pair<Value, Value> {
+    auto &slot = statsOf[{logits, targets}];
+    if (slot.first)
+      return slot;
+    auto t = cast<MemRefType>(logits.getType());
+    int64_t rows = t.getNumElements() / t.getDimSize(t.getRank() - 1);
+    Type f32 = b.getF32Type();
+    Value rowmax = rk::AllocOp::create(b, loc, MemRefType::get({rows}, f32));
+    rk::RowMaxOp::create(b, loc, logits, rowmax);
+    rk::AllReduceMaxOp::create(b, loc, rowmax, b.getStrArrayAttr({axis}));
+    Value stats = rk::AllocOp::create(b, loc, MemRefType::get({rows, 2}, f32));
+    rk::CeLocalStatsOp::create(b, loc, logits, targets, rowmax, stats, axis);
+    rk::AllReduceOp::create(b, loc, stats, b.getStrArrayAttr({axis}));
+    return slot = {rowmax, stats};
+  };
+
   // Gradients are observed once whole (after their all-reduce) and before
   // clipping, under the name of the parameter they update.
   auto observeGrad = [&](Value updatedOrClipped, Value gradBuf, Location loc) {
@@ -179,6 +224,9 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
       return;
     auto arg = dyn_cast<BlockArgument>(user->getOperand(0));
     if (!arg)
+      return;
+    // A reference compares whole gradients; a shard would be mislabeled.
+    if (!getSharding(arg).isReplicated())
       return;
     auto name = src.getArgAttrOfType<StringAttr>(arg.getArgNumber(), kNameAttr);
     rk::ObserveOp::create(b, loc, gradBuf,
@@ -231,6 +279,70 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
       buf[ar.getResult()] = in(0);
       continue;
     }
+    if (isa<AllGatherOp, ReduceScatterOp, AllSliceOp, AllToAllOp>(op)) {
+      FailureOr<MemRefType> type = localType(op.getResult(0), &op);
+      if (failed(type))
+        return failure();
+      Value out = rk::AllocOp::create(b, loc, *type);
+      auto axis = op.getAttrOfType<StringAttr>("axis");
+      if (auto a2a = dyn_cast<AllToAllOp>(op))
+        rk::AllToAllOp::create(b, loc, in(0), out, a2a.getGatherDimAttr(),
+                               a2a.getSplitDimAttr(), axis);
+      else if (isa<AllGatherOp>(op))
+        rk::AllGatherOp::create(b, loc, in(0), out,
+                                op.getAttrOfType<IntegerAttr>("dim"), axis);
+      else if (isa<ReduceScatterOp>(op))
+        rk::ReduceScatterOp::create(b, loc, in(0), out,
+                                    op.getAttrOfType<IntegerAttr>("dim"), axis);
+      else
+        rk::ShardSliceOp::create(b, loc, in(0), out,
+                                 op.getAttrOfType<IntegerAttr>("dim"), axis);
+      buf[op.getResult(0)] = out;
+      continue;
+    }
+    if (auto ce = dyn_cast<CrossEntropyOp>(op)) {
+      FailureOr<StringAttr> axis = vocabAxis(ce.getLogits(), &op);
+      if (failed(axis))
+        return failure();
+      if (*axis) {
+        FailureOr<MemRefType> type = localType(ce.getResult(), &op);
+        if (failed(type))
+          return failure();
+        Value out = rk::AllocOp::create(b, loc, *type);
+        auto [rowmax, stats] = ceStats(in(0), in(1), *axis, loc);
+        rk::CeLossFromStatsOp::create(b, loc, stats, rowmax, out,
+                                      lossScale(ce.getTargets()));
+        buf[ce.getResult()] = out;
+        // Generation samples from the whole logits: gathered only here.
+        if (!isStep) {
+          auto t = cast<MemRefType>(in(0).getType());
+          SmallVector<int64_t> shape(t.getShape());
+          shape.back() *= mesh.getAxisSize(axis->getValue());
+          Value whole = rk::AllocOp::create(
+              b, loc, MemRefType::get(shape, t.getElementType()));
+          rk::AllGatherOp::create(b, loc, in(0), whole,
+                                  b.getI64IntegerAttr(t.getRank() - 1), *axis);
+          rk::ObserveOp::create(b, loc, whole, b.getStringAttr("logits"));
+        }
+        continue;
+      }
+    }
+    if (auto ce = dyn_cast<CrossEntropyGradOp>(op)) {
+      FailureOr<StringAttr> axis = vocabAxis(ce.getLogits(), &op);
+      if (failed(axis))
+        return failure();
+      if (*axis) {
+        FailureOr<MemRefType> type = localType(ce.getResult(), &op);
+        if (failed(type))
+          return failure();
+        Value out = rk::AllocOp::create(b, loc, *type);
+        auto [rowmax, stats] = ceStats(in(0), in(1), *axis, loc);
+        rk::CeGradFromStatsOp::create(b, loc, in(0), in(1), rowmax, stats, out,
+                                      lossScale(ce.getTargets()), *axis);
+        buf[ce.getResult()] = out;
+        continue;
+      }
+    }
     if (auto clip = dyn_cast<ClipByNormOp>(op)) {
       observeGrad(clip.getResult(), in(0), loc);
       if (!lastUse(clip.getInput())) {
@@ -259,6 +371,7 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
         op.emitError() << "updates a value that is not a parameter";
         return failure();
       }
+      gradBytes += cast<MemRefType>(in(1).getType()).getNumElements() * 4;
       if (auto sgd = dyn_cast<SgdUpdateOp>(op))
         rk::SgdUpdateOp::create(b, loc, in(0), in(1), sgd.getLrAttr());
       else {
@@ -310,9 +423,22 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
             .Case<SoftmaxOp>([&](auto) { return same(rk::SoftmaxOp()); })
             .Case<SoftmaxGradOp>(
                 [&](auto) { return same(rk::SoftmaxGradOp()); })
-            .Case<EmbeddingOp>([&](auto) { return same(rk::EmbeddingOp()); })
-            .Case<EmbeddingGradOp>(
-                [&](auto) { return same(rk::EmbeddingGradOp()); })
+            .Case<EmbeddingOp>([&](EmbeddingOp e) {
+              FailureOr<StringAttr> axis = rowAxis(e.getTable(), &op);
+              if (failed(axis))
+                return false;
+              rk::EmbeddingOp::create(b, loc, in(0), in(1), out,
+                                      *axis ? *axis : b.getStringAttr(""));
+              return true;
+            })
+            .Case<EmbeddingGradOp>([&](EmbeddingGradOp e) {
+              FailureOr<StringAttr> axis = rowAxis(e.getResult(), &op);
+              if (failed(axis))
+                return false;
+              rk::EmbeddingGradOp::create(b, loc, in(0), in(1), out,
+                                          *axis ? *axis : b.getStringAttr(""));
+              return true;
+            })
             .Case<PosEmbeddingOp>(
                 [&](auto) { return same(rk::PosEmbeddingOp()); })
             .Case<PosEmbeddingGradOp>(
@@ -337,14 +463,15 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
               return true;
             })
             .Case<AttentionOp>([&](AttentionOp a) {
-              rk::AttentionOp::create(b, loc, in(0), out, a.getNumHeadsAttr(),
-                                      a.getNumKvHeadsAttr());
+              auto [h, kv] =
+                  localHeads(a.getQkv(), a.getNumHeads(), a.getNumKvHeads());
+              rk::AttentionOp::create(b, loc, in(0), out, h, kv);
               return true;
             })
             .Case<AttentionGradOp>([&](AttentionGradOp a) {
-              rk::AttentionGradOp::create(b, loc, in(0), in(1), out,
-                                          a.getNumHeadsAttr(),
-                                          a.getNumKvHeadsAttr());
+              auto [h, kv] =
+                  localHeads(a.getQkv(), a.getNumHeads(), a.getNumKvHeads());
+              rk::AttentionGradOp::create(b, loc, in(0), in(1), out, h, kv);
               return true;
             })
             .Case<CrossEntropyOp>([&](CrossEntropyOp ce) {
@@ -396,5 +523,9 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
       rk::ObserveOp::create(b, loc, in(0), b.getStringAttr("logits"));
   }
 
+  // What this rank holds for the training state, for the runtime to check.
+  if (isStep)
+    rankFunc->setAttr(rk::kExpectedBytesAttr,
+                      b.getDenseI64ArrayAttr({paramBytes, gradBytes, 0}));
   return success();
 }

@@ -5,9 +5,9 @@
 //  - data:   inputs and labels split along the batch over `dp`;
 //  - policy: with `tensor = megatron` and tp > 1, the first linear of each
 //            layer split by columns over `tp` (the packed q/k/v projection
-//            by heads: three segments), and embedding tables by rows
-//            (vocab-parallel). Everything else (biases, the row-parallel
-//            second linears, gradients) follows by propagation.
+//            by heads: three segments), embedding tables by rows and the
+//            LM head by columns (vocab-parallel). Everything else (biases, the
+//            row-parallel second linears, gradients) follows by propagation.
 // A parameter the user annotated with shard(...) keeps its annotation.
 // Being a pass over the IR, the same seeds can come from a planner later.
 //===----------------------------------------------------------------------===//
@@ -123,6 +123,9 @@ void SeedShardingPass::runOnOperation() {
       } else if (isa<GeluOp, ReluOp, SiluOp>(op)) {
         // The first linear of an MLP feeds its activation.
         column(f, producer(op->getOperand(0)));
+      } else if (auto ce = dyn_cast<CrossEntropyOp>(op)) {
+        // An untied LM head: vocab-parallel output columns.
+        column(f, producer(ce.getLogits()));
       } else if (auto e = dyn_cast<EmbeddingOp>(op)) {
         if (auto table = dyn_cast<BlockArgument>(e.getTable()))
           seed(f, table, 0, "tp", "policy");

@@ -140,7 +140,8 @@ ShardingAttr planc::plan::resultSharding(MLIRContext *ctx,
   // Each rank saw only its part of a factor the result does not have: the
   // result is a summand.
   for (int64_t f : inOperands)
-    if (!inResult.contains(f) && !rule.factors[f].needsReplication)
+    if (!inResult.contains(f) && !rule.factors[f].needsReplication &&
+        !rule.factors[f].exchangedByOp)
       partial.insert(factors[f].axes.begin(), factors[f].axes.end());
   partial.insert(passed.begin(), passed.end());
   return projectSharding(ctx, mesh, rule.results[i], factors,
