@@ -101,9 +101,8 @@ void LowerRankToEmitCPass::runOnOperation() {
   for (auto par : module.getOps<plan::ParallelOp>())
     refuse(par,
            par.getMicrobatches() > 1 || par.getZeroStage() > 0 ||
-               par.getRecompute() != "none" || par.getSequenceParallel(),
-           "microbatching, ZeRO, recompute and sequence parallelism "
-           "(plan.parallel)");
+               par.getRecompute() != "none",
+           "microbatching, ZeRO and recompute (plan.parallel)");
   if (refused)
     return signalPassFailure();
   auto name = module.getSymName();

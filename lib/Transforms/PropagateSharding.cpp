@@ -199,6 +199,14 @@ FailureOr<SmallVector<Choice>> Propagator::resolve(Operation *op,
         c = {st.axes, carried, st.prio, st.anchored, st.origin, s.value};
     }
   }
+  // A dimension made of several factors ([B * S] of a reshape) is split
+  // by its major factor only: rank blocks of a minor factor are not
+  // contiguous in it.
+  for (auto &tensors : {std::cref(rule.operands), std::cref(rule.results)})
+    for (const Rule::TensorDims &t : tensors.get())
+      for (const Rule::Dim &d : t)
+        for (size_t k = 1; k < d.factors.size(); ++k)
+          choice[d.factors[k]].axes.clear();
   // One mesh axis splits at most one factor: the strongest claim keeps it.
   SmallVector<int64_t> order(rule.factors.size());
   for (auto [i, o] : llvm::enumerate(order))
@@ -368,6 +376,32 @@ LogicalResult Propagator::materialize(func::FuncOp f) {
       return;
     Rule rule = ruleOp.getShardingRule();
     FactorAxes axes = *readFactorAxes(op);
+    // A sum of pending sums alike stays pending: one reduction after the
+    // sum instead of one per summand, even where the result is wanted split.
+    if (rule.linearity == Rule::Linearity::Joint) {
+      ShardingAttr first = getSharding(op->getOperand(rule.linearOperands[0]));
+      if (first && first.isPartial()) {
+        FactorAxes tentative = axes;
+        for (FactorSharding &fs : tentative) {
+          size_t keep = 0;
+          while (keep < fs.axes.size() &&
+                 !llvm::is_contained(first.getPartialAxes(), fs.axes[keep]))
+            ++keep;
+          fs.axes.truncate(keep);
+          if (fs.axes.empty())
+            fs.segments.clear();
+        }
+        SmallVector<ShardingAttr> eff =
+            effectiveOperandShardings(op, tentative);
+        bool alike = llvm::all_of(rule.linearOperands, [&](unsigned i) {
+          return eff[i] && eff[i].getPartial() == first.getPartial();
+        });
+        if (alike) {
+          axes = tentative;
+          writeFactorAxes(op, axes);
+        }
+      }
+    }
     auto passed = acceptedPartials(op, rule, axes);
     llvm::SmallSetVector<StringRef, 4> through;
     for (auto &p : passed)

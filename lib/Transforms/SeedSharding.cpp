@@ -85,6 +85,44 @@ struct SeedShardingPass
         seed(f, w, mm.getTransposeRhs() ? 0 : 1, "tp", "policy", segments);
   }
 
+  /// Sequence parallelism: what enters a norm is split along the sequence
+  /// over tp. Propagation carries the split through the residual stream;
+  /// at the column-parallel weights (which keep tp) the sequence is
+  /// gathered, and the row-parallel sums are reduce-scattered back.
+  LogicalResult seedSequence(func::FuncOp f) {
+    LogicalResult result = success();
+    int64_t tp = mesh.getAxisSize("tp");
+    f.walk([&](Operation *op) {
+      if (!isa<LayerNormOp, RmsNormOp>(op))
+        return;
+      Value x = op->getOperand(0);
+      auto type = cast<RankedTensorType>(x.getType());
+      if (type.getRank() != 3)
+        return;
+      if (type.getDimSize(1) % tp != 0) {
+        result = op->emitError()
+                 << "sequence parallelism splits the sequence ("
+                 << type.getDimSize(1) << " positions) over tp = " << tp
+                 << ", which does not divide it; choose a sequence length "
+                    "that tp divides";
+        return;
+      }
+      OpBuilder b(op);
+      SmallVector<Attribute> dims(3, b.getArrayAttr({}));
+      dims[0] = b.getStrArrayAttr({"dp"});
+      dims[1] = b.getStrArrayAttr({"tp"});
+      if (mesh.getAxisIndex("dp") < 0)
+        dims[0] = b.getArrayAttr({});
+      auto sharding = ShardingAttr::get(
+          f.getContext(), FlatSymbolRefAttr::get(mesh.getSymNameAttr()),
+          b.getArrayAttr(dims), b.getArrayAttr({}));
+      auto c = ShardingConstraintOp::create(b, op->getLoc(), type, x, sharding);
+      c->setAttr(kShardingOriginAttr, b.getStringAttr("policy"));
+      op->setOperand(0, c.getResult());
+    });
+    return result;
+  }
+
   MeshOp mesh;
 };
 } // namespace
@@ -115,6 +153,8 @@ void SeedShardingPass::runOnOperation() {
       }
     if (!megatron)
       continue;
+    if (par.getSequenceParallel() && failed(seedSequence(f)))
+      return signalPassFailure();
     f.walk([&](Operation *op) {
       if (auto at = dyn_cast<AttentionOp>(op)) {
         int64_t dh = at.getHeadDim(), h = at.getNumHeads(),

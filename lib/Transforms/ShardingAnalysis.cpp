@@ -73,10 +73,9 @@ planc::plan::projectSharding(MLIRContext *ctx, FlatSymbolRefAttr mesh,
                            names(ctx, partial), ArrayAttr::get(ctx, segAttrs));
 }
 
-SmallVector<SmallVector<StringRef>>
-planc::plan::acceptedPartials(Operation *op, const OpShardingRule &rule,
-                              const FactorAxes &factors) {
-  using Lin = OpShardingRule::Linearity;
+SmallVector<ShardingAttr>
+planc::plan::effectiveOperandShardings(Operation *op,
+                                       const FactorAxes &factors) {
   // Whether `user` would take `s` pending in operand `i`: linear there, and
   // none of its factors split over an axis of the pending sum.
   auto takesPending = [&](Operation *user, unsigned i, ShardingAttr s) {
@@ -103,6 +102,14 @@ planc::plan::acceptedPartials(Operation *op, const OpShardingRule &rule,
         });
     operands.push_back(s && s.isPartial() && !allTake ? dropPartial(s) : s);
   }
+  return operands;
+}
+
+SmallVector<SmallVector<StringRef>>
+planc::plan::acceptedPartials(Operation *op, const OpShardingRule &rule,
+                              const FactorAxes &factors) {
+  using Lin = OpShardingRule::Linearity;
+  SmallVector<ShardingAttr> operands = effectiveOperandShardings(op, factors);
   SmallVector<SmallVector<StringRef>> out(operands.size());
   SmallVector<unsigned> partial;
   for (unsigned i : rule.linearOperands)

@@ -42,6 +42,12 @@ ShardingAttr projectSharding(mlir::MLIRContext *ctx,
                              const FactorAxes &factors,
                              llvm::ArrayRef<llvm::StringRef> partial);
 
+/// The operands' shardings as `op` (with factor axes `factors`) may take
+/// them: a pending sum that some use of the value needs whole is resolved
+/// once for every use, so it counts as whole here.
+llvm::SmallVector<ShardingAttr>
+effectiveOperandShardings(mlir::Operation *op, const FactorAxes &factors);
+
 /// The pending sums among the operands of `op` that it passes through to
 /// its results, per operand (empty: that operand must be whole). A pending
 /// sum passes only where the op is linear in it, where it would not use an
