@@ -13,6 +13,8 @@
 #include "ShardingAnalysis.h"
 #include "planc/Transforms/Passes.h"
 
+#include "llvm/ADT/SetVector.h"
+
 namespace planc {
 #define GEN_PASS_DEF_INSERTRESHARDS
 #include "planc/Transforms/Passes.h.inc"
@@ -80,6 +82,32 @@ static LogicalResult requiredShardings(Operation *op,
   return success();
 }
 
+/// The recorded result layouts must be what the op computes from the
+/// layouts its operands will have; anything else would be a miscompile.
+static LogicalResult checkResults(Operation *op) {
+  auto ruleOp = dyn_cast<ShardingRuleOpInterface>(op);
+  if (!ruleOp || isa<ShardingConstraintOp>(op))
+    return success();
+  std::optional<FactorAxes> axes = readFactorAxes(op);
+  OpShardingRule rule = ruleOp.getShardingRule();
+  auto passed = acceptedPartials(op, rule, *axes);
+  llvm::SmallSetVector<StringRef, 4> through;
+  for (auto &p : passed)
+    through.insert(p.begin(), p.end());
+  for (unsigned i = 0; i < op->getNumResults(); ++i) {
+    ShardingAttr want = getSharding(op->getResult(i));
+    ShardingAttr got =
+        resultSharding(op->getContext(), want ? want.getMesh() : nullptr, rule,
+                       i, *axes, through.getArrayRef());
+    if (want != got)
+      return op->emitError() << "result " << i << " is recorded as " << want
+                             << " but the op computes " << got
+                             << " from its operands; run "
+                                "plan-propagate-sharding again";
+  }
+  return success();
+}
+
 void InsertReshardsPass::runOnOperation() {
   for (func::FuncOp f : distributedFunctions(getOperation())) {
     DenseMap<std::pair<Value, Attribute>, Value> shared;
@@ -105,10 +133,14 @@ void InsertReshardsPass::runOnOperation() {
       if (!isa<ReshardOp>(op))
         ops.push_back(op);
     });
-    for (Operation *op : ops) {
-      SmallVector<ShardingAttr> need;
-      if (failed(requiredShardings(op, need)))
+    // Every op's needs are computed before any use is rewired: what an op
+    // accepts depends on the other uses of its operands as they are now.
+    SmallVector<SmallVector<ShardingAttr>> needs(ops.size());
+    for (auto [op, need] : llvm::zip(ops, needs)) {
+      if (failed(requiredShardings(op, need)) || failed(checkResults(op)))
         return signalPassFailure();
+    }
+    for (auto [op, need] : llvm::zip(ops, needs)) {
       for (OpOperand &use : op->getOpOperands()) {
         ShardingAttr want = need[use.getOperandNumber()];
         ShardingAttr have = getSharding(use.get());

@@ -1,6 +1,7 @@
 //===- LowerToRank.cpp - Global training step to per-rank code ------------===//
 #include "planc/Transforms/Passes.h"
 
+#include "llvm/ADT/ScopeExit.h"
 #include "llvm/ADT/TypeSwitch.h"
 
 namespace planc {
@@ -233,8 +234,23 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
                           b.getStringAttr("grad/" + name.getValue()));
   };
 
+  // Plan values by the buffer they live in (views share their source's).
+  auto rootOf = [](Value buffer) {
+    while (auto view = buffer.getDefiningOp<rk::ViewOp>())
+      buffer = view.getSource();
+    return buffer;
+  };
+  DenseMap<Value, SmallVector<Value>> valuesOf;
+  for (BlockArgument arg : src.getArguments())
+    valuesOf[rootOf(buf.lookup(arg))].push_back(arg);
   for (Operation &op : src.getBody().front()) {
     Location loc = op.getLoc();
+    // Registered once the op is lowered (this runs at every `continue`).
+    auto registerResults = llvm::make_scope_exit([&] {
+      for (Value r : op.getResults())
+        if (Value bv = buf.lookup(r))
+          valuesOf[rootOf(bv)].push_back(r);
+    });
     auto in = [&](unsigned i) { return buf.lookup(op.getOperand(i)); };
     if (isa<func::ReturnOp>(op) && !isStep) {
       // The forward function's result (the loss) is not needed: generation
@@ -264,9 +280,14 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
     }
     // In-place ops overwrite their operand's buffer, which is only safe when
     // every other use of the operand comes before them.
+    // A reshape's buffer is a view of its source: every value that shares
+    // the buffer counts.
     auto lastUse = [&](Value v) {
-      return llvm::all_of(v.getUsers(), [&](Operation *user) {
-        return user == &op || user->isBeforeInBlock(&op);
+      Value root = rootOf(buf.lookup(v));
+      return llvm::all_of(valuesOf[root], [&](Value u) {
+        return llvm::all_of(u.getUsers(), [&](Operation *user) {
+          return user == &op || user->isBeforeInBlock(&op);
+        });
       });
     };
     if (auto ar = dyn_cast<AllReduceOp>(op)) {

@@ -35,6 +35,9 @@ using Rule = OpShardingRule;
 
 namespace {
 constexpr int kOpen = 1 << 20;
+struct DimState;
+bool axisTaken(ArrayRef<DimState> ds, size_t d, ArrayRef<StringRef> axes,
+               int prio);
 
 int priorityOf(StringRef origin) {
   if (origin == "policy" || origin == "data")
@@ -52,6 +55,18 @@ struct DimState {
   bool anchored = false; // the layout of a parameter
   LocationAttr origin;   // where the claim comes from (for errors)
 };
+
+/// A mesh axis splits one dimension of a tensor: a claim on an axis that
+/// another dimension holds at least as strongly loses.
+bool axisTaken(ArrayRef<DimState> ds, size_t d, ArrayRef<StringRef> axes,
+               int prio) {
+  for (auto [e, other] : llvm::enumerate(ds))
+    if (e != d && other.prio <= prio && llvm::any_of(axes, [&](StringRef a) {
+          return llvm::is_contained(other.axes, a);
+        }))
+      return true;
+  return false;
+}
 
 struct Choice {
   SmallVector<StringRef, 2> axes;
@@ -82,6 +97,11 @@ public:
 
   LogicalResult seed(Value v, ShardingAttr s, int prio, bool anchored,
                      Location loc) {
+    auto type = cast<RankedTensorType>(v.getType());
+    if (s.getRank() != type.getRank())
+      return mlir::emitError(loc) << "sharding " << s << " has " << s.getRank()
+                                  << " dimensions but the value " << type
+                                  << " has " << type.getRank();
     if (failed(checkAxes(s, loc)))
       return failure();
     SmallVector<DimState> &ds = dims(v);
@@ -244,6 +264,8 @@ void Propagator::push(Operation *op, const Rule &rule,
       DimState &st = ds[d];
       if (st.closed || c.prio >= st.prio)
         continue;
+      if (axisTaken(ds, d, c.axes, c.prio))
+        continue;
       st.axes = c.axes;
       st.segments =
           rd.segments.empty() ? c.segments : SmallVector<int64_t>(rd.segments);
@@ -261,11 +283,12 @@ void Propagator::unify(Value a, Value b) {
   SmallVector<DimState> &da = dims(a), &db = dims(b);
   for (size_t d = 0; d < da.size() && d < db.size(); ++d) {
     DimState &x = da[d], &y = db[d];
-    if (x.prio < y.prio && !y.closed) {
+    if (x.prio < y.prio && !y.closed && !axisTaken(db, d, x.axes, x.prio)) {
       y = x;
       y.closed = false;
       changed = true;
-    } else if (y.prio < x.prio && !x.closed) {
+    } else if (y.prio < x.prio && !x.closed &&
+               !axisTaken(da, d, y.axes, y.prio)) {
       x = y;
       x.closed = false;
       changed = true;

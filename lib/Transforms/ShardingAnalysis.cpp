@@ -83,8 +83,24 @@ planc::plan::effectiveOperandShardings(Operation *op,
     if (auto c = dyn_cast<ShardingConstraintOp>(user))
       return c.getSharding().getPartial() == s.getPartial();
     auto r = dyn_cast<ShardingRuleOpInterface>(user);
-    if (!r || !r.getShardingRule().isLinearIn(i))
+    if (!r)
       return false;
+    OpShardingRule rule = r.getShardingRule();
+    if (!rule.isLinearIn(i))
+      return false;
+    // The user's other linear operands must let it pass: a product takes one
+    // pending factor, a sum only summands pending alike.
+    for (unsigned j : rule.linearOperands) {
+      if (j == i || j >= user->getNumOperands())
+        continue;
+      ShardingAttr o = getSharding(user->getOperand(j));
+      bool pending = o && o.isPartial();
+      if (rule.linearity == OpShardingRule::Linearity::Each && pending)
+        return false;
+      if (rule.linearity == OpShardingRule::Linearity::Joint &&
+          (!pending || o.getPartial() != s.getPartial()))
+        return false;
+    }
     std::optional<FactorAxes> fs =
         user == op ? std::optional<FactorAxes>(factors) : readFactorAxes(user);
     return !fs || llvm::none_of(s.getPartialAxes(), [&](StringRef a) {
