@@ -523,17 +523,27 @@ def Plan_SgdUpdateOp : Plan_ComputeOp<"sgd_update",
 }
 
 def Plan_AdamWUpdateOp : Plan_ComputeOp<"adamw_update",
-    [AllTypesMatch<["param", "grad", "result"]>]> {
+    [AllTypesMatch<["param", "grad", "exp_avg", "exp_avg_sq", "result",
+                    "new_exp_avg", "new_exp_avg_sq"]>]> {
   let summary = "AdamW step with decoupled weight decay";
   let description = [{
-    The moment estimates are optimizer state owned by the runtime, one pair
-    per parameter; this op reads and advances them.
+    The moment estimates are optimizer state the step takes and returns
+    (arguments of kind "state"), so they have layouts like any value: ZeRO
+    splits them over the data-parallel axis.
+
+    ```mlir
+    %w2, %m2, %v2 = plan.adamw_update %w, %g, %m, %v {beta1 = 0.9 : f32, beta2 = 0.999 : f32, eps = 1.0e-08 : f32, lr = 1.0e-03 : f32, weight_decay = 0.1 : f32} : tensor<64x64xf32>
+    ```
   }];
-  let arguments = (ins Plan_F32Tensor:$param, Plan_F32Tensor:$grad, F32Attr:$lr,
-                       F32Attr:$beta1, F32Attr:$beta2, F32Attr:$eps,
-                       F32Attr:$weight_decay);
-  let results = (outs Plan_F32Tensor:$result);
-  let assemblyFormat = "$param `,` $grad attr-dict `:` type($result)";
+  let arguments = (ins Plan_F32Tensor:$param, Plan_F32Tensor:$grad,
+                       Plan_F32Tensor:$exp_avg, Plan_F32Tensor:$exp_avg_sq,
+                       F32Attr:$lr, F32Attr:$beta1, F32Attr:$beta2,
+                       F32Attr:$eps, F32Attr:$weight_decay);
+  let results = (outs Plan_F32Tensor:$result, Plan_F32Tensor:$new_exp_avg,
+                      Plan_F32Tensor:$new_exp_avg_sq);
+  let assemblyFormat = [{
+    $param `,` $grad `,` $exp_avg `,` $exp_avg_sq attr-dict `:` type($result)
+  }];
 }
 
 //===----------------------------------------------------------------------===//

@@ -57,8 +57,16 @@ ELEMENTWISE_RULE(GeluGradOp)
 ELEMENTWISE_RULE(SiluGradOp)
 ELEMENTWISE_RULE(MseLossGradOp)
 ELEMENTWISE_RULE(SgdUpdateOp)
-ELEMENTWISE_RULE(AdamWUpdateOp)
 #undef ELEMENTWISE_RULE
+
+// Parameter, gradient and both moments, element by element.
+Rule AdamWUpdateOp::getShardingRule() {
+  Rule r;
+  SmallVector<int64_t> fs = addFactors(r, shapeOf(getParam()));
+  r.operands.assign(4, Rule::tensor(fs));
+  r.results.assign(3, Rule::tensor(fs));
+  return r;
+}
 
 // A sum (or difference) of pending sums over the same axes is one.
 Rule AddOp::getShardingRule() {

@@ -45,6 +45,11 @@ LogicalResult ParamOp::verifySymbolUses(SymbolTableCollection &tables) {
                                     "rank.param_decl");
 }
 
+LogicalResult StateOp::verifySymbolUses(SymbolTableCollection &tables) {
+  return verifyDeclRef<StateDeclOp>(*this, getNameAttr(), getType(), tables,
+                                    "rank.state_decl");
+}
+
 LogicalResult InputOp::verifySymbolUses(SymbolTableCollection &tables) {
   return verifyDeclRef<InputDeclOp>(*this, getNameAttr(), getType(), tables,
                                     "rank.input_decl");
@@ -74,8 +79,8 @@ LogicalResult MatmulOp::verify() {
 }
 
 SmallVector<StringRef> AdamWUpdateOp::getRuntimeAttrNames() {
-  // planrt::adamw_update(ctx, w, g, param_index, lr, beta1, beta2, eps, wd).
-  return {"param_index", "lr", "beta1", "beta2", "eps", "weight_decay"};
+  // planrt::adamw_update(ctx, w, g, m, v, lr, beta1, beta2, eps, wd).
+  return {"lr", "beta1", "beta2", "eps", "weight_decay"};
 }
 
 LogicalResult ViewOp::verify() {

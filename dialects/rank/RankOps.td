@@ -65,6 +65,13 @@ def Rank_ParamDeclOp : Rank_Op<"param_decl", [Symbol]> {
   let assemblyFormat = "$sym_name `:` $type `init` $init (`sharding` $sharding^)? attr-dict";
 }
 
+def Rank_StateDeclOp : Rank_Op<"state_decl", [Symbol]> {
+  let summary = "Optimizer state kept across steps: this rank's shard, zero at the start";
+  let arguments = (ins SymbolNameAttr:$sym_name, TypeAttrOf<Rank_F32Buffer>:$type,
+                       OptionalAttr<Plan_ShardingAttr>:$sharding);
+  let assemblyFormat = "$sym_name `:` $type (`sharding` $sharding^)? attr-dict";
+}
+
 def Rank_InputDeclOp : Rank_Op<"input_decl", [Symbol]> {
   let summary = "A per-step input or label: this rank's rows of the batch";
   let description = [{
@@ -84,6 +91,14 @@ def Rank_InputDeclOp : Rank_Op<"input_decl", [Symbol]> {
 def Rank_ParamOp : Rank_Op<"param", [Pure,
     DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
   let summary = "This rank's buffer of a declared parameter";
+  let arguments = (ins FlatSymbolRefAttr:$name);
+  let results = (outs Rank_F32Buffer:$result);
+  let assemblyFormat = "$name attr-dict `:` type($result)";
+}
+
+def Rank_StateOp : Rank_Op<"state", [Pure,
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "This rank's buffer of declared optimizer state";
   let arguments = (ins FlatSymbolRefAttr:$name);
   let results = (outs Rank_F32Buffer:$result);
   let assemblyFormat = "$name attr-dict `:` type($result)";
@@ -180,12 +195,16 @@ def Rank_SgdUpdateOp : Rank_CallOp<"sgd_update"> {
 
 def Rank_AdamWUpdateOp : Rank_CallOp<"adamw_update",
     [DeclareOpInterfaceMethods<RuntimeCallOpInterface, ["getRuntimeAttrNames"]>]> {
-  let summary = "AdamW step in place; the runtime keeps the moments per parameter";
+  let summary = "AdamW step in place on the parameter and its two moments";
   let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead, MemWrite]>:$param,
                        Arg<Rank_F32Buffer, "", [MemRead]>:$grad,
-                       I64Attr:$param_index, F32Attr:$lr, F32Attr:$beta1,
+                       Arg<Rank_F32Buffer, "", [MemRead, MemWrite]>:$exp_avg,
+                       Arg<Rank_F32Buffer, "", [MemRead, MemWrite]>:$exp_avg_sq,
+                       F32Attr:$lr, F32Attr:$beta1,
                        F32Attr:$beta2, F32Attr:$eps, F32Attr:$weight_decay);
-  let assemblyFormat = "$param `,` $grad attr-dict `:` type($param) `,` type($grad)";
+  let assemblyFormat = [{
+    $param `,` $grad `,` $exp_avg `,` $exp_avg_sq attr-dict `:` type($param) `,` type($grad) `,` type($exp_avg) `,` type($exp_avg_sq)
+  }];
 }
 
 def Rank_ReportLossOp : Rank_CallOp<"report_loss"> {
@@ -208,6 +227,7 @@ class Rank_TernaryCallOp<string mnemonic, string doc> : Rank_CallOp<mnemonic> {
   }];
 }
 
+def Rank_CopyOp : Rank_UnaryCallOp<"copy", "out = input">;
 def Rank_SiluOp : Rank_UnaryCallOp<"silu", "out = x * sigmoid(x)">;
 def Rank_SoftmaxOp : Rank_UnaryCallOp<"softmax", "softmax over the last dimension">;
 def Rank_SiluGradOp : Rank_BinaryCallOp<"silu_grad", "out = dy * silu'(x)">;

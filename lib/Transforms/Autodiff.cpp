@@ -391,7 +391,7 @@ void AutodiffPass::runOnOperation() {
     return signalPassFailure();
   }
 
-  SmallVector<Value> results{loss, sumsq};
+  SmallVector<Value> results{loss, sumsq}, states;
   for (auto [i, g] : llvm::zip(params, grads)) {
     Value w = step.getArgument(i);
     if (!g) {
@@ -405,19 +405,48 @@ void AutodiffPass::runOnOperation() {
               ->getResult(0);
     Value updated;
     if (train.getOptimizer() == "adamw") {
+      // The moments are state the step takes and returns, named after the
+      // parameter (zero at the start), so that they have layouts like
+      // every other value.
+      StringRef pname =
+          model.getArgAttrOfType<StringAttr>(i, kNameAttr).getValue();
+      auto stateArg = [&](StringRef suffix) {
+        NamedAttrList attrs;
+        attrs.set(kKindAttr, b.getStringAttr("state"));
+        attrs.set(kNameAttr, b.getStringAttr(pname + suffix));
+        attrs.set(kInitAttr, InitAttr::get(b.getContext(), "zeros", 0, 0));
+        unsigned n = step.getNumArguments();
+        (void)step.insertArgument(
+            n, w.getType(), attrs.getDictionary(b.getContext()), w.getLoc());
+        return step.getArgument(n);
+      };
+      Value m = stateArg(".exp_avg"), v = stateArg(".exp_avg_sq");
       // Decoupled weight decay applies to matrices, not to biases and
       // norm scales (1-D), as GPT-2 and most recipes do.
       bool decays = cast<RankedTensorType>(w.getType()).getRank() >= 2;
-      updated = AdamWUpdateOp::create(
-          b, w.getLoc(), w.getType(), w, g, toF32(b, train.getLr()),
-          toF32(b, train.getBeta1()), toF32(b, train.getBeta2()),
-          toF32(b, train.getEps()),
+      auto aw = AdamWUpdateOp::create(
+          b, w.getLoc(), TypeRange{w.getType(), w.getType(), w.getType()}, w, g,
+          m, v, toF32(b, train.getLr()), toF32(b, train.getBeta1()),
+          toF32(b, train.getBeta2()), toF32(b, train.getEps()),
           decays ? toF32(b, train.getWeightDecay()) : b.getF32FloatAttr(0));
+      updated = aw.getResult();
+      states.push_back(aw.getNewExpAvg());
+      states.push_back(aw.getNewExpAvgSq());
     } else {
       updated = SgdUpdateOp::create(b, w.getLoc(), w.getType(), w, g,
                                     toF32(b, train.getLr()));
     }
     results.push_back(updated);
   }
+  // The updated moments follow the parameters, in the order of their
+  // arguments.
+  unsigned firstState = results.size();
+  results.append(states.begin(), states.end());
+  SmallVector<Type> allResults(resultTypes);
+  for (Value st : states)
+    allResults.push_back(st.getType());
+  step.setType(b.getFunctionType(step.getArgumentTypes(), allResults));
+  for (unsigned r = firstState; r < results.size(); ++r)
+    step.setResultAttr(r, kResultAttr, b.getStringAttr("state"));
   func::ReturnOp::create(b, modelReturn->getLoc(), results);
 }

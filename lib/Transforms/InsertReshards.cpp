@@ -44,7 +44,7 @@ static LogicalResult requiredShardings(Operation *op,
     auto f = cast<func::FuncOp>(op->getParentOp());
     // The loss and the gradient norm are reported whole; a parameter goes
     // back as its argument came in.
-    SmallVector<BlockArgument> params = updatedParams(f);
+    SmallVector<BlockArgument> params = updatedArgs(f);
     for (auto [i, v] : llvm::enumerate(ret.getOperands())) {
       ShardingAttr s = getSharding(v);
       if (!s)

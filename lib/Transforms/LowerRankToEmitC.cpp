@@ -164,6 +164,12 @@ void LowerRankToEmitCPass::runOnOperation() {
       }
       ++declared;
     }
+    // Optimizer state: zero at the start, this rank's shard.
+    for (auto st : module.getOps<rk::StateDeclOp>()) {
+      SmallVector<Attribute> a{c.str(st.getSymName())};
+      append_range(a, c.shape(st.getType()));
+      c.call(st.getLoc(), "planrt::declare_state", {}, a);
+    }
     for (auto [index, in] : llvm::enumerate(module.getOps<rk::InputDeclOp>())) {
       SmallVector<Attribute> a{c.str(in.getSymName()),
                                c.i64(in.getRole() == "label" ? 1 : 0)};
@@ -201,9 +207,11 @@ void LowerRankToEmitCPass::runOnOperation() {
     return signalPassFailure();
 
   // Indices of declarations, in declaration order.
-  llvm::StringMap<int64_t> paramIdx, inputIdx;
+  llvm::StringMap<int64_t> paramIdx, inputIdx, stateIdx;
   for (auto p : module.getOps<rk::ParamDeclOp>())
     paramIdx[p.getSymName()] = paramIdx.size();
+  for (auto st : module.getOps<rk::StateDeclOp>())
+    stateIdx[st.getSymName()] = stateIdx.size();
   for (auto in : module.getOps<rk::InputDeclOp>())
     inputIdx[in.getSymName()] = inputIdx.size();
 
@@ -225,6 +233,9 @@ void LowerRankToEmitCPass::runOnOperation() {
       if (auto p = dyn_cast<rk::ParamOp>(op)) {
         vals[p] = c.call(loc, "planrt::param", {},
                          {c.i64(paramIdx.lookup(p.getName()))}, tensorType);
+      } else if (auto st = dyn_cast<rk::StateOp>(op)) {
+        vals[st] = c.call(loc, "planrt::state", {},
+                          {c.i64(stateIdx.lookup(st.getName()))}, tensorType);
       } else if (auto in = dyn_cast<rk::InputOp>(op)) {
         vals[in] = c.call(loc, "planrt::input", {},
                           {c.i64(inputIdx.lookup(in.getName()))}, tensorType);

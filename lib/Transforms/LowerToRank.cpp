@@ -1,4 +1,5 @@
 //===- LowerToRank.cpp - Global training step to per-rank code ------------===//
+#include "ShardingAnalysis.h"
 #include "planc/Transforms/Passes.h"
 
 #include "llvm/ADT/ScopeExit.h"
@@ -108,7 +109,7 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
   declB.setInsertionPoint(rankFunc);
   b.setInsertionPointToStart(body);
   int64_t numParams = 0;
-  int64_t paramBytes = 0, gradBytes = 0;
+  int64_t paramBytes = 0, gradBytes = 0, stateBytes = 0;
   DenseMap<Value, int64_t> paramIndex;
   for (BlockArgument arg : src.getArguments()) {
     unsigned i = arg.getArgNumber();
@@ -136,6 +137,16 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
       }
       buf[arg] = rk::ParamOp::create(b, loc, *type, ref);
       paramIndex[arg] = numParams++;
+      continue;
+    }
+    if (kind.getValue() == "state") {
+      if (isStep) {
+        ShardingAttr s = getSharding(arg);
+        rk::StateDeclOp::create(declB, loc, name, *type,
+                                s.isReplicated() ? ShardingAttr() : s);
+        stateBytes += type->getNumElements() * 4;
+      }
+      buf[arg] = rk::StateOp::create(b, loc, *type, ref);
       continue;
     }
     ShardingAttr s = getSharding(arg);
@@ -259,19 +270,23 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
       continue;
     }
     if (isa<func::ReturnOp>(op)) {
-      // Results: the loss, the gradients' sum of squares, and parameters
-      // that were updated in place.
+      // Results: the loss, the gradients' sum of squares, and parameters and
+      // optimizer state, updated in place, or computed elsewhere (e.g.
+      // gathered after a sharded update) and copied back.
+      SmallVector<BlockArgument> updated = updatedArgs(src);
       for (auto [i, v] : llvm::enumerate(op.getOperands())) {
         auto role = src.getResultAttrOfType<StringAttr>(i, kResultAttr);
         if (role && role.getValue() == "loss")
           rk::ReportLossOp::create(b, loc, in(i));
         else if (role && role.getValue() == "grad_sumsq")
           rk::ReportGradNormOp::create(b, loc, in(i));
-        else if (!paramIndex.count(v) &&
-                 !isa_and_nonnull<SgdUpdateOp, AdamWUpdateOp>(
-                     v.getDefiningOp())) {
+        else if (i < updated.size() && updated[i]) {
+          Value dst = buf.lookup(updated[i]);
+          if (rootOf(in(i)) != rootOf(dst))
+            rk::CopyOp::create(b, loc, in(i), dst);
+        } else {
           op.emitError() << "result " << i << " is neither the loss, the "
-                         << "gradient norm nor an updated parameter";
+                         << "gradient norm, a parameter nor optimizer state";
           return failure();
         }
       }
@@ -385,22 +400,21 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
     }
     // Optimizer updates write the parameter's own buffer.
     if (isa<SgdUpdateOp, AdamWUpdateOp>(op)) {
-      Value w = op.getOperand(0);
       if (!op.getOperand(1).getDefiningOp<ClipByNormOp>())
         observeGrad(op.getResult(0), in(1), loc);
-      if (!paramIndex.count(w)) {
-        op.emitError() << "updates a value that is not a parameter";
-        return failure();
-      }
       gradBytes += cast<MemRefType>(in(1).getType()).getNumElements() * 4;
-      if (auto sgd = dyn_cast<SgdUpdateOp>(op))
+      // The parameter's (shard's) buffer and the moments are updated in
+      // place.
+      if (auto sgd = dyn_cast<SgdUpdateOp>(op)) {
         rk::SgdUpdateOp::create(b, loc, in(0), in(1), sgd.getLrAttr());
-      else {
+      } else {
         auto aw = cast<AdamWUpdateOp>(op);
-        rk::AdamWUpdateOp::create(
-            b, loc, in(0), in(1), b.getI64IntegerAttr(paramIndex[w]),
-            aw.getLrAttr(), aw.getBeta1Attr(), aw.getBeta2Attr(),
-            aw.getEpsAttr(), aw.getWeightDecayAttr());
+        rk::AdamWUpdateOp::create(b, loc, in(0), in(1), in(2), in(3),
+                                  aw.getLrAttr(), aw.getBeta1Attr(),
+                                  aw.getBeta2Attr(), aw.getEpsAttr(),
+                                  aw.getWeightDecayAttr());
+        buf[aw.getNewExpAvg()] = in(2);
+        buf[aw.getNewExpAvgSq()] = in(3);
       }
       buf[op.getResult(0)] = in(0);
       continue;
@@ -546,7 +560,8 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
 
   // What this rank holds for the training state, for the runtime to check.
   if (isStep)
-    rankFunc->setAttr(rk::kExpectedBytesAttr,
-                      b.getDenseI64ArrayAttr({paramBytes, gradBytes, 0}));
+    rankFunc->setAttr(
+        rk::kExpectedBytesAttr,
+        b.getDenseI64ArrayAttr({paramBytes, gradBytes, stateBytes}));
   return success();
 }

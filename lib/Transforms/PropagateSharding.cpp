@@ -47,6 +47,21 @@ int priorityOf(StringRef origin) {
   return 0; // "user", and annotations written by hand in tests
 }
 
+/// The origins recorded as `plan.sharding_origin`: one string for every
+/// dimension, or a list with one per dimension.
+SmallVector<StringRef> readOrigins(Attribute a, StringRef fallback) {
+  if (auto str = dyn_cast_or_null<StringAttr>(a))
+    return {str.getValue()};
+  SmallVector<StringRef> out;
+  if (auto list = dyn_cast_or_null<ArrayAttr>(a))
+    for (Attribute e : list)
+      if (auto str = dyn_cast<StringAttr>(e))
+        out.push_back(str.getValue());
+  if (out.empty())
+    out.push_back(fallback);
+  return out;
+}
+
 struct DimState {
   SmallVector<StringRef, 2> axes;
   SmallVector<int64_t> segments;
@@ -95,8 +110,12 @@ public:
     return d;
   }
 
-  LogicalResult seed(Value v, ShardingAttr s, int prio, bool anchored,
-                     Location loc) {
+  /// Seeds `v` with `s`. `origins` gives the origin of each dimension (one
+  /// entry: all of them; none: "user"): it sets the claim's priority, and
+  /// whether an unsplit dimension is fixed (a user's) or left open for
+  /// propagation (a policy's, ZeRO's).
+  LogicalResult seed(Value v, ShardingAttr s, ArrayRef<StringRef> origins,
+                     bool anchored, Location loc) {
     auto type = cast<RankedTensorType>(v.getType());
     if (s.getRank() != type.getRank())
       return mlir::emitError(loc) << "sharding " << s << " has " << s.getRank()
@@ -106,10 +125,15 @@ public:
       return failure();
     SmallVector<DimState> &ds = dims(v);
     for (auto [d, st] : llvm::enumerate(ds)) {
+      StringRef origin = origins.empty()       ? StringRef("user")
+                         : origins.size() == 1 ? origins[0]
+                                               : origins[d];
       st.axes.assign(s.getDimAxes(d));
       st.segments.assign(s.getDimSegments(d).begin(),
                          s.getDimSegments(d).end());
-      st.prio = prio;
+      if (st.axes.empty() && origin != "user" && origin != "data")
+        continue; // open
+      st.prio = priorityOf(origin);
       st.closed = true;
       st.anchored = anchored;
       st.origin = loc;
@@ -312,7 +336,7 @@ LogicalResult Propagator::visit(Operation *op) {
     auto f = cast<func::FuncOp>(op->getParentOp());
     if (!f->hasAttr(kTrainStepAttr))
       return success();
-    for (auto [i, arg] : llvm::enumerate(updatedParams(f)))
+    for (auto [i, arg] : llvm::enumerate(updatedArgs(f)))
       if (arg && i < ret.getNumOperands())
         unify(arg, ret.getOperand(i));
   }
@@ -457,29 +481,28 @@ struct PropagateShardingPass
       for (BlockArgument arg : f.getArguments()) {
         unsigned i = arg.getArgNumber();
         auto kind = f.getArgAttrOfType<StringAttr>(i, kKindAttr);
-        bool isParam = !kind || kind.getValue() == "param";
+        bool isParam =
+            !kind || kind.getValue() == "param" || kind.getValue() == "state";
         ShardingAttr s = getSharding(arg);
+        SmallVector<StringRef> origins = readOrigins(
+            f.getArgAttr(i, kShardingOriginAttr), isParam ? "user" : "data");
         // The forward function holds parameters as the step decided.
-        if (f != step && step && i < step.getNumArguments())
+        if (f != step && step && i < step.getNumArguments()) {
           s = getSharding(step.getArgument(i));
+          origins = {"user"};
+        }
         if (!s && !isParam)
           s = ShardingAttr::getReplicated(
               &getContext(), FlatSymbolRefAttr::get(mesh.getSymNameAttr()),
               cast<RankedTensorType>(arg.getType()).getRank());
         if (!s)
           continue; // open: propagation decides
-        auto origin = f.getArgAttrOfType<StringAttr>(i, kShardingOriginAttr);
-        int prio = f != step && step ? 0
-                   : origin          ? priorityOf(origin.getValue())
-                   : isParam         ? 0
-                                     : 1;
-        if (failed(p.seed(arg, s, prio, isParam, arg.getLoc())))
+        if (failed(p.seed(arg, s, origins, isParam, arg.getLoc())))
           return signalPassFailure();
       }
       WalkResult seeded = f.walk([&](ShardingConstraintOp c) {
-        auto origin = c->getAttrOfType<StringAttr>(kShardingOriginAttr);
         if (failed(p.seed(c.getResult(), c.getSharding(),
-                          origin ? priorityOf(origin.getValue()) : 0,
+                          readOrigins(c->getAttr(kShardingOriginAttr), "user"),
                           /*anchored=*/false, c.getLoc())))
           return WalkResult::interrupt();
         return WalkResult::advance();

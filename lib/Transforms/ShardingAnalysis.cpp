@@ -182,19 +182,25 @@ SmallVector<func::FuncOp> planc::plan::distributedFunctions(ModuleOp module) {
   return out;
 }
 
-SmallVector<BlockArgument> planc::plan::updatedParams(func::FuncOp f) {
-  SmallVector<BlockArgument> params;
+SmallVector<BlockArgument> planc::plan::updatedArgs(func::FuncOp f) {
+  SmallVector<BlockArgument> params, states;
   for (BlockArgument arg : f.getArguments()) {
     auto kind = f.getArgAttrOfType<StringAttr>(arg.getArgNumber(), kKindAttr);
     if (kind && kind.getValue() == "param")
       params.push_back(arg);
+    if (kind && kind.getValue() == "state")
+      states.push_back(arg);
   }
   SmallVector<BlockArgument> out(f.getNumResults());
   if (!f->hasAttr(kTrainStepAttr))
     return out;
-  size_t next = 0;
-  for (unsigned i = 0; i < f.getNumResults() && next < params.size(); ++i)
-    if (!f.getResultAttr(i, kResultAttr))
-      out[i] = params[next++];
+  size_t nextParam = 0, nextState = 0;
+  for (unsigned i = 0; i < f.getNumResults(); ++i) {
+    auto role = f.getResultAttrOfType<StringAttr>(i, kResultAttr);
+    if (!role && nextParam < params.size())
+      out[i] = params[nextParam++];
+    else if (role && role.getValue() == "state" && nextState < states.size())
+      out[i] = states[nextState++];
+  }
   return out;
 }

@@ -68,8 +68,9 @@ ShardingAttr resultSharding(mlir::MLIRContext *ctx,
                             llvm::ArrayRef<llvm::StringRef> passed);
 
 /// For each result of the train step `f` that is an updated parameter (no
-/// `plan.result` role), the parameter argument it updates; null elsewhere.
-llvm::SmallVector<mlir::BlockArgument> updatedParams(mlir::func::FuncOp f);
+/// `plan.result` role) or optimizer state (role "state"), the argument it
+/// updates, in argument order; null elsewhere.
+llvm::SmallVector<mlir::BlockArgument> updatedArgs(mlir::func::FuncOp f);
 
 /// The functions that are distributed: the training step, and the forward
 /// model (lowered too, for generation), the step first.

@@ -147,7 +147,7 @@ func.func @gpt(%ids: tensor<2x4xi32> {plan.kind = "input", plan.name = "ids"},
 // CHECK: plan.sumsq
 // CHECK: %[[SUMSQ:.*]] = plan.add
 // CHECK-NEXT: %[[CW:.*]] = plan.clip_by_norm %[[DWTE]], %[[SUMSQ]] {max_norm = 1.000000e+00 : f32}
-// CHECK: plan.adamw_update %arg2, %[[CW]] {{{.*}}weight_decay = 1.000000e-01 : f32}
+// CHECK: plan.adamw_update %arg2, %[[CW]], %{{.*}} {{{.*}}weight_decay = 1.000000e-01 : f32}
 // 1-D parameters (norm scale and shift) are not decayed.
 // CHECK: plan.adamw_update %arg3, %{{.*}} {{{.*}}weight_decay = 0.000000e+00 : f32}
 // CHECK: plan.adamw_update %arg4, %{{.*}} {{{.*}}weight_decay = 0.000000e+00 : f32}

@@ -7,11 +7,19 @@ module {
   rank.input_decl @y : memref<4x2xf32> role "label" batch_axis "dp"
   rank.param_decl @w : memref<4x2xf32> init <normal, 0.000000e+00, 5.000000e-01>
   rank.param_decl @b : memref<2xf32> init <zeros>
-  func.func @plan_step() {
+  rank.state_decl @w.exp_avg : memref<4x2xf32>
+  rank.state_decl @w.exp_avg_sq : memref<4x2xf32>
+  rank.state_decl @b.exp_avg : memref<2xf32>
+  rank.state_decl @b.exp_avg_sq : memref<2xf32>
+  func.func @plan_step() attributes {rank.expected_bytes = array<i64: 40, 40, 80>} {
     %0 = rank.input @x : memref<4x4xf32>
     %1 = rank.input @y : memref<4x2xf32>
     %2 = rank.param @w : memref<4x2xf32>
     %3 = rank.param @b : memref<2xf32>
+    %m0 = rank.state @w.exp_avg : memref<4x2xf32>
+    %v0 = rank.state @w.exp_avg_sq : memref<4x2xf32>
+    %m1 = rank.state @b.exp_avg : memref<2xf32>
+    %v1 = rank.state @b.exp_avg_sq : memref<2xf32>
     %4 = rank.alloc : memref<4x2xf32>
     rank.matmul %0, %2 into %4 {transpose_lhs = false, transpose_rhs = false} : memref<4x4xf32>, memref<4x2xf32> -> memref<4x2xf32>
     %5 = rank.alloc : memref<4x2xf32>
@@ -31,8 +39,8 @@ module {
     %11 = rank.alloc : memref<4x2xf32>
     rank.matmul %0, %9 into %11 {transpose_lhs = true, transpose_rhs = false} : memref<4x4xf32>, memref<4x2xf32> -> memref<4x2xf32>
     rank.all_reduce %11 over ["dp"] : memref<4x2xf32>
-    rank.adamw_update %2, %11 {beta1 = 0.899999976 : f32, beta2 = 9.990000e-01 : f32, eps = 9.99999993E-9 : f32, lr = 1.000000e-03 : f32, param_index = 0 : i64, weight_decay = 0.000000e+00 : f32} : memref<4x2xf32>, memref<4x2xf32>
-    rank.adamw_update %3, %10 {beta1 = 0.899999976 : f32, beta2 = 9.990000e-01 : f32, eps = 9.99999993E-9 : f32, lr = 1.000000e-03 : f32, param_index = 1 : i64, weight_decay = 0.000000e+00 : f32} : memref<2xf32>, memref<2xf32>
+    rank.adamw_update %2, %11, %m0, %v0 {beta1 = 0.899999976 : f32, beta2 = 9.990000e-01 : f32, eps = 9.99999993E-9 : f32, lr = 1.000000e-03 : f32, weight_decay = 0.000000e+00 : f32} : memref<4x2xf32>, memref<4x2xf32>, memref<4x2xf32>, memref<4x2xf32>
+    rank.adamw_update %3, %10, %m1, %v1 {beta1 = 0.899999976 : f32, beta2 = 9.990000e-01 : f32, eps = 9.99999993E-9 : f32, lr = 1.000000e-03 : f32, weight_decay = 0.000000e+00 : f32} : memref<2xf32>, memref<2xf32>, memref<2xf32>, memref<2xf32>
     rank.report_loss %7 : memref<f32>
     return
   }
@@ -47,17 +55,22 @@ module {
 // CHECK: call_opaque "planrt::mse_loss"({{.*}}6.250000e-02 : f32]}
 // Mesh axis dp is bit 0 of the mask.
 // CHECK: call_opaque "planrt::all_reduce_sum"(%{{.*}}) {args = [0 : index, 1 : index, 1]}
-// AdamW's arguments in planrt's order: index, lr, beta1, beta2, eps, decay.
-// CHECK: call_opaque "planrt::adamw_update"({{.*}}) {args = [0 : index, 1 : index, 2 : index, 0, 1.000000e-03 : f32, 0.899999976 : f32, 9.990000e-01 : f32, 9.99999993E-9 : f32, 0.000000e+00 : f32]}
+// AdamW's arguments in planrt's order: parameter, gradient, both moments,
+// lr, beta1, beta2, eps, decay.
+// CHECK: call_opaque "planrt::adamw_update"({{.*}}) {args = [0 : index, 1 : index, 2 : index, 3 : index, 4 : index, 1.000000e-03 : f32, 0.899999976 : f32, 9.990000e-01 : f32, 9.99999993E-9 : f32, 0.000000e+00 : f32]}
 // CHECK: call_opaque "planrt::report_loss"
 // CHECK: emitc.func @plan_setup(%[[C:.*]]: !emitc.ptr<!emitc.opaque<"planrt::Context">>) attributes {specifiers = ["static"]}
 // CHECK: call_opaque "planrt::declare_mesh_axis"(%[[C]]) {args = [0 : index, #emitc.opaque<"\22dp\22">, 2]}
 // Name, ndim, 4 dims, init kind (2 = normal), mean, std.
 // CHECK: call_opaque "planrt::declare_param"(%[[C]]) {args = [0 : index, #emitc.opaque<"\22w\22">, 2, 4, 2, 1, 1, #emitc.opaque<"2">, 0.000000e+00 : f32, 5.000000e-01 : f32]}
 // CHECK: call_opaque "planrt::declare_param"(%[[C]]) {args = [0 : index, #emitc.opaque<"\22b\22">, 1, 2, 1, 1, 1, #emitc.opaque<"0">
+// Optimizer state: name, ndim, local dims (zero at the start).
+// CHECK: call_opaque "planrt::declare_state"(%[[C]]) {args = [0 : index, #emitc.opaque<"\22w.exp_avg\22">, 2, 4, 2, 1, 1]}
 // Name, role (1 = label), ndim, local dims, batch axis index.
 // CHECK: call_opaque "planrt::declare_input"(%[[C]]) {args = [0 : index, #emitc.opaque<"\22y\22">, 1, 2, 4, 2, 1, 1, 0]}
 // CHECK: call_opaque "planrt::set_training"(%[[C]]) {args = [0 : index, 3, 1, 8, 0]}
+// The per-rank bytes of parameters, gradients and state, checked by planrt.
+// CHECK: call_opaque "planrt::expect_bytes"(%[[C]]) {args = [0 : index, 40, 40, 80]}
 // CHECK-LABEL: emitc.func @main(
 // CHECK: call_opaque "planrt::run"(%arg0, %arg1) {args = [0 : index, 1 : index, #emitc.opaque<"\22plan\22">, #emitc.opaque<"plan_setup">, #emitc.opaque<"plan_step">]}
 // Nothing of the rank level is left.

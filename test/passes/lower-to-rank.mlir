@@ -14,7 +14,7 @@ module {
     %4 = plan.all_reduce %3 over ["dp"] {plan.sharding = #plan.sharding<@mesh, []>} : tensor<f32>
     return %4 : tensor<f32>
   }
-  func.func @train_step(%arg0: tensor<8x4xf32> {plan.kind = "input", plan.name = "x", plan.sharding = #plan.sharding<@mesh, [[dp], []]>}, %arg1: tensor<8x2xf32> {plan.kind = "label", plan.name = "y", plan.sharding = #plan.sharding<@mesh, [[dp], []]>}, %arg2: tensor<4x2xf32> {plan.init = #plan.init<normal, 0.000000e+00, 5.000000e-01>, plan.kind = "param", plan.name = "w", plan.sharding = #plan.sharding<@mesh, [[], []]>}, %arg3: tensor<2xf32> {plan.init = #plan.init<zeros>, plan.kind = "param", plan.name = "b", plan.sharding = #plan.sharding<@mesh, [[]]>}) -> (tensor<f32> {plan.result = "loss"}, tensor<f32> {plan.result = "grad_sumsq"}, tensor<4x2xf32>, tensor<2xf32>) attributes {plan.train_step} {
+  func.func @train_step(%arg0: tensor<8x4xf32> {plan.kind = "input", plan.name = "x", plan.sharding = #plan.sharding<@mesh, [[dp], []]>}, %arg1: tensor<8x2xf32> {plan.kind = "label", plan.name = "y", plan.sharding = #plan.sharding<@mesh, [[dp], []]>}, %arg2: tensor<4x2xf32> {plan.init = #plan.init<normal, 0.000000e+00, 5.000000e-01>, plan.kind = "param", plan.name = "w", plan.sharding = #plan.sharding<@mesh, [[], []]>}, %arg3: tensor<2xf32> {plan.init = #plan.init<zeros>, plan.kind = "param", plan.name = "b", plan.sharding = #plan.sharding<@mesh, [[]]>}, %m0: tensor<4x2xf32> {plan.kind = "state", plan.name = "w.exp_avg", plan.sharding = #plan.sharding<@mesh, [[], []]>}, %v0: tensor<4x2xf32> {plan.kind = "state", plan.name = "w.exp_avg_sq", plan.sharding = #plan.sharding<@mesh, [[], []]>}, %m1: tensor<2xf32> {plan.kind = "state", plan.name = "b.exp_avg", plan.sharding = #plan.sharding<@mesh, [[]]>}, %v1: tensor<2xf32> {plan.kind = "state", plan.name = "b.exp_avg_sq", plan.sharding = #plan.sharding<@mesh, [[]]>}) -> (tensor<f32> {plan.result = "loss"}, tensor<f32> {plan.result = "grad_sumsq"}, tensor<4x2xf32>, tensor<2xf32>, tensor<4x2xf32> {plan.result = "state"}, tensor<4x2xf32> {plan.result = "state"}, tensor<2xf32> {plan.result = "state"}, tensor<2xf32> {plan.result = "state"}) attributes {plan.train_step} {
     %0 = plan.matmul %arg0, %arg2 {plan.sharding = #plan.sharding<@mesh, [[dp], []]>} : tensor<8x4xf32>, tensor<4x2xf32> -> tensor<8x2xf32>
     %1 = plan.bias_add %0, %arg3 {plan.sharding = #plan.sharding<@mesh, [[dp], []]>} : tensor<8x2xf32>, tensor<2xf32>
     %2 = plan.relu %1 {plan.sharding = #plan.sharding<@mesh, [[dp], []]>} : tensor<8x2xf32>
@@ -29,9 +29,9 @@ module {
     %11 = plan.sumsq %10 {plan.sharding = #plan.sharding<@mesh, []>} : tensor<4x2xf32> -> tensor<f32>
     %12 = plan.sumsq %8 {plan.sharding = #plan.sharding<@mesh, []>} : tensor<2xf32> -> tensor<f32>
     %13 = plan.add %11, %12 {plan.sharding = #plan.sharding<@mesh, []>} : tensor<f32>
-    %14 = plan.adamw_update %arg2, %10 {beta1 = 0.899999976 : f32, beta2 = 9.990000e-01 : f32, eps = 9.99999993E-9 : f32, lr = 1.000000e-03 : f32, plan.sharding = #plan.sharding<@mesh, [[], []]>, weight_decay = 0.000000e+00 : f32} : tensor<4x2xf32>
-    %15 = plan.adamw_update %arg3, %8 {beta1 = 0.899999976 : f32, beta2 = 9.990000e-01 : f32, eps = 9.99999993E-9 : f32, lr = 1.000000e-03 : f32, plan.sharding = #plan.sharding<@mesh, [[]]>, weight_decay = 0.000000e+00 : f32} : tensor<2xf32>
-    return %4, %13, %14, %15 : tensor<f32>, tensor<f32>, tensor<4x2xf32>, tensor<2xf32>
+    %14:3 = plan.adamw_update %arg2, %10, %m0, %v0 {beta1 = 0.899999976 : f32, beta2 = 9.990000e-01 : f32, eps = 9.99999993E-9 : f32, lr = 1.000000e-03 : f32, plan.sharding = [#plan.sharding<@mesh, [[], []]>, #plan.sharding<@mesh, [[], []]>, #plan.sharding<@mesh, [[], []]>], weight_decay = 0.000000e+00 : f32} : tensor<4x2xf32>
+    %15:3 = plan.adamw_update %arg3, %8, %m1, %v1 {beta1 = 0.899999976 : f32, beta2 = 9.990000e-01 : f32, eps = 9.99999993E-9 : f32, lr = 1.000000e-03 : f32, plan.sharding = [#plan.sharding<@mesh, [[]]>, #plan.sharding<@mesh, [[]]>, #plan.sharding<@mesh, [[]]>], weight_decay = 0.000000e+00 : f32} : tensor<2xf32>
+    return %4, %13, %14#0, %15#0, %14#1, %14#2, %15#1, %15#2 : tensor<f32>, tensor<f32>, tensor<4x2xf32>, tensor<2xf32>, tensor<4x2xf32>, tensor<4x2xf32>, tensor<2xf32>, tensor<2xf32>
   }
 }
 
@@ -40,6 +40,9 @@ module {
 // CHECK-DAG: rank.input_decl @y : memref<4x2xf32> role "label" batch_axis "dp"
 // CHECK-DAG: rank.param_decl @w : memref<4x2xf32> init <normal, 0.000000e+00, 5.000000e-01>
 // CHECK-DAG: rank.param_decl @b : memref<2xf32> init <zeros>
+// The AdamW moments are declared state with the parameters' layouts.
+// CHECK-DAG: rank.state_decl @w.exp_avg : memref<4x2xf32>
+// CHECK-DAG: rank.state_decl @b.exp_avg_sq : memref<2xf32>
 // The global functions are gone.
 // CHECK-NOT: func.func @m
 // CHECK-LABEL: func.func @plan_step()
@@ -52,9 +55,10 @@ module {
 // CHECK: rank.all_reduce %[[LOSS]] over ["dp"] : memref<f32>
 // CHECK: rank.matmul %[[X]], %{{.*}} into %[[GW:.*]] {transpose_lhs = true, transpose_rhs = false}
 // CHECK: rank.all_reduce %[[GW]] over ["dp"] : memref<4x2xf32>
-// Updates write the parameter buffers in place.
-// CHECK: rank.adamw_update %[[W]], %[[GW]] {{{.*}}param_index = 0 : i64
-// CHECK: rank.adamw_update {{.*}}param_index = 1 : i64
+// Updates write the parameter and state buffers in place.
+// CHECK: rank.adamw_update %[[W]], %[[GW]], %[[M0:.*]], %[[V0:.*]] {
+// CHECK: rank.adamw_update
+// CHECK-NOT: rank.copy
 // CHECK: rank.report_loss %[[LOSS]] : memref<f32>
 // CHECK-NEXT: rank.report_grad_norm %{{.*}} : memref<f32>
 // CHECK-NEXT: return

@@ -316,6 +316,10 @@ void report_loss(Context *ctx, const Tensor *loss);
 void mul(Context *ctx, const Tensor *a, const Tensor *b, Tensor *out);
 void sub(Context *ctx, const Tensor *a, const Tensor *b, Tensor *out);
 void scale(Context *ctx, const Tensor *x, Tensor *out, float factor);
+/// out = x (same shapes). planc copies a parameter or optimizer state whose
+/// new value was computed elsewhere (e.g. gathered after a ZeRO update) back
+/// into its persistent buffer.
+void copy(Context *ctx, const Tensor *x, Tensor *out);
 /// SiLU: x * sigmoid(x); dx = dy * d silu(x) / dx.
 void silu(Context *ctx, const Tensor *x, Tensor *out);
 void silu_grad(Context *ctx, const Tensor *x, const Tensor *dy, Tensor *dx);
