@@ -71,6 +71,20 @@ struct ExpandReshardsPass
 };
 } // namespace
 
+/// ZeRO stage 1 reduces gradients whole (each rank keeps all of them, as
+/// DeepSpeed's stage 1 does) and slices its shard for the update; stage 2
+/// reduce-scatters them.
+static bool keepWholeGradients(ReshardOp rs, StringRef axis) {
+  auto module = rs->getParentOfType<ModuleOp>();
+  int64_t stage = 0;
+  for (auto par : module.getOps<ParallelOp>())
+    stage = par.getZeroStage();
+  return stage == 1 && axis == "dp" &&
+         llvm::all_of(rs->getUsers(), [](Operation *user) {
+           return isa<AdamWUpdateOp, SgdUpdateOp, ClipByNormOp, SumSqOp>(user);
+         });
+}
+
 static LogicalResult expand(ReshardOp rs) {
   MLIRContext *ctx = rs.getContext();
   ShardingAttr fromAttr = getSharding(rs.getInput()), to = rs.getSharding();
@@ -117,6 +131,9 @@ static LogicalResult expand(ReshardOp rs) {
       if (cur.extendsTo(d, a, want.dims[d]))
         scatterDim = d;
     cur.partial.remove(a);
+    // ZeRO-1 keeps whole gradients: reduce them, then take the shard.
+    if (scatterDim && keepWholeGradients(rs, a))
+      scatterDim.reset();
     if (scatterDim && trivial(a)) {
       cur.dims[*scatterDim].push_back(a);
     } else if (scatterDim && succeeded(plain(*scatterDim))) {

@@ -99,10 +99,8 @@ void LowerRankToEmitCPass::runOnOperation() {
          "precision = " + train.getPrecision());
   refuse(train, train.getCheckpointDir().has_value(), "checkpoint");
   for (auto par : module.getOps<plan::ParallelOp>())
-    refuse(par,
-           par.getMicrobatches() > 1 || par.getZeroStage() > 0 ||
-               par.getRecompute() != "none",
-           "microbatching, ZeRO and recompute (plan.parallel)");
+    refuse(par, par.getMicrobatches() > 1 || par.getRecompute() != "none",
+           "microbatching and recompute (plan.parallel)");
   if (refused)
     return signalPassFailure();
   auto name = module.getSymName();

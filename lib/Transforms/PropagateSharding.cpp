@@ -69,6 +69,9 @@ struct DimState {
   bool closed = false;   // a seed: propagation never changes it
   bool anchored = false; // the layout of a parameter
   LocationAttr origin;   // where the claim comes from (for errors)
+  // axes[weakFrom..] hold only at weakPrio (a ZeRO refinement).
+  size_t weakFrom = SIZE_MAX;
+  int weakPrio = kOpen;
 };
 
 /// A mesh axis splits one dimension of a tensor: a claim on an axis that
@@ -87,6 +90,11 @@ struct Choice {
   SmallVector<StringRef, 2> axes;
   SmallVector<int64_t> segments; // carried by dimensions the op passes on
   int prio = kOpen;
+  // axes[weakFrom..] refine the claim with a weaker one (ZeRO's split of
+  // optimizer state over dp on top of the tensor-parallel split); they are
+  // the first to go when an axis is contested.
+  size_t weakFrom = SIZE_MAX;
+  int weakPrio = kOpen;
   bool anchored = false;
   LocationAttr origin;
   Value from; // the tensor the claim was read from
@@ -115,7 +123,7 @@ public:
   /// whether an unsplit dimension is fixed (a user's) or left open for
   /// propagation (a policy's, ZeRO's).
   LogicalResult seed(Value v, ShardingAttr s, ArrayRef<StringRef> origins,
-                     bool anchored, Location loc) {
+                     bool anchored, Location loc, bool closeAll = false) {
     auto type = cast<RankedTensorType>(v.getType());
     if (s.getRank() != type.getRank())
       return mlir::emitError(loc) << "sharding " << s << " has " << s.getRank()
@@ -131,9 +139,15 @@ public:
       st.axes.assign(s.getDimAxes(d));
       st.segments.assign(s.getDimSegments(d).begin(),
                          s.getDimSegments(d).end());
-      if (st.axes.empty() && origin != "user" && origin != "data")
+      if (st.axes.empty() && origin != "user" && origin != "data" && !closeAll)
         continue; // open
-      st.prio = priorityOf(origin);
+      // "policy/zero": the last axis is ZeRO's refinement of the rest.
+      auto [strong, weak] = origin.split('/');
+      st.prio = priorityOf(strong);
+      if (!weak.empty() && !st.axes.empty()) {
+        st.weakFrom = st.axes.size() - 1;
+        st.weakPrio = priorityOf(weak);
+      }
       st.closed = true;
       st.anchored = anchored;
       st.origin = loc;
@@ -142,6 +156,10 @@ public:
   }
 
   LogicalResult propagate(func::FuncOp f);
+  /// ZeRO: splits every AdamW moment (stage >= 1) and, at stage 3, every
+  /// parameter over `dp` as well, on the first dimension the split divides,
+  /// on top of the layout propagation gave the parameter.
+  void splitForZero(func::FuncOp f, int64_t stage);
   LogicalResult materialize(func::FuncOp f);
 
 private:
@@ -196,6 +214,7 @@ private:
 FailureOr<SmallVector<Choice>> Propagator::resolve(Operation *op,
                                                    const Rule &rule) {
   SmallVector<Choice> choice(rule.factors.size());
+  SmallVector<SmallVector<Choice, 2>, 4> others(rule.factors.size());
   for (Slot s : slots(op, rule)) {
     SmallVector<DimState> &ds = dims(s.value);
     for (auto [d, rd] : llvm::enumerate(*s.dims)) {
@@ -239,8 +258,36 @@ FailureOr<SmallVector<Choice>> Propagator::resolve(Operation *op,
       }
       bool better =
           st.prio < c.prio || (st.prio == c.prio && st.anchored && !c.anchored);
-      if (better)
-        c = {st.axes, carried, st.prio, st.anchored, st.origin, s.value};
+      Choice cand;
+      cand.axes = st.axes;
+      cand.segments = carried;
+      cand.prio = st.prio;
+      cand.anchored = st.anchored;
+      cand.origin = st.origin;
+      cand.from = s.value;
+      cand.weakFrom = std::min(st.weakFrom, st.axes.size());
+      cand.weakPrio = st.weakPrio;
+      if (better) {
+        if (c.prio < kOpen)
+          others[f].push_back(c);
+        c = cand;
+      } else {
+        others[f].push_back(cand);
+      }
+    }
+  }
+  // A weaker claim that splits a factor further than the chosen one (the
+  // chosen axes followed by more) refines it.
+  for (auto [f, c] : llvm::enumerate(choice)) {
+    c.weakFrom = std::min(c.weakFrom, c.axes.size());
+    for (const Choice &o : others[f]) {
+      ArrayRef<StringRef> base = ArrayRef(c.axes).take_front(c.weakFrom);
+      if (o.axes.size() > c.axes.size() && o.segments == c.segments &&
+          ArrayRef(o.axes).take_front(base.size()) == base) {
+        c.axes = o.axes;
+        c.weakPrio =
+            std::max(o.prio, o.weakFrom < o.axes.size() ? o.weakPrio : o.prio);
+      }
     }
   }
   // A dimension made of several factors ([B * S] of a reshape) is split
@@ -251,23 +298,42 @@ FailureOr<SmallVector<Choice>> Propagator::resolve(Operation *op,
       for (const Rule::Dim &d : t)
         for (size_t k = 1; k < d.factors.size(); ++k)
           choice[d.factors[k]].axes.clear();
-  // One mesh axis splits at most one factor: the strongest claim keeps it.
-  SmallVector<int64_t> order(rule.factors.size());
-  for (auto [i, o] : llvm::enumerate(order))
-    o = i;
-  llvm::stable_sort(order, [&](int64_t a, int64_t b) {
-    return std::make_pair(choice[a].prio, !choice[a].anchored) <
-           std::make_pair(choice[b].prio, !choice[b].anchored);
+  // One mesh axis splits at most one factor: the strongest claim keeps it
+  // (a refinement counts at its own, weaker priority).
+  struct Part {
+    int64_t factor;
+    bool weak;
+    int prio;
+  };
+  SmallVector<Part> parts;
+  for (auto [f, c] : llvm::enumerate(choice)) {
+    parts.push_back({(int64_t)f, false, c.prio});
+    if (c.weakFrom < c.axes.size())
+      parts.push_back({(int64_t)f, true, c.weakPrio});
+  }
+  llvm::stable_sort(parts, [&](const Part &a, const Part &b) {
+    return std::make_tuple(a.prio, !choice[a.factor].anchored, a.weak) <
+           std::make_tuple(b.prio, !choice[b.factor].anchored, b.weak);
   });
   llvm::StringSet<> used;
-  for (int64_t f : order) {
-    auto &axes = choice[f].axes;
-    size_t keep = 0;
-    while (keep < axes.size() && !used.contains(axes[keep]))
+  SmallVector<bool> cut(choice.size(), false);
+  for (const Part &part : parts) {
+    Choice &c = choice[part.factor];
+    if (part.weak && cut[part.factor])
+      continue;
+    size_t begin = part.weak ? c.weakFrom : 0;
+    size_t end =
+        part.weak ? c.axes.size() : std::min(c.weakFrom, c.axes.size());
+    size_t keep = begin;
+    while (keep < end && !used.contains(c.axes[keep]))
       ++keep;
-    axes.truncate(keep);
-    for (StringRef a : axes)
-      used.insert(a);
+    for (size_t k = begin; k < keep; ++k)
+      used.insert(c.axes[k]);
+    if (keep < end) {
+      c.axes.truncate(keep);
+      cut[part.factor] = true;
+    }
+    c.weakFrom = std::min(c.weakFrom, c.axes.size());
   }
   return choice;
 }
@@ -286,16 +352,36 @@ void Propagator::push(Operation *op, const Rule &rule,
                        [&](int64_t f) { return !choice[f].axes.empty(); }))
         continue;
       DimState &st = ds[d];
-      if (st.closed || c.prio >= st.prio)
+      // ZeRO's storage split reaches arguments only where it is seeded (a
+      // parameter is split by it only at stage 3).
+      if (st.closed ||
+          (isa<BlockArgument>(s.value) && c.prio >= priorityOf("zero")))
         continue;
-      if (axisTaken(ds, d, c.axes, c.prio))
+      // A refinement extends what a tensor already has (never a
+      // parameter's own layout: that is ZeRO-3's, seeded explicitly).
+      bool refines =
+          c.axes.size() > st.axes.size() && st.prio < kOpen &&
+          ArrayRef(c.axes).take_front(st.axes.size()) == ArrayRef(st.axes) &&
+          !isa<BlockArgument>(s.value);
+      if (!refines && c.prio >= st.prio)
         continue;
+      if (axisTaken(ds, d, c.axes, std::min(c.prio, st.prio)))
+        continue;
+      if (refines && c.prio >= st.prio) {
+        st.weakFrom = std::min(st.weakFrom, st.axes.size());
+        st.weakPrio = c.weakFrom < c.axes.size() ? c.weakPrio : c.prio;
+        st.axes = c.axes;
+        changed = true;
+        continue;
+      }
       st.axes = c.axes;
       st.segments =
           rd.segments.empty() ? c.segments : SmallVector<int64_t>(rd.segments);
       st.prio = c.prio;
       st.anchored = c.anchored;
       st.origin = c.origin;
+      st.weakFrom = c.weakFrom;
+      st.weakPrio = c.weakPrio;
       changed = true;
     }
   }
@@ -305,8 +391,14 @@ void Propagator::push(Operation *op, const Rule &rule,
 /// argument it updates): the stronger claim per dimension wins.
 void Propagator::unify(Value a, Value b) {
   SmallVector<DimState> &da = dims(a), &db = dims(b);
+  // As in push: ZeRO's split reaches an argument only where it is seeded.
+  auto storageIntoArg = [&](Value to, const DimState &from) {
+    return isa<BlockArgument>(to) && from.prio >= priorityOf("zero");
+  };
   for (size_t d = 0; d < da.size() && d < db.size(); ++d) {
     DimState &x = da[d], &y = db[d];
+    if (storageIntoArg(b, x) || storageIntoArg(a, y))
+      continue;
     if (x.prio < y.prio && !y.closed && !axisTaken(db, d, x.axes, x.prio)) {
       y = x;
       y.closed = false;
@@ -341,6 +433,63 @@ LogicalResult Propagator::visit(Operation *op) {
         unify(arg, ret.getOperand(i));
   }
   return success();
+}
+
+void Propagator::splitForZero(func::FuncOp f, int64_t stage) {
+  int64_t dp = mesh.getAxisSize("dp");
+  if (dp <= 1)
+    return;
+  auto kindOf = [&](Value v) -> StringRef {
+    auto arg = dyn_cast<BlockArgument>(v);
+    if (!arg || arg.getOwner()->getParentOp() != f)
+      return "";
+    auto k = f.getArgAttrOfType<StringAttr>(arg.getArgNumber(), kKindAttr);
+    return k ? k.getValue() : "";
+  };
+  f.walk([&](Operation *op) {
+    if (!isa<AdamWUpdateOp, SgdUpdateOp>(op) ||
+        kindOf(op->getOperand(0)) != "param")
+      return;
+    Value param = op->getOperand(0);
+    SmallVector<Value> targets;
+    for (Value v : op->getOperands().drop_front(2))
+      if (kindOf(v) == "state")
+        targets.push_back(v);
+    if (stage >= 3)
+      targets.push_back(param);
+    if (targets.empty())
+      return;
+    auto type = cast<RankedTensorType>(param.getType());
+    SmallVector<DimState> &pd = dims(param);
+    if (llvm::any_of(pd, [](const DimState &st) {
+          return llvm::is_contained(st.axes, "dp");
+        }))
+      return;
+    for (int64_t d = 0; d < type.getRank(); ++d) {
+      ArrayRef<StringRef> axes = pd[d].prio < kOpen
+                                     ? ArrayRef<StringRef>(pd[d].axes)
+                                     : ArrayRef<StringRef>();
+      // Splitting a packed q/k/v dimension further would move its segments.
+      if (!pd[d].segments.empty() && !axes.empty())
+        continue;
+      if ((type.getDimSize(d) / product(axes)) % dp != 0)
+        continue;
+      for (Value t : targets) {
+        DimState &st = dims(t)[d];
+        // The parameter's split holds as strongly as before; dp on top of
+        // it is ZeRO's, the weakest claim.
+        st.prio = axes.empty() ? priorityOf("zero") : pd[d].prio;
+        st.axes.assign(axes.begin(), axes.end());
+        st.weakFrom = st.axes.size();
+        st.weakPrio = priorityOf("zero");
+        st.axes.push_back("dp");
+        st.segments.clear();
+        st.closed = true;
+        st.anchored = true;
+      }
+      return;
+    }
+  });
 }
 
 LogicalResult Propagator::propagate(func::FuncOp f) {
@@ -383,9 +532,28 @@ LogicalResult Propagator::materialize(func::FuncOp f) {
     return ShardingAttr::get(ctx, meshRef, ArrayAttr::get(ctx, d),
                              ArrayAttr::get(ctx, {}), ArrayAttr::get(ctx, seg));
   };
-  for (BlockArgument arg : f.getArguments())
-    if (isa<RankedTensorType>(arg.getType()))
-      f.setArgAttr(arg.getArgNumber(), kShardingAttr, toAttr(arg));
+  // Each argument's layout, and how strongly each dimension holds it (so
+  // that the forward function weighs its parameters as the step did).
+  for (BlockArgument arg : f.getArguments()) {
+    if (!isa<RankedTensorType>(arg.getType()))
+      continue;
+    f.setArgAttr(arg.getArgNumber(), kShardingAttr, toAttr(arg));
+    SmallVector<std::string> origins;
+    for (DimState &st : dims(arg)) {
+      auto name = [](int prio) {
+        return prio == 2 ? "zero" : prio == 1 ? "policy" : "user";
+      };
+      std::string o = name(st.prio);
+      if (st.weakFrom + 1 == st.axes.size())
+        o += std::string("/") + name(st.weakPrio);
+      origins.push_back(o);
+    }
+    if (llvm::any_of(origins, [](StringRef o) { return o != "user"; })) {
+      SmallVector<StringRef> refs(origins.begin(), origins.end());
+      f.setArgAttr(arg.getArgNumber(), kShardingOriginAttr,
+                   Builder(f.getContext()).getStrArrayAttr(refs));
+    }
+  }
 
   // First every op's factors, so that each op can see how its results'
   // users will take them; then the results' layouts, in program order.
@@ -472,6 +640,9 @@ struct PropagateShardingPass
       module.emitError() << "expected a plan.mesh op";
       return signalPassFailure();
     }
+    int64_t zeroStage = 0;
+    for (auto par : module.getOps<ParallelOp>())
+      zeroStage = par.getZeroStage();
     SmallVector<func::FuncOp> funcs = distributedFunctions(module);
     func::FuncOp step = funcs.empty() || !funcs[0]->hasAttr(kTrainStepAttr)
                             ? func::FuncOp()
@@ -486,10 +657,13 @@ struct PropagateShardingPass
         ShardingAttr s = getSharding(arg);
         SmallVector<StringRef> origins = readOrigins(
             f.getArgAttr(i, kShardingOriginAttr), isParam ? "user" : "data");
-        // The forward function holds parameters as the step decided.
-        if (f != step && step && i < step.getNumArguments()) {
+        // The forward function holds parameters exactly as the step
+        // decided, each dimension's claim as strong as it was there.
+        bool exact = f != step && step && i < step.getNumArguments();
+        if (exact) {
           s = getSharding(step.getArgument(i));
-          origins = {"user"};
+          origins =
+              readOrigins(step.getArgAttr(i, kShardingOriginAttr), "user");
         }
         if (!s && !isParam)
           s = ShardingAttr::getReplicated(
@@ -497,7 +671,7 @@ struct PropagateShardingPass
               cast<RankedTensorType>(arg.getType()).getRank());
         if (!s)
           continue; // open: propagation decides
-        if (failed(p.seed(arg, s, origins, isParam, arg.getLoc())))
+        if (failed(p.seed(arg, s, origins, isParam, arg.getLoc(), exact)))
           return signalPassFailure();
       }
       WalkResult seeded = f.walk([&](ShardingConstraintOp c) {
@@ -507,8 +681,16 @@ struct PropagateShardingPass
           return WalkResult::interrupt();
         return WalkResult::advance();
       });
-      if (seeded.wasInterrupted() || failed(p.propagate(f)) ||
-          failed(p.materialize(f)))
+      if (seeded.wasInterrupted() || failed(p.propagate(f)))
+        return signalPassFailure();
+      // ZeRO splits the optimizer state (and parameters) of the layouts
+      // found so far; propagating again carries it to the updates.
+      if (f == step && zeroStage > 0) {
+        p.splitForZero(f, zeroStage);
+        if (failed(p.propagate(f)))
+          return signalPassFailure();
+      }
+      if (failed(p.materialize(f)))
         return signalPassFailure();
     }
   }
