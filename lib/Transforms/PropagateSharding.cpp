@@ -544,7 +544,7 @@ LogicalResult Propagator::materialize(func::FuncOp f) {
         return prio == 2 ? "zero" : prio == 1 ? "policy" : "user";
       };
       std::string o = name(st.prio);
-      if (st.weakFrom + 1 == st.axes.size())
+      if (st.weakFrom < st.axes.size() && st.weakFrom + 1 == st.axes.size())
         o += std::string("/") + name(st.weakPrio);
       origins.push_back(o);
     }
