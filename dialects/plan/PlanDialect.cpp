@@ -309,9 +309,17 @@ SmallVector<int64_t> planc::plan::getLocalShape(ArrayRef<int64_t> shape,
 
 int64_t MeshOp::getNumRanks() {
   int64_t n = 1;
-  for (int64_t s : getShape())
-    n *= s;
+  for (auto [a, s] : llvm::zip(getAxes(), getShape()))
+    if (!isSequential(cast<StringAttr>(a).getValue()))
+      n *= s;
   return n;
+}
+
+bool MeshOp::isSequential(StringRef name) {
+  auto seq = getSequential();
+  return seq && llvm::any_of(*seq, [&](Attribute a) {
+           return cast<StringAttr>(a).getValue() == name;
+         });
 }
 
 int64_t MeshOp::getAxisIndex(StringRef name) {

@@ -20,17 +20,25 @@ def Plan_MeshOp : Plan_Op<"mesh", [Symbol]> {
   let description = [{
     The ranks of a run arranged as a grid. Axes are listed outermost first;
     the last axis varies fastest across consecutive ranks (within a node).
+    Axes named in `sequential` are not spread over ranks but over time: a
+    tensor split over one is processed one block after the other on the
+    same rank (microbatches, axis "mb"), and a pending sum over it is
+    accumulated.
 
     ```mlir
     plan.mesh @mesh axes = ["dp"] shape = [2]
+    plan.mesh @mesh axes = ["dp", "mb"] shape = [2, 4] {sequential = ["mb"]}
     ```
   }];
   let arguments = (ins SymbolNameAttr:$sym_name, StrArrayAttr:$axes,
-                       DenseI64ArrayAttr:$shape);
+                       DenseI64ArrayAttr:$shape,
+                       OptionalAttr<StrArrayAttr>:$sequential);
   let assemblyFormat = "$sym_name `axes` `=` $axes `shape` `=` $shape attr-dict";
   let hasVerifier = 1;
   let extraClassDeclaration = [{
     int64_t getNumRanks();
+    /// Whether axis `name` is iterated in time rather than spread over ranks.
+    bool isSequential(::llvm::StringRef name);
     /// Index of axis `name`, or -1.
     int64_t getAxisIndex(::llvm::StringRef name);
     int64_t getAxisSize(::llvm::StringRef name);

@@ -112,6 +112,36 @@ def Rank_InputOp : Rank_Op<"input", [Pure,
   let assemblyFormat = "$name attr-dict `:` type($result)";
 }
 
+def Rank_MicrobatchLoopOp : Rank_Op<"microbatch_loop",
+    [SingleBlock, NoTerminator]> {
+  let summary = "Runs its body once per microbatch";
+  let description = [{
+    The body's argument is the microbatch index, from 0 to `count` - 1.
+    Scratch buffers allocated in the body live for one iteration; buffers
+    that outlive the loop (gradient accumulators) are allocated before it.
+
+    ```mlir
+    rank.microbatch_loop 4 {
+    ^bb0(%mb: index):
+      %x = rank.rows %input, %mb of 4 : memref<8x16xi32> -> memref<2x16xi32>
+      ...
+    }
+    ```
+  }];
+  let arguments = (ins I64Attr:$count);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = "$count $body attr-dict";
+}
+
+def Rank_RowsOp : Rank_Op<"rows", [Pure]> {
+  let summary = "Block `index` of `count` along dimension 0 (a view)";
+  let arguments = (ins Rank_DataBuffer:$source, Index:$index, I64Attr:$count);
+  let results = (outs Rank_DataBuffer:$result);
+  let assemblyFormat = [{
+    $source `,` $index `of` $count attr-dict `:` type($source) `->` type($result)
+  }];
+}
+
 def Rank_AllocOp : Rank_Op<"alloc"> {
   let summary = "A scratch buffer that lives until the end of the step";
   let results = (outs Res<Rank_F32Buffer, "", [MemAlloc]>:$result);

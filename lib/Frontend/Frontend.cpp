@@ -313,7 +313,8 @@ OwningOpRef<ModuleOp> Sema::run(ArrayRef<SourceFile> files) {
     }
   }
   auto mesh = MeshOp::create(b, ploc, "mesh", b.getStrArrayAttr(meshAxes),
-                             b.getDenseI64ArrayAttr(sizes));
+                             b.getDenseI64ArrayAttr(sizes),
+                             /*sequential=*/ArrayAttr());
   meshRef = FlatSymbolRefAttr::get(mesh.getSymNameAttr());
 
   Location tloc = trainSec ? loc(trainSec) : loc(modelSec);

@@ -99,8 +99,7 @@ void LowerRankToEmitCPass::runOnOperation() {
          "precision = " + train.getPrecision());
   refuse(train, train.getCheckpointDir().has_value(), "checkpoint");
   for (auto par : module.getOps<plan::ParallelOp>())
-    refuse(par, par.getMicrobatches() > 1 || par.getRecompute() != "none",
-           "microbatching and recompute (plan.parallel)");
+    refuse(par, par.getRecompute() != "none", "recompute (plan.parallel)");
   if (refused)
     return signalPassFailure();
   auto name = module.getSymName();
@@ -127,9 +126,11 @@ void LowerRankToEmitCPass::runOnOperation() {
     OpBuilder::InsertionGuard g(b);
     b.setInsertionPointToStart(setupBody);
     CallBuilder c(b, setup.getArgument(0));
+    // Sequential axes (microbatches) are loops, not ranks.
     for (auto [axis, size] : llvm::zip(mesh.getAxes(), mesh.getShape()))
-      c.call(mesh.getLoc(), "planrt::declare_mesh_axis", {},
-             {c.str(cast<StringAttr>(axis).getValue()), c.i64(size)});
+      if (!mesh.isSequential(cast<StringAttr>(axis).getValue()))
+        c.call(mesh.getLoc(), "planrt::declare_mesh_axis", {},
+               {c.str(cast<StringAttr>(axis).getValue()), c.i64(size)});
     int64_t declared = 0;
     for (auto p : module.getOps<rk::ParamDeclOp>()) {
       SmallVector<Attribute> a{c.str(p.getSymName())};
@@ -226,68 +227,101 @@ void LowerRankToEmitCPass::runOnOperation() {
         out.push_back(vals.lookup(v));
       return out;
     };
-    for (Operation &op : src.getBody().front()) {
-      Location loc = op.getLoc();
-      if (auto p = dyn_cast<rk::ParamOp>(op)) {
-        vals[p] = c.call(loc, "planrt::param", {},
-                         {c.i64(paramIdx.lookup(p.getName()))}, tensorType);
-      } else if (auto st = dyn_cast<rk::StateOp>(op)) {
-        vals[st] = c.call(loc, "planrt::state", {},
-                          {c.i64(stateIdx.lookup(st.getName()))}, tensorType);
-      } else if (auto in = dyn_cast<rk::InputOp>(op)) {
-        vals[in] = c.call(loc, "planrt::input", {},
-                          {c.i64(inputIdx.lookup(in.getName()))}, tensorType);
-      } else if (auto alloc = dyn_cast<rk::AllocOp>(op)) {
-        vals[alloc] = c.call(loc, "planrt::alloc", {}, c.shape(alloc.getType()),
-                             tensorType);
-      } else if (auto obs = dyn_cast<rk::ObserveOp>(op)) {
-        c.call(loc, "planrt::observe", operands(&op), {c.str(obs.getName())});
-      } else if (auto view = dyn_cast<rk::ViewOp>(op)) {
-        vals[view] = c.call(loc, "planrt::view", operands(&op),
-                            c.shape(view.getType()), tensorType);
-      } else if (isa<rk::AllReduceOp, rk::AllReduceMaxOp>(op)) {
-        int64_t mask = 0;
-        for (Attribute a : op.getAttrOfType<ArrayAttr>("axes")) {
-          int64_t i = mesh.getAxisIndex(cast<StringAttr>(a).getValue());
-          if (i < 0) {
-            op.emitError() << "unknown mesh axis " << a;
-            return ec::FuncOp();
-          }
-          mask |= int64_t(1) << i;
+    // One call per op; a microbatch loop becomes a C++ for loop whose body
+    // runs in the scratch memory of one iteration.
+    std::function<LogicalResult(Block &)> emitBlock = [&](Block &block) {
+      for (Operation &op : block) {
+        Location loc = op.getLoc();
+        if (auto loop = dyn_cast<rk::MicrobatchLoopOp>(op)) {
+          // int64_t, as planrt takes it.
+          Type idx = b.getI64Type();
+          Value lb =
+              ec::ConstantOp::create(b, loc, idx, b.getI64IntegerAttr(0));
+          Value ub = ec::ConstantOp::create(
+              b, loc, idx, b.getI64IntegerAttr(loop.getCount()));
+          Value one =
+              ec::ConstantOp::create(b, loc, idx, b.getI64IntegerAttr(1));
+          auto forOp = ec::ForOp::create(b, loc, lb, ub, one);
+          Block &loopBody = loop.getBody().front();
+          vals[loopBody.getArgument(0)] = forOp.getInductionVar();
+          OpBuilder::InsertionGuard g(b);
+          b.setInsertionPointToStart(forOp.getBody());
+          Value mark =
+              c.call(loc, "planrt::arena_mark", {}, {}, b.getI64Type());
+          if (failed(emitBlock(loopBody)))
+            return failure();
+          c.call(loc, "planrt::arena_release", {mark}, {});
+          continue;
         }
-        c.call(loc,
-               isa<rk::AllReduceOp>(op) ? "planrt::all_reduce_sum"
-                                        : "planrt::all_reduce_max",
-               operands(&op), {c.i64(mask)});
-      } else if (auto callOp = dyn_cast<rk::RuntimeCallOpInterface>(op)) {
-        SmallVector<Attribute> attrs;
-        for (StringRef attrName : callOp.getRuntimeAttrNames()) {
-          Attribute a = op.getAttr(attrName);
-          // Mesh axes are passed by index; none is -1.
-          if (attrName.ends_with("axis") && (!a || isa<StringAttr>(a))) {
-            StringRef axis = a ? cast<StringAttr>(a).getValue() : "";
-            int64_t i = axis.empty() ? -1 : mesh.getAxisIndex(axis);
-            if (!axis.empty() && i < 0) {
-              op.emitError() << "unknown mesh axis '" << axis << "'";
-              return ec::FuncOp();
+        if (auto rows = dyn_cast<rk::RowsOp>(op)) {
+          vals[rows] = c.call(loc, "planrt::rows", operands(&op),
+                              {c.i64(rows.getCount())}, tensorType);
+          continue;
+        }
+        if (auto p = dyn_cast<rk::ParamOp>(op)) {
+          vals[p] = c.call(loc, "planrt::param", {},
+                           {c.i64(paramIdx.lookup(p.getName()))}, tensorType);
+        } else if (auto st = dyn_cast<rk::StateOp>(op)) {
+          vals[st] = c.call(loc, "planrt::state", {},
+                            {c.i64(stateIdx.lookup(st.getName()))}, tensorType);
+        } else if (auto in = dyn_cast<rk::InputOp>(op)) {
+          vals[in] = c.call(loc, "planrt::input", {},
+                            {c.i64(inputIdx.lookup(in.getName()))}, tensorType);
+        } else if (auto alloc = dyn_cast<rk::AllocOp>(op)) {
+          vals[alloc] = c.call(loc, "planrt::alloc", {},
+                               c.shape(alloc.getType()), tensorType);
+        } else if (auto obs = dyn_cast<rk::ObserveOp>(op)) {
+          c.call(loc, "planrt::observe", operands(&op), {c.str(obs.getName())});
+        } else if (auto view = dyn_cast<rk::ViewOp>(op)) {
+          vals[view] = c.call(loc, "planrt::view", operands(&op),
+                              c.shape(view.getType()), tensorType);
+        } else if (isa<rk::AllReduceOp, rk::AllReduceMaxOp>(op)) {
+          int64_t mask = 0;
+          for (Attribute a : op.getAttrOfType<ArrayAttr>("axes")) {
+            int64_t i = mesh.getAxisIndex(cast<StringAttr>(a).getValue());
+            if (i < 0) {
+              op.emitError() << "unknown mesh axis " << a;
+              return failure();
             }
-            attrs.push_back(c.i64(i));
-            continue;
+            mask |= int64_t(1) << i;
           }
-          if (!a) {
-            op.emitError() << "lacks attribute '" << attrName << "'";
-            return ec::FuncOp();
+          c.call(loc,
+                 isa<rk::AllReduceOp>(op) ? "planrt::all_reduce_sum"
+                                          : "planrt::all_reduce_max",
+                 operands(&op), {c.i64(mask)});
+        } else if (auto callOp = dyn_cast<rk::RuntimeCallOpInterface>(op)) {
+          SmallVector<Attribute> attrs;
+          for (StringRef attrName : callOp.getRuntimeAttrNames()) {
+            Attribute a = op.getAttr(attrName);
+            // Mesh axes are passed by index; none is -1.
+            if (attrName.ends_with("axis") && (!a || isa<StringAttr>(a))) {
+              StringRef axis = a ? cast<StringAttr>(a).getValue() : "";
+              int64_t i = axis.empty() ? -1 : mesh.getAxisIndex(axis);
+              if (!axis.empty() && i < 0) {
+                op.emitError() << "unknown mesh axis '" << axis << "'";
+                return failure();
+              }
+              attrs.push_back(c.i64(i));
+              continue;
+            }
+            if (!a) {
+              op.emitError() << "lacks attribute '" << attrName << "'";
+              return failure();
+            }
+            attrs.push_back(a);
           }
-          attrs.push_back(a);
+          c.call(loc, callOp.getRuntimeCallee(), operands(&op), attrs);
+        } else if (isa<func::ReturnOp>(op)) {
+          ec::ReturnOp::create(b, loc, Value());
+        } else {
+          op.emitError() << "no EmitC lowering for '" << op.getName() << "'";
+          return failure();
         }
-        c.call(loc, callOp.getRuntimeCallee(), operands(&op), attrs);
-      } else if (isa<func::ReturnOp>(op)) {
-        ec::ReturnOp::create(b, loc, Value());
-      } else {
-        op.emitError() << "no EmitC lowering for '" << op.getName() << "'";
-        return ec::FuncOp();
       }
-    }
+      return success();
+    };
+    if (failed(emitBlock(src.getBody().front())))
+      return ec::FuncOp();
     return emitFn;
   };
   func::FuncOp forward = module.lookupSymbol<func::FuncOp>("plan_forward");

@@ -110,6 +110,20 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
   b.setInsertionPointToStart(body);
   int64_t numParams = 0;
   int64_t paramBytes = 0, gradBytes = 0, stateBytes = 0;
+  // A sequential mesh axis (microbatches): see the loop below.
+  StringRef seqAxis;
+  int64_t seqSize = 1;
+  for (auto [a, n] : llvm::zip(mesh.getAxes(), mesh.getShape()))
+    if (mesh.isSequential(cast<StringAttr>(a).getValue()) && n > 1) {
+      seqAxis = cast<StringAttr>(a).getValue();
+      seqSize = n;
+    }
+  SmallVector<BlockArgument> seqInputs;
+  auto withRows = [](ArrayRef<int64_t> shape, int64_t rows) {
+    SmallVector<int64_t> out(shape);
+    out[0] = rows;
+    return out;
+  };
   DenseMap<Value, int64_t> paramIndex;
   for (BlockArgument arg : src.getArguments()) {
     unsigned i = arg.getArgNumber();
@@ -152,6 +166,19 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
     ShardingAttr s = getSharding(arg);
     SmallVector<StringRef> batchAxes =
         s.getRank() > 0 ? s.getDimAxes(0) : SmallVector<StringRef>();
+    // Microbatches are blocks of this rank's rows, taken in the loop.
+    if (!seqAxis.empty() && llvm::is_contained(batchAxes, seqAxis)) {
+      if (batchAxes.back() != seqAxis) {
+        src.emitError() << "input '" << name.getValue()
+                        << "' must be split over the microbatch axis last";
+        return failure();
+      }
+      batchAxes.pop_back();
+      type = MemRefType::get(
+          withRows(type->getShape(), type->getDimSize(0) * seqSize),
+          type->getElementType());
+      seqInputs.push_back(arg);
+    }
     for (int64_t d = 1; d < s.getRank(); ++d)
       if (!s.getDimAxes(d).empty()) {
         src.emitError() << "input '" << name.getValue()
@@ -254,6 +281,48 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
   DenseMap<Value, SmallVector<Value>> valuesOf;
   for (BlockArgument arg : src.getArguments())
     valuesOf[rootOf(buf.lookup(arg))].push_back(arg);
+  // Microbatching. The ops that touch the sequential axis (a tensor split
+  // over it, or a pending sum over it) run in a loop, one microbatch per
+  // iteration; a reduction that resolves the sum over it accumulates into a
+  // buffer allocated before the loop (and reduces over the other axes after
+  // it). Ops that need none of the loop's values run before it (a gathered
+  // ZeRO-3 parameter), the rest after it (the optimizer).
+  enum Phase { Pre, Loop, Post };
+  auto involvesSeq = [&](Value v) {
+    ShardingAttr s = getSharding(v);
+    if (!s || seqAxis.empty())
+      return false;
+    if (llvm::is_contained(s.getPartialAxes(), seqAxis))
+      return true;
+    for (int64_t d = 0; d < s.getRank(); ++d)
+      if (llvm::is_contained(s.getDimAxes(d), seqAxis))
+        return true;
+    return false;
+  };
+  DenseMap<Value, Phase> phaseOf;
+  for (BlockArgument arg : src.getArguments())
+    phaseOf[arg] = Pre;
+  rk::MicrobatchLoopOp loop;
+  Block *loopBody = nullptr;
+  Block *body0 = body;
+  auto ensureLoop = [&](Location loc) {
+    if (loop)
+      return;
+    OpBuilder::InsertionGuard g(b);
+    b.setInsertionPointToEnd(body0);
+    loop = rk::MicrobatchLoopOp::create(b, loc, b.getI64IntegerAttr(seqSize));
+    loopBody = &loop.getBody().emplaceBlock();
+    Value mb = loopBody->addArgument(b.getIndexType(), loc);
+    b.setInsertionPointToStart(loopBody);
+    for (BlockArgument arg : seqInputs) {
+      auto t = cast<MemRefType>(buf.lookup(arg).getType());
+      auto part =
+          MemRefType::get(withRows(t.getShape(), t.getDimSize(0) / seqSize),
+                          t.getElementType());
+      buf[arg] = rk::RowsOp::create(b, loc, part, buf.lookup(arg), mb,
+                                    b.getI64IntegerAttr(seqSize));
+    }
+  };
   for (Operation &op : src.getBody().front()) {
     Location loc = op.getLoc();
     // Registered once the op is lowered (this runs at every `continue`).
@@ -262,6 +331,66 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
         if (Value bv = buf.lookup(r))
           valuesOf[rootOf(bv)].push_back(r);
     });
+    Phase phase = Pre;
+    bool accumulates = false;
+    if (!seqAxis.empty()) {
+      bool inLoop = llvm::any_of(op.getOperands(), involvesSeq) ||
+                    llvm::any_of(op.getResults(), involvesSeq);
+      accumulates = isa<AllReduceOp>(op) && involvesSeq(op.getOperand(0)) &&
+                    !involvesSeq(op.getResult(0));
+      if (accumulates) {
+        phase = Post;
+      } else if (inLoop) {
+        phase = Loop;
+      } else {
+        for (Value v : op.getOperands())
+          phase = std::max(
+              phase, phaseOf.lookup(v) == Loop ? Post : phaseOf.lookup(v));
+        if (isa<func::ReturnOp>(op))
+          phase = Post;
+      }
+      if (phase == Loop &&
+          (isa<AllGatherOp, AllSliceOp, AllToAllOp, ReduceScatterOp>(op) &&
+           op.getAttrOfType<StringAttr>("axis").getValue() == seqAxis)) {
+        op.emitError() << "moves data between microbatches, which run one "
+                          "after the other; not supported";
+        return failure();
+      }
+      if (phase == Loop) {
+        ensureLoop(loc);
+        b.setInsertionPointToEnd(loopBody);
+      } else if (phase == Pre && loop) {
+        b.setInsertionPoint(loop);
+      } else {
+        b.setInsertionPointToEnd(body0);
+      }
+      for (Value r : op.getResults())
+        phaseOf[r] = phase;
+    }
+    if (accumulates) {
+      auto ar = cast<AllReduceOp>(op);
+      Value part = buf.lookup(ar.getInput());
+      Value acc;
+      {
+        OpBuilder::InsertionGuard g(b);
+        b.setInsertionPoint(loop);
+        acc = rk::AllocOp::create(b, loc, cast<MemRefType>(part.getType()));
+        rk::FillOp::create(b, loc, acc, b.getF32FloatAttr(0));
+        b.setInsertionPointToEnd(loopBody);
+        rk::AddOp::create(b, loc, TypeRange(), ValueRange{acc, part, acc},
+                          ArrayRef<NamedAttribute>());
+      }
+      SmallVector<Attribute> rest;
+      for (Attribute a : ar.getAxes())
+        if (cast<StringAttr>(a).getValue() != seqAxis)
+          rest.push_back(a);
+      if (!rest.empty())
+        rk::AllReduceOp::create(b, loc, acc, b.getArrayAttr(rest));
+      buf[ar.getResult()] = acc;
+      continue;
+    }
+    // A reference compares whole tensors of step 1: not per microbatch.
+    bool inLoop = phase == Loop;
     auto in = [&](unsigned i) { return buf.lookup(op.getOperand(i)); };
     if (isa<func::ReturnOp>(op) && !isStep) {
       // The forward function's result (the loss) is not needed: generation
@@ -554,10 +683,12 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
     if (!ok)
       return failure();
     // The loss's prediction is what a reference implementation compares.
-    if (isa<MseLossOp, CrossEntropyOp>(op))
+    if (isa<MseLossOp, CrossEntropyOp>(op) && !inLoop)
       rk::ObserveOp::create(b, loc, in(0), b.getStringAttr("logits"));
   }
 
+  if (loop)
+    b.setInsertionPointToEnd(body0);
   // What this rank holds for the training state, for the runtime to check.
   if (isStep)
     rankFunc->setAttr(

@@ -630,6 +630,24 @@ LogicalResult Propagator::materialize(func::FuncOp f) {
   return success();
 }
 
+/// `s` without the sequential axes: the forward function (generation) runs
+/// all of a rank's samples at once.
+static ShardingAttr withoutSequentialAxes(ShardingAttr s, MeshOp mesh) {
+  if (!s || !mesh.getSequential())
+    return s;
+  Builder b(s.getContext());
+  SmallVector<Attribute> dims;
+  for (int64_t d = 0; d < s.getRank(); ++d) {
+    SmallVector<StringRef> axes;
+    for (StringRef a : s.getDimAxes(d))
+      if (!mesh.isSequential(a))
+        axes.push_back(a);
+    dims.push_back(b.getStrArrayAttr(axes));
+  }
+  return ShardingAttr::get(s.getContext(), s.getMesh(), b.getArrayAttr(dims),
+                           s.getPartial(), s.getSegments());
+}
+
 namespace {
 struct PropagateShardingPass
     : public planc::impl::PropagateShardingBase<PropagateShardingPass> {
@@ -661,7 +679,7 @@ struct PropagateShardingPass
         // decided, each dimension's claim as strong as it was there.
         bool exact = f != step && step && i < step.getNumArguments();
         if (exact) {
-          s = getSharding(step.getArgument(i));
+          s = withoutSequentialAxes(getSharding(step.getArgument(i)), mesh);
           origins =
               readOrigins(step.getArgAttr(i, kShardingOriginAttr), "user");
         }
@@ -675,6 +693,9 @@ struct PropagateShardingPass
           return signalPassFailure();
       }
       WalkResult seeded = f.walk([&](ShardingConstraintOp c) {
+        // The forward function has no microbatches.
+        if (f != step && step)
+          c.setShardingAttr(withoutSequentialAxes(c.getSharding(), mesh));
         if (failed(p.seed(c.getResult(), c.getSharding(),
                           readOrigins(c->getAttr(kShardingOriginAttr), "user"),
                           /*anchored=*/false, c.getLoc())))

@@ -30,13 +30,16 @@ struct SeedShardingPass
 
   /// Splits dimension `dim` of argument `arg` over `axis` unless the
   /// argument already has a layout.
-  void seed(func::FuncOp f, BlockArgument arg, int64_t dim, StringRef axis,
-            StringRef origin, ArrayRef<int64_t> segments = {}) {
+  void seed(func::FuncOp f, BlockArgument arg, int64_t dim,
+            ArrayRef<StringRef> axis, StringRef origin,
+            ArrayRef<int64_t> segments = {}) {
     unsigned i = arg.getArgNumber();
     if (getSharding(arg))
       return;
     auto type = cast<RankedTensorType>(arg.getType());
-    int64_t n = mesh.getAxisSize(axis);
+    int64_t n = 1;
+    for (StringRef a : axis)
+      n *= mesh.getAxisSize(a);
     bool divides =
         segments.empty()
             ? type.getDimSize(dim) % n == 0
@@ -45,7 +48,7 @@ struct SeedShardingPass
       return; // the frontend reported it where the layer is written
     Builder b(f.getContext());
     SmallVector<Attribute> dims(type.getRank(), b.getArrayAttr({}));
-    dims[dim] = b.getStrArrayAttr({axis});
+    dims[dim] = b.getStrArrayAttr(axis);
     SmallVector<Attribute> seg;
     if (!segments.empty()) {
       seg.assign(type.getRank(), b.getDenseI64ArrayAttr({}));
@@ -82,7 +85,7 @@ struct SeedShardingPass
       return;
     if (BlockArgument w = weightOf(mm))
       if (cast<RankedTensorType>(w.getType()).getRank() == 2)
-        seed(f, w, mm.getTransposeRhs() ? 0 : 1, "tp", "policy", segments);
+        seed(f, w, mm.getTransposeRhs() ? 0 : 1, {"tp"}, "policy", segments);
   }
 
   /// Sequence parallelism: what enters a norm is split along the sequence
@@ -109,10 +112,13 @@ struct SeedShardingPass
       }
       OpBuilder b(op);
       SmallVector<Attribute> dims(3, b.getArrayAttr({}));
-      dims[0] = b.getStrArrayAttr({"dp"});
+      SmallVector<StringRef> batch;
+      if (mesh.getAxisIndex("dp") >= 0)
+        batch.push_back("dp");
+      if (mesh.isSequential("mb"))
+        batch.push_back("mb");
+      dims[0] = b.getStrArrayAttr(batch);
       dims[1] = b.getStrArrayAttr({"tp"});
-      if (mesh.getAxisIndex("dp") < 0)
-        dims[0] = b.getArrayAttr({});
       auto sharding = ShardingAttr::get(
           f.getContext(), FlatSymbolRefAttr::get(mesh.getSymNameAttr()),
           b.getArrayAttr(dims), b.getArrayAttr({}));
@@ -139,17 +145,39 @@ void SeedShardingPass::runOnOperation() {
     par = p;
   bool megatron =
       par && par.getTensorPolicy() == "megatron" && mesh.getAxisSize("tp") > 1;
+  // Microbatches are a sequential mesh axis "mb": each rank's samples are
+  // split over it like over dp, and processed one block after the other
+  // (the pipeline schedules its own microbatches).
+  int64_t microbatches = par ? par.getMicrobatches() : 1;
+  bool pipelined = mesh.getAxisSize("pp") > 1;
+  if (microbatches > 1 && !pipelined && mesh.getAxisIndex("mb") < 0) {
+    OpBuilder b(mesh);
+    SmallVector<Attribute> axes(mesh.getAxes().begin(), mesh.getAxes().end());
+    axes.push_back(b.getStringAttr("mb"));
+    SmallVector<int64_t> shape(mesh.getShape());
+    shape.push_back(microbatches);
+    auto seq = MeshOp::create(
+        b, mesh.getLoc(), mesh.getSymName(), b.getArrayAttr(axes),
+        b.getDenseI64ArrayAttr(shape), b.getStrArrayAttr({"mb"}));
+    mesh.erase();
+    mesh = seq;
+  }
   for (auto f : module.getOps<func::FuncOp>()) {
     if (!f->hasAttr(kModelAttr))
       continue;
     // Samples over the data-parallel axis (kept even when dp = 1, so that
-    // every plan's inputs are declared alike).
+    // every plan's inputs are declared alike), then over microbatches.
+    SmallVector<StringRef> batchAxes;
     if (mesh.getAxisIndex("dp") >= 0)
+      batchAxes.push_back("dp");
+    if (mesh.isSequential("mb"))
+      batchAxes.push_back("mb");
+    if (!batchAxes.empty())
       for (BlockArgument arg : f.getArguments()) {
         auto kind =
             f.getArgAttrOfType<StringAttr>(arg.getArgNumber(), kKindAttr);
         if (kind && (kind.getValue() == "input" || kind.getValue() == "label"))
-          seed(f, arg, 0, "dp", "data");
+          seed(f, arg, 0, batchAxes, "data");
       }
     if (!megatron)
       continue;
@@ -168,7 +196,7 @@ void SeedShardingPass::runOnOperation() {
         column(f, producer(ce.getLogits()));
       } else if (auto e = dyn_cast<EmbeddingOp>(op)) {
         if (auto table = dyn_cast<BlockArgument>(e.getTable()))
-          seed(f, table, 0, "tp", "policy");
+          seed(f, table, 0, {"tp"}, "policy");
       }
     });
   }

@@ -434,6 +434,7 @@ void *arena_alloc(Context *ctx, size_t bytes) {
 
 void arena_reset(Context *ctx) {
   ctx->scratch.clear();
+  ctx->marks.clear();
   if (ctx->chunks.size() > 1) {
     // The last step needed several chunks: replace them by one that holds
     // all of them, so that later steps allocate nothing.
@@ -450,6 +451,30 @@ void arena_reset(Context *ctx) {
   }
   ctx->chunk_offset = 0;
   ctx->arena_used = 0;
+}
+
+int64_t arena_mark(Context *ctx) {
+  check_ctx(ctx, "arena_mark");
+  ctx->marks.push_back({ctx->chunks.size(), ctx->chunk_offset,
+                        ctx->scratch.size(), ctx->arena_used});
+  return (int64_t)ctx->marks.size() - 1;
+}
+
+void arena_release(Context *ctx, int64_t mark) {
+  check_ctx(ctx, "arena_release");
+  if (mark < 0 || mark >= (int64_t)ctx->marks.size())
+    fatal("arena_release: no mark %lld (%zu marks held)", (long long)mark,
+          ctx->marks.size());
+  Context::ArenaMark m = ctx->marks[mark];
+  ctx->marks.resize(mark + 1);
+  ctx->scratch.resize(m.scratch);
+  // Memory handed out since the mark is free again. Chunks added since
+  // stay (the next step's reset merges them), so the release only rewinds
+  // when the allocations fitted in the marked chunk.
+  if (ctx->chunks.size() == m.chunks) {
+    ctx->chunk_offset = m.offset;
+    ctx->arena_used = m.used;
+  }
 }
 
 void arena_free_all(Context *ctx) {

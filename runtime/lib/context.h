@@ -111,6 +111,10 @@ struct Context {
   std::vector<ArenaChunk> chunks;
   size_t chunk_offset = 0; // used bytes of chunks.back()
   std::deque<Tensor> scratch;
+  struct ArenaMark {
+    size_t chunks, offset, scratch, used;
+  };
+  std::vector<ArenaMark> marks; // arena_mark / arena_release
   size_t arena_used = 0; // bytes handed out by the arena in this step
   size_t arena_peak = 0; // the most of any step
 

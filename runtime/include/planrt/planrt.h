@@ -205,6 +205,16 @@ Tensor *alloc(Context *ctx, int64_t ndim, int64_t d0, int64_t d1, int64_t d2,
 /// the end of the current step, like alloc().
 Tensor *view(Context *ctx, Tensor *src, int64_t ndim, int64_t d0, int64_t d1,
              int64_t d2, int64_t d3);
+/// A view of block `index` of `count` equal blocks of src along dimension 0
+/// (microbatch `index` of the rows this rank holds); valid until the end of
+/// the current step, like view().
+Tensor *rows(Context *ctx, Tensor *src, int64_t index, int64_t count);
+/// Scratch memory taken after arena_mark() is given back by
+/// arena_release(mark) (with the tensor headers made since): the body of a
+/// microbatch loop runs in the memory of one microbatch. Marks nest; a
+/// release also drops the marks taken after it.
+int64_t arena_mark(Context *ctx);
+void arena_release(Context *ctx, int64_t mark);
 /// Every element of t = value (converted to int32 for an I32 tensor).
 void fill(Context *ctx, Tensor *t, float value);
 
