@@ -133,6 +133,15 @@ def Rank_MicrobatchLoopOp : Rank_Op<"microbatch_loop",
   let assemblyFormat = "$count $body attr-dict";
 }
 
+def Rank_SubviewOp : Rank_Op<"subview", [Pure]> {
+  let summary = "Elements [offset, offset + size) of a buffer, with a shape (a view)";
+  let arguments = (ins Rank_F32Buffer:$source, I64Attr:$offset);
+  let results = (outs Rank_F32Buffer:$result);
+  let assemblyFormat = [{
+    $source `[` $offset `]` attr-dict `:` type($source) `->` type($result)
+  }];
+}
+
 def Rank_RowsOp : Rank_Op<"rows", [Pure]> {
   let summary = "Block `index` of `count` along dimension 0 (a view)";
   let arguments = (ins Rank_DataBuffer:$source, Index:$index, I64Attr:$count);
@@ -456,6 +465,24 @@ def Rank_AllReduceOp : Rank_Op<"all_reduce"> {
   let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead, MemWrite]>:$buffer,
                        StrArrayAttr:$axes);
   let assemblyFormat = "$buffer `over` $axes attr-dict `:` type($buffer)";
+}
+
+def Rank_AllReduceStartOp : Rank_Op<"all_reduce_start"> {
+  let summary = "Starts an in-place sum over `axes` without waiting for it";
+  let description = [{
+    A gradient bucket is reduced as soon as its gradients are final, while
+    the rest of backward runs; `rank.collective_wait` with the same slot
+    waits for it before the buffer is used again.
+  }];
+  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead, MemWrite]>:$buffer,
+                       StrArrayAttr:$axes, I64Attr:$slot);
+  let assemblyFormat = "$buffer `over` $axes `slot` $slot attr-dict `:` type($buffer)";
+}
+
+def Rank_CollectiveWaitOp : Rank_Op<"collective_wait"> {
+  let summary = "Waits for the collective started on `slot`";
+  let arguments = (ins I64Attr:$slot);
+  let assemblyFormat = "`slot` $slot attr-dict";
 }
 
 def Rank_AllReduceMaxOp : Rank_Op<"all_reduce_max"> {

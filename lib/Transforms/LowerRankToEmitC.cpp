@@ -253,6 +253,17 @@ void LowerRankToEmitCPass::runOnOperation() {
           c.call(loc, "planrt::arena_release", {mark}, {});
           continue;
         }
+        if (auto sv = dyn_cast<rk::SubviewOp>(op)) {
+          SmallVector<Attribute> a{c.i64(sv.getOffset())};
+          append_range(a, c.shape(sv.getType()));
+          vals[sv] =
+              c.call(loc, "planrt::subview", operands(&op), a, tensorType);
+          continue;
+        }
+        if (auto w = dyn_cast<rk::CollectiveWaitOp>(op)) {
+          c.call(loc, "planrt::collective_wait", {}, {c.i64(w.getSlot())});
+          continue;
+        }
         if (auto rows = dyn_cast<rk::RowsOp>(op)) {
           vals[rows] = c.call(loc, "planrt::rows", operands(&op),
                               {c.i64(rows.getCount())}, tensorType);
@@ -275,7 +286,8 @@ void LowerRankToEmitCPass::runOnOperation() {
         } else if (auto view = dyn_cast<rk::ViewOp>(op)) {
           vals[view] = c.call(loc, "planrt::view", operands(&op),
                               c.shape(view.getType()), tensorType);
-        } else if (isa<rk::AllReduceOp, rk::AllReduceMaxOp>(op)) {
+        } else if (isa<rk::AllReduceOp, rk::AllReduceMaxOp,
+                       rk::AllReduceStartOp>(op)) {
           int64_t mask = 0;
           for (Attribute a : op.getAttrOfType<ArrayAttr>("axes")) {
             int64_t i = mesh.getAxisIndex(cast<StringAttr>(a).getValue());
@@ -285,10 +297,14 @@ void LowerRankToEmitCPass::runOnOperation() {
             }
             mask |= int64_t(1) << i;
           }
-          c.call(loc,
-                 isa<rk::AllReduceOp>(op) ? "planrt::all_reduce_sum"
-                                          : "planrt::all_reduce_max",
-                 operands(&op), {c.i64(mask)});
+          if (auto start = dyn_cast<rk::AllReduceStartOp>(op))
+            c.call(loc, "planrt::all_reduce_sum_start", operands(&op),
+                   {c.i64(mask), c.i64(start.getSlot())});
+          else
+            c.call(loc,
+                   isa<rk::AllReduceOp>(op) ? "planrt::all_reduce_sum"
+                                            : "planrt::all_reduce_max",
+                   operands(&op), {c.i64(mask)});
         } else if (auto callOp = dyn_cast<rk::RuntimeCallOpInterface>(op)) {
           SmallVector<Attribute> attrs;
           for (StringRef attrName : callOp.getRuntimeAttrNames()) {

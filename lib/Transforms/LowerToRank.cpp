@@ -119,6 +119,13 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
       seqSize = n;
     }
   SmallVector<BlockArgument> seqInputs;
+  auto localElems = [&](Value v) {
+    auto t = cast<RankedTensorType>(v.getType());
+    int64_t n = 1;
+    for (int64_t d : getLocalShape(t.getShape(), getSharding(v), mesh))
+      n *= d;
+    return n;
+  };
   auto withRows = [](ArrayRef<int64_t> shape, int64_t rows) {
     SmallVector<int64_t> out(shape);
     out[0] = rows;
@@ -281,6 +288,85 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
   DenseMap<Value, SmallVector<Value>> valuesOf;
   for (BlockArgument arg : src.getArguments())
     valuesOf[rootOf(buf.lookup(arg))].push_back(arg);
+  // Gradient buckets (data parallelism): consecutive reductions over dp are
+  // grouped until a bucket holds bucket_mb; their values are computed into
+  // one buffer, whose all-reduce starts as soon as the last of them is
+  // final, without waiting, so that it overlaps the rest of backward; the
+  // first use of any of them waits for it. A bucket closes early where a
+  // member's reduced value is needed before the next member is ready. (With
+  // microbatches the gradients are final only after the loop: no buckets.)
+  struct Bucket {
+    Value buffer;
+    int64_t elems = 0;
+    Operation *last = nullptr; // the reduction that starts it
+    bool waited = false;
+  };
+  SmallVector<Bucket> buckets;
+  DenseMap<Value, std::pair<unsigned, int64_t>>
+      bucketSlice;                     // value -> (bucket, offset)
+  DenseMap<Value, unsigned> reducedIn; // reduced value -> bucket
+  if (isStep && seqAxis.empty()) {
+    double mb = 25.0;
+    for (auto par : src->getParentOfType<ModuleOp>().getOps<ParallelOp>())
+      mb = par.getBucketMb().convertToDouble();
+    int64_t limit = std::max<int64_t>(1, int64_t(mb * 1024 * 1024 / 4));
+    DenseMap<Operation *, unsigned> pos;
+    for (auto [i, o] : llvm::enumerate(src.getBody().front()))
+      pos[&o] = i;
+    auto firstUse = [&](Value v) {
+      unsigned p = ~0u;
+      for (Operation *u : v.getUsers())
+        p = std::min(p, pos.lookup(u));
+      return p;
+    };
+    SmallVector<AllReduceOp> open;
+    int64_t openElems = 0;
+    auto close = [&]() {
+      if (open.empty())
+        return;
+      Bucket bk;
+      bk.elems = openElems;
+      bk.last = open.back();
+      unsigned index = buckets.size();
+      int64_t offset = 0;
+      for (AllReduceOp ar : open) {
+        bucketSlice[ar.getInput()] = {index, offset};
+        reducedIn[ar.getResult()] = index;
+        offset += localElems(ar.getInput());
+      }
+      buckets.push_back(bk);
+      open.clear();
+      openElems = 0;
+    };
+    for (Operation &o : src.getBody().front()) {
+      auto ar = dyn_cast<AllReduceOp>(o);
+      if (!ar || !llvm::all_of(ar.getAxes(), [](Attribute a) {
+            return cast<StringAttr>(a).getValue() == "dp";
+          }))
+        continue;
+      Operation *def = ar.getInput().getDefiningOp();
+      // Gradients, not the loss (a scalar reported at the end).
+      if (!def || !ar.getInput().hasOneUse() ||
+          cast<RankedTensorType>(ar.getType()).getRank() == 0 ||
+          !isa<ShardingRuleOpInterface>(def) ||
+          isa<ReshapeOp, CrossEntropyOp, CrossEntropyGradOp,
+              ShardingConstraintOp, SgdUpdateOp, AdamWUpdateOp>(def))
+        continue;
+      if (llvm::any_of(open, [&](AllReduceOp m) {
+            return firstUse(m.getResult()) < pos[&o];
+          }))
+        close();
+      open.push_back(ar);
+      openElems += localElems(ar.getInput());
+      if (openElems >= limit)
+        close();
+    }
+    close();
+    for (Bucket &bk : buckets)
+      bk.buffer = rk::AllocOp::create(
+          b, src.getLoc(), MemRefType::get({bk.elems}, b.getF32Type()));
+  }
+
   // Microbatching. The ops that touch the sequential axis (a tensor split
   // over it, or a pending sum over it) run in a loop, one microbatch per
   // iteration; a reduction that resolves the sum over it accumulates into a
@@ -367,6 +453,14 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
       for (Value r : op.getResults())
         phaseOf[r] = phase;
     }
+    // The first use of a bucketed gradient waits for its bucket.
+    for (Value v : op.getOperands()) {
+      auto it = reducedIn.find(v);
+      if (it == reducedIn.end() || buckets[it->second].waited)
+        continue;
+      rk::CollectiveWaitOp::create(b, loc, b.getI64IntegerAttr(it->second));
+      buckets[it->second].waited = true;
+    }
     if (accumulates) {
       auto ar = cast<AllReduceOp>(op);
       Value part = buf.lookup(ar.getInput());
@@ -439,6 +533,14 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
         ar.emitError() << "the reduced value has later uses; not supported "
                           "yet";
         return failure();
+      }
+      if (auto it = reducedIn.find(ar.getResult()); it != reducedIn.end()) {
+        Bucket &bk = buckets[it->second];
+        if (bk.last == &op)
+          rk::AllReduceStartOp::create(b, loc, bk.buffer, ar.getAxes(),
+                                       b.getI64IntegerAttr(it->second));
+        buf[ar.getResult()] = in(0);
+        continue;
       }
       rk::AllReduceOp::create(b, loc, in(0), ar.getAxes());
       buf[ar.getResult()] = in(0);
@@ -554,7 +656,12 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
       FailureOr<MemRefType> type = localType(result, &op);
       if (failed(type))
         return failure();
-      outs.push_back(rk::AllocOp::create(b, loc, *type));
+      if (auto it = bucketSlice.find(result); it != bucketSlice.end())
+        outs.push_back(rk::SubviewOp::create(
+            b, loc, *type, buckets[it->second.first].buffer,
+            b.getI64IntegerAttr(it->second.second)));
+      else
+        outs.push_back(rk::AllocOp::create(b, loc, *type));
       buf[result] = outs.back();
     }
     Value out = outs.front();

@@ -54,7 +54,10 @@ module {
 // CHECK: rank.mse_loss {{.*}} into %[[LOSS:.*]] {scale = 6.250000e-02 : f32}
 // CHECK: rank.all_reduce %[[LOSS]] over ["dp"] : memref<f32>
 // CHECK: rank.matmul %[[X]], %{{.*}} into %[[GW:.*]] {transpose_lhs = true, transpose_rhs = false}
-// CHECK: rank.all_reduce %[[GW]] over ["dp"] : memref<4x2xf32>
+// The gradients are reduced in one bucket, started once both are final and
+// waited for before their first use.
+// CHECK: rank.all_reduce_start %[[BUCKET:.*]] over ["dp"] slot 0 : memref<10xf32>
+// CHECK: rank.collective_wait slot 0
 // Updates write the parameter and state buffers in place.
 // CHECK: rank.adamw_update %[[W]], %[[GW]], %[[M0:.*]], %[[V0:.*]] {
 // CHECK: rank.adamw_update

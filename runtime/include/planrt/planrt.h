@@ -205,6 +205,11 @@ Tensor *alloc(Context *ctx, int64_t ndim, int64_t d0, int64_t d1, int64_t d2,
 /// the end of the current step, like alloc().
 Tensor *view(Context *ctx, Tensor *src, int64_t ndim, int64_t d0, int64_t d1,
              int64_t d2, int64_t d3);
+/// A view of src's elements [offset, offset + numel) with the given shape
+/// (unused trailing dims are 1): gradients that are reduced together live
+/// side by side in one bucket. Valid until the end of the step.
+Tensor *subview(Context *ctx, Tensor *src, int64_t offset, int64_t ndim,
+                int64_t d0, int64_t d1, int64_t d2, int64_t d3);
 /// A view of block `index` of `count` equal blocks of src along dimension 0
 /// (microbatch `index` of the rows this rank holds); valid until the end of
 /// the current step, like view().
