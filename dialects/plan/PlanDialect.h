@@ -31,6 +31,8 @@ inline constexpr llvm::StringLiteral kShardingAttr = "plan.sharding";
 inline constexpr llvm::StringLiteral kKindAttr =
     "plan.kind"; // input|label|param
 inline constexpr llvm::StringLiteral kNameAttr = "plan.name";
+/// On a padded embedding table: the rows that are exported (the vocabulary).
+inline constexpr llvm::StringLiteral kExportRowsAttr = "plan.export_rows";
 inline constexpr llvm::StringLiteral kInitAttr = "plan.init";
 inline constexpr llvm::StringLiteral kModelAttr = "plan.model";
 inline constexpr llvm::StringLiteral kTrainStepAttr = "plan.train_step";

@@ -438,11 +438,13 @@ def Plan_CrossEntropyOp : Plan_ComputeOp<"cross_entropy", []> {
     ```mlir
     %l = plan.cross_entropy %logits, %t : tensor<8x128x50304xf32>, tensor<8x128xi32> -> tensor<f32>
     ```
-    Sharding: like `plan.mse_loss`, splitting the leading dimensions gives a
-    result that is partial over those axes; splitting the vocabulary
-    dimension is not supported yet.
+    With `valid_classes`, only classes below it take part (the rest is
+    vocabulary padding). Sharding: splitting the leading dimensions gives a
+    result that is partial over those axes; a split vocabulary is exchanged
+    by the lowering (row maxima and sums), never gathered.
   }];
-  let arguments = (ins Plan_F32Tensor:$logits, Plan_I32Tensor:$targets);
+  let arguments = (ins Plan_F32Tensor:$logits, Plan_I32Tensor:$targets,
+                       OptionalAttr<I64Attr>:$valid_classes);
   let results = (outs Plan_F32Scalar:$result);
   let assemblyFormat = [{
     $logits `,` $targets attr-dict `:` type($logits) `,` type($targets) `->` type($result)
@@ -634,7 +636,8 @@ def Plan_SoftmaxGradOp : Plan_BinaryOp<"softmax_grad",
 def Plan_CrossEntropyGradOp : Plan_ComputeOp<"cross_entropy_grad",
     [AllTypesMatch<["logits", "result"]>]> {
   let summary = "Gradient of cross_entropy (mean over positions) with respect to the logits";
-  let arguments = (ins Plan_F32Tensor:$logits, Plan_I32Tensor:$targets);
+  let arguments = (ins Plan_F32Tensor:$logits, Plan_I32Tensor:$targets,
+                       OptionalAttr<I64Attr>:$valid_classes);
   let results = (outs Plan_F32Tensor:$result);
   let assemblyFormat = [{
     $logits `,` $targets attr-dict `:` type($logits) `,` type($targets)

@@ -139,3 +139,12 @@ LogicalResult ShardSliceOp::verify() {
   return verifyDimCollective(*this, getInput().getType(), getOut().getType(),
                              getDim(), false);
 }
+
+// planrt takes the vocabulary axis before the number of valid classes
+// (which defaults to all of them).
+SmallVector<StringRef> CeLocalStatsOp::getRuntimeAttrNames() {
+  return {"vocab_axis", "valid_classes"};
+}
+SmallVector<StringRef> CeGradFromStatsOp::getRuntimeAttrNames() {
+  return {"scale", "vocab_axis", "valid_classes"};
+}

@@ -55,13 +55,16 @@ def Rank_I32Buffer : MemRefOf<[I32]>;
 def Rank_ParamDeclOp : Rank_Op<"param_decl", [Symbol]> {
   let summary = "A trainable parameter: this rank's shard and its initializer";
   let description = [{
+    `export_rows` (optional) exports only the leading rows (a padded
+    vocabulary's real size).
     `type` is the local shape. With `sharding`, the global parameter is split
     as it says (axes of a dimension outer first; segments split one by one);
     initialization and export use global element indices, so values do not
     depend on the plan.
   }];
   let arguments = (ins SymbolNameAttr:$sym_name, TypeAttrOf<Rank_F32Buffer>:$type,
-                       Plan_InitAttr:$init, OptionalAttr<Plan_ShardingAttr>:$sharding);
+                       Plan_InitAttr:$init, OptionalAttr<Plan_ShardingAttr>:$sharding,
+                       OptionalAttr<I64Attr>:$export_rows);
   let assemblyFormat = "$sym_name `:` $type `init` $init (`sharding` $sharding^)? attr-dict";
 }
 
@@ -388,7 +391,8 @@ def Rank_CrossEntropyOp : Rank_CallOp<"cross_entropy"> {
   let summary = "out = scale * sum over rows of (logsumexp(row) - row[target])";
   let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead]>:$logits,
                        Arg<Rank_I32Buffer, "", [MemRead]>:$targets,
-                       Arg<Rank_F32Buffer, "", [MemWrite]>:$out, F32Attr:$scale);
+                       Arg<Rank_F32Buffer, "", [MemWrite]>:$out, F32Attr:$scale,
+                       DefaultValuedAttr<I64Attr, "0">:$valid_classes);
   let assemblyFormat = [{
     $logits `,` $targets `into` $out attr-dict `:` type($logits) `,` type($targets) `->` type($out)
   }];
@@ -398,7 +402,8 @@ def Rank_CrossEntropyGradOp : Rank_CallOp<"cross_entropy_grad"> {
   let summary = "out = scale * (softmax(row) - onehot(target))";
   let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead]>:$logits,
                        Arg<Rank_I32Buffer, "", [MemRead]>:$targets,
-                       Arg<Rank_F32Buffer, "", [MemWrite]>:$out, F32Attr:$scale);
+                       Arg<Rank_F32Buffer, "", [MemWrite]>:$out, F32Attr:$scale,
+                       DefaultValuedAttr<I64Attr, "0">:$valid_classes);
   let assemblyFormat = [{
     $logits `,` $targets `into` $out attr-dict `:` type($logits) `,` type($targets) `->` type($out)
   }];
@@ -531,13 +536,15 @@ def Rank_AllToAllOp : Rank_CallOp<"all_to_all",
 
 def Rank_RowMaxOp : Rank_UnaryCallOp<"row_max", "out[r] = max over the last dimension of x[r]">;
 
-def Rank_CeLocalStatsOp : Rank_CallOp<"ce_local_stats"> {
+def Rank_CeLocalStatsOp : Rank_CallOp<"ce_local_stats",
+    [DeclareOpInterfaceMethods<RuntimeCallOpInterface, ["getRuntimeAttrNames"]>]> {
   let summary = "stats[r] = (sum exp(logits[r] - rowmax[r]), the target's logit if owned)";
   let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead]>:$logits,
                        Arg<Rank_I32Buffer, "", [MemRead]>:$targets,
                        Arg<Rank_F32Buffer, "", [MemRead]>:$rowmax,
                        Arg<Rank_F32Buffer, "", [MemWrite]>:$stats,
-                       StrAttr:$vocab_axis);
+                       StrAttr:$vocab_axis,
+                       DefaultValuedAttr<I64Attr, "0">:$valid_classes);
   let assemblyFormat = [{
     $logits `,` $targets `,` $rowmax `into` $stats attr-dict `:` type($logits) `,` type($targets) `,` type($rowmax) `->` type($stats)
   }];
@@ -553,14 +560,16 @@ def Rank_CeLossFromStatsOp : Rank_CallOp<"ce_loss_from_stats"> {
   }];
 }
 
-def Rank_CeGradFromStatsOp : Rank_CallOp<"ce_grad_from_stats"> {
+def Rank_CeGradFromStatsOp : Rank_CallOp<"ce_grad_from_stats",
+    [DeclareOpInterfaceMethods<RuntimeCallOpInterface, ["getRuntimeAttrNames"]>]> {
   let summary = "dlogits = scale * (exp(logits - rowmax) / stats[r, 0] - onehot(owned target))";
   let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead]>:$logits,
                        Arg<Rank_I32Buffer, "", [MemRead]>:$targets,
                        Arg<Rank_F32Buffer, "", [MemRead]>:$rowmax,
                        Arg<Rank_F32Buffer, "", [MemRead]>:$stats,
                        Arg<Rank_F32Buffer, "", [MemWrite]>:$out,
-                       F32Attr:$scale, StrAttr:$vocab_axis);
+                       F32Attr:$scale, StrAttr:$vocab_axis,
+                       DefaultValuedAttr<I64Attr, "0">:$valid_classes);
   let assemblyFormat = [{
     $logits `,` $targets `,` $rowmax `,` $stats `into` $out attr-dict `:` type($logits) `,` type($targets) `,` type($rowmax) `,` type($stats) `->` type($out)
   }];

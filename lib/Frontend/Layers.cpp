@@ -561,8 +561,13 @@ Val Sema::callBuiltin(StringRef fn, Args &args, Location l,
       auto arg = dyn_cast<BlockArgument>(table);
       if (par.padVocab && arg && arg.getOwner() == body &&
           llvm::all_of(arg.getUsers(), [](Operation *) { return false; })) {
-        // Pad the table as Megatron does; the extra rows are never looked up.
+        // Pad the table as Megatron does; the extra rows are never looked
+        // up, masked out of a tied head's loss, and not exported.
         arg.setType(f32Tensor({padded, ts[1]}, ctx));
+        paddedVocab[padded] = vocab;
+        NamedAttrList attrs(argAttrs[arg.getArgNumber()]);
+        attrs.set(kExportRowsAttr, b.getI64IntegerAttr(vocab));
+        argAttrs[arg.getArgNumber()] = attrs.getDictionary(ctx);
         mlir::emitRemark(l) << "the vocabulary is padded from " << vocab
                             << " to " << padded << " rows (a multiple of 128 "
                             << "* tp) so that tp = " << par.tp << " divides it";
@@ -837,6 +842,12 @@ Val Sema::callBuiltin(StringRef fn, Args &args, Location l,
     d.attachNote(defLoc(targets)) << "the targets come from here";
     return out;
   }
-  out.v = generic(CrossEntropyOp(), f32Tensor({}, ctx), {logits, targets});
+  Value loss = generic(CrossEntropyOp(), f32Tensor({}, ctx), {logits, targets});
+  // Logits over a padded vocabulary (a tied, padded table): the padding is
+  // masked out of the loss, so results do not change.
+  if (auto it = paddedVocab.find(ls.back()); it != paddedVocab.end())
+    loss.getDefiningOp()->setAttr("valid_classes",
+                                  b.getI64IntegerAttr(it->second));
+  out.v = loss;
   return out;
 }

@@ -202,6 +202,8 @@ private:
   /// (plan-seed-sharding makes the split).
   void seedSharding(mlir::Value param, int64_t dim, mlir::Location use);
   bool checkTpDivides(int64_t n, llvm::StringRef what, mlir::Location l);
+  /// Padded vocabulary sizes (pad_vocab) -> the real vocabulary.
+  llvm::DenseMap<int64_t, int64_t> paddedVocab;
 
   mlir::MLIRContext *ctx;
   mlir::OpBuilder b;

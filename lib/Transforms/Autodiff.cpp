@@ -353,7 +353,10 @@ void AutodiffPass::runOnOperation() {
                                               pred.getType(), pred, target))
                 : CrossEntropyGradOp::create(
                       b, lossOp->getLoc(), TypeRange(pred.getType()),
-                      ValueRange{pred, target}, ArrayRef<NamedAttribute>())
+                      ValueRange{pred, target},
+                      // The vocabulary padding masked out of the loss has no
+                      // gradient either.
+                      lossOp->getAttrDictionary().getValue())
                       ->getResult(0));
   for (Operation *op : llvm::reverse(forward)) {
     if (op == lossOp || op->getNumResults() != 1)

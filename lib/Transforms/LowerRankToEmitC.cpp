@@ -161,6 +161,9 @@ void LowerRankToEmitCPass::runOnOperation() {
           c.call(p.getLoc(), "planrt::set_param_segments", {}, args);
         }
       }
+      if (auto rows = p.getExportRowsAttr())
+        c.call(p.getLoc(), "planrt::set_param_export_rows", {},
+               {c.i64(declared), c.i64(rows.getInt())});
       ++declared;
     }
     // Optimizer state: zero at the start, this rank's shard.

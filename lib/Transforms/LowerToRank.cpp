@@ -152,8 +152,10 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
         init = InitAttr::get(ctx, "zeros", 0, 0);
       if (isStep) {
         ShardingAttr s = getSharding(arg);
-        rk::ParamDeclOp::create(declB, loc, name, *type, init,
-                                s.isReplicated() ? ShardingAttr() : s);
+        rk::ParamDeclOp::create(
+            declB, loc, name, *type, init,
+            s.isReplicated() ? ShardingAttr() : s,
+            src.getArgAttrOfType<IntegerAttr>(i, kExportRowsAttr));
         paramBytes += type->getNumElements() * 4;
       }
       buf[arg] = rk::ParamOp::create(b, loc, *type, ref);
@@ -239,11 +241,18 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
     return splitAxis(
         logits, cast<RankedTensorType>(logits.getType()).getRank() - 1, user);
   };
+  // The classes a cross-entropy counts (0: all; fewer with a padded
+  // vocabulary).
+  auto validClasses = [&](Operation *ce) {
+    auto v = ce->getAttrOfType<IntegerAttr>("valid_classes");
+    return b.getI64IntegerAttr(v ? v.getInt() : 0);
+  };
   // Each row's maximum and (sum of exponentials, target logit) over the
   // whole vocabulary, from this rank's columns: computed once per logits
   // and shared by the loss and its gradient.
   DenseMap<std::pair<Value, Value>, std::pair<Value, Value>> statsOf;
   auto ceStats = [&](Value logits, Value targets, StringAttr axis,
+                     IntegerAttr valid,
                      Location loc) -> std::pair<Value, Value> {
     auto &slot = statsOf[{logits, targets}];
     if (slot.first)
@@ -255,7 +264,8 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
     rk::RowMaxOp::create(b, loc, logits, rowmax);
     rk::AllReduceMaxOp::create(b, loc, rowmax, b.getStrArrayAttr({axis}));
     Value stats = rk::AllocOp::create(b, loc, MemRefType::get({rows, 2}, f32));
-    rk::CeLocalStatsOp::create(b, loc, logits, targets, rowmax, stats, axis);
+    rk::CeLocalStatsOp::create(b, loc, logits, targets, rowmax, stats, axis,
+                               valid);
     rk::AllReduceOp::create(b, loc, stats, b.getStrArrayAttr({axis}));
     return slot = {rowmax, stats};
   };
@@ -576,7 +586,8 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
         if (failed(type))
           return failure();
         Value out = rk::AllocOp::create(b, loc, *type);
-        auto [rowmax, stats] = ceStats(in(0), in(1), *axis, loc);
+        auto [rowmax, stats] =
+            ceStats(in(0), in(1), *axis, validClasses(&op), loc);
         rk::CeLossFromStatsOp::create(b, loc, stats, rowmax, out,
                                       lossScale(ce.getTargets()));
         buf[ce.getResult()] = out;
@@ -603,9 +614,11 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
         if (failed(type))
           return failure();
         Value out = rk::AllocOp::create(b, loc, *type);
-        auto [rowmax, stats] = ceStats(in(0), in(1), *axis, loc);
+        auto [rowmax, stats] =
+            ceStats(in(0), in(1), *axis, validClasses(&op), loc);
         rk::CeGradFromStatsOp::create(b, loc, in(0), in(1), rowmax, stats, out,
-                                      lossScale(ce.getTargets()), *axis);
+                                      lossScale(ce.getTargets()), *axis,
+                                      validClasses(&op));
         buf[ce.getResult()] = out;
         continue;
       }
@@ -747,12 +760,14 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
             })
             .Case<CrossEntropyOp>([&](CrossEntropyOp ce) {
               rk::CrossEntropyOp::create(b, loc, in(0), in(1), out,
-                                         lossScale(ce.getTargets()));
+                                         lossScale(ce.getTargets()),
+                                         validClasses(&op));
               return true;
             })
             .Case<CrossEntropyGradOp>([&](CrossEntropyGradOp ce) {
               rk::CrossEntropyGradOp::create(b, loc, in(0), in(1), out,
-                                             lossScale(ce.getTargets()));
+                                             lossScale(ce.getTargets()),
+                                             validClasses(&op));
               return true;
             })
             .Case<SumSqOp>([&](auto) {

@@ -250,6 +250,18 @@ void shard_param(Context *ctx, int64_t param_index, int64_t dim,
   p.shard_axes[dim].push_back(mesh_axis);
 }
 
+void set_param_export_rows(Context *ctx, int64_t param_index, int64_t rows) {
+  check_ctx(ctx, "set_param_export_rows");
+  if (param_index < 0 || param_index >= (int64_t)ctx->params.size())
+    fatal("set_param_export_rows: parameter index %lld out of range (%zu "
+          "parameters declared)",
+          (long long)param_index, ctx->params.size());
+  if (rows < 1)
+    fatal("set_param_export_rows '%s': rows must be >= 1, got %lld",
+          ctx->params[param_index].name.c_str(), (long long)rows);
+  ctx->params[param_index].export_rows = rows;
+}
+
 void set_param_segments(Context *ctx, int64_t param_index, int64_t dim,
                         int64_t s0, int64_t s1, int64_t s2) {
   const char *op = "set_param_segments";

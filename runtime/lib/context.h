@@ -22,6 +22,7 @@ namespace planrt {
 
 struct ParamDesc {
   std::string name;
+  int64_t export_rows = 0; // 0: all rows (set_param_export_rows)
   int64_t init_kind = InitZeros;
   float a = 0.0f, b = 0.0f;
   // Mesh axes splitting each dim, outermost first (shard_param): the block

@@ -622,6 +622,9 @@ void save_safetensors(Context *ctx, const std::string &path) {
     nt.name = p.name;
     for (int d = 0; d < p.t.ndim; ++d)
       nt.shape.push_back(layout.global[d]);
+    // Vocabulary padding is not exported: the leading rows are the tensor.
+    if (p.export_rows > 0 && !nt.shape.empty() && p.export_rows < nt.shape[0])
+      nt.shape[0] = p.export_rows;
     nt.data = ctx->rank == 0 ? host.back().data() : nullptr;
     named.push_back(nt);
   }

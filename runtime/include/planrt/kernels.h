@@ -475,22 +475,23 @@ struct NormGradParamFn {
 };
 
 /// loss[r] = logsumexp(logits[r]) - logits[r, targets[r]].
+/// Classes from `valid` on (vocabulary padding) take no part.
 struct CrossEntropyFn {
   const float *logits;
   const int32_t *targets;
   float *loss;
-  int64_t C;
+  int64_t C, valid;
   int *flag;
   PLANRT_HD void operator()(int64_t r) const {
     int32_t t = targets[r];
-    if (t < 0 || t >= C) {
+    if (t < 0 || t >= valid) {
       flag_bad_index(flag, t);
       loss[r] = 0.0f;
       return;
     }
     const float *xr = logits + r * C;
-    float m = row_max(xr, C), sum = 0.0f;
-    for (int64_t j = 0; j < C; ++j)
+    float m = row_max(xr, valid), sum = 0.0f;
+    for (int64_t j = 0; j < valid; ++j)
       sum += expf(xr[j] - m);
     loss[r] = m + logf(sum) - xr[t];
   }
@@ -501,27 +502,29 @@ struct CrossEntropyGradFn {
   const float *logits;
   const int32_t *targets;
   float *dlogits;
-  int64_t C;
+  int64_t C, valid;
   float scale;
   int *flag;
   PLANRT_HD void operator()(int64_t r) const {
     int32_t t = targets[r];
     const float *xr = logits + r * C;
     float *d = dlogits + r * C;
-    if (t < 0 || t >= C) {
+    for (int64_t j = valid; j < C; ++j)
+      d[j] = 0.0f;
+    if (t < 0 || t >= valid) {
       flag_bad_index(flag, t);
-      for (int64_t j = 0; j < C; ++j)
+      for (int64_t j = 0; j < valid; ++j)
         d[j] = 0.0f;
       return;
     }
-    float m = row_max(xr, C), sum = 0.0f;
-    for (int64_t j = 0; j < C; ++j) {
+    float m = row_max(xr, valid), sum = 0.0f;
+    for (int64_t j = 0; j < valid; ++j) {
       float e = expf(xr[j] - m);
       d[j] = e;
       sum += e;
     }
     float inv = scale / sum;
-    for (int64_t j = 0; j < C; ++j)
+    for (int64_t j = 0; j < valid; ++j)
       d[j] *= inv;
     d[t] -= scale;
   }
@@ -551,16 +554,18 @@ struct CeStatsFn {
   const int32_t *targets;
   float *stats;
   VocabSlice vocab;
+  int64_t valid; // global classes from `valid` on take no part
   int *flag;
   PLANRT_HD void operator()(int64_t r) const {
     const float *xr = logits + r * vocab.V;
     float m = rowmax[r], sum = 0.0f;
-    for (int64_t j = 0; j < vocab.V; ++j)
+    for (int64_t j = 0; j < vocab.V && vocab.row0 + j < valid; ++j)
       sum += expf(xr[j] - m);
     int32_t t = targets[r];
-    if (!vocab.valid(t))
+    bool ok = vocab.valid(t) && t < valid;
+    if (!ok)
       flag_bad_index(flag, t);
-    int64_t l = vocab.valid(t) ? vocab.local(t) : -1;
+    int64_t l = ok ? vocab.local(t) : -1;
     stats[2 * r] = sum;
     stats[2 * r + 1] = l >= 0 ? xr[l] : 0.0f;
   }
@@ -582,6 +587,7 @@ struct CeGradFn {
   const int32_t *targets;
   float *dlogits;
   VocabSlice vocab;
+  int64_t valid; // global classes from `valid` on take no part
   float scale;
   int *flag;
   PLANRT_HD void operator()(int64_t r) const {
@@ -590,9 +596,9 @@ struct CeGradFn {
     float *d = dlogits + r * C;
     float m = rowmax[r], inv = scale / stats[2 * r];
     for (int64_t j = 0; j < C; ++j)
-      d[j] = expf(xr[j] - m) * inv;
+      d[j] = vocab.row0 + j < valid ? expf(xr[j] - m) * inv : 0.0f;
     int32_t t = targets[r];
-    if (!vocab.valid(t)) {
+    if (!vocab.valid(t) || t >= valid) {
       flag_bad_index(flag, t);
       return;
     }

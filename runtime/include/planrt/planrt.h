@@ -148,6 +148,12 @@ void set_forward(Context *ctx, void (*forward)(Context *));
 void shard_param(Context *ctx, int64_t param_index, int64_t dim,
                  int64_t mesh_axis);
 
+/// Exports (--save, --save-every, --save-init) only the first `rows` rows of
+/// parameter `param_index` (dimension 0): an embedding table padded so that
+/// tp divides it is saved with its real vocabulary, the same tensor as an
+/// unpadded plan's.
+void set_param_export_rows(Context *ctx, int64_t param_index, int64_t rows);
+
 /// Declares that global dimension `dim` of parameter `param_index` is the
 /// concatenation of segments of global sizes s0, s1, s2 (a 0 ends the list
 /// and every later size must be 0 too; s0 > 0), e.g. a packed [q | k | v]
@@ -391,10 +397,15 @@ void attention_grad(Context *ctx, const Tensor *qkv, const Tensor *dout,
 /// logits[r, targets[r]]); targets I32 with the shape of logits minus its last
 /// dim. A target outside [0, C) is a fatal error.
 void cross_entropy(Context *ctx, const Tensor *logits, const Tensor *targets,
-                   Tensor *out, float scale);
+                   Tensor *out, float scale, int64_t valid_classes = 0);
 /// dlogits = scale * (softmax(logits[r]) - onehot(targets[r])).
+/// With valid_classes > 0 only classes [0, valid_classes) take part (the
+/// rest is vocabulary padding: excluded from the softmax, zero gradient, and
+/// a target there is an error); 0 means every class. The same holds for
+/// ce_local_stats and ce_grad_from_stats, in global class indices.
 void cross_entropy_grad(Context *ctx, const Tensor *logits,
-                        const Tensor *targets, Tensor *dlogits, float scale);
+                        const Tensor *targets, Tensor *dlogits, float scale,
+                        int64_t valid_classes = 0);
 
 /// Cross-entropy over a vocabulary split over a mesh axis, as local kernels
 /// between collectives that the compiler inserts. logits [..., C] hold this
@@ -418,7 +429,8 @@ void row_max(Context *ctx, const Tensor *x, Tensor *out);
 /// logits[r, t - g*C] if this rank owns target t = targets[r] (g*C <= t <
 /// (g+1)*C), else 0. A target outside [0, G*C) is a fatal error.
 void ce_local_stats(Context *ctx, const Tensor *logits, const Tensor *targets,
-                    const Tensor *rowmax, Tensor *stats, int64_t vocab_axis);
+                    const Tensor *rowmax, Tensor *stats, int64_t vocab_axis,
+                    int64_t valid_classes = 0);
 /// out (rank 0) = scale * sum_r (rowmax[r] + log(stats[r, 0]) - stats[r, 1]).
 void ce_loss_from_stats(Context *ctx, const Tensor *stats, const Tensor *rowmax,
                         Tensor *out, float scale);
@@ -427,7 +439,7 @@ void ce_loss_from_stats(Context *ctx, const Tensor *stats, const Tensor *rowmax,
 void ce_grad_from_stats(Context *ctx, const Tensor *logits,
                         const Tensor *targets, const Tensor *rowmax,
                         const Tensor *stats, Tensor *dlogits, float scale,
-                        int64_t vocab_axis);
+                        int64_t vocab_axis, int64_t valid_classes = 0);
 
 /// acc (rank 0) += sum(g^2). Zero acc first (fill) and call it once per
 /// gradient; all-reduce acc over the ranks that hold different shards.
