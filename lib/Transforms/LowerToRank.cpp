@@ -58,7 +58,6 @@ struct LowerToRankPass : public planc::impl::LowerToRankBase<LowerToRankPass> {
 
 void LowerToRankPass::runOnOperation() {
   ModuleOp module = getOperation();
-  MLIRContext *ctx = &getContext();
   mesh = getMesh(module);
   func::FuncOp step;
   for (auto f : module.getOps<func::FuncOp>())
@@ -422,7 +421,7 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
   for (Operation &op : src.getBody().front()) {
     Location loc = op.getLoc();
     // Registered once the op is lowered (this runs at every `continue`).
-    auto registerResults = llvm::make_scope_exit([&] {
+    llvm::scope_exit registerResults([&] {
       for (Value r : op.getResults())
         if (Value bv = buf.lookup(r))
           valuesOf[rootOf(bv)].push_back(r);
@@ -577,49 +576,40 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
       buf[op.getResult(0)] = out;
       continue;
     }
-    if (auto ce = dyn_cast<CrossEntropyOp>(op)) {
-      FailureOr<StringAttr> axis = vocabAxis(ce.getLogits(), &op);
+    // Cross-entropy over vocab-parallel logits: from row statistics
+    // exchanged over the vocabulary's axis (the full logits are gathered only
+    // for generation).
+    if (isa<CrossEntropyOp, CrossEntropyGradOp>(op)) {
+      Value logits = op.getOperand(0), targets = op.getOperand(1);
+      FailureOr<StringAttr> axis = vocabAxis(logits, &op);
       if (failed(axis))
         return failure();
       if (*axis) {
-        FailureOr<MemRefType> type = localType(ce.getResult(), &op);
+        FailureOr<MemRefType> type = localType(op.getResult(0), &op);
         if (failed(type))
           return failure();
         Value out = rk::AllocOp::create(b, loc, *type);
-        auto [rowmax, stats] =
-            ceStats(in(0), in(1), *axis, validClasses(&op), loc);
-        rk::CeLossFromStatsOp::create(b, loc, stats, rowmax, out,
-                                      lossScale(ce.getTargets()));
-        buf[ce.getResult()] = out;
-        // Generation samples from the whole logits: gathered only here.
-        if (!isStep) {
-          auto t = cast<MemRefType>(in(0).getType());
-          SmallVector<int64_t> shape(t.getShape());
-          shape.back() *= mesh.getAxisSize(axis->getValue());
-          Value whole = rk::AllocOp::create(
-              b, loc, MemRefType::get(shape, t.getElementType()));
-          rk::AllGatherOp::create(b, loc, in(0), whole,
-                                  b.getI64IntegerAttr(t.getRank() - 1), *axis);
-          rk::ObserveOp::create(b, loc, whole, b.getStringAttr("logits"));
+        IntegerAttr valid = validClasses(&op);
+        auto [rowmax, stats] = ceStats(in(0), in(1), *axis, valid, loc);
+        if (isa<CrossEntropyGradOp>(op)) {
+          rk::CeGradFromStatsOp::create(b, loc, in(0), in(1), rowmax, stats,
+                                        out, lossScale(targets), *axis, valid);
+        } else {
+          rk::CeLossFromStatsOp::create(b, loc, stats, rowmax, out,
+                                        lossScale(targets));
+          if (!isStep) {
+            auto t = cast<MemRefType>(in(0).getType());
+            SmallVector<int64_t> shape(t.getShape());
+            shape.back() *= mesh.getAxisSize(axis->getValue());
+            Value whole = rk::AllocOp::create(
+                b, loc, MemRefType::get(shape, t.getElementType()));
+            rk::AllGatherOp::create(b, loc, in(0), whole,
+                                    b.getI64IntegerAttr(t.getRank() - 1),
+                                    *axis);
+            rk::ObserveOp::create(b, loc, whole, b.getStringAttr("logits"));
+          }
         }
-        continue;
-      }
-    }
-    if (auto ce = dyn_cast<CrossEntropyGradOp>(op)) {
-      FailureOr<StringAttr> axis = vocabAxis(ce.getLogits(), &op);
-      if (failed(axis))
-        return failure();
-      if (*axis) {
-        FailureOr<MemRefType> type = localType(ce.getResult(), &op);
-        if (failed(type))
-          return failure();
-        Value out = rk::AllocOp::create(b, loc, *type);
-        auto [rowmax, stats] =
-            ceStats(in(0), in(1), *axis, validClasses(&op), loc);
-        rk::CeGradFromStatsOp::create(b, loc, in(0), in(1), rowmax, stats, out,
-                                      lossScale(ce.getTargets()), *axis,
-                                      validClasses(&op));
-        buf[ce.getResult()] = out;
+        buf[op.getResult(0)] = out;
         continue;
       }
     }

@@ -3,6 +3,7 @@
 // each axis on every dim of 3-D tensors, the non-blocking all-reduce,
 // sharded and segmented parameters (init and --save against one rank), and
 // vocab-parallel embedding and cross-entropy against the whole ops.
+#include "mpi_main.h"
 #include "planrt/internal.h"
 #include "planrt/planrt.h"
 
@@ -468,40 +469,8 @@ TEST(VocabParallel, CrossEntropyMatchesTheWholeLogits) {
   internal::destroy_context(one);
 }
 
-/// On ranks other than 0 (whose output gtest's printer does not show):
-/// prints each failure with the rank.
-class RankFailurePrinter : public ::testing::EmptyTestEventListener {
-  void OnTestPartResult(const ::testing::TestPartResult &r) override {
-    if (r.failed())
-      std::fprintf(stderr, "rank %d: %s:%d: failure\n%s\n", world_rank(),
-                   r.file_name() ? r.file_name() : "?", r.line_number(),
-                   r.message());
-  }
-};
-
 } // namespace
 
 int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
-  ::testing::InitGoogleTest(&argc, argv);
-  int rank, size;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  if (size != 4) {
-    if (rank == 0)
-      std::fprintf(stderr, "planrt_mesh_tests must run on 4 ranks\n");
-    MPI_Finalize();
-    return 1;
-  }
-  if (rank != 0) {
-    auto &listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-    listeners.Append(new RankFailurePrinter);
-  }
-  int failed = RUN_ALL_TESTS() != 0, any = 0;
-  MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  if (any && rank == 0)
-    std::fprintf(stderr, "planrt_mesh_tests: failures on some rank\n");
-  MPI_Finalize();
-  return any;
+  return planrt_test::runMpiTests(argc, argv, 4, "planrt_mesh_tests");
 }

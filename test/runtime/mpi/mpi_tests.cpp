@@ -1,6 +1,7 @@
 // Tests run with `mpirun -np 2`: all-reduce over mesh groups, and a 2-rank
 // data-parallel run against a 1-rank run of the same plan.
 #include "../mlp_plan.h"
+#include "mpi_main.h"
 #include "planrt/internal.h"
 #include "planrt/planrt.h"
 
@@ -247,25 +248,5 @@ TEST(TokenShards, EachRankReadsItsRowsOfTheGlobalBatch) {
 } // namespace
 
 int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
-  ::testing::InitGoogleTest(&argc, argv);
-  int rank, size;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  if (size != 2) {
-    if (rank == 0)
-      std::fprintf(stderr, "planrt_mpi_tests must run on 2 ranks\n");
-    MPI_Finalize();
-    return 1;
-  }
-  if (rank != 0) {
-    auto &listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-  }
-  int failed = RUN_ALL_TESTS() != 0, any = 0;
-  MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  if (any && rank == 0)
-    std::fprintf(stderr, "planrt_mpi_tests: failures on some rank\n");
-  MPI_Finalize();
-  return any;
+  return planrt_test::runMpiTests(argc, argv, 2, "planrt_mpi_tests");
 }
