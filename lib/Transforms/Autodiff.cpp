@@ -307,6 +307,9 @@ void AutodiffPass::runOnOperation() {
   step.setResultAttr(0, kResultAttr, b.getStringAttr("loss"));
   step.setResultAttr(1, kResultAttr, b.getStringAttr("grad_sumsq"));
   Block *body = step.addEntryBlock();
+  // Arguments keep their declarations' locations (diagnostics point there).
+  for (auto [to, from] : llvm::zip(step.getArguments(), model.getArguments()))
+    to.setLoc(from.getLoc());
   b.setInsertionPointToEnd(body);
 
   IRMapping mapping;
