@@ -116,8 +116,8 @@ struct Context {
     size_t chunks, offset, scratch, used;
   };
   std::vector<ArenaMark> marks; // arena_mark / arena_release
-  size_t arena_used = 0; // bytes handed out by the arena in this step
-  size_t arena_peak = 0; // the most of any step
+  size_t arena_used = 0;        // bytes handed out by the arena in this step
+  size_t arena_peak = 0;        // the most of any step
 
   // Memory accounting (expect_bytes): what the runtime allocated for
   // parameters and declared state, and what the compiler computed.

@@ -42,6 +42,13 @@ protected:
       d[i] = shape[i];
     return alloc(ctx, (int64_t)shape.size(), d[0], d[1], d[2], d[3]);
   }
+  /// A scratch int32 tensor holding `values` (token ids, targets).
+  Tensor *ids(std::vector<int64_t> shape, std::vector<int32_t> values) {
+    Tensor *t = make(shape);
+    t->dtype = I32;
+    internal::from_host_ids(ctx, t, values);
+    return t;
+  }
   /// A scratch tensor filled with uniform values in [lo, hi).
   Tensor *random(std::vector<int64_t> shape, float lo = -1.0f,
                  float hi = 1.0f) {

@@ -23,12 +23,6 @@ class ParallelOpsTest : public test::ContextTest {
 protected:
   ParallelOpsTest() : ContextTest("parallel", 97) {}
 
-  Tensor *ids(std::vector<int64_t> shape, std::vector<int32_t> values) {
-    Tensor *t = make(shape);
-    t->dtype = I32;
-    internal::from_host_ids(ctx, t, values);
-    return t;
-  }
   std::vector<float> host(const Tensor *t) { return internal::to_host(ctx, t); }
 };
 

@@ -25,12 +25,6 @@ class OpsTest : public test::ContextTest {
 protected:
   OpsTest() : ContextTest("ops", 4321) {}
 
-  Tensor *ids(std::vector<int64_t> shape, std::vector<int32_t> values) {
-    Tensor *t = make(shape);
-    t->dtype = I32;
-    internal::from_host_ids(ctx, t, values);
-    return t;
-  }
   Tensor *random_ids(std::vector<int64_t> shape, int32_t limit) {
     Tensor *t = make(shape);
     std::uniform_int_distribution<int32_t> dist(0, limit - 1);
