@@ -107,7 +107,6 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
   OpBuilder declB(ctx);
   declB.setInsertionPoint(rankFunc);
   b.setInsertionPointToStart(body);
-  int64_t numParams = 0;
   int64_t paramBytes = 0, gradBytes = 0, stateBytes = 0;
   // A sequential mesh axis (microbatches): see the loop below.
   StringRef seqAxis;
@@ -130,7 +129,6 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
     out[0] = rows;
     return out;
   };
-  DenseMap<Value, int64_t> paramIndex;
   for (BlockArgument arg : src.getArguments()) {
     unsigned i = arg.getArgNumber();
     auto kind = src.getArgAttrOfType<StringAttr>(i, kKindAttr);
@@ -158,7 +156,6 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
         paramBytes += type->getNumElements() * 4;
       }
       buf[arg] = rk::ParamOp::create(b, loc, *type, ref);
-      paramIndex[arg] = numParams++;
       continue;
     }
     if (kind.getValue() == "state") {

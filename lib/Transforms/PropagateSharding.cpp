@@ -97,7 +97,6 @@ struct Choice {
   int weakPrio = kOpen;
   bool anchored = false;
   LocationAttr origin;
-  Value from; // the tensor the claim was read from
 };
 
 /// One tensor of an op with the rule's view of its dimensions.
@@ -264,7 +263,6 @@ FailureOr<SmallVector<Choice>> Propagator::resolve(Operation *op,
       cand.prio = st.prio;
       cand.anchored = st.anchored;
       cand.origin = st.origin;
-      cand.from = s.value;
       cand.weakFrom = std::min(st.weakFrom, st.axes.size());
       cand.weakPrio = st.weakPrio;
       if (better) {

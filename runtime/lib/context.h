@@ -31,9 +31,7 @@ struct ParamDesc {
   // Global sizes of the segments of each dim (set_param_segments); empty =
   // one segment, the whole dim. Each segment is split over shard_axes[d].
   std::vector<int64_t> segments[4];
-  Tensor t;    // the parameter (device memory once started)
-  Tensor m, v; // AdamW state, allocated on first use
-  bool has_adam_state = false;
+  Tensor t; // the parameter (device memory once started)
 };
 
 /// A persistent optimizer-state tensor (declare_state).

@@ -321,10 +321,6 @@ void destroy_context(Context *ctx) {
     arena_free_all(ctx);
     for (auto &p : ctx->params) {
       backend::free_bytes(ctx, p.t.data);
-      if (p.has_adam_state) {
-        backend::free_bytes(ctx, p.m.data);
-        backend::free_bytes(ctx, p.v.data);
-      }
     }
     for (auto &st : ctx->states)
       backend::free_bytes(ctx, st.t.data);

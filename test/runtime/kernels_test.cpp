@@ -21,6 +21,8 @@ protected:
   KernelTest() : ContextTest("kernels", 1234) {}
   void declare() override {
     declare_param(ctx, "w", 2, 5, 7, 1, 1, InitNormal, 0.0f, 1.0f);
+    declare_state(ctx, "w.exp_avg", 2, 5, 7, 1, 1);
+    declare_state(ctx, "w.exp_avg_sq", 2, 5, 7, 1, 1);
   }
   std::vector<float> host(const Tensor *t) { return internal::to_host(ctx, t); }
 };
@@ -219,7 +221,7 @@ TEST_F(KernelTest, AdamWUpdateOverThreeSteps) {
     internal::begin_step(ctx, step);
     Tensor *g = random({5, 7});
     auto gv = host(g);
-    adamw_update(ctx, w, g, 0, lr, b1, b2, eps, wd);
+    adamw_update(ctx, w, g, state(ctx, 0), state(ctx, 1), lr, b1, b2, eps, wd);
     for (size_t i = 0; i < rw.size(); ++i) {
       rm[i] = b1 * rm[i] + (1 - b1) * gv[i];
       rv[i] = b2 * rv[i] + (1 - b2) * gv[i] * gv[i];

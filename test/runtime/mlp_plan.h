@@ -22,6 +22,8 @@ inline void setup(planrt::Context *ctx) {
                         0.0f, 0.18f);
   planrt::declare_param(ctx, "b2", 1, kOut, 1, 1, 1, planrt::InitZeros, 0.0f,
                         0.0f);
+  planrt::declare_state(ctx, "w1.exp_avg", 2, kIn, kHidden, 1, 1);
+  planrt::declare_state(ctx, "w1.exp_avg_sq", 2, kIn, kHidden, 1, 1);
   planrt::declare_input(ctx, "x", planrt::RoleInput, 2, rows, kIn, 1, 1, 0);
   planrt::declare_input(ctx, "y", planrt::RoleLabel, 2, rows, kOut, 1, 1, 0);
   planrt::set_training(ctx, 20, 42, kGlobalBatch, 0);
@@ -65,7 +67,8 @@ inline void step(planrt::Context *ctx) {
   all_reduce_sum(ctx, gw2, 1);
   all_reduce_sum(ctx, gb2, 1);
   if (use_adamw)
-    adamw_update(ctx, w1, gw1, 0, 0.01f, 0.9f, 0.999f, 1e-8f, 0.01f);
+    adamw_update(ctx, w1, gw1, state(ctx, 0), state(ctx, 1), 0.01f, 0.9f,
+                 0.999f, 1e-8f, 0.01f);
   else
     sgd_update(ctx, w1, gw1, 0.1f);
   sgd_update(ctx, b1, gb1, 0.1f);

@@ -181,8 +181,7 @@ void declare_state(Context *ctx, const char *name, int64_t ndim, int64_t d0,
 /// rank's call): `params` for parameters, `grads` for gradients (reported
 /// only) and `state` for the tensors of declare_state. The runtime counts
 /// params = 4 * sum of the local parameter element counts and state = 4 *
-/// sum of the declared state element counts (the moments that
-/// adamw_update(..., param_index, ...) allocates are not included), and
+/// sum of the declared state element counts, and
 /// tracks the step arena's peak (the most bytes alloc/view scratch and the
 /// ops' temporaries took in one step, each allocation rounded up to 256).
 /// When expect_bytes was called, at the end of planrt::run rank 0 prints,
@@ -260,18 +259,13 @@ void mse_loss_grad(Context *ctx, const Tensor *pred, const Tensor *target,
                    Tensor *dpred, float scale);
 /// w -= lr * g.
 void sgd_update(Context *ctx, Tensor *w, const Tensor *g, float lr);
-/// AdamW with decoupled weight decay and bias correction; optimizer state
-/// (m, v) is kept per parameter index. Uses the current step number (from 1).
-void adamw_update(Context *ctx, Tensor *w, const Tensor *g, int64_t param_index,
-                  float lr, float beta1, float beta2, float eps,
-                  float weight_decay);
-/// The same update with the moments given as tensors (usually state(ctx, i)
-/// of declare_state, zero before the first step), each of w's shape:
+/// AdamW with decoupled weight decay and bias correction. The moments are
+/// tensors the program owns (state(ctx, i) of declare_state, zero before the
+/// first step), each of w's shape:
 ///   m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2
 ///   w -= lr * ((m / (1 - beta1^t)) / (sqrt(v / (1 - beta2^t)) + eps)
 ///              + weight_decay * w)
-/// with t the step number and lr the scheduled lr. Bit for bit the same
-/// arithmetic as the param_index form.
+/// with t the step number (from 1) and lr the scheduled lr.
 void adamw_update(Context *ctx, Tensor *w, const Tensor *g, Tensor *m,
                   Tensor *v, float lr, float beta1, float beta2, float eps,
                   float weight_decay);

@@ -8,6 +8,8 @@ static void plan_setup(planrt::Context *ctx) {
   planrt::declare_param(ctx, "b1", 1, 32, 1, 1, 1, 0, 0.0f, 0.0f);
   planrt::declare_param(ctx, "w2", 2, 32, 1, 1, 1, 2, 0.0f, 0.18f);
   planrt::declare_param(ctx, "b2", 1, 1, 1, 1, 1, 0, 0.0f, 0.0f);
+  planrt::declare_state(ctx, "w1.exp_avg", 2, 16, 32, 1, 1);
+  planrt::declare_state(ctx, "w1.exp_avg_sq", 2, 16, 32, 1, 1);
   planrt::declare_input(ctx, "x", 0, 2, 8, 16, 1, 1, 0);
   planrt::declare_input(ctx, "y", 1, 2, 8, 1, 1, 1, 0);
   planrt::set_training(ctx, 50, 42, 16, 0);
@@ -50,7 +52,9 @@ static void plan_step(planrt::Context *ctx) {
   planrt::all_reduce_sum(ctx, gb1, 1);
   planrt::all_reduce_sum(ctx, gw2, 1);
   planrt::all_reduce_sum(ctx, gb2, 1);
-  planrt::adamw_update(ctx, w1, gw1, 0, 0.01f, 0.9f, 0.999f, 1e-8f, 0.01f);
+  planrt::adamw_update(ctx, w1, gw1, planrt::state(ctx, 0),
+                       planrt::state(ctx, 1), 0.01f, 0.9f, 0.999f, 1e-8f,
+                       0.01f);
   planrt::sgd_update(ctx, b1, gb1, 0.05f);
   planrt::sgd_update(ctx, w2, gw2, 0.05f);
   planrt::sgd_update(ctx, b2, gb2, 0.05f);

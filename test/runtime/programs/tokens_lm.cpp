@@ -9,6 +9,10 @@ static void plan_setup(planrt::Context *ctx) {
   planrt::declare_mesh_axis(ctx, "dp", 2);
   planrt::declare_param(ctx, "wte", 2, 256, 16, 1, 1, 2, 0.0f, 0.02f);
   planrt::declare_param(ctx, "wout", 2, 16, 256, 1, 1, 2, 0.0f, 0.02f);
+  planrt::declare_state(ctx, "wte.exp_avg", 2, 256, 16, 1, 1);
+  planrt::declare_state(ctx, "wte.exp_avg_sq", 2, 256, 16, 1, 1);
+  planrt::declare_state(ctx, "wout.exp_avg", 2, 16, 256, 1, 1);
+  planrt::declare_state(ctx, "wout.exp_avg_sq", 2, 16, 256, 1, 1);
   planrt::declare_input(ctx, "x", 0, 2, 2, 8, 1, 1, 0);
   planrt::set_input_dtype(ctx, 0, 1);
   planrt::declare_input(ctx, "y", 1, 2, 2, 8, 1, 1, 0);
@@ -44,8 +48,10 @@ static void plan_step(planrt::Context *ctx) {
   planrt::sumsq_accumulate(ctx, gwte, sumsq);
   planrt::sumsq_accumulate(ctx, gwout, sumsq);
   planrt::report_grad_norm(ctx, sumsq);
-  planrt::adamw_update(ctx, wte, gwte, 0, 0.01f, 0.9f, 0.95f, 1e-8f, 0.0f);
-  planrt::adamw_update(ctx, wout, gwout, 1, 0.01f, 0.9f, 0.95f, 1e-8f, 0.0f);
+  planrt::adamw_update(ctx, wte, gwte, planrt::state(ctx, 0),
+                       planrt::state(ctx, 1), 0.01f, 0.9f, 0.95f, 1e-8f, 0.0f);
+  planrt::adamw_update(ctx, wout, gwout, planrt::state(ctx, 2),
+                       planrt::state(ctx, 3), 0.01f, 0.9f, 0.95f, 1e-8f, 0.0f);
   planrt::all_reduce_sum(ctx, loss, 1);
   planrt::report_loss(ctx, loss);
 }
