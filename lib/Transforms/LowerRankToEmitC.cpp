@@ -358,6 +358,14 @@ void LowerRankToEmitCPass::runOnOperation() {
     CallBuilder c(b, setup.getArgument(0));
     c.call(forward.getLoc(), "planrt::set_forward", {},
            {ec::OpaqueAttr::get(ctx, "plan_forward")});
+    // A padded vocabulary is never sampled.
+    forward.walk([&](Operation *op) {
+      auto valid = op->getAttrOfType<IntegerAttr>("valid_classes");
+      if (isa<rk::CrossEntropyOp, rk::CeLocalStatsOp>(op) && valid &&
+          valid.getInt() > 0)
+        c.call(op->getLoc(), "planrt::set_generation_classes", {},
+               {c.i64(valid.getInt())});
+    });
   }
 
   // main: hand both functions to the runtime's driver.

@@ -301,6 +301,7 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
   // first use of any of them waits for it. A bucket closes early where a
   // member's reduced value is needed before the next member is ready. (With
   // microbatches the gradients are final only after the loop: no buckets.)
+  constexpr unsigned kSlots = 1024; // planrt's collective slots
   struct Bucket {
     Value buffer;
     int64_t elems = 0;
@@ -430,6 +431,16 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
                     llvm::any_of(op.getResults(), involvesSeq);
       accumulates = isa<AllReduceOp>(op) && involvesSeq(op.getOperand(0)) &&
                     !involvesSeq(op.getResult(0));
+      // A parameter gathered (ZeRO-3) only for the loop is gathered in it,
+      // per microbatch, so that its whole copy lives for one iteration.
+      auto usedInLoop = [&](Operation *user) {
+        return llvm::any_of(user->getOperands(), involvesSeq) ||
+               llvm::any_of(user->getResults(), involvesSeq);
+      };
+      if (isa<AllGatherOp>(op) && isa<BlockArgument>(op.getOperand(0)) &&
+          !op.getResult(0).use_empty() &&
+          llvm::all_of(op.getResult(0).getUsers(), usedInLoop))
+        inLoop = true;
       if (accumulates) {
         phase = Post;
       } else if (inLoop) {
@@ -464,7 +475,8 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
       auto it = reducedIn.find(v);
       if (it == reducedIn.end() || buckets[it->second].waited)
         continue;
-      rk::CollectiveWaitOp::create(b, loc, b.getI64IntegerAttr(it->second));
+      rk::CollectiveWaitOp::create(b, loc,
+                                   b.getI64IntegerAttr(it->second % kSlots));
       buckets[it->second].waited = true;
     }
     if (accumulates) {
@@ -542,9 +554,18 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
       }
       if (auto it = reducedIn.find(ar.getResult()); it != reducedIn.end()) {
         Bucket &bk = buckets[it->second];
-        if (bk.last == &op)
-          rk::AllReduceStartOp::create(b, loc, bk.buffer, ar.getAxes(),
-                                       b.getI64IntegerAttr(it->second));
+        if (bk.last == &op) {
+          // planrt has kSlots slots: a bucket reuses the slot of the one
+          // kSlots before it, which is waited for first.
+          if (it->second >= kSlots && !buckets[it->second - kSlots].waited) {
+            rk::CollectiveWaitOp::create(
+                b, loc, b.getI64IntegerAttr(it->second % kSlots));
+            buckets[it->second - kSlots].waited = true;
+          }
+          rk::AllReduceStartOp::create(
+              b, loc, bk.buffer, ar.getAxes(),
+              b.getI64IntegerAttr(it->second % kSlots));
+        }
         buf[ar.getResult()] = in(0);
         continue;
       }

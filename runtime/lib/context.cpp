@@ -2,6 +2,8 @@
 
 #include "context.h"
 
+#include <algorithm>
+
 #include <mpi.h>
 
 #include <cmath>
@@ -435,6 +437,10 @@ void *arena_alloc(Context *ctx, size_t bytes) {
     c.size = size;
     ctx->chunks.push_back(c);
     ctx->chunk_offset = 0;
+    size_t held = 0;
+    for (auto &ch : ctx->chunks)
+      held += ch.size;
+    ctx->arena_capacity = std::max(ctx->arena_capacity, held);
   }
   void *p = ctx->chunks.back().base + ctx->chunk_offset;
   ctx->chunk_offset += bytes;
@@ -447,18 +453,20 @@ void *arena_alloc(Context *ctx, size_t bytes) {
 void arena_reset(Context *ctx) {
   ctx->scratch.clear();
   ctx->marks.clear();
-  if (ctx->chunks.size() > 1) {
+  size_t total = 0;
+  for (auto &c : ctx->chunks)
+    total += c.size;
+  size_t want = std::max(total, ctx->arena_capacity);
+  if (ctx->chunks.size() > 1 ||
+      (!ctx->chunks.empty() && ctx->chunks[0].size < want)) {
     // The last step needed several chunks: replace them by one that holds
-    // all of them, so that later steps allocate nothing.
-    size_t total = 0;
-    for (auto &c : ctx->chunks) {
-      total += c.size;
+    // the most the arena ever held, so that later steps allocate nothing.
+    for (auto &c : ctx->chunks)
       backend::free_bytes(ctx, c.base);
-    }
     ctx->chunks.clear();
     ArenaChunk c;
-    c.base = (char *)backend::alloc_bytes(ctx, total);
-    c.size = total;
+    c.base = (char *)backend::alloc_bytes(ctx, want);
+    c.size = want;
     ctx->chunks.push_back(c);
   }
   ctx->chunk_offset = 0;
@@ -478,15 +486,17 @@ void arena_release(Context *ctx, int64_t mark) {
     fatal("arena_release: no mark %lld (%zu marks held)", (long long)mark,
           ctx->marks.size());
   Context::ArenaMark m = ctx->marks[mark];
-  ctx->marks.resize(mark + 1);
+  ctx->marks.resize(mark); // the mark and the ones after it are done
   ctx->scratch.resize(m.scratch);
-  // Memory handed out since the mark is free again. Chunks added since
-  // stay (the next step's reset merges them), so the release only rewinds
-  // when the allocations fitted in the marked chunk.
-  if (ctx->chunks.size() == m.chunks) {
-    ctx->chunk_offset = m.offset;
-    ctx->arena_used = m.used;
+  // Memory handed out since the mark is free again, chunks added since
+  // included (the next step's reset makes one chunk as large as the most
+  // ever held, so later steps allocate nothing).
+  while (ctx->chunks.size() > m.chunks) {
+    backend::free_bytes(ctx, ctx->chunks.back().base);
+    ctx->chunks.pop_back();
   }
+  ctx->chunk_offset = m.offset;
+  ctx->arena_used = m.used;
 }
 
 void arena_free_all(Context *ctx) {

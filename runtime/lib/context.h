@@ -94,6 +94,7 @@ struct Context {
   bool grad_norm_reported = false;
 
   void (*forward)(Context *) = nullptr; // set_forward
+  int64_t generation_classes = 0; // 0: every logit (set_generation_classes)
 
   // --dump-step0: observe() records on rank 0 during step 1.
   // Generation: observe() copies the tensor named `capture` here.
@@ -114,6 +115,7 @@ struct Context {
     size_t chunks, offset, scratch, used;
   };
   std::vector<ArenaMark> marks; // arena_mark / arena_release
+  size_t arena_capacity = 0;    // the most chunk bytes ever held at once
   size_t arena_used = 0;        // bytes handed out by the arena in this step
   size_t arena_peak = 0;        // the most of any step
 

@@ -258,6 +258,15 @@ void set_forward(Context *ctx, void (*forward)(Context *)) {
   ctx->forward = forward;
 }
 
+void set_generation_classes(Context *ctx, int64_t classes) {
+  if (!ctx)
+    fatal("set_generation_classes: null context");
+  if (classes < 1)
+    fatal("set_generation_classes: classes must be >= 1, got %lld",
+          (long long)classes);
+  ctx->generation_classes = classes;
+}
+
 void observe(Context *ctx, const Tensor *t, const char *name) {
   if (!ctx)
     fatal("observe: null context");

@@ -84,8 +84,11 @@ std::string generate(Context *ctx, const std::string &prompt, int64_t count,
               "vocab] logits",
               (long long)seq);
       int64_t vocab = ctx->captured_shape[2];
-      next =
-          sample(ctx->captured.data() + last * vocab, vocab, temperature, rng);
+      int64_t classes = ctx->generation_classes > 0
+                            ? std::min(ctx->generation_classes, vocab)
+                            : vocab;
+      next = sample(ctx->captured.data() + last * vocab, classes, temperature,
+                    rng);
     }
     if (ctx->use_mpi)
       MPI_Bcast(&next, 1, MPI_INT32_T, 0, MPI_COMM_WORLD);

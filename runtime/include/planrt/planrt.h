@@ -131,9 +131,12 @@ void set_lr_schedule(Context *ctx, int64_t kind, int64_t warmup_steps,
                      float min_lr, int64_t decay_steps);
 
 /// Registers the generated forward function: the model alone (no backward,
-/// no update), computing the logits of the current inputs, for generation.
-/// planrt keeps it (internal::forward_fn); no driver option calls it yet.
+/// no update), computing the logits of the current inputs; --generate calls
+/// it and samples from the observed "logits".
 void set_forward(Context *ctx, void (*forward)(Context *));
+/// Generation samples among the first `classes` logits only (a vocabulary
+/// padded so that tp divides it: the padding is never sampled).
+void set_generation_classes(Context *ctx, int64_t classes);
 
 /// Addition to the original API (optional; for tensor-parallel plans):
 /// declares that dimension `dim` of parameter `param_index` is split over
