@@ -192,8 +192,21 @@ void SeedShardingPass::runOnOperation() {
         // The first linear of an MLP feeds its activation.
         column(f, producer(op->getOperand(0)));
       } else if (auto ce = dyn_cast<CrossEntropyOp>(op)) {
-        // An untied LM head: vocab-parallel output columns.
-        column(f, producer(ce.getLogits()));
+        // An untied LM head: vocab-parallel output columns, when tp divides
+        // them (the frontend checks the layers' sizes, not the head's).
+        MatmulOp head = producer(ce.getLogits());
+        BlockArgument w = head ? weightOf(head) : BlockArgument();
+        int64_t classes =
+            cast<RankedTensorType>(ce.getLogits().getType()).getShape().back();
+        if (w && f->hasAttr(kModelAttr) && !getSharding(w) &&
+            classes % mesh.getAxisSize("tp") != 0)
+          mlir::emitRemark(head.getLoc())
+              << "the LM head's " << classes
+              << " output columns are not divisible by tp = "
+              << mesh.getAxisSize("tp")
+              << ": it stays whole on every rank (not vocab-parallel); "
+                 "make the vocabulary a multiple of tp to split it";
+        column(f, head);
       } else if (auto e = dyn_cast<EmbeddingOp>(op)) {
         if (auto table = dyn_cast<BlockArgument>(e.getTable()))
           seed(f, table, 0, {"tp"}, "policy");
