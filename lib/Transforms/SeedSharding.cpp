@@ -26,6 +26,7 @@ using namespace planc::plan;
 namespace {
 struct SeedShardingPass
     : public planc::impl::SeedShardingBase<SeedShardingPass> {
+  using SeedShardingBase::SeedShardingBase;
   void runOnOperation() override;
 
   /// Splits dimension `dim` of argument `arg` over `axis` unless the
@@ -143,12 +144,26 @@ void SeedShardingPass::runOnOperation() {
   ParallelOp par;
   for (auto p : module.getOps<ParallelOp>())
     par = p;
-  bool megatron =
-      par && par.getTensorPolicy() == "megatron" && mesh.getAxisSize("tp") > 1;
+  // The options, when given, replace the plan's settings (so that a planner
+  // or a test can try strategies on the same IR).
+  std::string policy = !tensorPolicy.empty() ? std::string(tensorPolicy)
+                       : par                 ? par.getTensorPolicy().str()
+                                             : "none";
+  if (policy != "none" && policy != "megatron") {
+    module.emitError() << "unknown tensor-policy '" << policy
+                       << "'; expected none or megatron";
+    return signalPassFailure();
+  }
+  bool sequence = sequenceParallel.empty()
+                      ? par && par.getSequenceParallel()
+                      : StringRef(sequenceParallel) == "true";
+  bool megatron = policy == "megatron" && mesh.getAxisSize("tp") > 1;
   // Microbatches are a sequential mesh axis "mb": each rank's samples are
   // split over it like over dp, and processed one block after the other
   // (the pipeline schedules its own microbatches).
-  int64_t microbatches = par ? par.getMicrobatches() : 1;
+  int64_t microbatches = microbatchCount > 0 ? (int64_t)microbatchCount
+                         : par               ? par.getMicrobatches()
+                                             : 1;
   bool pipelined = mesh.getAxisSize("pp") > 1;
   if (microbatches > 1 && !pipelined && mesh.getAxisIndex("mb") < 0) {
     OpBuilder b(mesh);
@@ -181,7 +196,7 @@ void SeedShardingPass::runOnOperation() {
       }
     if (!megatron)
       continue;
-    if (par.getSequenceParallel() && failed(seedSequence(f)))
+    if (sequence && failed(seedSequence(f)))
       return signalPassFailure();
     f.walk([&](Operation *op) {
       if (auto at = dyn_cast<AttentionOp>(op)) {

@@ -10,9 +10,22 @@ def SeedSharding : Pass<"plan-seed-sharding", "mlir::ModuleOp"> {
     Inputs and labels: the batch split over `dp` (origin "data"). With
     `tensor_policy = "megatron"` and tp > 1: the first linear of every
     attention (by heads, as q/k/v segments) and MLP split by columns over
-    `tp`, and embedding tables by rows (origin "policy"). Arguments that
-    already have a layout (user annotations) are left as they are.
+    `tp`, embedding tables by rows and an untied LM head by columns
+    (origin "policy"); with sequence parallelism, a constraint at every norm
+    input splitting the sequence over `tp`. Arguments that already have a
+    layout (user annotations) are left as they are. With microbatches > 1
+    (and no pipeline) the mesh gets the sequential axis `mb`. The options
+    replace the plan's settings when given, so that a planner (or a test)
+    can try strategies on the same IR.
   }];
+  let options = [
+    Option<"tensorPolicy", "tensor-policy", "std::string", "\"\"",
+           "none or megatron (default: plan.parallel's tensor_policy)">,
+    Option<"sequenceParallel", "sequence-parallel", "std::string", "\"\"",
+           "true or false (default: plan.parallel's sequence_parallel)">,
+    Option<"microbatchCount", "microbatches", "int64_t", "0",
+           "microbatches per step (default: plan.parallel's microbatches)">,
+  ];
   let dependentDialects = ["::planc::plan::PlanDialect"];
 }
 
