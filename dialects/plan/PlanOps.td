@@ -343,8 +343,8 @@ def Plan_PosEmbeddingOp : Plan_ComputeOp<"pos_embedding",
     ```mlir
     %x = plan.pos_embedding %h, %wpe : tensor<8x128x768xf32>, tensor<1024x768xf32>
     ```
-    Sharding: the result is laid out like `input`; the table must be
-    replicated and the sequence dimension unsplit (for now).
+    Sharding: the result is laid out like `input`; the positions and the
+    table's rows stay whole (a split is gathered first).
   }];
   let arguments = (ins Plan_F32Tensor:$input, Plan_F32Tensor:$table);
   let results = (outs Plan_F32Tensor:$result);
@@ -365,8 +365,9 @@ def Plan_LayerNormOp : Plan_ComputeOp<"layernorm",
     ```mlir
     %y = plan.layernorm %x, %g, %b {eps = 1.0e-05 : f32} : tensor<8x16x64xf32>, tensor<64xf32>
     ```
-    Sharding: the last dimension must not be split and `gamma`/`beta` must be
-    replicated; the result is laid out like `x`.
+    Sharding: the normalized (last) dimension stays whole, so `gamma` and
+    `beta` are whole; the other dimensions (batch, sequence) may be split and
+    the result is laid out like `x`.
   }];
   let arguments = (ins Plan_F32Tensor:$input, Plan_F32Tensor:$gamma,
                        Plan_F32Tensor:$beta,
@@ -414,8 +415,10 @@ def Plan_AttentionOp : Plan_ComputeOp<"attention"> {
     %a = plan.attention %qkv {num_heads = 12 : i64, num_kv_heads = 12 : i64}
         : tensor<8x128x2304xf32> -> tensor<8x128x768xf32>
     ```
-    Sharding: the batch dimension may be split; splitting the sequence or the
-    heads is not supported yet.
+    Sharding: the batch may be split, and the heads (a factor of size
+    `num_kv_heads`): the packed dimension is then split as three segments,
+    so that each rank holds whole query heads with their key/value heads.
+    The sequence stays whole (causal attention needs all earlier positions).
   }];
   let arguments = (ins Plan_F32Tensor:$qkv, I64Attr:$num_heads,
                        I64Attr:$num_kv_heads);
@@ -476,9 +479,10 @@ def Plan_ReshapeOp : Plan_ComputeOp<"reshape", []> {
     ```mlir
     %r = plan.reshape %x : tensor<8x128x768xf32> -> tensor<1024x768xf32>
     ```
-    Sharding: supported for a replicated input, and for an input split only
-    along dimension 0 when the result keeps the size of dimension 0 (the
-    split carries over); other cases are not supported yet.
+    Sharding: both shapes are written as products of common factors
+    (`[B, S, D] -> [B * S, D]` is factors b, s, d); a dimension made of
+    several factors is split by its major one only. Shapes without common
+    factors move as one whole block.
   }];
   let arguments = (ins Plan_F32Tensor:$input);
   let results = (outs Plan_F32Tensor:$result);
@@ -492,10 +496,10 @@ def Plan_ShardingConstraintOp : Plan_ComputeOp<"sharding_constraint",
   let description = [{
     The result is the operand, distributed as `sharding` (like Shardy's
     `sdy.sharding_constraint`). Sharding propagation gives the result
-    exactly this sharding. A replicated operand is narrowed to the split
-    locally (each rank keeps its slice), and a partial operand is reduced
-    first when the constraint is not partial; any other change of layout is
-    resharding, which is not supported yet.
+    exactly this sharding (at the priority of its `plan.sharding_origin`,
+    user by default) and propagates it to the operand; where the operand's
+    layout differs, plan-insert-reshards reshards it and removes the
+    constraint.
 
     ```mlir
     %y = plan.sharding_constraint %x <@mesh, [[dp], []]> : tensor<8x4xf32>
