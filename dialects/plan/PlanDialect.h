@@ -38,6 +38,16 @@ inline constexpr llvm::StringLiteral kModelAttr = "plan.model";
 inline constexpr llvm::StringLiteral kTrainStepAttr = "plan.train_step";
 /// On the train step's results: "loss", "grad_sumsq", or none (a parameter).
 inline constexpr llvm::StringLiteral kResultAttr = "plan.result";
+/// The repeat instance (layer index) an op belongs to: set by the frontend on
+/// a block's ops and kept by autodiff on their gradients.
+inline constexpr llvm::StringLiteral kLayerAttr = "plan.layer";
+/// Pipeline stage of an op or argument (plan-partition-stages); -1 for what
+/// every stage takes part in (a parameter used by several stages, the sum of
+/// the stages' gradient norms).
+inline constexpr llvm::StringLiteral kStageAttr = "plan.stage";
+/// Pipeline phase of an op: "F" (forward), "B" (input gradient), "W"
+/// (weight gradient only: a zero-bubble schedule defers it).
+inline constexpr llvm::StringLiteral kPhaseAttr = "plan.phase";
 
 /// The sharding recorded for `value` (on its defining op or, for a block
 /// argument, on the function argument), or null when none is recorded.

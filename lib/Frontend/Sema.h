@@ -24,8 +24,7 @@
 
 namespace planc::frontend {
 
-/// The repeat iteration (pipeline layer) that created an op or parameter.
-inline constexpr llvm::StringLiteral kLayerAttr = "plan.layer";
+using plan::kLayerAttr;
 
 /// A list of numbers, e.g. `[0.9, 0.95]`.
 struct NumList {

@@ -190,7 +190,7 @@ void Sema::readParallel() {
   if (auto v = boolSetting(s, "sequence_parallel"))
     par.sequenceParallel = *v;
   if (auto v =
-          nameSetting(s, "schedule", {"gpipe", "1f1b", "interleaved_1f1b"}))
+          nameSetting(s, "schedule", {"gpipe", "1f1b", "interleaved_1f1b", "zero_bubble"}))
     par.schedule = *v;
   if (auto v = intSetting(s, "microbatches", 1, kMaxCount)) {
     par.microbatches = *v;
@@ -574,15 +574,12 @@ void Sema::checkPlan(Location modelLoc) {
           << "pipeline parallelism cuts the model's repeated "
              "layers into stages, but the model has no "
              "repeat(n) of a block";
-    else if (numLayers % stages != 0) {
-      auto d = error(par.virtualStages > 1 ? *par.virtualLoc : *par.ppLoc)
-               << "the model's " << numLayers << " layers cannot be cut into "
-               << "pp * virtual_stages = " << par.pp << " * "
-               << par.virtualStages << " = " << stages
-               << " equal stages; choose a divisor of " << numLayers
-               << " or set stage_boundaries";
-      d.attachNote(modelLoc) << "the model is here";
-    }
+    else if (numLayers < stages)
+      error(par.virtualStages > 1 ? *par.virtualLoc : *par.ppLoc)
+          << "pp * virtual_stages = " << par.pp << " * " << par.virtualStages
+          << " = " << stages << " stages need at least " << stages
+          << " repeated layers, but the model has " << numLayers
+          << "; use fewer stages";
   }
   // The pipeline bubble: (p - 1) idle slots per (v * m + p - 1).
   if (par.pp > 1) {

@@ -361,14 +361,26 @@ void AutodiffPass::runOnOperation() {
                       // gradient either.
                       lossOp->getAttrDictionary().getValue())
                       ->getResult(0));
+  // The ops of each forward op's gradient keep its layer, so that pipeline
+  // stages and recompute can find a layer's backward.
+  auto keepLayer = [&](Operation *from, Operation *last) {
+    Attribute layer = from->getAttr(kLayerAttr);
+    if (!layer)
+      return;
+    for (Operation *o = last ? last->getNextNode() : &body->front(); o;
+         o = o->getNextNode())
+      o->setAttr(kLayerAttr, layer);
+  };
   for (Operation *op : llvm::reverse(forward)) {
     if (op == lossOp || op->getNumResults() != 1)
       continue;
     Value dy = adj.lookup(op->getResult(0));
     if (!dy)
       continue;
+    Operation *last = body->empty() ? nullptr : &body->back();
     if (failed(backprop(op, dy, b, adj, needs)))
       return signalPassFailure();
+    keepLayer(op, last);
   }
 
   // The global gradient norm: sum of squares over every gradient.

@@ -164,8 +164,10 @@ void SeedShardingPass::runOnOperation() {
   int64_t microbatches = microbatchCount > 0 ? (int64_t)microbatchCount
                          : par               ? par.getMicrobatches()
                                              : 1;
-  bool pipelined = mesh.getAxisSize("pp") > 1;
-  if (microbatches > 1 && !pipelined && mesh.getAxisIndex("mb") < 0) {
+  // A pipeline always has the axis (even with one microbatch): its stages
+  // run microbatch by microbatch, and gradients accumulate over it.
+  bool pipelined = mesh.getAxisIndex("pp") >= 0 && mesh.getAxisSize("pp") > 1;
+  if ((microbatches > 1 || pipelined) && mesh.getAxisIndex("mb") < 0) {
     OpBuilder b(mesh);
     SmallVector<Attribute> axes(mesh.getAxes().begin(), mesh.getAxes().end());
     axes.push_back(b.getStringAttr("mb"));

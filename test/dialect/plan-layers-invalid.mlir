@@ -83,7 +83,7 @@ plan.train {data = "synthetic", global_batch = 8 : i64, lr = 1.0e-01 : f64, opti
 
 // -----
 
-// expected-error @below {{unknown schedule 'zb'; expected "gpipe", "1f1b" or "interleaved_1f1b"}}
+// expected-error @below {{unknown schedule 'zb'; expected "gpipe", "1f1b", "interleaved_1f1b" or "zero_bubble"}}
 plan.parallel {schedule = "zb"}
 
 // -----

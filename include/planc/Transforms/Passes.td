@@ -77,6 +77,23 @@ def ExpandReshards : Pass<"plan-expand-reshards", "mlir::ModuleOp"> {
   let dependentDialects = ["::planc::plan::PlanDialect"];
 }
 
+def PartitionStages : Pass<"plan-partition-stages", "mlir::ModuleOp"> {
+  let summary = "Cut the layers into pipeline stages; stage and phase per op";
+  let description = [{
+    With pp * virtual_stages = S > 1: the repeated layers (`plan.layer`) are
+    cut into S contiguous stages, at the plan's `stage_boundaries` or
+    balanced by FLOPs (the ops before the first layer count for stage 0,
+    those after the last for stage S - 1). Every op of the step and the
+    model gets `plan.stage` (its layer's, else its operands', else its
+    users'; -1 where several stages take part) and `plan.phase` ("F"
+    forward, "B" what the input gradient sent to the previous stage needs,
+    "W" the weight gradients); arguments get the stage of their users. The
+    step records `plan.stage_first_layers` and `plan.stage_flops` (forward,
+    B, W FLOPs of each stage) and a remark states the cut.
+  }];
+  let dependentDialects = ["::planc::plan::PlanDialect"];
+}
+
 def LowerToRank : Pass<"plan-lower-to-rank", "mlir::ModuleOp"> {
   let summary = "Lower the global training step to what one rank executes";
   let description = [{

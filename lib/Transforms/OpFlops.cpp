@@ -1,0 +1,41 @@
+//===- OpFlops.cpp - Floating-point operations of a plan op ---------------===//
+#include "OpFlops.h"
+
+#include "dialects/plan/PlanDialect.h"
+
+using namespace mlir;
+using namespace planc::plan;
+
+static double elems(Type t) {
+  auto r = dyn_cast<RankedTensorType>(t);
+  return r ? double(r.getNumElements()) : 0.0;
+}
+
+double planc::opFlops(Operation *op) {
+  if (auto mm = dyn_cast<MatmulOp>(op)) {
+    auto lhs = cast<RankedTensorType>(mm.getLhs().getType());
+    // The contracted size: lhs's last dim, or its leading dims when
+    // transposed (X^T dY over all rows).
+    double k = mm.getTransposeLhs()
+                   ? elems(lhs) / lhs.getDimSize(lhs.getRank() - 1)
+                   : double(lhs.getDimSize(lhs.getRank() - 1));
+    return 2.0 * elems(mm.getResult().getType()) * k;
+  }
+  if (isa<AttentionOp, AttentionGradOp>(op)) {
+    // Scores and the weighted sum, 2 B S S (H D) each (the causal mask is
+    // not subtracted); the gradient is twice that. The heads' output is the
+    // result of attention and operand 1 (dout) of its gradient.
+    Value out = isa<AttentionOp>(op) ? op->getResult(0) : op->getOperand(1);
+    auto t = cast<RankedTensorType>(out.getType());
+    double s = t.getRank() >= 2 ? double(t.getDimSize(1)) : 1.0;
+    double f = 4.0 * elems(t) * s;
+    return isa<AttentionGradOp>(op) ? 2.0 * f : f;
+  }
+  if (isa<ReshapeOp, AllReduceOp, AllGatherOp, ReduceScatterOp, AllSliceOp,
+          AllToAllOp>(op))
+    return 0.0;
+  double n = 0;
+  for (Type t : op->getResultTypes())
+    n += elems(t);
+  return n;
+}
