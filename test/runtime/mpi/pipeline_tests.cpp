@@ -175,10 +175,11 @@ TEST(StageParams, UnownedAreNullOwnedAreTheWholeInit) {
   EXPECT_EQ(state(ctx, 0) != nullptr, pp0);
   EXPECT_NE(state(ctx, 1), nullptr);
   for (int p : {0, 2, 3}) {
-    if (param(ctx, p))
+    if (param(ctx, p)) {
       EXPECT_EQ(internal::to_host(ctx, param(ctx, p)),
                 internal::to_host(whole, param(whole, p)))
           << "param " << p;
+    }
   }
   if (Tensor *b = param(ctx, 1)) { // columns [4 dp, 4 dp + 4) of 8
     auto w = internal::to_host(whole, param(whole, 1));
