@@ -371,7 +371,8 @@ Tensor *state(Context *ctx, int64_t index) {
           (long long)index, ctx->states.size());
   if (!ctx->started)
     fatal("state: called before the program started");
-  return &ctx->states[index].t;
+  Tensor *t = &ctx->states[index].t;
+  return t->data ? t : nullptr; // null: another pipeline rank's stage
 }
 
 void expect_bytes(Context *ctx, int64_t params, int64_t grads, int64_t state) {
@@ -405,7 +406,8 @@ Tensor *param(Context *ctx, int64_t index) {
           (long long)index, ctx->params.size());
   if (!ctx->started)
     fatal("param: called before the program started");
-  return &ctx->params[index].t;
+  Tensor *t = &ctx->params[index].t;
+  return t->data ? t : nullptr; // null: another pipeline rank's stage
 }
 
 Tensor *input(Context *ctx, int64_t index) {

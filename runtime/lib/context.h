@@ -11,10 +11,12 @@
 #include "planrt/internal.h"
 #include "planrt/planrt.h"
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -31,13 +33,15 @@ struct ParamDesc {
   // Global sizes of the segments of each dim (set_param_segments); empty =
   // one segment, the whole dim. Each segment is split over shard_axes[d].
   std::vector<int64_t> segments[4];
-  Tensor t; // the parameter (device memory once started)
+  int64_t stage = -1; // pipeline stage (set_param_stage); -1: every rank
+  Tensor t; // the parameter (device memory once started; null if unowned)
 };
 
 /// A persistent optimizer-state tensor (declare_state).
 struct StateDesc {
   std::string name;
-  Tensor t; // zeroed at start
+  int64_t stage = -1; // pipeline stage (set_state_stage); -1: every rank
+  Tensor t;           // zeroed at start (null data if the stage is unowned)
 };
 
 struct InputDesc {
@@ -129,6 +133,48 @@ struct Context {
   // was started (for error messages).
   std::map<int64_t, std::string> pending;
 
+  // Pipeline parallelism (declare_pipeline; lib/pipeline.cpp).
+  int64_t pipeline_axis = -1; // -1: no pipeline
+  int64_t pipeline_stages = 0;
+  // expect_pipeline_bytes, by pipeline coordinate: params, grads, state.
+  std::vector<std::array<int64_t, 3>> pipeline_expected;
+  // The schedule of every pipeline coordinate: (unit, mb) pairs.
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> schedules;
+  // The unit in progress (unit_begin .. unit_end).
+  bool unit_open = false;
+  int64_t unit_stage = 0, unit_phase = 0, unit_mb = 0, unit_last = 0;
+  int64_t unit_mark = 0;   // arena mark taken at unit_begin
+  int64_t unit_serial = 0; // counts units; the open one's number
+  // Microbatches in flight per stage (F begun, last backward not ended) and
+  // the peak of their number over the run.
+  std::map<int64_t, std::set<int64_t>> in_flight;
+  std::map<int64_t, int64_t> in_flight_peak;
+  // The stash: (slot, mb) -> entry; alloc_stash allocations by base address.
+  struct StashEntry {
+    Tensor t;
+    int64_t readers = 0; // releases still expected
+    char *alloc = nullptr; // the alloc_stash allocation holding t (or null)
+  };
+  std::map<std::pair<int64_t, int64_t>, StashEntry> stash;
+  struct StashAlloc {
+    size_t bytes = 0;
+    int64_t refs = 0;  // stash entries that point into it
+    int64_t unit = -1; // serial of the unit that allocated it while it is
+                       // open; -1 once that unit ended
+    bool outside_unit = false; // allocated outside any unit: freed at the
+                               // end of the step
+  };
+  std::map<char *, StashAlloc> stash_allocs;
+  int64_t stash_live_bytes = 0, stash_peak_bytes = 0;
+  // Messages a rank sent to itself (peer == own coordinate), per axis.
+  struct SelfMessage {
+    void *data = nullptr;
+    int64_t count = 0;
+    int dtype = F32;
+  };
+  std::map<int64_t, std::deque<SelfMessage>> self_messages;
+  void *p2p = nullptr; // MPI state of send/recv (lib/pipeline.cpp)
+
   std::vector<double> teacher; // [out][in] teacher matrix for data_kind 0
   int64_t teacher_in = 0, teacher_out = 0;
 
@@ -202,6 +248,35 @@ enum class ReduceOp { Sum, Max };
 void mpi_bcast_bytes(Context *ctx, void *data, size_t bytes, int root);
 int mpi_local_rank(Context *ctx);
 
+//===--- Pipeline helpers (lib/pipeline.cpp) ------------------------------===//
+
+/// This rank's coordinate on the pipeline axis (0 without a pipeline).
+int64_t pipeline_coord(const Context *ctx);
+/// Pipeline coordinate owning `stage` (-1: every rank, returns -1).
+int64_t stage_owner(const Context *ctx, int64_t stage);
+/// World rank of the rank whose coordinates are this rank's with `axis` set
+/// to `coord`.
+int world_rank_with(const Context *ctx, int64_t axis, int64_t coord);
+/// Called by start() after backend::init (collective): send/recv state.
+void p2p_init(Context *ctx);
+/// Frees it (waits for outstanding sends when MPI is still usable).
+void p2p_finalize(Context *ctx);
+/// Tests outstanding sends, frees the finished ones' buffers.
+void p2p_progress(Context *ctx);
+/// Sends `bytes` bytes (copied now) to world rank `dest` over the p2p
+/// communicator with tag `tag`, asynchronously (host backend: the data;
+/// cuda backend: a header).
+void p2p_mpi_isend(Context *ctx, int dest, int tag, const void *data,
+                   size_t bytes);
+/// Blocks until a message from world rank `src` is available; returns its
+/// size in bytes and its tag. p2p_mpi_recv then receives it.
+void p2p_mpi_probe(Context *ctx, int src, size_t *bytes, int *tag);
+void p2p_mpi_recv(Context *ctx, int src, int tag, void *data, size_t bytes);
+/// The end of a step: waits for outstanding sends, checks that no unit is
+/// open, no microbatch in flight and the stash empty (fatal otherwise, `when`
+/// names the boundary); frees the stash allocations.
+void pipeline_end_step(Context *ctx, const char *when);
+
 namespace backend {
 /// Called once after the world-size check: device selection, communicators.
 void init(Context *ctx);
@@ -213,7 +288,23 @@ void to_device(Context *ctx, void *dst, const void *src, size_t bytes);
 void to_host(Context *ctx, void *dst, const void *src, size_t bytes);
 void synchronize(Context *ctx);
 const char *name();
+/// Device-to-device copy (ordered after the work issued so far).
+void copy_bytes(Context *ctx, void *dst, const void *src, size_t bytes);
+/// Point to point to the rank with coordinate `peer` on `axis` (world rank
+/// `world_peer`), never this rank: send starts sending t (copied) and
+/// returns; recv fills out with the next message from the peer after
+/// checking it with check_p2p_message.
+void p2p_send(Context *ctx, const Tensor *t, int64_t axis, int64_t peer,
+              int world_peer);
+void p2p_recv(Context *ctx, Tensor *out, int64_t axis, int64_t peer,
+              int world_peer);
+/// Waits for every send started (end of step).
+void p2p_wait_all(Context *ctx);
 } // namespace backend
+
+/// Fatal unless a message of `count` elements of `dtype` fits recv's `out`.
+void check_p2p_message(Context *ctx, const Tensor *out, int64_t axis,
+                       int64_t peer, int64_t count, int dtype);
 
 } // namespace planrt
 

@@ -224,7 +224,96 @@ bool memory_report(Context *ctx) {
   return !any;
 }
 
+/// The "pipeline: peak microbatches in flight per stage" line (rank 0): the
+/// owners' peaks, the most over the data-parallel replicas. Collective.
+void pipeline_report(Context *ctx) {
+  std::vector<int64_t> mine = internal::pipeline_peaks(ctx), all = mine;
+  if (ctx->use_mpi && ctx->world > 1 && !mine.empty())
+    MPI_Allreduce(mine.data(), all.data(), (int)mine.size(), MPI_INT64_T,
+                  MPI_MAX, MPI_COMM_WORLD);
+  if (ctx->rank != 0)
+    return;
+  std::string line = "pipeline: peak microbatches in flight per stage:";
+  for (int64_t v : all)
+    line += " " + std::to_string(v);
+  std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+}
+
 } // namespace
+
+/// Ranks that record observe() for --dump-step0: rank 0, and with a
+/// pipeline every rank with coordinate 0 on the other axes (the stages'
+/// owners; rank 0 collects their tensors before writing).
+static bool observer(const Context *ctx) {
+  if (ctx->rank == 0)
+    return true;
+  if (ctx->pipeline_axis < 0)
+    return false;
+  for (size_t a = 0; a < ctx->coords.size(); ++a)
+    if ((int64_t)a != ctx->pipeline_axis && ctx->coords[a] != 0)
+      return false;
+  return true;
+}
+
+/// With a pipeline: the other observers send their tensors to rank 0, which
+/// appends them in pipeline order (a name observed again keeps the later
+/// stage's contents). Collective.
+static void gather_observed(Context *ctx) {
+  if (ctx->pipeline_axis < 0 || !ctx->use_mpi || ctx->world == 1 ||
+      !observer(ctx))
+    return;
+  int64_t P = ctx->axis_sizes[(size_t)ctx->pipeline_axis];
+  int64_t me = ctx->coords[(size_t)ctx->pipeline_axis];
+  if (me != 0) { // serialize: name, shape, data per tensor
+    std::vector<int64_t> buf;
+    for (const ObservedTensor &o : ctx->observed) {
+      buf.push_back((int64_t)o.name.size());
+      buf.push_back((int64_t)o.shape.size());
+      buf.push_back((int64_t)o.data.size());
+      size_t at = buf.size();
+      buf.resize(at + (o.name.size() + 7) / 8);
+      std::memcpy(buf.data() + at, o.name.data(), o.name.size());
+      buf.insert(buf.end(), o.shape.begin(), o.shape.end());
+      at = buf.size();
+      buf.resize(at + (o.data.size() * sizeof(float) + 7) / 8);
+      std::memcpy(buf.data() + at, o.data.data(), o.data.size() * sizeof(float));
+    }
+    int64_t n = (int64_t)buf.size();
+    MPI_Send(&n, 1, MPI_INT64_T, 0, 0, MPI_COMM_WORLD);
+    MPI_Send(buf.data(), (int)n, MPI_INT64_T, 0, 0, MPI_COMM_WORLD);
+    ctx->observed.clear();
+    return;
+  }
+  for (int64_t c = 1; c < P; ++c) {
+    int src = world_rank_with(ctx, ctx->pipeline_axis, c);
+    int64_t n = 0;
+    MPI_Recv(&n, 1, MPI_INT64_T, src, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    std::vector<int64_t> buf((size_t)n);
+    MPI_Recv(buf.data(), (int)n, MPI_INT64_T, src, 0, MPI_COMM_WORLD,
+             MPI_STATUS_IGNORE);
+    for (size_t at = 0; at < buf.size();) {
+      ObservedTensor o;
+      size_t name_len = (size_t)buf[at], ndim = (size_t)buf[at + 1],
+             elems = (size_t)buf[at + 2];
+      at += 3;
+      o.name.assign((const char *)(buf.data() + at), name_len);
+      at += (name_len + 7) / 8;
+      o.shape.assign(buf.begin() + (long)at, buf.begin() + (long)(at + ndim));
+      at += ndim;
+      o.data.resize(elems);
+      std::memcpy(o.data.data(), buf.data() + at, elems * sizeof(float));
+      at += (elems * sizeof(float) + 7) / 8;
+      auto same = std::find_if(
+          ctx->observed.begin(), ctx->observed.end(),
+          [&](const ObservedTensor &p) { return p.name == o.name; });
+      if (same != ctx->observed.end())
+        *same = std::move(o);
+      else
+        ctx->observed.push_back(std::move(o));
+    }
+  }
+}
 
 void report_loss(Context *ctx, const Tensor *loss) {
   if (!ctx)
@@ -275,7 +364,7 @@ void observe(Context *ctx, const Tensor *t, const char *name) {
     ctx->captured_shape.assign(t->shape, t->shape + t->ndim);
     return;
   }
-  if (ctx->dump_step0_path.empty() || ctx->step != 1 || ctx->rank != 0)
+  if (ctx->dump_step0_path.empty() || ctx->step != 1 || !observer(ctx))
     return;
   if (!name || !*name)
     fatal("observe: empty name");
@@ -327,6 +416,7 @@ void destroy_context(Context *ctx) {
   if (!ctx)
     return;
   if (ctx->started) {
+    p2p_finalize(ctx);
     arena_free_all(ctx);
     for (auto &p : ctx->params) {
       backend::free_bytes(ctx, p.t.data);
@@ -358,7 +448,11 @@ void start(Context *ctx) {
   backend::init(ctx);
   ctx->started = true;
   std::vector<float> host;
+  p2p_init(ctx);
+  int64_t my_pp = pipeline_coord(ctx);
   for (auto &p : ctx->params) {
+    if (p.stage >= 0 && stage_owner(ctx, p.stage) != my_pp)
+      continue; // another pipeline rank's stage: not allocated
     allocate_tensor(ctx, &p.t);
     int64_t n = p.t.numel();
     ctx->param_bytes += n * (int64_t)sizeof(float);
@@ -371,6 +465,8 @@ void start(Context *ctx) {
     backend::to_device(ctx, p.t.data, host.data(), (size_t)n * sizeof(float));
   }
   for (auto &st : ctx->states) {
+    if (st.stage >= 0 && stage_owner(ctx, st.stage) != my_pp)
+      continue;
     allocate_tensor(ctx, &st.t);
     ctx->state_bytes += st.t.numel() * (int64_t)sizeof(float);
     backend::zero_bytes(ctx, st.t.data, (size_t)st.t.numel() * sizeof(float));
@@ -458,7 +554,7 @@ std::vector<float> train(Context *ctx, void (*step)(Context *), int64_t steps,
     backend::synchronize(ctx);
     auto t0 = std::chrono::steady_clock::now();
     step(ctx);
-    check_no_pending(ctx, "end of step");
+    end_step(ctx);
     backend::synchronize(ctx);
     auto t1 = std::chrono::steady_clock::now();
     double ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
@@ -481,6 +577,7 @@ std::vector<float> train(Context *ctx, void (*step)(Context *), int64_t steps,
       save_safetensors(ctx, path.substr(0, dot) + step_tag + path.substr(dot));
     }
     if (s == 1 && !ctx->dump_step0_path.empty()) {
+      gather_observed(ctx);
       if (ctx->rank == 0 && write_observed(ctx, ctx->dump_step0_path) == 0) {
         std::fprintf(stderr,
                      "planrt: warning: --dump-step0: the program observed "
@@ -549,18 +646,44 @@ void from_host(Context *ctx, Tensor *t, const std::vector<float> &values) {
                        values.size() * sizeof(float));
 }
 
-/// Gathers a sharded parameter to rank 0 over `comm`, the ranks that hold
-/// distinct blocks of it (coordinate 0 on every axis that does not split
-/// it, in world-rank order); returns the whole tensor on rank 0.
+/// Coordinates the ranks holding the copy of `p` that --save reads must
+/// have on the axes that do not split it: 0, except on the pipeline axis
+/// for a parameter of a stage, the stage's owner. -1: any (a splitting axis).
+static std::vector<int64_t> holder_coords(const Context *ctx,
+                                          const ParamDesc &p) {
+  std::vector<int64_t> want(ctx->axis_sizes.size(), 0);
+  int64_t mask = param_shard_mask(p);
+  for (size_t a = 0; a < want.size(); ++a)
+    if (mask & (int64_t(1) << a))
+      want[a] = -1;
+  if (p.stage >= 0 && ctx->pipeline_axis >= 0 && want[ctx->pipeline_axis] >= 0)
+    want[ctx->pipeline_axis] = stage_owner(ctx, p.stage);
+  return want;
+}
+
+static bool is_holder(const std::vector<int64_t> &coords,
+                      const std::vector<int64_t> &want) {
+  for (size_t a = 0; a < coords.size(); ++a)
+    if (want[a] >= 0 && coords[a] != want[a])
+      return false;
+  return true;
+}
+
+/// Gathers parameter `p` over `comm`, the ranks that hold distinct blocks of
+/// it (the holders, in world-rank order); returns the whole tensor on the
+/// first holder (comm rank 0).
 static std::vector<float> gather_param(Context *ctx, ParamDesc &p,
-                                       MPI_Comm comm) {
+                                       MPI_Comm comm,
+                                       const std::vector<int64_t> &want) {
   std::vector<float> local = to_host(ctx, &p.t);
   int64_t n = p.t.numel();
-  int members = 1;
-  if (comm != MPI_COMM_NULL)
+  int members = 1, me = 0;
+  if (comm != MPI_COMM_NULL) {
     MPI_Comm_size(comm, &members);
+    MPI_Comm_rank(comm, &me);
+  }
   std::vector<float> all;
-  if (ctx->rank == 0)
+  if (me == 0)
     all.resize((size_t)(n * members));
   if (members > 1) {
     if (n * members > 0x7fffffff)
@@ -572,18 +695,13 @@ static std::vector<float> gather_param(Context *ctx, ParamDesc &p,
   } else {
     all = local;
   }
-  if (ctx->rank != 0)
+  if (me != 0)
     return {};
-  int64_t mask = param_shard_mask(p);
   std::vector<float> full;
   size_t next = 0; // block of the next holder in `all`
   for (int64_t r = 0; r < ctx->world && next < (size_t)members; ++r) {
     std::vector<int64_t> coords = rank_coords(ctx, r);
-    bool holder = true;
-    for (size_t a = 0; a < coords.size(); ++a)
-      if (!(mask & (int64_t(1) << a)) && coords[a] != 0)
-        holder = false;
-    if (!holder)
+    if (!is_holder(coords, want))
       continue;
     ParamLayout layout = param_layout(ctx, p, coords);
     if (full.empty())
@@ -601,28 +719,56 @@ void save_safetensors(Context *ctx, const std::string &path) {
   std::vector<std::vector<float>> host;
   std::vector<NamedTensor> named;
   host.reserve(ctx->params.size());
-  // One communicator per set of splitting axes: the ranks with coordinate 0
-  // on the other axes (replicas along those hold the same blocks).
-  std::map<int64_t, MPI_Comm> comms;
+  bool multi = ctx->use_mpi && ctx->world > 1;
+  // One communicator per set of holders (the splitting axes and the
+  // coordinates wanted on the others): replicas hold the same blocks.
+  std::map<std::vector<int64_t>, MPI_Comm> comms;
   for (auto &p : ctx->params) {
     ParamLayout layout = param_layout(ctx, p, ctx->coords);
-    int64_t mask = param_shard_mask(p);
-    if (mask != 0) {
+    std::vector<int64_t> want = holder_coords(ctx, p);
+    bool holder = is_holder(ctx->coords, want);
+    int64_t global_elems =
+        layout.global[0] * layout.global[1] * layout.global[2] *
+        layout.global[3];
+    std::vector<float> whole;
+    int first = 0; // world rank of the first holder (it gets the tensor)
+    for (int64_t r = 0; r < ctx->world; ++r)
+      if (is_holder(rank_coords(ctx, r), want)) {
+        first = (int)r;
+        break;
+      }
+    if (param_shard_mask(p) != 0) {
       MPI_Comm comm = MPI_COMM_NULL;
-      if (ctx->use_mpi && ctx->world > 1) {
-        auto it = comms.find(mask);
+      if (multi) {
+        auto it = comms.find(want);
         if (it == comms.end()) {
-          int color = group_color(ctx, mask) == 0 ? 0 : MPI_UNDEFINED;
-          MPI_Comm_split(MPI_COMM_WORLD, color, ctx->rank, &comm);
-          it = comms.emplace(mask, comm).first;
+          MPI_Comm_split(MPI_COMM_WORLD, holder ? 0 : MPI_UNDEFINED, ctx->rank,
+                         &comm);
+          it = comms.emplace(want, comm).first;
         }
         comm = it->second;
       }
-      if (comm != MPI_COMM_NULL || !ctx->use_mpi || ctx->world == 1)
-        host.push_back(gather_param(ctx, p, comm));
-    } else if (ctx->rank == 0) {
-      host.push_back(to_host(ctx, &p.t));
+      if (holder)
+        whole = gather_param(ctx, p, comm, want);
+    } else if (ctx->rank == first) {
+      whole = to_host(ctx, &p.t);
     }
+    if (first != 0 && multi) {
+      // A stage's parameter held away from rank 0: the first holder sends.
+      if (global_elems > 0x7fffffff)
+        fatal("--save: parameter '%s' (%lld elements) is too large to send "
+              "with MPI's int counts",
+              p.name.c_str(), (long long)global_elems);
+      if (ctx->rank == first)
+        MPI_Send(whole.data(), (int)global_elems, MPI_FLOAT, 0, 0,
+                 MPI_COMM_WORLD);
+      else if (ctx->rank == 0) {
+        whole.resize((size_t)global_elems);
+        MPI_Recv(whole.data(), (int)global_elems, MPI_FLOAT, first, 0,
+                 MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      }
+    }
+    host.push_back(ctx->rank == 0 ? std::move(whole) : std::vector<float>());
     NamedTensor nt;
     nt.name = p.name;
     for (int d = 0; d < p.t.ndim; ++d)
@@ -817,6 +963,8 @@ int run(int argc, char **argv, const char *program_name,
       std::fflush(stdout);
     }
   }
+  if (ctx->pipeline_axis >= 0)
+    pipeline_report(ctx);
   if (ctx->expected_set && !memory_report(ctx)) {
     internal::destroy_context(ctx);
     MPI_Finalize();

@@ -61,6 +61,7 @@ std::string generate(Context *ctx, const std::string &prompt, int64_t count,
   if (context.empty())
     context.push_back('\n');
   std::string out;
+  auto peaks = ctx->in_flight_peak; // generation's forward units not counted
   uint64_t rng = uint64_t(ctx->seed) * 0x2545F4914F6CDD1DULL + 1;
   for (int64_t k = 0; k < count; ++k) {
     // The last `seq` tokens of the context, left-aligned in every row; the
@@ -75,10 +76,22 @@ std::string generate(Context *ctx, const std::string &prompt, int64_t count,
     if (labels)
       from_host_ids(ctx, &labels->t, std::vector<int32_t>(ids.size(), 0));
     ctx->capture = "logits";
+    ctx->captured_shape.clear();
     ctx->forward(ctx);
     ctx->capture.clear();
+    ctx->in_flight.clear(); // forward units only: nothing to wait for
+    pipeline_end_step(ctx, "--generate");
     int32_t next = 0;
-    if (ctx->rank == 0) {
+    // With a pipeline the logits are observed on the last stage's ranks:
+    // the lowest rank that captured them samples.
+    int sampler = 0;
+    if (ctx->pipeline_axis >= 0 && ctx->use_mpi && ctx->world > 1) {
+      int mine = ctx->captured_shape.empty() ? ctx->world : ctx->rank;
+      MPI_Allreduce(&mine, &sampler, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+      if (sampler == ctx->world)
+        sampler = 0; // nobody captured: rank 0 reports it below
+    }
+    if (ctx->rank == sampler) {
       if (ctx->captured_shape.size() != 3 || ctx->captured_shape[1] != seq)
         fatal("--generate: the forward function did not observe [rows, %lld, "
               "vocab] logits",
@@ -91,10 +104,11 @@ std::string generate(Context *ctx, const std::string &prompt, int64_t count,
                     rng);
     }
     if (ctx->use_mpi)
-      MPI_Bcast(&next, 1, MPI_INT32_T, 0, MPI_COMM_WORLD);
+      MPI_Bcast(&next, 1, MPI_INT32_T, sampler, MPI_COMM_WORLD);
     context.push_back(next);
     out.push_back(char(next));
   }
+  ctx->in_flight_peak = peaks;
   return out;
 }
 

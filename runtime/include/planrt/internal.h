@@ -33,6 +33,16 @@ void begin_step(Context *ctx, int64_t step);
 /// `quiet`) and returns the reported loss of every step.
 std::vector<float> train(Context *ctx, void (*step)(Context *), int64_t steps,
                          bool quiet);
+/// What train() does after each step: fatal if a non-blocking collective
+/// is pending; waits for outstanding sends; fatal if a unit is open, a
+/// microbatch still in flight or the stash not empty; frees the stash memory.
+void end_step(Context *ctx);
+/// Bytes of alloc_stash memory held now, and the number of allocations.
+int64_t stash_live_bytes(const Context *ctx);
+int64_t stash_allocations(const Context *ctx);
+/// This rank's peak of microbatches in flight per stage (0 for the stages it
+/// does not own), stage 0 first.
+std::vector<int64_t> pipeline_peaks(const Context *ctx);
 /// Loss given to report_loss during the current step (NaN if none).
 float reported_loss(const Context *ctx);
 /// Gradient norm given to report_grad_norm during the current step (NaN if

@@ -181,11 +181,11 @@ void declare_state(Context *ctx, const char *name, int64_t ndim, int64_t d0,
                    int64_t d1, int64_t d2, int64_t d3);
 
 /// Records the bytes the compiler computed for this rank (the same on every
-/// rank's call): `params` for parameters, `grads` for gradients (reported
-/// only) and `state` for the tensors of declare_state. The runtime counts
-/// params = 4 * sum of the local parameter element counts and state = 4 *
-/// sum of the declared state element counts, and
-/// tracks the step arena's peak (the most bytes alloc/view scratch and the
+/// rank's call; with a pipeline, expect_pipeline_bytes instead): `params`
+/// for parameters, `grads` for gradients (reported only) and `state` for the
+/// tensors of declare_state. The runtime counts params = 4 * sum of the
+/// local element counts of the parameters this rank holds and state = 4 *
+/// sum of the element counts of the state tensors it holds, and tracks the step arena's peak (the most bytes alloc/view scratch and the
 /// ops' temporaries took in one step, each allocation rounded up to 256).
 /// When expect_bytes was called, at the end of planrt::run rank 0 prints,
 /// before the "done" line,
@@ -199,9 +199,12 @@ void expect_bytes(Context *ctx, int64_t params, int64_t grads, int64_t state);
 //===--- Step body: called from the generated plan_step() -----------------===//
 
 /// Parameter / per-step input buffers by declaration index (persistent).
+/// param() is nullptr for a parameter of a pipeline stage this rank does not
+/// own (set_param_stage).
 Tensor *param(Context *ctx, int64_t index);
 Tensor *input(Context *ctx, int64_t index);
-/// Optimizer-state tensor by declaration index (declare_state; persistent).
+/// Optimizer-state tensor by declaration index (declare_state; persistent);
+/// nullptr for a stage this rank does not own (set_state_stage).
 Tensor *state(Context *ctx, int64_t index);
 /// Scratch tensor valid until the end of the current step (arena-allocated;
 /// the arena is reset before every step). Contents are undefined.
@@ -470,7 +473,138 @@ void report_grad_norm(Context *ctx, const Tensor *sumsq);
 ///   observe(ctx, grad, "grad/<param name>")  for every parameter gradient
 ///       once it is whole (after its data-parallel all-reduce) and before
 ///       clipping: the gradient of the global mean loss.
+/// With a pipeline (declare_pipeline) the ranks with coordinate 0 on every
+/// other axis record too (each stage's owner), and after step 1 they send
+/// their tensors to rank 0, which writes its own then theirs in pipeline
+/// order (a name recorded on several of them keeps the later coordinate's).
 void observe(Context *ctx, const Tensor *t, const char *name);
+
+//===--- Pipeline parallelism ---------------------------------------------===//
+//
+// Mesh axis `axis` (declare_pipeline) carries a pipeline of S stages, S a
+// multiple of its size P: the rank with coordinate c on it owns the stages s
+// with s % P == c (P < S: interleaved, several stages per rank). The step
+// runs this rank's schedule, a list of units (unit_begin .. unit_end): the
+// forward (phase 0) or a backward phase of one stage for one microbatch.
+// Activations travel between stages with send/recv; values a unit computes
+// for a later unit of the same rank live in the stash. Without
+// declare_pipeline every rank owns every stage.
+
+/// Declares the pipeline: mesh axis `axis` (index of a declared axis, size
+/// P) carries it and the model is cut into `stages` stages (a positive
+/// multiple of P; fatal otherwise); this rank, with coordinate c on the
+/// axis, owns the stages s with s % P == c. Call it once from plan_setup,
+/// after the mesh axes and before set_param_stage / set_state_stage /
+/// expect_pipeline_bytes / schedule_add (fatal if called twice or after the
+/// program started).
+void declare_pipeline(Context *ctx, int64_t axis, int64_t stages);
+/// Parameter `param_index` (declare_param order) belongs to `stage` (-1, the
+/// default: every pipeline rank holds it; fatal outside [-1, stages) or
+/// without declare_pipeline). On a rank that does not own the stage it is
+/// not allocated nor initialized (param() returns nullptr there) and it is
+/// not counted in the memory check. --save / --save-every / --save-init
+/// still write every parameter whole: the first rank (in world order) that
+/// owns the stage and has coordinate 0 on the other axes that do not split
+/// the parameter gathers it (as without a pipeline) and sends it to rank 0,
+/// so the file has the same bytes a single-rank run writes. Initialization
+/// depends only on (seed, name, global index), as for every parameter.
+/// Call it from plan_setup.
+void set_param_stage(Context *ctx, int64_t param_index, int64_t stage);
+/// The same for optimizer-state tensor `state_index` (declare_state order):
+/// on a rank that does not own the stage it is not allocated (state()
+/// returns nullptr) nor counted in the memory check.
+void set_state_stage(Context *ctx, int64_t state_index, int64_t stage);
+/// 1 if this rank owns `stage`, else 0; 1 for stage -1 and when no pipeline
+/// is declared. Fatal for a stage >= the number of stages.
+int64_t owns_stage(Context *ctx, int64_t stage);
+/// This rank's coordinate on mesh axis `axis` (fatal if not declared).
+int64_t mesh_coord(Context *ctx, int64_t axis);
+/// expect_bytes for the ranks whose pipeline coordinate is `coord`: with a
+/// pipeline, plan_setup calls it once per coordinate, 0 to P - 1 in order
+/// (fatal otherwise), instead of expect_bytes; each rank takes the call with
+/// its own coordinate as its expect_bytes (the memory line shows rank 0's,
+/// and every rank checks its own; see expect_bytes).
+void expect_pipeline_bytes(Context *ctx, int64_t coord, int64_t params,
+                           int64_t grads, int64_t state);
+
+/// Point to point. `peer` is a coordinate on mesh axis `axis`; the other
+/// rank is the one with that coordinate and every other coordinate equal to
+/// this rank's (peer == this rank's coordinate: a message to itself, kept in
+/// a local queue). send copies t into a send buffer and returns at once:
+/// t may be reused immediately. Outstanding sends complete in the background
+/// (tested on every later send, recv, unit_begin and unit_end) and are
+/// waited for at the end of the step. recv blocks until the next message
+/// from the peer on that axis arrives and writes it into `out`: messages
+/// between two ranks arrive in the order they were sent (host: one MPI
+/// communicator, the dtype as tag; cuda: a header over MPI, then NCCL on a
+/// communicator and stream of their own per direction between two
+/// coordinates of the pipeline axis, so two ranks that both send and then
+/// receive do not deadlock; on other axes the transfer is in NCCL's order
+/// on the axis communicator). Tensors are F32 or I32. Fatal: a message
+/// whose element count differs from out's (naming both counts, the peer and
+/// the axis) or whose dtype differs; a peer outside the axis; a recv from
+/// itself with nothing sent to itself.
+void send(Context *ctx, const Tensor *t, int64_t axis, int64_t peer);
+void recv(Context *ctx, Tensor *out, int64_t axis, int64_t peer);
+
+/// The stash: values one unit computes for a microbatch and later units of
+/// the same rank read (a stage's activations from its forward until its
+/// backward). alloc_stash returns a tensor (contents undefined; the header
+/// is arena scratch, valid until the unit ends) whose memory is heap
+/// (device) memory that outlives the unit. stash_put records t as value
+/// `slot` of microbatch `mb`, to be read by `readers` (>= 1) later units: t
+/// is an alloc_stash tensor, a view/subview/rows of one, or persistent
+/// memory such as a parameter (arena scratch is fatal: the unit gives it
+/// back); only the header is copied, so t's header may be arena scratch.
+/// Putting a (slot, mb) again before all its readers released it is fatal.
+/// stash_get returns a copy of the recorded header (valid until the unit,
+/// or outside units the step, ends; fatal naming slot and mb if nothing is
+/// recorded). Each reader calls stash_release once; after the last release
+/// the entry is gone. An alloc_stash allocation is freed as soon as no
+/// stash entry points into it (reference counts per allocation: the one
+/// containing t->data) and the unit that allocated it has ended; one
+/// allocated outside any unit, at the end of the step. At the end of the
+/// step the stash must be empty (fatal naming the slots and microbatches
+/// left); what is left of the stash memory is then freed.
+Tensor *alloc_stash(Context *ctx, int64_t ndim, int64_t d0, int64_t d1,
+                    int64_t d2, int64_t d3);
+void stash_put(Context *ctx, Tensor *t, int64_t slot, int64_t mb,
+               int64_t readers);
+Tensor *stash_get(Context *ctx, int64_t slot, int64_t mb);
+void stash_release(Context *ctx, int64_t slot, int64_t mb);
+
+/// The schedule: plan_setup calls schedule_add(coord, unit, mb) for each
+/// entry of the order of pipeline rank `coord` (0 <= coord < P, fatal
+/// otherwise or without declare_pipeline); every rank records all of them
+/// and uses its own coordinate's. In the step, schedule_length() is the
+/// number of this rank's entries and schedule_unit(i) / schedule_mb(i) the
+/// i-th one's values (0 <= i < length, fatal otherwise). `unit` is the
+/// compiler's own number (the runtime does not interpret it).
+void schedule_add(Context *ctx, int64_t coord, int64_t unit, int64_t mb);
+int64_t schedule_length(Context *ctx);
+int64_t schedule_unit(Context *ctx, int64_t i);
+int64_t schedule_mb(Context *ctx, int64_t i);
+
+/// Brackets one unit of the schedule: `phase` 0 = forward, 1 = backward
+/// (input gradient, with the weight gradient unless split), 2 = weight
+/// gradient, of `stage` (owned by this rank, fatal otherwise) for
+/// microbatch `mb` (>= 0). Units do not nest (fatal). Scratch (alloc, view,
+/// stash_get, ...) taken inside is given back at unit_end (an arena_mark at
+/// unit_begin, released at unit_end). The runtime counts the microbatches in
+/// flight per stage: +1 when a forward unit begins (fatal if that
+/// microbatch is already in flight on the stage), -1 when a unit with
+/// last = 1 (the stage's last backward phase for that microbatch, fatal if
+/// its forward did not begin) ends, and keeps the peak per stage over the
+/// run. A unit still open or a microbatch still in flight at the end of the
+/// step is fatal. When a pipeline is declared, at the end of planrt::run
+/// rank 0 prints, before the memory line and the "done" line, one line
+///   pipeline: peak microbatches in flight per stage: 4 3 2 1
+/// (stage 0 first; each value from the ranks owning the stage, the maximum
+/// over the data-parallel replicas; forward units run by --generate do not
+/// count).
+void unit_begin(Context *ctx, int64_t stage, int64_t phase, int64_t mb,
+                int64_t last);
+void unit_end(Context *ctx);
 
 //===--- Entry point: called from the generated main() --------------------===//
 
@@ -478,8 +612,10 @@ void observe(Context *ctx, const Tensor *t, const char *name);
 /// record the program description, checks that the MPI world size equals the
 /// product of the mesh axes (otherwise every rank prints an error naming both
 /// sizes and how to launch, and run returns 1 without any collective), creates
-/// and initializes parameters, then runs `steps` training steps calling `step`
+/// and initializes parameters (only those of the stages this rank owns, see
+/// set_param_stage), then runs `steps` training steps calling `step`
 /// and printing one line per step on rank 0; at the end rank 0 prints the
+/// "pipeline:" line if declare_pipeline was called (see unit_begin), the
 /// "memory per rank" line if expect_bytes was called (a mismatch fails the
 /// run, see expect_bytes) and then "done: N steps, final loss L". Command-line
 /// options of the generated program are parsed here (see --help):

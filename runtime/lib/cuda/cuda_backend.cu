@@ -11,6 +11,16 @@
 // event per slot that collective_wait makes the compute stream wait on, so
 // the compute stream runs on meanwhile. One stream for all NCCL calls keeps
 // them in program order on every rank (no cross-stream NCCL deadlock).
+// Point to point (send/recv): a header (count, dtype) goes over MPI first
+// (lib/pipeline.cpp), so the receiver checks the count before the NCCL
+// transfer. On the pipeline axis every ordered pair of coordinates (i -> j)
+// has its own 2-rank communicator and stream (made at init), so the sends
+// of one direction never wait behind the receives of the other: two ranks
+// that both send and then receive do not deadlock. send copies the tensor
+// into a stream-ordered buffer (cudaMallocAsync) freed after the transfer;
+// recv orders the compute stream after the transfer. Other axes use the
+// axis communicator on the communication stream (a send there is matched
+// in NCCL's order and may wait for the peer's receive).
 // This file does not include mpi.h (see mpi_bcast_bytes in context.h).
 //===----------------------------------------------------------------------===//
 
@@ -79,6 +89,15 @@ struct CudaState {
   ncclComm_t world = nullptr;
   std::map<int64_t, ncclComm_t> comms; // axis mask -> communicator
   std::map<GemmKey, GemmPlan> gemms;
+  /// Pipeline axis channels, by (sender, receiver) coordinate: rank 0 of
+  /// `comm` is the sender.
+  struct Channel {
+    ncclComm_t comm = nullptr;
+    cudaStream_t stream = nullptr;
+    cudaEvent_t done = nullptr;
+  };
+  std::map<std::pair<int64_t, int64_t>, Channel> channels;
+  std::set<cudaStream_t> p2p_streams; // with transfers since the last wait
 };
 
 CudaState *state(Context *ctx) {
@@ -96,6 +115,12 @@ int pointer_alignment(const void *p) {
 }
 
 } // namespace
+
+namespace detail {
+namespace {
+ncclComm_t group_comm(Context *ctx, const char *op, int64_t axis_mask);
+}
+} // namespace detail
 
 namespace backend {
 
@@ -128,6 +153,37 @@ void init(Context *ctx) {
     mpi_bcast_bytes(ctx, &id, sizeof(id), 0);
     NCCL_CHECK(ncclCommInitRank(&s->world, ctx->world, id, ctx->rank));
   }
+  int64_t pp = ctx->pipeline_axis;
+  if (s->world && pp >= 0) {
+    // Collectives run inside units that only some ranks run: split the
+    // communicator of every axis mask now, on every rank (not at first use).
+    int64_t naxes = (int64_t)ctx->axis_sizes.size();
+    for (int64_t mask = 1; mask < (int64_t(1) << naxes) && mask < 4096; ++mask)
+      detail::group_comm(ctx, "declare_pipeline", mask);
+  }
+  if (s->world && pp >= 0 && ctx->axis_sizes[pp] > 1) {
+    // Collective over the world: every rank splits for every ordered pair.
+    int64_t P = ctx->axis_sizes[pp], me = ctx->coords[pp];
+    int color = (int)group_color(ctx, int64_t(1) << pp);
+    for (int64_t i = 0; i < P; ++i)
+      for (int64_t j = 0; j < P; ++j) {
+        if (i == j)
+          continue;
+        bool member = me == i || me == j;
+        ncclComm_t comm = nullptr;
+        NCCL_CHECK(ncclCommSplit(s->world,
+                                 member ? color : NCCL_SPLIT_NOCOLOR,
+                                 me == i ? 0 : 1, &comm, nullptr));
+        if (!member)
+          continue;
+        CudaState::Channel ch;
+        ch.comm = comm;
+        CUDA_CHECK(
+            cudaStreamCreateWithFlags(&ch.stream, cudaStreamNonBlocking));
+        CUDA_CHECK(cudaEventCreateWithFlags(&ch.done, cudaEventDisableTiming));
+        s->channels[{i, j}] = ch;
+      }
+  }
 }
 
 void finalize(Context *ctx) {
@@ -136,6 +192,12 @@ void finalize(Context *ctx) {
     return;
   CUDA_CHECK(cudaStreamSynchronize(s->stream));
   CUDA_CHECK(cudaStreamSynchronize(s->comm_stream));
+  for (auto &kv : s->channels) {
+    CUDA_CHECK(cudaStreamSynchronize(kv.second.stream));
+    NCCL_CHECK(ncclCommDestroy(kv.second.comm));
+    CUDA_CHECK(cudaEventDestroy(kv.second.done));
+    CUDA_CHECK(cudaStreamDestroy(kv.second.stream));
+  }
   for (auto &kv : s->slot_events)
     CUDA_CHECK(cudaEventDestroy(kv.second));
   CUDA_CHECK(cudaEventDestroy(s->ready));
@@ -206,6 +268,12 @@ void to_host(Context *ctx, void *dst, const void *src, size_t bytes) {
 
 void synchronize(Context *ctx) {
   CUDA_CHECK(cudaStreamSynchronize(state(ctx)->stream));
+}
+
+void copy_bytes(Context *ctx, void *dst, const void *src, size_t bytes) {
+  if (bytes && dst != src)
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice,
+                               state(ctx)->stream));
 }
 
 } // namespace backend
@@ -409,6 +477,98 @@ void alltoall(Context *ctx, const float *send, float *recv, int64_t count,
 }
 
 } // namespace detail
+
+namespace {
+/// The communicator, stream and peer's rank in it for a transfer between
+/// this rank and `peer` on `axis` (`sending`: this rank sends).
+struct Route {
+  ncclComm_t comm;
+  cudaStream_t stream;
+  int peer_rank;
+  cudaEvent_t done; // null: use CudaState::done
+};
+
+Route route(Context *ctx, const char *op, int64_t axis, int64_t peer,
+            bool sending) {
+  CudaState *s = state(ctx);
+  if (axis == ctx->pipeline_axis) {
+    int64_t me = ctx->coords[axis];
+    auto key = sending ? std::make_pair(me, peer) : std::make_pair(peer, me);
+    auto it = s->channels.find(key);
+    if (it != s->channels.end())
+      return {it->second.comm, it->second.stream, sending ? 1 : 0,
+              it->second.done};
+  }
+  ncclComm_t comm = detail::group_comm(ctx, op, int64_t(1) << axis);
+  return {comm, s->comm_stream, (int)peer, nullptr};
+}
+
+ncclDataType_t nccl_type(const Tensor *t) {
+  return t->dtype == I32 ? ncclInt32 : ncclFloat;
+}
+} // namespace
+
+namespace backend {
+
+void p2p_send(Context *ctx, const Tensor *t, int64_t axis, int64_t peer,
+              int world_peer) {
+  CudaState *s = state(ctx);
+  int64_t header = t->numel();
+  p2p_mpi_isend(ctx, world_peer, t->dtype, &header, sizeof(header));
+  if (header == 0)
+    return;
+  Route r = route(ctx, "send", axis, peer, /*sending=*/true);
+  size_t bytes = (size_t)header * sizeof(float);
+  void *buf = nullptr;
+  CUDA_CHECK(cudaMallocAsync(&buf, bytes, s->stream));
+  CUDA_CHECK(cudaMemcpyAsync(buf, t->data, bytes, cudaMemcpyDeviceToDevice,
+                             s->stream));
+  CUDA_CHECK(cudaEventRecord(s->ready, s->stream));
+  CUDA_CHECK(cudaStreamWaitEvent(r.stream, s->ready, 0));
+  NCCL_CHECK(ncclSend(buf, (size_t)header, nccl_type(t), r.peer_rank, r.comm,
+                      r.stream));
+  // Stream-ordered: the buffer is reused only after the transfer.
+  CUDA_CHECK(cudaFreeAsync(buf, r.stream));
+  s->p2p_streams.insert(r.stream);
+}
+
+void p2p_recv(Context *ctx, Tensor *out, int64_t axis, int64_t peer,
+              int world_peer) {
+  CudaState *s = state(ctx);
+  size_t bytes = 0;
+  int tag = 0;
+  p2p_mpi_probe(ctx, world_peer, &bytes, &tag);
+  int64_t header = 0;
+  if (bytes != sizeof(header))
+    fatal("recv: a malformed message header (%zu bytes) from coordinate %lld "
+          "on mesh axis %lld",
+          bytes, (long long)peer, (long long)axis);
+  p2p_mpi_recv(ctx, world_peer, tag, &header, sizeof(header));
+  check_p2p_message(ctx, out, axis, peer, header, tag);
+  if (header == 0)
+    return;
+  Route r = route(ctx, "recv", axis, peer, /*sending=*/false);
+  // out may still be read or written by earlier compute work.
+  CUDA_CHECK(cudaEventRecord(s->ready, s->stream));
+  CUDA_CHECK(cudaStreamWaitEvent(r.stream, s->ready, 0));
+  NCCL_CHECK(ncclRecv(out->data, (size_t)header, nccl_type(out), r.peer_rank,
+                      r.comm, r.stream));
+  cudaEvent_t done = r.done ? r.done : s->done;
+  CUDA_CHECK(cudaEventRecord(done, r.stream));
+  CUDA_CHECK(cudaStreamWaitEvent(s->stream, done, 0));
+  s->p2p_streams.insert(r.stream);
+}
+
+void p2p_wait_all(Context *ctx) {
+  CudaState *s = (CudaState *)ctx->backend;
+  if (!s)
+    return;
+  for (cudaStream_t st : s->p2p_streams)
+    CUDA_CHECK(cudaStreamSynchronize(st));
+  s->p2p_streams.clear();
+}
+
+} // namespace backend
 } // namespace planrt
 
 #include "../ops_impl.inc"

@@ -29,6 +29,25 @@ struct HostState {
 HostState *state(Context *ctx) { return (HostState *)ctx->backend; }
 } // namespace
 
+namespace detail {
+namespace {
+MPI_Comm group_comm(Context *ctx, const char *op, int64_t axis_mask);
+}
+} // namespace detail
+
+namespace {
+/// With a pipeline, collectives run inside units that only some ranks run,
+/// so communicators cannot be split (over the world) at first use: make
+/// the one of every axis mask now, on every rank.
+void precreate_comms(Context *ctx) {
+  if (ctx->pipeline_axis < 0 || !ctx->use_mpi || ctx->world == 1)
+    return;
+  int64_t naxes = (int64_t)ctx->axis_sizes.size();
+  for (int64_t mask = 1; mask < (int64_t(1) << naxes) && mask < 4096; ++mask)
+    detail::group_comm(ctx, "declare_pipeline", mask);
+}
+} // namespace
+
 namespace backend {
 
 const char *name() { return "host"; }
@@ -39,6 +58,7 @@ void init(Context *ctx) {
   // asked otherwise (ranks would oversubscribe the cores).
   if (!std::getenv("OPENBLAS_NUM_THREADS"))
     openblas_set_num_threads(1);
+  precreate_comms(ctx);
 }
 
 void finalize(Context *ctx) {
@@ -87,6 +107,31 @@ void to_host(Context *, void *dst, const void *src, size_t bytes) {
 }
 
 void synchronize(Context *) {}
+
+void copy_bytes(Context *, void *dst, const void *src, size_t bytes) {
+  if (bytes && dst != src)
+    std::memcpy(dst, src, bytes);
+}
+
+// The data goes over the p2p communicator of lib/pipeline.cpp, tag = dtype:
+// MPI keeps the messages of one pair of ranks in order.
+void p2p_send(Context *ctx, const Tensor *t, int64_t, int64_t,
+              int world_peer) {
+  p2p_mpi_isend(ctx, world_peer, t->dtype, t->data,
+                (size_t)t->numel() * sizeof(float));
+}
+
+void p2p_recv(Context *ctx, Tensor *out, int64_t axis, int64_t peer,
+              int world_peer) {
+  size_t bytes = 0;
+  int tag = 0;
+  p2p_mpi_probe(ctx, world_peer, &bytes, &tag);
+  check_p2p_message(ctx, out, axis, peer, (int64_t)(bytes / sizeof(float)),
+                    tag);
+  p2p_mpi_recv(ctx, world_peer, tag, out->data, bytes);
+}
+
+void p2p_wait_all(Context *) {} // the MPI sends: pipeline_end_step
 
 } // namespace backend
 
