@@ -16,6 +16,9 @@ namespace planc::rank {
 /// this rank holds (local shapes), which the runtime checks against what it
 /// allocates.
 inline constexpr llvm::StringLiteral kExpectedBytesAttr = "rank.expected_bytes";
+/// Pipeline stage of a declaration, an allocation or an op outside the
+/// pipeline's units: only the ranks that hold the stage run or allocate it.
+inline constexpr llvm::StringLiteral kRankStageAttr = "rank.stage";
 } // namespace planc::rank
 
 #endif

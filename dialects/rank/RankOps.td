@@ -136,6 +136,103 @@ def Rank_MicrobatchLoopOp : Rank_Op<"microbatch_loop",
   let assemblyFormat = "$count $body attr-dict";
 }
 
+//===--- Pipeline ------------------------------------------------------------===//
+
+def Rank_PipelineOp : Rank_Op<"pipeline", [SingleBlock, NoTerminator]> {
+  let summary = "The units of a pipelined step and the order each pipeline rank runs them in";
+  let description = [{
+    The mesh axis `axis` carries `stages` / (its size) stages per pipeline
+    rank (stage s on the rank whose coordinate is s mod size). The body holds
+    the `rank.unit`s (numbered by position, from 0) and then one
+    `rank.timeline` per pipeline rank: the units and microbatches that rank
+    runs, in order (`schedule` names the schedule they follow). Values pass
+    between units only through `rank.send` / `rank.recv` (another pipeline
+    rank) and the stash (`rank.stash_put` / `rank.stash_get`, this rank).
+
+    ```mlir
+    rank.pipeline over "pp" stages 2 microbatches 4 schedule "1f1b" {
+      rank.unit stage 0 phase "F" { ^bb0(%mb: index): ... }
+      ...
+      rank.timeline 0 { rank.exec 0 mb 0  rank.exec 0 mb 1 ... }
+      rank.timeline 1 { ... }
+    }
+    ```
+  }];
+  let arguments = (ins StrAttr:$axis, I64Attr:$stages, I64Attr:$microbatches,
+                       StrAttr:$schedule);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = [{
+    `over` $axis `stages` $stages `microbatches` $microbatches `schedule`
+    $schedule $body attr-dict
+  }];
+}
+
+def Rank_UnitOp : Rank_Op<"unit", [SingleBlock, NoTerminator,
+                                   HasParent<"PipelineOp">]> {
+  let summary = "One stage's forward (F), input gradient (B) or weight gradient (W) for one microbatch";
+  let description = [{
+    The body's argument is the microbatch. Scratch allocated in the body
+    lives until the unit ends. `last` marks the stage's last backward phase
+    (the microbatch's activations are then no longer in flight).
+  }];
+  let arguments = (ins I64Attr:$stage, StrAttr:$phase, UnitAttr:$last);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = "`stage` $stage `phase` $phase (`last` $last^)? $body attr-dict";
+}
+
+def Rank_TimelineOp : Rank_Op<"timeline", [SingleBlock, NoTerminator,
+                                           HasParent<"PipelineOp">]> {
+  let summary = "What pipeline rank `rank` runs, in order (rank.exec ops)";
+  let arguments = (ins I64Attr:$rank);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = "$rank $body attr-dict";
+}
+
+def Rank_ExecOp : Rank_Op<"exec", [HasParent<"TimelineOp">]> {
+  let summary = "Runs unit number `unit` for microbatch `mb`";
+  let arguments = (ins I64Attr:$unit, I64Attr:$mb);
+  let assemblyFormat = "$unit `mb` $mb attr-dict";
+}
+
+def Rank_SendOp : Rank_Op<"send"> {
+  let summary = "Sends a buffer to the pipeline rank of `to_stage` (asynchronous)";
+  let description = [{
+    `transfer` names the value moved (the same on the matching
+    `rank.recv`); the microbatch is the enclosing unit's. Messages between
+    two ranks are received in the order they are sent.
+  }];
+  let arguments = (ins Arg<Rank_DataBuffer, "", [MemRead]>:$buffer,
+                       I64Attr:$transfer, I64Attr:$to_stage);
+  let assemblyFormat = "$buffer `to` `stage` $to_stage `transfer` $transfer attr-dict `:` type($buffer)";
+}
+
+def Rank_RecvOp : Rank_Op<"recv"> {
+  let summary = "Receives into a buffer from the pipeline rank of `from_stage` (blocking)";
+  let arguments = (ins Arg<Rank_DataBuffer, "", [MemWrite]>:$buffer,
+                       I64Attr:$transfer, I64Attr:$from_stage);
+  let assemblyFormat = "$buffer `from` `stage` $from_stage `transfer` $transfer attr-dict `:` type($buffer)";
+}
+
+def Rank_StashPutOp : Rank_Op<"stash_put"> {
+  let summary = "Keeps a buffer for `readers` later units of this rank (this microbatch)";
+  let arguments = (ins Arg<Rank_DataBuffer, "", [MemRead]>:$buffer,
+                       I64Attr:$slot, I64Attr:$readers);
+  let assemblyFormat = "$buffer `slot` $slot `readers` $readers attr-dict `:` type($buffer)";
+}
+
+def Rank_StashGetOp : Rank_Op<"stash_get"> {
+  let summary = "The buffer a previous unit kept in `slot` for this microbatch";
+  let arguments = (ins I64Attr:$slot);
+  let results = (outs Rank_DataBuffer:$result);
+  let assemblyFormat = "`slot` $slot attr-dict `:` type($result)";
+}
+
+def Rank_StashReleaseOp : Rank_Op<"stash_release"> {
+  let summary = "This unit is done with `slot` (its memory is freed after the last reader)";
+  let arguments = (ins I64Attr:$slot);
+  let assemblyFormat = "`slot` $slot attr-dict";
+}
+
 def Rank_SubviewOp : Rank_Op<"subview", [Pure]> {
   let summary = "Elements [offset, offset + size) of a buffer, with a shape (a view)";
   let arguments = (ins Rank_F32Buffer:$source, I64Attr:$offset);
@@ -156,6 +253,11 @@ def Rank_RowsOp : Rank_Op<"rows", [Pure]> {
 
 def Rank_AllocOp : Rank_Op<"alloc"> {
   let summary = "A scratch buffer that lives until the end of the step";
+  let description = [{
+    With `rank.stash`, the buffer outlives its pipeline unit (it is kept with
+    `rank.stash_put`). With `rank.stage = s`, only the ranks that hold stage s
+    allocate it.
+  }];
   let results = (outs Res<Rank_F32Buffer, "", [MemAlloc]>:$result);
   let assemblyFormat = "attr-dict `:` type($result)";
 }

@@ -38,6 +38,25 @@ public:
     return resultType ? op.getResult(0) : Value();
   }
 
+  /// Emits `callee(ctx, args...)` where an IndexAttr i in `args` stands for
+  /// operands[i] and any other attribute is passed as is.
+  Value callMixed(Location loc, StringRef callee, ValueRange operands,
+                  ArrayRef<Attribute> args, Type resultType = {}) {
+    SmallVector<Value> values{ctx};
+    values.append(operands.begin(), operands.end());
+    SmallVector<Attribute> argAttrs{b.getIndexAttr(0)};
+    for (Attribute a : args)
+      if (auto i = dyn_cast<IntegerAttr>(a); i && i.getType().isIndex())
+        argAttrs.push_back(b.getIndexAttr(i.getInt() + 1));
+      else
+        argAttrs.push_back(a);
+    TypeRange results = resultType ? TypeRange(resultType) : TypeRange();
+    auto op = ec::CallOpaqueOp::create(b, loc, results, callee, values,
+                                       b.getArrayAttr(argAttrs));
+    return resultType ? op.getResult(0) : Value();
+  }
+  Attribute operand(int64_t i) { return b.getIndexAttr(i); }
+
   Attribute str(StringRef s) {
     std::string quoted = "\"";
     for (char c : s) {
@@ -131,6 +150,24 @@ void LowerRankToEmitCPass::runOnOperation() {
       if (!mesh.isSequential(cast<StringAttr>(axis).getValue()))
         c.call(mesh.getLoc(), "planrt::declare_mesh_axis", {},
                {c.str(cast<StringAttr>(axis).getValue()), c.i64(size)});
+    // A pipeline: its axis and stages, each rank's order of units, and
+    // where parameters and state live.
+    rk::PipelineOp pipe;
+    step.walk([&](rk::PipelineOp p) { pipe = p; });
+    if (pipe) {
+      c.call(pipe.getLoc(), "planrt::declare_pipeline", {},
+             {c.i64(mesh.getAxisIndex(pipe.getAxis())),
+              c.i64(pipe.getStages())});
+      for (auto t : pipe.getBody().front().getOps<rk::TimelineOp>())
+        for (auto e : t.getBody().front().getOps<rk::ExecOp>())
+          c.call(e.getLoc(), "planrt::schedule_add", {},
+                 {c.i64(t.getRank()), c.i64(e.getUnit()), c.i64(e.getMb())});
+    }
+    auto stageAttr = [](Operation *op) -> std::optional<int64_t> {
+      if (auto s = op->getAttrOfType<IntegerAttr>(rk::kRankStageAttr))
+        return s.getInt();
+      return std::nullopt;
+    };
     int64_t declared = 0;
     for (auto p : module.getOps<rk::ParamDeclOp>()) {
       SmallVector<Attribute> a{c.str(p.getSymName())};
@@ -164,13 +201,21 @@ void LowerRankToEmitCPass::runOnOperation() {
       if (auto rows = p.getExportRowsAttr())
         c.call(p.getLoc(), "planrt::set_param_export_rows", {},
                {c.i64(declared), c.i64(rows.getInt())});
+      if (auto st = stageAttr(p))
+        c.call(p.getLoc(), "planrt::set_param_stage", {},
+               {c.i64(declared), c.i64(*st)});
       ++declared;
     }
     // Optimizer state: zero at the start, this rank's shard.
+    int64_t states = 0;
     for (auto st : module.getOps<rk::StateDeclOp>()) {
       SmallVector<Attribute> a{c.str(st.getSymName())};
       append_range(a, c.shape(st.getType()));
       c.call(st.getLoc(), "planrt::declare_state", {}, a);
+      if (auto stage = stageAttr(st))
+        c.call(st.getLoc(), "planrt::set_state_stage", {},
+               {c.i64(states), c.i64(*stage)});
+      ++states;
     }
     for (auto [index, in] : llvm::enumerate(module.getOps<rk::InputDeclOp>())) {
       SmallVector<Attribute> a{c.str(in.getSymName()),
@@ -200,9 +245,14 @@ void LowerRankToEmitCPass::runOnOperation() {
            c.i64(train.getDecaySteps().value_or(0))});
     if (auto bytes =
             step->getAttrOfType<DenseI64ArrayAttr>(rk::kExpectedBytesAttr);
-        bytes && bytes.size() == 3)
+        bytes && bytes.size() == 3 && !pipe)
       c.call(step.getLoc(), "planrt::expect_bytes", {},
              {c.i64(bytes[0]), c.i64(bytes[1]), c.i64(bytes[2])});
+    else if (bytes && pipe)
+      for (int64_t k = 0; k + 2 < bytes.size(); k += 3)
+        c.call(step.getLoc(), "planrt::expect_pipeline_bytes", {},
+               {c.i64(k / 3), c.i64(bytes[k]), c.i64(bytes[k + 1]),
+                c.i64(bytes[k + 2])});
     ec::ReturnOp::create(b, module.getLoc(), Value());
   }
   if (refused)
@@ -232,8 +282,115 @@ void LowerRankToEmitCPass::runOnOperation() {
     };
     // One call per op; a microbatch loop becomes a C++ for loop whose body
     // runs in the scratch memory of one iteration.
-    std::function<LogicalResult(Block &)> emitBlock = [&](Block &block) {
+    Type i64 = b.getI64Type();
+    auto constant = [&](Location loc, int64_t v) {
+      return ec::ConstantOp::create(b, loc, i64, b.getI64IntegerAttr(v))
+          .getResult();
+    };
+    // `if (cond) { }`: the terminator to insert the body before.
+    auto thenOf = [&](Location loc, Value cond) -> Operation * {
+      auto ifOp = ec::IfOp::create(b, loc, cond, /*addThenBlock=*/true,
+                                   /*addElseBlock=*/false);
+      OpBuilder::InsertionGuard g(b);
+      b.setInsertionPointToEnd(&ifOp.getThenRegion().front());
+      return ec::YieldOp::create(b, loc);
+    };
+    // The microbatch of the unit being emitted.
+    Value unitMb;
+    std::function<LogicalResult(Block &)> emitBlock;
+    std::function<LogicalResult(Operation &)> emitOp;
+    emitBlock = [&](Block &block) {
       for (Operation &op : block) {
+        // Outside the pipeline's units, an op of one stage runs only on the
+        // ranks that hold the stage (values it makes are null elsewhere).
+        auto stage = op.getAttrOfType<IntegerAttr>(rk::kRankStageAttr);
+        if (stage && op.getNumResults() == 0) {
+          Value own = c.call(op.getLoc(), "planrt::owns_stage", {},
+                             {c.i64(stage.getInt())}, i64);
+          Value zero = constant(op.getLoc(), 0);
+          Value cond = ec::CmpOp::create(b, op.getLoc(), b.getI1Type(),
+                                         ec::CmpPredicate::ne, own, zero);
+          OpBuilder::InsertionGuard g(b);
+          b.setInsertionPoint(thenOf(op.getLoc(), cond));
+          if (failed(emitOp(op)))
+            return failure();
+          continue;
+        }
+        if (failed(emitOp(op)))
+          return failure();
+      }
+      return success();
+    };
+    emitOp = [&](Operation &op) -> LogicalResult {
+      {
+        Location loc = op.getLoc();
+        if (auto pipe = dyn_cast<rk::PipelineOp>(op)) {
+          // for (i < schedule_length) { u = unit(i); mb = mb(i);
+          //   if (u == 0) { unit 0 } if (u == 1) { unit 1 } ... }
+          Value n = c.call(loc, "planrt::schedule_length", {}, {}, i64);
+          auto forOp = ec::ForOp::create(b, loc, constant(loc, 0), n,
+                                         constant(loc, 1));
+          OpBuilder::InsertionGuard g(b);
+          b.setInsertionPointToStart(forOp.getBody());
+          Value i = forOp.getInductionVar();
+          Value u = c.call(loc, "planrt::schedule_unit", {i}, {}, i64);
+          Value mb = c.call(loc, "planrt::schedule_mb", {i}, {}, i64);
+          int64_t k = 0;
+          for (auto unit : pipe.getBody().front().getOps<rk::UnitOp>()) {
+            Value cond = ec::CmpOp::create(b, unit.getLoc(), b.getI1Type(),
+                                           ec::CmpPredicate::eq, u,
+                                           constant(unit.getLoc(), k++));
+            OpBuilder::InsertionGuard g2(b);
+            b.setInsertionPoint(thenOf(unit.getLoc(), cond));
+            StringRef ph = unit.getPhase();
+            c.callMixed(unit.getLoc(), "planrt::unit_begin", {mb},
+                        {c.i64(unit.getStage()),
+                         c.i64(ph == "F" ? 0 : ph == "B" ? 1 : 2),
+                         c.operand(0), c.i64(unit.getLast() ? 1 : 0)});
+            Block &body = unit.getBody().front();
+            vals[body.getArgument(0)] = mb;
+            Value saved = unitMb;
+            unitMb = mb;
+            if (failed(emitBlock(body)))
+              return failure();
+            unitMb = saved;
+            c.call(unit.getLoc(), "planrt::unit_end", {}, {});
+          }
+          return success();
+        }
+        int64_t ppIndex = mesh.getAxisIndex("pp");
+        int64_t ppSize = mesh.getAxisSize("pp");
+        if (auto send = dyn_cast<rk::SendOp>(op)) {
+          c.call(loc, "planrt::send", operands(&op),
+                 {c.i64(ppIndex), c.i64(send.getToStage() % ppSize)});
+          return success();
+        }
+        if (auto recv = dyn_cast<rk::RecvOp>(op)) {
+          c.call(loc, "planrt::recv", operands(&op),
+                 {c.i64(ppIndex), c.i64(recv.getFromStage() % ppSize)});
+          return success();
+        }
+        if (auto put = dyn_cast<rk::StashPutOp>(op)) {
+          c.callMixed(loc, "planrt::stash_put", {vals.lookup(put.getBuffer()),
+                                                  unitMb},
+                      {c.operand(0), c.i64(put.getSlot()), c.operand(1),
+                       c.i64(put.getReaders())});
+          return success();
+        }
+        if (auto get = dyn_cast<rk::StashGetOp>(op)) {
+          vals[get] = c.callMixed(loc, "planrt::stash_get", {unitMb},
+                                  {c.i64(get.getSlot()), c.operand(0)},
+                                  tensorType);
+          return success();
+        }
+        if (auto rel = dyn_cast<rk::StashReleaseOp>(op)) {
+          c.callMixed(loc, "planrt::stash_release", {unitMb},
+                      {c.i64(rel.getSlot()), c.operand(0)});
+          return success();
+        }
+      }
+      for (Operation *opp : {&op}) {
+        Operation &op = *opp;
         Location loc = op.getLoc();
         if (auto loop = dyn_cast<rk::MicrobatchLoopOp>(op)) {
           // int64_t, as planrt takes it.
@@ -282,8 +439,19 @@ void LowerRankToEmitCPass::runOnOperation() {
           vals[in] = c.call(loc, "planrt::input", {},
                             {c.i64(inputIdx.lookup(in.getName()))}, tensorType);
         } else if (auto alloc = dyn_cast<rk::AllocOp>(op)) {
-          vals[alloc] = c.call(loc, "planrt::alloc", {},
-                               c.shape(alloc.getType()), tensorType);
+          if (alloc->hasAttr("rank.stash")) {
+            vals[alloc] = c.call(loc, "planrt::alloc_stash", {},
+                                 c.shape(alloc.getType()), tensorType);
+          } else if (auto st = alloc->getAttrOfType<IntegerAttr>(
+                         rk::kRankStageAttr)) {
+            SmallVector<Attribute> a{c.i64(st.getInt())};
+            append_range(a, c.shape(alloc.getType()));
+            vals[alloc] = c.call(loc, "planrt::alloc_on_stage", {}, a,
+                                 tensorType);
+          } else {
+            vals[alloc] = c.call(loc, "planrt::alloc", {},
+                                 c.shape(alloc.getType()), tensorType);
+          }
         } else if (auto obs = dyn_cast<rk::ObserveOp>(op)) {
           c.call(loc, "planrt::observe", operands(&op), {c.str(obs.getName())});
         } else if (auto view = dyn_cast<rk::ViewOp>(op)) {

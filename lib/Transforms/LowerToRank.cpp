@@ -52,6 +52,13 @@ struct LowerToRankPass : public planc::impl::LowerToRankBase<LowerToRankPass> {
   LogicalResult lowerFunc(func::FuncOp src, StringRef funcName, bool isStep,
                           func::FuncOp &out);
 
+  /// Makes the values that cross units explicit: kept in the stash for
+  /// later units of the same pipeline rank, sent to the others; cuts the
+  /// inputs into microbatches in each unit that reads them.
+  LogicalResult connectUnits(rk::PipelineOp pipe,
+                             const DenseSet<Value> &seqInputBuffers,
+                             int64_t microbatches);
+
   MeshOp mesh;
 };
 } // namespace
@@ -68,11 +75,6 @@ void LowerToRankPass::runOnOperation() {
                           "plan-autodiff first";
     return signalPassFailure();
   }
-  if (mesh.getAxisIndex("pp") >= 0 && mesh.getAxisSize("pp") > 1) {
-    mesh.emitError() << "pipeline parallelism (pp = " << mesh.getAxisSize("pp")
-                     << ") is not lowered to ranks yet";
-    return signalPassFailure();
-  }
 
   func::FuncOp model;
   for (auto f : module.getOps<func::FuncOp>())
@@ -81,7 +83,10 @@ void LowerToRankPass::runOnOperation() {
   func::FuncOp rankStep, rankForward;
   if (failed(lowerFunc(step, "plan_step", /*isStep=*/true, rankStep)))
     return signalPassFailure();
-  // The forward function serves generation (it computes the logits).
+  // The forward function serves generation (it computes the logits). A
+  // pipelined plan has none yet: its stages would have to run in turn.
+  if (mesh.getAxisSize("pp") > 1)
+    model = func::FuncOp();
   if (model &&
       failed(lowerFunc(model, "plan_forward", /*isStep=*/false, rankForward)))
     return signalPassFailure();
@@ -111,8 +116,33 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
   // A sequential mesh axis (microbatches): see the loop below.
   StringRef seqAxis;
   int64_t seqSize = 1;
+  // Pipeline parallelism: the step's microbatch work is cut into units by
+  // stage and phase (see lowerPipelineUnits), ordered by a schedule.
+  int64_t ppSize = mesh.getAxisSize("pp");
+  bool pipelined = isStep && ppSize > 1;
+  ParallelOp par;
+  for (auto p : src->getParentOfType<ModuleOp>().getOps<ParallelOp>())
+    par = p;
+  int64_t numStages = ppSize * (par ? par.getVirtualStages() : 1);
+  bool splitW = par && par.getSchedule() == "zero_bubble";
+  auto stageOf = [](Operation *op) -> int64_t {
+    auto s = op->getAttrOfType<IntegerAttr>(kStageAttr);
+    return s ? s.getInt() : -1;
+  };
+  auto argStage = [&](unsigned i) -> int64_t {
+    auto s = src.getArgAttrOfType<IntegerAttr>(i, kStageAttr);
+    return s ? s.getInt() : -1;
+  };
+  // Bytes per pipeline coordinate (params, grads, state).
+  SmallVector<int64_t> ppBytes(3 * ppSize, 0);
+  auto countBytes = [&](int64_t kind, int64_t stage, int64_t bytes) {
+    for (int64_t c = 0; c < ppSize; ++c)
+      if (stage < 0 || stage % ppSize == c)
+        ppBytes[3 * c + kind] += bytes;
+  };
   for (auto [a, n] : llvm::zip(mesh.getAxes(), mesh.getShape()))
-    if (mesh.isSequential(cast<StringAttr>(a).getValue()) && n > 1) {
+    if (mesh.isSequential(cast<StringAttr>(a).getValue()) &&
+        (n > 1 || pipelined)) {
       seqAxis = cast<StringAttr>(a).getValue();
       seqSize = n;
     }
@@ -149,11 +179,15 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
         init = InitAttr::get(ctx, "zeros", 0, 0);
       if (isStep) {
         ShardingAttr s = getSharding(arg);
-        rk::ParamDeclOp::create(
+        auto decl = rk::ParamDeclOp::create(
             declB, loc, name, *type, init,
             s.isReplicated() ? ShardingAttr() : s,
             src.getArgAttrOfType<IntegerAttr>(i, kExportRowsAttr));
         paramBytes += type->getNumElements() * 4;
+        if (pipelined) {
+          decl->setAttr(rk::kRankStageAttr, b.getI64IntegerAttr(argStage(i)));
+          countBytes(0, argStage(i), type->getNumElements() * 4);
+        }
       }
       buf[arg] = rk::ParamOp::create(b, loc, *type, ref);
       continue;
@@ -161,9 +195,13 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
     if (kind.getValue() == "state") {
       if (isStep) {
         ShardingAttr s = getSharding(arg);
-        rk::StateDeclOp::create(declB, loc, name, *type,
-                                s.isReplicated() ? ShardingAttr() : s);
+        auto decl = rk::StateDeclOp::create(
+            declB, loc, name, *type, s.isReplicated() ? ShardingAttr() : s);
         stateBytes += type->getNumElements() * 4;
+        if (pipelined) {
+          decl->setAttr(rk::kRankStageAttr, b.getI64IntegerAttr(argStage(i)));
+          countBytes(2, argStage(i), type->getNumElements() * 4);
+        }
       }
       buf[arg] = rk::StateOp::create(b, loc, *type, ref);
       continue;
@@ -395,16 +433,54 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
   DenseMap<Value, Phase> phaseOf;
   for (BlockArgument arg : src.getArguments())
     phaseOf[arg] = Pre;
-  rk::MicrobatchLoopOp loop;
+  Operation *loop = nullptr; // the microbatch loop or the pipeline
   Block *loopBody = nullptr;
   Block *body0 = body;
+  // Pipeline units by (stage, phase: 0 F, 1 B, 2 W), made with the pipeline
+  // in the order F of every stage, then B and W from the last stage down.
+  DenseMap<std::pair<int64_t, int64_t>, Block *> unitBody;
+  DenseSet<Value> seqInputBuffers;
   auto ensureLoop = [&](Location loc) {
     if (loop)
       return;
     OpBuilder::InsertionGuard g(b);
     b.setInsertionPointToEnd(body0);
+    if (pipelined) {
+      // Diagnostics about the schedule point at the parallel section.
+      auto pipe = rk::PipelineOp::create(
+          b, par ? par.getLoc() : loc, b.getStringAttr("pp"), b.getI64IntegerAttr(numStages),
+          b.getI64IntegerAttr(seqSize),
+          b.getStringAttr(par ? par.getSchedule() : "1f1b"));
+      // Each stage's F, B and W FLOPs: the schedule's durations.
+      if (auto f = src->getAttrOfType<DenseI64ArrayAttr>("plan.stage_flops"))
+        pipe->setAttr("stage_flops", f);
+      loop = pipe;
+      b.setInsertionPointToStart(&pipe.getBody().emplaceBlock());
+      auto makeUnit = [&](int64_t stage, int64_t phase) {
+        bool last = phase == (splitW ? 2 : 1);
+        auto unit = rk::UnitOp::create(b, loc, b.getI64IntegerAttr(stage),
+                                       b.getStringAttr(phase == 0   ? "F"
+                                                       : phase == 1 ? "B"
+                                                                    : "W"),
+                                       last ? b.getUnitAttr() : UnitAttr());
+        Block *ub = &unit.getBody().emplaceBlock();
+        ub->addArgument(b.getIndexType(), loc);
+        unitBody[{stage, phase}] = ub;
+      };
+      for (int64_t st = 0; st < numStages; ++st)
+        makeUnit(st, 0);
+      for (int64_t st = numStages - 1; st >= 0; --st)
+        makeUnit(st, 1);
+      if (splitW)
+        for (int64_t st = numStages - 1; st >= 0; --st)
+          makeUnit(st, 2);
+      // Inputs are cut into microbatches in each unit that reads them.
+      for (BlockArgument arg : seqInputs)
+        seqInputBuffers.insert(buf.lookup(arg));
+      return;
+    }
     loop = rk::MicrobatchLoopOp::create(b, loc, b.getI64IntegerAttr(seqSize));
-    loopBody = &loop.getBody().emplaceBlock();
+    loopBody = &loop->getRegion(0).emplaceBlock();
     Value mb = loopBody->addArgument(b.getIndexType(), loc);
     b.setInsertionPointToStart(loopBody);
     for (BlockArgument arg : seqInputs) {
@@ -416,6 +492,24 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
                                     b.getI64IntegerAttr(seqSize));
     }
   };
+  // Pipelines: ops outside the units run only on the ranks that hold their
+  // stage (rank.stage); a tied weight's gradient terms from two stages are
+  // accumulated by each stage (splitAdds) and summed over pp after the
+  // microbatches; the gradient norm's terms are summed per rank and then
+  // over pp (ppPartial: plan value -> this rank's partial sum).
+  struct Collect : public OpBuilder::Listener {
+    SmallVector<Operation *> ops;
+    void notifyOperationInserted(Operation *op,
+                                 OpBuilder::InsertPoint) override {
+      ops.push_back(op);
+    }
+  } created;
+  if (pipelined)
+    b.setListener(&created);
+  DenseSet<Operation *> unguarded;
+  DenseMap<Value, SmallVector<Value>> splitAdds;
+  DenseMap<Value, Value> ppPartial;
+  DenseSet<Value> ppReduced;
   for (Operation &op : src.getBody().front()) {
     Location loc = op.getLoc();
     // Registered once the op is lowered (this runs at every `continue`).
@@ -423,6 +517,16 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
       for (Value r : op.getResults())
         if (Value bv = buf.lookup(r))
           valuesOf[rootOf(bv)].push_back(r);
+    });
+    created.ops.clear();
+    llvm::scope_exit markStage([&] {
+      int64_t st = stageOf(&op);
+      if (!pipelined || st < 0)
+        return;
+      for (Operation *o : created.ops)
+        if (!isa<rk::PipelineOp>(o) && !o->getParentOfType<rk::PipelineOp>() &&
+            !unguarded.contains(o))
+          o->setAttr(rk::kRankStageAttr, b.getI64IntegerAttr(st));
     });
     Phase phase = Pre;
     bool accumulates = false;
@@ -459,7 +563,21 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
                           "after the other; not supported";
         return failure();
       }
-      if (phase == Loop) {
+      if (phase == Loop && pipelined) {
+        ensureLoop(loc);
+        int64_t st = stageOf(&op);
+        auto ph = op.getAttrOfType<StringAttr>(kPhaseAttr);
+        int64_t phi = !ph || ph.getValue() == "F" ? 0
+                      : ph.getValue() == "B" || !splitW ? 1
+                                                        : 2;
+        if (st < 0 && !isa<AddOp>(op)) {
+          op.emitError() << "runs per microbatch on several pipeline stages "
+                            "at once; not supported";
+          return failure();
+        }
+        if (st >= 0)
+          b.setInsertionPointToEnd(unitBody.lookup({st, phi}));
+      } else if (phase == Loop) {
         ensureLoop(loc);
         b.setInsertionPointToEnd(loopBody);
       } else if (phase == Pre && loop) {
@@ -469,6 +587,54 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
       }
       for (Value r : op.getResults())
         phaseOf[r] = phase;
+    }
+    // A pipeline's partial sum is summed over pp before its first other use.
+    if (pipelined && !(isa<AddOp>(op) && stageOf(&op) < 0 && phase == Post))
+      for (Value v : op.getOperands())
+        if (Value acc = ppPartial.lookup(v); acc && ppReduced.insert(v).second)
+          unguarded.insert(rk::AllReduceOp::create(b, loc, acc,
+                                                   b.getStrArrayAttr({"pp"})));
+    if (pipelined && phase == Post && isa<AddOp>(op) && stageOf(&op) < 0 &&
+        cast<RankedTensorType>(op.getResult(0).getType()).getRank() == 0) {
+      Value acc;
+      for (Value v : op.getOperands())
+        if (Value p = ppPartial.lookup(v); p && !acc)
+          acc = p;
+      if (!acc) {
+        acc = rk::AllocOp::create(
+            b, loc, MemRefType::get({}, b.getF32Type()));
+        rk::FillOp::create(b, loc, acc, b.getF32FloatAttr(0));
+      }
+      for (Value v : op.getOperands()) {
+        if (ppPartial.lookup(v) == acc)
+          continue;
+        Value x = ppPartial.lookup(v) ? ppPartial.lookup(v) : buf.lookup(v);
+        auto add = rk::AddOp::create(b, loc, TypeRange(),
+                                     ValueRange{acc, x, acc},
+                                     ArrayRef<NamedAttribute>());
+        // A term every stage holds counts once (on the first pipeline rank).
+        Operation *def = v.getDefiningOp();
+        int64_t st = def ? stageOf(def) : -1;
+        if (!ppPartial.lookup(v))
+          add->setAttr(rk::kRankStageAttr,
+                       b.getI64IntegerAttr(st >= 0 ? st : 0));
+      }
+      ppPartial[op.getResult(0)] = acc;
+      buf[op.getResult(0)] = acc;
+      continue;
+    }
+    if (pipelined && phase == Loop && isa<AddOp>(op) && stageOf(&op) < 0) {
+      Value r = op.getResult(0);
+      auto ar = r.hasOneUse() ? dyn_cast<AllReduceOp>(*r.getUsers().begin())
+                              : AllReduceOp();
+      if (!ar || !involvesSeq(r) || involvesSeq(ar.getResult())) {
+        op.emitError() << "sums values of several pipeline stages per "
+                          "microbatch; only gradients of a parameter shared "
+                          "by stages are supported";
+        return failure();
+      }
+      splitAdds[r] = SmallVector<Value>(op.getOperands());
+      continue;
     }
     // The first use of a bucketed gradient waits for its bucket.
     for (Value v : op.getOperands()) {
@@ -481,21 +647,34 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
     }
     if (accumulates) {
       auto ar = cast<AllReduceOp>(op);
-      Value part = buf.lookup(ar.getInput());
+      // The terms: the input, or a shared parameter's gradient terms from
+      // several stages, each accumulated where it is computed.
+      SmallVector<Value> terms{ar.getInput()};
+      if (auto it = splitAdds.find(ar.getInput()); it != splitAdds.end())
+        terms = it->second;
       Value acc;
       {
         OpBuilder::InsertionGuard g(b);
         b.setInsertionPoint(loop);
-        acc = rk::AllocOp::create(b, loc, cast<MemRefType>(part.getType()));
+        acc = rk::AllocOp::create(
+            b, loc, cast<MemRefType>(buf.lookup(terms[0]).getType()));
         rk::FillOp::create(b, loc, acc, b.getF32FloatAttr(0));
-        b.setInsertionPointToEnd(loopBody);
-        rk::AddOp::create(b, loc, TypeRange(), ValueRange{acc, part, acc},
-                          ArrayRef<NamedAttribute>());
+        for (Value term : terms) {
+          Value part = buf.lookup(term);
+          if (pipelined)
+            b.setInsertionPointToEnd(part.getParentBlock());
+          else
+            b.setInsertionPointToEnd(loopBody);
+          rk::AddOp::create(b, loc, TypeRange(), ValueRange{acc, part, acc},
+                            ArrayRef<NamedAttribute>());
+        }
       }
       SmallVector<Attribute> rest;
       for (Attribute a : ar.getAxes())
         if (cast<StringAttr>(a).getValue() != seqAxis)
           rest.push_back(a);
+      if (terms.size() > 1)
+        rest.push_back(b.getStringAttr("pp"));
       if (!rest.empty())
         rk::AllReduceOp::create(b, loc, acc, b.getArrayAttr(rest));
       buf[ar.getResult()] = acc;
@@ -517,14 +696,34 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
       SmallVector<BlockArgument> updated = updatedArgs(src);
       for (auto [i, v] : llvm::enumerate(op.getOperands())) {
         auto role = src.getResultAttrOfType<StringAttr>(i, kResultAttr);
-        if (role && role.getValue() == "loss")
+        if (role && role.getValue() == "loss" && pipelined) {
+          // The loss is computed on the last stage: every rank reports it.
+          Value whole = rk::AllocOp::create(
+              b, loc, cast<MemRefType>(in(i).getType()));
+          rk::FillOp::create(b, loc, whole, b.getF32FloatAttr(0));
+          Operation *def = v.getDefiningOp();
+          auto copy = rk::CopyOp::create(b, loc, TypeRange(),
+                                         ValueRange{in(i), whole},
+                                         ArrayRef<NamedAttribute>());
+          copy->setAttr(rk::kRankStageAttr,
+                        b.getI64IntegerAttr(def ? std::max<int64_t>(
+                                                      stageOf(def), 0)
+                                                : 0));
+          rk::AllReduceOp::create(b, loc, whole, b.getStrArrayAttr({"pp"}));
+          rk::ReportLossOp::create(b, loc, whole);
+        } else if (role && role.getValue() == "loss")
           rk::ReportLossOp::create(b, loc, in(i));
         else if (role && role.getValue() == "grad_sumsq")
           rk::ReportGradNormOp::create(b, loc, in(i));
         else if (i < updated.size() && updated[i]) {
           Value dst = buf.lookup(updated[i]);
-          if (rootOf(in(i)) != rootOf(dst))
-            rk::CopyOp::create(b, loc, in(i), dst);
+          if (rootOf(in(i)) != rootOf(dst)) {
+            auto copy = rk::CopyOp::create(b, loc, in(i), dst);
+            if (pipelined && argStage(updated[i].getArgNumber()) >= 0)
+              copy->setAttr(rk::kRankStageAttr,
+                            b.getI64IntegerAttr(
+                                argStage(updated[i].getArgNumber())));
+          }
         } else {
           op.emitError() << "result " << i << " is neither the loss, the "
                          << "gradient norm, a parameter nor optimizer state";
@@ -655,6 +854,9 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
       if (!op.getOperand(1).getDefiningOp<ClipByNormOp>())
         observeGrad(op.getResult(0), in(1), loc);
       gradBytes += cast<MemRefType>(in(1).getType()).getNumElements() * 4;
+      if (pipelined)
+        countBytes(1, stageOf(&op),
+                   cast<MemRefType>(in(1).getType()).getNumElements() * 4);
       // The parameter's (shard's) buffer and the moments are updated in
       // place.
       if (auto sgd = dyn_cast<SgdUpdateOp>(op)) {
@@ -817,12 +1019,177 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
       rk::ObserveOp::create(b, loc, in(0), b.getStringAttr("logits"));
   }
 
+  b.setListener(nullptr);
   if (loop)
     b.setInsertionPointToEnd(body0);
-  // What this rank holds for the training state, for the runtime to check.
+  if (auto pipe = dyn_cast_or_null<rk::PipelineOp>(loop))
+    if (failed(connectUnits(pipe, seqInputBuffers, seqSize)))
+      return failure();
+  // What this rank holds for the training state, for the runtime to check
+  // (with a pipeline: per pipeline coordinate).
   if (isStep)
     rankFunc->setAttr(
         rk::kExpectedBytesAttr,
-        b.getDenseI64ArrayAttr({paramBytes, gradBytes, stateBytes}));
+        b.getDenseI64ArrayAttr(
+            pipelined ? ArrayRef<int64_t>(ppBytes)
+                      : ArrayRef<int64_t>({paramBytes, gradBytes, stateBytes})));
   return success();
+}
+
+LogicalResult LowerToRankPass::connectUnits(
+    rk::PipelineOp pipe, const DenseSet<Value> &seqInputBuffers,
+    int64_t microbatches) {
+  OpBuilder b(pipe.getContext());
+  int64_t ppSize = mesh.getAxisSize("pp");
+  SmallVector<rk::UnitOp> units(pipe.getBody().front().getOps<rk::UnitOp>());
+  DenseMap<Operation *, unsigned> index;
+  for (auto [i, u] : llvm::enumerate(units))
+    index[u] = i;
+  auto rankOf = [&](rk::UnitOp u) { return u.getStage() % ppSize; };
+  // Earlier in the order every schedule keeps for one microbatch: F before
+  // B before W.
+  auto order = [&](rk::UnitOp u) {
+    StringRef ph = u.getPhase();
+    return std::make_pair(ph == "F" ? 0 : ph == "B" ? 1 : 2, index[u]);
+  };
+  // Ops a unit starts with (receives, stash reads), kept in order.
+  DenseMap<Operation *, Operation *> prologueEnd;
+  auto atPrologue = [&](rk::UnitOp u) {
+    Block &body = u.getBody().front();
+    if (Operation *last = prologueEnd.lookup(u))
+      b.setInsertionPointAfter(last);
+    else
+      b.setInsertionPointToStart(&body);
+  };
+  auto prologue = [&](rk::UnitOp u, Operation *op) { prologueEnd[u] = op; };
+
+  // Inputs: this microbatch's rows, once per unit.
+  llvm::MapVector<Value, SmallVector<OpOperand *>> foreign;
+  for (rk::UnitOp u : units) {
+    DenseMap<Value, Value> rowsOf;
+    SmallVector<OpOperand *> uses;
+    u.walk([&](Operation *op) {
+      for (OpOperand &o : op->getOpOperands())
+        uses.push_back(&o);
+    });
+    for (OpOperand *o : uses) {
+      Value v = o->get();
+      if (seqInputBuffers.contains(v)) {
+        Value &r = rowsOf[v];
+        if (!r) {
+          atPrologue(u);
+          auto t = cast<MemRefType>(v.getType());
+          SmallVector<int64_t> shape(t.getShape());
+          shape[0] /= microbatches;
+          r = rk::RowsOp::create(b, v.getLoc(),
+                                 MemRefType::get(shape, t.getElementType()), v,
+                                 u.getBody().front().getArgument(0),
+                                 b.getI64IntegerAttr(microbatches));
+          prologue(u, r.getDefiningOp());
+        }
+        o->set(r);
+        continue;
+      }
+      Operation *def = v.getDefiningOp();
+      auto home = def ? def->getParentOfType<rk::UnitOp>() : rk::UnitOp();
+      if (home && home != u)
+        foreign[v].push_back(o);
+    }
+  }
+
+  int64_t slots = 0, transfers = 0;
+  DenseMap<Operation *, SmallVector<int64_t>> releases;
+  // Keeps `v` (computed in `home`) for `readers`, each of which reads it
+  // through the stash instead.
+  auto stash = [&](Value v, rk::UnitOp home,
+                   ArrayRef<std::pair<rk::UnitOp, SmallVector<OpOperand *>>>
+                       readers) {
+    if (readers.empty())
+      return;
+    // The memory outlives the unit that made it.
+    Value root = v;
+    while (Operation *d = root.getDefiningOp()) {
+      if (isa<rk::AllocOp>(d)) {
+        d->setAttr("rank.stash", b.getUnitAttr());
+        break;
+      }
+      if (!isa<rk::ViewOp, rk::SubviewOp>(d))
+        break;
+      root = d->getOperand(0);
+    }
+    int64_t slot = slots++;
+    b.setInsertionPointToEnd(&home.getBody().front());
+    rk::StashPutOp::create(b, v.getLoc(), v, b.getI64IntegerAttr(slot),
+                           b.getI64IntegerAttr(readers.size()));
+    for (auto &[u, uses] : readers) {
+      atPrologue(u);
+      auto get = rk::StashGetOp::create(b, v.getLoc(), v.getType(),
+                                        b.getI64IntegerAttr(slot));
+      prologue(u, get);
+      for (OpOperand *o : uses)
+        o->set(get);
+      releases[u].push_back(slot);
+    }
+  };
+  for (auto &[v, uses] : foreign) {
+    auto home = v.getDefiningOp()->getParentOfType<rk::UnitOp>();
+    // Readers by unit, in the order of a microbatch's units.
+    llvm::MapVector<Operation *, SmallVector<OpOperand *>> byUnit;
+    for (OpOperand *o : uses)
+      byUnit[o->getOwner()->getParentOfType<rk::UnitOp>()].push_back(o);
+    std::map<int64_t, SmallVector<std::pair<rk::UnitOp, SmallVector<OpOperand *>>>>
+        byRank;
+    for (auto &[u, us] : byUnit)
+      byRank[rankOf(cast<rk::UnitOp>(u))].push_back({cast<rk::UnitOp>(u), us});
+    for (auto &[r, readers] : byRank) {
+      llvm::sort(readers, [&](auto &x, auto &y) {
+        return order(x.first) < order(y.first);
+      });
+      if (r == rankOf(home)) {
+        stash(v, home, readers);
+        continue;
+      }
+      // Another pipeline rank: the earliest reader receives it, the others
+      // read the received copy from the stash.
+      rk::UnitOp first = readers.front().first;
+      if (order(first) < order(home)) {
+        first.emitError() << "reads a value that stage " << home.getStage()
+                          << " computes in a later phase";
+        return failure();
+      }
+      int64_t transfer = transfers++;
+      b.setInsertionPointToEnd(&home.getBody().front());
+      rk::SendOp::create(b, v.getLoc(), v, b.getI64IntegerAttr(transfer),
+                         b.getI64IntegerAttr(first.getStage()));
+      atPrologue(first);
+      auto got = rk::AllocOp::create(b, v.getLoc(), cast<MemRefType>(v.getType()));
+      rk::RecvOp::create(b, v.getLoc(), got, b.getI64IntegerAttr(transfer),
+                         b.getI64IntegerAttr(home.getStage()));
+      prologue(first, got->getNextNode());
+      for (OpOperand *o : readers.front().second)
+        o->set(got);
+      stash(got, first, ArrayRef(readers).drop_front());
+    }
+  }
+  for (auto &[u, list] : releases) {
+    b.setInsertionPointToEnd(&cast<rk::UnitOp>(u).getBody().front());
+    for (int64_t slot : list)
+      rk::StashReleaseOp::create(b, u->getLoc(), b.getI64IntegerAttr(slot));
+  }
+  // Every value a unit computes for other units now travels explicitly.
+  WalkResult bad = pipe.walk([&](rk::UnitOp u) {
+    WalkResult r = u.walk([&](Operation *op) {
+      for (Value v : op->getOperands()) {
+        Operation *d = v.getDefiningOp();
+        auto home = d ? d->getParentOfType<rk::UnitOp>() : rk::UnitOp();
+        if (home && home != u) {
+          op->emitError() << "uses a value of another pipeline unit";
+          return WalkResult::interrupt();
+        }
+      }
+      return WalkResult::advance();
+    });
+    return r;
+  });
+  return failure(bad.wasInterrupted());
 }

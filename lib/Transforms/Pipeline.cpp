@@ -23,6 +23,8 @@ const Stage kStages[] = {
     {"plan-partition-stages",
      [] { return planc::createPartitionStages(); }},
     {"plan-lower-to-rank", [] { return planc::createLowerToRank(); }},
+    {"plan-schedule-pipeline",
+     [] { return planc::createSchedulePipeline(); }},
     {"plan-lower-rank-to-emitc",
      [] { return planc::createLowerRankToEmitC(); }},
 };

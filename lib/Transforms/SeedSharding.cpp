@@ -125,6 +125,9 @@ struct SeedShardingPass
           b.getArrayAttr(dims), b.getArrayAttr({}));
       auto c = ShardingConstraintOp::create(b, op->getLoc(), type, x, sharding);
       c->setAttr(kShardingOriginAttr, b.getStringAttr("policy"));
+      // Part of the norm's layer (pipeline stages follow layers).
+      if (Attribute layer = op->getAttr(kLayerAttr))
+        c->setAttr(kLayerAttr, layer);
       op->setOperand(0, c.getResult());
     });
     return result;

@@ -525,6 +525,11 @@ Tensor *alloc(Context *ctx, int64_t ndim, int64_t d0, int64_t d1, int64_t d2,
   return &ctx->scratch.back();
 }
 
+Tensor *alloc_on_stage(Context *ctx, int64_t stage, int64_t ndim, int64_t d0,
+                       int64_t d1, int64_t d2, int64_t d3) {
+  return owns_stage(ctx, stage) ? alloc(ctx, ndim, d0, d1, d2, d3) : nullptr;
+}
+
 //===--- Mesh groups ------------------------------------------------------===//
 
 void check_axis_mask(const Context *ctx, const char *op, int64_t axis_mask) {

@@ -8,6 +8,7 @@
 #include "planc/Frontend/Frontend.h"
 #include "planc/Transforms/Passes.h"
 #include "planc/Transforms/Pipeline.h"
+#include "planc/Transforms/PipelineSchedule.h"
 
 #include "ToolchainConfig.h"
 
@@ -36,13 +37,16 @@ static cl::opt<std::string>
                         "executables, stdout otherwise)"),
                cl::value_desc("path"), cl::cat(cat));
 
-enum class Emit { Exe, Mlir, Cpp, Cuda };
+enum class Emit { Exe, Mlir, Cpp, Cuda, Schedule };
 static cl::opt<Emit>
     emit("emit", cl::desc("What to produce"), cl::init(Emit::Exe),
          cl::values(clEnumValN(Emit::Exe, "exe", "an executable (default)"),
                     clEnumValN(Emit::Mlir, "mlir",
                                "MLIR after the last stage run (see --stage)"),
                     clEnumValN(Emit::Cpp, "cpp", "the generated C++ source"),
+                    clEnumValN(Emit::Schedule, "schedule",
+                               "the pipeline schedule as a Chrome trace "
+                               "(JSON; -o X.svg: as a picture)"),
                     clEnumValN(Emit::Cuda, "cuda",
                                "the generated CUDA C++ source (implies "
                                "--target=cuda)")),
@@ -58,8 +62,9 @@ static cl::opt<std::string> stopAfter(
     "stage",
     cl::desc("Stop after this stage: parse, or a pass of the pipeline: "
              "plan-seed-sharding, plan-autodiff, plan-propagate-sharding, "
-             "plan-insert-reshards, plan-expand-reshards, plan-lower-to-rank, "
-             "plan-lower-rank-to-emitc"),
+             "plan-insert-reshards, plan-expand-reshards, "
+             "plan-partition-stages, plan-lower-to-rank, "
+             "plan-schedule-pipeline, plan-lower-rank-to-emitc"),
     cl::value_desc("stage"), cl::cat(cat));
 static cl::opt<bool> printIRAfterAll("print-ir-after-all",
                                      cl::desc("Print the IR after every pass "
@@ -110,6 +115,57 @@ private:
   int n;
 };
 } // namespace
+
+/// The pipeline schedule of the compiled module as a Chrome trace or an SVG
+/// picture: the simulation plan-schedule-pipeline verified. A plan without
+/// pipeline parallelism shows its one rank's microbatches.
+static LogicalResult writeSchedule(ModuleOp module, bool svg,
+                                   llvm::raw_ostream &os) {
+  namespace pl = planc::pipeline;
+  plan::MeshOp mesh = plan::getMesh(module);
+  rank::PipelineOp pipe;
+  module.walk([&](rank::PipelineOp p) { pipe = p; });
+  PipelineSimulation sim;
+  std::string title;
+  if (pipe) {
+    FailureOr<PipelineSimulation> s =
+        simulatePipeline(pipe, mesh.getAxisSize("pp"));
+    if (failed(s))
+      return failure();
+    sim = std::move(*s);
+    title = (pipe.getSchedule() + ", pp = " +
+             Twine(mesh.getAxisSize("pp")) + ", " +
+             Twine(pipe.getStages()) + " stages, " +
+             Twine(pipe.getMicrobatches()) + " microbatches")
+                .str();
+  } else {
+    int64_t m = 1;
+    if (mesh && mesh.isSequential("mb"))
+      m = mesh.getAxisSize("mb");
+    pl::Shape shape{1, 1, m};
+    auto order = pl::makeSchedule(pl::Kind::OneFOneB, shape);
+    if (!order) {
+      llvm::errs() << "planc: error: " << llvm::toString(order.takeError())
+                   << "\n";
+      return failure();
+    }
+    sim.program = pl::chainProgram(shape, false, *order, {});
+    auto t = pl::simulate(sim.program);
+    if (!t) {
+      llvm::errs() << "planc: error: " << llvm::toString(t.takeError())
+                   << "\n";
+      return failure();
+    }
+    sim.timeline = std::move(*t);
+    title = "no pipeline: " + std::to_string(m) + " microbatch" +
+            (m == 1 ? "" : "es") + " on every rank";
+  }
+  if (svg)
+    pl::writeSvg(sim.program, sim.timeline, os, title);
+  else
+    pl::writeChromeTrace(sim.program, sim.timeline, os);
+  return success();
+}
 
 static OpPrintingFlags printFlags() {
   return OpPrintingFlags().enableDebugInfo(debugInfo);
@@ -179,6 +235,8 @@ int main(int argc, char **argv) {
     PassManager pm(&context);
     PipelineOptions options;
     options.stopAfter = stopAfter;
+    if (emit == Emit::Schedule && stopAfter.empty())
+      options.stopAfter = "plan-schedule-pipeline";
     if (failed(buildPipeline(pm, options))) {
       llvm::errs() << "planc: error: unknown stage '" << stopAfter
                    << "' for --stage; expected parse";
@@ -199,6 +257,13 @@ int main(int argc, char **argv) {
       return 1;
   }
 
+  if (emit == Emit::Schedule && stopAfter.empty())
+    return writeOutput(
+        [&](llvm::raw_ostream &os) {
+          return writeSchedule(*module, StringRef(outputFile).ends_with(".svg"),
+                               os);
+        },
+        outputFile);
   if (emit == Emit::Mlir || !stopAfter.empty())
     return writeOutput(
         [&](llvm::raw_ostream &os) {

@@ -108,6 +108,22 @@ def LowerToRank : Pass<"plan-lower-to-rank", "mlir::ModuleOp"> {
                            "::mlir::memref::MemRefDialect"];
 }
 
+def SchedulePipeline : Pass<"plan-schedule-pipeline", "mlir::ModuleOp"> {
+  let summary = "Order each pipeline rank's units by the schedule, then verify it";
+  let description = [{
+    For a `rank.pipeline` without timelines: one `rank.timeline` per
+    pipeline rank in the order of its schedule (gpipe, 1f1b,
+    interleaved_1f1b or zero_bubble). Then, generated or written by hand,
+    the timelines are verified: every unit runs once per microbatch on the
+    rank of its stage, stash reads follow their writes, and a simulation of
+    all ranks (asynchronous sends, blocking receives matched in order per
+    pair of ranks) completes within the schedule's bound on microbatches in
+    flight. An error names the rank, the step, the unit and the microbatch;
+    a remark gives the simulated bubble.
+  }];
+  let dependentDialects = ["::planc::rank::RankDialect"];
+}
+
 def LowerRankToEmitC : Pass<"plan-lower-rank-to-emitc", "mlir::ModuleOp"> {
   let summary = "Lower the rank level to EmitC calls into planrt";
   let description = [{

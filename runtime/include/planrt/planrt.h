@@ -211,9 +211,15 @@ Tensor *state(Context *ctx, int64_t index);
 Tensor *alloc(Context *ctx, int64_t ndim, int64_t d0, int64_t d1, int64_t d2,
               int64_t d3);
 
+/// alloc() on the ranks that own pipeline stage `stage` (owns_stage), nullptr
+/// on the others: a buffer of one stage's code outside the pipeline's units.
+Tensor *alloc_on_stage(Context *ctx, int64_t stage, int64_t ndim, int64_t d0,
+                       int64_t d1, int64_t d2, int64_t d3);
+
 /// A tensor header sharing src's data (and dtype) with another shape of the
 /// same element count; unused trailing dims are 1. The header is valid until
-/// the end of the current step, like alloc().
+/// the end of the current step, like alloc(). view, subview and rows of a
+/// null source (a stage this rank does not hold) are null.
 Tensor *view(Context *ctx, Tensor *src, int64_t ndim, int64_t d0, int64_t d1,
              int64_t d2, int64_t d3);
 /// A view of src's elements [offset, offset + numel) with the given shape
