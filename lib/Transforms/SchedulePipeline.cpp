@@ -29,6 +29,7 @@ namespace pl = planc::pipeline;
 namespace {
 struct SchedulePipelinePass
     : public planc::impl::SchedulePipelineBase<SchedulePipelinePass> {
+  using SchedulePipelineBase::SchedulePipelineBase;
   void runOnOperation() override;
 };
 
@@ -39,7 +40,8 @@ pl::Phase phaseOf(rk::UnitOp u) {
 } // namespace
 
 FailureOr<PipelineSimulation> planc::simulatePipeline(rk::PipelineOp pipe,
-                                                      int64_t ppSize) {
+                                                      int64_t ppSize,
+                                                      bool unitCosts) {
   SmallVector<rk::UnitOp> units(pipe.getBody().front().getOps<rk::UnitOp>());
   auto kind = pl::parseKind(pipe.getSchedule());
   if (!kind)
@@ -54,7 +56,7 @@ FailureOr<PipelineSimulation> planc::simulatePipeline(rk::PipelineOp pipe,
   // B carries W when the schedule does not split it.
   auto flops = pipe->getAttrOfType<DenseI64ArrayAttr>("stage_flops");
   auto cost = [&](rk::UnitOp u) -> double {
-    if (!flops || (int64_t)flops.size() != 3 * stages)
+    if (unitCosts || !flops || (int64_t)flops.size() != 3 * stages)
       return 1.0;
     int64_t s = u.getStage();
     double scale = 1e-9 / std::max<int64_t>(1, m);
@@ -174,7 +176,8 @@ void SchedulePipelinePass::runOnOperation() {
         }
       }
     }
-    FailureOr<PipelineSimulation> sim = simulatePipeline(pipe, ppSize);
+    FailureOr<PipelineSimulation> sim =
+        simulatePipeline(pipe, ppSize, unitCosts);
     if (failed(sim))
       return WalkResult::interrupt();
     std::string peaks;
@@ -185,10 +188,11 @@ void SchedulePipelinePass::runOnOperation() {
                                  sim->timeline.bubbleFraction));
     pipe.emitRemark() << llvm::formatv(
         "schedule {0} over {1} pipeline ranks, {2} stages, {3} microbatches: "
-        "bubble {4:F1}% of the busy time (simulated with each stage's FLOPs), "
+        "bubble {4:F1}% of the busy time (simulated with {6}), "
         "microbatches in flight per stage at most {5}",
         pipe.getSchedule(), ppSize, pipe.getStages(), pipe.getMicrobatches(),
-        100.0 * sim->timeline.bubbleFraction, peaks);
+        100.0 * sim->timeline.bubbleFraction, peaks,
+        unitCosts ? "unit costs" : "each stage's FLOPs");
     return WalkResult::advance();
   });
   if (result.wasInterrupted())

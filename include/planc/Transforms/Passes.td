@@ -121,6 +121,10 @@ def SchedulePipeline : Pass<"plan-schedule-pipeline", "mlir::ModuleOp"> {
     flight. An error names the rank, the step, the unit and the microbatch;
     a remark gives the simulated bubble.
   }];
+  let options = [
+    Option<"unitCosts", "unit-costs", "bool", "false",
+           "simulate every unit with cost 1 instead of its stage's FLOPs">,
+  ];
   let dependentDialects = ["::planc::rank::RankDialect"];
 }
 

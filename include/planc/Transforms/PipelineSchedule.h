@@ -14,10 +14,10 @@ struct PipelineSimulation {
   pipeline::Program program;
   pipeline::Timeline timeline;
 };
-/// The program of `pipe`'s timelines (durations from each stage's FLOPs),
-/// verified and simulated; errors are emitted on the IR.
-mlir::FailureOr<PipelineSimulation> simulatePipeline(rank::PipelineOp pipe,
-                                                     int64_t ppSize);
+/// The program of `pipe`'s timelines (durations from each stage's FLOPs, or
+/// 1 for every unit), verified and simulated; errors are emitted on the IR.
+mlir::FailureOr<PipelineSimulation>
+simulatePipeline(rank::PipelineOp pipe, int64_t ppSize, bool unitCosts = false);
 } // namespace planc
 
 #endif
