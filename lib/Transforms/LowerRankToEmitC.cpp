@@ -324,6 +324,41 @@ void LowerRankToEmitCPass::runOnOperation() {
     emitOp = [&](Operation &op) -> LogicalResult {
       {
         Location loc = op.getLoc();
+        if (auto pipe = dyn_cast<rk::PipelineOp>(op);
+            pipe && name == "plan_forward") {
+          // The forward (generation, one microbatch): each pipeline rank's
+          // timeline, unrolled.
+          SmallVector<rk::UnitOp> units(
+              pipe.getBody().front().getOps<rk::UnitOp>());
+          Value coord =
+              c.call(loc, "planrt::mesh_coord", {},
+                     {c.i64(mesh.getAxisIndex(pipe.getAxis()))}, i64);
+          for (auto t : pipe.getBody().front().getOps<rk::TimelineOp>()) {
+            Value cond = ec::CmpOp::create(b, loc, b.getI1Type(),
+                                           ec::CmpPredicate::eq, coord,
+                                           constant(loc, t.getRank()));
+            OpBuilder::InsertionGuard g(b);
+            b.setInsertionPoint(thenOf(loc, cond));
+            for (auto e : t.getBody().front().getOps<rk::ExecOp>()) {
+              rk::UnitOp unit = units[e.getUnit()];
+              Value mb = constant(loc, e.getMb());
+              StringRef ph = unit.getPhase();
+              c.callMixed(unit.getLoc(), "planrt::unit_begin", {mb},
+                          {c.i64(unit.getStage()),
+                           c.i64(ph == "F" ? 0 : ph == "B" ? 1 : 2),
+                           c.operand(0), c.i64(unit.getLast() ? 1 : 0)});
+              Block &body = unit.getBody().front();
+              vals[body.getArgument(0)] = mb;
+              Value saved = unitMb;
+              unitMb = mb;
+              if (failed(emitBlock(body)))
+                return failure();
+              unitMb = saved;
+              c.call(unit.getLoc(), "planrt::unit_end", {}, {});
+            }
+          }
+          return success();
+        }
         if (auto pipe = dyn_cast<rk::PipelineOp>(op)) {
           // for (i < schedule_length) { u = unit(i); mb = mb(i);
           //   if (u == 0) { unit 0 } if (u == 1) { unit 1 } ... }

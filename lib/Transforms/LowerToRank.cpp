@@ -83,10 +83,8 @@ void LowerToRankPass::runOnOperation() {
   func::FuncOp rankStep, rankForward;
   if (failed(lowerFunc(step, "plan_step", /*isStep=*/true, rankStep)))
     return signalPassFailure();
-  // The forward function serves generation (it computes the logits). A
-  // pipelined plan has none yet: its stages would have to run in turn.
-  if (mesh.getAxisSize("pp") > 1)
-    model = func::FuncOp();
+  // The forward function serves generation (it computes the logits); with
+  // a pipeline, its stages run in turn for one microbatch.
   if (model &&
       failed(lowerFunc(model, "plan_forward", /*isStep=*/false, rankForward)))
     return signalPassFailure();
@@ -119,7 +117,8 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
   // Pipeline parallelism: the step's microbatch work is cut into units by
   // stage and phase (see lowerPipelineUnits), ordered by a schedule.
   int64_t ppSize = mesh.getAxisSize("pp");
-  bool pipelined = isStep && ppSize > 1;
+  bool pipelined = ppSize > 1;
+  bool forwardPipe = pipelined && !isStep;
   ParallelOp par;
   for (auto p : src->getParentOfType<ModuleOp>().getOps<ParallelOp>())
     par = p;
@@ -449,7 +448,7 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
       // Diagnostics about the schedule point at the parallel section.
       auto pipe = rk::PipelineOp::create(
           b, par ? par.getLoc() : loc, b.getStringAttr("pp"), b.getI64IntegerAttr(numStages),
-          b.getI64IntegerAttr(seqSize),
+          b.getI64IntegerAttr(forwardPipe ? 1 : seqSize),
           b.getStringAttr(par ? par.getSchedule() : "1f1b"));
       // Each stage's F, B and W FLOPs: the schedule's durations.
       if (auto f = src->getAttrOfType<DenseI64ArrayAttr>("plan.stage_flops"))
@@ -530,7 +529,10 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
     });
     Phase phase = Pre;
     bool accumulates = false;
-    if (!seqAxis.empty()) {
+    if (forwardPipe && !isa<func::ReturnOp>(op)) {
+      // The forward of a pipeline: every op in its stage's F unit.
+      phase = Loop;
+    } else if (!seqAxis.empty()) {
       bool inLoop = llvm::any_of(op.getOperands(), involvesSeq) ||
                     llvm::any_of(op.getResults(), involvesSeq);
       accumulates = isa<AllReduceOp>(op) && involvesSeq(op.getOperand(0)) &&
@@ -563,6 +565,8 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
                           "after the other; not supported";
         return failure();
       }
+    }
+    if (forwardPipe || !seqAxis.empty()) {
       if (phase == Loop && pipelined) {
         ensureLoop(loc);
         int64_t st = stageOf(&op);
@@ -1015,7 +1019,7 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
     if (!ok)
       return failure();
     // The loss's prediction is what a reference implementation compares.
-    if (isa<MseLossOp, CrossEntropyOp>(op) && !inLoop)
+    if (isa<MseLossOp, CrossEntropyOp>(op) && (!inLoop || forwardPipe))
       rk::ObserveOp::create(b, loc, in(0), b.getStringAttr("logits"));
   }
 

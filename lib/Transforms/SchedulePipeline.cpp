@@ -33,6 +33,21 @@ struct SchedulePipelinePass
   void runOnOperation() override;
 };
 
+/// Each rank's stages in order for a single microbatch: F up the stages,
+/// then B (and W) down.
+llvm::Expected<std::vector<std::vector<pl::Action>>>
+oneMicrobatch(pl::Shape shape, pl::Kind kind) {
+  std::vector<std::vector<pl::Action>> order(shape.ranks);
+  for (int64_t s = 0; s < shape.stages(); ++s)
+    order[shape.rankOf(s)].push_back({pl::Phase::F, s, 0});
+  for (int64_t s = shape.stages() - 1; s >= 0; --s) {
+    order[shape.rankOf(s)].push_back({pl::Phase::B, s, 0});
+    if (pl::splitsWeightGrad(kind))
+      order[shape.rankOf(s)].push_back({pl::Phase::W, s, 0});
+  }
+  return order;
+}
+
 pl::Phase phaseOf(rk::UnitOp u) {
   StringRef p = u.getPhase();
   return p == "F" ? pl::Phase::F : p == "B" ? pl::Phase::B : pl::Phase::W;
@@ -120,7 +135,8 @@ FailureOr<PipelineSimulation> planc::simulatePipeline(rk::PipelineOp pipe,
   }
   SmallVector<int64_t> bounds;
   for (int64_t s = 0; s < stages; ++s)
-    bounds.push_back(pl::inFlightBound(*kind, sim.program.shape, s));
+    bounds.push_back(m == 1 ? 1
+                            : pl::inFlightBound(*kind, sim.program.shape, s));
   llvm::Expected<pl::Timeline> timeline =
       pl::simulate(sim.program, bounds);
   if (!timeline)
@@ -148,7 +164,10 @@ void SchedulePipelinePass::runOnOperation() {
     if (body.getOps<rk::TimelineOp>().empty()) {
       pl::Shape shape{ppSize, pipe.getStages() / ppSize,
                       pipe.getMicrobatches()};
-      auto order = pl::makeSchedule(*kind, shape);
+      // One microbatch (the forward that generation runs) goes through the
+      // stages in turn whatever the schedule: forwards up, backwards down.
+      auto order = shape.microbatches == 1 ? oneMicrobatch(shape, *kind)
+                                           : pl::makeSchedule(*kind, shape);
       if (!order) {
         pipe.emitError() << llvm::toString(order.takeError());
         return WalkResult::interrupt();
