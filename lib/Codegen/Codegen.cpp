@@ -8,8 +8,20 @@
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/Program.h"
+#include "llvm/Support/Signals.h"
 
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
+
+extern char **environ;
 
 using namespace mlir;
 using namespace planc;
@@ -42,6 +54,30 @@ Toolchain Toolchain::fromBuild() {
   return tc;
 }
 
+namespace {
+/// The compiler's process group while it runs, and the temporary output it
+/// writes: if planc is interrupted (SIGINT, SIGTERM, SIGHUP), the whole
+/// group is stopped and the temporary removed (see compileExecutable).
+std::atomic<pid_t> childGroup{0};
+char partialOutput[4096];
+
+void stopCompiler() {
+  pid_t group = childGroup.load();
+  if (group > 0) {
+    ::kill(-group, SIGTERM);
+    while (::waitpid(group, nullptr, 0) < 0 && errno == EINTR) {
+    }
+  }
+  if (partialOutput[0]) // the linker may have created it again meanwhile
+    ::unlink(partialOutput);
+  // LLVM's handler already removed the files registered for removal and
+  // restored the default actions: die as interrupted.
+  ::signal(SIGTERM, SIG_DFL);
+  ::raise(SIGTERM);
+  ::_exit(143);
+}
+} // namespace
+
 static LogicalResult runCommand(ArrayRef<std::string> argv, bool verbose) {
   if (verbose)
     llvm::errs() << llvm::join(argv, " ") << "\n";
@@ -51,10 +87,38 @@ static LogicalResult runCommand(ArrayRef<std::string> argv, bool verbose) {
                  << "' to compile the generated program\n";
     return failure();
   }
-  SmallVector<StringRef> args(argv.begin(), argv.end());
+  // The compiler runs in its own process group so that an interrupted planc
+  // stops it and everything it started (driver, cc1plus, linker) instead of
+  // leaving them running.
+  std::vector<char *> args;
+  args.push_back(const_cast<char *>(program->c_str()));
+  for (size_t i = 1; i < argv.size(); ++i)
+    args.push_back(const_cast<char *>(argv[i].c_str()));
+  args.push_back(nullptr);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+  posix_spawnattr_setpgroup(&attr, 0);
+  llvm::sys::SetInterruptFunction(stopCompiler);
+  pid_t pid = 0;
+  int err = posix_spawn(&pid, program->c_str(), nullptr, &attr, args.data(),
+                        environ);
+  posix_spawnattr_destroy(&attr);
   std::string msg;
-  int rc =
-      llvm::sys::ExecuteAndWait(*program, args, std::nullopt, {}, 0, 0, &msg);
+  int rc = -1;
+  if (err != 0) {
+    msg = "cannot start it: " + std::string(std::strerror(err));
+  } else {
+    childGroup = pid;
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    childGroup = 0;
+    if (WIFEXITED(status))
+      rc = WEXITSTATUS(status);
+    else if (WIFSIGNALED(status))
+      msg = "killed by signal " + std::to_string(WTERMSIG(status));
+  }
   if (rc != 0) {
     llvm::errs() << "planc: error: compiling the generated program failed ("
                  << (msg.empty() ? "exit code " + std::to_string(rc) : msg)
@@ -64,9 +128,66 @@ static LogicalResult runCommand(ArrayRef<std::string> argv, bool verbose) {
   return success();
 }
 
+/// Compiles to a temporary file next to `out` and renames it when the
+/// compiler succeeded, so that an interrupted or failed build never leaves a
+/// partial executable under the requested name (an existing non-regular
+/// `out`, such as /dev/null, is written directly).
+static LogicalResult compileTo(const std::string &out,
+                               llvm::function_ref<LogicalResult(
+                                   const std::string &)> compile) {
+  llvm::sys::fs::file_status st;
+  if (!llvm::sys::fs::status(out, st) &&
+      st.type() != llvm::sys::fs::file_type::regular_file &&
+      st.type() != llvm::sys::fs::file_type::directory_file)
+    return compile(out);
+  if (llvm::sys::fs::is_directory(out)) {
+    llvm::errs() << "planc: error: -o " << out
+                 << " is a directory; name the executable to write\n";
+    return failure();
+  }
+  llvm::SmallString<256> tmp(llvm::sys::path::parent_path(out));
+  llvm::sys::path::append(tmp, "." + llvm::sys::path::filename(out).str() +
+                                   ".planc-%%%%%%");
+  llvm::SmallString<256> unique;
+  int fd = -1;
+  if (auto ec = llvm::sys::fs::createUniqueFile(tmp, fd, unique)) {
+    llvm::errs() << "planc: error: cannot write " << out << ": "
+                 << ec.message() << "\n";
+    return failure();
+  }
+  ::close(fd);
+  std::string tmpOut = unique.str().str();
+  std::snprintf(partialOutput, sizeof(partialOutput), "%s", tmpOut.c_str());
+  llvm::sys::RemoveFileOnSignal(tmpOut);
+  LogicalResult built = compile(tmpOut);
+  std::error_code ec;
+  if (succeeded(built) && (ec = llvm::sys::fs::rename(tmpOut, out))) {
+    llvm::errs() << "planc: error: cannot write " << out << ": "
+                 << ec.message() << "\n";
+    built = failure();
+  }
+  if (failed(built))
+    llvm::sys::fs::remove(tmpOut);
+  llvm::sys::DontRemoveFileOnSignal(tmpOut);
+  partialOutput[0] = 0;
+  return built;
+}
+
+static LogicalResult compileDirect(const std::string &src,
+                                   const std::string &out, Target target,
+                                   const Toolchain &tc, bool verbose);
+
 LogicalResult planc::compileExecutable(const std::string &src,
                                        const std::string &out, Target target,
                                        const Toolchain &tc, bool verbose) {
+  return compileTo(out, [&](const std::string &to) {
+    return compileDirect(src, to, target, tc, verbose);
+  });
+}
+
+static LogicalResult compileDirect(const std::string &src,
+                                   const std::string &out, Target target,
+                                   const Toolchain &tc, bool verbose) {
   std::vector<std::string> argv;
   if (target == Target::Host) {
     argv = {tc.hostCompiler,

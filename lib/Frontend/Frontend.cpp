@@ -25,7 +25,7 @@ using namespace planc::frontend;
 namespace {
 
 /// The largest plan file, imports included, that is read.
-constexpr size_t kMaxBytes = 16u << 20;
+constexpr size_t kMaxBytes = kMaxPlanBytes;
 
 /// Reports lexer and parser errors as located MLIR diagnostics.
 class ErrorListener : public antlr4::BaseErrorListener {
@@ -76,6 +76,70 @@ private:
 
 } // namespace
 
+/// Bytes that have no place in a plan's text: control characters other than
+/// tab, newline and carriage return.
+static bool isControlByte(uint8_t c) {
+  return (c < 0x20 && c != '\t' && c != '\n' && c != '\r') || c == 0x7f;
+}
+
+std::string planc::binaryContentProblem(StringRef text) {
+  size_t bad = 0, first = StringRef::npos;
+  for (size_t i = 0; i < text.size();) {
+    const auto *p = reinterpret_cast<const llvm::UTF8 *>(text.data() + i);
+    unsigned len = llvm::getNumBytesForUTF8(*p);
+    bool ok = i + len <= text.size() && llvm::isLegalUTF8Sequence(p, p + len);
+    if (ok && len == 1 && isControlByte(uint8_t(text[i])))
+      ok = false;
+    if (ok) {
+      i += len;
+      continue;
+    }
+    if (first == StringRef::npos)
+      first = i;
+    if (++bad >= 8 || first < 4)
+      break;
+    ++i;
+  }
+  if (first == StringRef::npos || (bad < 8 && first >= 4))
+    return "";
+  return "not a text file (byte 0x" +
+         llvm::utohexstr(uint8_t(text[first]), true, 2) + " at offset " +
+         std::to_string(first) + "); planc reads .plan source text";
+}
+
+std::unique_ptr<llvm::MemoryBuffer> planc::readPlanFile(StringRef path,
+                                                        std::string &error) {
+  // Reading a device such as /dev/zero would never end, and a directory
+  // cannot be read: only regular files of a sane size are read.
+  llvm::sys::fs::file_status st;
+  if (auto ec = llvm::sys::fs::status(path, st)) {
+    error = "cannot read the file: " + ec.message();
+    return nullptr;
+  }
+  if (st.type() != llvm::sys::fs::file_type::regular_file) {
+    error = st.type() == llvm::sys::fs::file_type::directory_file
+                ? "is a directory, not a plan file"
+                : "it is not a regular file (planc reads only regular "
+                  "files: not devices, FIFOs or sockets)";
+    return nullptr;
+  }
+  if (st.getSize() > kMaxPlanBytes) {
+    error = "the file is " + std::to_string(st.getSize()) +
+            " bytes; plans are limited to " + std::to_string(kMaxPlanBytes) +
+            " bytes";
+    return nullptr;
+  }
+  auto fileOrErr = llvm::MemoryBuffer::getFile(path, /*IsText=*/true);
+  if (!fileOrErr) {
+    error = "cannot read the file: " + fileOrErr.getError().message();
+    return nullptr;
+  }
+  error = binaryContentProblem((*fileOrErr)->getBuffer());
+  if (!error.empty())
+    return nullptr;
+  return std::move(*fileOrErr);
+}
+
 /// Rejects input that would make the parser or the semantic pass misbehave:
 /// bytes that are not UTF-8 (ANTLR throws on them) and brackets nested so
 /// deeply that recursive descent would exhaust the stack.
@@ -99,6 +163,15 @@ bool Loader::checkInput(StringRef text, StringRef file) {
       return false;
     }
     char c = text[i];
+    if (isControlByte(uint8_t(c))) {
+      auto diag = mlir::emitError(FileLineColLoc::get(ctx, file, line, col));
+      if (c == 0)
+        diag << "NUL byte (0x00) in the file; plans are text: remove it";
+      else
+        diag << "control character 0x" << llvm::utohexstr(uint8_t(c), true, 2)
+             << " in the file; plans are text: remove it";
+      return false;
+    }
     if (c == '(' || c == '[' || c == '{') {
       if (++depth > kMaxDepth) {
         mlir::emitError(FileLineColLoc::get(ctx, file, line, col))
@@ -173,32 +246,15 @@ bool Loader::load(unsigned id, std::vector<std::string> &stack) {
     }
     if (!loaded.insert(real).second)
       continue; // Already read through another import.
-    // Reading a device such as /dev/zero would never end, and a directory
-    // cannot be read: only regular files of a sane size are imported.
-    llvm::sys::fs::file_status st;
-    if (!llvm::sys::fs::status(real, st) &&
-        st.type() != llvm::sys::fs::file_type::regular_file) {
-      mlir::emitError(l) << "cannot import '" << rel
-                         << "': it is not a regular file";
-      ok = false;
-      continue;
-    }
-    if (st.getSize() > kMaxBytes) {
-      mlir::emitError(l) << "cannot import '" << rel << "': the file is "
-                         << st.getSize() << " bytes; plans are limited to "
-                         << kMaxBytes << " bytes";
-      ok = false;
-      continue;
-    }
-    auto fileOrErr = llvm::MemoryBuffer::getFile(full, /*IsText=*/true);
-    if (!fileOrErr) {
-      mlir::emitError(l) << "cannot read '" << rel
-                         << "': " << fileOrErr.getError().message();
+    std::string why;
+    std::unique_ptr<llvm::MemoryBuffer> file = readPlanFile(full, why);
+    if (!file) {
+      mlir::emitError(l) << "cannot import '" << rel << "': " << why;
       ok = false;
       continue;
     }
     unsigned newId =
-        sm.AddNewSourceBuffer(std::move(*fileOrErr), llvm::SMLoc());
+        sm.AddNewSourceBuffer(std::move(file), llvm::SMLoc());
     ok &= load(newId, stack);
   }
   stack.pop_back();

@@ -243,6 +243,23 @@ void LowerRankToEmitCPass::runOnOperation() {
           {c.i64(1), c.i64(train.getWarmupSteps()),
            c.f32(train.getMinLr() ? train.getMinLr()->convertToDouble() : 0.0),
            c.i64(train.getDecaySteps().value_or(0))});
+    // The token vocabulary (rows of the embedding table, padding
+    // excluded): the runtime checks every batch and --prompt against it.
+    int64_t vocab = 0, valid = 0;
+    step.walk([&](Operation *op) {
+      if (auto emb = dyn_cast<rk::EmbeddingOp>(op); emb && !vocab) {
+        vocab = cast<MemRefType>(emb.getTable().getType()).getDimSize(0);
+        if (!emb.getVocabAxis().empty())
+          vocab *= mesh.getShape()[mesh.getAxisIndex(emb.getVocabAxis())];
+      }
+      auto classes = op->getAttrOfType<IntegerAttr>("valid_classes");
+      if (isa<rk::CrossEntropyOp, rk::CeLocalStatsOp>(op) && classes &&
+          classes.getInt() > 0)
+        valid = classes.getInt();
+    });
+    if (vocab > 0)
+      c.call(step.getLoc(), "planrt::set_token_vocab", {},
+             {c.i64(valid > 0 ? std::min(vocab, valid) : vocab)});
     if (auto bytes =
             step->getAttrOfType<DenseI64ArrayAttr>(rk::kExpectedBytesAttr);
         bytes && bytes.size() == 3 && !pipe)

@@ -201,6 +201,14 @@ void set_data_path(Context *ctx, const char *pattern) {
   ctx->data_path_set = true;
 }
 
+void set_token_vocab(Context *ctx, int64_t vocab) {
+  check_ctx(ctx, "set_token_vocab");
+  if (vocab < 1 || vocab > (int64_t(1) << 31))
+    fatal("set_token_vocab: vocab must be in [1, 2^31], got %lld",
+          (long long)vocab);
+  ctx->token_vocab = vocab;
+}
+
 void set_lr_schedule(Context *ctx, int64_t kind, int64_t warmup_steps,
                      float min_lr, int64_t decay_steps) {
   check_ctx(ctx, "set_lr_schedule");

@@ -99,6 +99,7 @@ struct Context {
 
   void (*forward)(Context *) = nullptr; // set_forward
   int64_t generation_classes = 0; // 0: every logit (set_generation_classes)
+  int64_t token_vocab = 0;        // 0: unknown (set_token_vocab)
 
   // --dump-step0: observe() records on rank 0 during step 1.
   // Generation: observe() copies the tensor named `capture` here.

@@ -8,7 +8,12 @@
 #include "context.h"
 #include "planrt/internal.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cerrno>
+#include <csignal>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -187,8 +192,47 @@ static std::string json_string(const std::string &s) {
   return out + "\"";
 }
 
-void internal::write_safetensors(const std::string &path,
-                                 const std::vector<NamedTensor> &tensors) {
+namespace {
+/// The temporary file being written, removed if the process is interrupted
+/// (SIGINT, SIGTERM, SIGHUP, SIGXFSZ) while it is.
+char g_tmp_path[4096];
+struct sigaction g_old_actions[4];
+const int kCleanupSignals[4] = {SIGINT, SIGTERM, SIGHUP, SIGXFSZ};
+
+void remove_tmp_and_reraise(int sig) {
+  if (g_tmp_path[0])
+    ::unlink(g_tmp_path);
+  for (int i = 0; i < 4; ++i)
+    if (kCleanupSignals[i] == sig)
+      sigaction(sig, &g_old_actions[i], nullptr);
+  raise(sig);
+}
+
+/// Registers `path` for removal on those signals ("" unregisters).
+void remove_on_signal(const std::string &path) {
+  if (path.empty()) {
+    if (!g_tmp_path[0])
+      return;
+    for (int i = 0; i < 4; ++i)
+      sigaction(kCleanupSignals[i], &g_old_actions[i], nullptr);
+    g_tmp_path[0] = 0;
+    return;
+  }
+  std::snprintf(g_tmp_path, sizeof(g_tmp_path), "%s", path.c_str());
+  struct sigaction sa;
+  std::memset(&sa, 0, sizeof(sa));
+  sa.sa_handler = remove_tmp_and_reraise;
+  sigemptyset(&sa.sa_mask);
+  for (int i = 0; i < 4; ++i) {
+    sigaction(kCleanupSignals[i], nullptr, &g_old_actions[i]);
+    if (g_old_actions[i].sa_handler != SIG_IGN) // keep an ignored signal so
+      sigaction(kCleanupSignals[i], &sa, nullptr); // (SIGXFSZ: EFBIG)
+  }
+}
+} // namespace
+
+std::string internal::try_write_safetensors(
+    const std::string &path, const std::vector<NamedTensor> &tensors) {
   std::string header = "{";
   uint64_t offset = 0;
   for (size_t i = 0; i < tensors.size(); ++i) {
@@ -212,14 +256,50 @@ void internal::write_safetensors(const std::string &path,
   while (header.size() % 8)
     header += ' ';
 
-  FILE *f = std::fopen(path.c_str(), "wb");
-  if (!f)
-    fatal("cannot open '%s' for writing: %s", path.c_str(),
-          std::strerror(errno));
+  // Written to a temporary file in the target's directory, synced, then
+  // renamed over the target: a run killed mid-write, a full disk or any
+  // other error leaves the previous file (if any) untouched. A target that
+  // exists and is not a regular file (/dev/null, a FIFO) is written in place.
+  struct stat st;
+  bool in_place = ::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode) &&
+                  !S_ISDIR(st.st_mode);
+  std::string tmp;
+  FILE *f = nullptr;
+  if (in_place) {
+    f = std::fopen(path.c_str(), "wb");
+    if (!f)
+      return "cannot open '" + path + "' for writing: " + std::strerror(errno);
+  } else {
+    size_t slash = path.rfind('/');
+    std::string dir = slash == std::string::npos ? "" : path.substr(0, slash + 1);
+    std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
+    tmp = dir + "." + base + ".tmp-XXXXXX";
+    std::vector<char> name(tmp.begin(), tmp.end());
+    name.push_back('\0');
+    int fd = mkstemp(name.data());
+    if (fd < 0)
+      return "cannot write '" + path + "': cannot create a temporary file in " +
+             (dir.empty() ? std::string("the current directory") : "'" + dir + "'") +
+             ": " + std::strerror(errno);
+    tmp = name.data();
+    remove_on_signal(tmp);
+    mode_t mask = umask(0);
+    umask(mask);
+    fchmod(fd, 0666 & ~mask); // mkstemp creates 0600
+    f = fdopen(fd, "wb");
+    if (!f) {
+      int e = errno;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      remove_on_signal("");
+      return "cannot write '" + path + "': " + std::strerror(e);
+    }
+  }
   unsigned char len[8];
   uint64_t hl = header.size();
   for (int i = 0; i < 8; ++i)
     len[i] = (unsigned char)(hl >> (8 * i)); // little-endian
+  errno = 0;
   bool ok = std::fwrite(len, 1, 8, f) == 8 &&
             std::fwrite(header.data(), 1, header.size(), f) == header.size();
   for (const NamedTensor &t : tensors) {
@@ -231,10 +311,77 @@ void internal::write_safetensors(const std::string &path,
     if (ok && n)
       ok = std::fwrite(t.data, sizeof(float), n, f) == n;
   }
-  if (std::fclose(f) != 0)
+  if (ok)
+    ok = std::fflush(f) == 0;
+  if (ok && !in_place)
+    ok = ::fsync(fileno(f)) == 0;
+  int e = ok ? 0 : (errno ? errno : EIO);
+  if (std::fclose(f) != 0 && ok) {
     ok = false;
-  if (!ok)
-    fatal("failed to write '%s'", path.c_str());
+    e = errno ? errno : EIO;
+  }
+  if (ok && !in_place && std::rename(tmp.c_str(), path.c_str()) != 0) {
+    ok = false;
+    e = errno;
+  }
+  if (!ok) {
+    if (!in_place)
+      ::unlink(tmp.c_str());
+    remove_on_signal("");
+    return "cannot write '" + path + "': " + std::strerror(e) +
+           (in_place ? "" : "; the previous file, if any, is unchanged");
+  }
+  remove_on_signal("");
+  if (!in_place) { // make the rename itself durable
+    size_t slash = path.rfind('/');
+    std::string dir = slash == std::string::npos ? "." : path.substr(0, slash + 1);
+    int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+    if (dfd >= 0) {
+      ::fsync(dfd);
+      ::close(dfd);
+    }
+  }
+  return "";
+}
+
+void internal::write_safetensors(const std::string &path,
+                                 const std::vector<NamedTensor> &tensors) {
+  std::string error = try_write_safetensors(path, tensors);
+  if (!error.empty())
+    fatal("%s", error.c_str());
+}
+
+std::string internal::check_output_path(const std::string &path) {
+  if (path.empty())
+    return "the path is empty";
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode))
+      return "'" + path + "' is a directory; name a file";
+    if (!S_ISREG(st.st_mode)) // a device or FIFO: written in place
+      return ::access(path.c_str(), W_OK) == 0
+                 ? ""
+                 : "cannot write '" + path + "': " + std::strerror(errno);
+  } else if (path.back() == '/') {
+    return "'" + path + "' names a directory; name a file";
+  }
+  size_t slash = path.rfind('/');
+  std::string dir = slash == std::string::npos ? "."
+                    : slash == 0               ? "/"
+                                               : path.substr(0, slash);
+  if (::stat(dir.c_str(), &st) != 0)
+    return errno == ENOTDIR
+               ? "cannot write '" + path + "': a parent of '" + dir +
+                     "' is not a directory"
+               : "cannot write '" + path + "': the directory '" + dir +
+                     "' does not exist (" + std::strerror(errno) +
+                     "); create it first";
+  if (!S_ISDIR(st.st_mode))
+    return "cannot write '" + path + "': '" + dir + "' is not a directory";
+  if (::access(dir.c_str(), W_OK | X_OK) != 0)
+    return "cannot write '" + path + "': the directory '" + dir +
+           "' is not writable (" + std::strerror(errno) + ")";
+  return "";
 }
 
 } // namespace planrt

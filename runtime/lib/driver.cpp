@@ -18,6 +18,9 @@ namespace planrt {
 
 namespace {
 
+/// The most tokens --generate samples in one run (documented in --help).
+constexpr int64_t kMaxGenerate = 1000000;
+
 int64_t mesh_ranks(const Context *ctx) {
   int64_t n = 1;
   for (int64_t s : ctx->axis_sizes)
@@ -167,16 +170,88 @@ std::string usage(const char *program) {
          "rows of the\n"
          "                     batch) and 'grad/<param>' (whole gradients, "
          "before clipping)\n"
-         "  --generate N       after training, sample N tokens with the "
-         "model's "
-         "forward\n"
-         "                     function and print them (byte-level models)\n"
+         "  --generate N       after training, sample N tokens (at most "
+         "1000000) with the\n"
+         "                     model's forward function and print them "
+         "(byte-level\n"
+         "                     models); progress goes to stderr\n"
          "  --prompt TEXT      the text generation starts from (default: "
          "\"The \")\n"
          "  --temperature T    sampling temperature, 0 = greedy (default "
          "0.8)\n"
          "  --quiet            do not print one line per step\n"
-         "  --help             print this help and exit\n";
+         "  --help             print this help and exit\n"
+         "Files are written to a temporary name in the same directory and "
+         "renamed when\n"
+         "complete: an error or a kill never leaves a partial file in their "
+         "place.\n"
+         "Exit codes: 0 success, 1 an error (output paths and option "
+         "conflicts are\n"
+         "checked before step 1), 2 a usage error.\n";
+}
+
+/// Problems with the options that would otherwise show only after training:
+/// output paths that cannot be written, two outputs on one path, generation
+/// options for a program that cannot generate, --prompt bytes outside the
+/// vocabulary. No collective.
+std::vector<std::string> check_run_options(
+    const Context *ctx,
+    const std::vector<std::pair<const char *, std::string>> &outputs,
+    int64_t generate, const std::string &prompt, bool prompt_set,
+    bool temperature_set) {
+  std::vector<std::string> problems;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const auto &[option, path] = outputs[i];
+    if (path.empty())
+      continue;
+    std::string why = internal::check_output_path(path);
+    if (!why.empty())
+      problems.push_back(std::string(option) + ": " + why);
+    for (size_t j = 0; j < i; ++j)
+      if (outputs[j].second == path)
+        problems.push_back(std::string(option) + ": '" + path + "' is also " +
+                           "the path of " + outputs[j].first + "; give them " +
+                           "different paths");
+  }
+  if (generate == 0) {
+    if (prompt_set)
+      problems.push_back("--prompt is only used by --generate N; add "
+                         "--generate or drop --prompt");
+    if (temperature_set)
+      problems.push_back("--temperature is only used by --generate N; add "
+                         "--generate or drop --temperature");
+    return problems;
+  }
+  const InputDesc *tokens = nullptr;
+  for (const InputDesc &in : ctx->inputs)
+    if (in.t.dtype == I32 && in.role == RoleInput)
+      tokens = &in;
+  if (!tokens || !ctx->forward) {
+    problems.push_back(
+        "--generate " + std::to_string(generate) + ": this program cannot " +
+        "generate text: " +
+        (tokens ? "it has no forward function"
+                : "its model has no token (i32) input; generation needs a "
+                  "language model such as examples/tiny-gpt.plan"));
+    return problems;
+  }
+  int64_t vocab = ctx->token_vocab > 0 ? ctx->token_vocab
+                                       : ctx->generation_classes;
+  for (size_t i = 0; i < prompt.size() && vocab > 0; ++i) {
+    unsigned char b = (unsigned char)prompt[i];
+    if (b < vocab)
+      continue;
+    char buf[160];
+    std::snprintf(buf, sizeof(buf),
+                  "--prompt: byte 0x%02x at offset %zu is token %d, outside "
+                  "the model's vocabulary [0, %lld)",
+                  b, i, (int)b, (long long)vocab);
+    problems.push_back(std::string(buf) +
+                       "; each byte of the prompt is one token: use " +
+                       (vocab <= 128 ? "ASCII text" : "text in its range"));
+    break;
+  }
+  return problems;
 }
 
 std::string launch_name(const char *argv0) {
@@ -397,6 +472,38 @@ float step_lr(Context *ctx, float base) {
 
 namespace internal {
 
+/// After rank 0 wrote (or failed to write) an output file: every rank learns
+/// the outcome; on failure each prints one line naming the file and the
+/// program exits with code 1 on every rank (nothing was overwritten: see
+/// try_write_safetensors). Collective with several ranks.
+static void exit_if_write_failed(Context *ctx, const char *option,
+                                 const std::string &path,
+                                 std::string error) {
+  if (ctx->use_mpi && ctx->world > 1) {
+    int n = (int)error.size();
+    MPI_Bcast(&n, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    error.resize((size_t)n);
+    if (n > 0)
+      MPI_Bcast(&error[0], n, MPI_CHAR, 0, MPI_COMM_WORLD);
+  }
+  if (error.empty())
+    return;
+  if (!ctx->use_mpi)
+    fatal("%s: %s", option, error.c_str());
+  if (ctx->rank == 0)
+    std::fprintf(stderr, "%s: error: %s: %s\n", ctx->program.c_str(), option,
+                 error.c_str());
+  else
+    std::fprintf(stderr,
+                 "%s: error: rank %d: %s: rank 0 could not write '%s' (see "
+                 "its message)\n",
+                 ctx->program.c_str(), ctx->rank, option, path.c_str());
+  std::fflush(stderr);
+  std::fflush(stdout);
+  MPI_Finalize();
+  std::exit(1);
+}
+
 Context *create_context(const char *program_name, bool use_mpi) {
   Context *ctx = new Context;
   ctx->program = program_name ? program_name : "program";
@@ -574,11 +681,17 @@ std::vector<float> train(Context *ctx, void (*step)(Context *), int64_t steps,
         dot = path.size();
       char step_tag[32];
       std::snprintf(step_tag, sizeof(step_tag), "-step%06lld", (long long)s);
-      save_safetensors(ctx, path.substr(0, dot) + step_tag + path.substr(dot));
+      save_safetensors(ctx, path.substr(0, dot) + step_tag + path.substr(dot),
+                       "--save-every");
     }
     if (s == 1 && !ctx->dump_step0_path.empty()) {
       gather_observed(ctx);
-      if (ctx->rank == 0 && write_observed(ctx, ctx->dump_step0_path) == 0) {
+      std::string error;
+      size_t written =
+          ctx->rank == 0 ? write_observed(ctx, ctx->dump_step0_path, &error)
+                         : 1;
+      exit_if_write_failed(ctx, "--dump-step0", ctx->dump_step0_path, error);
+      if (ctx->rank == 0 && written == 0) {
         std::fprintf(stderr,
                      "planrt: warning: --dump-step0: the program observed "
                      "no tensor in step 1; '%s' is empty\n",
@@ -599,13 +712,17 @@ void set_dump_step0(Context *ctx, const std::string &path) {
   ctx->observed.clear();
 }
 
-size_t write_observed(Context *ctx, const std::string &path) {
+size_t write_observed(Context *ctx, const std::string &path,
+                      std::string *error) {
   if (ctx->rank != 0)
     return 0;
   std::vector<NamedTensor> named;
   for (const ObservedTensor &o : ctx->observed)
     named.push_back(NamedTensor{o.name, o.shape, o.data.data()});
-  write_safetensors(path, named);
+  if (error)
+    *error = try_write_safetensors(path, named);
+  else
+    write_safetensors(path, named);
   return named.size();
 }
 
@@ -715,7 +832,8 @@ static std::vector<float> gather_param(Context *ctx, ParamDesc &p,
   return full;
 }
 
-void save_safetensors(Context *ctx, const std::string &path) {
+void save_safetensors(Context *ctx, const std::string &path,
+                      const char *option) {
   std::vector<std::vector<float>> host;
   std::vector<NamedTensor> named;
   host.reserve(ctx->params.size());
@@ -782,8 +900,10 @@ void save_safetensors(Context *ctx, const std::string &path) {
   for (auto &kv : comms)
     if (kv.second != MPI_COMM_NULL)
       MPI_Comm_free(&kv.second);
+  std::string error;
   if (ctx->rank == 0)
-    write_safetensors(path, named);
+    error = try_write_safetensors(path, named);
+  exit_if_write_failed(ctx, option, path, error);
 }
 
 } // namespace internal
@@ -805,7 +925,7 @@ int run(int argc, char **argv, const char *program_name,
   std::string prompt = "The ";
   int64_t generate = 0;
   float temperature = 0.8f;
-  bool quiet = false;
+  bool quiet = false, prompt_set = false, temperature_set = false;
   std::string error;
   for (int i = 1; i < argc && error.empty(); ++i) {
     std::string arg = argv[i];
@@ -871,14 +991,20 @@ int run(int argc, char **argv, const char *program_name,
       double v = std::strtod(value.c_str(), &end);
       bool isCount = arg == "--generate";
       if (value.empty() || *end || errno || v < 0 ||
-          (isCount && (v != std::floor(v) || v > 1000000)) ||
+          (isCount && (v != std::floor(v) || v > kMaxGenerate)) ||
           (!isCount && !(v <= 100)))
         error = "invalid value '" + value + "' for " + arg +
-                (isCount ? " (want an integer >= 0)" : " (want a number >= 0)");
+                (isCount ? " (want an integer from 0 to " +
+                               std::to_string(kMaxGenerate) +
+                               ", the most tokens one run samples: each "
+                               "token is one forward pass)"
+                         : " (want a number from 0 to 100)");
       else if (isCount)
         generate = int64_t(v);
-      else
+      else {
         temperature = float(v);
+        temperature_set = true;
+      }
     } else if (arg == "--save-every") {
       if (!take_value())
         break;
@@ -895,6 +1021,7 @@ int run(int argc, char **argv, const char *program_name,
       if (!take_value())
         break;
       prompt = value;
+      prompt_set = true;
     } else if (arg == "--quiet" && !has_value) {
       quiet = true;
     } else {
@@ -931,6 +1058,21 @@ int run(int argc, char **argv, const char *program_name,
     return 1;
   }
 
+  // What the options need, checked by every rank before any collective and
+  // before step 1: one line per problem, exit code 1.
+  std::vector<std::string> problems = check_run_options(
+      ctx, {{"--save", save_path}, {"--save-init", init_path},
+            {"--dump-step0", dump_path}},
+      generate, prompt, prompt_set, temperature_set);
+  if (!problems.empty()) {
+    for (const std::string &p : problems)
+      std::fprintf(stderr, "%s: error: %s\n", program_name, p.c_str());
+    std::fflush(stderr);
+    delete ctx;
+    MPI_Finalize();
+    return 1;
+  }
+
   // Training data files, checked by every rank before any collective.
   if (!ctx->inputs.empty() && ctx->data_kind == DataTokenShards) {
     validate(ctx); // the description first (fatal: a code generator bug)
@@ -946,13 +1088,13 @@ int run(int argc, char **argv, const char *program_name,
 
   internal::start(ctx);
   if (!init_path.empty()) // collective when parameters are sharded
-    internal::save_safetensors(ctx, init_path);
+    internal::save_safetensors(ctx, init_path, "--save-init");
   ctx->save_every = save_every;
   ctx->save_path = save_path;
   internal::set_dump_step0(ctx, dump_path);
   internal::train(ctx, step, steps, quiet);
   if (!save_path.empty()) // collective when parameters are sharded
-    internal::save_safetensors(ctx, save_path);
+    internal::save_safetensors(ctx, save_path, "--save");
   if (generate > 0) { // collective: every rank runs the forward function
     std::string text = internal::generate(ctx, prompt, generate, temperature);
     if (ctx->rank == 0) {

@@ -12,7 +12,10 @@
 
 #include <mpi.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 
@@ -20,6 +23,10 @@ namespace planrt {
 namespace internal {
 
 namespace {
+/// Without a terminal, --generate reports its progress every this many
+/// tokens on rank 0's stderr.
+constexpr int64_t kProgressEvery = 256;
+
 /// A uniform double in [0, 1) from a splitmix64 step of `state`.
 double uniform(uint64_t &state) {
   uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
@@ -57,12 +64,39 @@ std::string generate(Context *ctx, const std::string &prompt, int64_t count,
           "function; this program has %s",
           ctx->forward ? "no token input" : "no forward function");
   int64_t rows = tokens->t.shape[0], seq = tokens->t.shape[1];
-  std::vector<int32_t> context(prompt.begin(), prompt.end());
+  // Bytes are token ids 0..255 (read unsigned: "é" is 0xc3 0xa9, not
+  // negative ids); planrt::run checked them against the vocabulary.
+  std::vector<int32_t> context;
+  for (unsigned char c : prompt)
+    context.push_back(int32_t(c));
   if (context.empty())
     context.push_back('\n');
   std::string out;
   auto peaks = ctx->in_flight_peak; // generation's forward units not counted
   uint64_t rng = uint64_t(ctx->seed) * 0x2545F4914F6CDD1DULL + 1;
+  // Progress on rank 0's stderr: a line rewritten in place on a terminal
+  // (at most 4 times a second), otherwise a line every kProgressEvery tokens.
+  bool tty = ctx->rank == 0 && isatty(fileno(stderr));
+  auto t0 = std::chrono::steady_clock::now(), shown = t0;
+  auto progress = [&](int64_t done) {
+    auto now = std::chrono::steady_clock::now();
+    double s = std::chrono::duration<double>(now - t0).count();
+    if (tty) {
+      if (done < count && now - shown < std::chrono::milliseconds(250))
+        return;
+      shown = now;
+      std::fprintf(stderr, "\rgenerating: %lld/%lld tokens, %.1f tok/s ",
+                   (long long)done, (long long)count, s > 0 ? done / s : 0.0);
+      if (done == count)
+        std::fprintf(stderr, "\r\033[K");
+    } else if (ctx->rank == 0 && done % kProgressEvery == 0 && done < count) {
+      std::fprintf(stderr, "generate: %lld/%lld tokens, %.1f tok/s\n",
+                   (long long)done, (long long)count, s > 0 ? done / s : 0.0);
+    } else {
+      return;
+    }
+    std::fflush(stderr);
+  };
   for (int64_t k = 0; k < count; ++k) {
     // The last `seq` tokens of the context, left-aligned in every row; the
     // positions after them do not affect causal attention at `last`.
@@ -107,6 +141,7 @@ std::string generate(Context *ctx, const std::string &prompt, int64_t count,
       MPI_Bcast(&next, 1, MPI_INT32_T, sampler, MPI_COMM_WORLD);
     context.push_back(next);
     out.push_back(char(next));
+    progress(k + 1);
   }
   ctx->in_flight_peak = peaks;
   return out;

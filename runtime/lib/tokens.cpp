@@ -253,6 +253,33 @@ void fill_tokens(Context *ctx, int64_t step) {
       ctx->token_inputs.data(), ctx->token_labels.data());
   if (!error.empty())
     fatal("%s", error.c_str());
+  if (ctx->token_vocab > 0) {
+    // Ids outside the vocabulary are reported here, where their file and
+    // position are known (the embedding kernel only sees the id).
+    int64_t pos0 =
+        internal::token_step_position(ctx->tokens.total, io.global_rows,
+                                      io.seq, step) +
+        row0 * io.seq;
+    for (int64_t r = 0; r < io.rows; ++r)
+      for (int64_t c = 0; c <= io.seq; ++c) {
+        // Row r's window: inputs [r*S, r*S + S), labels one further.
+        int32_t id = c < io.seq ? ctx->token_inputs[(size_t)(r * io.seq + c)]
+                                : ctx->token_labels[(size_t)(r * io.seq + c - 1)];
+        if (id >= 0 && id < ctx->token_vocab)
+          continue;
+        int64_t at = pos0 + r * io.seq + c;
+        const internal::TokenShard *file = &ctx->tokens.files.front();
+        for (const internal::TokenShard &f : ctx->tokens.files)
+          if (f.first <= at && at < f.first + f.tokens)
+            file = &f;
+        fatal("%s: token %lld (counting from 0 in the file) is %d, outside "
+              "the model's vocabulary [0, %lld); read for step %lld by rank "
+              "%d; the data was tokenized for another vocabulary: tokenize it "
+              "again or enlarge the model's vocabulary",
+              file->path.c_str(), (long long)(at - file->first), (int)id,
+              (long long)ctx->token_vocab, (long long)step, ctx->rank);
+      }
+  }
   backend::to_device(ctx, io.x->t.data, ctx->token_inputs.data(),
                      n * sizeof(int32_t));
   backend::to_device(ctx, io.y->t.data, ctx->token_labels.data(),

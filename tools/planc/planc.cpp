@@ -21,6 +21,7 @@
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/Path.h"
+#include "llvm/Support/Signals.h"
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/ToolOutputFile.h"
 
@@ -85,6 +86,10 @@ static cl::opt<bool> debugInfo("mlir-debuginfo",
                                cl::desc("Print source locations in MLIR"),
                                cl::cat(cat));
 
+/// Whether writing a --dump-ir file failed (the instrumentation that sets it
+/// is owned, and destroyed, by the pass manager).
+static bool dumpFailed = false;
+
 namespace {
 /// Writes the module after every pass to DIR/NN-<pass>.mlir.
 class DumpInstrumentation : public PassInstrumentation {
@@ -102,12 +107,18 @@ public:
     llvm::sys::path::append(path, name);
     std::error_code ec;
     llvm::raw_fd_ostream os(path, ec);
-    if (ec) {
-      llvm::errs() << "planc: error: cannot write " << path << ": "
-                   << ec.message() << "\n";
-      return;
+    if (!ec) {
+      op->print(os, OpPrintingFlags().enableDebugInfo(debugInfo));
+      os.close();
+      ec = os.error();
+      os.clear_error();
     }
-    op->print(os, OpPrintingFlags().enableDebugInfo(debugInfo));
+    if (ec) {
+      if (!dumpFailed) // one line, not one per pass
+        llvm::errs() << "planc: error: --dump-ir: cannot write " << path
+                     << ": " << ec.message() << "\n";
+      dumpFailed = true;
+    }
   }
 
 private:
@@ -182,6 +193,14 @@ writeOutput(llvm::function_ref<LogicalResult(llvm::raw_ostream &)> fn,
   }
   if (failed(fn(out->os())))
     return 1;
+  out->os().flush();
+  if (std::error_code ec = out->os().error()) {
+    out->os().clear_error(); // reported here, not by a crash at exit
+    llvm::errs() << "planc: error: cannot write "
+                 << (path.empty() || path == "-" ? "to stdout" : path) << ": "
+                 << ec.message() << "\n";
+    return 1;
+  }
   out->keep();
   return 0;
 }
@@ -207,9 +226,21 @@ int main(int argc, char **argv) {
 
   llvm::SourceMgr sourceMgr;
   std::string err;
-  auto file = openInputFile(inputFile, &err);
+  std::unique_ptr<llvm::MemoryBuffer> file;
+  if (inputFile == "-" || !llvm::sys::fs::exists(inputFile)) {
+    file = openInputFile(inputFile, &err);
+    if (file)
+      err = binaryContentProblem(file->getBuffer());
+    if (!err.empty())
+      file.reset();
+  } else {
+    file = readPlanFile(inputFile, err);
+  }
   if (!file) {
-    llvm::errs() << "planc: error: " << err << "\n";
+    if (err.rfind("cannot open input file", 0) == 0) // from openInputFile
+      llvm::errs() << "planc: error: " << err << "\n";
+    else
+      llvm::errs() << inputFile << ": error: " << err << "\n";
     return 1;
   }
   sourceMgr.AddNewSourceBuffer(std::move(file), llvm::SMLoc());
@@ -221,13 +252,18 @@ int main(int argc, char **argv) {
 
   std::unique_ptr<DumpInstrumentation> dumper;
   if (!dumpIR.empty()) {
-    if (auto ec = llvm::sys::fs::create_directories(dumpIR)) {
-      llvm::errs() << "planc: error: cannot create " << dumpIR << ": "
-                   << ec.message() << "\n";
+    std::error_code ec = llvm::sys::fs::create_directories(dumpIR);
+    if (!ec && !llvm::sys::fs::is_directory(dumpIR))
+      ec = std::make_error_code(std::errc::not_a_directory);
+    if (ec) {
+      llvm::errs() << "planc: error: --dump-ir: cannot create the directory "
+                   << dumpIR << ": " << ec.message() << "\n";
       return 1;
     }
     dumper = std::make_unique<DumpInstrumentation>(dumpIR, 0);
     dumper->write(*module, "parse");
+    if (dumpFailed)
+      return 1;
   }
 
   bool parseOnly = stopAfter == "parse";
@@ -256,6 +292,8 @@ int main(int argc, char **argv) {
     if (failed(pm.run(*module)))
       return 1;
   }
+  if (dumpFailed)
+    return 1;
 
   if (emit == Emit::Schedule && stopAfter.empty())
     return writeOutput(
@@ -293,8 +331,13 @@ int main(int argc, char **argv) {
           [&](llvm::raw_ostream &os) {
             return emitSource(*module, target, os);
           },
-          src))
+          src)) {
+    if (!saveTemps)
+      llvm::sys::fs::remove(src);
     return rc;
+  }
+  if (!saveTemps) // also if planc is interrupted (after writeOutput, whose
+    llvm::sys::RemoveFileOnSignal(src); // keep() unregisters the path)
   LogicalResult built = compileExecutable(src.str().str(), out, target,
                                           Toolchain::fromBuild(), verbose);
   if (!saveTemps)

@@ -32,7 +32,10 @@ struct Toolchain {
 };
 
 /// Compiles `sourcePath` to the executable `outPath` and links planrt. On
-/// failure, prints the failing command and returns failure.
+/// failure, prints the failing command and returns failure. The compiler
+/// writes a temporary file next to `outPath` that is renamed to it only on
+/// success, and runs in its own process group, stopped (and the temporary
+/// removed) if planc is interrupted.
 mlir::LogicalResult compileExecutable(const std::string &sourcePath,
                                       const std::string &outPath, Target target,
                                       const Toolchain &tc, bool verbose);

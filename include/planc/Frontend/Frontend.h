@@ -4,7 +4,11 @@
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/OwningOpRef.h"
+#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/SourceMgr.h"
+
+#include <memory>
+#include <string>
 
 namespace planc {
 
@@ -16,6 +20,22 @@ namespace planc {
 /// there was any error.
 mlir::OwningOpRef<mlir::ModuleOp> importPlan(llvm::SourceMgr &sourceMgr,
                                              mlir::MLIRContext *context);
+
+/// The largest plan file (and imported file) that is read, in bytes.
+constexpr uint64_t kMaxPlanBytes = 16u << 20;
+
+/// Empty if `text` can be a plan's source text; otherwise why not, e.g.
+/// "not a text file (byte 0x7f at offset 0)". A file is taken for binary when
+/// one of its first 4 bytes, or 8 or more bytes in all, are control bytes
+/// (other than tab, newline and carriage return) or not UTF-8; a few stray
+/// bytes in a text are reported at their line and column by importPlan.
+std::string binaryContentProblem(llvm::StringRef text);
+
+/// Reads a plan file: refuses, before reading, what is not a regular file
+/// and files over kMaxPlanBytes, then binary content. Returns null and sets
+/// `error` (a sentence without the file's name) on failure.
+std::unique_ptr<llvm::MemoryBuffer> readPlanFile(llvm::StringRef path,
+                                                 std::string &error);
 
 } // namespace planc
 

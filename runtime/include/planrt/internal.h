@@ -61,15 +61,22 @@ void from_host(Context *ctx, Tensor *t, const std::vector<float> &values);
 std::vector<int32_t> to_host_ids(Context *ctx, const Tensor *t);
 void from_host_ids(Context *ctx, Tensor *t, const std::vector<int32_t> &ids);
 /// Writes all parameters as safetensors (what --save does). Call it on
-/// every rank: sharded parameters are gathered to rank 0, which writes.
-void save_safetensors(Context *ctx, const std::string &path);
+/// every rank: sharded parameters are gathered to rank 0, which writes
+/// atomically (try_write_safetensors). If that fails, every rank prints one
+/// line ("<program>: error: <option>: cannot write 'PATH': <reason>") and
+/// the program exits with code 1 (fatal without MPI).
+void save_safetensors(Context *ctx, const std::string &path,
+                      const char *option = "--save");
 /// What --dump-step0 PATH does: from now on observe() records on rank 0
 /// during step 1, and train() writes the recorded tensors to `path` after
 /// step 1 (an empty path turns it off again).
 void set_dump_step0(Context *ctx, const std::string &path);
 /// Writes the tensors recorded by observe() to `path` on rank 0 (what
 /// train() does after step 1 with set_dump_step0) and returns their number.
-size_t write_observed(Context *ctx, const std::string &path);
+/// With `error`, a write error is returned there (see try_write_safetensors)
+/// instead of being fatal.
+size_t write_observed(Context *ctx, const std::string &path,
+                      std::string *error = nullptr);
 
 /// The function given to set_forward (null if none).
 using StepFn = void (*)(Context *);
@@ -140,8 +147,19 @@ struct NamedTensor {
   std::vector<int64_t> shape;
   const float *data;
 };
+/// Writes `path` atomically: a temporary file in the same directory
+/// (".NAME.tmp-XXXXXX", removed on error and on SIGINT, SIGTERM, SIGHUP and
+/// SIGXFSZ), fsync, then rename over `path`; an existing non-regular target
+/// (/dev/null) is written in place. Returns "" or "cannot write 'PATH':
+/// <reason>..."; on error nothing that was on disk is changed.
+std::string try_write_safetensors(const std::string &path,
+                                  const std::vector<NamedTensor> &tensors);
+/// The same, fatal on error.
 void write_safetensors(const std::string &path,
                        const std::vector<NamedTensor> &tensors);
+/// Whether an output file can be written at `path` (checked before training):
+/// "" or why not (a directory, a missing or unwritable parent directory).
+std::string check_output_path(const std::string &path);
 
 } // namespace internal
 } // namespace planrt

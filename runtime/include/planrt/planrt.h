@@ -137,6 +137,11 @@ void set_forward(Context *ctx, void (*forward)(Context *));
 /// Generation samples among the first `classes` logits only (a vocabulary
 /// padded so that tp divides it: the padding is never sampled).
 void set_generation_classes(Context *ctx, int64_t classes);
+/// The vocabulary of the token input: ids in [0, vocab) (the embedding's
+/// rows, padding excluded). With it, every batch read from token shards is
+/// checked (an id outside names its file, its position in it, the step and
+/// the rank) and --prompt bytes are checked before training.
+void set_token_vocab(Context *ctx, int64_t vocab);
 
 /// Addition to the original API (optional; for tensor-parallel plans):
 /// declares that dimension `dim` of parameter `param_index` is split over
