@@ -338,6 +338,23 @@ void LowerRankToEmitCPass::runOnOperation() {
       }
       return success();
     };
+    // One unit for microbatch `mb`, between unit_begin and unit_end.
+    auto emitUnit = [&](rk::UnitOp unit, Value mb) -> LogicalResult {
+      StringRef ph = unit.getPhase();
+      c.callMixed(unit.getLoc(), "planrt::unit_begin", {mb},
+                  {c.i64(unit.getStage()),
+                   c.i64(ph == "F" ? 0 : ph == "B" ? 1 : 2), c.operand(0),
+                   c.i64(unit.getLast() ? 1 : 0)});
+      Block &body = unit.getBody().front();
+      vals[body.getArgument(0)] = mb;
+      Value saved = unitMb;
+      unitMb = mb;
+      if (failed(emitBlock(body)))
+        return failure();
+      unitMb = saved;
+      c.call(unit.getLoc(), "planrt::unit_end", {}, {});
+      return success();
+    };
     emitOp = [&](Operation &op) -> LogicalResult {
       {
         Location loc = op.getLoc();
@@ -357,21 +374,9 @@ void LowerRankToEmitCPass::runOnOperation() {
             OpBuilder::InsertionGuard g(b);
             b.setInsertionPoint(thenOf(loc, cond));
             for (auto e : t.getBody().front().getOps<rk::ExecOp>()) {
-              rk::UnitOp unit = units[e.getUnit()];
-              Value mb = constant(loc, e.getMb());
-              StringRef ph = unit.getPhase();
-              c.callMixed(unit.getLoc(), "planrt::unit_begin", {mb},
-                          {c.i64(unit.getStage()),
-                           c.i64(ph == "F" ? 0 : ph == "B" ? 1 : 2),
-                           c.operand(0), c.i64(unit.getLast() ? 1 : 0)});
-              Block &body = unit.getBody().front();
-              vals[body.getArgument(0)] = mb;
-              Value saved = unitMb;
-              unitMb = mb;
-              if (failed(emitBlock(body)))
+              if (failed(emitUnit(units[e.getUnit()],
+                                  constant(loc, e.getMb()))))
                 return failure();
-              unitMb = saved;
-              c.call(unit.getLoc(), "planrt::unit_end", {}, {});
             }
           }
           return success();
@@ -394,19 +399,8 @@ void LowerRankToEmitCPass::runOnOperation() {
                                            constant(unit.getLoc(), k++));
             OpBuilder::InsertionGuard g2(b);
             b.setInsertionPoint(thenOf(unit.getLoc(), cond));
-            StringRef ph = unit.getPhase();
-            c.callMixed(unit.getLoc(), "planrt::unit_begin", {mb},
-                        {c.i64(unit.getStage()),
-                         c.i64(ph == "F" ? 0 : ph == "B" ? 1 : 2),
-                         c.operand(0), c.i64(unit.getLast() ? 1 : 0)});
-            Block &body = unit.getBody().front();
-            vals[body.getArgument(0)] = mb;
-            Value saved = unitMb;
-            unitMb = mb;
-            if (failed(emitBlock(body)))
+            if (failed(emitUnit(unit, mb)))
               return failure();
-            unitMb = saved;
-            c.call(unit.getLoc(), "planrt::unit_end", {}, {});
           }
           return success();
         }
