@@ -410,6 +410,7 @@ void AutodiffPass::runOnOperation() {
   }
 
   SmallVector<Value> results{loss, sumsq}, states;
+  SmallVector<DictionaryAttr> stateArgAttrs;
   for (auto [i, g] : llvm::zip(params, grads)) {
     Value w = step.getArgument(i);
     if (!g) {
@@ -428,15 +429,15 @@ void AutodiffPass::runOnOperation() {
       // every other value.
       StringRef pname =
           model.getArgAttrOfType<StringAttr>(i, kNameAttr).getValue();
+      // Block arguments now; the function's type and argument attributes
+      // are written once at the end (per argument would be quadratic).
       auto stateArg = [&](StringRef suffix) {
         NamedAttrList attrs;
         attrs.set(kKindAttr, b.getStringAttr("state"));
         attrs.set(kNameAttr, b.getStringAttr(pname + suffix));
         attrs.set(kInitAttr, InitAttr::get(b.getContext(), "zeros", 0, 0));
-        unsigned n = step.getNumArguments();
-        (void)step.insertArgument(
-            n, w.getType(), attrs.getDictionary(b.getContext()), w.getLoc());
-        return step.getArgument(n);
+        stateArgAttrs.push_back(attrs.getDictionary(b.getContext()));
+        return body->addArgument(w.getType(), w.getLoc());
       };
       Value m = stateArg(".exp_avg"), v = stateArg(".exp_avg_sq");
       // Decoupled weight decay applies to matrices, not to biases and
@@ -463,8 +464,18 @@ void AutodiffPass::runOnOperation() {
   SmallVector<Type> allResults(resultTypes);
   for (Value st : states)
     allResults.push_back(st.getType());
-  step.setType(b.getFunctionType(step.getArgumentTypes(), allResults));
-  for (unsigned r = firstState; r < results.size(); ++r)
-    step.setResultAttr(r, kResultAttr, b.getStringAttr("state"));
+  SmallVector<DictionaryAttr> argAttrs;
+  for (unsigned i = 0; i < model.getNumArguments(); ++i)
+    argAttrs.push_back(step.getArgAttrDict(i));
+  argAttrs.append(stateArgAttrs.begin(), stateArgAttrs.end());
+  step.setType(b.getFunctionType(body->getArgumentTypes(), allResults));
+  step.setAllArgAttrs(argAttrs);
+  SmallVector<DictionaryAttr> resultAttrs;
+  for (unsigned r = 0; r < results.size(); ++r)
+    resultAttrs.push_back(
+        r < firstState ? step.getResultAttrDict(r)
+                       : b.getDictionaryAttr(b.getNamedAttr(
+                             kResultAttr, b.getStringAttr("state"))));
+  step.setAllResultAttrs(resultAttrs);
   func::ReturnOp::create(b, modelReturn->getLoc(), results);
 }

@@ -17,6 +17,7 @@
 // gradients, which a zero-bubble schedule defers); forward ops get "F".
 // Parameters and state get the stage of their users (-1 if several).
 //===----------------------------------------------------------------------===//
+#include "ArgAttrBatch.h"
 #include "OpFlops.h"
 #include "planc/Transforms/Passes.h"
 
@@ -86,6 +87,17 @@ static SmallVector<int64_t> balance(ArrayRef<double> cost, double pre,
     }
   }
   return best;
+}
+
+/// "1.25 GFLOP", "601.7 PFLOP": FLOPs with an SI prefix.
+static std::string flopText(double f) {
+  const char *prefix[] = {"", "k", "M", "G", "T", "P", "E"};
+  int i = 0;
+  while (f >= 1000 && i < 6) {
+    f /= 1000;
+    ++i;
+  }
+  return llvm::formatv("{0:F3} {1}FLOP", f, prefix[i]).str();
 }
 
 static bool isLossGradSeed(Operation *op) {
@@ -168,14 +180,16 @@ static void assignStages(func::FuncOp f, ArrayRef<int64_t> stageOfLayer) {
                                : inputGrad.contains(&op) ? "B"
                                                          : "W"));
   }
+  ArgAttrBatch argAttrs(f);
   for (BlockArgument arg : f.getArguments()) {
     llvm::SmallSetVector<int64_t, 2> to;
     for (Operation *user : arg.getUsers())
       if (!isa<func::ReturnOp>(user))
         to.insert(stage.lookup(user));
     int64_t s = to.size() == 1 ? to[0] : to.empty() ? 0 : -1;
-    f.setArgAttr(arg.getArgNumber(), kStageAttr, b.getI64IntegerAttr(s));
+    argAttrs.set(arg.getArgNumber(), kStageAttr, b.getI64IntegerAttr(s));
   }
+  argAttrs.commit();
 }
 
 void PartitionStagesPass::runOnOperation() {
@@ -288,7 +302,7 @@ void PartitionStagesPass::runOnOperation() {
     if (last > first)
       os << "-" << last;
     os << (s == stages - 1 ? " + head and loss" : "")
-       << llvm::formatv(" ({0:F3} GFLOP)", total / 1e9);
+       << " (" << flopText(total) << ")";
   }
   (par ? par.getOperation() : mesh.getOperation())->emitRemark() << os.str();
 }

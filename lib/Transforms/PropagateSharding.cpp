@@ -18,6 +18,7 @@
 // differs from what the op's factors need, plan-insert-reshards inserts a
 // reshard.
 //===----------------------------------------------------------------------===//
+#include "ArgAttrBatch.h"
 #include "ShardingAnalysis.h"
 #include "planc/Transforms/Passes.h"
 
@@ -532,10 +533,11 @@ LogicalResult Propagator::materialize(func::FuncOp f) {
   };
   // Each argument's layout, and how strongly each dimension holds it (so
   // that the forward function weighs its parameters as the step did).
+  ArgAttrBatch argAttrs(f);
   for (BlockArgument arg : f.getArguments()) {
     if (!isa<RankedTensorType>(arg.getType()))
       continue;
-    f.setArgAttr(arg.getArgNumber(), kShardingAttr, toAttr(arg));
+    argAttrs.set(arg.getArgNumber(), kShardingAttr, toAttr(arg));
     SmallVector<std::string> origins;
     for (DimState &st : dims(arg)) {
       auto name = [](int prio) {
@@ -548,10 +550,11 @@ LogicalResult Propagator::materialize(func::FuncOp f) {
     }
     if (llvm::any_of(origins, [](StringRef o) { return o != "user"; })) {
       SmallVector<StringRef> refs(origins.begin(), origins.end());
-      f.setArgAttr(arg.getArgNumber(), kShardingOriginAttr,
+      argAttrs.set(arg.getArgNumber(), kShardingOriginAttr,
                    Builder(f.getContext()).getStrArrayAttr(refs));
     }
   }
+  argAttrs.commit();
 
   // First every op's factors, so that each op can see how its results'
   // users will take them; then the results' layouts, in program order.

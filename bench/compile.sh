@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Compile time and peak memory of planc, by model size: the 1T-parameter plan
+# of Narayanan et al. over 3072 GPUs, GPT-3 175B, and tiny-gpt with 100, 1000
+# and 10000 layers (time and memory should grow linearly with the layers and
+# not at all with the GPUs). Prints a table and appends it to
+# bench/RESULTS.md with the date and the CPU. Run by hand:
+#   ./bench/compile.sh [BUILD_DIR]
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+BUILD="${1:-$ROOT/build}"
+cmake --build "$BUILD" -- planc >/dev/null
+PLANC="$BUILD/bin/planc"
+TMP="$(mktemp -d)"
+trap 'rm -rf "$TMP"' EXIT
+
+# One measurement: label, then the planc arguments.
+rows=()
+measure() {
+  local label="$1"
+  shift
+  /usr/bin/time -f "%e %M" -o "$TMP/time" "$PLANC" "$@" -o /dev/null \
+    2>"$TMP/err" >/dev/null || { echo "planc failed for $label:"; cat "$TMP/err"; exit 1; }
+  read -r secs kb <"$TMP/time"
+  rows+=("| $label | $secs | $((kb / 1024)) |")
+  echo "$label: $secs s, $((kb / 1024)) MiB"
+}
+
+# Until the code generator takes fp16 and recompute (issue 9), the 1T and
+# 175B plans run every pass up to and including the pipeline schedule.
+measure "1T params, 3072 GPUs (tp 8, pp 64, dp 6, 512 microbatches), to plan-schedule-pipeline" \
+  "$ROOT/examples/megatron/gpt-1t.plan" --emit=mlir --stage=plan-schedule-pipeline
+measure "GPT-3 175B, 1536 GPUs (interleaved, 128 microbatches), to plan-schedule-pipeline" \
+  "$ROOT/examples/gpt3-175b.plan" --emit=mlir --stage=plan-schedule-pipeline
+for L in 100 1000 10000; do
+  sed -e "s/^layers = .*/layers = $L/" \
+      -e "s|\"models/gpt.plan\"|\"$ROOT/examples/models/gpt.plan\"|" \
+      "$ROOT/examples/tiny-gpt.plan" >"$TMP/l$L.plan"
+  measure "tiny-gpt, $L layers, --emit=cpp" "$TMP/l$L.plan" --emit=cpp
+done
+
+{
+  echo
+  echo "## Compile time ($(date -u +%Y-%m-%d), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'))"
+  echo
+  echo "| plan | seconds | peak MiB |"
+  echo "|---|---|---|"
+  printf '%s\n' "${rows[@]}"
+} | tee -a "$ROOT/bench/RESULTS.md"
