@@ -12,6 +12,8 @@
 // Being a pass over the IR, the same seeds can come from a planner later.
 //===----------------------------------------------------------------------===//
 #include "ShardingAnalysis.h"
+#include "ArgAttrBatch.h"
+#include "llvm/ADT/ScopeExit.h"
 #include "planc/Transforms/Passes.h"
 
 namespace planc {
@@ -35,7 +37,7 @@ struct SeedShardingPass
             ArrayRef<StringRef> axis, StringRef origin,
             ArrayRef<int64_t> segments = {}) {
     unsigned i = arg.getArgNumber();
-    if (getSharding(arg))
+    if (hasLayout(arg))
       return;
     auto type = cast<RankedTensorType>(arg.getType());
     int64_t n = 1;
@@ -55,13 +57,22 @@ struct SeedShardingPass
       seg.assign(type.getRank(), b.getDenseI64ArrayAttr({}));
       seg[dim] = b.getDenseI64ArrayAttr(segments);
     }
-    f.setArgAttr(
+    batch->set(
         i, kShardingAttr,
         ShardingAttr::get(
             f.getContext(), FlatSymbolRefAttr::get(mesh.getSymNameAttr()),
             b.getArrayAttr(dims), b.getArrayAttr({}), b.getArrayAttr(seg)));
-    f.setArgAttr(i, kShardingOriginAttr, b.getStringAttr(origin));
+    batch->set(i, kShardingOriginAttr, b.getStringAttr(origin));
+    seeded.insert(i);
   }
+
+  /// Whether `arg` has a layout, given or seeded (the seeds are written to
+  /// the function once, at the end).
+  bool hasLayout(BlockArgument arg) {
+    return getSharding(arg) || seeded.contains(arg.getArgNumber());
+  }
+  std::optional<ArgAttrBatch> batch;
+  DenseSet<unsigned> seeded;
 
   /// The parameter argument a matmul multiplies by (its rhs), if any.
   static BlockArgument weightOf(MatmulOp mm) {
@@ -185,6 +196,9 @@ void SeedShardingPass::runOnOperation() {
   for (auto f : module.getOps<func::FuncOp>()) {
     if (!f->hasAttr(kModelAttr))
       continue;
+    batch.emplace(f);
+    seeded.clear();
+    llvm::scope_exit commit([&] { batch->commit(); });
     // Samples over the data-parallel axis (kept even when dp = 1, so that
     // every plan's inputs are declared alike), then over microbatches.
     SmallVector<StringRef> batchAxes;
@@ -218,7 +232,7 @@ void SeedShardingPass::runOnOperation() {
         BlockArgument w = head ? weightOf(head) : BlockArgument();
         int64_t classes =
             cast<RankedTensorType>(ce.getLogits().getType()).getShape().back();
-        if (w && f->hasAttr(kModelAttr) && !getSharding(w) &&
+        if (w && f->hasAttr(kModelAttr) && !hasLayout(w) &&
             classes % mesh.getAxisSize("tp") != 0)
           mlir::emitRemark(head.getLoc())
               << "the LM head's " << classes
