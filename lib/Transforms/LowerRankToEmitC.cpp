@@ -117,8 +117,6 @@ void LowerRankToEmitCPass::runOnOperation() {
   refuse(train, train.getPrecision() != "fp32",
          "precision = " + train.getPrecision());
   refuse(train, train.getCheckpointDir().has_value(), "checkpoint");
-  for (auto par : module.getOps<plan::ParallelOp>())
-    refuse(par, par.getRecompute() != "none", "recompute (plan.parallel)");
   if (refused)
     return signalPassFailure();
   auto name = module.getSymName();

@@ -302,15 +302,19 @@ bool memory_report(Context *ctx) {
 /// The "pipeline: peak microbatches in flight per stage" line (rank 0): the
 /// owners' peaks, the most over the data-parallel replicas. Collective.
 void pipeline_report(Context *ctx) {
-  std::vector<int64_t> mine = internal::pipeline_peaks(ctx), all = mine;
-  if (ctx->use_mpi && ctx->world > 1 && !mine.empty())
+  // The peaks per stage, then the most stash memory one rank held.
+  std::vector<int64_t> mine = internal::pipeline_peaks(ctx);
+  mine.push_back(ctx->stash_peak_bytes);
+  std::vector<int64_t> all = mine;
+  if (ctx->use_mpi && ctx->world > 1)
     MPI_Allreduce(mine.data(), all.data(), (int)mine.size(), MPI_INT64_T,
                   MPI_MAX, MPI_COMM_WORLD);
   if (ctx->rank != 0)
     return;
   std::string line = "pipeline: peak microbatches in flight per stage:";
-  for (int64_t v : all)
-    line += " " + std::to_string(v);
+  for (size_t i = 0; i + 1 < all.size(); ++i)
+    line += " " + std::to_string(all[i]);
+  line += "; stash peak " + std::to_string(all.back()) + " B";
   std::printf("%s\n", line.c_str());
   std::fflush(stdout);
 }

@@ -609,10 +609,10 @@ int64_t schedule_mb(Context *ctx, int64_t i);
 /// run. A unit still open or a microbatch still in flight at the end of the
 /// step is fatal. When a pipeline is declared, at the end of planrt::run
 /// rank 0 prints, before the memory line and the "done" line, one line
-///   pipeline: peak microbatches in flight per stage: 4 3 2 1
+///   pipeline: peak microbatches in flight per stage: 4 3 2 1; stash peak S B
 /// (stage 0 first; each value from the ranks owning the stage, the maximum
 /// over the data-parallel replicas; forward units run by --generate do not
-/// count).
+/// count; S: the most alloc_stash bytes one rank held at once).
 void unit_begin(Context *ctx, int64_t stage, int64_t phase, int64_t mb,
                 int64_t last);
 void unit_end(Context *ctx);
