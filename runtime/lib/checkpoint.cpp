@@ -960,9 +960,9 @@ std::string write_checkpoint(Context *ctx, int64_t step) {
     double ms = std::chrono::duration<double, std::milli>(
                     std::chrono::steady_clock::now() - t0)
                     .count();
-    std::printf("checkpoint: step %lld written to %s/ (%lld files, %lld B, "
+    std::printf("checkpoint: step %lld written to %s/ (%lld shard files, %lld B, "
                 "%.0f ms)\n",
-                (long long)step, dir.c_str(), (long long)count + 1,
+                (long long)step, dir.c_str(), (long long)count,
                 (long long)bytes, ms);
     std::fflush(stdout);
   }
