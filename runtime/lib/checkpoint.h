@@ -58,13 +58,7 @@ void begin_training(Context *ctx);
 bool after_step(Context *ctx, int64_t step, int64_t steps);
 void end_training(Context *ctx);
 
-/// Writes DIR/step-NNNNNN for `step` (collective; exits 1 on an error).
-/// Returns the directory written.
-std::string write_checkpoint(Context *ctx, int64_t step);
-
-/// Helpers shared with the tests.
-uint32_t crc32(uint32_t crc, const void *data, size_t bytes);
-std::string plan_hash(const Context *ctx);
+// write_checkpoint, crc32 and plan_hash: planrt/internal.h.
 
 } // namespace internal
 } // namespace planrt

@@ -143,6 +143,15 @@ std::string token_batch(const TokenShards &shards, int64_t step,
 /// Opens the shards into the Context. Empty for other data kinds.
 std::string open_training_data(Context *ctx);
 
+/// Checkpoints (lib/checkpoint.cpp, docs/checkpoints.md). write_checkpoint
+/// writes DIR/step-NNNNNN/ for `step` into the directory of set_checkpoint
+/// (every rank calls it; on an error every rank prints one line and the
+/// program exits 1) and returns that directory. crc32 is zlib's (the
+/// manifest's checksum of each file); plan_hash hashes the declarations.
+std::string write_checkpoint(Context *ctx, int64_t step);
+uint32_t crc32(uint32_t crc, const void *data, size_t bytes);
+std::string plan_hash(const Context *ctx);
+
 /// Safetensors serialization of named fp32 tensors (shapes as dims lists).
 struct NamedTensor {
   std::string name;
