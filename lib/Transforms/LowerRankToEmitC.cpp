@@ -116,7 +116,6 @@ void LowerRankToEmitCPass::runOnOperation() {
   };
   refuse(train, train.getPrecision() != "fp32",
          "precision = " + train.getPrecision());
-  refuse(train, train.getCheckpointDir().has_value(), "checkpoint");
   if (refused)
     return signalPassFailure();
   auto name = module.getSymName();
@@ -210,6 +209,25 @@ void LowerRankToEmitCPass::runOnOperation() {
       SmallVector<Attribute> a{c.str(st.getSymName())};
       append_range(a, c.shape(st.getType()));
       c.call(st.getLoc(), "planrt::declare_state", {}, a);
+      // Where this rank's shard sits in the global tensor (checkpoints
+      // write and read state by global slices, across plans).
+      if (auto s = st.getShardingAttr())
+        for (int64_t d = 0; d < s.getRank(); ++d) {
+          for (StringRef axis : s.getDimAxes(d))
+            c.call(st.getLoc(), "planrt::shard_state", {},
+                   {c.i64(states), c.i64(d), c.i64(mesh.getAxisIndex(axis))});
+          ArrayRef<int64_t> seg = s.getDimSegments(d);
+          if (seg.empty())
+            continue;
+          if (seg.size() > 3) {
+            st.emitError() << "planrt takes at most 3 segments per dimension";
+            refused = true;
+          }
+          SmallVector<Attribute> args{c.i64(states), c.i64(d)};
+          for (int i = 0; i < 3; ++i)
+            args.push_back(c.i64(i < (int)seg.size() ? seg[i] : 0));
+          c.call(st.getLoc(), "planrt::set_state_segments", {}, args);
+        }
       if (auto stage = stageAttr(st))
         c.call(st.getLoc(), "planrt::set_state_stage", {},
                {c.i64(states), c.i64(*stage)});
@@ -235,6 +253,11 @@ void LowerRankToEmitCPass::runOnOperation() {
     if (shards)
       c.call(train.getLoc(), "planrt::set_data_path", {},
              {c.str(train.getDataPath().value_or(""))});
+    // Checkpoints: the directory (relative to the current directory) and
+    // the interval (0: only when SIGTERM or SIGUSR1 stops the run).
+    if (auto dir = train.getCheckpointDir())
+      c.call(train.getLoc(), "planrt::set_checkpoint", {},
+             {c.str(*dir), c.i64(train.getCheckpointEvery())});
     if (train.getLrSchedule() == "cosine")
       c.call(
           train.getLoc(), "planrt::set_lr_schedule", {},

@@ -41,6 +41,10 @@ struct ParamDesc {
 struct StateDesc {
   std::string name;
   int64_t stage = -1; // pipeline stage (set_state_stage); -1: every rank
+  // Layout in the global tensor (shard_state, set_state_segments), as for
+  // parameters; checkpoints use it to write and read shards.
+  std::vector<int64_t> shard_axes[4];
+  std::vector<int64_t> segments[4];
   Tensor t;           // zeroed at start (null data if the stage is unowned)
 };
 
@@ -180,6 +184,13 @@ struct Context {
   int64_t teacher_in = 0, teacher_out = 0;
 
   void *backend = nullptr; // backend state
+
+  // Checkpoints (lib/checkpoint.cpp): set_checkpoint and the options.
+  std::string checkpoint_dir;   // "" = none
+  int64_t checkpoint_every = 0; // 0: only on SIGTERM / SIGUSR1
+  int64_t checkpoint_keep = 0;  // --keep N (0: keep every checkpoint)
+  int64_t first_step = 1;       // a resumed run starts after its checkpoint
+  int stop_signal = 0;          // the signal that stopped training (0: none)
 };
 
 /// Prints "planrt: error: <message>" to stderr and aborts all ranks

@@ -1,5 +1,6 @@
 //===- driver.cpp - planrt::run: options, checks, the training loop -------===//
 
+#include "checkpoint.h"
 #include "context.h"
 #include "planrt/internal.h"
 
@@ -150,7 +151,8 @@ void allocate_tensor(Context *ctx, Tensor *t) {
 std::string usage(const char *program) {
   return std::string("usage: ") + program +
          " [--steps N] [--save PATH [--save-every N]] [--save-init PATH]"
-         " [--dump-step0 PATH]"
+         " [--dump-step0 PATH] [--resume [DIR]] [--init-from FILE]"
+         " [--checkpoint-dir DIR] [--checkpoint-every N] [--keep N]"
          " [--generate N [--prompt TEXT] [--temperature T]] [--quiet] "
          "[--help]\n"
          "  --steps N          run N training steps instead of the compiled "
@@ -179,15 +181,17 @@ std::string usage(const char *program) {
          "\"The \")\n"
          "  --temperature T    sampling temperature, 0 = greedy (default "
          "0.8)\n"
+         + internal::checkpoint_usage() +
          "  --quiet            do not print one line per step\n"
          "  --help             print this help and exit\n"
          "Files are written to a temporary name in the same directory and "
          "renamed when\n"
          "complete: an error or a kill never leaves a partial file in their "
          "place.\n"
-         "Exit codes: 0 success, 1 an error (output paths and option "
-         "conflicts are\n"
-         "checked before step 1), 2 a usage error.\n";
+         "Exit codes: 0 success (also after a stop by SIGTERM/SIGUSR1), 1 an "
+         "error (output\n"
+         "paths, checkpoints and --init-from are checked before step 1), 2 a "
+         "usage error.\n";
 }
 
 /// Problems with the options that would otherwise show only after training:
@@ -660,7 +664,7 @@ std::vector<float> train(Context *ctx, void (*step)(Context *), int64_t steps,
                          bool quiet) {
   std::vector<float> losses;
   ctx->run_steps = steps; // the default decay_steps of the lr schedule
-  for (int64_t s = 1; s <= steps; ++s) {
+  for (int64_t s = ctx->first_step; s <= steps; ++s) {
     begin_step(ctx, s);
     backend::synchronize(ctx);
     auto t0 = std::chrono::steady_clock::now();
@@ -705,6 +709,9 @@ std::vector<float> train(Context *ctx, void (*step)(Context *), int64_t steps,
       ctx->observed.clear();
       ctx->observed.shrink_to_fit();
     }
+    // Checkpoints, and a stop requested by SIGTERM / SIGUSR1 (collective).
+    if (internal::after_step(ctx, s, steps))
+      break;
   }
   return losses;
 }
@@ -931,6 +938,7 @@ int run(int argc, char **argv, const char *program_name,
   float temperature = 0.8f;
   bool quiet = false, prompt_set = false, temperature_set = false;
   std::string error;
+  internal::CheckpointOptions ckpt;
   for (int i = 1; i < argc && error.empty(); ++i) {
     std::string arg = argv[i];
     std::string value;
@@ -1028,12 +1036,18 @@ int run(int argc, char **argv, const char *program_name,
       prompt_set = true;
     } else if (arg == "--quiet" && !has_value) {
       quiet = true;
+    } else if (internal::parse_checkpoint_option(ctx, ckpt, arg, has_value,
+                                                 value, argc, argv, i,
+                                                 error)) {
     } else {
       error = "unknown option '" + std::string(argv[i]) + "'";
     }
   }
   if (error.empty() && save_every > 0 && save_path.empty())
     error = "--save-every needs --save PATH to name the files";
+  if (error.empty())
+    error = internal::check_checkpoint_usage(ctx, ckpt, steps,
+                                             !dump_path.empty());
   if (error.empty() && !dump_path.empty() && steps < 1)
     error = "--dump-step0 writes what step 1 observed but the run has no "
             "step (--steps 0); run at least one step";
@@ -1090,13 +1104,24 @@ int run(int argc, char **argv, const char *program_name,
     }
   }
 
+  // Checkpoint directory, --resume and --init-from: checked on every rank
+  // before step 1 (collective; exits 1 on a problem), loaded after start.
+  internal::prepare_checkpoints(ctx, ckpt, steps);
   internal::start(ctx);
+  internal::load_checkpoints(ctx, ckpt);
   if (!init_path.empty()) // collective when parameters are sharded
     internal::save_safetensors(ctx, init_path, "--save-init");
   ctx->save_every = save_every;
   ctx->save_path = save_path;
   internal::set_dump_step0(ctx, dump_path);
+  internal::begin_training(ctx);
   internal::train(ctx, step, steps, quiet);
+  internal::end_training(ctx);
+  if (ctx->stop_signal) { // stopped by SIGTERM / SIGUSR1 (after_step)
+    internal::destroy_context(ctx);
+    MPI_Finalize();
+    return 0;
+  }
   if (!save_path.empty()) // collective when parameters are sharded
     internal::save_safetensors(ctx, save_path, "--save");
   if (generate > 0) { // collective: every rank runs the forward function

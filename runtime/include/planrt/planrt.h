@@ -130,6 +130,14 @@ enum LrScheduleKind : int { LrConstant = 0, LrCosine = 1 };
 void set_lr_schedule(Context *ctx, int64_t kind, int64_t warmup_steps,
                      float min_lr, int64_t decay_steps);
 
+/// Checkpoints (the train section's `checkpoint = "DIR"` and
+/// `checkpoint_every = N`): every N steps (0: only when SIGTERM or SIGUSR1
+/// stops the run) all ranks write DIR/step-NNNNNN/ (each rank its shards of
+/// the parameters and optimizer state, rank 0 then manifest.json). The
+/// directory is relative to the current directory; --checkpoint-dir and
+/// --checkpoint-every override both. See docs/checkpoints.md.
+void set_checkpoint(Context *ctx, const char *dir, int64_t every);
+
 /// Registers the generated forward function: the model alone (no backward,
 /// no update), computing the logits of the current inputs; --generate calls
 /// it and samples from the observed "logits".
@@ -180,10 +188,21 @@ void set_param_segments(Context *ctx, int64_t param_index, int64_t dim,
 /// declaration, from 0, separate from the parameters' numbering), e.g. the
 /// AdamW moments of a parameter or of its ZeRO shard. `ndim` and `d0..d3`
 /// give the local shape (unused trailing dims are 1); the tensor is F32,
-/// zero at the start of the run, and kept across steps (never saved). Names
-/// must be distinct. Call it from plan_setup.
+/// zero at the start of the run, and kept across steps (written to
+/// checkpoints, not to --save). Names must be distinct. Call it from
+/// plan_setup.
 void declare_state(Context *ctx, const char *name, int64_t ndim, int64_t d0,
                    int64_t d1, int64_t d2, int64_t d3);
+/// shard_param and set_param_segments for state tensor `state_index`: where
+/// this rank's shard sits in the global tensor (e.g. the AdamW moments of a
+/// tensor-parallel weight, or a ZeRO shard over dp). Only checkpoints use
+/// it: each rank writes its shard and a run under another plan reads the
+/// slices it needs. Without calls the state is whole on every rank that
+/// holds it. Same rules and checks as for parameters; call from plan_setup.
+void shard_state(Context *ctx, int64_t state_index, int64_t dim,
+                 int64_t mesh_axis);
+void set_state_segments(Context *ctx, int64_t state_index, int64_t dim,
+                        int64_t s0, int64_t s1, int64_t s2);
 
 /// Records the bytes the compiler computed for this rank (the same on every
 /// rank's call; with a pipeline, expect_pipeline_bytes instead): `params`
@@ -640,6 +659,8 @@ void unit_end(Context *ctx);
 ///                      parameters are gathered from the ranks that hold
 ///                      distinct blocks)
 ///   --dump-step0 PATH  write the tensors observed in step 1 (see observe)
+///   --resume [DIR], --checkpoint-dir DIR, --checkpoint-every N, --keep N,
+///   --init-from FILE   checkpoints and initial weights (docs/checkpoints.md)
 ///   --quiet, --help
 int run(int argc, char **argv, const char *program_name,
         void (*setup)(Context *), void (*step)(Context *));
