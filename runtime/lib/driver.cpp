@@ -2,6 +2,8 @@
 
 #include "context.h"
 #include "planrt/internal.h"
+#include "progress.h"
+#include "trace.h"
 
 #include <mpi.h>
 
@@ -151,8 +153,9 @@ std::string usage(const char *program) {
   return std::string("usage: ") + program +
          " [--steps N] [--save PATH [--save-every N]] [--save-init PATH]"
          " [--dump-step0 PATH]"
-         " [--generate N [--prompt TEXT] [--temperature T]] [--quiet] "
-         "[--help]\n"
+         " [--generate N [--prompt TEXT] [--temperature T]]"
+         " [--log-json PATH] [--trace PATH] [--peak-flops F]"
+         " [--progress auto|always|never] [--quiet] [--help]\n"
          "  --steps N          run N training steps instead of the compiled "
          "number\n"
          "  --save PATH        after the last step, write all parameters to "
@@ -179,12 +182,35 @@ std::string usage(const char *program) {
          "\"The \")\n"
          "  --temperature T    sampling temperature, 0 = greedy (default "
          "0.8)\n"
+         "  --log-json PATH    write one JSON object per step to PATH (rank "
+         "0; step, loss,\n"
+         "                     lr, grad_norm, tokens_per_s, step_time_s, "
+         "mfu, elapsed_s)\n"
+         "                     and a summary object at the end (memory "
+         "per rank by kind)\n"
+         "  --trace PATH       write a Chrome trace of what ran per rank to "
+         "PATH with\n"
+         "                     .rankR before its extension (steps, pipeline "
+         "units,\n"
+         "                     collectives, send/recv); merge them with "
+         "scripts/merge-traces.py\n"
+         "  --peak-flops F     peak FLOP/s of one device for the MFU (also "
+         "PLANRT_PEAK_FLOPS;\n"
+         "                     default: the plan's cluster GPU on cuda, none "
+         "on the host)\n"
+         "  --progress MODE    auto (default): one line updated in place when "
+         "stdout is a\n"
+         "                     terminal, one line per step otherwise; always; "
+         "never\n"
          "  --quiet            do not print one line per step\n"
          "  --help             print this help and exit\n"
-         "Files are written to a temporary name in the same directory and "
-         "renamed when\n"
-         "complete: an error or a kill never leaves a partial file in their "
-         "place.\n"
+         "--save, --save-every, --save-init and --dump-step0 files are "
+         "written to a\n"
+         "temporary name in the same directory and renamed when complete: an "
+         "error or a\n"
+         "kill never leaves a partial file in their place. --log-json and "
+         "--trace files\n"
+         "are written as the run goes (flushed every step).\n"
          "Exit codes: 0 success, 1 an error (output paths and option "
          "conflicts are\n"
          "checked before step 1), 2 a usage error.\n";
@@ -657,6 +683,7 @@ std::vector<float> train(Context *ctx, void (*step)(Context *), int64_t steps,
   std::vector<float> losses;
   ctx->run_steps = steps; // the default decay_steps of the lr schedule
   for (int64_t s = 1; s <= steps; ++s) {
+    auto tb = std::chrono::steady_clock::now();
     begin_step(ctx, s);
     backend::synchronize(ctx);
     auto t0 = std::chrono::steady_clock::now();
@@ -666,10 +693,13 @@ std::vector<float> train(Context *ctx, void (*step)(Context *), int64_t steps,
     auto t1 = std::chrono::steady_clock::now();
     double ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
     losses.push_back(ctx->last_loss);
-    if (ctx->rank == 0 && !quiet) {
-      std::printf("%s\n", step_line(ctx, s, steps, ms).c_str());
-      std::fflush(stdout);
+    if (ctx->trace) {
+      trace::slice(ctx, "data", "data", tb, t0, "\"step\":" + std::to_string(s));
+      trace::slice(ctx, ("step " + std::to_string(s)).c_str(), "step", t0, t1,
+                   "\"step\":" + std::to_string(s));
+      trace::flush(ctx);
     }
+    report_step(ctx, s, steps, ms, quiet); // progress.cpp
     // --save-every: PATH with the step before its extension (collective
     // when parameters are sharded, so every rank calls it).
     if (ctx->save_every > 0 && s % ctx->save_every == 0) {
@@ -926,6 +956,7 @@ int run(int argc, char **argv, const char *program_name,
   int64_t generate = 0;
   float temperature = 0.8f;
   bool quiet = false, prompt_set = false, temperature_set = false;
+  internal::ReportOptions report; // --log-json, --trace, ... (progress.cpp)
   std::string error;
   for (int i = 1; i < argc && error.empty(); ++i) {
     std::string arg = argv[i];
@@ -1022,6 +1053,10 @@ int run(int argc, char **argv, const char *program_name,
         break;
       prompt = value;
       prompt_set = true;
+    } else if (internal::is_report_option(arg)) {
+      if (!take_value())
+        break;
+      error = internal::set_report_option(report, arg, value);
     } else if (arg == "--quiet" && !has_value) {
       quiet = true;
     } else {
@@ -1062,7 +1097,10 @@ int run(int argc, char **argv, const char *program_name,
   // before step 1: one line per problem, exit code 1.
   std::vector<std::string> problems = check_run_options(
       ctx, {{"--save", save_path}, {"--save-init", init_path},
-            {"--dump-step0", dump_path}},
+            {"--dump-step0", dump_path}, {"--log-json", report.log_json},
+            {"--trace", report.trace.empty()
+                            ? report.trace
+                            : trace::rank_path(report.trace, ctx->rank)}},
       generate, prompt, prompt_set, temperature_set);
   if (!problems.empty()) {
     for (const std::string &p : problems)
@@ -1087,12 +1125,25 @@ int run(int argc, char **argv, const char *program_name,
   }
 
   internal::start(ctx);
+  if (!report.trace.empty()) { // collective: the ranks agree on a time base
+    std::string trace_error = trace::open(ctx, report.trace);
+    if (!trace_error.empty()) {
+      std::fprintf(stderr, "%s: error: %s\n", program_name,
+                   trace_error.c_str());
+      std::fflush(stderr);
+      internal::destroy_context(ctx);
+      MPI_Finalize();
+      return 1;
+    }
+  }
+  internal::report_open(ctx, report);
   if (!init_path.empty()) // collective when parameters are sharded
     internal::save_safetensors(ctx, init_path, "--save-init");
   ctx->save_every = save_every;
   ctx->save_path = save_path;
   internal::set_dump_step0(ctx, dump_path);
   internal::train(ctx, step, steps, quiet);
+  internal::report_end_training(ctx);
   if (!save_path.empty()) // collective when parameters are sharded
     internal::save_safetensors(ctx, save_path, "--save");
   if (generate > 0) { // collective: every rank runs the forward function
@@ -1107,6 +1158,7 @@ int run(int argc, char **argv, const char *program_name,
   }
   if (ctx->pipeline_axis >= 0)
     pipeline_report(ctx);
+  internal::report_summary(ctx, steps); // collective with --log-json
   if (ctx->expected_set && !memory_report(ctx)) {
     internal::destroy_context(ctx);
     MPI_Finalize();

@@ -201,6 +201,19 @@ void declare_state(Context *ctx, const char *name, int64_t ndim, int64_t d0,
 /// run returns 1 without the "done" line. Call it from plan_setup.
 void expect_bytes(Context *ctx, int64_t params, int64_t grads, int64_t state);
 
+/// Model FLOPs of one training step per rank: planc sums the FLOPs of the
+/// plan-level ops of the step (forward, backward and optimizer, on global
+/// shapes: 2 M N K per matmul, 4 B S^2 (H D) per causal attention and twice
+/// that for its gradient, one per result element for the other ops) and
+/// divides by the number of ranks. MFU = this / step time / peak FLOP/s of
+/// one device (see docs/runtime.md). Call it from plan_setup.
+void set_step_flops(Context *ctx, double flops);
+/// The GPU of the plan's cluster section ("a100", "h100", "h200", "b200",
+/// "l40s"): on the cuda backend its dense fp32 peak is the device peak of
+/// the MFU unless --peak-flops or PLANRT_PEAK_FLOPS give one (ignored on the
+/// host backend). Call it from plan_setup.
+void set_cluster_gpu(Context *ctx, const char *gpu);
+
 //===--- Step body: called from the generated plan_step() -----------------===//
 
 /// Parameter / per-step input buffers by declaration index (persistent).
