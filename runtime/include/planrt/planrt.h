@@ -481,7 +481,9 @@ void clip_by_global_norm(Context *ctx, Tensor *g, const Tensor *sumsq,
 /// scheduled lr of the step's first sgd_update/adamw_update call, K the
 /// tokens of the global batch (global rows x the other dims of the first I32
 /// input) per second of step wall time. Without I32 inputs, "| lr R" is
-/// appended only when set_lr_schedule was called.
+/// appended only when set_lr_schedule was called. planrt::run appends
+/// " | MFU x%" when a device peak is known (set_step_flops) and, when stdout
+/// is a terminal, prints a progress line rewritten in place instead.
 void report_grad_norm(Context *ctx, const Tensor *sumsq);
 
 /// Offers tensor `t` under `name` for checking against a reference
@@ -653,7 +655,12 @@ void unit_end(Context *ctx);
 ///                      parameters are gathered from the ranks that hold
 ///                      distinct blocks)
 ///   --dump-step0 PATH  write the tensors observed in step 1 (see observe)
+///   --log-json PATH    one JSON object per step and a summary (rank 0)
+///   --trace PATH       a Chrome trace per rank (PATH with .rankR)
+///   --peak-flops F     device peak FLOP/s for the MFU (set_step_flops)
+///   --progress auto|always|never   the in-place line on a terminal
 ///   --quiet, --help
+/// (docs/runtime.md describes them, the files and the exit codes).
 int run(int argc, char **argv, const char *program_name,
         void (*setup)(Context *), void (*step)(Context *));
 
