@@ -281,6 +281,18 @@ void LowerRankToEmitCPass::runOnOperation() {
     if (vocab > 0)
       c.call(step.getLoc(), "planrt::set_token_vocab", {},
              {c.i64(valid > 0 ? std::min(vocab, valid) : vocab)});
+    // What the runtime's MFU needs: the step's FLOPs per rank and the
+    // cluster's GPU (its peak is the runtime's table, docs/runtime.md).
+    if (auto flops = step->getAttrOfType<FloatAttr>(rk::kStepFlopsAttr)) {
+      char text[64];
+      std::snprintf(text, sizeof(text), "%.9e",
+                    flops.getValue().convertToDouble());
+      c.call(step.getLoc(), "planrt::set_step_flops", {},
+             {ec::OpaqueAttr::get(ctx, text)});
+    }
+    for (auto cluster : module.getOps<plan::ClusterOp>())
+      c.call(cluster.getLoc(), "planrt::set_cluster_gpu", {},
+             {c.str(cluster.getGpu())});
     if (auto bytes =
             step->getAttrOfType<DenseI64ArrayAttr>(rk::kExpectedBytesAttr);
         bytes && bytes.size() == 3 && !pipe)

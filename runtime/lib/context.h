@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -66,6 +67,19 @@ struct ObservedTensor {
 struct ArenaChunk {
   char *base = nullptr;
   size_t size = 0;
+};
+
+/// The state of --trace (lib/trace.cpp) and of the step report: progress
+/// line, --log-json, MFU (lib/progress.cpp); deleted with the Context.
+namespace trace {
+struct Trace;
+struct TraceDeleter {
+  void operator()(Trace *t) const;
+};
+} // namespace trace
+struct Progress;
+struct ProgressDeleter {
+  void operator()(Progress *p) const;
 };
 
 struct Context {
@@ -191,6 +205,13 @@ struct Context {
   int64_t checkpoint_keep = 0;  // --keep N (0: keep every checkpoint)
   int64_t first_step = 1;       // a resumed run starts after its checkpoint
   int stop_signal = 0;          // the signal that stopped training (0: none)
+  // Model FLOPs of one training step per rank (set_step_flops; 0: unknown)
+  // and the GPU of the plan's cluster section (set_cluster_gpu).
+  double step_flops = 0;
+  std::string cluster_gpu;
+  // Null unless --trace / the step report was set up (planrt::run).
+  std::unique_ptr<trace::Trace, trace::TraceDeleter> trace;
+  std::unique_ptr<Progress, ProgressDeleter> progress;
 };
 
 /// Prints "planrt: error: <message>" to stderr and aborts all ranks

@@ -3,6 +3,8 @@
 #include "checkpoint.h"
 #include "context.h"
 #include "planrt/internal.h"
+#include "progress.h"
+#include "trace.h"
 
 #include <mpi.h>
 
@@ -153,8 +155,9 @@ std::string usage(const char *program) {
          " [--steps N] [--save PATH [--save-every N]] [--save-init PATH]"
          " [--dump-step0 PATH] [--resume [DIR]] [--init-from FILE]"
          " [--checkpoint-dir DIR] [--checkpoint-every N] [--keep N]"
-         " [--generate N [--prompt TEXT] [--temperature T]] [--quiet] "
-         "[--help]\n"
+         " [--generate N [--prompt TEXT] [--temperature T]]"
+         " [--log-json PATH] [--trace PATH] [--peak-flops F]"
+         " [--progress auto|always|never] [--quiet] [--help]\n"
          "  --steps N          run N training steps instead of the compiled "
          "number\n"
          "  --save PATH        after the last step, write all parameters to "
@@ -182,12 +185,35 @@ std::string usage(const char *program) {
          "  --temperature T    sampling temperature, 0 = greedy (default "
          "0.8)\n"
          + internal::checkpoint_usage() +
+         "  --log-json PATH    write one JSON object per step to PATH (rank "
+         "0; step, loss,\n"
+         "                     lr, grad_norm, tokens_per_s, step_time_s, "
+         "mfu, elapsed_s)\n"
+         "                     and a summary object at the end (memory "
+         "per rank by kind)\n"
+         "  --trace PATH       write a Chrome trace of what ran per rank to "
+         "PATH with\n"
+         "                     .rankR before its extension (steps, pipeline "
+         "units,\n"
+         "                     collectives, send/recv); merge them with "
+         "scripts/merge-traces.py\n"
+         "  --peak-flops F     peak FLOP/s of one device for the MFU (also "
+         "PLANRT_PEAK_FLOPS;\n"
+         "                     default: the plan's cluster GPU on cuda, none "
+         "on the host)\n"
+         "  --progress MODE    auto (default): one line updated in place when "
+         "stdout is a\n"
+         "                     terminal, one line per step otherwise; always; "
+         "never\n"
          "  --quiet            do not print one line per step\n"
          "  --help             print this help and exit\n"
-         "Files are written to a temporary name in the same directory and "
-         "renamed when\n"
-         "complete: an error or a kill never leaves a partial file in their "
-         "place.\n"
+         "--save, --save-every, --save-init, --dump-step0 and checkpoint files "
+         "are written\n"
+         "to a temporary name in the same directory and renamed when complete: "
+         "an error or\n"
+         "a kill never leaves a partial file in their place. --log-json and "
+         "--trace files\n"
+         "are written as the run goes (flushed every step).\n"
          "Exit codes: 0 success (also after a stop by SIGTERM/SIGUSR1), 1 an "
          "error (output\n"
          "paths, checkpoints and --init-from are checked before step 1), 2 a "
@@ -665,6 +691,7 @@ std::vector<float> train(Context *ctx, void (*step)(Context *), int64_t steps,
   std::vector<float> losses;
   ctx->run_steps = steps; // the default decay_steps of the lr schedule
   for (int64_t s = ctx->first_step; s <= steps; ++s) {
+    auto tb = std::chrono::steady_clock::now();
     begin_step(ctx, s);
     backend::synchronize(ctx);
     auto t0 = std::chrono::steady_clock::now();
@@ -674,10 +701,13 @@ std::vector<float> train(Context *ctx, void (*step)(Context *), int64_t steps,
     auto t1 = std::chrono::steady_clock::now();
     double ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
     losses.push_back(ctx->last_loss);
-    if (ctx->rank == 0 && !quiet) {
-      std::printf("%s\n", step_line(ctx, s, steps, ms).c_str());
-      std::fflush(stdout);
+    if (ctx->trace) {
+      trace::slice(ctx, "data", "data", tb, t0, "\"step\":" + std::to_string(s));
+      trace::slice(ctx, ("step " + std::to_string(s)).c_str(), "step", t0, t1,
+                   "\"step\":" + std::to_string(s));
+      trace::flush(ctx);
     }
+    report_step(ctx, s, steps, ms, quiet); // progress.cpp
     // --save-every: PATH with the step before its extension (collective
     // when parameters are sharded, so every rank calls it).
     if (ctx->save_every > 0 && s % ctx->save_every == 0) {
@@ -937,6 +967,7 @@ int run(int argc, char **argv, const char *program_name,
   int64_t generate = 0;
   float temperature = 0.8f;
   bool quiet = false, prompt_set = false, temperature_set = false;
+  internal::ReportOptions report; // --log-json, --trace, ... (progress.cpp)
   std::string error;
   internal::CheckpointOptions ckpt;
   for (int i = 1; i < argc && error.empty(); ++i) {
@@ -1034,6 +1065,10 @@ int run(int argc, char **argv, const char *program_name,
         break;
       prompt = value;
       prompt_set = true;
+    } else if (internal::is_report_option(arg)) {
+      if (!take_value())
+        break;
+      error = internal::set_report_option(report, arg, value);
     } else if (arg == "--quiet" && !has_value) {
       quiet = true;
     } else if (internal::parse_checkpoint_option(ctx, ckpt, arg, has_value,
@@ -1080,7 +1115,10 @@ int run(int argc, char **argv, const char *program_name,
   // before step 1: one line per problem, exit code 1.
   std::vector<std::string> problems = check_run_options(
       ctx, {{"--save", save_path}, {"--save-init", init_path},
-            {"--dump-step0", dump_path}},
+            {"--dump-step0", dump_path}, {"--log-json", report.log_json},
+            {"--trace", report.trace.empty()
+                            ? report.trace
+                            : trace::rank_path(report.trace, ctx->rank)}},
       generate, prompt, prompt_set, temperature_set);
   if (!problems.empty()) {
     for (const std::string &p : problems)
@@ -1108,6 +1146,18 @@ int run(int argc, char **argv, const char *program_name,
   // before step 1 (collective; exits 1 on a problem), loaded after start.
   internal::prepare_checkpoints(ctx, ckpt, steps);
   internal::start(ctx);
+  if (!report.trace.empty()) { // collective: the ranks agree on a time base
+    std::string trace_error = trace::open(ctx, report.trace);
+    if (!trace_error.empty()) {
+      std::fprintf(stderr, "%s: error: %s\n", program_name,
+                   trace_error.c_str());
+      std::fflush(stderr);
+      internal::destroy_context(ctx);
+      MPI_Finalize();
+      return 1;
+    }
+  }
+  internal::report_open(ctx, report);
   internal::load_checkpoints(ctx, ckpt);
   if (!init_path.empty()) // collective when parameters are sharded
     internal::save_safetensors(ctx, init_path, "--save-init");
@@ -1116,6 +1166,7 @@ int run(int argc, char **argv, const char *program_name,
   internal::set_dump_step0(ctx, dump_path);
   internal::begin_training(ctx);
   internal::train(ctx, step, steps, quiet);
+  internal::report_end_training(ctx);
   internal::end_training(ctx);
   if (ctx->stop_signal) { // stopped by SIGTERM / SIGUSR1 (after_step)
     internal::destroy_context(ctx);
@@ -1136,6 +1187,7 @@ int run(int argc, char **argv, const char *program_name,
   }
   if (ctx->pipeline_axis >= 0)
     pipeline_report(ctx);
+  internal::report_summary(ctx, steps); // collective with --log-json
   if (ctx->expected_set && !memory_report(ctx)) {
     internal::destroy_context(ctx);
     MPI_Finalize();

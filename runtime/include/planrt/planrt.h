@@ -220,6 +220,19 @@ void set_state_segments(Context *ctx, int64_t state_index, int64_t dim,
 /// run returns 1 without the "done" line. Call it from plan_setup.
 void expect_bytes(Context *ctx, int64_t params, int64_t grads, int64_t state);
 
+/// Model FLOPs of one training step per rank: planc sums the FLOPs of the
+/// plan-level ops of the step (forward, backward and optimizer, on global
+/// shapes: 2 M N K per matmul, 4 B S^2 (H D) per causal attention and twice
+/// that for its gradient, one per result element for the other ops) and
+/// divides by the number of ranks. MFU = this / step time / peak FLOP/s of
+/// one device (see docs/runtime.md). Call it from plan_setup.
+void set_step_flops(Context *ctx, double flops);
+/// The GPU of the plan's cluster section ("a100", "h100", "h200", "b200",
+/// "l40s"): on the cuda backend its dense fp32 peak is the device peak of
+/// the MFU unless --peak-flops or PLANRT_PEAK_FLOPS give one (ignored on the
+/// host backend). Call it from plan_setup.
+void set_cluster_gpu(Context *ctx, const char *gpu);
+
 //===--- Step body: called from the generated plan_step() -----------------===//
 
 /// Parameter / per-step input buffers by declaration index (persistent).
@@ -487,7 +500,9 @@ void clip_by_global_norm(Context *ctx, Tensor *g, const Tensor *sumsq,
 /// scheduled lr of the step's first sgd_update/adamw_update call, K the
 /// tokens of the global batch (global rows x the other dims of the first I32
 /// input) per second of step wall time. Without I32 inputs, "| lr R" is
-/// appended only when set_lr_schedule was called.
+/// appended only when set_lr_schedule was called. planrt::run appends
+/// " | MFU x%" when a device peak is known (set_step_flops) and, when stdout
+/// is a terminal, prints a progress line rewritten in place instead.
 void report_grad_norm(Context *ctx, const Tensor *sumsq);
 
 /// Offers tensor `t` under `name` for checking against a reference
@@ -661,7 +676,12 @@ void unit_end(Context *ctx);
 ///   --dump-step0 PATH  write the tensors observed in step 1 (see observe)
 ///   --resume [DIR], --checkpoint-dir DIR, --checkpoint-every N, --keep N,
 ///   --init-from FILE   checkpoints and initial weights (docs/checkpoints.md)
+///   --log-json PATH    one JSON object per step and a summary (rank 0)
+///   --trace PATH       a Chrome trace per rank (PATH with .rankR)
+///   --peak-flops F     device peak FLOP/s for the MFU (set_step_flops)
+///   --progress auto|always|never   the in-place line on a terminal
 ///   --quiet, --help
+/// (docs/runtime.md describes them, the files and the exit codes).
 int run(int argc, char **argv, const char *program_name,
         void (*setup)(Context *), void (*step)(Context *));
 
