@@ -152,22 +152,7 @@ std::string shape_list(const std::vector<int64_t> &shape) {
   return s + "]";
 }
 
-std::string json_str(const std::string &s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += (char)c;
-    } else if (c < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-      out += buf;
-    } else {
-      out += (char)c;
-    }
-  }
-  return out + "\"";
-}
+std::string json_str(const std::string &s) { return internal::json_quote(s); }
 
 /// mkdir -p; "" or why not.
 std::string make_dirs(const std::string &dir) {

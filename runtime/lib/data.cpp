@@ -175,7 +175,7 @@ void fill_synthetic(Context *ctx, int64_t step) {
 
 //===--- safetensors ------------------------------------------------------===//
 
-static std::string json_string(const std::string &s) {
+std::string internal::json_quote(const std::string &s) {
   std::string out = "\"";
   for (unsigned char c : s) {
     if (c == '"' || c == '\\') {
@@ -190,6 +190,9 @@ static std::string json_string(const std::string &s) {
     }
   }
   return out + "\"";
+}
+static std::string json_string(const std::string &s) {
+  return internal::json_quote(s);
 }
 
 namespace {

@@ -70,18 +70,7 @@ std::string num(double v, const char *fmt = "%.9e") {
   return buf;
 }
 
-std::string json_str(const std::string &s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += (char)c;
-    } else if (c >= 0x20) {
-      out += (char)c;
-    }
-  }
-  return out + "\"";
-}
+std::string json_str(const std::string &s) { return internal::json_quote(s); }
 
 /// "1:02:03" or "2:03".
 std::string clock_str(double seconds) {

@@ -52,22 +52,7 @@ std::string rank_path(const std::string &path, int rank) {
 
 namespace {
 
-std::string json_str(const std::string &s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += (char)c;
-    } else if (c < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-      out += buf;
-    } else {
-      out += (char)c;
-    }
-  }
-  return out + "\"";
-}
+std::string json_str(const std::string &s) { return internal::json_quote(s); }
 
 /// Wall-clock nanoseconds of `t`.
 int64_t wall_ns(const Trace &tr, Clock::time_point t) {

@@ -18,6 +18,11 @@
 namespace planrt {
 namespace internal {
 
+/// s as a JSON string literal (quotes, escapes), for the files the runtime
+/// writes (safetensors headers, checkpoint manifests, --log-json, --trace).
+std::string json_quote(const std::string &s);
+
+
 /// A fresh Context. With `use_mpi` false it is a standalone rank 0 of a
 /// 1-rank world and never calls MPI; with `use_mpi` true MPI must already be
 /// initialized and the Context spans MPI_COMM_WORLD.
