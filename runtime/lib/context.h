@@ -180,6 +180,11 @@ struct Context {
   int64_t teacher_in = 0, teacher_out = 0;
 
   void *backend = nullptr; // backend state
+
+  // The watchdog (lib/watchdog.h): --timeout in seconds (0: none) and its
+  // state (created by backend::init).
+  double timeout_s = 300;
+  void *watchdog = nullptr;
 };
 
 /// Prints "planrt: error: <message>" to stderr and aborts all ranks

@@ -640,7 +640,17 @@ void unit_end(Context *ctx);
 ///                      parameters are gathered from the ranks that hold
 ///                      distinct blocks)
 ///   --dump-step0 PATH  write the tensors observed in step 1 (see observe)
+///   --timeout S        the watchdog (default 300 s, 0 = none): a rank that
+///                      waits more than S seconds for others (a collective,
+///                      a recv, collective_wait) prints one line naming
+///                      itself, the step, what it waited for over which
+///                      group, and the members that did not arrive, and
+///                      aborts the job (exit code 3)
 ///   --quiet, --help
+/// After every step, a NaN or Inf loss (report_loss) or gradient norm
+/// (report_grad_norm) on any rank stops the run: the lowest such rank prints
+/// "planrt: error: step S: the loss is inf on rank R: training diverged; ..."
+/// and every rank exits with code 1 (one small all-reduce per step).
 int run(int argc, char **argv, const char *program_name,
         void (*setup)(Context *), void (*step)(Context *));
 
