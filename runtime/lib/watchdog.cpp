@@ -8,7 +8,7 @@
 // step and what they wait for; a member that does not answer is stopped,
 // dead, or busy outside the runtime's waits (a long kernel, a deadlock in
 // user code). Nothing is exchanged while no wait expires: a wait costs one
-// clock read per 64 polls until it has lasted 10 ms.
+// clock read and a sched_yield per 64 polls until it has lasted 10 ms.
 //===----------------------------------------------------------------------===//
 
 #include <mpi.h>
@@ -353,8 +353,10 @@ Wait::~Wait() {
 
 void Wait::slow_tick() {
   double waited = now() - start_;
-  if (waited < 0.01)
+  if (waited < 0.01) {
+    sched_yield(); // ranks may share the cores (oversubscribed)
     return;
+  }
   State *s = state(ctx_);
   if (s && s->comm != MPI_COMM_NULL)
     serve(ctx_, s);

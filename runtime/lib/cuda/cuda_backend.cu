@@ -121,9 +121,10 @@ CudaState *state(Context *ctx) {
 std::vector<ncclComm_t> all_comms(CudaState *s) {
   std::vector<ncclComm_t> v;
   for (auto &kv : s->channels)
-    v.push_back(kv.second.comm);
+    if (kv.second.comm)
+      v.push_back(kv.second.comm);
   for (auto &kv : s->comms)
-    if (kv.second != s->world)
+    if (kv.second && kv.second != s->world)
       v.push_back(kv.second);
   if (s->world)
     v.push_back(s->world);
@@ -173,6 +174,14 @@ void settle(Context *ctx, ncclComm_t comm, const watchdog::Op &op) {
             op.name);
     return true;
   });
+}
+
+/// ncclCommDestroy of a non-blocking communicator: ncclCommFinalize, polled
+/// until its pending operations are done, then the destroy.
+void destroy_comm(Context *ctx, ncclComm_t comm) {
+  NCCL_CHECK(ncclCommFinalize(comm));
+  settle(ctx, comm, watchdog::group_op("NCCL communicator finalize", -2));
+  NCCL_CHECK(ncclCommDestroy(comm));
 }
 
 /// cudaStreamSynchronize under the watchdog: polls the stream and the
@@ -296,7 +305,8 @@ void finalize(Context *ctx) {
   stream_wait(ctx, s, s->comm_stream);
   for (auto &kv : s->channels) {
     stream_wait(ctx, s, kv.second.stream);
-    NCCL_CHECK(ncclCommDestroy(kv.second.comm));
+    destroy_comm(ctx, kv.second.comm);
+    kv.second.comm = nullptr;
     CUDA_CHECK(cudaEventDestroy(kv.second.done));
     CUDA_CHECK(cudaStreamDestroy(kv.second.stream));
   }
@@ -304,11 +314,15 @@ void finalize(Context *ctx) {
     CUDA_CHECK(cudaEventDestroy(kv.second));
   CUDA_CHECK(cudaEventDestroy(s->ready));
   CUDA_CHECK(cudaEventDestroy(s->done));
-  for (auto &kv : s->comms)
-    if (kv.second != s->world)
-      NCCL_CHECK(ncclCommDestroy(kv.second));
+  for (auto it = s->comms.begin(); it != s->comms.end();) {
+    ncclComm_t c = it->second;
+    it = s->comms.erase(it); // not aborted by the watchdog once destroyed
+    if (c != s->world)
+      destroy_comm(ctx, c);
+  }
   if (s->world)
-    NCCL_CHECK(ncclCommDestroy(s->world));
+    destroy_comm(ctx, s->world);
+  s->world = nullptr;
   for (auto &kv : s->gemms) {
     GemmPlan &p = kv.second;
     CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p.a));
