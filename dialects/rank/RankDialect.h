@@ -16,6 +16,10 @@ namespace planc::rank {
 /// this rank holds (local shapes), which the runtime checks against what it
 /// allocates.
 inline constexpr llvm::StringLiteral kExpectedBytesAttr = "rank.expected_bytes";
+/// On the rank-level step: the model FLOPs of one training step per rank
+/// (f64): the FLOPs of the plan-level step's ops on global shapes (OpFlops)
+/// divided by the number of ranks. plan_setup passes it to set_step_flops.
+inline constexpr llvm::StringLiteral kStepFlopsAttr = "rank.step_flops";
 /// Pipeline stage of a declaration, an allocation or an op outside the
 /// pipeline's units: only the ranks that hold the stage run or allocate it.
 inline constexpr llvm::StringLiteral kRankStageAttr = "rank.stage";

@@ -116,9 +116,6 @@ void LowerRankToEmitCPass::runOnOperation() {
   };
   refuse(train, train.getPrecision() != "fp32",
          "precision = " + train.getPrecision());
-  refuse(train, train.getCheckpointDir().has_value(), "checkpoint");
-  for (auto par : module.getOps<plan::ParallelOp>())
-    refuse(par, par.getRecompute() != "none", "recompute (plan.parallel)");
   if (refused)
     return signalPassFailure();
   auto name = module.getSymName();
@@ -212,6 +209,25 @@ void LowerRankToEmitCPass::runOnOperation() {
       SmallVector<Attribute> a{c.str(st.getSymName())};
       append_range(a, c.shape(st.getType()));
       c.call(st.getLoc(), "planrt::declare_state", {}, a);
+      // Where this rank's shard sits in the global tensor (checkpoints
+      // write and read state by global slices, across plans).
+      if (auto s = st.getShardingAttr())
+        for (int64_t d = 0; d < s.getRank(); ++d) {
+          for (StringRef axis : s.getDimAxes(d))
+            c.call(st.getLoc(), "planrt::shard_state", {},
+                   {c.i64(states), c.i64(d), c.i64(mesh.getAxisIndex(axis))});
+          ArrayRef<int64_t> seg = s.getDimSegments(d);
+          if (seg.empty())
+            continue;
+          if (seg.size() > 3) {
+            st.emitError() << "planrt takes at most 3 segments per dimension";
+            refused = true;
+          }
+          SmallVector<Attribute> args{c.i64(states), c.i64(d)};
+          for (int i = 0; i < 3; ++i)
+            args.push_back(c.i64(i < (int)seg.size() ? seg[i] : 0));
+          c.call(st.getLoc(), "planrt::set_state_segments", {}, args);
+        }
       if (auto stage = stageAttr(st))
         c.call(st.getLoc(), "planrt::set_state_stage", {},
                {c.i64(states), c.i64(*stage)});
@@ -237,6 +253,11 @@ void LowerRankToEmitCPass::runOnOperation() {
     if (shards)
       c.call(train.getLoc(), "planrt::set_data_path", {},
              {c.str(train.getDataPath().value_or(""))});
+    // Checkpoints: the directory (relative to the current directory) and
+    // the interval (0: only when SIGTERM or SIGUSR1 stops the run).
+    if (auto dir = train.getCheckpointDir())
+      c.call(train.getLoc(), "planrt::set_checkpoint", {},
+             {c.str(*dir), c.i64(train.getCheckpointEvery())});
     if (train.getLrSchedule() == "cosine")
       c.call(
           train.getLoc(), "planrt::set_lr_schedule", {},
@@ -260,6 +281,18 @@ void LowerRankToEmitCPass::runOnOperation() {
     if (vocab > 0)
       c.call(step.getLoc(), "planrt::set_token_vocab", {},
              {c.i64(valid > 0 ? std::min(vocab, valid) : vocab)});
+    // What the runtime's MFU needs: the step's FLOPs per rank and the
+    // cluster's GPU (its peak is the runtime's table, docs/runtime.md).
+    if (auto flops = step->getAttrOfType<FloatAttr>(rk::kStepFlopsAttr)) {
+      char text[64];
+      std::snprintf(text, sizeof(text), "%.9e",
+                    flops.getValue().convertToDouble());
+      c.call(step.getLoc(), "planrt::set_step_flops", {},
+             {ec::OpaqueAttr::get(ctx, text)});
+    }
+    for (auto cluster : module.getOps<plan::ClusterOp>())
+      c.call(cluster.getLoc(), "planrt::set_cluster_gpu", {},
+             {c.str(cluster.getGpu())});
     if (auto bytes =
             step->getAttrOfType<DenseI64ArrayAttr>(rk::kExpectedBytesAttr);
         bytes && bytes.size() == 3 && !pipe)

@@ -1,4 +1,5 @@
 //===- LowerToRank.cpp - Global training step to per-rank code ------------===//
+#include "OpFlops.h"
 #include "ShardingAnalysis.h"
 #include "planc/Transforms/Passes.h"
 
@@ -80,9 +81,23 @@ void LowerToRankPass::runOnOperation() {
   for (auto f : module.getOps<func::FuncOp>())
     if (f->hasAttr(kModelAttr))
       model = f;
+  // Model FLOPs of one step (the plan-level ops on global shapes), shared
+  // by the ranks: what the runtime's MFU divides by the step time.
+  double stepFlops = 0;
+  step.walk([&](Operation *op) {
+    if (isa_and_nonnull<PlanDialect>(op->getDialect()))
+      stepFlops += opFlops(op);
+  });
+  int64_t ranks = 1;
+  for (auto [axis, size] : llvm::zip(mesh.getAxes(), mesh.getShape()))
+    if (!mesh.isSequential(cast<StringAttr>(axis).getValue()))
+      ranks *= size;
   func::FuncOp rankStep, rankForward;
   if (failed(lowerFunc(step, "plan_step", /*isStep=*/true, rankStep)))
     return signalPassFailure();
+  rankStep->setAttr(rk::kStepFlopsAttr,
+                    FloatAttr::get(Float64Type::get(&getContext()),
+                                   stepFlops / double(ranks)));
   // The forward function serves generation (it computes the logits); with
   // a pipeline, its stages run in turn for one microbatch.
   if (model &&

@@ -154,7 +154,7 @@ static void assignStages(func::FuncOp f, ArrayRef<int64_t> stageOfLayer) {
   // gradient's (B) are those the values another stage receives need.
   llvm::DenseSet<Operation *> backward;
   for (Operation &op : body.without_terminator())
-    if (isLossGradSeed(&op) ||
+    if (isLossGradSeed(&op) || op.hasAttr("plan.recompute") ||
         llvm::any_of(op.getOperands(), [&](Value v) {
           Operation *d = v.getDefiningOp();
           return d && backward.contains(d);

@@ -16,6 +16,7 @@ struct Stage {
 const Stage kStages[] = {
     {"plan-seed-sharding", [] { return planc::createSeedSharding(); }},
     {"plan-autodiff", [] { return planc::createAutodiff(); }},
+    {"plan-recompute", [] { return planc::createRecompute(); }},
     {"plan-propagate-sharding",
      [] { return planc::createPropagateSharding(); }},
     {"plan-insert-reshards", [] { return planc::createInsertReshards(); }},

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -41,6 +42,10 @@ struct ParamDesc {
 struct StateDesc {
   std::string name;
   int64_t stage = -1; // pipeline stage (set_state_stage); -1: every rank
+  // Layout in the global tensor (shard_state, set_state_segments), as for
+  // parameters; checkpoints use it to write and read shards.
+  std::vector<int64_t> shard_axes[4];
+  std::vector<int64_t> segments[4];
   Tensor t;           // zeroed at start (null data if the stage is unowned)
 };
 
@@ -62,6 +67,19 @@ struct ObservedTensor {
 struct ArenaChunk {
   char *base = nullptr;
   size_t size = 0;
+};
+
+/// The state of --trace (lib/trace.cpp) and of the step report: progress
+/// line, --log-json, MFU (lib/progress.cpp); deleted with the Context.
+namespace trace {
+struct Trace;
+struct TraceDeleter {
+  void operator()(Trace *t) const;
+};
+} // namespace trace
+struct Progress;
+struct ProgressDeleter {
+  void operator()(Progress *p) const;
 };
 
 struct Context {
@@ -180,6 +198,20 @@ struct Context {
   int64_t teacher_in = 0, teacher_out = 0;
 
   void *backend = nullptr; // backend state
+
+  // Checkpoints (lib/checkpoint.cpp): set_checkpoint and the options.
+  std::string checkpoint_dir;   // "" = none
+  int64_t checkpoint_every = 0; // 0: only on SIGTERM / SIGUSR1
+  int64_t checkpoint_keep = 0;  // --keep N (0: keep every checkpoint)
+  int64_t first_step = 1;       // a resumed run starts after its checkpoint
+  int stop_signal = 0;          // the signal that stopped training (0: none)
+  // Model FLOPs of one training step per rank (set_step_flops; 0: unknown)
+  // and the GPU of the plan's cluster section (set_cluster_gpu).
+  double step_flops = 0;
+  std::string cluster_gpu;
+  // Null unless --trace / the step report was set up (planrt::run).
+  std::unique_ptr<trace::Trace, trace::TraceDeleter> trace;
+  std::unique_ptr<Progress, ProgressDeleter> progress;
 
   // The watchdog (lib/watchdog.h): --timeout in seconds (0: none) and its
   // state (created by backend::init).

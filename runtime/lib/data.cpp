@@ -225,15 +225,28 @@ void remove_on_signal(const std::string &path) {
   sigemptyset(&sa.sa_mask);
   for (int i = 0; i < 4; ++i) {
     sigaction(kCleanupSignals[i], nullptr, &g_old_actions[i]);
-    if (g_old_actions[i].sa_handler != SIG_IGN) // keep an ignored signal so
-      sigaction(kCleanupSignals[i], &sa, nullptr); // (SIGXFSZ: EFBIG)
+    // Only where the signal would end the process: an ignored signal stays
+    // ignored (SIGXFSZ: the write fails with EFBIG), and a handler the
+    // program installed (SIGTERM during training: stop after the step and
+    // write a checkpoint) stays in place, so the write completes.
+    if (g_old_actions[i].sa_handler == SIG_DFL &&
+        !(g_old_actions[i].sa_flags & SA_SIGINFO))
+      sigaction(kCleanupSignals[i], &sa, nullptr);
   }
 }
 } // namespace
 
-std::string internal::try_write_safetensors(
-    const std::string &path, const std::vector<NamedTensor> &tensors) {
+std::string internal::safetensors_header(
+    const std::vector<NamedTensor> &tensors,
+    const std::vector<std::pair<std::string, std::string>> &metadata) {
   std::string header = "{";
+  if (!metadata.empty()) {
+    header += "\"__metadata__\":{";
+    for (size_t i = 0; i < metadata.size(); ++i)
+      header += (i ? "," : "") + json_string(metadata[i].first) + ":" +
+                json_string(metadata[i].second);
+    header += "}";
+  }
   uint64_t offset = 0;
   for (size_t i = 0; i < tensors.size(); ++i) {
     const NamedTensor &t = tensors[i];
@@ -245,7 +258,7 @@ std::string internal::try_write_safetensors(
     }
     shape += "]";
     uint64_t bytes = n * sizeof(float);
-    if (i)
+    if (i || !metadata.empty())
       header += ",";
     header += json_string(t.name) + ":{\"dtype\":\"F32\",\"shape\":" + shape +
               ",\"data_offsets\":[" + std::to_string(offset) + "," +
@@ -255,7 +268,38 @@ std::string internal::try_write_safetensors(
   header += "}";
   while (header.size() % 8)
     header += ' ';
+  std::string out(8, '\0');
+  uint64_t hl = header.size();
+  for (int i = 0; i < 8; ++i)
+    out[i] = (char)(unsigned char)(hl >> (8 * i)); // little-endian
+  return out + header;
+}
 
+std::vector<internal::FilePart>
+internal::safetensors_parts(const std::string &header,
+                            const std::vector<NamedTensor> &tensors) {
+  std::vector<FilePart> parts{{header.data(), header.size()}};
+  for (const NamedTensor &t : tensors) {
+    size_t n = 1;
+    for (int64_t d : t.shape)
+      n *= (size_t)d;
+    // fp32 data is written as is: this runtime only targets little-endian
+    // machines (x86-64, aarch64).
+    if (n)
+      parts.push_back({t.data, n * sizeof(float)});
+  }
+  return parts;
+}
+
+std::string internal::try_write_safetensors(
+    const std::string &path, const std::vector<NamedTensor> &tensors,
+    const std::vector<std::pair<std::string, std::string>> &metadata) {
+  std::string header = safetensors_header(tensors, metadata);
+  return try_write_file(path, safetensors_parts(header, tensors));
+}
+
+std::string internal::try_write_file(const std::string &path,
+                                     const std::vector<FilePart> &parts) {
   // Written to a temporary file in the target's directory, synced, then
   // renamed over the target: a run killed mid-write, a full disk or any
   // other error leaves the previous file (if any) untouched. A target that
@@ -295,22 +339,11 @@ std::string internal::try_write_safetensors(
       return "cannot write '" + path + "': " + std::strerror(e);
     }
   }
-  unsigned char len[8];
-  uint64_t hl = header.size();
-  for (int i = 0; i < 8; ++i)
-    len[i] = (unsigned char)(hl >> (8 * i)); // little-endian
   errno = 0;
-  bool ok = std::fwrite(len, 1, 8, f) == 8 &&
-            std::fwrite(header.data(), 1, header.size(), f) == header.size();
-  for (const NamedTensor &t : tensors) {
-    size_t n = 1;
-    for (int64_t d : t.shape)
-      n *= (size_t)d;
-    // fp32 data is written as is: this runtime only targets little-endian
-    // machines (x86-64, aarch64).
-    if (ok && n)
-      ok = std::fwrite(t.data, sizeof(float), n, f) == n;
-  }
+  bool ok = true;
+  for (const FilePart &part : parts)
+    if (ok && part.bytes)
+      ok = std::fwrite(part.data, 1, part.bytes, f) == part.bytes;
   if (ok)
     ok = std::fflush(f) == 0;
   if (ok && !in_place)

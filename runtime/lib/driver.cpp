@@ -1,7 +1,10 @@
 //===- driver.cpp - planrt::run: options, checks, the training loop -------===//
 
+#include "checkpoint.h"
 #include "context.h"
 #include "planrt/internal.h"
+#include "progress.h"
+#include "trace.h"
 
 #include <mpi.h>
 
@@ -152,9 +155,11 @@ void allocate_tensor(Context *ctx, Tensor *t) {
 std::string usage(const char *program) {
   return std::string("usage: ") + program +
          " [--steps N] [--save PATH [--save-every N]] [--save-init PATH]"
-         " [--dump-step0 PATH]"
-         " [--generate N [--prompt TEXT] [--temperature T]] [--timeout S]"
-         " [--quiet] [--help]\n"
+         " [--dump-step0 PATH] [--resume [DIR]] [--init-from FILE]"
+         " [--checkpoint-dir DIR] [--checkpoint-every N] [--keep N]"
+         " [--generate N [--prompt TEXT] [--temperature T]]"
+         " [--log-json PATH] [--trace PATH] [--peak-flops F]"
+         " [--progress auto|always|never] [--timeout S] [--quiet] [--help]\n"
          "  --steps N          run N training steps instead of the compiled "
          "number\n"
          "  --save PATH        after the last step, write all parameters to "
@@ -181,6 +186,27 @@ std::string usage(const char *program) {
          "\"The \")\n"
          "  --temperature T    sampling temperature, 0 = greedy (default "
          "0.8)\n"
+         + internal::checkpoint_usage() +
+         "  --log-json PATH    write one JSON object per step to PATH (rank "
+         "0; step, loss,\n"
+         "                     lr, grad_norm, tokens_per_s, step_time_s, "
+         "mfu, elapsed_s)\n"
+         "                     and a summary object at the end (memory "
+         "per rank by kind)\n"
+         "  --trace PATH       write a Chrome trace of what ran per rank to "
+         "PATH with\n"
+         "                     .rankR before its extension (steps, pipeline "
+         "units,\n"
+         "                     collectives, send/recv); merge them with "
+         "scripts/merge-traces.py\n"
+         "  --peak-flops F     peak FLOP/s of one device for the MFU (also "
+         "PLANRT_PEAK_FLOPS;\n"
+         "                     default: the plan's cluster GPU on cuda, none "
+         "on the host)\n"
+         "  --progress MODE    auto (default): one line updated in place when "
+         "stdout is a\n"
+         "                     terminal, one line per step otherwise; always; "
+         "never\n"
          "  --timeout S        abort the job when a rank waits more than S "
          "seconds for the\n"
          "                     others (a collective, a receive): one line "
@@ -190,16 +216,20 @@ std::string usage(const char *program) {
          "                     3; 0 = wait forever (default 300)\n"
          "  --quiet            do not print one line per step\n"
          "  --help             print this help and exit\n"
-         "Files are written to a temporary name in the same directory and "
-         "renamed when\n"
-         "complete: an error or a kill never leaves a partial file in their "
-         "place.\n"
-         "Exit codes: 0 success, 1 an error (output paths and option "
-         "conflicts are\n"
-         "checked before step 1; a NaN or Inf loss or gradient norm stops "
-         "every rank\n"
-         "after that step), 2 a usage error, 3 the --timeout watchdog "
-         "aborted the job.\n";
+         "--save, --save-every, --save-init, --dump-step0 and checkpoint files "
+         "are written\n"
+         "to a temporary name in the same directory and renamed when complete: "
+         "an error or\n"
+         "a kill never leaves a partial file in their place. --log-json and "
+         "--trace files\n"
+         "are written as the run goes (flushed every step).\n"
+         "Exit codes: 0 success (also after a stop by SIGTERM/SIGUSR1), 1 an "
+         "error (output\n"
+         "paths, checkpoints and --init-from are checked before step 1; a NaN "
+         "or Inf loss\n"
+         "or gradient norm stops every rank after that step), 2 a usage "
+         "error, 3 the\n"
+         "--timeout watchdog aborted the job.\n";
 }
 
 /// Problems with the options that would otherwise show only after training:
@@ -315,16 +345,20 @@ bool memory_report(Context *ctx) {
 /// The "pipeline: peak microbatches in flight per stage" line (rank 0): the
 /// owners' peaks, the most over the data-parallel replicas. Collective.
 void pipeline_report(Context *ctx) {
-  std::vector<int64_t> mine = internal::pipeline_peaks(ctx), all = mine;
-  if (ctx->use_mpi && ctx->world > 1 && !mine.empty())
+  // The peaks per stage, then the most stash memory one rank held.
+  std::vector<int64_t> mine = internal::pipeline_peaks(ctx);
+  mine.push_back(ctx->stash_peak_bytes);
+  std::vector<int64_t> all = mine;
+  if (ctx->use_mpi && ctx->world > 1)
     watchdog::allreduce(ctx, mine.data(), all.data(), (int)mine.size(),
                         MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD,
                         watchdog::group_op("the pipeline report", -1));
   if (ctx->rank != 0)
     return;
   std::string line = "pipeline: peak microbatches in flight per stage:";
-  for (int64_t v : all)
-    line += " " + std::to_string(v);
+  for (size_t i = 0; i + 1 < all.size(); ++i)
+    line += " " + std::to_string(all[i]);
+  line += "; stash peak " + std::to_string(all.back()) + " B";
   std::printf("%s\n", line.c_str());
   std::fflush(stdout);
 }
@@ -674,7 +708,8 @@ std::vector<float> train(Context *ctx, void (*step)(Context *), int64_t steps,
                          bool quiet) {
   std::vector<float> losses;
   ctx->run_steps = steps; // the default decay_steps of the lr schedule
-  for (int64_t s = 1; s <= steps; ++s) {
+  for (int64_t s = ctx->first_step; s <= steps; ++s) {
+    auto tb = std::chrono::steady_clock::now();
     begin_step(ctx, s);
     backend::synchronize(ctx);
     auto t0 = std::chrono::steady_clock::now();
@@ -684,10 +719,13 @@ std::vector<float> train(Context *ctx, void (*step)(Context *), int64_t steps,
     auto t1 = std::chrono::steady_clock::now();
     double ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
     losses.push_back(ctx->last_loss);
-    if (ctx->rank == 0 && !quiet) {
-      std::printf("%s\n", step_line(ctx, s, steps, ms).c_str());
-      std::fflush(stdout);
+    if (ctx->trace) {
+      trace::slice(ctx, "data", "data", tb, t0, "\"step\":" + std::to_string(s));
+      trace::slice(ctx, ("step " + std::to_string(s)).c_str(), "step", t0, t1,
+                   "\"step\":" + std::to_string(s));
+      trace::flush(ctx);
     }
+    report_step(ctx, s, steps, ms, quiet); // progress.cpp
     watchdog::check_finite(ctx); // NaN / Inf: every rank exits with code 1
     // --save-every: PATH with the step before its extension (collective
     // when parameters are sharded, so every rank calls it).
@@ -720,6 +758,9 @@ std::vector<float> train(Context *ctx, void (*step)(Context *), int64_t steps,
       ctx->observed.clear();
       ctx->observed.shrink_to_fit();
     }
+    // Checkpoints, and a stop requested by SIGTERM / SIGUSR1 (collective).
+    if (internal::after_step(ctx, s, steps))
+      break;
   }
   return losses;
 }
@@ -947,7 +988,9 @@ int run(int argc, char **argv, const char *program_name,
   int64_t generate = 0;
   float temperature = 0.8f;
   bool quiet = false, prompt_set = false, temperature_set = false;
+  internal::ReportOptions report; // --log-json, --trace, ... (progress.cpp)
   std::string error;
+  internal::CheckpointOptions ckpt;
   for (int i = 1; i < argc && error.empty(); ++i) {
     std::string arg = argv[i];
     std::string value;
@@ -1054,14 +1097,24 @@ int run(int argc, char **argv, const char *program_name,
         break;
       prompt = value;
       prompt_set = true;
+    } else if (internal::is_report_option(arg)) {
+      if (!take_value())
+        break;
+      error = internal::set_report_option(report, arg, value);
     } else if (arg == "--quiet" && !has_value) {
       quiet = true;
+    } else if (internal::parse_checkpoint_option(ctx, ckpt, arg, has_value,
+                                                 value, argc, argv, i,
+                                                 error)) {
     } else {
       error = "unknown option '" + std::string(argv[i]) + "'";
     }
   }
   if (error.empty() && save_every > 0 && save_path.empty())
     error = "--save-every needs --save PATH to name the files";
+  if (error.empty())
+    error = internal::check_checkpoint_usage(ctx, ckpt, steps,
+                                             !dump_path.empty());
   if (error.empty() && !dump_path.empty() && steps < 1)
     error = "--dump-step0 writes what step 1 observed but the run has no "
             "step (--steps 0); run at least one step";
@@ -1094,7 +1147,10 @@ int run(int argc, char **argv, const char *program_name,
   // before step 1: one line per problem, exit code 1.
   std::vector<std::string> problems = check_run_options(
       ctx, {{"--save", save_path}, {"--save-init", init_path},
-            {"--dump-step0", dump_path}},
+            {"--dump-step0", dump_path}, {"--log-json", report.log_json},
+            {"--trace", report.trace.empty()
+                            ? report.trace
+                            : trace::rank_path(report.trace, ctx->rank)}},
       generate, prompt, prompt_set, temperature_set);
   if (!problems.empty()) {
     for (const std::string &p : problems)
@@ -1118,13 +1174,37 @@ int run(int argc, char **argv, const char *program_name,
     }
   }
 
+  // Checkpoint directory, --resume and --init-from: checked on every rank
+  // before step 1 (collective; exits 1 on a problem), loaded after start.
+  internal::prepare_checkpoints(ctx, ckpt, steps);
   internal::start(ctx);
+  if (!report.trace.empty()) { // collective: the ranks agree on a time base
+    std::string trace_error = trace::open(ctx, report.trace);
+    if (!trace_error.empty()) {
+      std::fprintf(stderr, "%s: error: %s\n", program_name,
+                   trace_error.c_str());
+      std::fflush(stderr);
+      internal::destroy_context(ctx);
+      MPI_Finalize();
+      return 1;
+    }
+  }
+  internal::report_open(ctx, report);
+  internal::load_checkpoints(ctx, ckpt);
   if (!init_path.empty()) // collective when parameters are sharded
     internal::save_safetensors(ctx, init_path, "--save-init");
   ctx->save_every = save_every;
   ctx->save_path = save_path;
   internal::set_dump_step0(ctx, dump_path);
+  internal::begin_training(ctx);
   internal::train(ctx, step, steps, quiet);
+  internal::report_end_training(ctx);
+  internal::end_training(ctx);
+  if (ctx->stop_signal) { // stopped by SIGTERM / SIGUSR1 (after_step)
+    internal::destroy_context(ctx);
+    MPI_Finalize();
+    return 0;
+  }
   if (!save_path.empty()) // collective when parameters are sharded
     internal::save_safetensors(ctx, save_path, "--save");
   if (generate > 0) { // collective: every rank runs the forward function
@@ -1139,6 +1219,7 @@ int run(int argc, char **argv, const char *program_name,
   }
   if (ctx->pipeline_axis >= 0)
     pipeline_report(ctx);
+  internal::report_summary(ctx, steps); // collective with --log-json
   if (ctx->expected_set && !memory_report(ctx)) {
     internal::destroy_context(ctx);
     MPI_Finalize();

@@ -12,6 +12,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "context.h"
+#include "trace.h"
 #include "planrt/internal.h"
 
 #include <mpi.h>
@@ -472,6 +473,8 @@ void unit_begin(Context *ctx, int64_t stage, int64_t phase, int64_t mb,
   ctx->unit_last = last;
   ctx->unit_serial++;
   ctx->unit_mark = arena_mark(ctx);
+  if (ctx->trace)
+    trace::unit_begin(ctx);
 }
 
 void unit_end(Context *ctx) {
@@ -495,6 +498,8 @@ void unit_end(Context *ctx) {
       free_stash_alloc(ctx, cur);
   }
   p2p_progress(ctx);
+  if (ctx->trace)
+    trace::unit_end(ctx);
 }
 
 //===--- The stash --------------------------------------------------------===//
@@ -613,6 +618,10 @@ void check_p2p(Context *ctx, const char *op, const Tensor *t, int64_t axis,
 
 void send(Context *ctx, const Tensor *t, int64_t axis, int64_t peer) {
   check_p2p(ctx, "send", t, axis, peer);
+  trace::Scope ts(ctx, "send", "p2p");
+  ts.axis = axis;
+  ts.peer = peer;
+  ts.bytes = t->numel() * (int64_t)sizeof(float);
   p2p_progress(ctx);
   size_t bytes = (size_t)t->numel() * sizeof(float);
   if (peer == ctx->coords[(size_t)axis]) {
@@ -629,6 +638,10 @@ void send(Context *ctx, const Tensor *t, int64_t axis, int64_t peer) {
 
 void recv(Context *ctx, Tensor *out, int64_t axis, int64_t peer) {
   check_p2p(ctx, "recv", out, axis, peer);
+  trace::Scope ts(ctx, "recv", "p2p");
+  ts.axis = axis;
+  ts.peer = peer;
+  ts.bytes = out->numel() * (int64_t)sizeof(float);
   p2p_progress(ctx);
   if (peer == ctx->coords[(size_t)axis]) {
     auto &q = ctx->self_messages[axis];

@@ -17,7 +17,9 @@
 
 #include "context.h"
 
+#include <dirent.h>
 #include <sched.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <chrono>
@@ -377,10 +379,39 @@ void Wait::slow_tick() {
 
 //===--- Non-finite loss or gradient norm ---------------------------------===//
 
-std::string last_good_checkpoint(const Context *) {
-  // No checkpoint API yet: --save-every files are parameters only and may
-  // already hold the weights that diverged. Wire the checkpoints here.
-  return "";
+std::string last_good_checkpoint(const Context *ctx) {
+  // The newest complete checkpoint (lib/checkpoint.cpp: DIR/step-NNNNNN/
+  // with a manifest.json) of a step before this one: checkpoints are
+  // written after check_finite passed, so its step had a finite loss and
+  // gradient norm. (--save-every files are not checkpoints.)
+  if (ctx->checkpoint_dir.empty())
+    return "";
+  DIR *d = ::opendir(ctx->checkpoint_dir.c_str());
+  if (!d)
+    return "";
+  int64_t best = -1;
+  std::string best_name;
+  while (dirent *e = ::readdir(d)) {
+    std::string n = e->d_name;
+    if (n.rfind("step-", 0) != 0 || n.size() <= 5 || n.size() > 5 + 12 ||
+        n.find_first_not_of("0123456789", 5) != std::string::npos)
+      continue;
+    int64_t step = std::strtoll(n.c_str() + 5, nullptr, 10);
+    std::string manifest = ctx->checkpoint_dir + "/" + n + "/manifest.json";
+    struct stat st;
+    if (step < ctx->step && step > best &&
+        ::stat(manifest.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
+      best = step;
+      best_name = n;
+    }
+  }
+  ::closedir(d);
+  if (best < 0)
+    return "";
+  std::string dir = ctx->checkpoint_dir;
+  if (dir.back() != '/')
+    dir += '/';
+  return dir + best_name;
 }
 
 void check_finite(Context *ctx) {
@@ -419,7 +450,9 @@ void check_finite(Context *ctx) {
                                             .c_str()
                                       : "",
                  ckpt.empty() ? "no checkpoint was written"
-                              : ("the last good checkpoint is " + ckpt)
+                              : ("the last good checkpoint is " + ckpt +
+                                 " (continue from it with --resume " + ckpt +
+                                 ", e.g. with a lower learning rate)")
                                     .c_str());
   }
   std::fflush(stderr);
@@ -451,6 +484,21 @@ void bcast(Context *ctx, void *data, int count, MPI_Datatype type, int root,
            MPI_Comm comm, const Op &op) {
   MPI_Request r;
   check(MPI_Ibcast(data, count, type, root, comm, &r), "MPI_Ibcast");
+  wait_all(ctx, 1, &r, op);
+}
+
+void reduce(Context *ctx, const void *send, void *recv, int count,
+            MPI_Datatype type, MPI_Op mpi_op, int root, MPI_Comm comm,
+            const Op &op) {
+  MPI_Request r;
+  check(MPI_Ireduce(send, recv, count, type, mpi_op, root, comm, &r),
+        "MPI_Ireduce");
+  wait_all(ctx, 1, &r, op);
+}
+
+void barrier(Context *ctx, MPI_Comm comm, const Op &op) {
+  MPI_Request r;
+  check(MPI_Ibarrier(comm, &r), "MPI_Ibarrier");
   wait_all(ctx, 1, &r, op);
 }
 

@@ -125,6 +125,10 @@ void allreduce(Context *ctx, const void *send, void *recv, int count,
                MPI_Datatype type, MPI_Op mpi_op, MPI_Comm comm, const Op &op);
 void bcast(Context *ctx, void *data, int count, MPI_Datatype type, int root,
            MPI_Comm comm, const Op &op);
+void reduce(Context *ctx, const void *send, void *recv, int count,
+            MPI_Datatype type, MPI_Op mpi_op, int root, MPI_Comm comm,
+            const Op &op);
+void barrier(Context *ctx, MPI_Comm comm, const Op &op);
 void gather(Context *ctx, const void *send, int count, MPI_Datatype type,
             void *recv, int root, MPI_Comm comm, const Op &op);
 void send(Context *ctx, const void *data, int count, MPI_Datatype type,

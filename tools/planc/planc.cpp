@@ -62,7 +62,8 @@ static cl::opt<Target> target(
 static cl::opt<std::string> stopAfter(
     "stage",
     cl::desc("Stop after this stage: parse, or a pass of the pipeline: "
-             "plan-seed-sharding, plan-autodiff, plan-propagate-sharding, "
+             "plan-seed-sharding, plan-autodiff, plan-recompute, "
+             "plan-propagate-sharding, "
              "plan-insert-reshards, plan-expand-reshards, "
              "plan-partition-stages, plan-lower-to-rank, "
              "plan-schedule-pipeline, plan-lower-rank-to-emitc"),

@@ -41,6 +41,24 @@ def Autodiff : Pass<"plan-autodiff", "mlir::ModuleOp"> {
   let dependentDialects = ["::planc::plan::PlanDialect"];
 }
 
+def Recompute : Pass<"plan-recompute", "mlir::ModuleOp"> {
+  let summary = "Recompute each layer's forward in its backward (recompute = full)";
+  let description = [{
+    With `recompute = full`: right before a layer's first backward op, the
+    layer's forward ops are cloned (`plan.recompute`) and the backward reads
+    the clones, so the backward needs only the layer's input (with a
+    pipeline, one stashed tensor per layer and microbatch). Same ops on the
+    same values: results are bit for bit those without recompute.
+    `selective` changes nothing: the attention gradient already recomputes
+    the probabilities and no score matrix is kept.
+  }];
+  let options = [
+    Option<"policy", "policy", "std::string", "\"\"",
+           "none, selective or full (default: plan.parallel's recompute)">,
+  ];
+  let dependentDialects = ["::planc::plan::PlanDialect"];
+}
+
 def PropagateSharding : Pass<"plan-propagate-sharding", "mlir::ModuleOp"> {
   let summary = "Give every value of the training step a layout on the mesh";
   let description = [{

@@ -10,7 +10,9 @@
 #include "planrt/planrt.h"
 
 #include <cstdint>
+#include <cstddef>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace planrt {
@@ -141,6 +143,15 @@ std::string token_batch(const TokenShards &shards, int64_t step,
 /// Opens the shards into the Context. Empty for other data kinds.
 std::string open_training_data(Context *ctx);
 
+/// Checkpoints (lib/checkpoint.cpp, docs/checkpoints.md). write_checkpoint
+/// writes DIR/step-NNNNNN/ for `step` into the directory of set_checkpoint
+/// (every rank calls it; on an error every rank prints one line and the
+/// program exits 1) and returns that directory. crc32 is zlib's (the
+/// manifest's checksum of each file); plan_hash hashes the declarations.
+std::string write_checkpoint(Context *ctx, int64_t step);
+uint32_t crc32(uint32_t crc, const void *data, size_t bytes);
+std::string plan_hash(const Context *ctx);
+
 /// Safetensors serialization of named fp32 tensors (shapes as dims lists).
 struct NamedTensor {
   std::string name;
@@ -152,8 +163,33 @@ struct NamedTensor {
 /// SIGXFSZ), fsync, then rename over `path`; an existing non-regular target
 /// (/dev/null) is written in place. Returns "" or "cannot write 'PATH':
 /// <reason>..."; on error nothing that was on disk is changed.
-std::string try_write_safetensors(const std::string &path,
-                                  const std::vector<NamedTensor> &tensors);
+/// `metadata` (optional) becomes the header's "__metadata__" object of
+/// string values.
+std::string try_write_safetensors(
+    const std::string &path, const std::vector<NamedTensor> &tensors,
+    const std::vector<std::pair<std::string, std::string>> &metadata = {});
+/// A safetensors file is the 8-byte header length, the header (JSON, padded
+/// with spaces to a multiple of 8) and the tensors' data in order:
+/// safetensors_header returns the first two, safetensors_parts all of it as
+/// pieces for try_write_file (pointing into `header` and the tensors).
+std::string safetensors_header(
+    const std::vector<NamedTensor> &tensors,
+    const std::vector<std::pair<std::string, std::string>> &metadata = {});
+struct FilePart {
+  const void *data;
+  size_t bytes;
+};
+std::vector<FilePart> safetensors_parts(const std::string &header,
+                                        const std::vector<NamedTensor> &tensors);
+/// The atomic write behind try_write_safetensors, for any content: the
+/// parts in order to a temporary file in the same directory, fsync, rename
+/// over `path`, fsync of the directory. The temporary is removed on error
+/// and on SIGINT, SIGTERM, SIGHUP and SIGXFSZ where their action is the
+/// default one (a signal the program handles, such as SIGTERM while
+/// training, lets the write complete). Returns "" or the error (as
+/// try_write_safetensors).
+std::string try_write_file(const std::string &path,
+                           const std::vector<FilePart> &parts);
 /// The same, fatal on error.
 void write_safetensors(const std::string &path,
                        const std::vector<NamedTensor> &tensors);

@@ -130,6 +130,14 @@ enum LrScheduleKind : int { LrConstant = 0, LrCosine = 1 };
 void set_lr_schedule(Context *ctx, int64_t kind, int64_t warmup_steps,
                      float min_lr, int64_t decay_steps);
 
+/// Checkpoints (the train section's `checkpoint = "DIR"` and
+/// `checkpoint_every = N`): every N steps (0: only when SIGTERM or SIGUSR1
+/// stops the run) all ranks write DIR/step-NNNNNN/ (each rank its shards of
+/// the parameters and optimizer state, rank 0 then manifest.json). The
+/// directory is relative to the current directory; --checkpoint-dir and
+/// --checkpoint-every override both. See docs/checkpoints.md.
+void set_checkpoint(Context *ctx, const char *dir, int64_t every);
+
 /// Registers the generated forward function: the model alone (no backward,
 /// no update), computing the logits of the current inputs; --generate calls
 /// it and samples from the observed "logits".
@@ -180,10 +188,21 @@ void set_param_segments(Context *ctx, int64_t param_index, int64_t dim,
 /// declaration, from 0, separate from the parameters' numbering), e.g. the
 /// AdamW moments of a parameter or of its ZeRO shard. `ndim` and `d0..d3`
 /// give the local shape (unused trailing dims are 1); the tensor is F32,
-/// zero at the start of the run, and kept across steps (never saved). Names
-/// must be distinct. Call it from plan_setup.
+/// zero at the start of the run, and kept across steps (written to
+/// checkpoints, not to --save). Names must be distinct. Call it from
+/// plan_setup.
 void declare_state(Context *ctx, const char *name, int64_t ndim, int64_t d0,
                    int64_t d1, int64_t d2, int64_t d3);
+/// shard_param and set_param_segments for state tensor `state_index`: where
+/// this rank's shard sits in the global tensor (e.g. the AdamW moments of a
+/// tensor-parallel weight, or a ZeRO shard over dp). Only checkpoints use
+/// it: each rank writes its shard and a run under another plan reads the
+/// slices it needs. Without calls the state is whole on every rank that
+/// holds it. Same rules and checks as for parameters; call from plan_setup.
+void shard_state(Context *ctx, int64_t state_index, int64_t dim,
+                 int64_t mesh_axis);
+void set_state_segments(Context *ctx, int64_t state_index, int64_t dim,
+                        int64_t s0, int64_t s1, int64_t s2);
 
 /// Records the bytes the compiler computed for this rank (the same on every
 /// rank's call; with a pipeline, expect_pipeline_bytes instead): `params`
@@ -200,6 +219,19 @@ void declare_state(Context *ctx, const char *name, int64_t ndim, int64_t d0,
 /// from the compiler's, every rank prints "planrt: error: rank R: ..." and
 /// run returns 1 without the "done" line. Call it from plan_setup.
 void expect_bytes(Context *ctx, int64_t params, int64_t grads, int64_t state);
+
+/// Model FLOPs of one training step per rank: planc sums the FLOPs of the
+/// plan-level ops of the step (forward, backward and optimizer, on global
+/// shapes: 2 M N K per matmul, 4 B S^2 (H D) per causal attention and twice
+/// that for its gradient, one per result element for the other ops) and
+/// divides by the number of ranks. MFU = this / step time / peak FLOP/s of
+/// one device (see docs/runtime.md). Call it from plan_setup.
+void set_step_flops(Context *ctx, double flops);
+/// The GPU of the plan's cluster section ("a100", "h100", "h200", "b200",
+/// "l40s"): on the cuda backend its dense fp32 peak is the device peak of
+/// the MFU unless --peak-flops or PLANRT_PEAK_FLOPS give one (ignored on the
+/// host backend). Call it from plan_setup.
+void set_cluster_gpu(Context *ctx, const char *gpu);
 
 //===--- Step body: called from the generated plan_step() -----------------===//
 
@@ -468,7 +500,9 @@ void clip_by_global_norm(Context *ctx, Tensor *g, const Tensor *sumsq,
 /// scheduled lr of the step's first sgd_update/adamw_update call, K the
 /// tokens of the global batch (global rows x the other dims of the first I32
 /// input) per second of step wall time. Without I32 inputs, "| lr R" is
-/// appended only when set_lr_schedule was called.
+/// appended only when set_lr_schedule was called. planrt::run appends
+/// " | MFU x%" when a device peak is known (set_step_flops) and, when stdout
+/// is a terminal, prints a progress line rewritten in place instead.
 void report_grad_norm(Context *ctx, const Tensor *sumsq);
 
 /// Offers tensor `t` under `name` for checking against a reference
@@ -609,10 +643,10 @@ int64_t schedule_mb(Context *ctx, int64_t i);
 /// run. A unit still open or a microbatch still in flight at the end of the
 /// step is fatal. When a pipeline is declared, at the end of planrt::run
 /// rank 0 prints, before the memory line and the "done" line, one line
-///   pipeline: peak microbatches in flight per stage: 4 3 2 1
+///   pipeline: peak microbatches in flight per stage: 4 3 2 1; stash peak S B
 /// (stage 0 first; each value from the ranks owning the stage, the maximum
 /// over the data-parallel replicas; forward units run by --generate do not
-/// count).
+/// count; S: the most alloc_stash bytes one rank held at once).
 void unit_begin(Context *ctx, int64_t stage, int64_t phase, int64_t mb,
                 int64_t last);
 void unit_end(Context *ctx);
@@ -640,6 +674,12 @@ void unit_end(Context *ctx);
 ///                      parameters are gathered from the ranks that hold
 ///                      distinct blocks)
 ///   --dump-step0 PATH  write the tensors observed in step 1 (see observe)
+///   --resume [DIR], --checkpoint-dir DIR, --checkpoint-every N, --keep N,
+///   --init-from FILE   checkpoints and initial weights (docs/checkpoints.md)
+///   --log-json PATH    one JSON object per step and a summary (rank 0)
+///   --trace PATH       a Chrome trace per rank (PATH with .rankR)
+///   --peak-flops F     device peak FLOP/s for the MFU (set_step_flops)
+///   --progress auto|always|never   the in-place line on a terminal
 ///   --timeout S        the watchdog (default 300 s, 0 = none): a rank that
 ///                      waits more than S seconds for others (a collective,
 ///                      a recv, collective_wait) prints one line naming
@@ -647,6 +687,7 @@ void unit_end(Context *ctx);
 ///                      group, and the members that did not arrive, and
 ///                      aborts the job (exit code 3)
 ///   --quiet, --help
+/// (docs/runtime.md describes them, the files and the exit codes).
 /// After every step, a NaN or Inf loss (report_loss) or gradient norm
 /// (report_grad_norm) on any rank stops the run: the lowest such rank prints
 /// "planrt: error: step S: the loss is inf on rank R: training diverged; ..."

@@ -1,0 +1,66 @@
+//===- checkpoint.h - Checkpoints, --resume, --init-from, stop signals ----===//
+//
+// Private to the runtime. planrt::run (driver.cpp) calls these; the format
+// is described in docs/checkpoints.md.
+//===----------------------------------------------------------------------===//
+#ifndef PLANRT_LIB_CHECKPOINT_H
+#define PLANRT_LIB_CHECKPOINT_H
+
+#include "context.h"
+
+#include <string>
+
+namespace planrt {
+namespace internal {
+
+/// The checkpoint options of one run.
+struct CheckpointOptions {
+  bool resume = false;
+  std::string resume_dir; // --resume DIR ("" = the plan's directory)
+  std::string init_from;  // --init-from FILE
+  bool dir_set = false, every_set = false, keep_set = false;
+  // Filled by prepare_checkpoints: the checkpoint --resume reads.
+  std::string resume_step_dir;
+  int64_t resume_step = 0;
+};
+
+/// Parses the checkpoint option at argv[i] (`arg` is its name, `value` its
+/// `--opt=value` value if `has_value`); returns false if `arg` is not one.
+/// Advances `i` past a separate value; sets `error` on a malformed value.
+bool parse_checkpoint_option(Context *ctx, CheckpointOptions &opts,
+                             const std::string &arg, bool has_value,
+                             const std::string &value, int argc, char **argv,
+                             int &i, std::string &error);
+/// The lines of --help for these options.
+std::string checkpoint_usage();
+/// Usage errors (exit code 2): conflicting options. "" if none.
+std::string check_checkpoint_usage(const Context *ctx,
+                                   const CheckpointOptions &opts,
+                                   int64_t steps, bool dump_step0);
+
+/// Before start() (after the world-size check): creates the checkpoint
+/// directory, finds and checks the checkpoint --resume reads (manifest,
+/// names, global shapes, files and their sizes) and the --init-from file
+/// (header, names, shapes). Sets ctx->first_step. On a problem every rank
+/// prints one line and the program exits with code 1 (collective).
+void prepare_checkpoints(Context *ctx, CheckpointOptions &opts, int64_t steps);
+/// After start(): reads the parameters and state of --resume (checksums
+/// verified) or the parameters of --init-from into this rank's tensors.
+/// Errors as for prepare_checkpoints (collective).
+void load_checkpoints(Context *ctx, const CheckpointOptions &opts);
+
+/// Training loop hooks. begin_training installs the SIGTERM / SIGUSR1
+/// handlers (stop after the current step), end_training restores the
+/// previous ones. after_step (collective, every step): writes a checkpoint
+/// when one is due or a stop signal arrived on any rank; true = stop now
+/// (ctx->stop_signal is set).
+void begin_training(Context *ctx);
+bool after_step(Context *ctx, int64_t step, int64_t steps);
+void end_training(Context *ctx);
+
+// write_checkpoint, crc32 and plan_hash: planrt/internal.h.
+
+} // namespace internal
+} // namespace planrt
+
+#endif // PLANRT_LIB_CHECKPOINT_H
