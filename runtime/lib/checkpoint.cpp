@@ -17,6 +17,8 @@
 
 #include <mpi.h>
 
+#include "watchdog.h"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -223,7 +225,8 @@ bool multi(const Context *ctx) { return ctx->use_mpi && ctx->world > 1; }
 void agree_or_exit(Context *ctx, const std::string &error, const char *what) {
   int bad = error.empty() ? 0 : 1, any = bad;
   if (multi(ctx))
-    MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    watchdog::allreduce(ctx, &bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD,
+                        watchdog::group_op("the checkpoint checks", -1));
   if (!any)
     return;
   std::string who =
@@ -867,7 +870,8 @@ std::string write_checkpoint(Context *ctx, int64_t step) {
   }
   if (multi(ctx)) {
     int bad = error.empty() ? 0 : 1;
-    MPI_Bcast(&bad, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    watchdog::bcast(ctx, &bad, 1, MPI_INT, 0, MPI_COMM_WORLD,
+                    watchdog::group_op("a checkpoint", -1));
     if (bad && ctx->rank != 0)
       error = "checkpoint of step " + std::to_string(step) +
               ": rank 0 could not prepare '" + dir + "' (see its message)";
@@ -914,8 +918,8 @@ std::string write_checkpoint(Context *ctx, int64_t step) {
   // complete once it is renamed into place.
   std::vector<FileInfo> files((size_t)ctx->world);
   if (multi(ctx))
-    MPI_Gather(&mine, 3, MPI_INT64_T, files.data(), 3, MPI_INT64_T, 0,
-               MPI_COMM_WORLD);
+    watchdog::gather(ctx, &mine, 3, MPI_INT64_T, files.data(), 0,
+                     MPI_COMM_WORLD, watchdog::group_op("a checkpoint", -1));
   else
     files[0] = mine;
   if (ctx->rank == 0) {
@@ -929,7 +933,8 @@ std::string write_checkpoint(Context *ctx, int64_t step) {
   }
   if (multi(ctx)) {
     int bad = error.empty() ? 0 : 1;
-    MPI_Bcast(&bad, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    watchdog::bcast(ctx, &bad, 1, MPI_INT, 0, MPI_COMM_WORLD,
+                    watchdog::group_op("a checkpoint", -1));
     if (bad && ctx->rank != 0)
       error = "checkpoint of step " + std::to_string(step) +
               ": rank 0 could not write '" + join(dir, "manifest.json") +
@@ -1733,8 +1738,10 @@ void prepare_checkpoints(Context *ctx, CheckpointOptions &opts,
   // Every rank must have picked the same checkpoint.
   int64_t step = g_manifest.step, lo = step, hi = step;
   if (multi(ctx)) {
-    MPI_Allreduce(&step, &lo, 1, MPI_INT64_T, MPI_MIN, MPI_COMM_WORLD);
-    MPI_Allreduce(&step, &hi, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
+    watchdog::allreduce(ctx, &step, &lo, 1, MPI_INT64_T, MPI_MIN,
+                        MPI_COMM_WORLD, watchdog::group_op("--resume", -1));
+    watchdog::allreduce(ctx, &step, &hi, 1, MPI_INT64_T, MPI_MAX,
+                        MPI_COMM_WORLD, watchdog::group_op("--resume", -1));
   }
   if (lo != hi)
     error = "--resume: the ranks found different newest checkpoints (steps " +
@@ -1844,7 +1851,8 @@ void end_training(Context *ctx) {
 bool after_step(Context *ctx, int64_t step, int64_t steps) {
   int mine = g_handlers_installed ? (int)g_stop_signal : 0, any = mine;
   if (multi(ctx))
-    MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    watchdog::allreduce(ctx, &mine, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD,
+                        watchdog::group_op("the stop-signal check", -1));
   bool due = !ctx->checkpoint_dir.empty() && ctx->checkpoint_every > 0 &&
              step % ctx->checkpoint_every == 0;
   if (!any) {

@@ -6,6 +6,8 @@
 
 #include <mpi.h>
 
+#include "watchdog.h"
+
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
@@ -569,7 +571,8 @@ int64_t group_color(const Context *ctx, int64_t axis_mask) {
 void mpi_bcast_bytes(Context *ctx, void *data, size_t bytes, int root) {
   if (!ctx->use_mpi || ctx->world == 1)
     return;
-  MPI_Bcast(data, (int)bytes, MPI_BYTE, root, MPI_COMM_WORLD);
+  watchdog::bcast(ctx, data, (int)bytes, MPI_BYTE, root, MPI_COMM_WORLD,
+                  watchdog::group_op("the broadcast of the NCCL id", -1));
 }
 
 int mpi_local_rank(Context *ctx) {

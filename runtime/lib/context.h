@@ -212,6 +212,11 @@ struct Context {
   // Null unless --trace / the step report was set up (planrt::run).
   std::unique_ptr<trace::Trace, trace::TraceDeleter> trace;
   std::unique_ptr<Progress, ProgressDeleter> progress;
+
+  // The watchdog (lib/watchdog.h): --timeout in seconds (0: none) and its
+  // state (created by backend::init).
+  double timeout_s = 300;
+  void *watchdog = nullptr;
 };
 
 /// Prints "planrt: error: <message>" to stderr and aborts all ranks

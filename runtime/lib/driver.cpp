@@ -8,6 +8,8 @@
 
 #include <mpi.h>
 
+#include "watchdog.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -157,7 +159,7 @@ std::string usage(const char *program) {
          " [--checkpoint-dir DIR] [--checkpoint-every N] [--keep N]"
          " [--generate N [--prompt TEXT] [--temperature T]]"
          " [--log-json PATH] [--trace PATH] [--peak-flops F]"
-         " [--progress auto|always|never] [--quiet] [--help]\n"
+         " [--progress auto|always|never] [--timeout S] [--quiet] [--help]\n"
          "  --steps N          run N training steps instead of the compiled "
          "number\n"
          "  --save PATH        after the last step, write all parameters to "
@@ -205,6 +207,13 @@ std::string usage(const char *program) {
          "stdout is a\n"
          "                     terminal, one line per step otherwise; always; "
          "never\n"
+         "  --timeout S        abort the job when a rank waits more than S "
+         "seconds for the\n"
+         "                     others (a collective, a receive): one line "
+         "names the rank,\n"
+         "                     the step, what it waited for and who is "
+         "missing; exit code\n"
+         "                     3; 0 = wait forever (default 300)\n"
          "  --quiet            do not print one line per step\n"
          "  --help             print this help and exit\n"
          "--save, --save-every, --save-init, --dump-step0 and checkpoint files "
@@ -216,8 +225,11 @@ std::string usage(const char *program) {
          "are written as the run goes (flushed every step).\n"
          "Exit codes: 0 success (also after a stop by SIGTERM/SIGUSR1), 1 an "
          "error (output\n"
-         "paths, checkpoints and --init-from are checked before step 1), 2 a "
-         "usage error.\n";
+         "paths, checkpoints and --init-from are checked before step 1; a NaN "
+         "or Inf loss\n"
+         "or gradient norm stops every rank after that step), 2 a usage "
+         "error, 3 the\n"
+         "--timeout watchdog aborted the job.\n";
 }
 
 /// Problems with the options that would otherwise show only after training:
@@ -308,7 +320,8 @@ bool memory_report(Context *ctx) {
             ctx->state_bytes != ctx->expected_state;
   int any = bad;
   if (ctx->use_mpi && ctx->world > 1)
-    MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    watchdog::allreduce(ctx, &bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD,
+                        watchdog::group_op("the memory check", -1));
   if (bad)
     std::fprintf(stderr,
                  "planrt: error: rank %d: the runtime allocated params %lld B "
@@ -337,8 +350,9 @@ void pipeline_report(Context *ctx) {
   mine.push_back(ctx->stash_peak_bytes);
   std::vector<int64_t> all = mine;
   if (ctx->use_mpi && ctx->world > 1)
-    MPI_Allreduce(mine.data(), all.data(), (int)mine.size(), MPI_INT64_T,
-                  MPI_MAX, MPI_COMM_WORLD);
+    watchdog::allreduce(ctx, mine.data(), all.data(), (int)mine.size(),
+                        MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD,
+                        watchdog::group_op("the pipeline report", -1));
   if (ctx->rank != 0)
     return;
   std::string line = "pipeline: peak microbatches in flight per stage:";
@@ -389,18 +403,21 @@ static void gather_observed(Context *ctx) {
       std::memcpy(buf.data() + at, o.data.data(), o.data.size() * sizeof(float));
     }
     int64_t n = (int64_t)buf.size();
-    MPI_Send(&n, 1, MPI_INT64_T, 0, 0, MPI_COMM_WORLD);
-    MPI_Send(buf.data(), (int)n, MPI_INT64_T, 0, 0, MPI_COMM_WORLD);
+    watchdog::Op to0 = watchdog::peer_op("--dump-step0", 0, true);
+    watchdog::send(ctx, &n, 1, MPI_INT64_T, 0, 0, MPI_COMM_WORLD, to0);
+    watchdog::send(ctx, buf.data(), (int)n, MPI_INT64_T, 0, 0, MPI_COMM_WORLD,
+                   to0);
     ctx->observed.clear();
     return;
   }
   for (int64_t c = 1; c < P; ++c) {
     int src = world_rank_with(ctx, ctx->pipeline_axis, c);
     int64_t n = 0;
-    MPI_Recv(&n, 1, MPI_INT64_T, src, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    watchdog::Op from = watchdog::peer_op("--dump-step0", src, false);
+    watchdog::recv(ctx, &n, 1, MPI_INT64_T, src, 0, MPI_COMM_WORLD, from);
     std::vector<int64_t> buf((size_t)n);
-    MPI_Recv(buf.data(), (int)n, MPI_INT64_T, src, 0, MPI_COMM_WORLD,
-             MPI_STATUS_IGNORE);
+    watchdog::recv(ctx, buf.data(), (int)n, MPI_INT64_T, src, 0,
+                   MPI_COMM_WORLD, from);
     for (size_t at = 0; at < buf.size();) {
       ObservedTensor o;
       size_t name_len = (size_t)buf[at], ndim = (size_t)buf[at + 1],
@@ -515,10 +532,11 @@ static void exit_if_write_failed(Context *ctx, const char *option,
                                  std::string error) {
   if (ctx->use_mpi && ctx->world > 1) {
     int n = (int)error.size();
-    MPI_Bcast(&n, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    watchdog::Op op = watchdog::group_op(option, -1);
+    watchdog::bcast(ctx, &n, 1, MPI_INT, 0, MPI_COMM_WORLD, op);
     error.resize((size_t)n);
     if (n > 0)
-      MPI_Bcast(&error[0], n, MPI_CHAR, 0, MPI_COMM_WORLD);
+      watchdog::bcast(ctx, &error[0], n, MPI_CHAR, 0, MPI_COMM_WORLD, op);
   }
   if (error.empty())
     return;
@@ -708,6 +726,7 @@ std::vector<float> train(Context *ctx, void (*step)(Context *), int64_t steps,
       trace::flush(ctx);
     }
     report_step(ctx, s, steps, ms, quiet); // progress.cpp
+    watchdog::check_finite(ctx); // NaN / Inf: every rank exits with code 1
     // --save-every: PATH with the step before its extension (collective
     // when parameters are sharded, so every rank calls it).
     if (ctx->save_every > 0 && s % ctx->save_every == 0) {
@@ -848,8 +867,9 @@ static std::vector<float> gather_param(Context *ctx, ParamDesc &p,
       fatal("--save: parameter '%s' (%lld elements per rank) is too large to "
             "gather with MPI's int counts",
             p.name.c_str(), (long long)n);
-    MPI_Gather(local.data(), (int)n, MPI_FLOAT, all.data(), (int)n, MPI_FLOAT,
-               0, comm);
+    watchdog::gather(ctx, local.data(), (int)n, MPI_FLOAT, all.data(), 0, comm,
+                     watchdog::group_op("--save (gathering a parameter)",
+                                        param_shard_mask(p)));
   } else {
     all = local;
   }
@@ -919,12 +939,13 @@ void save_safetensors(Context *ctx, const std::string &path,
               "with MPI's int counts",
               p.name.c_str(), (long long)global_elems);
       if (ctx->rank == first)
-        MPI_Send(whole.data(), (int)global_elems, MPI_FLOAT, 0, 0,
-                 MPI_COMM_WORLD);
+        watchdog::send(ctx, whole.data(), (int)global_elems, MPI_FLOAT, 0, 0,
+                       MPI_COMM_WORLD, watchdog::peer_op(option, 0, true));
       else if (ctx->rank == 0) {
         whole.resize((size_t)global_elems);
-        MPI_Recv(whole.data(), (int)global_elems, MPI_FLOAT, first, 0,
-                 MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        watchdog::recv(ctx, whole.data(), (int)global_elems, MPI_FLOAT, first,
+                       0, MPI_COMM_WORLD,
+                       watchdog::peer_op(option, first, false));
       }
     }
     host.push_back(ctx->rank == 0 ? std::move(whole) : std::vector<float>());
@@ -1060,6 +1081,17 @@ int run(int argc, char **argv, const char *program_name,
                 "integer >= 1)";
       else
         save_every = n;
+    } else if (arg == "--timeout") {
+      if (!take_value())
+        break;
+      char *end = nullptr;
+      errno = 0;
+      double v = std::strtod(value.c_str(), &end);
+      if (value.empty() || *end || errno || !(v >= 0) || v > 1e9)
+        error = "invalid value '" + value + "' for --timeout (want seconds " +
+                ">= 0; 0 = no timeout)";
+      else
+        ctx->timeout_s = v;
     } else if (arg == "--prompt") {
       if (!take_value())
         break;

@@ -12,6 +12,8 @@
 
 #include <mpi.h>
 
+#include "watchdog.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -121,7 +123,9 @@ std::string generate(Context *ctx, const std::string &prompt, int64_t count,
     int sampler = 0;
     if (ctx->pipeline_axis >= 0 && ctx->use_mpi && ctx->world > 1) {
       int mine = ctx->captured_shape.empty() ? ctx->world : ctx->rank;
-      MPI_Allreduce(&mine, &sampler, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+      watchdog::allreduce(ctx, &mine, &sampler, 1, MPI_INT, MPI_MIN,
+                          MPI_COMM_WORLD,
+                          watchdog::group_op("--generate", -1));
       if (sampler == ctx->world)
         sampler = 0; // nobody captured: rank 0 reports it below
     }
@@ -138,7 +142,8 @@ std::string generate(Context *ctx, const std::string &prompt, int64_t count,
                     rng);
     }
     if (ctx->use_mpi)
-      MPI_Bcast(&next, 1, MPI_INT32_T, sampler, MPI_COMM_WORLD);
+      watchdog::bcast(ctx, &next, 1, MPI_INT32_T, sampler, MPI_COMM_WORLD,
+                      watchdog::group_op("--generate", -1));
     context.push_back(next);
     out.push_back(char(next));
     progress(k + 1);

@@ -17,6 +17,8 @@
 
 #include <mpi.h>
 
+#include "watchdog.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -57,6 +59,7 @@ struct P2PState {
   MPI_Comm comm = MPI_COMM_NULL;
   struct Send {
     MPI_Request request = MPI_REQUEST_NULL;
+    int dest = -1;
     std::vector<char> buffer;
   };
   std::list<Send> sends; // outstanding
@@ -185,6 +188,7 @@ void p2p_mpi_isend(Context *ctx, int dest, int tag, const void *data,
           bytes);
   s->sends.emplace_back();
   P2PState::Send &send = s->sends.back();
+  send.dest = dest;
   send.buffer.assign((const char *)data, (const char *)data + bytes);
   check_mpi(MPI_Isend(send.buffer.data(), (int)bytes, MPI_BYTE, dest, tag,
                       s->comm, &send.request),
@@ -196,15 +200,16 @@ void p2p_mpi_probe(Context *ctx, int src, size_t *bytes, int *tag) {
   if (!s || s->comm == MPI_COMM_NULL)
     fatal("recv: messages from another rank need MPI");
   // Outstanding sends progress while this rank waits (MPI_Probe alone may
-  // not drive them on every MPI): poll.
+  // not drive them on every MPI): poll, under the watchdog.
   MPI_Status st;
-  for (;;) {
+  watchdog::Op what = watchdog::peer_op("recv", src, false);
+  watchdog::wait_until(ctx, what, [&] {
     int flag = 0;
     check_mpi(MPI_Iprobe(src, MPI_ANY_TAG, s->comm, &flag, &st), "MPI_Iprobe");
-    if (flag)
-      break;
-    p2p_progress(ctx);
-  }
+    if (!flag)
+      p2p_progress(ctx);
+    return flag != 0;
+  });
   int n = 0;
   MPI_Get_count(&st, MPI_BYTE, &n);
   *bytes = (size_t)n;
@@ -213,9 +218,8 @@ void p2p_mpi_probe(Context *ctx, int src, size_t *bytes, int *tag) {
 
 void p2p_mpi_recv(Context *ctx, int src, int tag, void *data, size_t bytes) {
   P2PState *s = p2p_state(ctx);
-  check_mpi(MPI_Recv(data, (int)bytes, MPI_BYTE, src, tag, s->comm,
-                     MPI_STATUS_IGNORE),
-            "MPI_Recv");
+  watchdog::Op what = watchdog::peer_op("recv", src, false);
+  watchdog::recv(ctx, data, (int)bytes, MPI_BYTE, src, tag, s->comm, what);
 }
 
 void check_p2p_message(Context *ctx, const Tensor *out, int64_t axis,
@@ -240,7 +244,8 @@ void pipeline_end_step(Context *ctx, const char *when) {
     backend::p2p_wait_all(ctx);
     P2PState *s = p2p_state(ctx);
     for (auto &send : s->sends)
-      check_mpi(MPI_Wait(&send.request, MPI_STATUS_IGNORE), "MPI_Wait");
+      watchdog::wait_all(ctx, 1, &send.request,
+                         watchdog::peer_op("send", send.dest, true));
     s->sends.clear();
   }
   if (ctx->unit_open)

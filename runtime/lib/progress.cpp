@@ -6,6 +6,8 @@
 #include "progress.h"
 
 #include <mpi.h>
+
+#include "watchdog.h"
 #include <sys/ioctl.h>
 #include <unistd.h>
 
@@ -321,10 +323,12 @@ void report_summary(Context *ctx, int64_t steps) {
     peaks = pipeline_peaks(ctx);
   std::vector<int64_t> peaks_most = peaks;
   if (ctx->use_mpi && ctx->world > 1) {
-    MPI_Reduce(mine, most, 4, MPI_INT64_T, MPI_MAX, 0, MPI_COMM_WORLD);
+    watchdog::reduce(ctx, mine, most, 4, MPI_INT64_T, MPI_MAX, 0,
+                     MPI_COMM_WORLD, watchdog::group_op("the summary", -1));
     if (!peaks.empty())
-      MPI_Reduce(peaks.data(), peaks_most.data(), (int)peaks.size(),
-                 MPI_INT64_T, MPI_MAX, 0, MPI_COMM_WORLD);
+      watchdog::reduce(ctx, peaks.data(), peaks_most.data(), (int)peaks.size(),
+                       MPI_INT64_T, MPI_MAX, 0, MPI_COMM_WORLD,
+                       watchdog::group_op("the summary", -1));
   }
   if (ctx->rank != 0 || !p->json)
     return;

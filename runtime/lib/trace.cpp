@@ -9,6 +9,8 @@
 
 #include <mpi.h>
 
+#include "watchdog.h"
+
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
@@ -106,7 +108,8 @@ std::string open(Context *ctx, const std::string &path) {
   int bad = !error.empty(), any = bad;
   bool multi = ctx->use_mpi && ctx->world > 1;
   if (multi)
-    MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    watchdog::allreduce(ctx, &bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD,
+                        watchdog::group_op("--trace", -1));
   if (any) {
     if (tr->file) {
       std::fclose(tr->file);
@@ -119,13 +122,14 @@ std::string open(Context *ctx, const std::string &path) {
   // One time base for every rank: rank 0's wall clock as all ranks leave
   // the barrier.
   if (multi)
-    MPI_Barrier(MPI_COMM_WORLD);
+    watchdog::barrier(ctx, MPI_COMM_WORLD, watchdog::group_op("--trace", -1));
   tr->base = Clock::now();
   tr->epoch_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                      std::chrono::system_clock::now().time_since_epoch())
                      .count();
   if (multi)
-    MPI_Bcast(&tr->epoch_ns, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
+    watchdog::bcast(ctx, &tr->epoch_ns, 1, MPI_INT64_T, 0, MPI_COMM_WORLD,
+                    watchdog::group_op("--trace", -1));
 
   std::fputs("[\n", tr->file);
   std::string pid = std::to_string(tr->pid);

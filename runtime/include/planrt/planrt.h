@@ -680,8 +680,18 @@ void unit_end(Context *ctx);
 ///   --trace PATH       a Chrome trace per rank (PATH with .rankR)
 ///   --peak-flops F     device peak FLOP/s for the MFU (set_step_flops)
 ///   --progress auto|always|never   the in-place line on a terminal
+///   --timeout S        the watchdog (default 300 s, 0 = none): a rank that
+///                      waits more than S seconds for others (a collective,
+///                      a recv, collective_wait) prints one line naming
+///                      itself, the step, what it waited for over which
+///                      group, and the members that did not arrive, and
+///                      aborts the job (exit code 3)
 ///   --quiet, --help
 /// (docs/runtime.md describes them, the files and the exit codes).
+/// After every step, a NaN or Inf loss (report_loss) or gradient norm
+/// (report_grad_norm) on any rank stops the run: the lowest such rank prints
+/// "planrt: error: step S: the loss is inf on rank R: training diverged; ..."
+/// and every rank exits with code 1 (one small all-reduce per step).
 int run(int argc, char **argv, const char *program_name,
         void (*setup)(Context *), void (*step)(Context *));
 

@@ -21,10 +21,17 @@
 // recv orders the compute stream after the transfer. Other axes use the
 // axis communicator on the communication stream (a send there is matched
 // in NCCL's order and may wait for the peer's receive).
+// Communicators are non-blocking (ncclConfig_t blocking = 0): every NCCL
+// call that returns ncclInProgress is polled with ncclCommGetAsyncError, and
+// every wait for a stream (cudaStreamSynchronize's uses) polls
+// cudaStreamQuery and the communicators' async errors, both under the
+// watchdog (lib/watchdog.h, --timeout): when it fires, the communicators are
+// aborted (ncclCommAbort) before MPI_Abort.
 // This file does not include mpi.h (see mpi_bcast_bytes in context.h).
 //===----------------------------------------------------------------------===//
 
 #include "../context.h"
+#include "../watchdog.h"
 #include "planrt/kernels.h"
 
 #include <cublasLt.h>
@@ -35,6 +42,7 @@
 #include <map>
 #include <set>
 #include <tuple>
+#include <vector>
 
 namespace planrt {
 
@@ -98,12 +106,103 @@ struct CudaState {
   };
   std::map<std::pair<int64_t, int64_t>, Channel> channels;
   std::set<cudaStream_t> p2p_streams; // with transfers since the last wait
+  // The last communication issued since the last wait for the streams
+  // (named in the watchdog's message; axis_mask -2: none).
+  watchdog::Op last_comm = watchdog::group_op("the device's work", -2);
 };
 
 CudaState *state(Context *ctx) {
   if (!ctx->backend)
     fatal("cuda backend used before it was initialized");
   return (CudaState *)ctx->backend;
+}
+
+/// Every communicator of the context (the world one included).
+std::vector<ncclComm_t> all_comms(CudaState *s) {
+  std::vector<ncclComm_t> v;
+  for (auto &kv : s->channels)
+    if (kv.second.comm)
+      v.push_back(kv.second.comm);
+  for (auto &kv : s->comms)
+    if (kv.second && kv.second != s->world)
+      v.push_back(kv.second);
+  if (s->world)
+    v.push_back(s->world);
+  return v;
+}
+
+/// Fatal if a communicator failed asynchronously (a peer's error, a network
+/// failure); true while one still has an operation in progress.
+bool comms_in_progress(CudaState *s) {
+  bool busy = false;
+  for (ncclComm_t c : all_comms(s)) {
+    ncclResult_t r = ncclSuccess;
+    ncclResult_t q = ncclCommGetAsyncError(c, &r);
+    if (q != ncclSuccess)
+      r = q;
+    if (r == ncclInProgress)
+      busy = true;
+    else if (r != ncclSuccess)
+      fatal("NCCL error %d (%s) reported asynchronously by a communicator",
+            (int)r, ncclGetErrorString(r));
+  }
+  return busy;
+}
+
+/// The watchdog's abort hook: abort every communicator (NCCL kernels
+/// waiting for a missing peer return).
+void abort_comms(Context *ctx) {
+  CudaState *s = (CudaState *)ctx->backend;
+  if (!s)
+    return;
+  for (ncclComm_t c : all_comms(s))
+    ncclCommAbort(c);
+}
+
+/// After an NCCL call on a non-blocking communicator: waits until `comm`
+/// has no operation in progress (the call was enqueued).
+void settle(Context *ctx, ncclComm_t comm, const watchdog::Op &op) {
+  watchdog::wait_until(ctx, op, [&] {
+    ncclResult_t r = ncclSuccess;
+    ncclResult_t q = ncclCommGetAsyncError(comm, &r);
+    if (q != ncclSuccess)
+      r = q;
+    if (r == ncclInProgress)
+      return false;
+    if (r != ncclSuccess)
+      fatal("NCCL error %d (%s) in %s", (int)r, ncclGetErrorString(r),
+            op.name);
+    return true;
+  });
+}
+
+/// ncclCommDestroy of a non-blocking communicator: ncclCommFinalize, polled
+/// until its pending operations are done, then the destroy.
+void destroy_comm(Context *ctx, ncclComm_t comm) {
+  NCCL_CHECK(ncclCommFinalize(comm));
+  settle(ctx, comm, watchdog::group_op("NCCL communicator finalize", -2));
+  NCCL_CHECK(ncclCommDestroy(comm));
+}
+
+/// cudaStreamSynchronize under the watchdog: polls the stream and the
+/// communicators' async errors.
+void stream_wait(Context *ctx, CudaState *s, cudaStream_t stream) {
+  watchdog::wait_until(ctx, s->last_comm, [&] {
+    cudaError_t e = cudaStreamQuery(stream);
+    if (e == cudaSuccess)
+      return true;
+    if (e != cudaErrorNotReady)
+      check_cuda(e, "cudaStreamQuery", __FILE__, __LINE__);
+    comms_in_progress(s);
+    return false;
+  });
+}
+
+/// Records the communication just issued for the watchdog's message.
+void note_comm(CudaState *s, const char *name, int64_t axis_mask, int peer,
+               bool to_peer) {
+  s->last_comm = peer >= 0 ? watchdog::peer_op(name, peer, to_peer)
+                           : watchdog::group_op(name, axis_mask);
 }
 
 int pointer_alignment(const void *p) {
@@ -146,12 +245,20 @@ void init(Context *ctx) {
   CUDA_CHECK(cudaEventCreateWithFlags(&s->done, cudaEventDisableTiming));
   CUBLAS_CHECK(cublasLtCreate(&s->lt));
   CUDA_CHECK(cudaMalloc(&s->workspace, kWorkspaceBytes));
+  watchdog::init(ctx);
+  watchdog::set_abort_hook(ctx, abort_comms);
   if (ctx->use_mpi && ctx->world > 1) {
     ncclUniqueId id;
     if (ctx->rank == 0)
       NCCL_CHECK(ncclGetUniqueId(&id));
     mpi_bcast_bytes(ctx, &id, sizeof(id), 0);
-    NCCL_CHECK(ncclCommInitRank(&s->world, ctx->world, id, ctx->rank));
+    // Non-blocking: calls may return ncclInProgress; settle() polls them.
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    NCCL_CHECK(
+        ncclCommInitRankConfig(&s->world, ctx->world, id, ctx->rank, &config));
+    settle(ctx, s->world,
+           watchdog::group_op("NCCL communicator creation", -1));
   }
   int64_t pp = ctx->pipeline_axis;
   if (s->world && pp >= 0) {
@@ -174,8 +281,12 @@ void init(Context *ctx) {
         NCCL_CHECK(ncclCommSplit(s->world,
                                  member ? color : NCCL_SPLIT_NOCOLOR,
                                  me == i ? 0 : 1, &comm, nullptr));
+        settle(ctx, s->world,
+               watchdog::group_op("NCCL communicator split", -1));
         if (!member)
           continue;
+        settle(ctx, comm,
+               watchdog::group_op("NCCL communicator split", int64_t(1) << pp));
         CudaState::Channel ch;
         ch.comm = comm;
         CUDA_CHECK(
@@ -190,11 +301,12 @@ void finalize(Context *ctx) {
   CudaState *s = (CudaState *)ctx->backend;
   if (!s)
     return;
-  CUDA_CHECK(cudaStreamSynchronize(s->stream));
-  CUDA_CHECK(cudaStreamSynchronize(s->comm_stream));
+  stream_wait(ctx, s, s->stream);
+  stream_wait(ctx, s, s->comm_stream);
   for (auto &kv : s->channels) {
-    CUDA_CHECK(cudaStreamSynchronize(kv.second.stream));
-    NCCL_CHECK(ncclCommDestroy(kv.second.comm));
+    stream_wait(ctx, s, kv.second.stream);
+    destroy_comm(ctx, kv.second.comm);
+    kv.second.comm = nullptr;
     CUDA_CHECK(cudaEventDestroy(kv.second.done));
     CUDA_CHECK(cudaStreamDestroy(kv.second.stream));
   }
@@ -202,11 +314,15 @@ void finalize(Context *ctx) {
     CUDA_CHECK(cudaEventDestroy(kv.second));
   CUDA_CHECK(cudaEventDestroy(s->ready));
   CUDA_CHECK(cudaEventDestroy(s->done));
-  for (auto &kv : s->comms)
-    if (kv.second != s->world)
-      NCCL_CHECK(ncclCommDestroy(kv.second));
+  for (auto it = s->comms.begin(); it != s->comms.end();) {
+    ncclComm_t c = it->second;
+    it = s->comms.erase(it); // not aborted by the watchdog once destroyed
+    if (c != s->world)
+      destroy_comm(ctx, c);
+  }
   if (s->world)
-    NCCL_CHECK(ncclCommDestroy(s->world));
+    destroy_comm(ctx, s->world);
+  s->world = nullptr;
   for (auto &kv : s->gemms) {
     GemmPlan &p = kv.second;
     CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p.a));
@@ -218,6 +334,7 @@ void finalize(Context *ctx) {
   CUBLAS_CHECK(cublasLtDestroy(s->lt));
   CUDA_CHECK(cudaStreamDestroy(s->comm_stream));
   CUDA_CHECK(cudaStreamDestroy(s->stream));
+  watchdog::finalize(ctx);
   delete s;
   ctx->backend = nullptr;
 }
@@ -254,7 +371,7 @@ void to_device(Context *ctx, void *dst, const void *src, size_t bytes) {
   CUDA_CHECK(
       cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s->stream));
   // The source may be a reused host buffer.
-  CUDA_CHECK(cudaStreamSynchronize(s->stream));
+  stream_wait(ctx, s, s->stream);
 }
 
 void to_host(Context *ctx, void *dst, const void *src, size_t bytes) {
@@ -263,11 +380,14 @@ void to_host(Context *ctx, void *dst, const void *src, size_t bytes) {
   CudaState *s = state(ctx);
   CUDA_CHECK(
       cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s->stream));
-  CUDA_CHECK(cudaStreamSynchronize(s->stream));
+  stream_wait(ctx, s, s->stream);
+  s->last_comm = watchdog::group_op("the device's work", -2);
 }
 
 void synchronize(Context *ctx) {
-  CUDA_CHECK(cudaStreamSynchronize(state(ctx)->stream));
+  CudaState *s = state(ctx);
+  stream_wait(ctx, s, s->stream);
+  s->last_comm = watchdog::group_op("the device's work", -2);
 }
 
 void copy_bytes(Context *ctx, void *dst, const void *src, size_t bytes) {
@@ -382,9 +502,12 @@ ncclComm_t group_comm(Context *ctx, const char *op, int64_t axis_mask) {
   if (it == s->comms.end()) {
     // key = world rank: members are ordered by their coordinates.
     ncclComm_t comm = s->world;
-    if (group_size(ctx, axis_mask) != ctx->world)
+    if (group_size(ctx, axis_mask) != ctx->world) {
       NCCL_CHECK(ncclCommSplit(s->world, (int)group_color(ctx, axis_mask),
                                ctx->rank, &comm, nullptr));
+      settle(ctx, s->world, watchdog::group_op("NCCL communicator split", -1));
+      settle(ctx, comm, watchdog::group_op("NCCL communicator split", -1));
+    }
     it = s->comms.emplace(axis_mask, comm).first;
   }
   return it->second;
@@ -411,6 +534,9 @@ void allreduce(Context *ctx, float *data, int64_t count, int64_t axis_mask,
   NCCL_CHECK(ncclAllReduce(data, data, (size_t)count, ncclFloat,
                            op == ReduceOp::Max ? ncclMax : ncclSum, comm,
                            s->comm_stream));
+  const char *name = op == ReduceOp::Max ? "all_reduce_max" : "all_reduce_sum";
+  note_comm(s, name, axis_mask, -1, false);
+  settle(ctx, comm, s->last_comm);
   end_comm(s);
 }
 
@@ -427,6 +553,8 @@ void allreduce_start(Context *ctx, float *data, int64_t count,
   begin_comm(s);
   NCCL_CHECK(ncclAllReduce(data, data, (size_t)count, ncclFloat, ncclSum, comm,
                            s->comm_stream));
+  note_comm(s, "all_reduce_sum_start", axis_mask, -1, false);
+  settle(ctx, comm, s->last_comm);
   CUDA_CHECK(cudaEventRecord(it->second, s->comm_stream));
   s->started.insert(slot);
 }
@@ -445,6 +573,8 @@ void allgather(Context *ctx, const float *send, float *recv, int64_t count,
   begin_comm(s);
   NCCL_CHECK(ncclAllGather(send, recv, (size_t)count, ncclFloat, comm,
                            s->comm_stream));
+  note_comm(s, "all_gather", int64_t(1) << axis, -1, false);
+  settle(ctx, comm, s->last_comm);
   end_comm(s);
 }
 
@@ -455,6 +585,8 @@ void reduce_scatter(Context *ctx, const float *send, float *recv, int64_t count,
   begin_comm(s);
   NCCL_CHECK(ncclReduceScatter(send, recv, (size_t)count, ncclFloat, ncclSum,
                                comm, s->comm_stream));
+  note_comm(s, "reduce_scatter", int64_t(1) << axis, -1, false);
+  settle(ctx, comm, s->last_comm);
   end_comm(s);
 }
 
@@ -473,6 +605,8 @@ void alltoall(Context *ctx, const float *send, float *recv, int64_t count,
                         comm, s->comm_stream));
   }
   NCCL_CHECK(ncclGroupEnd());
+  note_comm(s, "all_to_all", int64_t(1) << axis, -1, false);
+  settle(ctx, comm, s->last_comm);
   end_comm(s);
 }
 
@@ -527,6 +661,8 @@ void p2p_send(Context *ctx, const Tensor *t, int64_t axis, int64_t peer,
   CUDA_CHECK(cudaStreamWaitEvent(r.stream, s->ready, 0));
   NCCL_CHECK(ncclSend(buf, (size_t)header, nccl_type(t), r.peer_rank, r.comm,
                       r.stream));
+  note_comm(s, "send", -1, world_peer, true);
+  settle(ctx, r.comm, s->last_comm);
   // Stream-ordered: the buffer is reused only after the transfer.
   CUDA_CHECK(cudaFreeAsync(buf, r.stream));
   s->p2p_streams.insert(r.stream);
@@ -553,6 +689,8 @@ void p2p_recv(Context *ctx, Tensor *out, int64_t axis, int64_t peer,
   CUDA_CHECK(cudaStreamWaitEvent(r.stream, s->ready, 0));
   NCCL_CHECK(ncclRecv(out->data, (size_t)header, nccl_type(out), r.peer_rank,
                       r.comm, r.stream));
+  note_comm(s, "recv", -1, world_peer, false);
+  settle(ctx, r.comm, s->last_comm);
   cudaEvent_t done = r.done ? r.done : s->done;
   CUDA_CHECK(cudaEventRecord(done, r.stream));
   CUDA_CHECK(cudaStreamWaitEvent(s->stream, done, 0));
@@ -564,7 +702,7 @@ void p2p_wait_all(Context *ctx) {
   if (!s)
     return;
   for (cudaStream_t st : s->p2p_streams)
-    CUDA_CHECK(cudaStreamSynchronize(st));
+    stream_wait(ctx, s, st);
   s->p2p_streams.clear();
 }
 

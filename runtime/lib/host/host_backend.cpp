@@ -2,8 +2,9 @@
 //
 // Each MPI rank plays one GPU. Kernels run the shared functors of
 // planrt/kernels.h in plain loops; GEMM is cblas_sgemm; collectives are MPI
-// (MPI_Allreduce, MPI_Iallreduce, MPI_Allgather, MPI_Reduce_scatter_block,
-// MPI_Alltoall) on one communicator per axis mask (MPI_Comm_split, cached).
+// (MPI_Iallreduce, MPI_Iallgather, MPI_Ireduce_scatter_block, MPI_Ialltoall)
+// on one communicator per axis mask (MPI_Comm_split, cached), each waited
+// for under the watchdog (lib/watchdog.h: --timeout).
 //===----------------------------------------------------------------------===//
 
 #include "../context.h"
@@ -11,6 +12,8 @@
 
 #include <cblas.h>
 #include <mpi.h>
+
+#include "../watchdog.h"
 
 #include <climits>
 #include <cmath>
@@ -25,6 +28,7 @@ namespace {
 struct HostState {
   std::map<int64_t, MPI_Comm> comms;                    // axis mask -> comm
   std::map<int64_t, std::vector<MPI_Request>> requests; // slot -> requests
+  std::map<int64_t, int64_t> request_masks;             // slot -> axis mask
 };
 HostState *state(Context *ctx) { return (HostState *)ctx->backend; }
 } // namespace
@@ -58,6 +62,7 @@ void init(Context *ctx) {
   // asked otherwise (ranks would oversubscribe the cores).
   if (!std::getenv("OPENBLAS_NUM_THREADS"))
     openblas_set_num_threads(1);
+  watchdog::init(ctx);
   precreate_comms(ctx);
 }
 
@@ -74,6 +79,7 @@ void finalize(Context *ctx) {
     for (auto &kv : s->comms)
       MPI_Comm_free(&kv.second);
   }
+  watchdog::finalize(ctx);
   delete s;
   ctx->backend = nullptr;
 }
@@ -192,23 +198,39 @@ int block_count(const char *op, int64_t count) {
 
 // MPI counts are int: all-reduces go in pieces.
 constexpr int64_t kPiece = int64_t(1) << 30;
+
+/// Waits for a collective over mesh axis `axis` under the watchdog.
+void wait_one(Context *ctx, MPI_Request *r, const char *name, int64_t axis) {
+  watchdog::Op what;
+  what.name = name;
+  what.axis_mask = int64_t(1) << axis;
+  watchdog::wait_all(ctx, 1, r, what);
+}
 } // namespace
 
 void allreduce(Context *ctx, float *data, int64_t count, int64_t axis_mask,
                ReduceOp op) {
   MPI_Comm comm = group_comm(ctx, "all_reduce", axis_mask);
+  std::vector<MPI_Request> reqs;
   for (int64_t off = 0; off < count; off += kPiece) {
     int n = (int)(count - off < kPiece ? count - off : kPiece);
-    check_mpi(MPI_Allreduce(MPI_IN_PLACE, data + off, n, MPI_FLOAT,
-                            op == ReduceOp::Max ? MPI_MAX : MPI_SUM, comm),
-              "MPI_Allreduce");
+    reqs.emplace_back();
+    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, data + off, n, MPI_FLOAT,
+                             op == ReduceOp::Max ? MPI_MAX : MPI_SUM, comm,
+                             &reqs.back()),
+              "MPI_Iallreduce");
   }
+  watchdog::Op what;
+  what.name = op == ReduceOp::Max ? "all_reduce_max" : "all_reduce_sum";
+  what.axis_mask = axis_mask;
+  watchdog::wait_all(ctx, (int)reqs.size(), reqs.data(), what);
 }
 
 void allreduce_start(Context *ctx, float *data, int64_t count,
                      int64_t axis_mask, int64_t slot) {
   MPI_Comm comm = group_comm(ctx, "all_reduce_sum_start", axis_mask);
   std::vector<MPI_Request> &reqs = state(ctx)->requests[slot];
+  state(ctx)->request_masks[slot] = axis_mask;
   for (int64_t off = 0; off < count; off += kPiece) {
     int n = (int)(count - off < kPiece ? count - off : kPiece);
     reqs.emplace_back();
@@ -223,34 +245,44 @@ void collective_wait(Context *ctx, int64_t slot) {
   auto it = s->requests.find(slot);
   if (it == s->requests.end())
     return; // nothing was started (a group of one rank)
-  check_mpi(MPI_Waitall((int)it->second.size(), it->second.data(),
-                        MPI_STATUSES_IGNORE),
-            "MPI_Waitall");
+  watchdog::Op what;
+  what.name = "collective_wait (all_reduce_sum_start)";
+  what.axis_mask = s->request_masks[slot];
+  watchdog::wait_all(ctx, (int)it->second.size(), it->second.data(), what);
   s->requests.erase(it);
+  s->request_masks.erase(slot);
 }
 
 void allgather(Context *ctx, const float *send, float *recv, int64_t count,
                int64_t axis) {
   MPI_Comm comm = group_comm(ctx, "all_gather", int64_t(1) << axis);
   int n = block_count("all_gather", count);
-  check_mpi(MPI_Allgather(send, n, MPI_FLOAT, recv, n, MPI_FLOAT, comm),
-            "MPI_Allgather");
+  MPI_Request r;
+  check_mpi(
+      MPI_Iallgather(send, n, MPI_FLOAT, recv, n, MPI_FLOAT, comm, &r),
+      "MPI_Iallgather");
+  wait_one(ctx, &r, "all_gather", axis);
 }
 
 void reduce_scatter(Context *ctx, const float *send, float *recv, int64_t count,
                     int64_t axis) {
   MPI_Comm comm = group_comm(ctx, "reduce_scatter", int64_t(1) << axis);
   int n = block_count("reduce_scatter", count);
-  check_mpi(MPI_Reduce_scatter_block(send, recv, n, MPI_FLOAT, MPI_SUM, comm),
-            "MPI_Reduce_scatter_block");
+  MPI_Request r;
+  check_mpi(
+      MPI_Ireduce_scatter_block(send, recv, n, MPI_FLOAT, MPI_SUM, comm, &r),
+      "MPI_Ireduce_scatter_block");
+  wait_one(ctx, &r, "reduce_scatter", axis);
 }
 
 void alltoall(Context *ctx, const float *send, float *recv, int64_t count,
               int64_t axis) {
   MPI_Comm comm = group_comm(ctx, "all_to_all", int64_t(1) << axis);
   int n = block_count("all_to_all", count);
-  check_mpi(MPI_Alltoall(send, n, MPI_FLOAT, recv, n, MPI_FLOAT, comm),
-            "MPI_Alltoall");
+  MPI_Request r;
+  check_mpi(MPI_Ialltoall(send, n, MPI_FLOAT, recv, n, MPI_FLOAT, comm, &r),
+            "MPI_Ialltoall");
+  wait_one(ctx, &r, "all_to_all", axis);
 }
 
 } // namespace detail
