@@ -429,8 +429,9 @@ LogicalResult TrainOp::verify() {
 }
 
 LogicalResult ParallelOp::verify() {
-  if (failed(expectOneOf(*this, "schedule", getSchedule(),
-                         {"gpipe", "1f1b", "interleaved_1f1b", "zero_bubble"})) ||
+  if (failed(
+          expectOneOf(*this, "schedule", getSchedule(),
+                      {"gpipe", "1f1b", "interleaved_1f1b", "zero_bubble"})) ||
       failed(expectOneOf(*this, "recompute", getRecompute(),
                          {"none", "selective", "full"})) ||
       failed(expectOneOf(*this, "tensor_policy", getTensorPolicy(),

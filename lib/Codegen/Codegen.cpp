@@ -101,8 +101,8 @@ static LogicalResult runCommand(ArrayRef<std::string> argv, bool verbose) {
   posix_spawnattr_setpgroup(&attr, 0);
   llvm::sys::SetInterruptFunction(stopCompiler);
   pid_t pid = 0;
-  int err = posix_spawn(&pid, program->c_str(), nullptr, &attr, args.data(),
-                        environ);
+  int err =
+      posix_spawn(&pid, program->c_str(), nullptr, &attr, args.data(), environ);
   posix_spawnattr_destroy(&attr);
   std::string msg;
   int rc = -1;
@@ -132,9 +132,9 @@ static LogicalResult runCommand(ArrayRef<std::string> argv, bool verbose) {
 /// compiler succeeded, so that an interrupted or failed build never leaves a
 /// partial executable under the requested name (an existing non-regular
 /// `out`, such as /dev/null, is written directly).
-static LogicalResult compileTo(const std::string &out,
-                               llvm::function_ref<LogicalResult(
-                                   const std::string &)> compile) {
+static LogicalResult
+compileTo(const std::string &out,
+          llvm::function_ref<LogicalResult(const std::string &)> compile) {
   llvm::sys::fs::file_status st;
   if (!llvm::sys::fs::status(out, st) &&
       st.type() != llvm::sys::fs::file_type::regular_file &&
@@ -151,8 +151,8 @@ static LogicalResult compileTo(const std::string &out,
   llvm::SmallString<256> unique;
   int fd = -1;
   if (auto ec = llvm::sys::fs::createUniqueFile(tmp, fd, unique)) {
-    llvm::errs() << "planc: error: cannot write " << out << ": "
-                 << ec.message() << "\n";
+    llvm::errs() << "planc: error: cannot write " << out << ": " << ec.message()
+                 << "\n";
     return failure();
   }
   ::close(fd);
@@ -162,8 +162,8 @@ static LogicalResult compileTo(const std::string &out,
   LogicalResult built = compile(tmpOut);
   std::error_code ec;
   if (succeeded(built) && (ec = llvm::sys::fs::rename(tmpOut, out))) {
-    llvm::errs() << "planc: error: cannot write " << out << ": "
-                 << ec.message() << "\n";
+    llvm::errs() << "planc: error: cannot write " << out << ": " << ec.message()
+                 << "\n";
     built = failure();
   }
   if (failed(built))

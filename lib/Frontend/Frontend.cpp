@@ -253,8 +253,7 @@ bool Loader::load(unsigned id, std::vector<std::string> &stack) {
       ok = false;
       continue;
     }
-    unsigned newId =
-        sm.AddNewSourceBuffer(std::move(file), llvm::SMLoc());
+    unsigned newId = sm.AddNewSourceBuffer(std::move(file), llvm::SMLoc());
     ok &= load(newId, stack);
   }
   stack.pop_back();

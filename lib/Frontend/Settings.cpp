@@ -189,8 +189,8 @@ void Sema::readParallel() {
   }
   if (auto v = boolSetting(s, "sequence_parallel"))
     par.sequenceParallel = *v;
-  if (auto v =
-          nameSetting(s, "schedule", {"gpipe", "1f1b", "interleaved_1f1b", "zero_bubble"}))
+  if (auto v = nameSetting(
+          s, "schedule", {"gpipe", "1f1b", "interleaved_1f1b", "zero_bubble"}))
     par.schedule = *v;
   if (auto v = intSetting(s, "microbatches", 1, kMaxCount)) {
     par.microbatches = *v;

@@ -76,7 +76,9 @@ struct InterleavedNumbering {
   int64_t bwdChunk(int64_t k) const { return v - 1 - fwdChunk(k); }
   // How many of k in [0, n) run chunk c forward (resp. backward).
   int64_t countFwd(int64_t n, int64_t c) const { return countBlock(n, c); }
-  int64_t countBwd(int64_t n, int64_t c) const { return countBlock(n, v - 1 - c); }
+  int64_t countBwd(int64_t n, int64_t c) const {
+    return countBlock(n, v - 1 - c);
+  }
 
 private:
   int64_t countBlock(int64_t n, int64_t block) const {
@@ -90,7 +92,8 @@ private:
 // full group of p for each chunk before the last.
 int64_t interleavedWarmup(Shape s, int64_t r) {
   int64_t total = s.microbatches * s.virtualStages;
-  return std::min(total, 2 * (s.ranks - r - 1) + (s.virtualStages - 1) * s.ranks);
+  return std::min(total,
+                  2 * (s.ranks - r - 1) + (s.virtualStages - 1) * s.ranks);
 }
 
 int64_t oneFOneBWarmup(Shape s, int64_t r) {
@@ -160,22 +163,25 @@ Expected<std::vector<std::vector<Action>>> makeSchedule(Kind kind, Shape s) {
     return createStringError(
         "pipeline shape needs ranks, virtual stages and microbatches >= 1 (got "
         "ranks = %lld, virtual stages = %lld, microbatches = %lld)",
-        (long long)s.ranks, (long long)s.virtualStages, (long long)s.microbatches);
+        (long long)s.ranks, (long long)s.virtualStages,
+        (long long)s.microbatches);
   if (kind != Kind::Interleaved && s.virtualStages != 1)
     return createStringError(
         "schedule '%s' runs one stage per rank, but virtual stages = %lld; use "
-        "interleaved_1f1b for several stages per rank, or set virtual stages to 1",
+        "interleaved_1f1b for several stages per rank, or set virtual stages "
+        "to 1",
         kindName(kind).str().c_str(), (long long)s.virtualStages);
   if (kind == Kind::Interleaved) {
     if (s.virtualStages < 2)
-      return createStringError(
-          "schedule 'interleaved_1f1b' needs at least 2 virtual stages per rank "
-          "(got %lld); with one stage per rank use 1f1b",
-          (long long)s.virtualStages);
+      return createStringError("schedule 'interleaved_1f1b' needs at least 2 "
+                               "virtual stages per rank "
+                               "(got %lld); with one stage per rank use 1f1b",
+                               (long long)s.virtualStages);
     if (s.microbatches % s.ranks != 0)
       return createStringError(
           "schedule 'interleaved_1f1b' moves microbatches in groups of one per "
-          "rank, so microbatches (%lld) must be a multiple of the pipeline ranks "
+          "rank, so microbatches (%lld) must be a multiple of the pipeline "
+          "ranks "
           "(%lld); use %lld or %lld microbatches",
           (long long)s.microbatches, (long long)s.ranks,
           (long long)(s.microbatches / s.ranks * s.ranks),

@@ -50,8 +50,8 @@ void writeChromeTrace(const Program &prog, const Timeline &tl, raw_ostream &os,
           j.attribute("ph", "M");
           j.attribute("pid", 0);
           j.attribute("tid", (int64_t)r);
-          j.attribute("args",
-                      json::Object{{"name", "pipeline rank " + std::to_string(r)}});
+          j.attribute("args", json::Object{{"name", "pipeline rank " +
+                                                        std::to_string(r)}});
         });
         // Keep the rows in rank order whatever their names sort to.
         j.object([&] {
@@ -179,33 +179,36 @@ void writeSvg(const Program &prog, const Timeline &tl, raw_ostream &os,
   heading += "bubble " + formatv("{0:F1}", 100 * tl.bubbleFraction).str() +
              "% (idle time per unit of work, mean over ranks)";
 
-  os << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << n(left + width + 20)
-     << "\" height=\"" << n(height) << "\" font-family=\"sans-serif\">\n";
+  os << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\""
+     << n(left + width + 20) << "\" height=\"" << n(height)
+     << "\" font-family=\"sans-serif\">\n";
   os << "<text x=\"" << n(left) << "\" y=\"22\" font-size=\"15\">"
      << xmlEscape(heading) << "</text>\n";
   for (int64_t r = 0; r < nRanks; ++r) {
     double y = top + r * rowH;
-    os << "<text x=\"8\" y=\"" << n(y + rowH * 0.62) << "\" font-size=\"12\">rank "
-       << r << "</text>\n";
+    os << "<text x=\"8\" y=\"" << n(y + rowH * 0.62)
+       << "\" font-size=\"12\">rank " << r << "</text>\n";
     for (size_t i = 0; i < prog.ranks[r].size(); ++i) {
       const Action &a = prog.ranks[r][i].action;
       auto [start, end] = tl.span[r][i];
       double x = left + start * scale, w = (end - start) * scale;
       // Later chunks of an interleaved rank are lighter, so chunks stay
       // distinguishable while the phase keeps its hue.
-      double opacity = 1.0 - 0.45 * double(a.stage / std::max<int64_t>(1, prog.shape.ranks)) /
-                                 std::max<int64_t>(1, v - 1);
-      os << "<rect x=\"" << n(x) << "\" y=\"" << n(y + 2)
-         << "\" width=\"" << n(w) << "\" height=\"" << n(rowH - 4)
-         << "\" fill=\"" << svgColor(a.phase) << "\" fill-opacity=\""
-         << format("%.2f", opacity) << "\" stroke=\"white\" stroke-width=\"0.5\">"
-         << "<title>" << xmlEscape(describe(a)) << format(" [%.3g, %.3g)", start, end)
-         << "</title></rect>\n";
+      double opacity =
+          1.0 - 0.45 *
+                    double(a.stage / std::max<int64_t>(1, prog.shape.ranks)) /
+                    std::max<int64_t>(1, v - 1);
+      os << "<rect x=\"" << n(x) << "\" y=\"" << n(y + 2) << "\" width=\""
+         << n(w) << "\" height=\"" << n(rowH - 4) << "\" fill=\""
+         << svgColor(a.phase) << "\" fill-opacity=\"" << format("%.2f", opacity)
+         << "\" stroke=\"white\" stroke-width=\"0.5\">"
+         << "<title>" << xmlEscape(describe(a))
+         << format(" [%.3g, %.3g)", start, end) << "</title></rect>\n";
       if (w >= 10)
-        os << "<text x=\"" << n(x + w / 2) << "\" y=\""
-           << n(y + rowH * 0.62) << "\" font-size=\""
-           << format("%.1f", std::min(11.0, w * 0.6))
-           << "\" fill=\"white\" text-anchor=\"middle\">" << a.mb << "</text>\n";
+        os << "<text x=\"" << n(x + w / 2) << "\" y=\"" << n(y + rowH * 0.62)
+           << "\" font-size=\"" << format("%.1f", std::min(11.0, w * 0.6))
+           << "\" fill=\"white\" text-anchor=\"middle\">" << a.mb
+           << "</text>\n";
     }
   }
   // Legend swatches are circles so that every <rect> is a step.
@@ -214,14 +217,15 @@ void writeSvg(const Program &prog, const Timeline &tl, raw_ostream &os,
   for (Phase p : phases) {
     if (p == Phase::W && !prog.splitW)
       continue;
-    StringRef text = p == Phase::F   ? "forward"
-                     : p == Phase::B ? (prog.splitW ? "backward (input gradient)"
-                                                    : "backward")
-                                     : "weight gradient";
+    StringRef text =
+        p == Phase::F ? "forward"
+        : p == Phase::B
+            ? (prog.splitW ? "backward (input gradient)" : "backward")
+            : "weight gradient";
     os << "<circle cx=\"" << n(lx + 6) << "\" cy=\"" << n(ly - 4)
        << "\" r=\"6\" fill=\"" << svgColor(p) << "\"/>\n";
-    os << "<text x=\"" << n(lx + 16) << "\" y=\"" << n(ly) << "\" font-size=\"12\">"
-       << text << "</text>\n";
+    os << "<text x=\"" << n(lx + 16) << "\" y=\"" << n(ly)
+       << "\" font-size=\"12\">" << text << "</text>\n";
     lx += 40 + 7.0 * text.size();
   }
   os << "</svg>\n";

@@ -21,8 +21,8 @@ using namespace llvm;
 
 namespace planc::pipeline {
 
-static double costAt(const std::vector<double> &v, int64_t stage, int64_t stages,
-                     const char *name) {
+static double costAt(const std::vector<double> &v, int64_t stage,
+                     int64_t stages, const char *name) {
   if (v.empty())
     return 1.0;
   if ((int64_t)v.size() != stages)
@@ -32,8 +32,8 @@ static double costAt(const std::vector<double> &v, int64_t stage, int64_t stages
   return v[stage];
 }
 
-Program chainProgram(Shape shape, bool splitW, ArrayRef<std::vector<Action>> order,
-                     const Costs &costs) {
+Program chainProgram(Shape shape, bool splitW,
+                     ArrayRef<std::vector<Action>> order, const Costs &costs) {
   Program prog;
   prog.shape = shape;
   prog.splitW = splitW;
@@ -46,7 +46,8 @@ Program chainProgram(Shape shape, bool splitW, ArrayRef<std::vector<Action>> ord
       step.action = a;
       int64_t s = a.stage;
       bool inRange = s >= 0 && s < S;
-      // Out-of-range stages are kept (with cost 1) so that simulate() names them.
+      // Out-of-range stages are kept (with cost 1) so that simulate() names
+      // them.
       auto rankOf = [&](int64_t st) { return shape.rankOf(st); };
       switch (a.phase) {
       case Phase::F:
@@ -78,8 +79,8 @@ Program chainProgram(Shape shape, bool splitW, ArrayRef<std::vector<Action>> ord
 namespace {
 
 std::string where(int64_t rank, int64_t step, const Action &a) {
-  return "rank " + std::to_string(rank) + ", step " + std::to_string(step) + " (" +
-         describe(a) + ", microbatch " + std::to_string(a.mb) + ")";
+  return "rank " + std::to_string(rank) + ", step " + std::to_string(step) +
+         " (" + describe(a) + ", microbatch " + std::to_string(a.mb) + ")";
 }
 
 std::string msgText(const Message &m) {
@@ -107,7 +108,8 @@ struct Endpoint {
 Expected<Timeline> simulate(const Program &prog, ArrayRef<int64_t> bounds) {
   const Shape &shape = prog.shape;
   if (shape.ranks < 1 || shape.virtualStages < 1 || shape.microbatches < 1)
-    return fail("program shape needs ranks, virtual stages and microbatches >= 1");
+    return fail(
+        "program shape needs ranks, virtual stages and microbatches >= 1");
   int64_t P = shape.ranks, S = shape.stages(), M = shape.microbatches;
   if ((int64_t)prog.ranks.size() != P)
     return fail("program has " + std::to_string(prog.ranks.size()) +
@@ -129,9 +131,10 @@ Expected<Timeline> simulate(const Program &prog, ArrayRef<int64_t> bounds) {
         return fail(where(r, i, a) + ": out of range (" + std::to_string(S) +
                     " stages, " + std::to_string(M) + " microbatches)");
       if (a.phase == Phase::W && !prog.splitW)
-        return fail(where(r, i, a) +
-                    ": a weight-gradient action, but this program does not split W "
-                    "out of B");
+        return fail(
+            where(r, i, a) +
+            ": a weight-gradient action, but this program does not split W "
+            "out of B");
       if (shape.rankOf(a.stage) != r)
         return fail(where(r, i, a) + ": stage " + std::to_string(a.stage) +
                     " lives on rank " + std::to_string(shape.rankOf(a.stage)));
@@ -176,7 +179,8 @@ Expected<Timeline> simulate(const Program &prog, ArrayRef<int64_t> bounds) {
         // Stages on other ranks are ordered by the messages; consecutive
         // stages on one rank exchange none, so their order is checked here.
         if (s > 0 && shape.rankOf(s - 1) == r)
-          if (Error e = needBefore({Phase::F, s - 1, a.mb}, "produces its input"))
+          if (Error e =
+                  needBefore({Phase::F, s - 1, a.mb}, "produces its input"))
             return std::move(e);
         ++inFlight[s];
         ++awaitingB[s];
@@ -221,7 +225,8 @@ Expected<Timeline> simulate(const Program &prog, ArrayRef<int64_t> bounds) {
           if (m.peer < 0 || m.peer >= P || m.peer == r)
             return fail(where(r, i, st.action) + ": " +
                         (dir ? "sends " : "receives ") + msgText(m) +
-                        (dir ? " to" : " from") + " rank " + std::to_string(m.peer) +
+                        (dir ? " to" : " from") + " rank " +
+                        std::to_string(m.peer) +
                         (m.peer == r ? ", itself" : ", which does not exist"));
           if (dir)
             sends[{r, m.peer}].push_back({m, i, j});
@@ -231,7 +236,8 @@ Expected<Timeline> simulate(const Program &prog, ArrayRef<int64_t> bounds) {
       }
     }
   }
-  // senderOf[b][i][j] = (a, step of a) that sends the j-th receive of b's step i.
+  // senderOf[b][i][j] = (a, step of a) that sends the j-th receive of b's step
+  // i.
   std::vector<std::vector<std::vector<Pos>>> senderOf(P);
   for (int64_t r = 0; r < P; ++r) {
     senderOf[r].resize(prog.ranks[r].size());
@@ -266,7 +272,8 @@ Expected<Timeline> simulate(const Program &prog, ArrayRef<int64_t> bounds) {
       return fail(chName + ": rank " + std::to_string(a) + " sends " +
                   std::to_string(out.size()) + " messages, rank " +
                   std::to_string(b) + " receives " + std::to_string(in.size()) +
-                  "; the first unmatched is " + msgText(e.msg) + (moreSent ? " sent by " : " received by ") +
+                  "; the first unmatched is " + msgText(e.msg) +
+                  (moreSent ? " sent by " : " received by ") +
                   where(er, e.step, prog.ranks[er][e.step].action));
     }
     for (size_t k = 0; k < in.size(); ++k)
@@ -294,7 +301,8 @@ Expected<Timeline> simulate(const Program &prog, ArrayRef<int64_t> bounds) {
             ready = false;
             break;
           }
-          start = std::max(start, tl.span[src.rank][src.step].second + prog.transfer);
+          start = std::max(start,
+                           tl.span[src.rank][src.step].second + prog.transfer);
         }
         if (!ready)
           break;
@@ -318,8 +326,9 @@ Expected<Timeline> simulate(const Program &prog, ArrayRef<int64_t> bounds) {
       if (next[src.rank] > src.step)
         continue;
       blocked += "\n  " + where(r, i, st.action) + " waits for " +
-                 msgText(st.recvs[j]) + " from rank " + std::to_string(src.rank) +
-                 ", sent by its step " + std::to_string(src.step) + " (" +
+                 msgText(st.recvs[j]) + " from rank " +
+                 std::to_string(src.rank) + ", sent by its step " +
+                 std::to_string(src.step) + " (" +
                  describe(prog.ranks[src.rank][src.step].action) + ")";
       break;
     }

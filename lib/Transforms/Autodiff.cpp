@@ -472,10 +472,10 @@ void AutodiffPass::runOnOperation() {
   step.setAllArgAttrs(argAttrs);
   SmallVector<DictionaryAttr> resultAttrs;
   for (unsigned r = 0; r < results.size(); ++r)
-    resultAttrs.push_back(
-        r < firstState ? step.getResultAttrDict(r)
-                       : b.getDictionaryAttr(b.getNamedAttr(
-                             kResultAttr, b.getStringAttr("state"))));
+    resultAttrs.push_back(r < firstState
+                              ? step.getResultAttrDict(r)
+                              : b.getDictionaryAttr(b.getNamedAttr(
+                                    kResultAttr, b.getStringAttr("state"))));
   step.setAllResultAttrs(resultAttrs);
   func::ReturnOp::create(b, modelReturn->getLoc(), results);
 }

@@ -152,9 +152,9 @@ void LowerRankToEmitCPass::runOnOperation() {
     rk::PipelineOp pipe;
     step.walk([&](rk::PipelineOp p) { pipe = p; });
     if (pipe) {
-      c.call(pipe.getLoc(), "planrt::declare_pipeline", {},
-             {c.i64(mesh.getAxisIndex(pipe.getAxis())),
-              c.i64(pipe.getStages())});
+      c.call(
+          pipe.getLoc(), "planrt::declare_pipeline", {},
+          {c.i64(mesh.getAxisIndex(pipe.getAxis())), c.i64(pipe.getStages())});
       for (auto t : pipe.getBody().front().getOps<rk::TimelineOp>())
         for (auto e : t.getBody().front().getOps<rk::ExecOp>())
           c.call(e.getLoc(), "planrt::schedule_add", {},
@@ -376,8 +376,10 @@ void LowerRankToEmitCPass::runOnOperation() {
       StringRef ph = unit.getPhase();
       c.callMixed(unit.getLoc(), "planrt::unit_begin", {mb},
                   {c.i64(unit.getStage()),
-                   c.i64(ph == "F" ? 0 : ph == "B" ? 1 : 2), c.operand(0),
-                   c.i64(unit.getLast() ? 1 : 0)});
+                   c.i64(ph == "F"   ? 0
+                         : ph == "B" ? 1
+                                     : 2),
+                   c.operand(0), c.i64(unit.getLast() ? 1 : 0)});
       Block &body = unit.getBody().front();
       vals[body.getArgument(0)] = mb;
       Value saved = unitMb;
@@ -397,18 +399,17 @@ void LowerRankToEmitCPass::runOnOperation() {
           // timeline, unrolled.
           SmallVector<rk::UnitOp> units(
               pipe.getBody().front().getOps<rk::UnitOp>());
-          Value coord =
-              c.call(loc, "planrt::mesh_coord", {},
-                     {c.i64(mesh.getAxisIndex(pipe.getAxis()))}, i64);
+          Value coord = c.call(loc, "planrt::mesh_coord", {},
+                               {c.i64(mesh.getAxisIndex(pipe.getAxis()))}, i64);
           for (auto t : pipe.getBody().front().getOps<rk::TimelineOp>()) {
-            Value cond = ec::CmpOp::create(b, loc, b.getI1Type(),
-                                           ec::CmpPredicate::eq, coord,
-                                           constant(loc, t.getRank()));
+            Value cond =
+                ec::CmpOp::create(b, loc, b.getI1Type(), ec::CmpPredicate::eq,
+                                  coord, constant(loc, t.getRank()));
             OpBuilder::InsertionGuard g(b);
             b.setInsertionPoint(thenOf(loc, cond));
             for (auto e : t.getBody().front().getOps<rk::ExecOp>()) {
-              if (failed(emitUnit(units[e.getUnit()],
-                                  constant(loc, e.getMb()))))
+              if (failed(
+                      emitUnit(units[e.getUnit()], constant(loc, e.getMb()))))
                 return failure();
             }
           }
@@ -418,8 +419,8 @@ void LowerRankToEmitCPass::runOnOperation() {
           // for (i < schedule_length) { u = unit(i); mb = mb(i);
           //   if (u == 0) { unit 0 } if (u == 1) { unit 1 } ... }
           Value n = c.call(loc, "planrt::schedule_length", {}, {}, i64);
-          auto forOp = ec::ForOp::create(b, loc, constant(loc, 0), n,
-                                         constant(loc, 1));
+          auto forOp =
+              ec::ForOp::create(b, loc, constant(loc, 0), n, constant(loc, 1));
           OpBuilder::InsertionGuard g(b);
           b.setInsertionPointToStart(forOp.getBody());
           Value i = forOp.getInductionVar();
@@ -450,16 +451,16 @@ void LowerRankToEmitCPass::runOnOperation() {
           return success();
         }
         if (auto put = dyn_cast<rk::StashPutOp>(op)) {
-          c.callMixed(loc, "planrt::stash_put", {vals.lookup(put.getBuffer()),
-                                                  unitMb},
+          c.callMixed(loc, "planrt::stash_put",
+                      {vals.lookup(put.getBuffer()), unitMb},
                       {c.operand(0), c.i64(put.getSlot()), c.operand(1),
                        c.i64(put.getReaders())});
           return success();
         }
         if (auto get = dyn_cast<rk::StashGetOp>(op)) {
-          vals[get] = c.callMixed(loc, "planrt::stash_get", {unitMb},
-                                  {c.i64(get.getSlot()), c.operand(0)},
-                                  tensorType);
+          vals[get] =
+              c.callMixed(loc, "planrt::stash_get", {unitMb},
+                          {c.i64(get.getSlot()), c.operand(0)}, tensorType);
           return success();
         }
         if (auto rel = dyn_cast<rk::StashReleaseOp>(op)) {
@@ -525,8 +526,8 @@ void LowerRankToEmitCPass::runOnOperation() {
                          rk::kRankStageAttr)) {
             SmallVector<Attribute> a{c.i64(st.getInt())};
             append_range(a, c.shape(alloc.getType()));
-            vals[alloc] = c.call(loc, "planrt::alloc_on_stage", {}, a,
-                                 tensorType);
+            vals[alloc] =
+                c.call(loc, "planrt::alloc_on_stage", {}, a, tensorType);
           } else {
             vals[alloc] = c.call(loc, "planrt::alloc", {},
                                  c.shape(alloc.getType()), tensorType);

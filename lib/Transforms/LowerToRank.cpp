@@ -462,7 +462,8 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
     if (pipelined) {
       // Diagnostics about the schedule point at the parallel section.
       auto pipe = rk::PipelineOp::create(
-          b, par ? par.getLoc() : loc, b.getStringAttr("pp"), b.getI64IntegerAttr(numStages),
+          b, par ? par.getLoc() : loc, b.getStringAttr("pp"),
+          b.getI64IntegerAttr(numStages),
           b.getI64IntegerAttr(forwardPipe ? 1 : seqSize),
           b.getStringAttr(par ? par.getSchedule() : "1f1b"));
       // Each stage's F, B and W FLOPs: the schedule's durations.
@@ -586,7 +587,7 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
         ensureLoop(loc);
         int64_t st = stageOf(&op);
         auto ph = op.getAttrOfType<StringAttr>(kPhaseAttr);
-        int64_t phi = !ph || ph.getValue() == "F" ? 0
+        int64_t phi = !ph || ph.getValue() == "F"       ? 0
                       : ph.getValue() == "B" || !splitW ? 1
                                                         : 2;
         if (st < 0 && !isa<AddOp>(op)) {
@@ -611,8 +612,8 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
     if (pipelined && !(isa<AddOp>(op) && stageOf(&op) < 0 && phase == Post))
       for (Value v : op.getOperands())
         if (Value acc = ppPartial.lookup(v); acc && ppReduced.insert(v).second)
-          unguarded.insert(rk::AllReduceOp::create(b, loc, acc,
-                                                   b.getStrArrayAttr({"pp"})));
+          unguarded.insert(
+              rk::AllReduceOp::create(b, loc, acc, b.getStrArrayAttr({"pp"})));
     if (pipelined && phase == Post && isa<AddOp>(op) && stageOf(&op) < 0 &&
         cast<RankedTensorType>(op.getResult(0).getType()).getRank() == 0) {
       Value acc;
@@ -620,17 +621,16 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
         if (Value p = ppPartial.lookup(v); p && !acc)
           acc = p;
       if (!acc) {
-        acc = rk::AllocOp::create(
-            b, loc, MemRefType::get({}, b.getF32Type()));
+        acc = rk::AllocOp::create(b, loc, MemRefType::get({}, b.getF32Type()));
         rk::FillOp::create(b, loc, acc, b.getF32FloatAttr(0));
       }
       for (Value v : op.getOperands()) {
         if (ppPartial.lookup(v) == acc)
           continue;
         Value x = ppPartial.lookup(v) ? ppPartial.lookup(v) : buf.lookup(v);
-        auto add = rk::AddOp::create(b, loc, TypeRange(),
-                                     ValueRange{acc, x, acc},
-                                     ArrayRef<NamedAttribute>());
+        auto add =
+            rk::AddOp::create(b, loc, TypeRange(), ValueRange{acc, x, acc},
+                              ArrayRef<NamedAttribute>());
         // A term every stage holds counts once (on the first pipeline rank).
         Operation *def = v.getDefiningOp();
         int64_t st = def ? stageOf(def) : -1;
@@ -717,17 +717,16 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
         auto role = src.getResultAttrOfType<StringAttr>(i, kResultAttr);
         if (role && role.getValue() == "loss" && pipelined) {
           // The loss is computed on the last stage: every rank reports it.
-          Value whole = rk::AllocOp::create(
-              b, loc, cast<MemRefType>(in(i).getType()));
+          Value whole =
+              rk::AllocOp::create(b, loc, cast<MemRefType>(in(i).getType()));
           rk::FillOp::create(b, loc, whole, b.getF32FloatAttr(0));
           Operation *def = v.getDefiningOp();
-          auto copy = rk::CopyOp::create(b, loc, TypeRange(),
-                                         ValueRange{in(i), whole},
-                                         ArrayRef<NamedAttribute>());
+          auto copy =
+              rk::CopyOp::create(b, loc, TypeRange(), ValueRange{in(i), whole},
+                                 ArrayRef<NamedAttribute>());
           copy->setAttr(rk::kRankStageAttr,
-                        b.getI64IntegerAttr(def ? std::max<int64_t>(
-                                                      stageOf(def), 0)
-                                                : 0));
+                        b.getI64IntegerAttr(
+                            def ? std::max<int64_t>(stageOf(def), 0) : 0));
           rk::AllReduceOp::create(b, loc, whole, b.getStrArrayAttr({"pp"}));
           rk::ReportLossOp::create(b, loc, whole);
         } else if (role && role.getValue() == "loss")
@@ -739,9 +738,9 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
           if (rootOf(in(i)) != rootOf(dst)) {
             auto copy = rk::CopyOp::create(b, loc, in(i), dst);
             if (pipelined && argStage(updated[i].getArgNumber()) >= 0)
-              copy->setAttr(rk::kRankStageAttr,
-                            b.getI64IntegerAttr(
-                                argStage(updated[i].getArgNumber())));
+              copy->setAttr(
+                  rk::kRankStageAttr,
+                  b.getI64IntegerAttr(argStage(updated[i].getArgNumber())));
           }
         } else {
           op.emitError() << "result " << i << " is neither the loss, the "
@@ -1047,17 +1046,18 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
   // What this rank holds for the training state, for the runtime to check
   // (with a pipeline: per pipeline coordinate).
   if (isStep)
-    rankFunc->setAttr(
-        rk::kExpectedBytesAttr,
-        b.getDenseI64ArrayAttr(
-            pipelined ? ArrayRef<int64_t>(ppBytes)
-                      : ArrayRef<int64_t>({paramBytes, gradBytes, stateBytes})));
+    rankFunc->setAttr(rk::kExpectedBytesAttr,
+                      b.getDenseI64ArrayAttr(
+                          pipelined ? ArrayRef<int64_t>(ppBytes)
+                                    : ArrayRef<int64_t>({paramBytes, gradBytes,
+                                                         stateBytes})));
   return success();
 }
 
-LogicalResult LowerToRankPass::connectUnits(
-    rk::PipelineOp pipe, const DenseSet<Value> &seqInputBuffers,
-    int64_t microbatches) {
+LogicalResult
+LowerToRankPass::connectUnits(rk::PipelineOp pipe,
+                              const DenseSet<Value> &seqInputBuffers,
+                              int64_t microbatches) {
   OpBuilder b(pipe.getContext());
   int64_t ppSize = mesh.getAxisSize("pp");
   SmallVector<rk::UnitOp> units(pipe.getBody().front().getOps<rk::UnitOp>());
@@ -1120,43 +1120,44 @@ LogicalResult LowerToRankPass::connectUnits(
   DenseMap<Operation *, SmallVector<int64_t>> releases;
   // Keeps `v` (computed in `home`) for `readers`, each of which reads it
   // through the stash instead.
-  auto stash = [&](Value v, rk::UnitOp home,
-                   ArrayRef<std::pair<rk::UnitOp, SmallVector<OpOperand *>>>
-                       readers) {
-    if (readers.empty())
-      return;
-    // The memory outlives the unit that made it.
-    Value root = v;
-    while (Operation *d = root.getDefiningOp()) {
-      if (isa<rk::AllocOp>(d)) {
-        d->setAttr("rank.stash", b.getUnitAttr());
-        break;
-      }
-      if (!isa<rk::ViewOp, rk::SubviewOp>(d))
-        break;
-      root = d->getOperand(0);
-    }
-    int64_t slot = slots++;
-    b.setInsertionPointToEnd(&home.getBody().front());
-    rk::StashPutOp::create(b, v.getLoc(), v, b.getI64IntegerAttr(slot),
-                           b.getI64IntegerAttr(readers.size()));
-    for (auto &[u, uses] : readers) {
-      atPrologue(u);
-      auto get = rk::StashGetOp::create(b, v.getLoc(), v.getType(),
-                                        b.getI64IntegerAttr(slot));
-      prologue(u, get);
-      for (OpOperand *o : uses)
-        o->set(get);
-      releases[u].push_back(slot);
-    }
-  };
+  auto stash =
+      [&](Value v, rk::UnitOp home,
+          ArrayRef<std::pair<rk::UnitOp, SmallVector<OpOperand *>>> readers) {
+        if (readers.empty())
+          return;
+        // The memory outlives the unit that made it.
+        Value root = v;
+        while (Operation *d = root.getDefiningOp()) {
+          if (isa<rk::AllocOp>(d)) {
+            d->setAttr("rank.stash", b.getUnitAttr());
+            break;
+          }
+          if (!isa<rk::ViewOp, rk::SubviewOp>(d))
+            break;
+          root = d->getOperand(0);
+        }
+        int64_t slot = slots++;
+        b.setInsertionPointToEnd(&home.getBody().front());
+        rk::StashPutOp::create(b, v.getLoc(), v, b.getI64IntegerAttr(slot),
+                               b.getI64IntegerAttr(readers.size()));
+        for (auto &[u, uses] : readers) {
+          atPrologue(u);
+          auto get = rk::StashGetOp::create(b, v.getLoc(), v.getType(),
+                                            b.getI64IntegerAttr(slot));
+          prologue(u, get);
+          for (OpOperand *o : uses)
+            o->set(get);
+          releases[u].push_back(slot);
+        }
+      };
   for (auto &[v, uses] : foreign) {
     auto home = v.getDefiningOp()->getParentOfType<rk::UnitOp>();
     // Readers by unit, in the order of a microbatch's units.
     llvm::MapVector<Operation *, SmallVector<OpOperand *>> byUnit;
     for (OpOperand *o : uses)
       byUnit[o->getOwner()->getParentOfType<rk::UnitOp>()].push_back(o);
-    std::map<int64_t, SmallVector<std::pair<rk::UnitOp, SmallVector<OpOperand *>>>>
+    std::map<int64_t,
+             SmallVector<std::pair<rk::UnitOp, SmallVector<OpOperand *>>>>
         byRank;
     for (auto &[u, us] : byUnit)
       byRank[rankOf(cast<rk::UnitOp>(u))].push_back({cast<rk::UnitOp>(u), us});
@@ -1181,7 +1182,8 @@ LogicalResult LowerToRankPass::connectUnits(
       rk::SendOp::create(b, v.getLoc(), v, b.getI64IntegerAttr(transfer),
                          b.getI64IntegerAttr(first.getStage()));
       atPrologue(first);
-      auto got = rk::AllocOp::create(b, v.getLoc(), cast<MemRefType>(v.getType()));
+      auto got =
+          rk::AllocOp::create(b, v.getLoc(), cast<MemRefType>(v.getType()));
       rk::RecvOp::create(b, v.getLoc(), got, b.getI64IntegerAttr(transfer),
                          b.getI64IntegerAttr(home.getStage()));
       prologue(first, got->getNextNode());

@@ -175,10 +175,9 @@ static void assignStages(func::FuncOp f, ArrayRef<int64_t> stageOfLayer) {
   }
   for (Operation &op : body.without_terminator()) {
     op.setAttr(kStageAttr, b.getI64IntegerAttr(stage.lookup(&op)));
-    op.setAttr(kPhaseAttr,
-               b.getStringAttr(!backward.contains(&op) ? "F"
-                               : inputGrad.contains(&op) ? "B"
-                                                         : "W"));
+    op.setAttr(kPhaseAttr, b.getStringAttr(!backward.contains(&op)   ? "F"
+                                           : inputGrad.contains(&op) ? "B"
+                                                                     : "W"));
   }
   ArgAttrBatch argAttrs(f);
   for (BlockArgument arg : f.getArguments()) {
@@ -226,9 +225,8 @@ void PartitionStagesPass::runOnOperation() {
     (par ? par.getOperation() : mesh.getOperation())->emitError()
         << "pipeline parallelism cuts the model's repeated layers into pp * "
            "virtual_stages = "
-        << stages << " stages, but the model has " << layers
-        << " layer" << (layers == 1 ? "" : "s")
-        << "; use fewer stages or more layers";
+        << stages << " stages, but the model has " << layers << " layer"
+        << (layers == 1 ? "" : "s") << "; use fewer stages or more layers";
     return signalPassFailure();
   }
   SmallVector<double> cost(layers, 0.0);
@@ -301,8 +299,8 @@ void PartitionStagesPass::runOnOperation() {
        << (s == 0 ? "embeddings + " : "") << "layers " << first;
     if (last > first)
       os << "-" << last;
-    os << (s == stages - 1 ? " + head and loss" : "")
-       << " (" << flopText(total) << ")";
+    os << (s == stages - 1 ? " + head and loss" : "") << " (" << flopText(total)
+       << ")";
   }
   (par ? par.getOperation() : mesh.getOperation())->emitRemark() << os.str();
 }

@@ -21,11 +21,9 @@ const Stage kStages[] = {
      [] { return planc::createPropagateSharding(); }},
     {"plan-insert-reshards", [] { return planc::createInsertReshards(); }},
     {"plan-expand-reshards", [] { return planc::createExpandReshards(); }},
-    {"plan-partition-stages",
-     [] { return planc::createPartitionStages(); }},
+    {"plan-partition-stages", [] { return planc::createPartitionStages(); }},
     {"plan-lower-to-rank", [] { return planc::createLowerToRank(); }},
-    {"plan-schedule-pipeline",
-     [] { return planc::createSchedulePipeline(); }},
+    {"plan-schedule-pipeline", [] { return planc::createSchedulePipeline(); }},
     {"plan-lower-rank-to-emitc",
      [] { return planc::createLowerRankToEmitC(); }},
 };

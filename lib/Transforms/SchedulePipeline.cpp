@@ -54,14 +54,13 @@ pl::Phase phaseOf(rk::UnitOp u) {
 }
 } // namespace
 
-FailureOr<PipelineSimulation> planc::simulatePipeline(rk::PipelineOp pipe,
-                                                      int64_t ppSize,
-                                                      bool unitCosts) {
+FailureOr<PipelineSimulation>
+planc::simulatePipeline(rk::PipelineOp pipe, int64_t ppSize, bool unitCosts) {
   SmallVector<rk::UnitOp> units(pipe.getBody().front().getOps<rk::UnitOp>());
   auto kind = pl::parseKind(pipe.getSchedule());
   if (!kind)
-    return pipe.emitError() << "unknown schedule '" << pipe.getSchedule()
-                            << "'";
+    return pipe.emitError()
+           << "unknown schedule '" << pipe.getSchedule() << "'";
   PipelineSimulation sim;
   int64_t stages = pipe.getStages(), m = pipe.getMicrobatches();
   sim.program.shape = {ppSize, stages / ppSize, m};
@@ -96,17 +95,16 @@ FailureOr<PipelineSimulation> planc::simulatePipeline(rk::PipelineOp pipe,
     int64_t stepIndex = 0;
     for (auto e : t.getBody().front().getOps<rk::ExecOp>()) {
       if (e.getUnit() < 0 || e.getUnit() >= (int64_t)units.size())
-        return e.emitError() << "pipeline rank " << r << ", step "
-                             << stepIndex << ": no unit " << e.getUnit();
+        return e.emitError() << "pipeline rank " << r << ", step " << stepIndex
+                             << ": no unit " << e.getUnit();
       rk::UnitOp u = units[e.getUnit()];
       int64_t mb = e.getMb();
-      std::string what = llvm::formatv("pipeline rank {0}, step {1} ({2}{3} of "
-                                       "stage {4}, microbatch {3})",
-                                       r, stepIndex, u.getPhase(), mb,
-                                       u.getStage());
+      std::string what =
+          llvm::formatv("pipeline rank {0}, step {1} ({2}{3} of "
+                        "stage {4}, microbatch {3})",
+                        r, stepIndex, u.getPhase(), mb, u.getStage());
       if (mb < 0 || mb >= m)
-        return e.emitError() << what << ": there are " << m
-                             << " microbatches";
+        return e.emitError() << what << ": there are " << m << " microbatches";
       pl::Step step;
       step.action = {phaseOf(u), u.getStage(), mb};
       step.cost = cost(u);
@@ -137,12 +135,11 @@ FailureOr<PipelineSimulation> planc::simulatePipeline(rk::PipelineOp pipe,
   for (int64_t s = 0; s < stages; ++s)
     bounds.push_back(m == 1 ? 1
                             : pl::inFlightBound(*kind, sim.program.shape, s));
-  llvm::Expected<pl::Timeline> timeline =
-      pl::simulate(sim.program, bounds);
+  llvm::Expected<pl::Timeline> timeline = pl::simulate(sim.program, bounds);
   if (!timeline)
-    return pipe.emitError() << "the " << pipe.getSchedule()
-                            << " schedule is not safe: "
-                            << llvm::toString(timeline.takeError());
+    return pipe.emitError()
+           << "the " << pipe.getSchedule()
+           << " schedule is not safe: " << llvm::toString(timeline.takeError());
   sim.timeline = std::move(*timeline);
   return sim;
 }
@@ -179,18 +176,19 @@ void SchedulePipelinePass::runOnOperation() {
       OpBuilder b(pipe.getContext());
       b.setInsertionPointToEnd(&body);
       for (auto [r, actions] : llvm::enumerate(*order)) {
-        auto t = rk::TimelineOp::create(b, pipe.getLoc(),
-                                        b.getI64IntegerAttr(r));
+        auto t =
+            rk::TimelineOp::create(b, pipe.getLoc(), b.getI64IntegerAttr(r));
         OpBuilder tb = OpBuilder::atBlockEnd(&t.getBody().emplaceBlock());
         for (const pl::Action &a : actions) {
           auto it = unitOf.find({a.stage, int(a.phase)});
           if (it == unitOf.end()) {
-            pipe.emitError() << "the schedule runs "
-                             << pl::label(a) << " of stage " << a.stage
-                             << ", which has no unit";
+            pipe.emitError()
+                << "the schedule runs " << pl::label(a) << " of stage "
+                << a.stage << ", which has no unit";
             return WalkResult::interrupt();
           }
-          rk::ExecOp::create(tb, pipe.getLoc(), tb.getI64IntegerAttr(it->second),
+          rk::ExecOp::create(tb, pipe.getLoc(),
+                             tb.getI64IntegerAttr(it->second),
                              tb.getI64IntegerAttr(a.mb));
         }
       }

@@ -11,10 +11,10 @@
 // A parameter the user annotated with shard(...) keeps its annotation.
 // Being a pass over the IR, the same seeds can come from a planner later.
 //===----------------------------------------------------------------------===//
-#include "ShardingAnalysis.h"
 #include "ArgAttrBatch.h"
-#include "llvm/ADT/ScopeExit.h"
+#include "ShardingAnalysis.h"
 #include "planc/Transforms/Passes.h"
+#include "llvm/ADT/ScopeExit.h"
 
 namespace planc {
 #define GEN_PASS_DEF_SEEDSHARDING
@@ -57,11 +57,11 @@ struct SeedShardingPass
       seg.assign(type.getRank(), b.getDenseI64ArrayAttr({}));
       seg[dim] = b.getDenseI64ArrayAttr(segments);
     }
-    batch->set(
-        i, kShardingAttr,
-        ShardingAttr::get(
-            f.getContext(), FlatSymbolRefAttr::get(mesh.getSymNameAttr()),
-            b.getArrayAttr(dims), b.getArrayAttr({}), b.getArrayAttr(seg)));
+    batch->set(i, kShardingAttr,
+               ShardingAttr::get(f.getContext(),
+                                 FlatSymbolRefAttr::get(mesh.getSymNameAttr()),
+                                 b.getArrayAttr(dims), b.getArrayAttr({}),
+                                 b.getArrayAttr(seg)));
     batch->set(i, kShardingOriginAttr, b.getStringAttr(origin));
     seeded.insert(i);
   }

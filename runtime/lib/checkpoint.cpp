@@ -37,7 +37,8 @@
 
 namespace planrt {
 
-//===--- Description calls --------------------------------------------------===//
+//===--- Description calls
+//--------------------------------------------------===//
 
 static StateDesc &state_desc(Context *ctx, const char *op, int64_t index) {
   if (!ctx)
@@ -115,7 +116,8 @@ void set_checkpoint(Context *ctx, const char *dir, int64_t every) {
 namespace internal {
 namespace {
 
-//===--- Small utilities ------------------------------------------------------===//
+//===--- Small utilities
+//------------------------------------------------------===//
 
 std::string strip_slashes(std::string dir) {
   while (dir.size() > 1 && dir.back() == '/')
@@ -169,8 +171,8 @@ std::string make_dirs(const std::string &dir) {
     if (path.empty() || path == "." || path == "..")
       continue;
     if (::mkdir(path.c_str(), 0777) != 0 && errno != EEXIST)
-      return "cannot create the directory '" + path + "': " +
-             std::strerror(errno);
+      return "cannot create the directory '" + path +
+             "': " + std::strerror(errno);
     struct stat st;
     if (::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
       return "'" + path + "' is not a directory";
@@ -234,8 +236,10 @@ void agree_or_exit(Context *ctx, const std::string &error, const char *what) {
   if (bad)
     std::fprintf(stderr, "planrt: error: %s%s\n", who.c_str(), error.c_str());
   else
-    std::fprintf(stderr, "planrt: error: %s%s failed on another rank (see its "
-                 "message)\n", who.c_str(), what);
+    std::fprintf(stderr,
+                 "planrt: error: %s%s failed on another rank (see its "
+                 "message)\n",
+                 who.c_str(), what);
   std::fflush(stderr);
   std::fflush(stdout);
   if (ctx->use_mpi)
@@ -243,7 +247,8 @@ void agree_or_exit(Context *ctx, const std::string &error, const char *what) {
   std::exit(1);
 }
 
-//===--- JSON (manifests, safetensors headers) -------------------------------===//
+//===--- JSON (manifests, safetensors headers)
+//-------------------------------===//
 
 struct Json {
   enum Kind { Null, Bool, Number, String, Array, Object } kind = Null;
@@ -415,17 +420,31 @@ private:
         return false;
       char e = *p++;
       switch (e) {
-      case '"': case '\\': case '/': out += e; break;
-      case 'b': out += '\b'; break;
-      case 'f': out += '\f'; break;
-      case 'n': out += '\n'; break;
-      case 'r': out += '\r'; break;
-      case 't': out += '\t'; break;
+      case '"':
+      case '\\':
+      case '/':
+        out += e;
+        break;
+      case 'b':
+        out += '\b';
+        break;
+      case 'f':
+        out += '\f';
+        break;
+      case 'n':
+        out += '\n';
+        break;
+      case 'r':
+        out += '\r';
+        break;
+      case 't':
+        out += '\t';
+        break;
       case 'u': {
         if (end - p < 4)
           return false;
-        unsigned v = (unsigned)std::strtoul(std::string(p, p + 4).c_str(),
-                                            nullptr, 16);
+        unsigned v =
+            (unsigned)std::strtoul(std::string(p, p + 4).c_str(), nullptr, 16);
         p += 4;
         if (v < 0x80) {
           out += (char)v;
@@ -450,7 +469,8 @@ private:
   }
 };
 
-//===--- Tensors and their layouts --------------------------------------------===//
+//===--- Tensors and their layouts
+//--------------------------------------------===//
 
 /// A parameter or a state tensor, with what its layout needs.
 struct TensorRef {
@@ -487,34 +507,9 @@ std::vector<TensorRef> tensor_refs(Context *ctx) {
 /// Checks a state tensor's layout (its shard axes and segments), as
 /// validate() does for parameters; fatal: a code generator bug.
 void check_layouts(Context *ctx) {
-  int64_t naxes = (int64_t)ctx->axis_sizes.size();
-  for (const TensorRef &r : tensor_refs(ctx)) {
-    if (std::string(r.kind) != "state")
-      continue;
-    const ParamDesc &p = r.layout_desc;
-    for (int d = 0; d < 4; ++d) {
-      for (int64_t ax : p.shard_axes[d])
-        if (ax >= naxes)
-          fatal("state '%s': shard axis %lld is not a declared mesh axis "
-                "(%lld axes)",
-                p.name.c_str(), (long long)ax, (long long)naxes);
-      if (p.segments[d].empty())
-        continue;
-      int64_t blocks = param_dim_blocks(ctx, p, d), sum = 0;
-      for (int64_t s : p.segments[d]) {
-        if (s % blocks != 0)
-          fatal("state '%s': a segment of dimension %d (%lld) does not split "
-                "evenly over %lld blocks",
-                p.name.c_str(), d, (long long)s, (long long)blocks);
-        sum += s;
-      }
-      if (sum != p.t.shape[d] * blocks)
-        fatal("state '%s': the segments of dimension %d sum to %lld but the "
-              "global dimension is %lld",
-              p.name.c_str(), d, (long long)sum,
-              (long long)(p.t.shape[d] * blocks));
-    }
-  }
+  for (const TensorRef &r : tensor_refs(ctx))
+    if (std::string(r.kind) == "state")
+      validate_layout(ctx, r.layout_desc, "state");
 }
 
 /// Whether the rank with `coords` holds `r` at all (its pipeline stage).
@@ -565,7 +560,8 @@ std::vector<int64_t> global_shape(const ParamLayout &l, int ndim) {
   return std::vector<int64_t>(l.global, l.global + ndim);
 }
 
-//===--- Hashes ---------------------------------------------------------------===//
+//===--- Hashes
+//---------------------------------------------------------------===//
 
 uint64_t fnv1a(const std::string &s) {
   uint64_t h = 1469598103934665603ull;
@@ -586,7 +582,8 @@ std::string model_hash(Context *ctx) {
   return hex(fnv1a(s), 16);
 }
 
-//===--- Stop signals ---------------------------------------------------------===//
+//===--- Stop signals
+//---------------------------------------------------------===//
 
 volatile sig_atomic_t g_stop_signal = 0;
 struct sigaction g_prev_term, g_prev_usr1;
@@ -594,7 +591,8 @@ bool g_handlers_installed = false;
 
 void on_stop_signal(int sig) { g_stop_signal = sig; }
 
-//===--- Writing --------------------------------------------------------------===//
+//===--- Writing
+//--------------------------------------------------------------===//
 
 /// Removes one checkpoint directory: the manifest first (a kill during the
 /// removal leaves an incomplete checkpoint, never a damaged complete one),
@@ -610,10 +608,10 @@ std::string remove_checkpoint(const std::string &dir) {
   std::vector<std::string> names;
   while (dirent *e = ::readdir(d)) {
     std::string n = e->d_name;
-    bool ours = (n.rfind("rank-", 0) == 0 &&
-                 n.size() > 12 &&
-                 n.compare(n.size() - 12, 12, ".safetensors") == 0) ||
-                (n.size() > 1 && n[0] == '.' && n.find(".tmp-") != std::string::npos);
+    bool ours =
+        (n.rfind("rank-", 0) == 0 && n.size() > 12 &&
+         n.compare(n.size() - 12, 12, ".safetensors") == 0) ||
+        (n.size() > 1 && n[0] == '.' && n.find(".tmp-") != std::string::npos);
     if (ours)
       names.push_back(n);
   }
@@ -621,8 +619,8 @@ std::string remove_checkpoint(const std::string &dir) {
   for (const std::string &n : names)
     ::unlink(join(dir, n).c_str());
   if (::rmdir(dir.c_str()) != 0)
-    return "cannot remove the directory '" + dir + "': " +
-           std::strerror(errno) + " (files other than a checkpoint's?)";
+    return "cannot remove the directory '" + dir +
+           "': " + std::strerror(errno) + " (files other than a checkpoint's?)";
   return "";
 }
 
@@ -661,12 +659,13 @@ void prune(Context *ctx, const std::string &root) {
   int64_t newest = complete.back();
   size_t keep = (size_t)ctx->checkpoint_keep;
   for (auto &kv : all) {
-    bool drop = kv.second ? (size_t)(std::lower_bound(complete.begin(),
-                                                      complete.end(), kv.first) -
-                                     complete.begin()) +
-                                    keep <
-                                complete.size()
-                          : kv.first < newest;
+    bool drop = kv.second
+                    ? (size_t)(std::lower_bound(complete.begin(),
+                                                complete.end(), kv.first) -
+                               complete.begin()) +
+                              keep <
+                          complete.size()
+                    : kv.first < newest;
     if (!drop)
       continue;
     std::string dir = join(root, step_dir_name(kv.first));
@@ -709,7 +708,8 @@ std::string manifest_json(Context *ctx, int64_t step,
          ", \"size\": " + std::to_string(ctx->axis_sizes[a]) + "}";
   j += "], \"world\": " + std::to_string(ctx->world);
   if (ctx->pipeline_axis >= 0)
-    j += ", \"pipeline\": {\"axis\": " + json_str(ctx->axis_names[(size_t)ctx->pipeline_axis]) +
+    j += ", \"pipeline\": {\"axis\": " +
+         json_str(ctx->axis_names[(size_t)ctx->pipeline_axis]) +
          ", \"stages\": " + std::to_string(ctx->pipeline_stages) + "}";
   j += "},\n";
   // The training position: everything else is a pure function of (seed,
@@ -722,7 +722,7 @@ std::string manifest_json(Context *ctx, int64_t step,
        ", \"rng\": \"counter-based: values are functions of (seed, step, "
        "index); no state\"";
   j += ", \"lr_schedule\": {\"kind\": \"" +
-       std::string(!ctx->lr_schedule_set ? "constant"
+       std::string(!ctx->lr_schedule_set      ? "constant"
                    : ctx->lr_kind == LrCosine ? "cosine"
                                               : "constant") +
        "\", \"warmup_steps\": " + std::to_string(ctx->lr_warmup) +
@@ -744,10 +744,9 @@ std::string manifest_json(Context *ctx, int64_t step,
     j += ", \"data\": {\"kind\": \"tokens\", \"pattern\": " +
          json_str(ctx->tokens.pattern) +
          ", \"tokens\": " + std::to_string(total) +
-         ", \"seq\": " + std::to_string(seq) +
-         ", \"next_position\": " +
-         std::to_string(token_step_position(total, ctx->global_batch, seq,
-                                            step + 1)) +
+         ", \"seq\": " + std::to_string(seq) + ", \"next_position\": " +
+         std::to_string(
+             token_step_position(total, ctx->global_batch, seq, step + 1)) +
          ", \"next_epoch\": " + std::to_string(epoch) + "}";
   } else {
     j += ", \"data\": {\"kind\": \"synthetic\"}";
@@ -757,10 +756,11 @@ std::string manifest_json(Context *ctx, int64_t step,
   for (size_t r = 0; r < files.size(); ++r) {
     if (!files[r].wrote)
       continue;
-    j += std::string(first ? "\n" : ",\n") + "    {\"file\": " +
-         json_str(rank_file_name((int64_t)r)) + ", \"rank\": " +
-         std::to_string(r) + ", \"bytes\": " + std::to_string(files[r].bytes) +
-         ", \"crc32\": \"" + hex((uint32_t)files[r].crc, 8) + "\"}";
+    j += std::string(first ? "\n" : ",\n") +
+         "    {\"file\": " + json_str(rank_file_name((int64_t)r)) +
+         ", \"rank\": " + std::to_string(r) +
+         ", \"bytes\": " + std::to_string(files[r].bytes) + ", \"crc32\": \"" +
+         hex((uint32_t)files[r].crc, 8) + "\"}";
     first = false;
   }
   j += "\n  ],\n  \"tensors\": [";
@@ -783,8 +783,8 @@ std::string manifest_json(Context *ctx, int64_t step,
       if (!writes(ctx, r, c))
         continue;
       ParamLayout l = param_layout(ctx, r.layout_desc, c);
-      j += std::string(firstShard ? "" : ", ") + "{\"file\": " +
-           json_str(rank_file_name(rank)) +
+      j += std::string(firstShard ? "" : ", ") +
+           "{\"file\": " + json_str(rank_file_name(rank)) +
            ", \"ranges\": " + ranges_json(ranges_of(l, nd)) + "}";
       firstShard = false;
     }
@@ -859,8 +859,8 @@ std::string write_checkpoint(Context *ctx, int64_t step) {
     error = make_dirs(dir);
     std::string manifest = join(dir, "manifest.json");
     if (error.empty() && ::unlink(manifest.c_str()) != 0 && errno != ENOENT)
-      error = "cannot remove the old '" + manifest + "': " +
-              std::strerror(errno);
+      error =
+          "cannot remove the old '" + manifest + "': " + std::strerror(errno);
     if (error.empty()) {
       fsync_dir(dir);
       fsync_dir(root);
@@ -950,21 +950,22 @@ std::string write_checkpoint(Context *ctx, int64_t step) {
     double ms = std::chrono::duration<double, std::milli>(
                     std::chrono::steady_clock::now() - t0)
                     .count();
-    std::printf("checkpoint: step %lld written to %s/ (%lld shard files, %lld B, "
-                "%.0f ms)\n",
-                (long long)step, dir.c_str(), (long long)count,
-                (long long)bytes, ms);
+    std::printf(
+        "checkpoint: step %lld written to %s/ (%lld shard files, %lld B, "
+        "%.0f ms)\n",
+        (long long)step, dir.c_str(), (long long)count, (long long)bytes, ms);
     std::fflush(stdout);
   }
   return dir;
 }
 
-//===--- Options ----------------------------------------------------------------===//
+//===--- Options
+//----------------------------------------------------------------===//
 
 bool parse_checkpoint_option(Context *ctx, CheckpointOptions &opts,
                              const std::string &arg, bool has_value,
-                             const std::string &value_in, int argc,
-                             char **argv, int &i, std::string &error) {
+                             const std::string &value_in, int argc, char **argv,
+                             int &i, std::string &error) {
   std::string value = value_in;
   auto take = [&]() -> bool {
     if (has_value)
@@ -1055,8 +1056,8 @@ std::string checkpoint_usage() {
 }
 
 std::string check_checkpoint_usage(const Context *ctx,
-                                   const CheckpointOptions &opts,
-                                   int64_t steps, bool dump_step0) {
+                                   const CheckpointOptions &opts, int64_t steps,
+                                   bool dump_step0) {
   (void)steps;
   if (opts.resume && !opts.init_from.empty())
     return "--resume and --init-from both set the starting weights; use one";
@@ -1077,7 +1078,8 @@ std::string check_checkpoint_usage(const Context *ctx,
   return "";
 }
 
-//===--- Reading ------------------------------------------------------------===//
+//===--- Reading
+//------------------------------------------------------------===//
 
 namespace {
 
@@ -1157,8 +1159,8 @@ std::string read_manifest(const std::string &dir, Manifest &m) {
         crc->kind != Json::String || !get_int(f.get("bytes"), bytes) ||
         name->str.find('/') != std::string::npos)
       return bad("a malformed entry in \"files\"");
-    m.files[name->str] = {bytes,
-                          (uint32_t)std::strtoul(crc->str.c_str(), nullptr, 16)};
+    m.files[name->str] = {
+        bytes, (uint32_t)std::strtoul(crc->str.c_str(), nullptr, 16)};
   }
   const Json *tensors = r.get("tensors");
   if (!tensors || tensors->kind != Json::Array)
@@ -1215,8 +1217,10 @@ std::string read_manifest(const std::string &dir, Manifest &m) {
 std::string find_checkpoint(const std::string &root, std::string &dir) {
   struct stat st;
   if (::stat(root.c_str(), &st) != 0)
-    return "--resume: the checkpoint directory '" + root + "' does not "
-           "exist (" + std::strerror(errno) + ")";
+    return "--resume: the checkpoint directory '" + root +
+           "' does not "
+           "exist (" +
+           std::strerror(errno) + ")";
   if (!S_ISDIR(st.st_mode))
     return "--resume: '" + root + "' is not a directory";
   if (is_regular(join(root, "manifest.json"))) {
@@ -1232,16 +1236,17 @@ std::string find_checkpoint(const std::string &root, std::string &dir) {
   return "--resume: no complete checkpoint in '" + root +
          "' (a complete checkpoint is a step-NNNNNN directory with a "
          "manifest.json" +
-         (all.empty() ? "" : "; those present are incomplete: a run stopped "
-                             "while writing them") +
+         (all.empty() ? ""
+                      : "; those present are incomplete: a run stopped "
+                        "while writing them") +
          ")";
 }
 
 /// Parses a safetensors header from its first bytes; `data_start` is where
 /// the data begins.
-std::string parse_safetensors_header(const std::string &path,
-                                     const char *bytes, int64_t size,
-                                     Json &header, int64_t &data_start) {
+std::string parse_safetensors_header(const std::string &path, const char *bytes,
+                                     int64_t size, Json &header,
+                                     int64_t &data_start) {
   if (size < 8)
     return path + ": truncated: " + std::to_string(size) +
            " bytes, not a safetensors file";
@@ -1252,8 +1257,7 @@ std::string parse_safetensors_header(const std::string &path,
     return path + ": truncated or not a safetensors file (its header claims " +
            std::to_string(n) + " bytes, the file has " +
            std::to_string(size - 8) + " after the length)";
-  std::string error =
-      JsonParser(bytes + 8, bytes + 8 + n).parse(header);
+  std::string error = JsonParser(bytes + 8, bytes + 8 + n).parse(header);
   if (!error.empty() || header.kind != Json::Object)
     return path + ": not a safetensors file (its header is not a JSON object" +
            (error.empty() ? "" : ": " + error) + ")";
@@ -1271,9 +1275,9 @@ std::string st_entry(const std::string &path, const Json &info,
                      const std::string &name, StEntry &e) {
   const Json *dt = info.get("dtype"), *shape = info.get("shape"),
              *off = info.get("data_offsets");
-  if (!dt || dt->kind != Json::String || !shape ||
-      shape->kind != Json::Array || !off || off->kind != Json::Array ||
-      off->arr.size() != 2 || !off->arr[0].is_int() || !off->arr[1].is_int())
+  if (!dt || dt->kind != Json::String || !shape || shape->kind != Json::Array ||
+      !off || off->kind != Json::Array || off->arr.size() != 2 ||
+      !off->arr[0].is_int() || !off->arr[1].is_int())
     return path + ": tensor '" + name + "' has a malformed header entry";
   e.dtype = dt->str;
   for (const Json &d : shape->arr) {
@@ -1368,7 +1372,8 @@ void copy_overlap(const Ranges &ranges, const std::vector<int64_t> &shard_shape,
     for (auto &b : pairs[1])
       for (auto &c : pairs[2]) {
         int64_t dbase = ((a.first * ls[1] + b.first) * ls[2] + c.first) * ls[3];
-        int64_t sbase = ((a.second * ss[1] + b.second) * ss[2] + c.second) * ss[3];
+        int64_t sbase =
+            ((a.second * ss[1] + b.second) * ss[2] + c.second) * ss[3];
         for (auto &e : pairs[3])
           dst[dbase + e.first] = src[sbase + e.second];
         copied += (int64_t)pairs[3].size();
@@ -1422,11 +1427,10 @@ std::string check_resume(Context *ctx, const std::string &dir,
     std::vector<int64_t> shape = global_shape(l, r.t->ndim);
     if (it == m.tensors.end()) {
       problems.push_back(
-          mpath + ": the checkpoint has no " + r.kind + " '" + r.name +
-          "' " + shape_list(shape) + " that this program needs" +
-          (std::string(r.kind) == "state"
-               ? " (written with another optimizer?)"
-               : " (written by another model?)"));
+          mpath + ": the checkpoint has no " + r.kind + " '" + r.name + "' " +
+          shape_list(shape) + " that this program needs" +
+          (std::string(r.kind) == "state" ? " (written with another optimizer?)"
+                                          : " (written by another model?)"));
       continue;
     }
     if (it->second.shape != shape) {
@@ -1453,7 +1457,8 @@ std::string check_resume(Context *ctx, const std::string &dir,
       else if (size != want)
         problems.push_back(file + ": " + std::to_string(size) +
                            " bytes but the manifest says " +
-                           std::to_string(want) + (size < want ? " (truncated)" : "") +
+                           std::to_string(want) +
+                           (size < want ? " (truncated)" : "") +
                            "; the checkpoint is damaged: resume from another "
                            "one with --resume DIR/step-NNNNNN");
     }
@@ -1554,7 +1559,8 @@ std::string load_resume(Context *ctx, const std::string &dir,
   return "";
 }
 
-//===--- --init-from --------------------------------------------------------===//
+//===--- --init-from
+//--------------------------------------------------------===//
 
 struct InitFile {
   Json header;
@@ -1596,12 +1602,12 @@ std::string check_init_from(Context *ctx, const std::string &path) {
   std::fclose(f);
   std::string error;
   if (got == 8 && n <= (uint64_t)g_init.size - 8 && head.size() != 8 + n)
-    error = path + ": cannot read its header of " + std::to_string(n) +
-            " bytes";
+    error =
+        path + ": cannot read its header of " + std::to_string(n) + " bytes";
   else
-    error = parse_safetensors_header(
-        path, head.data(), got < 8 ? (int64_t)got : g_init.size,
-        g_init.header, g_init.data_start);
+    error = parse_safetensors_header(path, head.data(),
+                                     got < 8 ? (int64_t)got : g_init.size,
+                                     g_init.header, g_init.data_start);
   if (!error.empty())
     return "--init-from: " + error;
   std::vector<std::string> problems;
@@ -1706,8 +1712,7 @@ std::string load_init_from(Context *ctx, const std::string &path) {
 
 } // namespace
 
-void prepare_checkpoints(Context *ctx, CheckpointOptions &opts,
-                         int64_t steps) {
+void prepare_checkpoints(Context *ctx, CheckpointOptions &opts, int64_t steps) {
   check_layouts(ctx);
   std::string error;
   // The directory checkpoints go to: created now, so that a run learns at
@@ -1784,8 +1789,8 @@ void load_checkpoints(Context *ctx, const CheckpointOptions &opts) {
             std::to_string(ctx->axis_sizes[a]);
   if (mesh.empty())
     mesh = "one rank";
-  std::printf("resume: step %lld from %s/ (%.0f ms)", (long long)opts.resume_step,
-              opts.resume_step_dir.c_str(), ms);
+  std::printf("resume: step %lld from %s/ (%.0f ms)",
+              (long long)opts.resume_step, opts.resume_step_dir.c_str(), ms);
   if (g_manifest.plan_hash != plan_hash(ctx))
     std::printf("; written under another plan (mesh %s; this run: %s), "
                 "read by global slices",
@@ -1796,19 +1801,22 @@ void load_checkpoints(Context *ctx, const CheckpointOptions &opts) {
   const Json *tr = g_manifest.training;
   int64_t v = 0;
   if (tr && get_int(tr->get("seed"), v) && v != ctx->seed)
-    std::fprintf(stderr, "planrt: warning: --resume: the checkpoint was "
+    std::fprintf(stderr,
+                 "planrt: warning: --resume: the checkpoint was "
                  "trained with seed %lld, this program uses %lld: the data "
                  "from here on differs\n",
                  (long long)v, (long long)ctx->seed);
   if (tr && get_int(tr->get("global_batch"), v) && v != ctx->global_batch)
-    std::fprintf(stderr, "planrt: warning: --resume: the checkpoint was "
+    std::fprintf(stderr,
+                 "planrt: warning: --resume: the checkpoint was "
                  "trained with a global batch of %lld, this program uses "
                  "%lld\n",
                  (long long)v, (long long)ctx->global_batch);
   const Json *data = tr ? tr->get("data") : nullptr;
   if (data && ctx->tokens_open && get_int(data->get("tokens"), v) &&
       v != ctx->tokens.total)
-    std::fprintf(stderr, "planrt: warning: --resume: the checkpoint was "
+    std::fprintf(stderr,
+                 "planrt: warning: --resume: the checkpoint was "
                  "trained on %lld tokens, the data files now hold %lld: the "
                  "batches from here on differ\n",
                  (long long)v, (long long)ctx->tokens.total);
@@ -1817,14 +1825,16 @@ void load_checkpoints(Context *ctx, const CheckpointOptions &opts) {
   if (kind && kind->kind == Json::String && kind->str == "cosine" &&
       ctx->lr_schedule_set && ctx->lr_kind == LrCosine && ctx->lr_decay <= 0 &&
       get_int(lr->get("decay_steps"), v) && v != ctx->run_steps)
-    std::fprintf(stderr, "planrt: warning: --resume: the cosine schedule "
+    std::fprintf(stderr,
+                 "planrt: warning: --resume: the cosine schedule "
                  "decayed over %lld steps (the --steps of that run) and now "
                  "decays over %lld; set decay_steps in the plan to keep it\n",
                  (long long)v, (long long)ctx->run_steps);
   std::fflush(stderr);
 }
 
-//===--- Training loop hooks ---------------------------------------------------===//
+//===--- Training loop hooks
+//---------------------------------------------------===//
 
 void begin_training(Context *ctx) {
   (void)ctx;

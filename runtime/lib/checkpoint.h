@@ -35,8 +35,8 @@ bool parse_checkpoint_option(Context *ctx, CheckpointOptions &opts,
 std::string checkpoint_usage();
 /// Usage errors (exit code 2): conflicting options. "" if none.
 std::string check_checkpoint_usage(const Context *ctx,
-                                   const CheckpointOptions &opts,
-                                   int64_t steps, bool dump_step0);
+                                   const CheckpointOptions &opts, int64_t steps,
+                                   bool dump_step0);
 
 /// Before start() (after the world-size check): creates the checkpoint
 /// directory, finds and checks the checkpoint --resume reads (manifest,

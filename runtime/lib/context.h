@@ -38,6 +38,12 @@ struct ParamDesc {
   Tensor t; // the parameter (device memory once started; null if unowned)
 };
 
+namespace internal {
+/// Fatal unless the shard axes and segments of `p` (a parameter's or a state
+/// tensor's layout; `what` names the kind in the message) are consistent.
+void validate_layout(Context *ctx, const ParamDesc &p, const char *what);
+} // namespace internal
+
 /// A persistent optimizer-state tensor (declare_state).
 struct StateDesc {
   std::string name;
@@ -46,7 +52,7 @@ struct StateDesc {
   // parameters; checkpoints use it to write and read shards.
   std::vector<int64_t> shard_axes[4];
   std::vector<int64_t> segments[4];
-  Tensor t;           // zeroed at start (null data if the stage is unowned)
+  Tensor t; // zeroed at start (null data if the stage is unowned)
 };
 
 struct InputDesc {
@@ -171,7 +177,7 @@ struct Context {
   // The stash: (slot, mb) -> entry; alloc_stash allocations by base address.
   struct StashEntry {
     Tensor t;
-    int64_t readers = 0; // releases still expected
+    int64_t readers = 0;   // releases still expected
     char *alloc = nullptr; // the alloc_stash allocation holding t (or null)
   };
   std::map<std::pair<int64_t, int64_t>, StashEntry> stash;

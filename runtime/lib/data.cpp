@@ -13,8 +13,8 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <csignal>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <initializer_list>
@@ -318,15 +318,18 @@ std::string internal::try_write_file(const std::string &path,
       return "cannot open '" + path + "' for writing: " + std::strerror(errno);
   } else {
     size_t slash = path.rfind('/');
-    std::string dir = slash == std::string::npos ? "" : path.substr(0, slash + 1);
-    std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
+    std::string dir =
+        slash == std::string::npos ? "" : path.substr(0, slash + 1);
+    std::string base =
+        slash == std::string::npos ? path : path.substr(slash + 1);
     tmp = dir + "." + base + ".tmp-XXXXXX";
     std::vector<char> name(tmp.begin(), tmp.end());
     name.push_back('\0');
     int fd = mkstemp(name.data());
     if (fd < 0)
       return "cannot write '" + path + "': cannot create a temporary file in " +
-             (dir.empty() ? std::string("the current directory") : "'" + dir + "'") +
+             (dir.empty() ? std::string("the current directory")
+                          : "'" + dir + "'") +
              ": " + std::strerror(errno);
     tmp = name.data();
     remove_on_signal(tmp);
@@ -370,7 +373,8 @@ std::string internal::try_write_file(const std::string &path,
   remove_on_signal("");
   if (!in_place) { // make the rename itself durable
     size_t slash = path.rfind('/');
-    std::string dir = slash == std::string::npos ? "." : path.substr(0, slash + 1);
+    std::string dir =
+        slash == std::string::npos ? "." : path.substr(0, slash + 1);
     int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
     if (dfd >= 0) {
       ::fsync(dfd);
@@ -406,12 +410,11 @@ std::string internal::check_output_path(const std::string &path) {
                     : slash == 0               ? "/"
                                                : path.substr(0, slash);
   if (::stat(dir.c_str(), &st) != 0)
-    return errno == ENOTDIR
-               ? "cannot write '" + path + "': a parent of '" + dir +
-                     "' is not a directory"
-               : "cannot write '" + path + "': the directory '" + dir +
-                     "' does not exist (" + std::strerror(errno) +
-                     "); create it first";
+    return errno == ENOTDIR ? "cannot write '" + path + "': a parent of '" +
+                                  dir + "' is not a directory"
+                            : "cannot write '" + path + "': the directory '" +
+                                  dir + "' does not exist (" +
+                                  std::strerror(errno) + "); create it first";
   if (!S_ISDIR(st.st_mode))
     return "cannot write '" + path + "': '" + dir + "' is not a directory";
   if (::access(dir.c_str(), W_OK | X_OK) != 0)

@@ -49,31 +49,7 @@ std::string mesh_str(const Context *ctx) {
 void validate(Context *ctx) {
   int64_t naxes = (int64_t)ctx->axis_sizes.size();
   for (auto &p : ctx->params)
-    for (int d = 0; d < 4; ++d) {
-      for (int64_t ax : p.shard_axes[d])
-        if (ax >= naxes)
-          fatal("parameter '%s': shard axis %lld is not a declared mesh axis "
-                "(%lld axes)",
-                p.name.c_str(), (long long)ax, (long long)naxes);
-      if (p.segments[d].empty())
-        continue;
-      int64_t blocks = param_dim_blocks(ctx, p, d), sum = 0;
-      for (size_t k = 0; k < p.segments[d].size(); ++k) {
-        int64_t s = p.segments[d][k];
-        if (s % blocks != 0)
-          fatal("parameter '%s': segment %zu of dimension %d has size %lld, "
-                "which does not split evenly over the %lld blocks of the "
-                "dimension's mesh axes",
-                p.name.c_str(), k, d, (long long)s, (long long)blocks);
-        sum += s;
-      }
-      if (sum != p.t.shape[d] * blocks)
-        fatal("parameter '%s': the segments of dimension %d sum to %lld but "
-              "the global dimension is %lld (local %lld x %lld blocks)",
-              p.name.c_str(), d, (long long)sum,
-              (long long)(p.t.shape[d] * blocks), (long long)p.t.shape[d],
-              (long long)blocks);
-    }
+    internal::validate_layout(ctx, p, "parameter");
   for (auto &in : ctx->inputs)
     if (in.batch_axis >= naxes)
       fatal("input '%s': batch axis %lld is not a declared mesh axis (%lld "
@@ -133,20 +109,6 @@ void validate(Context *ctx) {
           (long long)x->t.shape[0], (long long)(global_rows / x->t.shape[0]));
 }
 
-/// Tokens of the global batch: global rows x the other dims of the first I32
-/// input (0 if there is none).
-int64_t global_batch_tokens(const Context *ctx) {
-  for (auto &in : ctx->inputs) {
-    if (in.t.dtype != I32)
-      continue;
-    int64_t n = in.t.numel();
-    if (in.batch_axis >= 0 && in.batch_axis < (int64_t)ctx->axis_sizes.size())
-      n *= ctx->axis_sizes[in.batch_axis];
-    return n;
-  }
-  return 0;
-}
-
 void allocate_tensor(Context *ctx, Tensor *t) {
   t->data = (float *)backend::alloc_bytes(
       ctx, (size_t)t->numel() * sizeof(float) + (t->numel() ? 0 : 4));
@@ -185,8 +147,8 @@ std::string usage(const char *program) {
          "  --prompt TEXT      the text generation starts from (default: "
          "\"The \")\n"
          "  --temperature T    sampling temperature, 0 = greedy (default "
-         "0.8)\n"
-         + internal::checkpoint_usage() +
+         "0.8)\n" +
+         internal::checkpoint_usage() +
          "  --log-json PATH    write one JSON object per step to PATH (rank "
          "0; step, loss,\n"
          "                     lr, grad_norm, tokens_per_s, step_time_s, "
@@ -277,8 +239,8 @@ std::vector<std::string> check_run_options(
                   "language model such as examples/tiny-gpt.plan"));
     return problems;
   }
-  int64_t vocab = ctx->token_vocab > 0 ? ctx->token_vocab
-                                       : ctx->generation_classes;
+  int64_t vocab =
+      ctx->token_vocab > 0 ? ctx->token_vocab : ctx->generation_classes;
   for (size_t i = 0; i < prompt.size() && vocab > 0; ++i) {
     unsigned char b = (unsigned char)prompt[i];
     if (b < vocab)
@@ -365,6 +327,52 @@ void pipeline_report(Context *ctx) {
 
 } // namespace
 
+/// Fatal unless `p`'s shard axes are declared and its segments split evenly
+/// and sum to the global dimension (a code generator bug otherwise).
+void internal::validate_layout(Context *ctx, const ParamDesc &p,
+                               const char *what) {
+  int64_t naxes = (int64_t)ctx->axis_sizes.size();
+  for (int d = 0; d < 4; ++d) {
+    for (int64_t ax : p.shard_axes[d])
+      if (ax >= naxes)
+        fatal("%s '%s': shard axis %lld is not a declared mesh axis "
+              "(%lld axes)",
+              what, p.name.c_str(), (long long)ax, (long long)naxes);
+    if (p.segments[d].empty())
+      continue;
+    int64_t blocks = param_dim_blocks(ctx, p, d), sum = 0;
+    for (size_t k = 0; k < p.segments[d].size(); ++k) {
+      int64_t s = p.segments[d][k];
+      if (s % blocks != 0)
+        fatal("%s '%s': segment %zu of dimension %d has size %lld, "
+              "which does not split evenly over the %lld blocks of the "
+              "dimension's mesh axes",
+              what, p.name.c_str(), k, d, (long long)s, (long long)blocks);
+      sum += s;
+    }
+    if (sum != p.t.shape[d] * blocks)
+      fatal("%s '%s': the segments of dimension %d sum to %lld but "
+            "the global dimension is %lld (local %lld x %lld blocks)",
+            what, p.name.c_str(), d, (long long)sum,
+            (long long)(p.t.shape[d] * blocks), (long long)p.t.shape[d],
+            (long long)blocks);
+  }
+}
+
+/// Tokens of the global batch: global rows x the other dims of the first I32
+/// input (0 if there is none).
+int64_t internal::global_batch_tokens(const Context *ctx) {
+  for (auto &in : ctx->inputs) {
+    if (in.t.dtype != I32)
+      continue;
+    int64_t n = in.t.numel();
+    if (in.batch_axis >= 0 && in.batch_axis < (int64_t)ctx->axis_sizes.size())
+      n *= ctx->axis_sizes[in.batch_axis];
+    return n;
+  }
+  return 0;
+}
+
 /// Ranks that record observe() for --dump-step0: rank 0, and with a
 /// pipeline every rank with coordinate 0 on the other axes (the stages'
 /// owners; rank 0 collects their tensors before writing).
@@ -400,7 +408,8 @@ static void gather_observed(Context *ctx) {
       buf.insert(buf.end(), o.shape.begin(), o.shape.end());
       at = buf.size();
       buf.resize(at + (o.data.size() * sizeof(float) + 7) / 8);
-      std::memcpy(buf.data() + at, o.data.data(), o.data.size() * sizeof(float));
+      std::memcpy(buf.data() + at, o.data.data(),
+                  o.data.size() * sizeof(float));
     }
     int64_t n = (int64_t)buf.size();
     watchdog::Op to0 = watchdog::peer_op("--dump-step0", 0, true);
@@ -416,8 +425,8 @@ static void gather_observed(Context *ctx) {
     watchdog::Op from = watchdog::peer_op("--dump-step0", src, false);
     watchdog::recv(ctx, &n, 1, MPI_INT64_T, src, 0, MPI_COMM_WORLD, from);
     std::vector<int64_t> buf((size_t)n);
-    watchdog::recv(ctx, buf.data(), (int)n, MPI_INT64_T, src, 0,
-                   MPI_COMM_WORLD, from);
+    watchdog::recv(ctx, buf.data(), (int)n, MPI_INT64_T, src, 0, MPI_COMM_WORLD,
+                   from);
     for (size_t at = 0; at < buf.size();) {
       ObservedTensor o;
       size_t name_len = (size_t)buf[at], ndim = (size_t)buf[at + 1],
@@ -528,8 +537,7 @@ namespace internal {
 /// program exits with code 1 on every rank (nothing was overwritten: see
 /// try_write_safetensors). Collective with several ranks.
 static void exit_if_write_failed(Context *ctx, const char *option,
-                                 const std::string &path,
-                                 std::string error) {
+                                 const std::string &path, std::string error) {
   if (ctx->use_mpi && ctx->world > 1) {
     int n = (int)error.size();
     watchdog::Op op = watchdog::group_op(option, -1);
@@ -672,7 +680,7 @@ std::string step_line(const Context *ctx, int64_t step, int64_t steps,
     n += std::snprintf(buf + n, sizeof(buf) - n, " | grad norm %.4e",
                        (double)ctx->last_grad_norm);
   n += std::snprintf(buf + n, sizeof(buf) - n, " | %.2f ms", ms);
-  int64_t tokens = global_batch_tokens(ctx);
+  int64_t tokens = internal::global_batch_tokens(ctx);
   if (tokens > 0 || ctx->lr_schedule_set)
     n += std::snprintf(buf + n, sizeof(buf) - n, " | lr %.3e",
                        (double)ctx->last_lr);
@@ -720,7 +728,8 @@ std::vector<float> train(Context *ctx, void (*step)(Context *), int64_t steps,
     double ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
     losses.push_back(ctx->last_loss);
     if (ctx->trace) {
-      trace::slice(ctx, "data", "data", tb, t0, "\"step\":" + std::to_string(s));
+      trace::slice(ctx, "data", "data", tb, t0,
+                   "\"step\":" + std::to_string(s));
       trace::slice(ctx, ("step " + std::to_string(s)).c_str(), "step", t0, t1,
                    "\"step\":" + std::to_string(s));
       trace::flush(ctx);
@@ -744,9 +753,9 @@ std::vector<float> train(Context *ctx, void (*step)(Context *), int64_t steps,
     if (s == 1 && !ctx->dump_step0_path.empty()) {
       gather_observed(ctx);
       std::string error;
-      size_t written =
-          ctx->rank == 0 ? write_observed(ctx, ctx->dump_step0_path, &error)
-                         : 1;
+      size_t written = ctx->rank == 0
+                           ? write_observed(ctx, ctx->dump_step0_path, &error)
+                           : 1;
       exit_if_write_failed(ctx, "--dump-step0", ctx->dump_step0_path, error);
       if (ctx->rank == 0 && written == 0) {
         std::fprintf(stderr,
@@ -906,9 +915,8 @@ void save_safetensors(Context *ctx, const std::string &path,
     ParamLayout layout = param_layout(ctx, p, ctx->coords);
     std::vector<int64_t> want = holder_coords(ctx, p);
     bool holder = is_holder(ctx->coords, want);
-    int64_t global_elems =
-        layout.global[0] * layout.global[1] * layout.global[2] *
-        layout.global[3];
+    int64_t global_elems = layout.global[0] * layout.global[1] *
+                           layout.global[2] * layout.global[3];
     std::vector<float> whole;
     int first = 0; // world rank of the first holder (it gets the tensor)
     for (int64_t r = 0; r < ctx->world; ++r)
@@ -1104,8 +1112,7 @@ int run(int argc, char **argv, const char *program_name,
     } else if (arg == "--quiet" && !has_value) {
       quiet = true;
     } else if (internal::parse_checkpoint_option(ctx, ckpt, arg, has_value,
-                                                 value, argc, argv, i,
-                                                 error)) {
+                                                 value, argc, argv, i, error)) {
     } else {
       error = "unknown option '" + std::string(argv[i]) + "'";
     }
@@ -1113,8 +1120,8 @@ int run(int argc, char **argv, const char *program_name,
   if (error.empty() && save_every > 0 && save_path.empty())
     error = "--save-every needs --save PATH to name the files";
   if (error.empty())
-    error = internal::check_checkpoint_usage(ctx, ckpt, steps,
-                                             !dump_path.empty());
+    error =
+        internal::check_checkpoint_usage(ctx, ckpt, steps, !dump_path.empty());
   if (error.empty() && !dump_path.empty() && steps < 1)
     error = "--dump-step0 writes what step 1 observed but the run has no "
             "step (--steps 0); run at least one step";
@@ -1146,11 +1153,14 @@ int run(int argc, char **argv, const char *program_name,
   // What the options need, checked by every rank before any collective and
   // before step 1: one line per problem, exit code 1.
   std::vector<std::string> problems = check_run_options(
-      ctx, {{"--save", save_path}, {"--save-init", init_path},
-            {"--dump-step0", dump_path}, {"--log-json", report.log_json},
-            {"--trace", report.trace.empty()
-                            ? report.trace
-                            : trace::rank_path(report.trace, ctx->rank)}},
+      ctx,
+      {{"--save", save_path},
+       {"--save-init", init_path},
+       {"--dump-step0", dump_path},
+       {"--log-json", report.log_json},
+       {"--trace", report.trace.empty()
+                       ? report.trace
+                       : trace::rank_path(report.trace, ctx->rank)}},
       generate, prompt, prompt_set, temperature_set);
   if (!problems.empty()) {
     for (const std::string &p : problems)

@@ -124,8 +124,7 @@ std::string generate(Context *ctx, const std::string &prompt, int64_t count,
     if (ctx->pipeline_axis >= 0 && ctx->use_mpi && ctx->world > 1) {
       int mine = ctx->captured_shape.empty() ? ctx->world : ctx->rank;
       watchdog::allreduce(ctx, &mine, &sampler, 1, MPI_INT, MPI_MIN,
-                          MPI_COMM_WORLD,
-                          watchdog::group_op("--generate", -1));
+                          MPI_COMM_WORLD, watchdog::group_op("--generate", -1));
       if (sampler == ctx->world)
         sampler = 0; // nobody captured: rank 0 reports it below
     }

@@ -12,8 +12,8 @@
 //===----------------------------------------------------------------------===//
 
 #include "context.h"
-#include "trace.h"
 #include "planrt/internal.h"
+#include "trace.h"
 
 #include <mpi.h>
 
@@ -79,7 +79,8 @@ void check_mpi(int rc, const char *call) {
     fatal("%s failed (code %d)", call, rc);
 }
 
-void free_stash_alloc(Context *ctx, std::map<char *, Context::StashAlloc>::iterator it) {
+void free_stash_alloc(Context *ctx,
+                      std::map<char *, Context::StashAlloc>::iterator it) {
   backend::free_bytes(ctx, it->first);
   ctx->stash_live_bytes -= (int64_t)it->second.bytes;
   ctx->stash_allocs.erase(it);
@@ -87,11 +88,12 @@ void free_stash_alloc(Context *ctx, std::map<char *, Context::StashAlloc>::itera
 
 /// The alloc_stash allocation containing p (end()).
 std::map<char *, Context::StashAlloc>::iterator find_alloc(Context *ctx,
-                                                            const void *p) {
+                                                           const void *p) {
   auto &allocs = ctx->stash_allocs;
   if (allocs.empty() || !p)
     return allocs.end();
-  auto it = allocs.upper_bound(const_cast<char *>(static_cast<const char *>(p)));
+  auto it =
+      allocs.upper_bound(const_cast<char *>(static_cast<const char *>(p)));
   if (it == allocs.begin())
     return allocs.end();
   --it;
@@ -235,8 +237,7 @@ void check_p2p_message(Context *ctx, const Tensor *out, int64_t axis,
           "is %s but the receiving tensor %s is %s (rank %d)",
           (long long)peer, (long long)axis,
           ctx->axis_names[(size_t)axis].c_str(), dtype == F32 ? "f32" : "i32",
-          shape_str(out).c_str(), out->dtype == F32 ? "f32" : "i32",
-          ctx->rank);
+          shape_str(out).c_str(), out->dtype == F32 ? "f32" : "i32", ctx->rank);
 }
 
 void pipeline_end_step(Context *ctx, const char *when) {
@@ -286,8 +287,7 @@ int64_t stash_allocations(const Context *ctx) {
   return (int64_t)ctx->stash_allocs.size();
 }
 std::vector<int64_t> pipeline_peaks(const Context *ctx) {
-  std::vector<int64_t> v((size_t)std::max<int64_t>(ctx->pipeline_stages, 0),
-                         0);
+  std::vector<int64_t> v((size_t)std::max<int64_t>(ctx->pipeline_stages, 0), 0);
   for (auto &kv : ctx->in_flight_peak)
     if (kv.first >= 0 && kv.first < (int64_t)v.size())
       v[(size_t)kv.first] = kv.second;
@@ -350,8 +350,8 @@ int64_t owns_stage(Context *ctx, int64_t stage) {
   if (stage < 0 || ctx->pipeline_axis < 0)
     return 1;
   if (stage >= ctx->pipeline_stages)
-    fatal("owns_stage: stage %lld out of range (%lld stages)",
-          (long long)stage, (long long)ctx->pipeline_stages);
+    fatal("owns_stage: stage %lld out of range (%lld stages)", (long long)stage,
+          (long long)ctx->pipeline_stages);
   return stage_owner(ctx, stage) == pipeline_coord(ctx) ? 1 : 0;
 }
 

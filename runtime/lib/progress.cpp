@@ -24,8 +24,8 @@ namespace planrt {
 using Clock = std::chrono::steady_clock;
 
 struct Progress {
-  bool interactive = false; // the in-place line (rank 0)
-  bool line_open = false;   // a progress line was printed without newline
+  bool interactive = false;  // the in-place line (rank 0)
+  bool line_open = false;    // a progress line was printed without newline
   std::FILE *json = nullptr; // --log-json (rank 0)
   bool log_json = false;     // --log-json given (every rank: the summary)
   double peak = 0;           // FLOP/s of one device, 0: unknown
@@ -47,20 +47,6 @@ void ProgressDeleter::operator()(Progress *p) const {
 namespace internal {
 
 namespace {
-
-/// Tokens of the global batch (as the step line counts them): global rows x
-/// the other dims of the first I32 input; 0 if there is none.
-int64_t batch_tokens(const Context *ctx) {
-  for (auto &in : ctx->inputs) {
-    if (in.t.dtype != I32)
-      continue;
-    int64_t n = in.t.numel();
-    if (in.batch_axis >= 0 && in.batch_axis < (int64_t)ctx->axis_sizes.size())
-      n *= ctx->axis_sizes[in.batch_axis];
-    return n;
-  }
-  return 0;
-}
 
 /// A JSON number (%.9e: the digits of the step line's loss), null if not
 /// finite.
@@ -176,8 +162,7 @@ void report_open(Context *ctx, const ReportOptions &o) {
   if (o.peak_flops > 0) {
     p->peak = o.peak_flops;
     p->peak_source = "--peak-flops";
-  } else if (const char *env = std::getenv("PLANRT_PEAK_FLOPS");
-             env && *env) {
+  } else if (const char *env = std::getenv("PLANRT_PEAK_FLOPS"); env && *env) {
     char *end = nullptr;
     double v = std::strtod(env, &end);
     if (*end || !(v > 0) || !std::isfinite(v))
@@ -232,9 +217,9 @@ void report_step(Context *ctx, int64_t step, int64_t steps, double ms,
                    : std::nan("");
   if (std::isfinite(mfu))
     p->mfu_sum += mfu;
-  int64_t tokens = batch_tokens(ctx);
-  double tok_s = tokens > 0 && seconds > 0 ? (double)tokens / seconds
-                                           : std::nan("");
+  int64_t tokens = global_batch_tokens(ctx);
+  double tok_s =
+      tokens > 0 && seconds > 0 ? (double)tokens / seconds : std::nan("");
   if (p->json) {
     std::string line =
         "{\"type\":\"step\",\"step\":" + std::to_string(step) +
@@ -277,9 +262,9 @@ void report_step(Context *ctx, int64_t step, int64_t steps, double ms,
           : elapsed;
   double eta = per_step * double(std::max<int64_t>(0, steps - step));
   char buf[512];
-  int n = std::snprintf(buf, sizeof(buf), "step %lld/%lld | loss %.4e",
-                        (long long)step, (long long)steps,
-                        (double)ctx->last_loss);
+  int n =
+      std::snprintf(buf, sizeof(buf), "step %lld/%lld | loss %.4e",
+                    (long long)step, (long long)steps, (double)ctx->last_loss);
   if (ctx->lr_reported)
     n += std::snprintf(buf + n, sizeof(buf) - n, " | lr %.3e",
                        (double)ctx->last_lr);
@@ -340,13 +325,11 @@ void report_summary(Context *ctx, int64_t steps) {
   };
   double elapsed =
       std::chrono::duration<double>(Clock::now() - p->start).count();
-  int64_t tokens = batch_tokens(ctx);
+  int64_t tokens = global_batch_tokens(ctx);
   std::string line =
       "{\"type\":\"summary\",\"steps\":" + std::to_string(steps) +
-      ",\"final_loss\":" +
-      num(steps > 0 ? ctx->last_loss : std::nan("")) +
-      ",\"elapsed_s\":" + num(elapsed, "%.3f") +
-      ",\"mean_step_time_s\":" +
+      ",\"final_loss\":" + num(steps > 0 ? ctx->last_loss : std::nan("")) +
+      ",\"elapsed_s\":" + num(elapsed, "%.3f") + ",\"mean_step_time_s\":" +
       num(p->steps_done ? p->step_seconds / p->steps_done : std::nan(""),
           "%.6f") +
       ",\"tokens_per_s\":" +

@@ -1,4 +1,5 @@
-//===- progress.h - What a run reports per step ------------------*- C++ -*-===//
+//===- progress.h - What a run reports per step ------------------*- C++
+//-*-===//
 //
 // Private to the runtime libraries. The step report of planrt::run (rank 0):
 //   - on a terminal, one progress line rewritten in place (step/total, loss,

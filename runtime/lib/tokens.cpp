@@ -256,15 +256,15 @@ void fill_tokens(Context *ctx, int64_t step) {
   if (ctx->token_vocab > 0) {
     // Ids outside the vocabulary are reported here, where their file and
     // position are known (the embedding kernel only sees the id).
-    int64_t pos0 =
-        internal::token_step_position(ctx->tokens.total, io.global_rows,
-                                      io.seq, step) +
-        row0 * io.seq;
+    int64_t pos0 = internal::token_step_position(ctx->tokens.total,
+                                                 io.global_rows, io.seq, step) +
+                   row0 * io.seq;
     for (int64_t r = 0; r < io.rows; ++r)
       for (int64_t c = 0; c <= io.seq; ++c) {
         // Row r's window: inputs [r*S, r*S + S), labels one further.
-        int32_t id = c < io.seq ? ctx->token_inputs[(size_t)(r * io.seq + c)]
-                                : ctx->token_labels[(size_t)(r * io.seq + c - 1)];
+        int32_t id = c < io.seq
+                         ? ctx->token_inputs[(size_t)(r * io.seq + c)]
+                         : ctx->token_labels[(size_t)(r * io.seq + c - 1)];
         if (id >= 0 && id < ctx->token_vocab)
           continue;
         int64_t at = pos0 + r * io.seq + c;

@@ -23,10 +23,10 @@ namespace trace {
 struct Trace {
   std::FILE *file = nullptr;
   std::string path;
-  bool first = true;          // no event written yet (no comma before it)
-  int64_t epoch_ns = 0;       // wall-clock time of `base`
-  Clock::time_point base;     // the barrier after open
-  Clock::time_point unit_t0;  // start of the open pipeline unit
+  bool first = true;         // no event written yet (no comma before it)
+  int64_t epoch_ns = 0;      // wall-clock time of `base`
+  Clock::time_point base;    // the barrier after open
+  Clock::time_point unit_t0; // start of the open pipeline unit
   std::map<int64_t, std::string> async_args; // busy slots
   int pid = 0;
 };
@@ -144,9 +144,8 @@ std::string open(Context *ctx, const std::string &path) {
                 json_str(ctx->program + " rank " + pid) + "}}");
   // Where the time base came from, for tools (merge-traces.py).
   emit(*tr, "{\"name\":\"planrt_trace\",\"ph\":\"M\",\"pid\":" + pid +
-                ",\"args\":{\"rank\":" + pid +
-                ",\"world\":" + std::to_string(ctx->world) +
-                ",\"pipeline_coord\":" +
+                ",\"args\":{\"rank\":" + pid + ",\"world\":" +
+                std::to_string(ctx->world) + ",\"pipeline_coord\":" +
                 std::to_string(ctx->pipeline_axis >= 0
                                    ? ctx->coords[(size_t)ctx->pipeline_axis]
                                    : 0) +
@@ -209,14 +208,13 @@ void unit_begin(Context *ctx) { ctx->trace->unit_t0 = Clock::now(); }
 void unit_end(Context *ctx) {
   static const char *letters[] = {"F", "B", "W"};
   static const char *cats[] = {"forward", "backward", "weight_grad"};
-  int64_t ph = ctx->unit_phase >= 0 && ctx->unit_phase <= 2 ? ctx->unit_phase
-                                                            : 0;
+  int64_t ph =
+      ctx->unit_phase >= 0 && ctx->unit_phase <= 2 ? ctx->unit_phase : 0;
   std::string name = letters[ph] + std::to_string(ctx->unit_mb);
   slice(ctx, name.c_str(), cats[ph], ctx->trace->unit_t0, Clock::now(),
-        "\"stage\":" + std::to_string(ctx->unit_stage) +
-            ",\"microbatch\":" + std::to_string(ctx->unit_mb) +
-            ",\"phase\":\"" + cats[ph] + "\",\"last\":" +
-            std::to_string(ctx->unit_last) +
+        "\"stage\":" + std::to_string(ctx->unit_stage) + ",\"microbatch\":" +
+            std::to_string(ctx->unit_mb) + ",\"phase\":\"" + cats[ph] +
+            "\",\"last\":" + std::to_string(ctx->unit_last) +
             ",\"step\":" + std::to_string(ctx->step));
 }
 

@@ -46,8 +46,8 @@ std::string mask_name(const Context *ctx, int64_t axis_mask);
 
 /// One "X" slice [t0, t1) with `args` (a JSON object's members, without
 /// braces, may be empty).
-void slice(Context *ctx, const char *name, const char *cat, Clock::time_point t0,
-           Clock::time_point t1, const std::string &args);
+void slice(Context *ctx, const char *name, const char *cat,
+           Clock::time_point t0, Clock::time_point t1, const std::string &args);
 /// Async span of a non-blocking collective on `slot`: begins now / ends now.
 void async_begin(Context *ctx, int64_t slot, const std::string &args);
 void async_end(Context *ctx, int64_t slot);

@@ -1,4 +1,5 @@
-//===- watchdog.cpp - Timeouts on every wait for other ranks ---------------===//
+//===- watchdog.cpp - Timeouts on every wait for other ranks
+//---------------===//
 //
 // See watchdog.h. Who is missing: when a wait expires, the rank sends a
 // query to every other member of the group it waited on (over a
@@ -52,9 +53,9 @@ struct Reply {
 struct State {
   MPI_Comm comm = MPI_COMM_NULL;
   void (*hook)(Context *) = nullptr;
-  bool waiting = false; // inside a Wait
-  Op op;                // the current wait's
-  double since = 0;     // its start (now())
+  bool waiting = false;                             // inside a Wait
+  Op op;                                            // the current wait's
+  double since = 0;                                 // its start (now())
   std::list<std::pair<MPI_Request, Reply>> replies; // answers being sent
 };
 
@@ -165,13 +166,13 @@ std::vector<int> group_members(const Context *ctx, int64_t mask) {
   return members;
 }
 
-std::string describe_fields(const Context *ctx, const char *name,
-                            int64_t mask, int peer, bool to_peer, int64_t axis,
+std::string describe_fields(const Context *ctx, const char *name, int64_t mask,
+                            int peer, bool to_peer, int64_t axis,
                             int64_t coord) {
   std::string s = name;
   if (peer >= 0) {
-    s += std::string(to_peer ? " to" : " from") +
-         " rank " + std::to_string(peer);
+    s += std::string(to_peer ? " to" : " from") + " rank " +
+         std::to_string(peer);
     if (axis < 0 && ctx->started && peer < ctx->world &&
         ctx->coords.size() == ctx->axis_sizes.size()) {
       // The neighbour's axis: the one coordinate that differs.
@@ -194,8 +195,7 @@ std::string describe_fields(const Context *ctx, const char *name,
   if (mask < -1) // no group: the device's own work
     return s;
   if (mask < 0)
-    return s + " over every rank (" + ranks_word(group_members(ctx, -1)) +
-           ")";
+    return s + " over every rank (" + ranks_word(group_members(ctx, -1)) + ")";
   std::string axes;
   int n = 0;
   for (size_t a = 0; a < ctx->axis_names.size(); ++a)
@@ -208,8 +208,7 @@ std::string describe_fields(const Context *ctx, const char *name,
   return s;
 }
 
-[[noreturn]] void expire(Context *ctx, State *s, const Op &op,
-                         double waited) {
+[[noreturn]] void expire(Context *ctx, State *s, const Op &op, double waited) {
   std::vector<int> members;
   if (op.peer >= 0)
     members.push_back(op.peer);
@@ -223,8 +222,8 @@ std::string describe_fields(const Context *ctx, const char *name,
   std::vector<Reply> answers(members.size());
   for (size_t i = 0; i < members.size(); ++i) {
     MPI_Isend(&query, 1, MPI_INT, members[i], kQueryTag, s->comm, &sends[i]);
-    MPI_Irecv(&answers[i], (int)sizeof(Reply), MPI_BYTE, members[i],
-              kReplyTag, s->comm, &recvs[i]);
+    MPI_Irecv(&answers[i], (int)sizeof(Reply), MPI_BYTE, members[i], kReplyTag,
+              s->comm, &recvs[i]);
   }
   std::vector<int> got(members.size(), 0);
   double grace = std::min(1.0, ctx->timeout_s), until = now() + grace;
@@ -256,9 +255,8 @@ std::string describe_fields(const Context *ctx, const char *name,
       // (e.g. resumed after a stop).
       if (a.waited < waited - 1.0) {
         char buf[160];
-        std::snprintf(buf, sizeof(buf),
-                      "; rank %d joined it only %.1f s ago", members[i],
-                      a.waited);
+        std::snprintf(buf, sizeof(buf), "; rank %d joined it only %.1f s ago",
+                      members[i], a.waited);
         late += buf;
       } else {
         same.push_back(members[i]);
@@ -399,8 +397,8 @@ std::string last_good_checkpoint(const Context *ctx) {
     int64_t step = std::strtoll(n.c_str() + 5, nullptr, 10);
     std::string manifest = ctx->checkpoint_dir + "/" + n + "/manifest.json";
     struct stat st;
-    if (step < ctx->step && step > best &&
-        ::stat(manifest.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
+    if (step < ctx->step && step > best && ::stat(manifest.c_str(), &st) == 0 &&
+        S_ISREG(st.st_mode)) {
       best = step;
       best_name = n;
     }
@@ -442,18 +440,17 @@ void check_finite(Context *ctx) {
                     (long long)ctx->step, (double)ctx->last_grad_norm,
                     (double)ctx->last_loss);
     std::string ckpt = last_good_checkpoint(ctx);
-    std::fprintf(stderr,
-                 "planrt: error: %s%s: training diverged; stopping every "
-                 "rank (exit code 1); %s\n",
-                 head, ctx->world > 1 ? (" on rank " + std::to_string(
-                                                           ctx->rank))
-                                            .c_str()
-                                      : "",
-                 ckpt.empty() ? "no checkpoint was written"
-                              : ("the last good checkpoint is " + ckpt +
-                                 " (continue from it with --resume " + ckpt +
-                                 ", e.g. with a lower learning rate)")
-                                    .c_str());
+    std::fprintf(
+        stderr,
+        "planrt: error: %s%s: training diverged; stopping every "
+        "rank (exit code 1); %s\n",
+        head,
+        ctx->world > 1 ? (" on rank " + std::to_string(ctx->rank)).c_str() : "",
+        ckpt.empty() ? "no checkpoint was written"
+                     : ("the last good checkpoint is " + ckpt +
+                        " (continue from it with --resume " + ckpt +
+                        ", e.g. with a lower learning rate)")
+                           .c_str());
   }
   std::fflush(stderr);
   std::fflush(stdout);

@@ -44,8 +44,8 @@ TEST_F(PipelineTest, StashViewsShareOneAllocationFreedAfterTheLastRelease) {
   Tensor *a = alloc_stash(ctx, 2, 4, 8, 1, 1);
   internal::from_host(ctx, a, std::vector<float>(32, 2.5f));
   EXPECT_EQ(internal::stash_live_bytes(ctx), 128);
-  stash_put(ctx, a, 0, 0, 2);                        // two readers
-  stash_put(ctx, rows(ctx, a, 1, 2), 1, 0, 1);       // a block of rows
+  stash_put(ctx, a, 0, 0, 2);                  // two readers
+  stash_put(ctx, rows(ctx, a, 1, 2), 1, 0, 1); // a block of rows
   stash_put(ctx, subview(ctx, a, 30, 1, 2, 1, 1, 1), 2, 0, 1);
   stash_put(ctx, param(ctx, 0), 3, 0, 1);            // persistent memory
   Tensor *unused = alloc_stash(ctx, 1, 10, 1, 1, 1); // never put

@@ -34,8 +34,9 @@ std::optional<Run> runSchedule(Kind k, Shape s, const Costs &c) {
   Program prog = chainProgram(s, splitsWeightGrad(k), *order, c);
   auto tl = simulate(prog, inFlightBounds(k, s));
   if (!tl) {
-    ADD_FAILURE() << kindName(k).str() << " p=" << s.ranks << " v=" << s.virtualStages
-                  << " m=" << s.microbatches << ": " << errText(tl.takeError());
+    ADD_FAILURE() << kindName(k).str() << " p=" << s.ranks
+                  << " v=" << s.virtualStages << " m=" << s.microbatches << ": "
+                  << errText(tl.takeError());
     return std::nullopt;
   }
   return Run{std::move(prog), std::move(*tl)};
@@ -43,7 +44,9 @@ std::optional<Run> runSchedule(Kind k, Shape s, const Costs &c) {
 
 // f = b = w = 1: split kinds run B and W as 1 each, the others B = b + w = 2,
 // so every kind does the same work per microbatch.
-Costs unitCosts(Shape s) { return {uniform(s, 1), uniform(s, 1), uniform(s, 1), 0}; }
+Costs unitCosts(Shape s) {
+  return {uniform(s, 1), uniform(s, 1), uniform(s, 1), 0};
+}
 
 const int64_t kRanks[] = {2, 3, 4, 8};
 const int64_t kMicrobatches[] = {1, 2, 4, 8, 16};
@@ -51,7 +54,8 @@ const int64_t kMicrobatches[] = {1, 2, 4, 8, 16};
 } // namespace
 
 TEST(PipelineSchedule, KindNamesRoundTrip) {
-  for (Kind k : {Kind::GPipe, Kind::OneFOneB, Kind::Interleaved, Kind::ZeroBubble})
+  for (Kind k :
+       {Kind::GPipe, Kind::OneFOneB, Kind::Interleaved, Kind::ZeroBubble})
     EXPECT_EQ(parseKind(kindName(k)), k);
   EXPECT_EQ(kindName(Kind::Interleaved), "interleaved_1f1b");
   EXPECT_EQ(kindName(Kind::ZeroBubble), "zero_bubble");
@@ -66,7 +70,8 @@ TEST(PipelineSchedule, ShapeErrors) {
     return r ? std::string() : errText(r.takeError());
   };
   EXPECT_NE(err(Kind::GPipe, {0, 1, 4}).find("ranks = 0"), std::string::npos);
-  EXPECT_NE(err(Kind::OneFOneB, {2, 1, 0}).find("microbatches = 0"), std::string::npos);
+  EXPECT_NE(err(Kind::OneFOneB, {2, 1, 0}).find("microbatches = 0"),
+            std::string::npos);
   EXPECT_NE(err(Kind::OneFOneB, {2, 2, 4}).find("use interleaved_1f1b"),
             std::string::npos);
   EXPECT_NE(err(Kind::ZeroBubble, {2, 2, 4}).find("virtual stages = 2"),
@@ -74,7 +79,8 @@ TEST(PipelineSchedule, ShapeErrors) {
   EXPECT_NE(err(Kind::Interleaved, {2, 1, 4}).find("at least 2 virtual stages"),
             std::string::npos);
   std::string e = err(Kind::Interleaved, {4, 2, 6});
-  EXPECT_NE(e.find("multiple of the pipeline ranks (4)"), std::string::npos) << e;
+  EXPECT_NE(e.find("multiple of the pipeline ranks (4)"), std::string::npos)
+      << e;
   EXPECT_NE(e.find("use 4 or 8 microbatches"), std::string::npos) << e;
   EXPECT_EQ(err(Kind::Interleaved, {4, 2, 8}), "");
 }
@@ -132,16 +138,19 @@ TEST(PipelineSchedule, InterleavedBubble) {
         Shape s{p, v, m};
         // Each chunk is 1/v of a rank's model.
         double c = 1.0 / v;
-        auto run = runSchedule(Kind::Interleaved, s,
-                               {uniform(s, c), uniform(s, c), uniform(s, c), 0});
+        auto run =
+            runSchedule(Kind::Interleaved, s,
+                        {uniform(s, c), uniform(s, c), uniform(s, c), 0});
         ASSERT_TRUE(run);
         SCOPED_TRACE("p=" + std::to_string(p) + " v=" + std::to_string(v) +
                      " m=" + std::to_string(m));
         EXPECT_NEAR(run->tl.bubbleFraction, double(p - 1) / (v * m), 1e-9);
         for (int64_t st = 0; st < s.stages(); ++st) {
-          EXPECT_LE(run->tl.peakInFlight[st], inFlightBound(Kind::Interleaved, s, st));
+          EXPECT_LE(run->tl.peakInFlight[st],
+                    inFlightBound(Kind::Interleaved, s, st));
           // The bound is the exact peak, derived without simulating.
-          EXPECT_EQ(run->tl.peakInFlight[st], inFlightBound(Kind::Interleaved, s, st));
+          EXPECT_EQ(run->tl.peakInFlight[st],
+                    inFlightBound(Kind::Interleaved, s, st));
           EXPECT_LE(run->tl.peakInFlight[st], std::min(m, 2 * p));
         }
       }
@@ -182,17 +191,20 @@ TEST(PipelineSchedule, ZeroBubbleBeatsOneFOneB) {
         EXPECT_LE(zb->tl.bubbleFraction, ofob->tl.bubbleFraction + 1e-12);
       }
       for (int64_t st = 0; st < s.stages(); ++st) {
-        EXPECT_LE(zb->tl.peakInFlight[st], inFlightBound(Kind::ZeroBubble, s, st));
+        EXPECT_LE(zb->tl.peakInFlight[st],
+                  inFlightBound(Kind::ZeroBubble, s, st));
         EXPECT_LE(zb->tl.peakInFlight[st], std::min(m, p));
         // The activations B needs are held exactly as long as in 1F1B.
         EXPECT_EQ(zb->tl.peakAwaitingB[st], ofob->tl.peakInFlight[st]);
-        EXPECT_EQ(zb->tl.peakAwaitingB[st], awaitingBBound(Kind::ZeroBubble, s, st));
+        EXPECT_EQ(zb->tl.peakAwaitingB[st],
+                  awaitingBBound(Kind::ZeroBubble, s, st));
       }
     }
 }
 
 TEST(PipelineSchedule, SingleRankHasNoMessagesAndNoBubble) {
-  for (Kind k : {Kind::GPipe, Kind::OneFOneB, Kind::ZeroBubble, Kind::Interleaved}) {
+  for (Kind k :
+       {Kind::GPipe, Kind::OneFOneB, Kind::ZeroBubble, Kind::Interleaved}) {
     Shape s{1, k == Kind::Interleaved ? 3 : 1, 4};
     auto run = runSchedule(k, s, unitCosts(s));
     ASSERT_TRUE(run);
@@ -227,7 +239,8 @@ std::string simErr(const Program &p, llvm::ArrayRef<int64_t> bounds = {}) {
   auto r = simulate(p, bounds);
   return r ? std::string("(no error)") : errText(r.takeError());
 }
-#define EXPECT_HAS(text, part) EXPECT_NE((text).find(part), std::string::npos) << (text)
+#define EXPECT_HAS(text, part)                                                 \
+  EXPECT_NE((text).find(part), std::string::npos) << (text)
 } // namespace
 
 TEST(PipelineVerify, BackwardBeforeItsForward) {
@@ -237,7 +250,8 @@ TEST(PipelineVerify, BackwardBeforeItsForward) {
   ASSERT_EQ(label(o[1][2]), "F1");
   std::swap(o[1][2], o[1][3]);
   std::string e = simErr(chain(Kind::OneFOneB, s, o));
-  EXPECT_HAS(e, "rank 1, step 2 (B1 of stage 1, microbatch 1) runs before F1 of stage 1 (step 3");
+  EXPECT_HAS(e, "rank 1, step 2 (B1 of stage 1, microbatch 1) runs before F1 "
+                "of stage 1 (step 3");
 }
 
 TEST(PipelineVerify, WeightGradBeforeBackward) {
@@ -247,7 +261,9 @@ TEST(PipelineVerify, WeightGradBeforeBackward) {
   ASSERT_EQ(label(o[0][4]), "B1");
   std::swap(o[0][4], o[0][5]);
   std::string e = simErr(chain(Kind::ZeroBubble, s, o));
-  EXPECT_HAS(e, "rank 0, step 4 (W1 of stage 0, microbatch 1) runs before B1 of stage 0");
+  EXPECT_HAS(
+      e,
+      "rank 0, step 4 (W1 of stage 0, microbatch 1) runs before B1 of stage 0");
 }
 
 TEST(PipelineVerify, SendsReorderedOnAChannel) {
@@ -258,10 +274,12 @@ TEST(PipelineVerify, SendsReorderedOnAChannel) {
   ASSERT_EQ(r0[0].sends.size(), 1u);
   std::swap(r0[0].sends, r0[1].sends);
   std::string e = simErr(p);
-  EXPECT_HAS(e, "channel rank 0 -> rank 1: message 0 is transfer 0 of microbatch 1, "
-                "sent by rank 0, step 0 (F0 of stage 0, microbatch 0)");
-  EXPECT_HAS(e, "rank 1, step 0 (F0 of stage 1, microbatch 0) receives transfer 0 "
-                "of microbatch 0");
+  EXPECT_HAS(
+      e, "channel rank 0 -> rank 1: message 0 is transfer 0 of microbatch 1, "
+         "sent by rank 0, step 0 (F0 of stage 0, microbatch 0)");
+  EXPECT_HAS(e,
+             "rank 1, step 0 (F0 of stage 1, microbatch 0) receives transfer 0 "
+             "of microbatch 0");
 }
 
 TEST(PipelineVerify, MessageCountsDiffer) {
@@ -269,7 +287,9 @@ TEST(PipelineVerify, MessageCountsDiffer) {
   Program p = chain(Kind::OneFOneB, s, order(Kind::OneFOneB, s));
   p.ranks[1].back().sends.clear(); // rank 1's last B sends no gradient
   std::string e = simErr(p);
-  EXPECT_HAS(e, "channel rank 1 -> rank 0: rank 1 sends 1 messages, rank 0 receives 2");
+  EXPECT_HAS(
+      e,
+      "channel rank 1 -> rank 0: rank 1 sends 1 messages, rank 0 receives 2");
   EXPECT_HAS(e, "received by rank 0, step 3 (B1 of stage 0, microbatch 1)");
 }
 
@@ -281,10 +301,12 @@ TEST(PipelineVerify, CyclicWaitIsADeadlock) {
   std::swap(p.ranks[0][0].recvs, p.ranks[0][1].recvs);
   std::string e = simErr(p);
   EXPECT_HAS(e, "deadlock: 2 of 2 ranks blocked");
-  EXPECT_HAS(e, "rank 0, step 0 (F0 of stage 0, microbatch 0) waits for transfer 3 "
-                "of microbatch 0 from rank 1, sent by its step 1 (B0 of stage 1)");
-  EXPECT_HAS(e, "rank 1, step 0 (F0 of stage 1, microbatch 0) waits for transfer 0 "
-                "of microbatch 0 from rank 0, sent by its step 0 (F0 of stage 0)");
+  EXPECT_HAS(
+      e, "rank 0, step 0 (F0 of stage 0, microbatch 0) waits for transfer 3 "
+         "of microbatch 0 from rank 1, sent by its step 1 (B0 of stage 1)");
+  EXPECT_HAS(
+      e, "rank 1, step 0 (F0 of stage 1, microbatch 0) waits for transfer 0 "
+         "of microbatch 0 from rank 0, sent by its step 0 (F0 of stage 0)");
 }
 
 TEST(PipelineVerify, MissingRepeatedMisplacedActions) {
@@ -298,17 +320,20 @@ TEST(PipelineVerify, MissingRepeatedMisplacedActions) {
   auto repeated = o;
   repeated[0].push_back(repeated[0][0]);
   EXPECT_HAS(simErr(chain(Kind::OneFOneB, s, repeated)),
-             "rank 0, step 8 (F0 of stage 0, microbatch 0): repeated; it already ran at step 0");
+             "rank 0, step 8 (F0 of stage 0, microbatch 0): repeated; it "
+             "already ran at step 0");
 
   auto misplaced = o;
   misplaced[0][0].stage = 1;
-  EXPECT_HAS(simErr(chain(Kind::OneFOneB, s, misplaced)),
-             "rank 0, step 0 (F0 of stage 1, microbatch 0): stage 1 lives on rank 1");
+  EXPECT_HAS(
+      simErr(chain(Kind::OneFOneB, s, misplaced)),
+      "rank 0, step 0 (F0 of stage 1, microbatch 0): stage 1 lives on rank 1");
 
   auto w = o;
   w[0].push_back({Phase::W, 0, 0});
-  EXPECT_HAS(simErr(chain(Kind::OneFOneB, s, w)),
-             "rank 0, step 8 (W0 of stage 0, microbatch 0): a weight-gradient action");
+  EXPECT_HAS(
+      simErr(chain(Kind::OneFOneB, s, w)),
+      "rank 0, step 8 (W0 of stage 0, microbatch 0): a weight-gradient action");
 }
 
 TEST(PipelineVerify, LocalChainOrderOnOneRank) {
@@ -321,9 +346,10 @@ TEST(PipelineVerify, LocalChainOrderOnOneRank) {
                                          {Phase::B, 2, 0},
                                          {Phase::B, 1, 0},
                                          {Phase::B, 0, 0}}};
-  EXPECT_HAS(simErr(chain(Kind::Interleaved, s, o)),
-             "rank 0, step 1 (F0 of stage 2, microbatch 0) runs before F0 of stage 1 "
-             "(step 2 on rank 0), which produces its input");
+  EXPECT_HAS(
+      simErr(chain(Kind::Interleaved, s, o)),
+      "rank 0, step 1 (F0 of stage 2, microbatch 0) runs before F0 of stage 1 "
+      "(step 2 on rank 0), which produces its input");
 }
 
 TEST(PipelineVerify, InFlightBoundExceeded) {
@@ -332,8 +358,9 @@ TEST(PipelineVerify, InFlightBoundExceeded) {
   Shape s{4, 1, 8};
   Program p = chain(Kind::GPipe, s, order(Kind::GPipe, s));
   std::string e = simErr(p, inFlightBounds(Kind::OneFOneB, s));
-  EXPECT_HAS(e, "rank 0, step 4 (F4 of stage 0, microbatch 4): 5 microbatches in "
-                "flight on stage 0, above its bound of 4");
+  EXPECT_HAS(e,
+             "rank 0, step 4 (F4 of stage 0, microbatch 4): 5 microbatches in "
+             "flight on stage 0, above its bound of 4");
   EXPECT_HAS(simErr(p, {1, 2}), "in-flight bounds: 2 given for 4 stages");
 }
 
@@ -348,9 +375,11 @@ TEST(PipelineExport, ChromeTraceIsValidJson) {
   writeChromeTrace(run->prog, run->tl, os);
   auto parsed = llvm::json::parse(text);
   ASSERT_TRUE(bool(parsed)) << errText(parsed.takeError());
-  const llvm::json::Array *events = parsed->getAsObject()->getArray("traceEvents");
+  const llvm::json::Array *events =
+      parsed->getAsObject()->getArray("traceEvents");
   ASSERT_TRUE(events);
-  size_t steps = 0, messages = 0, slices = 0, flowStarts = 0, flowEnds = 0, names = 0;
+  size_t steps = 0, messages = 0, slices = 0, flowStarts = 0, flowEnds = 0,
+         names = 0;
   for (const auto &r : run->prog.ranks) {
     steps += r.size();
     for (const Step &st : r)
@@ -363,8 +392,8 @@ TEST(PipelineExport, ChromeTraceIsValidJson) {
     if (ph == "X") {
       ++slices;
       const llvm::json::Object *args = o->getObject("args");
-      ASSERT_TRUE(args && args->getInteger("stage") && args->getInteger("microbatch") &&
-                  args->getString("phase"));
+      ASSERT_TRUE(args && args->getInteger("stage") &&
+                  args->getInteger("microbatch") && args->getString("phase"));
       EXPECT_TRUE(o->getString("cname").has_value());
     }
     flowStarts += ph == "s";
@@ -403,19 +432,21 @@ TEST(PipelineExport, SvgHasOneRectPerStep) {
 
 // Prints the bubble table (not an assertion; the numbers for the report).
 TEST(PipelineReport, BubbleTable) {
-  std::printf("%-18s %3s %2s %3s %10s %10s\n", "schedule", "p", "v", "m", "makespan",
-              "bubble");
+  std::printf("%-18s %3s %2s %3s %10s %10s\n", "schedule", "p", "v", "m",
+              "makespan", "bubble");
   for (int64_t p : {4, 8})
     for (int64_t m : {8, 16}) {
-      for (Kind k : {Kind::GPipe, Kind::OneFOneB, Kind::ZeroBubble, Kind::Interleaved}) {
+      for (Kind k :
+           {Kind::GPipe, Kind::OneFOneB, Kind::ZeroBubble, Kind::Interleaved}) {
         int64_t v = k == Kind::Interleaved ? 2 : 1;
         Shape s{p, v, m};
         double c = 1.0 / v;
-        auto run = runSchedule(k, s, {uniform(s, c), uniform(s, c), uniform(s, c), 0});
+        auto run =
+            runSchedule(k, s, {uniform(s, c), uniform(s, c), uniform(s, c), 0});
         ASSERT_TRUE(run);
-        std::printf("%-18s %3lld %2lld %3lld %10.3f %10.4f\n", kindName(k).str().c_str(),
-                    (long long)p, (long long)v, (long long)m, run->tl.makespan,
-                    run->tl.bubbleFraction);
+        std::printf("%-18s %3lld %2lld %3lld %10.3f %10.4f\n",
+                    kindName(k).str().c_str(), (long long)p, (long long)v,
+                    (long long)m, run->tl.makespan, run->tl.bubbleFraction);
       }
     }
 }

@@ -116,8 +116,8 @@ public:
     }
     if (ec) {
       if (!dumpFailed) // one line, not one per pass
-        llvm::errs() << "planc: error: --dump-ir: cannot write " << path
-                     << ": " << ec.message() << "\n";
+        llvm::errs() << "planc: error: --dump-ir: cannot write " << path << ": "
+                     << ec.message() << "\n";
       dumpFailed = true;
     }
   }
@@ -145,9 +145,8 @@ static LogicalResult writeSchedule(ModuleOp module, bool svg,
     if (failed(s))
       return failure();
     sim = std::move(*s);
-    title = (pipe.getSchedule() + ", pp = " +
-             Twine(mesh.getAxisSize("pp")) + ", " +
-             Twine(pipe.getStages()) + " stages, " +
+    title = (pipe.getSchedule() + ", pp = " + Twine(mesh.getAxisSize("pp")) +
+             ", " + Twine(pipe.getStages()) + " stages, " +
              Twine(pipe.getMicrobatches()) + " microbatches")
                 .str();
   } else {
@@ -164,8 +163,7 @@ static LogicalResult writeSchedule(ModuleOp module, bool svg,
     sim.program = pl::chainProgram(shape, false, *order, {});
     auto t = pl::simulate(sim.program);
     if (!t) {
-      llvm::errs() << "planc: error: " << llvm::toString(t.takeError())
-                   << "\n";
+      llvm::errs() << "planc: error: " << llvm::toString(t.takeError()) << "\n";
       return failure();
     }
     sim.timeline = std::move(*t);

@@ -1,4 +1,5 @@
-//===- Schedule.h - pipeline-parallel schedules, verified and simulated ----===//
+//===- Schedule.h - pipeline-parallel schedules, verified and simulated
+//----===//
 //
 // Pipeline parallelism cuts the model into S = ranks * virtualStages stages;
 // stage s runs on pipeline rank s % ranks. A training step pushes m
@@ -135,7 +136,7 @@ struct Program {
   Shape shape;
   bool splitW = false;                  // W actions exist
   std::vector<std::vector<Step>> ranks; // ranks[r] = steps of rank r in order
-  double transfer = 0;                  // a message arrives this long after its send
+  double transfer = 0; // a message arrives this long after its send
 };
 
 /// Per-stage costs; empty vectors mean 1.0 each. When !splitW, B's cost is
@@ -152,17 +153,19 @@ struct Costs {
 /// Program::transfer is Costs::transfer.
 /// Costs vectors that are neither empty nor one per stage are a caller bug
 /// (fatal error).
-Program chainProgram(Shape, bool splitW, llvm::ArrayRef<std::vector<Action>> order,
-                     const Costs &);
+Program chainProgram(Shape, bool splitW,
+                     llvm::ArrayRef<std::vector<Action>> order, const Costs &);
 
 struct Timeline {
-  std::vector<std::vector<std::pair<double, double>>> span; // per rank, per step: start, end
+  std::vector<std::vector<std::pair<double, double>>>
+      span; // per rank, per step: start, end
   double makespan = 0;
   /// Mean over ranks of (makespan - busy_r) / busy_r, busy_r being the sum of
   /// rank r's step costs: the idle time per unit of useful work. For GPipe and
   /// 1F1B with uniform stages it is (p-1)/m. Ranks with no work are skipped.
   double bubbleFraction = 0;
-  std::vector<int64_t> peakInFlight;  // per stage (until the last backward phase)
+  std::vector<int64_t>
+      peakInFlight; // per stage (until the last backward phase)
   std::vector<int64_t> peakAwaitingB; // per stage: F done, B not yet done
   std::vector<double> busy;           // per rank: sum of step costs
 };

@@ -1,4 +1,5 @@
-//===- PipelineSchedule.h - A rank.pipeline as a verified program -*- C++ -*-===//
+//===- PipelineSchedule.h - A rank.pipeline as a verified program -*- C++
+//-*-===//
 //
 // What plan-schedule-pipeline proves about a pipeline, shared with planc's
 // --emit=schedule (the trace and the picture of the same simulation).

@@ -9,8 +9,8 @@
 
 #include "planrt/planrt.h"
 
-#include <cstdint>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -18,10 +18,13 @@
 namespace planrt {
 namespace internal {
 
+/// Tokens of the global batch: global rows x the other dims of the first I32
+/// input (0 if there is none).
+int64_t global_batch_tokens(const Context *ctx);
+
 /// s as a JSON string literal (quotes, escapes), for the files the runtime
 /// writes (safetensors headers, checkpoint manifests, --log-json, --trace).
 std::string json_quote(const std::string &s);
-
 
 /// A fresh Context. With `use_mpi` false it is a standalone rank 0 of a
 /// 1-rank world and never calls MPI; with `use_mpi` true MPI must already be
@@ -184,8 +187,9 @@ struct FilePart {
   const void *data;
   size_t bytes;
 };
-std::vector<FilePart> safetensors_parts(const std::string &header,
-                                        const std::vector<NamedTensor> &tensors);
+std::vector<FilePart>
+safetensors_parts(const std::string &header,
+                  const std::vector<NamedTensor> &tensors);
 /// The atomic write behind try_write_safetensors, for any content: the
 /// parts in order to a temporary file in the same directory, fsync, rename
 /// over `path`, fsync of the directory. The temporary is removed on error

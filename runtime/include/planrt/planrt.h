@@ -209,10 +209,10 @@ void set_state_segments(Context *ctx, int64_t state_index, int64_t dim,
 /// for parameters, `grads` for gradients (reported only) and `state` for the
 /// tensors of declare_state. The runtime counts params = 4 * sum of the
 /// local element counts of the parameters this rank holds and state = 4 *
-/// sum of the element counts of the state tensors it holds, and tracks the step arena's peak (the most bytes alloc/view scratch and the
-/// ops' temporaries took in one step, each allocation rounded up to 256).
-/// When expect_bytes was called, at the end of planrt::run rank 0 prints,
-/// before the "done" line,
+/// sum of the element counts of the state tensors it holds, and tracks the step
+/// arena's peak (the most bytes alloc/view scratch and the ops' temporaries
+/// took in one step, each allocation rounded up to 256). When expect_bytes was
+/// called, at the end of planrt::run rank 0 prints, before the "done" line,
 ///   memory per rank: params P B, state S B, step arena peak A B
 ///   (compiler: params P' B, grads G' B, state S' B)
 /// (one line, rank 0's numbers), and if any rank's params or state differ

@@ -170,8 +170,7 @@ void settle(Context *ctx, ncclComm_t comm, const watchdog::Op &op) {
     if (r == ncclInProgress)
       return false;
     if (r != ncclSuccess)
-      fatal("NCCL error %d (%s) in %s", (int)r, ncclGetErrorString(r),
-            op.name);
+      fatal("NCCL error %d (%s) in %s", (int)r, ncclGetErrorString(r), op.name);
     return true;
   });
 }
@@ -257,8 +256,7 @@ void init(Context *ctx) {
     config.blocking = 0;
     NCCL_CHECK(
         ncclCommInitRankConfig(&s->world, ctx->world, id, ctx->rank, &config));
-    settle(ctx, s->world,
-           watchdog::group_op("NCCL communicator creation", -1));
+    settle(ctx, s->world, watchdog::group_op("NCCL communicator creation", -1));
   }
   int64_t pp = ctx->pipeline_axis;
   if (s->world && pp >= 0) {
@@ -278,8 +276,7 @@ void init(Context *ctx) {
           continue;
         bool member = me == i || me == j;
         ncclComm_t comm = nullptr;
-        NCCL_CHECK(ncclCommSplit(s->world,
-                                 member ? color : NCCL_SPLIT_NOCOLOR,
+        NCCL_CHECK(ncclCommSplit(s->world, member ? color : NCCL_SPLIT_NOCOLOR,
                                  me == i ? 0 : 1, &comm, nullptr));
         settle(ctx, s->world,
                watchdog::group_op("NCCL communicator split", -1));

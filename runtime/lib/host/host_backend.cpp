@@ -121,8 +121,7 @@ void copy_bytes(Context *, void *dst, const void *src, size_t bytes) {
 
 // The data goes over the p2p communicator of lib/pipeline.cpp, tag = dtype:
 // MPI keeps the messages of one pair of ranks in order.
-void p2p_send(Context *ctx, const Tensor *t, int64_t, int64_t,
-              int world_peer) {
+void p2p_send(Context *ctx, const Tensor *t, int64_t, int64_t, int world_peer) {
   p2p_mpi_isend(ctx, world_peer, t->dtype, t->data,
                 (size_t)t->numel() * sizeof(float));
 }
@@ -258,9 +257,8 @@ void allgather(Context *ctx, const float *send, float *recv, int64_t count,
   MPI_Comm comm = group_comm(ctx, "all_gather", int64_t(1) << axis);
   int n = block_count("all_gather", count);
   MPI_Request r;
-  check_mpi(
-      MPI_Iallgather(send, n, MPI_FLOAT, recv, n, MPI_FLOAT, comm, &r),
-      "MPI_Iallgather");
+  check_mpi(MPI_Iallgather(send, n, MPI_FLOAT, recv, n, MPI_FLOAT, comm, &r),
+            "MPI_Iallgather");
   wait_one(ctx, &r, "all_gather", axis);
 }
 

@@ -258,8 +258,8 @@ TEST(Units, InFlightPeaksOf1F1B) {
     unit_end(ctx);
   }
   internal::end_step(ctx);
-  std::vector<int64_t> want = stage == 0 ? std::vector<int64_t>{2, 0}
-                                         : std::vector<int64_t>{0, 1};
+  std::vector<int64_t> want =
+      stage == 0 ? std::vector<int64_t>{2, 0} : std::vector<int64_t>{0, 1};
   EXPECT_EQ(internal::pipeline_peaks(ctx), want);
   internal::destroy_context(ctx);
 }

@@ -73,8 +73,8 @@ static void plan_setup(planrt::Context *ctx) {
       }
     }
   } else {
-    planrt::expect_pipeline_bytes(ctx, 0, 4 * (w0 + w1 + b),
-                                  4 * (w0 + w1 + b), 4 * 2 * (w0 + w1));
+    planrt::expect_pipeline_bytes(ctx, 0, 4 * (w0 + w1 + b), 4 * (w0 + w1 + b),
+                                  4 * 2 * (w0 + w1));
     for (int64_t mb = 0; mb < kMb; ++mb)
       for (int64_t u : {0, 2, 3, 1})
         planrt::schedule_add(ctx, 0, u, mb);
@@ -90,7 +90,8 @@ static void plan_step(planrt::Context *ctx) {
   Tensor *loss = planrt::alloc(ctx, 0, 1, 1, 1, 1);
   planrt::fill(ctx, loss, 0.0f);
   for (int64_t i = 0; i < planrt::schedule_length(ctx); ++i) {
-    int64_t unit = planrt::schedule_unit(ctx, i), mb = planrt::schedule_mb(ctx, i);
+    int64_t unit = planrt::schedule_unit(ctx, i),
+            mb = planrt::schedule_mb(ctx, i);
     int64_t stage = unit / 2, phase = unit % 2;
     planrt::unit_begin(ctx, stage, phase, mb, phase);
     if (unit == 0) { // F stage 0
