@@ -18,6 +18,7 @@
 // Parameters and state get the stage of their users (-1 if several).
 //===----------------------------------------------------------------------===//
 #include "ArgAttrBatch.h"
+#include "BackwardOps.h"
 #include "OpFlops.h"
 #include "planc/Transforms/Passes.h"
 
@@ -100,10 +101,6 @@ static std::string flopText(double f) {
   return llvm::formatv("{0:F3} {1}FLOP", f, prefix[i]).str();
 }
 
-static bool isLossGradSeed(Operation *op) {
-  return isa<CrossEntropyGradOp, MseLossGradOp>(op);
-}
-
 /// Stages of the ops of `f` (see the file comment). Returns the stage of
 /// every op and argument.
 static void assignStages(func::FuncOp f, ArrayRef<int64_t> stageOfLayer) {
@@ -152,14 +149,7 @@ static void assignStages(func::FuncOp f, ArrayRef<int64_t> stageOfLayer) {
 
   // Phases: forward until the loss gradient; among backward ops, the input
   // gradient's (B) are those the values another stage receives need.
-  llvm::DenseSet<Operation *> backward;
-  for (Operation &op : body.without_terminator())
-    if (isLossGradSeed(&op) || op.hasAttr("plan.recompute") ||
-        llvm::any_of(op.getOperands(), [&](Value v) {
-          Operation *d = v.getDefiningOp();
-          return d && backward.contains(d);
-        }))
-      backward.insert(&op);
+  llvm::DenseSet<Operation *> backward = backwardOps(body);
   llvm::DenseSet<Operation *> inputGrad;
   for (Operation &op : llvm::reverse(body.without_terminator())) {
     if (!backward.contains(&op))

@@ -14,6 +14,7 @@
 // already recomputes the probabilities from q, k and v and no score matrix
 // is ever kept.
 //===----------------------------------------------------------------------===//
+#include "BackwardOps.h"
 #include "planc/Transforms/Passes.h"
 
 #include "mlir/IR/IRMapping.h"
@@ -61,14 +62,7 @@ void RecomputePass::runOnOperation() {
   Block &body = step.getBody().front();
 
   // Backward ops: those that depend on the loss gradient.
-  llvm::DenseSet<Operation *> backward;
-  for (Operation &op : body.without_terminator())
-    if (isa<CrossEntropyGradOp, MseLossGradOp>(op) ||
-        llvm::any_of(op.getOperands(), [&](Value v) {
-          Operation *d = v.getDefiningOp();
-          return d && backward.contains(d);
-        }))
-      backward.insert(&op);
+  llvm::DenseSet<Operation *> backward = backwardOps(body);
 
   // Each layer's forward ops, in order.
   std::map<int64_t, SmallVector<Operation *>> forwardOf;
