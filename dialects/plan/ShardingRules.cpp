@@ -44,8 +44,7 @@ static SmallVector<int64_t> lastOf(ArrayRef<int64_t> fs, size_t keep) {
   return SmallVector<int64_t>(fs.take_back(keep));
 }
 
-//===--- Elementwise
-//-------------------------------------------------------===//
+//===--- Elementwise ------------------------------------------------------===//
 
 #define ELEMENTWISE_RULE(OP)                                                   \
   Rule OP::getShardingRule() { return elementwise(*this); }
@@ -110,8 +109,7 @@ Rule ShardingConstraintOp::getShardingRule() {
   return r;
 }
 
-//===--- Linear algebra
-//----------------------------------------------------===//
+//===--- Linear algebra ---------------------------------------------------===//
 
 // [..., m, k] x [k, n] (or [..., k, n]) -> [..., m, n]; k is summed over.
 Rule MatmulOp::getShardingRule() {
@@ -225,8 +223,7 @@ Rule ReshapeOp::getShardingRule() {
   return r;
 }
 
-//===--- Losses
-//-------------------------------------------------------------===//
+//===--- Losses -----------------------------------------------------------===//
 
 // Every element is summed into the scalar.
 Rule MseLossOp::getShardingRule() {
@@ -265,8 +262,7 @@ Rule CrossEntropyGradOp::getShardingRule() {
   return crossEntropyRule(getLogits(), true);
 }
 
-//===--- Transformer layers
-//-------------------------------------------------===//
+//===--- Transformer layers -----------------------------------------------===//
 
 // ids [..., ] x table [v, d] -> [..., d]. The lookup is a sum over v of
 // one-hot(ids) * table: a rank holding rows [a, b) of the table contributes
@@ -382,8 +378,7 @@ Rule AttentionGradOp::getShardingRule() {
   return attentionRule(*this, getNumHeads(), getNumKvHeads(), 2);
 }
 
-//===--- Optimizer
-//----------------------------------------------------------===//
+//===--- Optimizer --------------------------------------------------------===//
 
 // Scales by a whole scalar. It is linear in the gradient, but the gradient
 // was reduced for its norm already: passing the pending sum through would

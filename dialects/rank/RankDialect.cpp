@@ -92,8 +92,7 @@ LogicalResult ViewOp::verify() {
   return success();
 }
 
-//===--- Collectives
-//-------------------------------------------------------===//
+//===--- Collectives ------------------------------------------------------===//
 
 // planrt takes the dimensions before the axis.
 SmallVector<StringRef> AllGatherOp::getRuntimeAttrNames() {

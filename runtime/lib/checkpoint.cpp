@@ -37,8 +37,7 @@
 
 namespace planrt {
 
-//===--- Description calls
-//--------------------------------------------------===//
+//===--- Description calls ------------------------------------------------===//
 
 static StateDesc &state_desc(Context *ctx, const char *op, int64_t index) {
   if (!ctx)
@@ -116,8 +115,7 @@ void set_checkpoint(Context *ctx, const char *dir, int64_t every) {
 namespace internal {
 namespace {
 
-//===--- Small utilities
-//------------------------------------------------------===//
+//===--- Small utilities --------------------------------------------------===//
 
 std::string strip_slashes(std::string dir) {
   while (dir.size() > 1 && dir.back() == '/')
@@ -247,8 +245,7 @@ void agree_or_exit(Context *ctx, const std::string &error, const char *what) {
   std::exit(1);
 }
 
-//===--- JSON (manifests, safetensors headers)
-//-------------------------------===//
+//===--- JSON (manifests, safetensors headers) ----------------------------===//
 
 struct Json {
   enum Kind { Null, Bool, Number, String, Array, Object } kind = Null;
@@ -469,8 +466,7 @@ private:
   }
 };
 
-//===--- Tensors and their layouts
-//--------------------------------------------===//
+//===--- Tensors and their layouts ----------------------------------------===//
 
 /// A parameter or a state tensor, with what its layout needs.
 struct TensorRef {
@@ -560,8 +556,7 @@ std::vector<int64_t> global_shape(const ParamLayout &l, int ndim) {
   return std::vector<int64_t>(l.global, l.global + ndim);
 }
 
-//===--- Hashes
-//---------------------------------------------------------------===//
+//===--- Hashes -----------------------------------------------------------===//
 
 uint64_t fnv1a(const std::string &s) {
   uint64_t h = 1469598103934665603ull;
@@ -582,8 +577,7 @@ std::string model_hash(Context *ctx) {
   return hex(fnv1a(s), 16);
 }
 
-//===--- Stop signals
-//---------------------------------------------------------===//
+//===--- Stop signals -----------------------------------------------------===//
 
 volatile sig_atomic_t g_stop_signal = 0;
 struct sigaction g_prev_term, g_prev_usr1;
@@ -591,8 +585,7 @@ bool g_handlers_installed = false;
 
 void on_stop_signal(int sig) { g_stop_signal = sig; }
 
-//===--- Writing
-//--------------------------------------------------------------===//
+//===--- Writing ----------------------------------------------------------===//
 
 /// Removes one checkpoint directory: the manifest first (a kill during the
 /// removal leaves an incomplete checkpoint, never a damaged complete one),
@@ -959,67 +952,42 @@ std::string write_checkpoint(Context *ctx, int64_t step) {
   return dir;
 }
 
-//===--- Options
-//----------------------------------------------------------------===//
+//===--- Options ----------------------------------------------------------===//
 
 bool parse_checkpoint_option(Context *ctx, CheckpointOptions &opts,
-                             const std::string &arg, bool has_value,
-                             const std::string &value_in, int argc, char **argv,
-                             int &i, std::string &error) {
-  std::string value = value_in;
-  auto take = [&]() -> bool {
-    if (has_value)
-      return true;
-    if (i + 1 >= argc) {
-      error = "option '" + arg + "' needs a value";
-      return false;
-    }
-    value = argv[++i];
-    return true;
-  };
-  auto count = [&](int64_t min, int64_t &out) {
-    if (!take())
-      return;
-    char *end = nullptr;
-    errno = 0;
-    long long n = std::strtoll(value.c_str(), &end, 10);
-    if (value.empty() || *end || errno || n < min)
-      error = "invalid value '" + value + "' for " + arg +
-              " (want an integer >= " + std::to_string(min) + ")";
-    else
-      out = n;
-  };
+                             OptionArg &opt) {
+  const std::string &arg = opt.name;
+  std::string &value = opt.value;
   if (arg == "--resume") {
     opts.resume = true;
     // The directory is optional: the next argument if it is not an option.
-    if (has_value)
+    if (opt.take_optional()) {
       opts.resume_dir = value;
-    else if (i + 1 < argc && std::strncmp(argv[i + 1], "--", 2) != 0)
-      opts.resume_dir = argv[++i];
-    if (has_value && value.empty())
-      error = "empty directory for --resume";
+      if (value.empty())
+        opt.error = "empty directory for --resume";
+    }
     return true;
   }
   if (arg == "--init-from") {
-    if (take() && value.empty())
-      error = "empty path for --init-from";
+    if (opt.take() && value.empty())
+      opt.error = "empty path for --init-from";
     opts.init_from = value;
     return true;
   }
   if (arg == "--checkpoint-dir") {
-    if (take() && value.empty())
-      error = "empty path for --checkpoint-dir";
+    if (opt.take() && value.empty())
+      opt.error = "empty path for --checkpoint-dir";
     ctx->checkpoint_dir = value;
     opts.dir_set = true;
     return true;
   }
   if (arg == "--checkpoint-every") {
-    count(0, ctx->checkpoint_every);
+    opt.take_int(0, ctx->checkpoint_every);
     opts.every_set = true;
     return true;
   }
   if (arg == "--keep") {
-    count(1, ctx->checkpoint_keep);
+    opt.take_int(1, ctx->checkpoint_keep);
     opts.keep_set = true;
     return true;
   }
@@ -1078,8 +1046,7 @@ std::string check_checkpoint_usage(const Context *ctx,
   return "";
 }
 
-//===--- Reading
-//------------------------------------------------------------===//
+//===--- Reading ----------------------------------------------------------===//
 
 namespace {
 
@@ -1559,8 +1526,7 @@ std::string load_resume(Context *ctx, const std::string &dir,
   return "";
 }
 
-//===--- --init-from
-//--------------------------------------------------------===//
+//===--- --init-from ------------------------------------------------------===//
 
 struct InitFile {
   Json header;
@@ -1833,8 +1799,7 @@ void load_checkpoints(Context *ctx, const CheckpointOptions &opts) {
   std::fflush(stderr);
 }
 
-//===--- Training loop hooks
-//---------------------------------------------------===//
+//===--- Training loop hooks ----------------------------------------------===//
 
 void begin_training(Context *ctx) {
   (void)ctx;

@@ -24,13 +24,10 @@ struct CheckpointOptions {
   int64_t resume_step = 0;
 };
 
-/// Parses the checkpoint option at argv[i] (`arg` is its name, `value` its
-/// `--opt=value` value if `has_value`); returns false if `arg` is not one.
-/// Advances `i` past a separate value; sets `error` on a malformed value.
+/// Parses the checkpoint option `opt`; returns false if it is not one (a
+/// malformed value sets opt.error).
 bool parse_checkpoint_option(Context *ctx, CheckpointOptions &opts,
-                             const std::string &arg, bool has_value,
-                             const std::string &value, int argc, char **argv,
-                             int &i, std::string &error);
+                             OptionArg &opt);
 /// The lines of --help for these options.
 std::string checkpoint_usage();
 /// Usage errors (exit code 2): conflicting options. "" if none.

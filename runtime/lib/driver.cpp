@@ -327,6 +327,40 @@ void pipeline_report(Context *ctx) {
 
 } // namespace
 
+bool internal::OptionArg::take() {
+  if (has_value)
+    return true;
+  if (i + 1 >= argc) {
+    error = "option '" + name + "' needs a value";
+    return false;
+  }
+  value = argv[++i];
+  return true;
+}
+
+bool internal::OptionArg::take_optional() {
+  if (!has_value && i + 1 < argc && std::strncmp(argv[i + 1], "--", 2) != 0) {
+    value = argv[++i];
+    has_value = true;
+  }
+  return has_value;
+}
+
+bool internal::OptionArg::take_int(int64_t min, int64_t &out, int64_t max) {
+  if (!take())
+    return false;
+  char *end = nullptr;
+  errno = 0;
+  long long n = std::strtoll(value.c_str(), &end, 10);
+  if (value.empty() || *end || errno || n < min || n > max) {
+    error = "invalid value '" + value + "' for " + name +
+            " (want an integer >= " + std::to_string(min) + ")";
+    return false;
+  }
+  out = n;
+  return true;
+}
+
 /// Fatal unless `p`'s shard axes are declared and its segments split evenly
 /// and sum to the global dimension (a code generator bug otherwise).
 void internal::validate_layout(Context *ctx, const ParamDesc &p,
@@ -1000,25 +1034,17 @@ int run(int argc, char **argv, const char *program_name,
   std::string error;
   internal::CheckpointOptions ckpt;
   for (int i = 1; i < argc && error.empty(); ++i) {
-    std::string arg = argv[i];
-    std::string value;
-    bool has_value = false;
-    size_t eq = arg.find('=');
-    if (arg.rfind("--", 0) == 0 && eq != std::string::npos) {
-      value = arg.substr(eq + 1);
-      arg = arg.substr(0, eq);
-      has_value = true;
+    internal::OptionArg opt{argv[i], "", false, argc, argv, i, error};
+    size_t eq = opt.name.find('=');
+    if (opt.name.rfind("--", 0) == 0 && eq != std::string::npos) {
+      opt.value = opt.name.substr(eq + 1);
+      opt.name = opt.name.substr(0, eq);
+      opt.has_value = true;
     }
-    auto take_value = [&]() -> bool {
-      if (has_value)
-        return true;
-      if (i + 1 >= argc) {
-        error = "option '" + arg + "' needs a value";
-        return false;
-      }
-      value = argv[++i];
-      return true;
-    };
+    const std::string &arg = opt.name;
+    std::string &value = opt.value;
+    bool has_value = opt.has_value;
+    auto take_value = [&] { return opt.take(); };
     if (arg == "--help" || arg == "-h") {
       if (ctx->rank == 0) {
         std::printf("%s", usage(argv0).c_str());
@@ -1033,16 +1059,7 @@ int run(int argc, char **argv, const char *program_name,
       MPI_Finalize();
       return 0;
     } else if (arg == "--steps") {
-      if (!take_value())
-        break;
-      char *end = nullptr;
-      errno = 0;
-      long long n = std::strtoll(value.c_str(), &end, 10);
-      if (value.empty() || *end || errno || n < 0 || n > 1000000000LL)
-        error = "invalid value '" + value + "' for --steps (want an integer " +
-                ">= 0)";
-      else
-        steps = n;
+      opt.take_int(0, steps, 1000000000LL);
     } else if (arg == "--save" || arg == "--save-init" ||
                arg == "--dump-step0") {
       if (!take_value())
@@ -1078,17 +1095,7 @@ int run(int argc, char **argv, const char *program_name,
         temperature_set = true;
       }
     } else if (arg == "--save-every") {
-      if (!take_value())
-        break;
-      char *end = nullptr;
-      errno = 0;
-      long long n = std::strtoll(value.c_str(), &end, 10);
-      if (value.empty() || *end || errno || n < 1)
-        error = "invalid value '" + value +
-                "' for --save-every (want an "
-                "integer >= 1)";
-      else
-        save_every = n;
+      opt.take_int(1, save_every);
     } else if (arg == "--timeout") {
       if (!take_value())
         break;
@@ -1111,8 +1118,7 @@ int run(int argc, char **argv, const char *program_name,
       error = internal::set_report_option(report, arg, value);
     } else if (arg == "--quiet" && !has_value) {
       quiet = true;
-    } else if (internal::parse_checkpoint_option(ctx, ckpt, arg, has_value,
-                                                 value, argc, argv, i, error)) {
+    } else if (internal::parse_checkpoint_option(ctx, ckpt, opt)) {
     } else {
       error = "unknown option '" + std::string(argv[i]) + "'";
     }

@@ -82,8 +82,7 @@ TEST(BlockFunctors, SplitAndMergeAlongEveryDimOf3D) {
   }
 }
 
-//===--- Collectives on a group of one rank
-//--------------------------------===//
+//===--- Collectives on a group of one rank -------------------------------===//
 
 TEST_F(ParallelOpsTest, CollectivesOnOneRankCopy) {
   Tensor *x = random({2, 3, 4});
@@ -237,8 +236,7 @@ TEST_F(ParallelOpsTest, RowMaxAndStatsValues) {
                "ce_local_stats: mesh axis 4 is not declared");
 }
 
-//===--- Vocab-parallel embedding on one rank
-//------------------------------===//
+//===--- Vocab-parallel embedding on one rank -----------------------------===//
 
 TEST_F(ParallelOpsTest, EmbeddingWithAnAxisOfOneIsWhole) {
   Tensor *table = random({6, 3}), *id = ids({2, 2}, {5, 0, 2, 5});

@@ -530,8 +530,7 @@ struct CrossEntropyGradFn {
   }
 };
 
-//===--- Cross-entropy over a split vocabulary
-//-----------------------------===//
+//===--- Cross-entropy over a split vocabulary ----------------------------===//
 //
 // With the vocabulary (last dim of the logits) split over ranks, each rank
 // holds C columns starting at global column `vocab.row0`. The row max and
