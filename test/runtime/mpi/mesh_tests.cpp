@@ -26,11 +26,7 @@ namespace {
 
 constexpr int64_t kDp = 0, kTp = 1; // axis indices
 
-int world_rank() {
-  int r;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
+int world_rank() { return planrt_test::worldRank(); }
 int64_t coord(int64_t axis) {
   return axis == kDp ? world_rank() / 2 : world_rank() % 2;
 }

@@ -14,6 +14,13 @@
 
 namespace planrt_test {
 
+/// This process's rank in MPI_COMM_WORLD.
+inline int worldRank() {
+  int r;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
 class RankFailurePrinter : public ::testing::EmptyTestEventListener {
 public:
   explicit RankFailurePrinter(int rank) : rank(rank) {}

@@ -21,11 +21,7 @@ using namespace planrt;
 
 namespace {
 
-int world_rank() {
-  int r;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
+int world_rank() { return planrt_test::worldRank(); }
 
 Context *mesh_context(std::vector<std::pair<const char *, int64_t>> axes) {
   Context *ctx = internal::create_context("mpi", /*use_mpi=*/true);

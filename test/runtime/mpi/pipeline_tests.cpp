@@ -24,11 +24,7 @@ namespace {
 
 constexpr int64_t kPp = 0, kDp = 1; // axis indices
 
-int world_rank() {
-  int r;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
+int world_rank() { return planrt_test::worldRank(); }
 int64_t coord(int64_t axis) {
   return axis == kPp ? world_rank() / 2 : world_rank() % 2;
 }
