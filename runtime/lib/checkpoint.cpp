@@ -293,6 +293,33 @@ private:
     while (p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t'))
       ++p;
   }
+  /// The items of an object or array after its opening bracket (at *p):
+  /// `item` parses one; they are separated by ',' and end with `close`.
+  template <typename Item> bool items(char close, const char *what, Item item) {
+    ++p;
+    ws();
+    if (p < end && *p == close) {
+      ++p;
+      return true;
+    }
+    for (;;) {
+      ws();
+      if (!item())
+        return false;
+      ws();
+      if (p < end && *p == ',') {
+        ++p;
+        continue;
+      }
+      if (p < end && *p == close) {
+        ++p;
+        return true;
+      }
+      return fail(std::string("expected ',' or '") + close + "' in a JSON " +
+                  what);
+    }
+  }
+
   bool value(Json &out, int depth) {
     if (depth > 64)
       return fail("JSON nested too deeply");
@@ -301,15 +328,8 @@ private:
       return fail("truncated JSON");
     char c = *p;
     if (c == '{') {
-      ++p;
       out.kind = Json::Object;
-      ws();
-      if (p < end && *p == '}') {
-        ++p;
-        return true;
-      }
-      for (;;) {
-        ws();
+      return items('}', "object", [&] {
         std::string key;
         if (p >= end || *p != '"' || !string(key))
           return fail("expected a string key in a JSON object");
@@ -318,43 +338,15 @@ private:
           return fail("expected ':' in a JSON object");
         ++p;
         out.obj.emplace_back(key, Json());
-        if (!value(out.obj.back().second, depth + 1))
-          return false;
-        ws();
-        if (p < end && *p == ',') {
-          ++p;
-          continue;
-        }
-        if (p < end && *p == '}') {
-          ++p;
-          return true;
-        }
-        return fail("expected ',' or '}' in a JSON object");
-      }
+        return value(out.obj.back().second, depth + 1);
+      });
     }
     if (c == '[') {
-      ++p;
       out.kind = Json::Array;
-      ws();
-      if (p < end && *p == ']') {
-        ++p;
-        return true;
-      }
-      for (;;) {
+      return items(']', "array", [&] {
         out.arr.emplace_back();
-        if (!value(out.arr.back(), depth + 1))
-          return false;
-        ws();
-        if (p < end && *p == ',') {
-          ++p;
-          continue;
-        }
-        if (p < end && *p == ']') {
-          ++p;
-          return true;
-        }
-        return fail("expected ',' or ']' in a JSON array");
-      }
+        return value(out.arr.back(), depth + 1);
+      });
     }
     if (c == '"') {
       out.kind = Json::String;
