@@ -68,6 +68,16 @@ llvm::SmallVector<int64_t> getLocalShape(llvm::ArrayRef<int64_t> shape,
 /// The module's mesh (planc programs have exactly one), or null.
 MeshOp getMesh(mlir::ModuleOp module);
 
+/// Output size of a convolution or pooling window along one spatial
+/// dimension; <= 0 when the window does not fit.
+inline int64_t spatialOutSize(int64_t in, int64_t kernel, int64_t stride,
+                              int64_t pad, int64_t dilation = 1) {
+  int64_t span = dilation * (kernel - 1) + 1;
+  if (stride < 1 || in + 2 * pad < span)
+    return 0;
+  return (in + 2 * pad - span) / stride + 1;
+}
+
 } // namespace planc::plan
 
 #endif

@@ -668,6 +668,7 @@ def Plan_ClipByNormOp : Plan_ComputeOp<"clip_by_norm",
   let assemblyFormat = "$input `,` $sumsq attr-dict `:` type($input) `,` type($sumsq)";
 }
 
+include "dialects/plan/PlanConvOps.td"
 include "dialects/plan/PlanCollectiveOps.td"
 
 #endif

@@ -378,6 +378,101 @@ Rule AttentionGradOp::getShardingRule() {
   return attentionRule(*this, getNumHeads(), getNumKvHeads(), 2);
 }
 
+//===--- Convolutional networks -------------------------------------------===//
+
+/// A factor for a dimension of `size` (none for size 1).
+static int64_t factorOf(Rule &r, int64_t size, bool needsReplication = false) {
+  return size == 1 ? -1 : r.addFactor(size, needsReplication);
+}
+
+/// conv2d and its gradient over NCHW: the batch n and, with one group, the
+/// output channels o and input channels c are factors; c is summed over
+/// (split: pending sums), the filter gradient sums over n (data parallel:
+/// pending sums over dp, reduced like any gradient). Spatial dimensions
+/// stay whole, since a split would need halo exchanges; with groups, the
+/// channels stay whole too.
+static Rule convRule(Value x, Value w, Value y, bool isGrad,
+                     int64_t groups) {
+  Rule r;
+  ArrayRef<int64_t> xs = shapeOf(x), ws = shapeOf(w), ys = shapeOf(y);
+  bool grouped = groups != 1;
+  int64_t n = factorOf(r, xs[0]);
+  int64_t c = factorOf(r, xs[1], grouped), o = factorOf(r, ws[0], grouped);
+  int64_t h = factorOf(r, xs[2], true), wd = factorOf(r, xs[3], true);
+  int64_t ho = factorOf(r, ys[2], true), wo = factorOf(r, ys[3], true);
+  Rule::TensorDims in = Rule::tensor({n, c, h, wd});
+  Rule::TensorDims filter = Rule::tensor({o, grouped ? -1 : c, -1, -1});
+  Rule::TensorDims out = Rule::tensor({n, o, ho, wo});
+  r.operands = {in, filter};
+  if (!isGrad) {
+    r.results = {out};
+    r.setLinear(Lin::Each, {0, 1});
+    return r;
+  }
+  r.operands.push_back(out); // the output gradient
+  r.results = {in, filter};
+  r.setLinear(Lin::Each, {2});
+  return r;
+}
+
+Rule Conv2dOp::getShardingRule() {
+  return convRule(getInput(), getFilter(), getResult(), false,
+                  getGroups());
+}
+
+Rule Conv2dGradOp::getShardingRule() {
+  return convRule(getInput(), getFilter(), getGrad(), true,
+                  getGroups());
+}
+
+/// Pooling keeps the batch and channels and reads whole windows.
+static Rule poolRule(Value x, Value y, bool isGrad, bool linear) {
+  Rule r;
+  ArrayRef<int64_t> xs = shapeOf(x), ys = shapeOf(y);
+  int64_t n = factorOf(r, xs[0]), c = factorOf(r, xs[1]);
+  Rule::TensorDims in = Rule::tensor(
+      {n, c, factorOf(r, xs[2], true), factorOf(r, xs[3], true)});
+  Rule::TensorDims out = Rule::tensor(
+      {n, c, factorOf(r, ys[2], true), factorOf(r, ys[3], true)});
+  r.operands = {in};
+  if (isGrad) {
+    r.operands.push_back(out);
+    r.results = {in};
+    r.setLinear(Lin::Each, {1}); // linear in the output gradient
+  } else {
+    r.results = {out};
+    if (linear)
+      r.setLinear(Lin::Each, {0});
+  }
+  return r;
+}
+
+Rule Pool2dOp::getShardingRule() {
+  return poolRule(getInput(), getResult(), false, getKind() == "avg");
+}
+
+Rule Pool2dGradOp::getShardingRule() {
+  return poolRule(getInput(), getGrad(), true, false);
+}
+
+Rule ChannelBiasAddOp::getShardingRule() {
+  Rule r;
+  SmallVector<int64_t> fs = addFactors(r, shapeOf(getInput()));
+  r.operands = {Rule::tensor(fs), Rule::tensor({fs[1]})};
+  r.results = {Rule::tensor(fs)};
+  return r;
+}
+
+// Summed over all but the channels: pending sums where those are split.
+Rule ChannelBiasGradOp::getShardingRule() {
+  Rule r;
+  SmallVector<int64_t> fs = addFactors(r, shapeOf(getGrad()));
+  r.operands = {Rule::tensor(fs)};
+  r.results = {Rule::tensor({fs[1]})};
+  r.setLinear(Lin::Each, {0});
+  return r;
+}
+
 //===--- Optimizer --------------------------------------------------------===//
 
 // Scales by a whole scalar. It is linear in the gradient, but the gradient

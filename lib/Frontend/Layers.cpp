@@ -9,6 +9,7 @@
 
 #include "llvm/ADT/StringExtras.h"
 
+#include <array>
 #include <cmath>
 
 using namespace mlir;
@@ -330,7 +331,8 @@ static const char *const kBuiltins[] = {
     "linear",        "matmul",       "transpose", "reshape",   "embedding",
     "pos_embedding", "layernorm",    "rmsnorm",   "attention", "mlp",
     "relu",          "gelu",         "silu",      "softmax",   "add",
-    "mse",           "cross_entropy"};
+    "mse",           "cross_entropy", "conv2d",  "max_pool2d", "avg_pool2d",
+    "flatten"};
 
 bool Sema::isBuiltin(StringRef fn) { return llvm::is_contained(kBuiltins, fn); }
 
@@ -797,6 +799,155 @@ Val Sema::callBuiltin(StringRef fn, Args &args, Location l,
                                        exact ? b.getUnitAttr() : UnitAttr()))
             : fn == "silu" ? generic(SiluOp(), t, {x})
                            : generic(SoftmaxOp(), t, {x});
+    return out;
+  }
+  // A spatial hyper-parameter: one integer for both dimensions, or
+  // [height, width]; nullopt (reported) when malformed or below `min`.
+  auto namedPair = [&](StringRef key, int64_t dflt, int64_t dflt2,
+                       int64_t min) -> std::optional<std::array<int64_t, 2>> {
+    auto it = named.find(key);
+    if (it == named.end())
+      return std::array<int64_t, 2>{dflt, dflt2};
+    Val v = it->second;
+    named.erase(it);
+    std::array<int64_t, 2> r{-1, -1};
+    if (v.isNumber()) {
+      std::optional<int64_t> n = listInt(v.getNumber());
+      r = {n.value_or(-1), n.value_or(-1)};
+    } else if (v.isList() && v.getList().allInts &&
+               v.getList().values.size() == 2) {
+      r = {listInt(v.getList().values[0]).value_or(-1),
+           listInt(v.getList().values[1]).value_or(-1)};
+    }
+    if (r[0] < min || r[1] < min) {
+      error(v.loc) << "'" << key << "' is an integer >= " << min
+                   << " or a pair [height, width], e.g. " << key << " = "
+                   << std::max<int64_t>(min, 1);
+      badNamed = true;
+      return std::nullopt;
+    }
+    return r;
+  };
+  auto nchw = [&](Value x, StringRef what) {
+    if (shapeOf(x).size() == 4)
+      return true;
+    auto d = error(l) << "'" << fn << "' takes " << what
+                      << " in NCHW layout [batch, channels, height, width], "
+                      << "got " << shapeStr(x.getType());
+    d.attachNote(defLoc(x)) << "it is defined here";
+    return false;
+  };
+  if (fn == "conv2d") {
+    if (!arity(2, 3, "an input, a filter and an optional bias"))
+      return out;
+    auto stride = namedPair("stride", 1, 1, 1);
+    auto padding = namedPair("padding", 0, 0, 0);
+    auto dilation = namedPair("dilation", 1, 1, 1);
+    double groupsNum = namedNumber("groups", 1);
+    if (!leftovers() || !stride || !padding || !dilation)
+      return out;
+    Value x = tensorArg(0), w = tensorArg(1);
+    Value bias = pos.size() == 3 ? tensorArg(2) : Value();
+    if (!x || !w || (pos.size() == 3 && !bias) || !nchw(x, "an input") ||
+        !nchw(w, "a filter"))
+      return out;
+    std::optional<int64_t> groups = listInt(groupsNum);
+    auto xs = shapeOf(x), ws = shapeOf(w);
+    if (!groups || *groups < 1 || xs[1] % *groups || ws[0] % *groups) {
+      error(l) << "'conv2d': groups must be a positive integer dividing the "
+               << "input channels (" << xs[1] << ") and the output channels ("
+               << ws[0] << ")";
+      return out;
+    }
+    if (ws[1] != xs[1] / *groups) {
+      auto d = error(l) << "'conv2d': the filter must be [out_channels, "
+                        << "in_channels / groups, kh, kw] = [" << ws[0] << ", "
+                        << xs[1] / *groups << ", " << ws[2] << ", " << ws[3]
+                        << "] for an input with " << xs[1]
+                        << " channels, got " << shapeStr(w.getType());
+      d.attachNote(defLoc(w)) << "the filter is defined here";
+      return out;
+    }
+    int64_t ho = spatialOutSize(xs[2], ws[2], (*stride)[0], (*padding)[0],
+                                (*dilation)[0]);
+    int64_t wo = spatialOutSize(xs[3], ws[3], (*stride)[1], (*padding)[1],
+                                (*dilation)[1]);
+    if (ho < 1 || wo < 1) {
+      error(l) << "'conv2d': the " << ws[2] << "x" << ws[3]
+               << " filter (dilated, with padding) does not fit in the "
+               << xs[2] << "x" << xs[3] << " input";
+      return out;
+    }
+    auto y = Conv2dOp::create(
+        b, l, f32Tensor({xs[0], ws[0], ho, wo}, ctx), x, w,
+        b.getDenseI64ArrayAttr(*stride), b.getDenseI64ArrayAttr(*padding),
+        b.getDenseI64ArrayAttr(*dilation), b.getI64IntegerAttr(*groups));
+    out.v = y.getResult();
+    if (!bias)
+      return out;
+    if (shapeOf(bias) != ArrayRef<int64_t>{ws[0]}) {
+      auto d = error(l) << "'conv2d': the bias must have shape [" << ws[0]
+                        << "] (one value per output channel), got "
+                        << shapeStr(bias.getType());
+      d.attachNote(defLoc(bias)) << "the bias is defined here";
+      out.v = {};
+      return out;
+    }
+    out.v = generic(ChannelBiasAddOp(), y.getType(), {y, bias});
+    return out;
+  }
+  if (fn == "max_pool2d" || fn == "avg_pool2d") {
+    if (!arity(1, 1, "one tensor and a named kernel size"))
+      return out;
+    auto kernel = namedPair("kernel", 2, 2, 1);
+    auto stride =
+        kernel ? namedPair("stride", (*kernel)[0], (*kernel)[1], 1) : kernel;
+    auto padding = namedPair("padding", 0, 0, 0);
+    if (!leftovers() || !kernel || !stride || !padding)
+      return out;
+    Value x = tensorArg(0);
+    if (!x || !nchw(x, "an input"))
+      return out;
+    if ((*padding)[0] * 2 > (*kernel)[0] || (*padding)[1] * 2 > (*kernel)[1]) {
+      error(l) << "'" << fn << "': padding must be at most half the kernel";
+      return out;
+    }
+    auto xs = shapeOf(x);
+    int64_t ho =
+        spatialOutSize(xs[2], (*kernel)[0], (*stride)[0], (*padding)[0]);
+    int64_t wo =
+        spatialOutSize(xs[3], (*kernel)[1], (*stride)[1], (*padding)[1]);
+    if (ho < 1 || wo < 1) {
+      error(l) << "'" << fn << "': the " << (*kernel)[0] << "x"
+               << (*kernel)[1] << " window does not fit in the " << xs[2]
+               << "x" << xs[3] << " input";
+      return out;
+    }
+    out.v = Pool2dOp::create(b, l, f32Tensor({xs[0], xs[1], ho, wo}, ctx), x,
+                             b.getStringAttr(fn == "max_pool2d" ? "max" : "avg"),
+                             b.getDenseI64ArrayAttr(*kernel),
+                             b.getDenseI64ArrayAttr(*stride),
+                             b.getDenseI64ArrayAttr(*padding));
+    return out;
+  }
+  if (fn == "flatten") {
+    // [batch, ...] -> [batch, product of the rest], e.g. before a classifier.
+    if (!arity(1, 1, "one tensor") || !leftovers())
+      return out;
+    Value x = tensorArg(0);
+    if (!x)
+      return out;
+    auto xs = shapeOf(x);
+    if (xs.size() < 2) {
+      error(l) << "'flatten' keeps the batch dimension and joins the rest; "
+               << "its input needs at least 2 dimensions, got "
+               << shapeStr(x.getType());
+      return out;
+    }
+    int64_t rest = 1;
+    for (int64_t d : xs.drop_front())
+      rest *= d;
+    out.v = generic(ReshapeOp(), f32Tensor({xs[0], rest}, ctx), {x});
     return out;
   }
   if (fn == "add") {

@@ -125,6 +125,37 @@ static LogicalResult backprop(Operation *op, Value dy, OpBuilder &b,
                   BiasGradOp::create(b, loc, ba.getBias().getType(), dy));
         return success();
       })
+      .Case<ChannelBiasAddOp>([&](ChannelBiasAddOp ba) {
+        pass(ba.getInput());
+        if (needs(ba.getBias()))
+          adj.add(loc, ba.getBias(),
+                  ChannelBiasGradOp::create(b, loc, ba.getBias().getType(),
+                                            dy));
+        return success();
+      })
+      .Case<Conv2dOp>([&](Conv2dOp c) {
+        bool dx = needs(c.getInput()), dw = needs(c.getFilter());
+        if (!dx && !dw)
+          return success();
+        auto g = Conv2dGradOp::create(
+            b, loc, TypeRange{c.getInput().getType(), c.getFilter().getType()},
+            c.getInput(), c.getFilter(), dy, c.getStrideAttr(),
+            c.getPaddingAttr(), c.getDilationAttr(), c.getGroupsAttr());
+        if (dx)
+          adj.add(loc, c.getInput(), g.getInputGrad());
+        if (dw)
+          adj.add(loc, c.getFilter(), g.getFilterGrad());
+        return success();
+      })
+      .Case<Pool2dOp>([&](Pool2dOp p) {
+        if (needs(p.getInput()))
+          adj.add(loc, p.getInput(),
+                  Pool2dGradOp::create(b, loc, p.getInput().getType(),
+                                       p.getInput(), dy, p.getKindAttr(),
+                                       p.getKernelAttr(), p.getStrideAttr(),
+                                       p.getPaddingAttr()));
+        return success();
+      })
       .Case<AddOp>([&](AddOp add) {
         pass(add.getLhs());
         pass(add.getRhs());

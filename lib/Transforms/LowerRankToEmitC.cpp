@@ -245,11 +245,32 @@ void LowerRankToEmitCPass::runOnOperation() {
         c.call(in.getLoc(), "planrt::set_input_dtype", {},
                {c.i64(index), c.i64(1)});
     }
-    // Data sources: 0 = synthetic regression, 1 = token shards.
+    // Data sources: 0 = synthetic regression, 1 = token shards, 2 =
+    // synthetic classification (class-id labels without an embedding: the
+    // classes are the classifier's width).
     bool shards = train.getData() == "shards";
+    int64_t classes = 0;
+    bool tokenInput = false;
+    for (auto in : module.getOps<rk::InputDeclOp>())
+      tokenInput |= in.getRole() != "label" &&
+                    in.getType().getElementType().isInteger(32);
+    if (!shards && !tokenInput)
+      step.walk([&](Operation *op) {
+        if (classes || !isa<rk::CrossEntropyOp, rk::CeLocalStatsOp>(op))
+          return;
+        auto logits = cast<MemRefType>(op->getOperand(0).getType());
+        classes = logits.getShape().back();
+        if (auto ls = dyn_cast<rk::CeLocalStatsOp>(op);
+            ls && !ls.getVocabAxis().empty())
+          classes *= mesh.getShape()[mesh.getAxisIndex(ls.getVocabAxis())];
+      });
     c.call(train.getLoc(), "planrt::set_training", {},
            {c.i64(train.getSteps()), c.i64(train.getSeed()),
-            c.i64(train.getGlobalBatch()), c.i64(shards ? 1 : 0)});
+            c.i64(train.getGlobalBatch()),
+            c.i64(shards ? 1 : classes ? 2 : 0)});
+    if (classes)
+      c.call(train.getLoc(), "planrt::set_synthetic_classes", {},
+             {c.i64(classes)});
     if (shards)
       c.call(train.getLoc(), "planrt::set_data_path", {},
              {c.str(train.getDataPath().value_or(""))});
@@ -574,6 +595,18 @@ void LowerRankToEmitCPass::runOnOperation() {
             if (!a) {
               op.emitError() << "lacks attribute '" << attrName << "'";
               return failure();
+            }
+            // Arrays ([height, width]) are passed element by element, names
+            // as C string literals.
+            if (auto arr = dyn_cast<DenseI64ArrayAttr>(a)) {
+              for (int64_t v : arr.asArrayRef())
+                attrs.push_back(c.i64(v));
+              continue;
+            }
+            if (auto str = dyn_cast<StringAttr>(a)) {
+              attrs.push_back(ec::OpaqueAttr::get(
+                  b.getContext(), "\"" + str.getValue().str() + "\""));
+              continue;
             }
             attrs.push_back(a);
           }

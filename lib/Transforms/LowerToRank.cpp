@@ -974,6 +974,35 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
                                         outs[1], g.getEpsAttr());
               return true;
             })
+            .Case<Conv2dOp>([&](Conv2dOp c) {
+              rk::Conv2dOp::create(b, loc, in(0), in(1), out,
+                                   c.getStrideAttr(), c.getPaddingAttr(),
+                                   c.getDilationAttr(), c.getGroupsAttr());
+              return true;
+            })
+            .Case<Conv2dGradOp>([&](Conv2dGradOp c) {
+              rk::Conv2dGradOp::create(b, loc, in(0), in(1), in(2), outs[0],
+                                       outs[1], c.getStrideAttr(),
+                                       c.getPaddingAttr(), c.getDilationAttr(),
+                                       c.getGroupsAttr());
+              return true;
+            })
+            .Case<Pool2dOp>([&](Pool2dOp p) {
+              rk::Pool2dOp::create(b, loc, in(0), out, p.getKindAttr(),
+                                   p.getKernelAttr(), p.getStrideAttr(),
+                                   p.getPaddingAttr());
+              return true;
+            })
+            .Case<Pool2dGradOp>([&](Pool2dGradOp p) {
+              rk::Pool2dGradOp::create(b, loc, in(0), in(1), out,
+                                       p.getKindAttr(), p.getKernelAttr(),
+                                       p.getStrideAttr(), p.getPaddingAttr());
+              return true;
+            })
+            .Case<ChannelBiasAddOp>(
+                [&](auto) { return same(rk::ChannelBiasAddOp()); })
+            .Case<ChannelBiasGradOp>(
+                [&](auto) { return same(rk::ChannelBiasGradOp()); })
             .Case<AttentionOp>([&](AttentionOp a) {
               auto [h, kv] =
                   localHeads(a.getQkv(), a.getNumHeads(), a.getNumKvHeads());

@@ -31,6 +31,22 @@ double planc::opFlops(Operation *op) {
     double f = 4.0 * elems(t) * s;
     return isa<AttentionGradOp>(op) ? 2.0 * f : f;
   }
+  if (isa<Conv2dOp, Conv2dGradOp>(op)) {
+    // 2 flops per multiply-add: each output element of the convolution sums
+    // C / groups * KH * KW products; the gradient does that twice (input
+    // and filter).
+    auto w = cast<RankedTensorType>(op->getOperand(1).getType());
+    Value out = isa<Conv2dOp>(op) ? op->getResult(0) : op->getOperand(2);
+    double f = 2.0 * elems(out.getType()) * double(w.getDimSize(1)) *
+               double(w.getDimSize(2) * w.getDimSize(3));
+    return isa<Conv2dGradOp>(op) ? 2.0 * f : f;
+  }
+  if (auto p = dyn_cast<Pool2dOp>(op))
+    return elems(p.getResult().getType()) *
+           double(p.getKernel()[0] * p.getKernel()[1]);
+  if (auto p = dyn_cast<Pool2dGradOp>(op))
+    return elems(p.getGrad().getType()) *
+           double(p.getKernel()[0] * p.getKernel()[1]);
   if (isa<ReshapeOp, AllReduceOp, AllGatherOp, ReduceScatterOp, AllSliceOp,
           AllToAllOp>(op))
     return 0.0;

@@ -178,6 +178,14 @@ void set_training(Context *ctx, int64_t steps, int64_t seed,
   ctx->data_kind = data_kind;
 }
 
+void set_synthetic_classes(Context *ctx, int64_t classes) {
+  check_ctx(ctx, "set_synthetic_classes");
+  if (classes < 1)
+    fatal("set_synthetic_classes: classes must be >= 1, got %lld",
+          (long long)classes);
+  ctx->classes = classes;
+}
+
 void set_input_dtype(Context *ctx, int64_t input_index, int64_t dtype) {
   check_ctx(ctx, "set_input_dtype");
   if (ctx->started)

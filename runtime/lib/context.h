@@ -222,6 +222,7 @@ struct Context {
 
   std::vector<double> teacher; // [out][in] teacher matrix for data_kind 0
   int64_t teacher_in = 0, teacher_out = 0;
+  int64_t classes = 0; // set_synthetic_classes (data_kind 2)
 
   void *backend = nullptr; // backend state
 
@@ -260,6 +261,8 @@ void arena_reset(Context *ctx);
 void arena_free_all(Context *ctx);
 /// Generates this rank's rows of the data_kind 0 input/label for `step`.
 void fill_synthetic(Context *ctx, int64_t step);
+/// Generates this rank's rows of the data_kind 2 images and classes.
+void fill_synthetic_images(Context *ctx, int64_t step);
 /// Reads this rank's rows of the data_kind 1 input/label for `step` (fatal on
 /// a read error: the files were checked before the run).
 void fill_tokens(Context *ctx, int64_t step);

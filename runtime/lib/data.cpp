@@ -26,6 +26,7 @@ enum Stream : uint64_t {
   kStreamParam = 0x7061726d,   // "parm"
   kStreamData = 0x64617461,    // "data"
   kStreamTeacher = 0x74636872, // "tchr"
+  kStreamClass = 0x636c6173,   // "clas"
 };
 
 uint64_t splitmix64(uint64_t x) {
@@ -167,6 +168,89 @@ void fill_synthetic(Context *ctx, int64_t step) {
                              x->staging.data());
   internal::labels_with(ctx->teacher, x->staging.data(), rows, in_cols,
                         out_cols, y->staging.data());
+  backend::to_device(ctx, x->t.data, x->staging.data(),
+                     x->staging.size() * sizeof(float));
+  backend::to_device(ctx, y->t.data, y->staging.data(),
+                     y->staging.size() * sizeof(float));
+}
+
+namespace {
+/// One oriented grating of a class pattern.
+struct Grating {
+  double freq, cos_t, sin_t;
+  std::vector<double> weight; // per channel
+};
+
+/// Class k's two gratings: a function of the seed only.
+std::vector<Grating> class_pattern(int64_t seed, int64_t k, int64_t channels) {
+  std::vector<Grating> g(2);
+  for (int64_t i = 0; i < 2; ++i) {
+    auto u = [&](uint64_t what) {
+      return unit_double(hash_seq({(uint64_t)seed, kStreamClass, (uint64_t)k,
+                                   (uint64_t)i, what}));
+    };
+    double theta = 3.141592653589793 * u(0);
+    g[i].freq = 1.0 + 2.0 * u(1); // 1..3 periods across the image
+    g[i].cos_t = std::cos(theta);
+    g[i].sin_t = std::sin(theta);
+    for (int64_t c = 0; c < channels; ++c)
+      g[i].weight.push_back(-1.0 + 2.0 * u(2 + (uint64_t)c));
+  }
+  return g;
+}
+} // namespace
+
+void fill_synthetic_images(Context *ctx, int64_t step) {
+  InputDesc *x = nullptr, *y = nullptr;
+  int64_t x_index = 0;
+  for (size_t i = 0; i < ctx->inputs.size(); ++i) {
+    if (ctx->inputs[i].role == RoleInput) {
+      x = &ctx->inputs[i];
+      x_index = (int64_t)i;
+    } else {
+      y = &ctx->inputs[i];
+    }
+  }
+  // [rows, C, H, W]; lower ranks are [rows, H, W] or [rows, W] with C = 1.
+  const Tensor &t = x->t;
+  int64_t rows = t.shape[0];
+  int64_t ch = t.ndim == 4 ? t.shape[1] : 1;
+  int64_t h = t.ndim >= 3 ? t.shape[t.ndim - 2] : 1;
+  int64_t w = t.shape[t.ndim - 1];
+  int64_t per_row = ch * h * w;
+  int64_t row0 = x->batch_axis >= 0 ? ctx->coords[x->batch_axis] * rows : 0;
+  x->staging.resize((size_t)(rows * per_row));
+  y->staging.resize((size_t)rows);
+  std::vector<std::vector<Grating>> patterns((size_t)ctx->classes);
+  float *ids_as_float = y->staging.data();
+  for (int64_t r = 0; r < rows; ++r) {
+    uint64_t g = (uint64_t)(row0 + r);
+    uint64_t base = hash_seq({(uint64_t)ctx->seed, kStreamData,
+                              (uint64_t)step, (uint64_t)x_index, g});
+    int64_t k = (int64_t)(splitmix64(base ^ 0x6b) % (uint64_t)ctx->classes);
+    std::vector<Grating> &pat = patterns[(size_t)k];
+    if (pat.empty())
+      pat = class_pattern(ctx->seed, k, ch);
+    double shift[2] = {6.283185307179586 * unit_double(splitmix64(base ^ 1)),
+                       6.283185307179586 * unit_double(splitmix64(base ^ 2))};
+    float *out = x->staging.data() + r * per_row;
+    for (int64_t c = 0; c < ch; ++c)
+      for (int64_t i = 0; i < h; ++i)
+        for (int64_t j = 0; j < w; ++j) {
+          double v = 0.0;
+          for (int q = 0; q < 2; ++q) {
+            double pos = pat[q].cos_t * (double)i / (double)h +
+                         pat[q].sin_t * (double)j / (double)w;
+            v += pat[q].weight[(size_t)c] *
+                 std::sin(6.283185307179586 * pat[q].freq * pos + shift[q]);
+          }
+          uint64_t nh = hash_seq({base, (uint64_t)c, (uint64_t)i, (uint64_t)j});
+          v += -0.5 + unit_double(nh);
+          out[(c * h + i) * w + j] = (float)v;
+        }
+    int32_t id = (int32_t)k;
+    std::memcpy(ids_as_float + r, &id, sizeof(id));
+  }
   backend::to_device(ctx, x->t.data, x->staging.data(),
                      x->staging.size() * sizeof(float));
   backend::to_device(ctx, y->t.data, y->staging.data(),

@@ -57,13 +57,14 @@ void validate(Context *ctx) {
             in.name.c_str(), (long long)in.batch_axis, (long long)naxes);
   if (ctx->inputs.empty())
     return; // nothing to generate (tests, or programs without data)
-  if (ctx->data_kind != DataSynthetic && ctx->data_kind != DataTokenShards)
-    fatal("unsupported data_kind %lld (0 = synthetic regression and 1 = "
-          "token shards are implemented)",
+  if (ctx->data_kind < DataSynthetic || ctx->data_kind > DataSyntheticImages)
+    fatal("unsupported data_kind %lld (0 = synthetic regression, 1 = token "
+          "shards and 2 = synthetic images are implemented)",
           (long long)ctx->data_kind);
-  const char *kind = ctx->data_kind == DataSynthetic
-                         ? "data_kind 0 (synthetic regression)"
-                         : "data_kind 1 (token shards)";
+  static const char *const kKinds[] = {"data_kind 0 (synthetic regression)",
+                                       "data_kind 1 (token shards)",
+                                       "data_kind 2 (synthetic images)"};
+  const char *kind = kKinds[ctx->data_kind];
   const InputDesc *x = nullptr, *y = nullptr;
   int nx = 0, ny = 0;
   for (auto &in : ctx->inputs) {
@@ -79,22 +80,28 @@ void validate(Context *ctx) {
     fatal("%s needs exactly one input and one label, got %d input(s) and %d "
           "label(s)",
           kind, nx, ny);
-  if (x->t.ndim != 2 || y->t.ndim != 2)
-    fatal("%s needs a 2-D input and a 2-D label, got input '%s' %s and label "
-          "'%s' %s",
-          kind, x->name.c_str(), shape_str(&x->t).c_str(), y->name.c_str(),
+  bool images = ctx->data_kind == DataSyntheticImages;
+  if (images ? (x->t.ndim < 2 || y->t.ndim != 1)
+             : (x->t.ndim != 2 || y->t.ndim != 2))
+    fatal("%s needs %s, got input '%s' %s and label '%s' %s", kind,
+          images ? "an input [rows, ...] and a 1-D label [rows]"
+                 : "a 2-D input and a 2-D label",
+          x->name.c_str(), shape_str(&x->t).c_str(), y->name.c_str(),
           shape_str(&y->t).c_str());
   if (x->t.shape[0] != y->t.shape[0] || x->batch_axis != y->batch_axis)
     fatal("%s: input '%s' %s and label '%s' %s must have the same rows and "
           "batch axis",
           kind, x->name.c_str(), shape_str(&x->t).c_str(), y->name.c_str(),
           shape_str(&y->t).c_str());
-  int want = ctx->data_kind == DataSynthetic ? F32 : I32;
-  for (const InputDesc *in : {x, y})
+  int want_x = ctx->data_kind == DataTokenShards ? I32 : F32;
+  int want_y = ctx->data_kind == DataSynthetic ? F32 : I32;
+  for (auto [in, want] : {std::pair{x, want_x}, std::pair{y, want_y}})
     if (in->t.dtype != want)
-      fatal("%s needs %s inputs and labels; '%s' is %s (see set_input_dtype)",
-            kind, want == F32 ? "f32" : "i32", in->name.c_str(),
-            in->t.dtype == F32 ? "f32" : "i32");
+      fatal("%s needs an %s %s; '%s' is %s (see set_input_dtype)", kind,
+            want == F32 ? "f32" : "i32", in == x ? "input" : "label",
+            in->name.c_str(), in->t.dtype == F32 ? "f32" : "i32");
+  if (images && ctx->classes < 1)
+    fatal("%s needs the number of classes (set_synthetic_classes)", kind);
   if (ctx->data_kind == DataTokenShards && x->t.shape[1] != y->t.shape[1])
     fatal("%s: input '%s' %s and label '%s' %s must have the same shape "
           "[rows, sequence]",
@@ -697,6 +704,8 @@ void begin_step(Context *ctx, int64_t step) {
     return;
   if (ctx->data_kind == DataTokenShards)
     fill_tokens(ctx, step);
+  else if (ctx->data_kind == DataSyntheticImages)
+    fill_synthetic_images(ctx, step);
   else
     fill_synthetic(ctx, step);
 }

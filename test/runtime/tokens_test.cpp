@@ -289,15 +289,31 @@ TEST(TokenDescription, DtypesMustMatchTheDataKind) {
                  declare_input(c, "y", RoleLabel, 2, 2, 3, 1, 1, -1);
                  set_training(c, 1, 1, 2, DataTokenShards);
                }),
-               "data_kind 1 \\(token shards\\) needs i32 inputs and labels; "
-               "'x' is f32");
+               "data_kind 1 \\(token shards\\) needs an i32 input; 'x' is f32");
   EXPECT_DEATH(start_with([](Context *c) {
                  declare_input(c, "x", RoleInput, 2, 2, 3, 1, 1, -1);
                  set_input_dtype(c, 0, I32);
                  declare_input(c, "y", RoleLabel, 2, 2, 1, 1, 1, -1);
                  set_training(c, 1, 1, 2, DataSynthetic);
                }),
-               "data_kind 0 \\(synthetic regression\\) needs f32");
+               "data_kind 0 \\(synthetic regression\\) needs an f32 input");
+  // Synthetic images: class-id labels [rows], and the number of classes.
+  EXPECT_DEATH(start_with([](Context *c) {
+                 declare_input(c, "x", RoleInput, 4, 2, 3, 4, 4, -1);
+                 declare_input(c, "y", RoleLabel, 1, 2, 1, 1, 1, -1);
+                 set_input_dtype(c, 1, I32);
+                 set_training(c, 1, 1, 2, DataSyntheticImages);
+               }),
+               "data_kind 2 \\(synthetic images\\) needs the number of "
+               "classes");
+  EXPECT_DEATH(start_with([](Context *c) {
+                 declare_input(c, "x", RoleInput, 4, 2, 3, 4, 4, -1);
+                 declare_input(c, "y", RoleLabel, 1, 2, 1, 1, 1, -1);
+                 set_training(c, 1, 1, 2, DataSyntheticImages);
+                 set_synthetic_classes(c, 10);
+               }),
+               "data_kind 2 \\(synthetic images\\) needs an i32 label; 'y' "
+               "is f32");
   EXPECT_DEATH(start_with([](Context *c) {
                  declare_input(c, "x", RoleInput, 2, 2, 3, 1, 1, -1);
                  set_input_dtype(c, 0, I32);

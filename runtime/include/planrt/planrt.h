@@ -81,7 +81,11 @@ void declare_input(Context *ctx, const char *name, int64_t role, int64_t ndim,
 void set_input_dtype(Context *ctx, int64_t input_index, int64_t dtype);
 
 /// Kinds of training data (values of `data_kind`).
-enum DataKind : int { DataSynthetic = 0, DataTokenShards = 1 };
+enum DataKind : int {
+  DataSynthetic = 0,
+  DataTokenShards = 1,
+  DataSyntheticImages = 2
+};
 
 /// Training loop settings. `data_kind`:
 ///  0 = synthetic regression: each input element is uniform in [-1, 1) from
@@ -101,8 +105,18 @@ enum DataKind : int { DataSynthetic = 0, DataTokenShards = 1 };
 ///      not cut into the same windows every epoch. Each rank reads only the
 ///      windows of its own rows, so the data is the same for any split of
 ///      the batch.
+///  2 = synthetic classification (images): one F32 input [rows, ...] (e.g.
+///      NCHW) and one I32 label [rows]. Row g of step s has class
+///      k = hash(seed, s, g) mod classes (set_synthetic_classes) and the
+///      input is class k's pattern, shifted by a random phase, plus uniform
+///      noise in [-0.5, 0.5): for NCHW, each class is two oriented gratings
+///      with its own frequencies and channel weights (a function of the seed
+///      only), so a convolutional network can learn the classes. The data is
+///      the same for any plan.
 void set_training(Context *ctx, int64_t steps, int64_t seed,
                   int64_t global_batch, int64_t data_kind);
+/// The number of classes of data_kind 2 (the classifier's width).
+void set_synthetic_classes(Context *ctx, int64_t classes);
 
 /// For data_kind 1: a glob pattern (relative to the current directory) of
 /// the token shard files. A shard is a header of 256 little-endian int32
@@ -490,6 +504,37 @@ void sumsq_accumulate(Context *ctx, const Tensor *g, Tensor *acc);
 /// g *= min(1, max_norm / (sqrt(sumsq) + 1e-6)); sumsq is a rank-0 tensor.
 void clip_by_global_norm(Context *ctx, Tensor *g, const Tensor *sumsq,
                          float max_norm);
+
+//===--- Convolutional networks (NCHW; lib/conv_impl.inc) -----------------===//
+
+/// y = conv2d(x, w) without bias: x [N, C, H, W], w [O, C / groups, KH, KW],
+/// y [N, O, HO, WO] with HO = (H + 2 padding_h - dilation_h (KH - 1) - 1) /
+/// stride_h + 1 (likewise WO). Zero padding; cross-correlation like
+/// PyTorch's Conv2d. Scratch: C*KH*KW*N*HO*WO + O*N*HO*WO floats.
+void conv2d(Context *ctx, const Tensor *x, const Tensor *w, Tensor *y,
+            int64_t dilation_h, int64_t dilation_w, int64_t groups,
+            int64_t padding_h, int64_t padding_w, int64_t stride_h,
+            int64_t stride_w);
+/// dx and dw of conv2d from dy (dw sums over the batch).
+void conv2d_grad(Context *ctx, const Tensor *x, const Tensor *w,
+                 const Tensor *dy, Tensor *dx, Tensor *dw, int64_t dilation_h,
+                 int64_t dilation_w, int64_t groups, int64_t padding_h,
+                 int64_t padding_w, int64_t stride_h, int64_t stride_w);
+/// Max ("max") or average ("avg", dividing by KH*KW, padding included)
+/// pooling; y [N, C, HO, WO], HO = (H + 2 padding_h - KH) / stride_h + 1.
+void pool2d(Context *ctx, const Tensor *x, Tensor *y, int64_t kernel_h,
+            int64_t kernel_w, const char *kind, int64_t padding_h,
+            int64_t padding_w, int64_t stride_h, int64_t stride_w);
+/// dx of pool2d; a max window's gradient goes to its first maximum.
+void pool2d_grad(Context *ctx, const Tensor *x, const Tensor *dy, Tensor *dx,
+                 int64_t kernel_h, int64_t kernel_w, const char *kind,
+                 int64_t padding_h, int64_t padding_w, int64_t stride_h,
+                 int64_t stride_w);
+/// out[n, c, ...] = x[n, c, ...] + bias[c].
+void channel_bias_add(Context *ctx, const Tensor *x, const Tensor *bias,
+                      Tensor *out);
+/// db[c] = sum of dy[n, c, ...] over everything but c.
+void channel_bias_grad(Context *ctx, const Tensor *dy, Tensor *db);
 /// Records sqrt(sumsq) (rank-0 tensor, already reduced) for the step line,
 /// which then reads "step S/N | loss L | grad norm G | T ms".
 ///

@@ -1,0 +1,107 @@
+//===- PlanConvOps.td - Convolutional-network ops of the plan dialect -----===//
+//
+// Tensors are NCHW. Spatial hyper-parameters are pairs [height, width].
+// Included from PlanOps.td; the verifiers and the output-size arithmetic are
+// in ConvOps.cpp, the sharding rules with every other op's.
+//===----------------------------------------------------------------------===//
+#ifndef PLAN_CONV_OPS_TD
+#define PLAN_CONV_OPS_TD
+
+// The spatial attributes of convolution and pooling.
+class Plan_SpatialOp<string mnemonic, list<Trait> traits = []>
+    : Plan_ComputeOp<mnemonic, traits> {
+  let hasVerifier = 1;
+}
+
+def Plan_Conv2dOp : Plan_SpatialOp<"conv2d"> {
+  let summary = "2-D convolution (cross-correlation), NCHW, without bias";
+  let description = [{
+    `input` is `[N, C, H, W]`, `filter` is `[O, C / groups, KH, KW]`; the
+    result is `[N, O, HO, WO]` with
+    `HO = (H + 2 * padding[0] - dilation[0] * (KH - 1) - 1) / stride[0] + 1`
+    (likewise WO). Zero padding. The bias is `plan.channel_bias_add`.
+
+    ```mlir
+    %y = plan.conv2d %x, %w {stride = array<i64: 1, 1>, padding = array<i64: 1, 1>,
+        dilation = array<i64: 1, 1>, groups = 1 : i64}
+        : tensor<8x3x32x32xf32>, tensor<16x3x3x3xf32> -> tensor<8x16x32x32xf32>
+    ```
+  }];
+  let arguments = (ins Plan_F32Tensor:$input, Plan_F32Tensor:$filter,
+                       DenseI64ArrayAttr:$stride, DenseI64ArrayAttr:$padding,
+                       DenseI64ArrayAttr:$dilation, I64Attr:$groups);
+  let results = (outs Plan_F32Tensor:$result);
+  let assemblyFormat = [{
+    $input `,` $filter attr-dict `:` type($input) `,` type($filter) `->` type($result)
+  }];
+}
+
+def Plan_Conv2dGradOp : Plan_SpatialOp<"conv2d_grad",
+    [AllTypesMatch<["input", "input_grad"]>,
+     AllTypesMatch<["filter", "filter_grad"]>]> {
+  let summary = "Gradients of conv2d: input and filter";
+  let description = [{
+    `grad` is the gradient of the convolution's result. The filter gradient
+    sums over the batch, the input gradient over the output channels.
+  }];
+  let arguments = (ins Plan_F32Tensor:$input, Plan_F32Tensor:$filter,
+                       Plan_F32Tensor:$grad,
+                       DenseI64ArrayAttr:$stride, DenseI64ArrayAttr:$padding,
+                       DenseI64ArrayAttr:$dilation, I64Attr:$groups);
+  let results = (outs Plan_F32Tensor:$input_grad, Plan_F32Tensor:$filter_grad);
+  let assemblyFormat = [{
+    $input `,` $filter `,` $grad attr-dict `:` type($input) `,` type($filter)
+    `,` type($grad)
+  }];
+}
+
+def Plan_ChannelBiasAddOp : Plan_ComputeOp<"channel_bias_add",
+    [AllTypesMatch<["input", "result"]>]> {
+  let summary = "Adds a per-channel bias: result[n, c, ...] = input[n, c, ...] + bias[c]";
+  let arguments = (ins Plan_F32Tensor:$input, Plan_F32Tensor:$bias);
+  let results = (outs Plan_F32Tensor:$result);
+  let assemblyFormat = "$input `,` $bias attr-dict `:` type($input) `,` type($bias)";
+  let hasVerifier = 1;
+}
+
+def Plan_ChannelBiasGradOp : Plan_ComputeOp<"channel_bias_grad", []> {
+  let summary = "Gradient of a per-channel bias: the output gradient summed over all but dimension 1";
+  let arguments = (ins Plan_F32Tensor:$grad);
+  let results = (outs Plan_F32Tensor:$result);
+  let assemblyFormat = "$grad attr-dict `:` type($grad) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Plan_Pool2dOp : Plan_SpatialOp<"pool2d"> {
+  let summary = "2-D max or average pooling, NCHW";
+  let description = [{
+    `kind` is "max" or "avg". `HO = (H + 2 * padding[0] - kernel[0]) /
+    stride[0] + 1` (likewise WO). Padding never wins a max; an average
+    divides by the whole window, padding included (PyTorch's default).
+
+    ```mlir
+    %y = plan.pool2d %x {kind = "max", kernel = array<i64: 2, 2>,
+        stride = array<i64: 2, 2>, padding = array<i64: 0, 0>}
+        : tensor<8x16x32x32xf32> -> tensor<8x16x16x16xf32>
+    ```
+  }];
+  let arguments = (ins Plan_F32Tensor:$input, StrAttr:$kind,
+                       DenseI64ArrayAttr:$kernel, DenseI64ArrayAttr:$stride,
+                       DenseI64ArrayAttr:$padding);
+  let results = (outs Plan_F32Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+}
+
+def Plan_Pool2dGradOp : Plan_SpatialOp<"pool2d_grad",
+    [AllTypesMatch<["input", "result"]>]> {
+  let summary = "Input gradient of pool2d (max: to the first maximum of each window)";
+  let arguments = (ins Plan_F32Tensor:$input, Plan_F32Tensor:$grad,
+                       StrAttr:$kind, DenseI64ArrayAttr:$kernel,
+                       DenseI64ArrayAttr:$stride, DenseI64ArrayAttr:$padding);
+  let results = (outs Plan_F32Tensor:$result);
+  let assemblyFormat = [{
+    $input `,` $grad attr-dict `:` type($input) `,` type($grad)
+  }];
+}
+
+#endif

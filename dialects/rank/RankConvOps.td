@@ -1,0 +1,85 @@
+//===- RankConvOps.td - Convolutional-network ops of the rank dialect -----===//
+//
+// NCHW buffers with this rank's local shapes. Codegen passes the pair
+// attributes element by element, attributes in alphabetical order (the
+// RuntimeCallOpInterface default), e.g. planrt::conv2d(ctx, input, filter,
+// out, dilation_h, dilation_w, groups, padding_h, padding_w, stride_h,
+// stride_w).
+//===----------------------------------------------------------------------===//
+#ifndef RANK_CONV_OPS_TD
+#define RANK_CONV_OPS_TD
+
+def Rank_Conv2dOp : Rank_CallOp<"conv2d"> {
+  let summary = "2-D convolution without bias (im2col + GEMM per group)";
+  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead]>:$input,
+                       Arg<Rank_F32Buffer, "", [MemRead]>:$filter,
+                       Arg<Rank_F32Buffer, "", [MemWrite]>:$out,
+                       DenseI64ArrayAttr:$stride, DenseI64ArrayAttr:$padding,
+                       DenseI64ArrayAttr:$dilation, I64Attr:$groups);
+  let assemblyFormat = [{
+    $input `,` $filter `into` $out attr-dict `:` type($input) `,`
+    type($filter) `->` type($out)
+  }];
+}
+
+def Rank_Conv2dGradOp : Rank_CallOp<"conv2d_grad",
+    [AllTypesMatch<["input", "input_grad"]>,
+     AllTypesMatch<["filter", "filter_grad"]>]> {
+  let summary = "d input and d filter of conv2d";
+  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead]>:$input,
+                       Arg<Rank_F32Buffer, "", [MemRead]>:$filter,
+                       Arg<Rank_F32Buffer, "", [MemRead]>:$grad,
+                       Arg<Rank_F32Buffer, "", [MemWrite]>:$input_grad,
+                       Arg<Rank_F32Buffer, "", [MemWrite]>:$filter_grad,
+                       DenseI64ArrayAttr:$stride, DenseI64ArrayAttr:$padding,
+                       DenseI64ArrayAttr:$dilation, I64Attr:$groups);
+  let assemblyFormat = [{
+    $input `,` $filter `,` $grad `into` $input_grad `,` $filter_grad attr-dict
+    `:` type($input) `,` type($filter) `,` type($grad)
+  }];
+}
+
+def Rank_Pool2dOp : Rank_CallOp<"pool2d"> {
+  let summary = "2-D max or average pooling";
+  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead]>:$input,
+                       Arg<Rank_F32Buffer, "", [MemWrite]>:$out,
+                       StrAttr:$kind, DenseI64ArrayAttr:$kernel,
+                       DenseI64ArrayAttr:$stride, DenseI64ArrayAttr:$padding);
+  let assemblyFormat = [{
+    $input `into` $out attr-dict `:` type($input) `->` type($out)
+  }];
+}
+
+def Rank_Pool2dGradOp : Rank_CallOp<"pool2d_grad",
+    [AllTypesMatch<["input", "input_grad"]>]> {
+  let summary = "d input of pool2d";
+  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead]>:$input,
+                       Arg<Rank_F32Buffer, "", [MemRead]>:$grad,
+                       Arg<Rank_F32Buffer, "", [MemWrite]>:$input_grad,
+                       StrAttr:$kind, DenseI64ArrayAttr:$kernel,
+                       DenseI64ArrayAttr:$stride, DenseI64ArrayAttr:$padding);
+  let assemblyFormat = [{
+    $input `,` $grad `into` $input_grad attr-dict `:` type($input) `,`
+    type($grad)
+  }];
+}
+
+def Rank_ChannelBiasAddOp : Rank_CallOp<"channel_bias_add"> {
+  let summary = "out[n, c, ...] = input[n, c, ...] + bias[c]";
+  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead]>:$input,
+                       Arg<Rank_F32Buffer, "", [MemRead]>:$bias,
+                       Arg<Rank_F32Buffer, "", [MemWrite]>:$out);
+  let assemblyFormat = [{
+    $input `,` $bias `into` $out attr-dict `:` type($input) `,` type($bias)
+    `->` type($out)
+  }];
+}
+
+def Rank_ChannelBiasGradOp : Rank_CallOp<"channel_bias_grad"> {
+  let summary = "out[c] = sum of grad[n, c, ...] over n and the rest, in order";
+  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead]>:$grad,
+                       Arg<Rank_F32Buffer, "", [MemWrite]>:$out);
+  let assemblyFormat = "$grad `into` $out attr-dict `:` type($grad) `->` type($out)";
+}
+
+#endif

@@ -1,0 +1,206 @@
+//===- conv_kernels.h - Convolution and pooling kernel bodies -------------===//
+//
+// Functors over one index each, like planrt/kernels.h: the host backend runs
+// them in loops, the cuda backend in grid-stride kernels, so CPU tests cover
+// the arithmetic the GPU runs. Tensors are NCHW. Every output element is
+// written by exactly one invocation that reads its inputs in a fixed order,
+// so results are deterministic (the backward passes gather; they never
+// scatter with atomics).
+//===----------------------------------------------------------------------===//
+#ifndef PLANRT_CONV_KERNELS_H
+#define PLANRT_CONV_KERNELS_H
+
+#include "planrt/kernels.h"
+
+namespace planrt {
+namespace kernels {
+
+/// The geometry of a convolution or pooling window over NCHW tensors.
+struct ConvShape {
+  int64_t n, c, h, w;   // input
+  int64_t o, ho, wo;    // output channels (conv) and spatial size
+  int64_t kh, kw;       // window
+  int64_t sh, sw;       // stride
+  int64_t ph, pw;       // zero padding
+  int64_t dh, dw;       // dilation
+  PLANRT_HD int64_t p() const { return ho * wo; }
+  PLANRT_HD int64_t window() const { return kh * kw; }
+};
+
+/// col[(c*KH + i)*KW + j][n*P + oh*WO + ow] = x[n, c, oh*sh - ph + i*dh,
+/// ow*sw - pw + j*dw] (0 outside the input); index space: col elements,
+/// C*KH*KW rows of N*P columns.
+struct Im2ColFn {
+  const float *x;
+  float *col;
+  ConvShape s;
+  PLANRT_HD void operator()(int64_t idx) const {
+    int64_t cols = s.n * s.p();
+    int64_t row = idx / cols, col_i = idx % cols;
+    int64_t n = col_i / s.p(), p = col_i % s.p();
+    int64_t c = row / s.window(), k = row % s.window();
+    int64_t ih = (p / s.wo) * s.sh - s.ph + (k / s.kw) * s.dh;
+    int64_t iw = (p % s.wo) * s.sw - s.pw + (k % s.kw) * s.dw;
+    bool inside = ih >= 0 && ih < s.h && iw >= 0 && iw < s.w;
+    col[idx] = inside ? x[((n * s.c + c) * s.h + ih) * s.w + iw] : 0.0f;
+  }
+};
+
+/// The adjoint of Im2ColFn: dx[n, c, ih, iw] sums the col entries that read
+/// it, window position (i, j) in order; index space: input elements.
+struct Col2ImFn {
+  const float *col;
+  float *dx;
+  ConvShape s;
+  PLANRT_HD void operator()(int64_t idx) const {
+    int64_t iw = idx % s.w, ih = (idx / s.w) % s.h;
+    int64_t c = (idx / (s.w * s.h)) % s.c, n = idx / (s.w * s.h * s.c);
+    int64_t cols = s.n * s.p();
+    float acc = 0.0f;
+    for (int64_t i = 0; i < s.kh; ++i) {
+      int64_t th = ih + s.ph - i * s.dh; // = oh * sh
+      if (th < 0 || th % s.sh)
+        continue;
+      int64_t oh = th / s.sh;
+      if (oh >= s.ho)
+        continue;
+      for (int64_t j = 0; j < s.kw; ++j) {
+        int64_t tw = iw + s.pw - j * s.dw;
+        if (tw < 0 || tw % s.sw)
+          continue;
+        int64_t ow = tw / s.sw;
+        if (ow >= s.wo)
+          continue;
+        int64_t row = (c * s.kh + i) * s.kw + j;
+        acc += col[row * cols + n * s.p() + oh * s.wo + ow];
+      }
+    }
+    dx[idx] = acc;
+  }
+};
+
+/// Swaps the two leading axes of a [a, b, inner] tensor: out[j, i, k] =
+/// in[i, j, k]; index space: out elements. Moves between NCHW ([N, O, P])
+/// and the GEMM layout [O, N*P].
+struct SwapLeadFn {
+  const float *in;
+  float *out;
+  int64_t a, b, inner;
+  PLANRT_HD void operator()(int64_t idx) const {
+    int64_t k = idx % inner, i = (idx / inner) % a, j = idx / (inner * a);
+    out[idx] = in[(i * b + j) * inner + k];
+  }
+};
+
+/// out[n, c, ...] = x[n, c, ...] + bias[c]; `inner` = elements per channel.
+struct ChannelBiasAddFn {
+  const float *x, *bias;
+  float *out;
+  int64_t c, inner;
+  PLANRT_HD void operator()(int64_t i) const {
+    out[i] = x[i] + bias[(i / inner) % c];
+  }
+};
+
+/// db[c] = sum over n, then over the channel's elements, in order; index
+/// space: the channels.
+struct ChannelBiasGradFn {
+  const float *dy;
+  float *db;
+  int64_t n, c, inner;
+  PLANRT_HD void operator()(int64_t ch) const {
+    float acc = 0.0f;
+    for (int64_t b = 0; b < n; ++b) {
+      const float *p = dy + (b * c + ch) * inner;
+      for (int64_t k = 0; k < inner; ++k)
+        acc += p[k];
+    }
+    db[ch] = acc;
+  }
+};
+
+/// The flat input index of the first maximum of output (n, c, oh, ow)'s
+/// window (row-major over the window; padding never wins).
+PLANRT_HD inline int64_t pool_argmax(const float *x, const ConvShape &s,
+                                     int64_t nc, int64_t oh, int64_t ow) {
+  int64_t best = -1;
+  float bv = 0.0f;
+  for (int64_t i = 0; i < s.kh; ++i) {
+    int64_t ih = oh * s.sh - s.ph + i;
+    if (ih < 0 || ih >= s.h)
+      continue;
+    for (int64_t j = 0; j < s.kw; ++j) {
+      int64_t iw = ow * s.sw - s.pw + j;
+      if (iw < 0 || iw >= s.w)
+        continue;
+      int64_t at = (nc * s.h + ih) * s.w + iw;
+      float v = x[at];
+      // NaN propagates: a NaN wins over any number and keeps the first one.
+      if (best < 0 || v > bv || (v != v && bv == bv)) {
+        best = at;
+        bv = v;
+      }
+    }
+  }
+  return best;
+}
+
+/// Max (avg = false) or average pooling; an average divides by the whole
+/// window, padding included. Index space: output elements.
+struct Pool2dFn {
+  const float *x;
+  float *out;
+  ConvShape s;
+  bool avg;
+  PLANRT_HD void operator()(int64_t idx) const {
+    int64_t ow = idx % s.wo, oh = (idx / s.wo) % s.ho, nc = idx / s.p();
+    if (!avg) {
+      out[idx] = x[pool_argmax(x, s, nc, oh, ow)];
+      return;
+    }
+    float acc = 0.0f;
+    for (int64_t i = 0; i < s.kh; ++i) {
+      int64_t ih = oh * s.sh - s.ph + i;
+      if (ih < 0 || ih >= s.h)
+        continue;
+      for (int64_t j = 0; j < s.kw; ++j) {
+        int64_t iw = ow * s.sw - s.pw + j;
+        if (iw >= 0 && iw < s.w)
+          acc += x[(nc * s.h + ih) * s.w + iw];
+      }
+    }
+    out[idx] = acc / (float)s.window();
+  }
+};
+
+/// dx of Pool2dFn: each input element gathers the output gradients of the
+/// windows that contain it (max: only where it is the window's first
+/// maximum), windows in row-major order. Index space: input elements.
+struct Pool2dGradFn {
+  const float *x, *dy;
+  float *dx;
+  ConvShape s;
+  bool avg;
+  PLANRT_HD void operator()(int64_t idx) const {
+    int64_t iw = idx % s.w, ih = (idx / s.w) % s.h, nc = idx / (s.w * s.h);
+    // Windows oh with oh*sh - ph <= ih < oh*sh - ph + kh.
+    int64_t oh0 = ih + s.ph - s.kh + 1, ow0 = iw + s.pw - s.kw + 1;
+    oh0 = oh0 > 0 ? (oh0 + s.sh - 1) / s.sh : 0;
+    ow0 = ow0 > 0 ? (ow0 + s.sw - 1) / s.sw : 0;
+    float acc = 0.0f;
+    for (int64_t oh = oh0; oh < s.ho && oh * s.sh - s.ph <= ih; ++oh)
+      for (int64_t ow = ow0; ow < s.wo && ow * s.sw - s.pw <= iw; ++ow) {
+        float g = dy[(nc * s.ho + oh) * s.wo + ow];
+        if (avg)
+          acc += g / (float)s.window();
+        else if (pool_argmax(x, s, nc, oh, ow) == idx)
+          acc += g;
+      }
+    dx[idx] = acc;
+  }
+};
+
+} // namespace kernels
+} // namespace planrt
+
+#endif
