@@ -547,10 +547,11 @@ def Rank_ObserveOp : Rank_Op<"observe"> {
   let description = [{
     A no-op unless the program was asked to record the current step
     (`--dump-step0`): then the buffer's contents at this point are copied and
-    later written under `name` (e.g. `logits`, `grad/<param>`), for checking
-    a run against an independent implementation.
+    later written under `name` (e.g. `input/<name>`, `logits`,
+    `grad/<param>`), for checking a run against an independent
+    implementation. Id buffers (i32) are written as f32 values.
   }];
-  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead]>:$buffer,
+  let arguments = (ins Arg<Rank_DataBuffer, "", [MemRead]>:$buffer,
                        StrAttr:$name);
   let assemblyFormat = "$buffer `as` $name attr-dict `:` type($buffer)";
 }

@@ -253,6 +253,12 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
                                   ? StringAttr()
                                   : StringAttr::get(ctx, batchAxes[0]));
     buf[arg] = rk::InputOp::create(b, loc, *type, ref);
+    // What a reference implementation needs to replay step 1.
+    if (isStep)
+      rk::ObserveOp::create(
+          b, loc, buf[arg],
+          b.getStringAttr((kind.getValue() == "label" ? "label/" : "input/") +
+                          name.getValue()));
   }
 
   auto f32 = [&](double v) { return b.getF32FloatAttr(float(v)); };

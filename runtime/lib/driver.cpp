@@ -545,10 +545,6 @@ void observe(Context *ctx, const Tensor *t, const char *name) {
   if (!name || !*name)
     fatal("observe: empty name");
   check_tensor("observe", name, t);
-  if (t->dtype != F32)
-    fatal("observe: '%s' is an i32 tensor %s; only f32 tensors can be "
-          "observed",
-          name, shape_str(t).c_str());
   ObservedTensor *o = nullptr;
   for (auto &prev : ctx->observed)
     if (prev.name == name)
@@ -560,6 +556,13 @@ void observe(Context *ctx, const Tensor *t, const char *name) {
   }
   o->shape.assign(t->shape, t->shape + t->ndim);
   o->data = internal::to_host(ctx, t);
+  // Token and class ids are dumped as f32 values (exact below 2^24).
+  if (t->dtype == I32)
+    for (float &v : o->data) {
+      int32_t id;
+      std::memcpy(&id, &v, sizeof(id));
+      v = (float)id;
+    }
 }
 
 float step_lr(Context *ctx, float base) {

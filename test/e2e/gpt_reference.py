@@ -365,8 +365,14 @@ def main():
         if not e <= a.grad_rtol:
             errors.append(f"gradient of {pn}: rel error {e:.2e} > "
                           f"{a.grad_rtol:g}")
+    # The step's batch as the program read it: the same tokens as ours.
+    for key, ref in (("input/tokens", x), ("label/targets", y)):
+        if key in step0 and not np.array_equal(
+                step0[key].astype(np.int64), ref.numpy()):
+            errors.append(f"{key}: the program read a different batch")
     extra = sorted(k for k in step0
-                   if k != "logits" and k[len("grad/"):] not in names)
+                   if k not in ("logits", "input/tokens", "label/targets")
+                   and k[len("grad/"):] not in names)
     if extra:
         errors.append(f"{a.step0} has unexpected tensors {extra}")
     if not err_logits <= a.logits_rtol:
