@@ -149,19 +149,35 @@ TEST(Observe, NothingObservedWritesAnEmptyFile) {
 void observe_ids(Context *ctx) {
   Tensor *ids = alloc(ctx, 1, 4, 1, 1, 1);
   ids->dtype = I32;
+  const int32_t values[4] = {3, 0, 7, 1 << 24};
+  std::memcpy(ids->data, values, sizeof(values)); // host backend
   observe(ctx, ids, "ids");
 }
 
-TEST(ObserveDeathTest, RejectsI32WhenDumping) {
+// Token and class ids are written as f32 values, exact below 2^24.
+TEST(Observe, WritesIdsAsF32Values) {
+  std::string path = temp_path("observe_ids");
   Context *ctx = internal::create_context("observe", false);
   internal::start(ctx);
-  // Not dumping: no check, no copy.
+  internal::set_dump_step0(ctx, path);
+  internal::train(ctx, observe_ids, 1, /*quiet=*/true);
+  SafetensorsFile st = read_safetensors(path);
+  std::remove(path.c_str());
+  EXPECT_EQ(st.header, "{\"ids\":{\"dtype\":\"F32\",\"shape\":[4],"
+                       "\"data_offsets\":[0,16]}}");
+  ASSERT_EQ(st.data.size(), 4u);
+  EXPECT_EQ(st.data[0], 3.0f);
+  EXPECT_EQ(st.data[1], 0.0f);
+  EXPECT_EQ(st.data[2], 7.0f);
+  EXPECT_EQ(st.data[3], 16777216.0f);
+  internal::destroy_context(ctx);
+}
+
+TEST(ObserveDeathTest, RejectsBadArguments) {
+  Context *ctx = internal::create_context("observe", false);
+  internal::start(ctx);
+  internal::set_dump_step0(ctx, temp_path("observe_bad"));
   internal::begin_step(ctx, 1);
-  observe_ids(ctx);
-  internal::set_dump_step0(ctx, temp_path("observe_i32"));
-  internal::begin_step(ctx, 1);
-  EXPECT_DEATH(observe_ids(ctx), "observe: 'ids' is an i32 tensor \\[4\\]; "
-                                 "only f32 tensors can be observed");
   EXPECT_DEATH(observe(ctx, nullptr, "t"), "observe");
   EXPECT_DEATH(observe(nullptr, nullptr, "t"), "observe: null context");
   internal::destroy_context(ctx);

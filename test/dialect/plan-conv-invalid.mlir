@@ -1,0 +1,128 @@
+// RUN: plan-opt %s --split-input-file --verify-diagnostics
+// Every verifier diagnostic of the convolutional-network ops.
+
+func.func @rank(%x: tensor<2x3x8xf32>, %w: tensor<4x3x3x3xf32>) {
+  // expected-error @below {{the input must be NCHW (rank 4)}}
+  %y = plan.conv2d %x, %w {stride = array<i64: 1, 1>, padding = array<i64: 0, 0>, dilation = array<i64: 1, 1>, groups = 1 : i64} : tensor<2x3x8xf32>, tensor<4x3x3x3xf32> -> tensor<2x4x6x6xf32>
+  return
+}
+
+// -----
+
+func.func @pair(%x: tensor<2x3x8x8xf32>, %w: tensor<4x3x3x3xf32>) {
+  // expected-error @below {{stride must be two integers >= 1 ([height, width]), got 1 value}}
+  %y = plan.conv2d %x, %w {stride = array<i64: 1>, padding = array<i64: 0, 0>, dilation = array<i64: 1, 1>, groups = 1 : i64} : tensor<2x3x8x8xf32>, tensor<4x3x3x3xf32> -> tensor<2x4x6x6xf32>
+  return
+}
+
+// -----
+
+func.func @groups(%x: tensor<2x3x8x8xf32>, %w: tensor<4x3x3x3xf32>) {
+  // expected-error @below {{groups (2) must divide the input channels (3) and the output channels (4)}}
+  %y = plan.conv2d %x, %w {stride = array<i64: 1, 1>, padding = array<i64: 0, 0>, dilation = array<i64: 1, 1>, groups = 2 : i64} : tensor<2x3x8x8xf32>, tensor<4x3x3x3xf32> -> tensor<2x4x6x6xf32>
+  return
+}
+
+// -----
+
+func.func @filter_channels(%x: tensor<2x4x8x8xf32>, %w: tensor<4x4x3x3xf32>) {
+  // expected-error @below {{must have C / groups = 2 input channels (dimension 1)}}
+  %y = plan.conv2d %x, %w {stride = array<i64: 1, 1>, padding = array<i64: 0, 0>, dilation = array<i64: 1, 1>, groups = 2 : i64} : tensor<2x4x8x8xf32>, tensor<4x4x3x3xf32> -> tensor<2x4x6x6xf32>
+  return
+}
+
+// -----
+
+func.func @fit(%x: tensor<2x3x4x4xf32>, %w: tensor<4x3x3x3xf32>) {
+  // expected-error @below {{(dilated, with padding) does not fit in the input}}
+  %y = plan.conv2d %x, %w {stride = array<i64: 1, 1>, padding = array<i64: 0, 0>, dilation = array<i64: 3, 3>, groups = 1 : i64} : tensor<2x3x4x4xf32>, tensor<4x3x3x3xf32> -> tensor<2x4x1x1xf32>
+  return
+}
+
+// -----
+
+func.func @result(%x: tensor<2x3x8x8xf32>, %w: tensor<4x3x3x3xf32>) {
+  // expected-error @below {{the result must be 'tensor<2x4x6x6xf32>'}}
+  %y = plan.conv2d %x, %w {stride = array<i64: 1, 1>, padding = array<i64: 0, 0>, dilation = array<i64: 1, 1>, groups = 1 : i64} : tensor<2x3x8x8xf32>, tensor<4x3x3x3xf32> -> tensor<2x4x8x8xf32>
+  return
+}
+
+// -----
+
+func.func @grad(%x: tensor<2x3x8x8xf32>, %w: tensor<4x3x3x3xf32>, %dy: tensor<2x4x8x8xf32>) {
+  // expected-error @below {{the output gradient must be 'tensor<2x4x6x6xf32>'}}
+  %dx, %dw = plan.conv2d_grad %x, %w, %dy {stride = array<i64: 1, 1>, padding = array<i64: 0, 0>, dilation = array<i64: 1, 1>, groups = 1 : i64} : tensor<2x3x8x8xf32>, tensor<4x3x3x3xf32>, tensor<2x4x8x8xf32>
+  return
+}
+
+// -----
+
+func.func @kind(%x: tensor<2x3x8x8xf32>) {
+  // expected-error @below {{kind must be "max" or "avg", got "min"}}
+  %y = plan.pool2d %x {kind = "min", kernel = array<i64: 2, 2>, stride = array<i64: 2, 2>, padding = array<i64: 0, 0>} : tensor<2x3x8x8xf32> -> tensor<2x3x4x4xf32>
+  return
+}
+
+// -----
+
+func.func @pool_padding(%x: tensor<2x3x8x8xf32>) {
+  // expected-error @below {{padding must be at most half the kernel}}
+  %y = plan.pool2d %x {kind = "max", kernel = array<i64: 2, 2>, stride = array<i64: 2, 2>, padding = array<i64: 2, 0>} : tensor<2x3x8x8xf32> -> tensor<2x3x6x4xf32>
+  return
+}
+
+// -----
+
+func.func @pool_fit(%x: tensor<2x3x2x2xf32>) {
+  // expected-error @below {{the window does not fit in the input}}
+  %y = plan.pool2d %x {kind = "avg", kernel = array<i64: 3, 3>, stride = array<i64: 1, 1>, padding = array<i64: 0, 0>} : tensor<2x3x2x2xf32> -> tensor<2x3x1x1xf32>
+  return
+}
+
+// -----
+
+func.func @pool_result(%x: tensor<2x3x8x8xf32>) {
+  // expected-error @below {{the result must be 'tensor<2x3x4x4xf32>'}}
+  %y = plan.pool2d %x {kind = "max", kernel = array<i64: 2, 2>, stride = array<i64: 2, 2>, padding = array<i64: 0, 0>} : tensor<2x3x8x8xf32> -> tensor<2x3x8x8xf32>
+  return
+}
+
+// -----
+
+func.func @pool_grad(%x: tensor<2x3x8x8xf32>, %dy: tensor<2x3x8x8xf32>) {
+  // expected-error @below {{the output gradient must be 'tensor<2x3x4x4xf32>'}}
+  %dx = plan.pool2d_grad %x, %dy {kind = "max", kernel = array<i64: 2, 2>, stride = array<i64: 2, 2>, padding = array<i64: 0, 0>} : tensor<2x3x8x8xf32>, tensor<2x3x8x8xf32>
+  return
+}
+
+// -----
+
+func.func @bias(%x: tensor<2x3x8x8xf32>, %b: tensor<4xf32>) {
+  // expected-error @below {{must be 1-D with one value per channel (3)}}
+  %y = plan.channel_bias_add %x, %b : tensor<2x3x8x8xf32>, tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @bias_rank(%x: tensor<8xf32>, %b: tensor<8xf32>) {
+  // expected-error @below {{the input must have a channel dimension}}
+  %y = plan.channel_bias_add %x, %b : tensor<8xf32>, tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @bias_grad(%dy: tensor<2x3x8x8xf32>) {
+  // expected-error @below {{the result must be 'tensor<3xf32>'}}
+  %db = plan.channel_bias_grad %dy : tensor<2x3x8x8xf32> -> tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @bias_grad_rank(%dy: tensor<8xf32>) {
+  // expected-error @below {{the gradient must have a channel dimension}}
+  %db = plan.channel_bias_grad %dy : tensor<8xf32> -> tensor<8xf32>
+  return
+}
