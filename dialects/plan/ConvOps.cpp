@@ -142,3 +142,16 @@ LogicalResult ChannelBiasGradOp::verify() {
   auto want = RankedTensorType::get({g.getDimSize(1)}, g.getElementType());
   return expectType(*this, "the result", getResult().getType(), want);
 }
+
+LogicalResult BatchNormOp::verify() {
+  auto in = getInput().getType();
+  auto g = getGamma().getType();
+  if (in.getRank() < 2)
+    return emitOpError() << "the input must be [N, C, ...], got " << in;
+  if (g.getRank() != 1 || g.getDimSize(0) != in.getDimSize(1))
+    return emitOpError() << "gamma and beta " << g << " must be 1-D with one "
+                         << "value per channel (" << in.getDimSize(1) << ")";
+  if (!(getEps().convertToDouble() >= 0))
+    return emitOpError() << "eps must be >= 0";
+  return success();
+}

@@ -104,4 +104,46 @@ def Plan_Pool2dGradOp : Plan_SpatialOp<"pool2d_grad",
   }];
 }
 
+def Plan_BatchNormOp : Plan_ComputeOp<"batch_norm",
+    [AllTypesMatch<["input", "result"]>, AllTypesMatch<["gamma", "beta"]>]> {
+  let summary = "Batch normalization (training mode) over all but dimension 1";
+  let description = [{
+    `input` is `[N, C, ...]`; each channel is normalized with the mean and
+    the biased variance of its values over the batch and the spatial
+    dimensions, then scaled by `gamma[c]` and shifted by `beta[c]`. The
+    statistics cover the whole (global) batch: when the batch is split over
+    data-parallel ranks, the lowering sums the per-channel statistics over
+    them (synchronized batch norm), so results do not depend on dp.
+
+    ```mlir
+    %y = plan.batch_norm %x, %g, %b {eps = 1.0e-05 : f32} : tensor<8x16x4x4xf32>, tensor<16xf32>
+    ```
+  }];
+  let arguments = (ins Plan_F32Tensor:$input, Plan_F32Tensor:$gamma,
+                       Plan_F32Tensor:$beta, DefaultValuedAttr<F32Attr, "1e-5">:$eps);
+  let results = (outs Plan_F32Tensor:$result);
+  let assemblyFormat = [{
+    $input `,` $gamma `,` $beta attr-dict `:` type($input) `,` type($gamma)
+  }];
+  let hasVerifier = 1;
+}
+
+def Plan_BatchNormGradOp : Plan_ComputeOp<"batch_norm_grad",
+    [AllTypesMatch<["input", "grad", "input_grad"]>,
+     AllTypesMatch<["gamma", "gamma_grad", "beta_grad"]>]> {
+  let summary = "Gradients of batch_norm: input, scale and shift (statistics recomputed)";
+  let arguments = (ins Plan_F32Tensor:$input, Plan_F32Tensor:$gamma,
+                       Plan_F32Tensor:$grad, DefaultValuedAttr<F32Attr, "1e-5">:$eps);
+  let results = (outs Plan_F32Tensor:$input_grad, Plan_F32Tensor:$gamma_grad,
+                      Plan_F32Tensor:$beta_grad);
+  let assemblyFormat = [{
+    $input `,` $gamma `,` $grad attr-dict `:` type($input) `,` type($gamma)
+  }];
+  let builders = [OpBuilder<(ins "::mlir::Value":$input, "::mlir::Value":$gamma,
+                                 "::mlir::Value":$grad, "::mlir::FloatAttr":$eps), [{
+    build($_builder, $_state, ::mlir::TypeRange{input.getType(), gamma.getType(),
+          gamma.getType()}, input, gamma, grad, eps);
+  }]>];
+}
+
 #endif

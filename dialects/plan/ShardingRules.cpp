@@ -473,6 +473,40 @@ Rule ChannelBiasGradOp::getShardingRule() {
   return r;
 }
 
+/// Batch norm over [N, C, ...]: per-channel statistics over the batch and
+/// the rest. The batch may be split (data parallel): the lowering sums the
+/// statistics over its axes, so results lacking the batch (the parameters'
+/// gradients) are whole, not pending sums. Channels split freely; the
+/// spatial dimensions stay whole.
+static Rule batchNormRule(Value x, unsigned params, bool isGrad) {
+  Rule r;
+  ArrayRef<int64_t> xs = shapeOf(x);
+  SmallVector<int64_t> fs;
+  for (auto [i, n] : llvm::enumerate(xs))
+    fs.push_back(factorOf(r, n, /*needsReplication=*/i >= 2));
+  if (fs[0] >= 0)
+    r.factors[fs[0]].exchangedByOp = true;
+  Rule::TensorDims in = Rule::tensor(fs), p = Rule::tensor({fs[1]});
+  r.operands.push_back(in);
+  for (unsigned i = 0; i < params; ++i)
+    r.operands.push_back(p);
+  if (!isGrad) {
+    r.results = {in};
+    return r;
+  }
+  r.operands.push_back(in); // the output gradient
+  r.results = {in, p, p};
+  return r;
+}
+
+Rule BatchNormOp::getShardingRule() {
+  return batchNormRule(getInput(), 2, false);
+}
+
+Rule BatchNormGradOp::getShardingRule() {
+  return batchNormRule(getInput(), 1, true);
+}
+
 //===--- Optimizer --------------------------------------------------------===//
 
 // Scales by a whole scalar. It is linear in the gradient, but the gradient

@@ -82,4 +82,39 @@ def Rank_ChannelBiasGradOp : Rank_CallOp<"channel_bias_grad"> {
   let assemblyFormat = "$grad `into` $out attr-dict `:` type($grad) `->` type($out)";
 }
 
+def Rank_BatchNormOp : Rank_CallOp<"batch_norm",
+    [AllTypesMatch<["gamma", "beta"]>, AllTypesMatch<["input", "out"]>]> {
+  let summary = "batch norm (training mode), statistics summed over batch_axes";
+  let description = [{
+    `batch_axes`: the mesh axes that split the batch; the per-channel sums
+    are all-reduced over them (codegen passes them as an axis mask).
+  }];
+  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead]>:$input,
+                       Arg<Rank_F32Buffer, "", [MemRead]>:$gamma,
+                       Arg<Rank_F32Buffer, "", [MemRead]>:$beta,
+                       Arg<Rank_F32Buffer, "", [MemWrite]>:$out,
+                       StrArrayAttr:$batch_axes, F32Attr:$eps);
+  let assemblyFormat = [{
+    $input `,` $gamma `,` $beta `into` $out attr-dict `:` type($input) `,`
+    type($gamma)
+  }];
+}
+
+def Rank_BatchNormGradOp : Rank_CallOp<"batch_norm_grad",
+    [AllTypesMatch<["input", "grad", "input_grad"]>,
+     AllTypesMatch<["gamma", "gamma_grad", "beta_grad"]>]> {
+  let summary = "d input, d gamma, d beta of batch norm (whole over batch_axes)";
+  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead]>:$input,
+                       Arg<Rank_F32Buffer, "", [MemRead]>:$gamma,
+                       Arg<Rank_F32Buffer, "", [MemRead]>:$grad,
+                       Arg<Rank_F32Buffer, "", [MemWrite]>:$input_grad,
+                       Arg<Rank_F32Buffer, "", [MemWrite]>:$gamma_grad,
+                       Arg<Rank_F32Buffer, "", [MemWrite]>:$beta_grad,
+                       StrArrayAttr:$batch_axes, F32Attr:$eps);
+  let assemblyFormat = [{
+    $input `,` $gamma `,` $grad `into` $input_grad `,` $gamma_grad `,`
+    $beta_grad attr-dict `:` type($input) `,` type($gamma)
+  }];
+}
+
 #endif

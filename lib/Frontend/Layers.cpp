@@ -332,7 +332,7 @@ static const char *const kBuiltins[] = {
     "pos_embedding", "layernorm",    "rmsnorm",   "attention", "mlp",
     "relu",          "gelu",         "silu",      "softmax",   "add",
     "mse",           "cross_entropy", "conv2d",  "max_pool2d", "avg_pool2d",
-    "flatten"};
+    "flatten",       "batch_norm"};
 
 bool Sema::isBuiltin(StringRef fn) { return llvm::is_contained(kBuiltins, fn); }
 
@@ -928,6 +928,40 @@ Val Sema::callBuiltin(StringRef fn, Args &args, Location l,
                              b.getDenseI64ArrayAttr(*kernel),
                              b.getDenseI64ArrayAttr(*stride),
                              b.getDenseI64ArrayAttr(*padding));
+    return out;
+  }
+  if (fn == "batch_norm") {
+    // batch_norm(x, gamma, beta, eps = 1e-5): per channel (dimension 1)
+    // over the batch and the rest, in training mode.
+    if (!arity(3, 3, "an input, a scale and a shift"))
+      return out;
+    double eps = namedNumber("eps", 1e-5);
+    if (!leftovers())
+      return out;
+    Value x = tensorArg(0), gamma = tensorArg(1), beta = tensorArg(2);
+    if (!x || !gamma || !beta)
+      return out;
+    auto xs = shapeOf(x);
+    if (xs.size() < 2) {
+      error(l) << "'batch_norm' normalizes each channel (dimension 1) over "
+               << "the batch; its input needs at least 2 dimensions, got "
+               << shapeStr(x.getType());
+      return out;
+    }
+    for (Value p : {gamma, beta})
+      if (shapeOf(p) != ArrayRef<int64_t>{xs[1]}) {
+        auto d = error(l) << "'batch_norm': the scale and the shift must have "
+                          << "shape [" << xs[1] << "] (one value per "
+                          << "channel), got " << shapeStr(p.getType());
+        d.attachNote(defLoc(p)) << "it is defined here";
+        return out;
+      }
+    if (!(eps > 0)) {
+      error(l) << "'batch_norm': eps must be > 0, got " << eps;
+      return out;
+    }
+    out.v = generic(BatchNormOp(), x.getType(), {x, gamma, beta},
+                    {b.getNamedAttr("eps", b.getF32FloatAttr(eps))});
     return out;
   }
   if (fn == "flatten") {

@@ -147,6 +147,17 @@ static LogicalResult backprop(Operation *op, Value dy, OpBuilder &b,
           adj.add(loc, c.getFilter(), g.getFilterGrad());
         return success();
       })
+      .Case<BatchNormOp>([&](BatchNormOp bn) {
+        auto g = BatchNormGradOp::create(b, loc, bn.getInput(), bn.getGamma(),
+                                         dy, bn.getEpsAttr());
+        if (needs(bn.getInput()))
+          adj.add(loc, bn.getInput(), g.getInputGrad());
+        if (needs(bn.getGamma()))
+          adj.add(loc, bn.getGamma(), g.getGammaGrad());
+        if (needs(bn.getBeta()))
+          adj.add(loc, bn.getBeta(), g.getBetaGrad());
+        return success();
+      })
       .Case<Pool2dOp>([&](Pool2dOp p) {
         if (needs(p.getInput()))
           adj.add(loc, p.getInput(),

@@ -592,6 +592,20 @@ void LowerRankToEmitCPass::runOnOperation() {
               attrs.push_back(c.i64(i));
               continue;
             }
+            // Several axes are passed as an axis mask (0: none).
+            if (attrName.ends_with("axes") && isa_and_nonnull<ArrayAttr>(a)) {
+              int64_t mask = 0;
+              for (Attribute axis : cast<ArrayAttr>(a)) {
+                int64_t i = mesh.getAxisIndex(cast<StringAttr>(axis).getValue());
+                if (i < 0) {
+                  op.emitError() << "unknown mesh axis " << axis;
+                  return failure();
+                }
+                mask |= int64_t(1) << i;
+              }
+              attrs.push_back(c.i64(mask));
+              continue;
+            }
             if (!a) {
               op.emitError() << "lacks attribute '" << attrName << "'";
               return failure();

@@ -287,6 +287,15 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
       n *= mesh.getAxisSize(a);
     return {b.getI64IntegerAttr(h / n), b.getI64IntegerAttr(kv / n)};
   };
+  // The mesh axes that split a value's batch (dimension 0) across ranks:
+  // not the sequential (microbatch) axis, whose parts a loop visits.
+  auto batchAxes = [&](Value v) {
+    SmallVector<StringRef> axes;
+    for (StringRef a : getSharding(v).getDimAxes(0))
+      if (a != seqAxis)
+        axes.push_back(a);
+    return b.getStrArrayAttr(axes);
+  };
   // Embedding tables split by rows (vocab-parallel).
   auto rowAxis = [&](Value table, Operation *user) {
     return splitAxis(table, 0, user);
@@ -978,6 +987,19 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
             .Case<RmsNormGradOp>([&](RmsNormGradOp g) {
               rk::RmsNormGradOp::create(b, loc, in(0), in(1), in(2), outs[0],
                                         outs[1], g.getEpsAttr());
+              return true;
+            })
+            .Case<BatchNormOp>([&](BatchNormOp bn) {
+              rk::BatchNormOp::create(b, loc, in(0), in(1), in(2), out,
+                                      batchAxes(bn.getInput()),
+                                      bn.getEpsAttr());
+              return true;
+            })
+            .Case<BatchNormGradOp>([&](BatchNormGradOp g) {
+              rk::BatchNormGradOp::create(b, loc, in(0), in(1), in(2), outs[0],
+                                          outs[1], outs[2],
+                                          batchAxes(g.getInput()),
+                                          g.getEpsAttr());
               return true;
             })
             .Case<Conv2dOp>([&](Conv2dOp c) {

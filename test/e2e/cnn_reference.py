@@ -9,7 +9,7 @@ STEP0  what the program observed in step 1 (--dump-step0): the images
 LOG    the program's stdout (its step lines)
 
 The model is Inputs/cnn-small.plan written with torch.nn.functional (conv2d,
-max_pool2d, avg_pool2d: PyTorch's definitions of padding, stride, dilation
+max_pool2d, avg_pool2d, batch_norm in training mode: PyTorch's definitions of padding, stride, dilation
 and groups), in float64 from planc's initial weights and its step-1 batch.
 Checks, as relative errors in the 2-norm: the logits, the step-1 loss and
 every parameter's gradient. Tolerance 1e-5: planc computes in float32, and
@@ -34,7 +34,9 @@ def load(path):
 
 
 def model(p, x, y):
-    h = F.relu(F.conv2d(x, p["w1"], p["b1"], padding=1))
+    h = F.conv2d(x, p["w1"], padding=1)
+    h = F.relu(F.batch_norm(h, None, None, p["g1"], p["be1"], training=True,
+                            eps=1e-5))
     h = F.max_pool2d(h, kernel_size=3, stride=2, padding=1)
     h = F.relu(F.conv2d(h, p["w2"], groups=2, dilation=2, padding=2))
     h = F.conv2d(h, p["w3"], p["b3"], stride=2, padding=(1, 0))

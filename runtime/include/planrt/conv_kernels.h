@@ -200,6 +200,85 @@ struct Pool2dGradFn {
   }
 };
 
+//===--- Batch normalization (per channel over N and the rest) -------------===//
+
+/// sum[c] = sum over n, then the channel's elements, of x (centered on
+/// mean[c] and squared when `mean` is given); index space: the channels.
+struct ChannelSumFn {
+  const float *x, *mean;
+  float *sum;
+  int64_t n, c, inner;
+  PLANRT_HD void operator()(int64_t ch) const {
+    float acc = 0.0f;
+    for (int64_t b = 0; b < n; ++b) {
+      const float *p = x + (b * c + ch) * inner;
+      for (int64_t k = 0; k < inner; ++k) {
+        float v = mean ? p[k] - mean[ch] : p[k];
+        acc += mean ? v * v : v;
+      }
+    }
+    sum[ch] = acc;
+  }
+};
+
+/// From the global sums over m values per channel: mean[c] = sum[c] / m, or
+/// (rstd) 1 / sqrt(sum[c] / m + eps); in place. Index space: the channels.
+struct BnFinalizeFn {
+  float *v;
+  float inv_m, eps;
+  bool rstd;
+  PLANRT_HD void operator()(int64_t ch) const {
+    v[ch] = rstd ? 1.0f / sqrtf(v[ch] * inv_m + eps) : v[ch] * inv_m;
+  }
+};
+
+/// out = gamma[c] (x - mean[c]) rstd[c] + beta[c]; index: elements.
+struct BnNormFn {
+  const float *x, *gamma, *beta, *mean, *rstd;
+  float *out;
+  int64_t c, inner;
+  PLANRT_HD void operator()(int64_t i) const {
+    int64_t ch = (i / inner) % c;
+    out[i] = gamma[ch] * ((x[i] - mean[ch]) * rstd[ch]) + beta[ch];
+  }
+};
+
+/// sums[c] = sum dy, sums[C + c] = sum dy * xhat over the channel, in
+/// order; index space: the channels.
+struct BnGradSumsFn {
+  const float *x, *dy, *mean, *rstd;
+  float *sums;
+  int64_t n, c, inner;
+  PLANRT_HD void operator()(int64_t ch) const {
+    float sdy = 0.0f, sdyx = 0.0f;
+    for (int64_t b = 0; b < n; ++b) {
+      int64_t base = (b * c + ch) * inner;
+      for (int64_t k = 0; k < inner; ++k) {
+        float g = dy[base + k];
+        sdy += g;
+        sdyx += g * ((x[base + k] - mean[ch]) * rstd[ch]);
+      }
+    }
+    sums[ch] = sdy;
+    sums[c + ch] = sdyx;
+  }
+};
+
+/// dx = gamma rstd (dy - sum dy / m - xhat sum(dy xhat) / m), the sums over
+/// the global batch; index space: elements.
+struct BnGradXFn {
+  const float *x, *dy, *gamma, *mean, *rstd, *sums;
+  float *dx;
+  int64_t c, inner;
+  float inv_m;
+  PLANRT_HD void operator()(int64_t i) const {
+    int64_t ch = (i / inner) % c;
+    float xhat = (x[i] - mean[ch]) * rstd[ch];
+    dx[i] = gamma[ch] * rstd[ch] *
+            (dy[i] - sums[ch] * inv_m - xhat * (sums[c + ch] * inv_m));
+  }
+};
+
 } // namespace kernels
 } // namespace planrt
 

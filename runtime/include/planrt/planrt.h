@@ -535,6 +535,17 @@ void channel_bias_add(Context *ctx, const Tensor *x, const Tensor *bias,
                       Tensor *out);
 /// db[c] = sum of dy[n, c, ...] over everything but c.
 void channel_bias_grad(Context *ctx, const Tensor *dy, Tensor *db);
+/// Batch norm in training mode over x [N, C, ...]: per channel, the mean
+/// and biased variance over N and the rest, summed over the ranks of the
+/// mesh axes in `batch_axes` (an axis mask; 0: this rank's batch is the
+/// whole batch), so the statistics are the global batch's.
+void batch_norm(Context *ctx, const Tensor *x, const Tensor *gamma,
+                const Tensor *beta, Tensor *out, int64_t batch_axes,
+                float eps);
+/// dx, dgamma, dbeta of batch_norm (dgamma and dbeta whole over the group).
+void batch_norm_grad(Context *ctx, const Tensor *x, const Tensor *gamma,
+                     const Tensor *dy, Tensor *dx, Tensor *dgamma,
+                     Tensor *dbeta, int64_t batch_axes, float eps);
 /// Records sqrt(sumsq) (rank-0 tensor, already reduced) for the step line,
 /// which then reads "step S/N | loss L | grad norm G | T ms".
 ///
