@@ -98,7 +98,7 @@ static LogicalResult checkResults(Operation *op) {
     ShardingAttr want = getSharding(op->getResult(i));
     ShardingAttr got =
         resultSharding(op->getContext(), want ? want.getMesh() : nullptr, rule,
-                       i, *axes, through.getArrayRef());
+                       i, *axes, through.getArrayRef(), sequentialAxes(op));
     if (want != got)
       return op->emitError() << "result " << i << " is recorded as " << want
                              << " but the op computes " << got

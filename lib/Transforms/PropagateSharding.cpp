@@ -514,6 +514,7 @@ LogicalResult Propagator::propagate(func::FuncOp f) {
 LogicalResult Propagator::materialize(func::FuncOp f) {
   MLIRContext *ctx = f.getContext();
   auto meshRef = FlatSymbolRefAttr::get(mesh.getSymNameAttr());
+  SmallVector<StringRef> sequential = sequentialAxes(f);
   auto toAttr = [&](Value v) {
     SmallVector<Attribute> d, seg;
     bool anySeg = false;
@@ -625,7 +626,8 @@ LogicalResult Propagator::materialize(func::FuncOp f) {
     SmallVector<ShardingAttr> results;
     for (unsigned i = 0; i < op->getNumResults(); ++i)
       results.push_back(
-          resultSharding(ctx, meshRef, rule, i, axes, through.getArrayRef()));
+          resultSharding(ctx, meshRef, rule, i, axes, through.getArrayRef(),
+                         sequential));
     setShardings(op, results);
   });
   return success();

@@ -152,7 +152,8 @@ ShardingAttr planc::plan::resultSharding(MLIRContext *ctx,
                                          FlatSymbolRefAttr mesh,
                                          const OpShardingRule &rule, unsigned i,
                                          const FactorAxes &factors,
-                                         ArrayRef<StringRef> passed) {
+                                         ArrayRef<StringRef> passed,
+                                         ArrayRef<StringRef> sequential) {
   llvm::SmallSetVector<int64_t, 8> inResult, inOperands;
   for (const OpShardingRule::Dim &d : rule.results[i])
     inResult.insert(d.factors.begin(), d.factors.end());
@@ -162,13 +163,27 @@ ShardingAttr planc::plan::resultSharding(MLIRContext *ctx,
   llvm::SmallSetVector<StringRef, 4> partial;
   // Each rank saw only its part of a factor the result does not have: the
   // result is a summand.
-  for (int64_t f : inOperands)
-    if (!inResult.contains(f) && !rule.factors[f].needsReplication &&
-        !rule.factors[f].exchangedByOp)
-      partial.insert(factors[f].axes.begin(), factors[f].axes.end());
+  for (int64_t f : inOperands) {
+    if (inResult.contains(f) || rule.factors[f].needsReplication)
+      continue;
+    for (StringRef a : factors[f].axes)
+      if (!rule.factors[f].exchangedByOp || llvm::is_contained(sequential, a))
+        partial.insert(a);
+  }
   partial.insert(passed.begin(), passed.end());
   return projectSharding(ctx, mesh, rule.results[i], factors,
                          partial.getArrayRef());
+}
+
+SmallVector<StringRef> planc::plan::sequentialAxes(Operation *op) {
+  SmallVector<StringRef> out;
+  auto module = isa<ModuleOp>(op) ? cast<ModuleOp>(op)
+                                  : op->getParentOfType<ModuleOp>();
+  if (MeshOp mesh = module ? getMesh(module) : MeshOp())
+    for (Attribute a : mesh.getAxes())
+      if (mesh.isSequential(cast<StringAttr>(a).getValue()))
+        out.push_back(cast<StringAttr>(a).getValue());
+  return out;
 }
 
 SmallVector<func::FuncOp> planc::plan::distributedFunctions(ModuleOp module) {

@@ -60,12 +60,17 @@ acceptedPartials(mlir::Operation *op, const OpShardingRule &rule,
 
 /// The sharding of result `i`: its factors' axes, pending over the axes of
 /// factors that the operands have and it lacks, and over `passed` (the
-/// accepted partials).
+/// accepted partials). A factor the op exchanges itself is exchanged over
+/// mesh axes only: over the `sequential` ones (microbatches, visited one
+/// after another) the result is still a sum.
 ShardingAttr resultSharding(mlir::MLIRContext *ctx,
                             mlir::FlatSymbolRefAttr mesh,
                             const OpShardingRule &rule, unsigned i,
                             const FactorAxes &factors,
-                            llvm::ArrayRef<llvm::StringRef> passed);
+                            llvm::ArrayRef<llvm::StringRef> passed,
+                            llvm::ArrayRef<llvm::StringRef> sequential);
+/// The sequential axes of `op`'s module's mesh.
+llvm::SmallVector<llvm::StringRef> sequentialAxes(mlir::Operation *op);
 
 /// For each result of the train step `f` that is an updated parameter (no
 /// `plan.result` role) or optimizer state (role "state"), the argument it

@@ -202,22 +202,52 @@ struct Pool2dGradFn {
 
 //===--- Batch normalization (per channel over N and the rest) -------------===//
 
-/// sum[c] = sum over n, then the channel's elements, of x (centered on
-/// mean[c] and squared when `mean` is given); index space: the channels.
-struct ChannelSumFn {
-  const float *x, *mean;
-  float *sum;
-  int64_t n, c, inner;
-  PLANRT_HD void operator()(int64_t ch) const {
-    float acc = 0.0f;
-    for (int64_t b = 0; b < n; ++b) {
-      const float *p = x + (b * c + ch) * inner;
-      for (int64_t k = 0; k < inner; ++k) {
-        float v = mean ? p[k] - mean[ch] : p[k];
-        acc += mean ? v * v : v;
+/// Per-sample, per-channel sums over the channel's elements of x [N, C,
+/// inner], in order; index space: N*C. mode 0: out[n*C + c] = sum x;
+/// mode 1: sum (x - mean[c])^2; mode 2 (rows of 2C): out[n*2C + c] = sum dy
+/// and out[n*2C + C + c] = sum dy * (x - mean[c]) * rstd[c]. Summing these
+/// rows over n in sample order gives the same bits for any split of the
+/// batch (ColumnSumFn after an all-gather in sample order).
+struct SampleSumsFn {
+  const float *x, *mean, *rstd, *dy;
+  float *out;
+  int64_t c, inner;
+  int mode;
+  PLANRT_HD void operator()(int64_t i) const {
+    int64_t ch = i % c, n = i / c;
+    const float *p = x + i * inner;
+    float a = 0.0f, b = 0.0f;
+    for (int64_t k = 0; k < inner; ++k) {
+      if (mode == 0) {
+        a += p[k];
+      } else if (mode == 1) {
+        float v = p[k] - mean[ch];
+        a += v * v;
+      } else {
+        float g = dy[i * inner + k];
+        a += g;
+        b += g * ((p[k] - mean[ch]) * rstd[ch]);
       }
     }
-    sum[ch] = acc;
+    if (mode == 2) {
+      out[n * 2 * c + ch] = a;
+      out[n * 2 * c + c + ch] = b;
+    } else {
+      out[i] = a;
+    }
+  }
+};
+
+/// out[j] = sum over rows r, in order, of in[r * cols + j]; index: columns.
+struct ColumnSumFn {
+  const float *in;
+  float *out;
+  int64_t rows, cols;
+  PLANRT_HD void operator()(int64_t j) const {
+    float acc = 0.0f;
+    for (int64_t r = 0; r < rows; ++r)
+      acc += in[r * cols + j];
+    out[j] = acc;
   }
 };
 
@@ -240,27 +270,6 @@ struct BnNormFn {
   PLANRT_HD void operator()(int64_t i) const {
     int64_t ch = (i / inner) % c;
     out[i] = gamma[ch] * ((x[i] - mean[ch]) * rstd[ch]) + beta[ch];
-  }
-};
-
-/// sums[c] = sum dy, sums[C + c] = sum dy * xhat over the channel, in
-/// order; index space: the channels.
-struct BnGradSumsFn {
-  const float *x, *dy, *mean, *rstd;
-  float *sums;
-  int64_t n, c, inner;
-  PLANRT_HD void operator()(int64_t ch) const {
-    float sdy = 0.0f, sdyx = 0.0f;
-    for (int64_t b = 0; b < n; ++b) {
-      int64_t base = (b * c + ch) * inner;
-      for (int64_t k = 0; k < inner; ++k) {
-        float g = dy[base + k];
-        sdy += g;
-        sdyx += g * ((x[base + k] - mean[ch]) * rstd[ch]);
-      }
-    }
-    sums[ch] = sdy;
-    sums[c + ch] = sdyx;
   }
 };
 
