@@ -223,6 +223,10 @@ struct Context {
   std::vector<double> teacher; // [out][in] teacher matrix for data_kind 0
   int64_t teacher_in = 0, teacher_out = 0;
   int64_t classes = 0; // set_synthetic_classes (data_kind 2)
+  // Classification accuracy of the step (data_kind 2): rows whose argmax is
+  // the target, and rows counted, on this rank; then over the world.
+  double acc_correct = 0, acc_rows = 0;
+  float last_accuracy = -1.0f; // < 0: not measured
 
   void *backend = nullptr; // backend state
 

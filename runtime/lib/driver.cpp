@@ -402,6 +402,11 @@ void internal::validate_layout(Context *ctx, const ParamDesc &p,
 
 /// Tokens of the global batch: global rows x the other dims of the first I32
 /// input (0 if there is none).
+const char *internal::batch_unit(const Context *ctx) {
+  // A classifier's labels count samples (images), a language model's tokens.
+  return ctx->data_kind == DataSyntheticImages ? "samples/s" : "tok/s";
+}
+
 int64_t internal::global_batch_tokens(const Context *ctx) {
   for (auto &in : ctx->inputs) {
     if (in.t.dtype != I32)
@@ -731,8 +736,12 @@ std::string step_line(const Context *ctx, int64_t step, int64_t steps,
     n += std::snprintf(buf + n, sizeof(buf) - n, " | lr %.3e",
                        (double)ctx->last_lr);
   if (tokens > 0)
-    std::snprintf(buf + n, sizeof(buf) - n, " | %.0f tok/s",
-                  ms > 0 ? (double)tokens / (ms * 1e-3) : 0.0);
+    n += std::snprintf(buf + n, sizeof(buf) - n, " | %.0f %s",
+                       ms > 0 ? (double)tokens / (ms * 1e-3) : 0.0,
+                       internal::batch_unit(ctx));
+  if (ctx->last_accuracy >= 0)
+    std::snprintf(buf + n, sizeof(buf) - n, " | acc %.4f",
+                  (double)ctx->last_accuracy);
   return buf;
 }
 
@@ -758,6 +767,24 @@ float scheduled_lr(const Context *ctx, float base) {
       ctx->run_steps > 0 ? ctx->run_steps : ctx->steps, base, ctx->step);
 }
 
+/// The step's classification accuracy over the whole batch. Every rank
+/// that computed the loss counted its rows (tensor-parallel ranks count the
+/// same rows alike, other pipeline stages none), so the world's ratio is
+/// the batch's.
+static void reduce_accuracy(Context *ctx) {
+  if (ctx->data_kind != DataSyntheticImages)
+    return;
+  double v[2] = {ctx->acc_correct, ctx->acc_rows};
+  if (ctx->use_mpi && ctx->world > 1) {
+    double sum[2] = {0, 0};
+    watchdog::allreduce(ctx, v, sum, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD,
+                        watchdog::group_op("accuracy", -1));
+    v[0] = sum[0];
+    v[1] = sum[1];
+  }
+  ctx->last_accuracy = v[1] > 0 ? (float)(v[0] / v[1]) : -1.0f;
+}
+
 std::vector<float> train(Context *ctx, void (*step)(Context *), int64_t steps,
                          bool quiet) {
   std::vector<float> losses;
@@ -767,9 +794,11 @@ std::vector<float> train(Context *ctx, void (*step)(Context *), int64_t steps,
     begin_step(ctx, s);
     backend::synchronize(ctx);
     auto t0 = std::chrono::steady_clock::now();
+    ctx->acc_correct = ctx->acc_rows = 0;
     step(ctx);
     end_step(ctx);
     backend::synchronize(ctx);
+    reduce_accuracy(ctx);
     auto t1 = std::chrono::steady_clock::now();
     double ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
     losses.push_back(ctx->last_loss);

@@ -272,7 +272,8 @@ void report_step(Context *ctx, int64_t step, int64_t steps, double ms,
     n += std::snprintf(buf + n, sizeof(buf) - n, " | grad norm %.3e",
                        (double)ctx->last_grad_norm);
   if (std::isfinite(tok_s))
-    n += std::snprintf(buf + n, sizeof(buf) - n, " | %.0f tok/s", tok_s);
+    n += std::snprintf(buf + n, sizeof(buf) - n, " | %.0f %s", tok_s,
+                       internal::batch_unit(ctx));
   else
     n += std::snprintf(buf + n, sizeof(buf) - n, " | %.2f ms/step", ms);
   std::snprintf(buf + n, sizeof(buf) - n, " | MFU %s | elapsed %s | ETA %s",

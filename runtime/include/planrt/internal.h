@@ -20,6 +20,9 @@ namespace internal {
 
 /// Tokens of the global batch: global rows x the other dims of the first I32
 /// input (0 if there is none).
+/// The unit of the step line's rate: "tok/s", or "samples/s" for a
+/// classifier of generated images.
+const char *batch_unit(const Context *ctx);
 int64_t global_batch_tokens(const Context *ctx);
 
 /// s as a JSON string literal (quotes, escapes), for the files the runtime

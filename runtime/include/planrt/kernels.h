@@ -497,6 +497,23 @@ struct CrossEntropyFn {
   }
 };
 
+/// correct[r] = 1 when the row's first maximum among the valid classes is
+/// its target, else 0; index space: rows.
+struct ArgmaxCorrectFn {
+  const float *logits;
+  const int32_t *targets;
+  float *correct;
+  int64_t c, valid;
+  PLANRT_HD void operator()(int64_t r) const {
+    const float *xr = logits + r * c;
+    int64_t best = 0;
+    for (int64_t j = 1; j < valid; ++j)
+      if (xr[j] > xr[best])
+        best = j;
+    correct[r] = best == targets[r] ? 1.0f : 0.0f;
+  }
+};
+
 /// dlogits[r] = scale * (softmax(logits[r]) - onehot(targets[r])).
 struct CrossEntropyGradFn {
   const float *logits;
