@@ -371,12 +371,14 @@ LogicalResult TrainOp::verify() {
   int64_t batch = getGlobalBatchAttr().getInt();
   if (batch < 1)
     return emitOpError() << "global_batch must be >= 1";
-  if (getData() != "synthetic" && getData() != "shards")
+  if (getData() != "synthetic" && getData() != "shards" &&
+      getData() != "cifar10")
     return emitOpError() << "unknown data source '" << getData()
-                         << "'; expected \"synthetic\" or \"shards\"";
-  if (getData() == "shards" && !getDataPathAttr())
-    return emitOpError() << "data = \"shards\" needs data_path, the "
-                            "directory that holds the token shards";
+                         << "'; expected \"synthetic\", \"shards\" or "
+                            "\"cifar10\"";
+  if (getData() != "synthetic" && !getDataPathAttr())
+    return emitOpError() << "data = \"" << getData()
+                         << "\" needs data_path, the files to read";
   if (getOptimizer() != "sgd" && getOptimizer() != "adamw")
     return emitOpError() << "unknown optimizer '" << getOptimizer()
                          << "'; expected \"sgd\" or \"adamw\"";

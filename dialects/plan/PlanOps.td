@@ -56,8 +56,9 @@ def Plan_TrainOp : Plan_Op<"train"> {
     ```
     - `steps`, `seed`, `global_batch` (samples per optimizer step, all ranks
       together).
-    - `data`: `"synthetic"` (generated from the seed) or `"shards"` (token
-      shards read from `data_path`, which is then required).
+    - `data`: `"synthetic"` (generated from the seed), `"shards"` (token
+      shards read from `data_path`, which is then required) or `"cifar10"`
+      (CIFAR-10 binary batches matching `data_path`).
     - `optimizer`: `"sgd"` or `"adamw"`; AdamW also uses `beta1`, `beta2`,
       `eps` and `weight_decay`. `lr` is the peak learning rate.
     - `micro_batch` (optional): samples per microbatch; divides

@@ -414,19 +414,25 @@ void Sema::readTrain() {
     auto *call = dynamic_cast<PlanParser::CallExprContext *>(e);
     if (auto n = rawName(e); n && *n == "synthetic") {
       train.data = "synthetic";
-    } else if (call && call->callee->getText() == "shards" &&
+    } else if (call &&
+               (call->callee->getText() == "shards" ||
+                call->callee->getText() == "cifar10") &&
                call->arg().size() == 1) {
+      std::string kind = call->callee->getText();
       Val v = eval(call->arg()[0]->expr());
       if (!v.isError() && !v.isString())
-        error(v.loc) << "shards(...) takes a file pattern in quotes, e.g. "
-                        "shards(\"data/train_*.bin\")";
+        error(v.loc) << kind << "(...) takes a file pattern in quotes, e.g. "
+                     << kind
+                     << (kind == "shards" ? "(\"data/train_*.bin\")"
+                                          : "(\"cifar/data_batch_*.bin\")");
       else if (!v.isError()) {
-        train.data = "shards";
+        train.data = kind;
         train.dataPath = v.getString();
       }
     } else {
-      error(it->second.val.loc) << "'data' is synthetic or "
-                                   "shards(\"pattern/*.bin\")";
+      error(it->second.val.loc) << "'data' is synthetic, "
+                                   "shards(\"pattern/*.bin\") or "
+                                   "cifar10(\"pattern/*.bin\")";
     }
   }
   if (auto it = s.find("checkpoint"); it != s.end()) {

@@ -247,8 +247,9 @@ void LowerRankToEmitCPass::runOnOperation() {
     }
     // Data sources: 0 = synthetic regression, 1 = token shards, 2 =
     // synthetic classification (class-id labels without an embedding: the
-    // classes are the classifier's width).
+    // classes are the classifier's width), 3 = CIFAR-10 files.
     bool shards = train.getData() == "shards";
+    bool cifar = train.getData() == "cifar10";
     int64_t classes = 0;
     bool tokenInput = false;
     for (auto in : module.getOps<rk::InputDeclOp>())
@@ -264,14 +265,20 @@ void LowerRankToEmitCPass::runOnOperation() {
             ls && !ls.getVocabAxis().empty())
           classes *= mesh.getShape()[mesh.getAxisIndex(ls.getVocabAxis())];
       });
+    if (cifar && !classes) {
+      train.emitError() << "data = cifar10(...) trains a classifier: the loss "
+                           "must be cross_entropy over class logits with "
+                           "i32 labels [batch]";
+      return signalPassFailure();
+    }
     c.call(train.getLoc(), "planrt::set_training", {},
            {c.i64(train.getSteps()), c.i64(train.getSeed()),
             c.i64(train.getGlobalBatch()),
-            c.i64(shards ? 1 : classes ? 2 : 0)});
+            c.i64(shards ? 1 : cifar ? 3 : classes ? 2 : 0)});
     if (classes)
-      c.call(train.getLoc(), "planrt::set_synthetic_classes", {},
+      c.call(train.getLoc(), "planrt::set_classes", {},
              {c.i64(classes)});
-    if (shards)
+    if (shards || cifar)
       c.call(train.getLoc(), "planrt::set_data_path", {},
              {c.str(train.getDataPath().value_or(""))});
     // Checkpoints: the directory (relative to the current directory) and

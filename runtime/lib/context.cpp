@@ -178,10 +178,10 @@ void set_training(Context *ctx, int64_t steps, int64_t seed,
   ctx->data_kind = data_kind;
 }
 
-void set_synthetic_classes(Context *ctx, int64_t classes) {
-  check_ctx(ctx, "set_synthetic_classes");
+void set_classes(Context *ctx, int64_t classes) {
+  check_ctx(ctx, "set_classes");
   if (classes < 1)
-    fatal("set_synthetic_classes: classes must be >= 1, got %lld",
+    fatal("set_classes: classes must be >= 1, got %lld",
           (long long)classes);
   ctx->classes = classes;
 }

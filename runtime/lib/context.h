@@ -222,7 +222,10 @@ struct Context {
 
   std::vector<double> teacher; // [out][in] teacher matrix for data_kind 0
   int64_t teacher_in = 0, teacher_out = 0;
-  int64_t classes = 0; // set_synthetic_classes (data_kind 2)
+  int64_t classes = 0; // set_classes (data kinds 2 and 3)
+  // data_kind 3: the CIFAR-10 files (sorted) and their record counts.
+  std::vector<std::pair<std::string, int64_t>> cifar_files;
+  int64_t cifar_records = 0;
   // Classification accuracy of the step (data_kind 2): rows whose argmax is
   // the target, and rows counted, on this rank; then over the world.
   double acc_correct = 0, acc_rows = 0;

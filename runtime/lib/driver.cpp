@@ -57,13 +57,13 @@ void validate(Context *ctx) {
             in.name.c_str(), (long long)in.batch_axis, (long long)naxes);
   if (ctx->inputs.empty())
     return; // nothing to generate (tests, or programs without data)
-  if (ctx->data_kind < DataSynthetic || ctx->data_kind > DataSyntheticImages)
+  if (ctx->data_kind < DataSynthetic || ctx->data_kind > DataCifar10)
     fatal("unsupported data_kind %lld (0 = synthetic regression, 1 = token "
-          "shards and 2 = synthetic images are implemented)",
+          "shards, 2 = synthetic images and 3 = CIFAR-10 are implemented)",
           (long long)ctx->data_kind);
-  static const char *const kKinds[] = {"data_kind 0 (synthetic regression)",
-                                       "data_kind 1 (token shards)",
-                                       "data_kind 2 (synthetic images)"};
+  static const char *const kKinds[] = {
+      "data_kind 0 (synthetic regression)", "data_kind 1 (token shards)",
+      "data_kind 2 (synthetic images)", "data_kind 3 (CIFAR-10)"};
   const char *kind = kKinds[ctx->data_kind];
   const InputDesc *x = nullptr, *y = nullptr;
   int nx = 0, ny = 0;
@@ -80,7 +80,7 @@ void validate(Context *ctx) {
     fatal("%s needs exactly one input and one label, got %d input(s) and %d "
           "label(s)",
           kind, nx, ny);
-  bool images = ctx->data_kind == DataSyntheticImages;
+  bool images = internal::is_classifier(ctx);
   if (images ? (x->t.ndim < 2 || y->t.ndim != 1)
              : (x->t.ndim != 2 || y->t.ndim != 2))
     fatal("%s needs %s, got input '%s' %s and label '%s' %s", kind,
@@ -101,7 +101,12 @@ void validate(Context *ctx) {
             want == F32 ? "f32" : "i32", in == x ? "input" : "label",
             in->name.c_str(), in->t.dtype == F32 ? "f32" : "i32");
   if (images && ctx->classes < 1)
-    fatal("%s needs the number of classes (set_synthetic_classes)", kind);
+    fatal("%s needs the number of classes (set_classes)", kind);
+  if (ctx->data_kind == DataCifar10 &&
+      (x->t.ndim != 4 || x->t.shape[1] != 3 || x->t.shape[2] != 32 ||
+       x->t.shape[3] != 32))
+    fatal("%s needs an input [rows, 3, 32, 32], got '%s' %s", kind,
+          x->name.c_str(), shape_str(&x->t).c_str());
   if (ctx->data_kind == DataTokenShards && x->t.shape[1] != y->t.shape[1])
     fatal("%s: input '%s' %s and label '%s' %s must have the same shape "
           "[rows, sequence]",
@@ -404,7 +409,12 @@ void internal::validate_layout(Context *ctx, const ParamDesc &p,
 /// input (0 if there is none).
 const char *internal::batch_unit(const Context *ctx) {
   // A classifier's labels count samples (images), a language model's tokens.
-  return ctx->data_kind == DataSyntheticImages ? "samples/s" : "tok/s";
+  return is_classifier(ctx) ? "samples/s" : "tok/s";
+}
+
+bool internal::is_classifier(const Context *ctx) {
+  return ctx->data_kind == DataSyntheticImages ||
+         ctx->data_kind == DataCifar10;
 }
 
 int64_t internal::global_batch_tokens(const Context *ctx) {
@@ -654,8 +664,9 @@ void start(Context *ctx) {
     fatal("this program needs %lld ranks (%s) but the world has %d",
           (long long)mesh_ranks(ctx), mesh_str(ctx).c_str(), ctx->world);
   ctx->coords = rank_coords(ctx, ctx->rank);
-  if (ctx->data_kind == DataTokenShards && !ctx->inputs.empty() &&
-      !ctx->tokens_open) {
+  if (!ctx->inputs.empty() &&
+      ((ctx->data_kind == DataTokenShards && !ctx->tokens_open) ||
+       (ctx->data_kind == DataCifar10 && ctx->cifar_files.empty()))) {
     // planrt::run opened them before any collective; tests come here.
     std::string error = open_training_data(ctx);
     if (!error.empty())
@@ -714,6 +725,8 @@ void begin_step(Context *ctx, int64_t step) {
     fill_tokens(ctx, step);
   else if (ctx->data_kind == DataSyntheticImages)
     fill_synthetic_images(ctx, step);
+  else if (ctx->data_kind == DataCifar10)
+    internal::fill_cifar(ctx, step);
   else
     fill_synthetic(ctx, step);
 }
@@ -772,7 +785,7 @@ float scheduled_lr(const Context *ctx, float base) {
 /// same rows alike, other pipeline stages none), so the world's ratio is
 /// the batch's.
 static void reduce_accuracy(Context *ctx) {
-  if (ctx->data_kind != DataSyntheticImages)
+  if (!internal::is_classifier(ctx))
     return;
   double v[2] = {ctx->acc_correct, ctx->acc_rows};
   if (ctx->use_mpi && ctx->world > 1) {
@@ -1219,7 +1232,8 @@ int run(int argc, char **argv, const char *program_name,
   }
 
   // Training data files, checked by every rank before any collective.
-  if (!ctx->inputs.empty() && ctx->data_kind == DataTokenShards) {
+  if (!ctx->inputs.empty() && (ctx->data_kind == DataTokenShards ||
+                                ctx->data_kind == DataCifar10)) {
     validate(ctx); // the description first (fatal: a code generator bug)
     std::string data_error = internal::open_training_data(ctx);
     if (!data_error.empty()) {

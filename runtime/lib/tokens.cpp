@@ -84,13 +84,12 @@ std::string check_token_shard(const std::string &path, int64_t &tokens) {
   return "";
 }
 
-std::string open_token_shards(const std::string &pattern, TokenShards &out) {
-  out = TokenShards();
-  out.pattern = pattern;
+std::string glob_files(const std::string &pattern,
+                       std::vector<std::string> &paths, const char *hint) {
+  paths.clear();
   glob_t g;
   std::memset(&g, 0, sizeof(g));
   int rc = glob(pattern.c_str(), 0, nullptr, &g);
-  std::vector<std::string> paths;
   if (rc == 0)
     for (size_t i = 0; i < g.gl_pathc; ++i)
       paths.push_back(g.gl_pathv[i]);
@@ -100,10 +99,20 @@ std::string open_token_shards(const std::string &pattern, TokenShards &out) {
            std::to_string(rc) + "); check that its directories are readable";
   if (paths.empty())
     return pattern + ": no file matches the data pattern (relative to " +
-           cwd() +
-           "); run the program from the directory the pattern is relative "
-           "to, or create the shards with plan-tokenize";
+           cwd() + "); run the program from the directory the pattern is " +
+           "relative to, or " + hint;
   std::sort(paths.begin(), paths.end()); // byte order, not the locale's
+  return "";
+}
+
+std::string open_token_shards(const std::string &pattern, TokenShards &out) {
+  out = TokenShards();
+  out.pattern = pattern;
+  std::vector<std::string> paths;
+  std::string error =
+      glob_files(pattern, paths, "create the shards with plan-tokenize");
+  if (!error.empty())
+    return error;
   for (const std::string &p : paths) {
     int64_t n = 0;
     std::string error = check_token_shard(p, n);
@@ -214,6 +223,8 @@ TokenIO token_io(Context *ctx) {
 } // namespace
 
 std::string open_training_data(Context *ctx) {
+  if (ctx->data_kind == DataCifar10 && !ctx->inputs.empty())
+    return open_cifar(ctx);
   if (ctx->data_kind != DataTokenShards || ctx->inputs.empty() ||
       ctx->tokens_open)
     return "";

@@ -3,7 +3,7 @@
 // One case per verifier error of the transformer, matmul, sharding_constraint
 // and settings ops.
 
-// expected-error @below {{unknown data source 'files'; expected "synthetic" or "shards"}}
+// expected-error @below {{unknown data source 'files'; expected "synthetic", "shards" or "cifar10"}}
 plan.train {data = "files", global_batch = 8 : i64, lr = 1.0e-01 : f64, optimizer = "sgd", seed = 3 : i64, steps = 5 : i64}
 
 // -----

@@ -310,7 +310,7 @@ TEST(TokenDescription, DtypesMustMatchTheDataKind) {
                  declare_input(c, "x", RoleInput, 4, 2, 3, 4, 4, -1);
                  declare_input(c, "y", RoleLabel, 1, 2, 1, 1, 1, -1);
                  set_training(c, 1, 1, 2, DataSyntheticImages);
-                 set_synthetic_classes(c, 10);
+                 set_classes(c, 10);
                }),
                "data_kind 2 \\(synthetic images\\) needs an i32 label; 'y' "
                "is f32");

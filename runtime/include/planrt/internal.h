@@ -20,6 +20,21 @@ namespace internal {
 
 /// Tokens of the global batch: global rows x the other dims of the first I32
 /// input (0 if there is none).
+/// The files matching a glob pattern, sorted by name (bytes, not the
+/// locale); an error message ("" on success) names the pattern, the
+/// directory it is relative to and `hint` when nothing matches.
+std::string glob_files(const std::string &pattern,
+                       std::vector<std::string> &paths, const char *hint);
+
+/// Opens the data_kind 3 (CIFAR-10) files of set_data_path: checks each
+/// file's size; "" or an error message naming the file.
+std::string open_cifar(Context *ctx);
+/// Reads this rank's rows of `step` into the input and label (host staging,
+/// then the device); fatal on a read error or an out-of-range class.
+void fill_cifar(Context *ctx, int64_t step);
+
+/// Whether the program trains a classifier on images (data kinds 2, 3).
+bool is_classifier(const Context *ctx);
 /// The unit of the step line's rate: "tok/s", or "samples/s" for a
 /// classifier of generated images.
 const char *batch_unit(const Context *ctx);

@@ -84,7 +84,8 @@ void set_input_dtype(Context *ctx, int64_t input_index, int64_t dtype);
 enum DataKind : int {
   DataSynthetic = 0,
   DataTokenShards = 1,
-  DataSyntheticImages = 2
+  DataSyntheticImages = 2,
+  DataCifar10 = 3
 };
 
 /// Training loop settings. `data_kind`:
@@ -107,7 +108,7 @@ enum DataKind : int {
 ///      the batch.
 ///  2 = synthetic classification (images): one F32 input [rows, ...] (e.g.
 ///      NCHW) and one I32 label [rows]. Row g of step s has class
-///      k = hash(seed, s, g) mod classes (set_synthetic_classes) and the
+///      k = hash(seed, s, g) mod classes (set_classes) and the
 ///      input is class k's pattern, shifted by a random phase, plus uniform
 ///      noise in [-0.5, 0.5): for NCHW, each class is two oriented gratings
 ///      with its own frequencies and channel weights (a function of the seed
@@ -115,8 +116,16 @@ enum DataKind : int {
 ///      the same for any plan.
 void set_training(Context *ctx, int64_t steps, int64_t seed,
                   int64_t global_batch, int64_t data_kind);
-/// The number of classes of data_kind 2 (the classifier's width).
-void set_synthetic_classes(Context *ctx, int64_t classes);
+///  3 = CIFAR-10 binary batches (set_data_path: a glob pattern of files of
+///      3073-byte records, a class byte then 32x32 red, green and blue
+///      planes): input F32 [rows, 3, 32, 32], label I32 [rows]. The records
+///      of the files (sorted by name) form one sequence of R records; step s
+///      row g reads record ((s - 1) * B + g) mod R (B the global batch), so
+///      every plan reads the same images. Pixels p become (p / 255 - mean)
+///      / std with the CIFAR-10 channel statistics (mean 0.4914, 0.4822,
+///      0.4465; std 0.2470, 0.2435, 0.2616).
+/// The number of classes of a classifier (data kinds 2 and 3: its width).
+void set_classes(Context *ctx, int64_t classes);
 
 /// For data_kind 1: a glob pattern (relative to the current directory) of
 /// the token shard files. A shard is a header of 256 little-endian int32

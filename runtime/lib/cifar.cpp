@@ -1,0 +1,123 @@
+//===- cifar.cpp - CIFAR-10 binary batches as training data ---------------===//
+//
+// data_kind 3 (planrt.h): records of 1 class byte and 3072 pixel bytes (the
+// red, green and blue 32x32 planes), as the "binary version" of CIFAR-10
+// ships them. Each rank reads only its rows' records, by position, so every
+// plan sees the same images in the same order.
+//===----------------------------------------------------------------------===//
+
+#include "context.h"
+#include "planrt/internal.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace planrt {
+namespace internal {
+namespace {
+constexpr int64_t kSide = 32, kPlane = kSide * kSide, kRecord = 1 + 3 * kPlane;
+// CIFAR-10's per-channel mean and standard deviation of p / 255.
+constexpr float kMean[3] = {0.4914f, 0.4822f, 0.4465f};
+constexpr float kStd[3] = {0.2470f, 0.2435f, 0.2616f};
+
+/// Reads `n` bytes at `offset` of `path`; "" or an error message.
+std::string read_at(const std::string &path, int64_t offset, unsigned char *out,
+                    int64_t n) {
+  int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0)
+    return path + ": cannot open: " + std::strerror(errno);
+  int64_t done = 0;
+  while (done < n) {
+    ssize_t r = ::pread(fd, out + done, (size_t)(n - done), offset + done);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r <= 0) {
+      std::string why = r < 0 ? std::strerror(errno) : "unexpected end of file";
+      ::close(fd);
+      return path + ": cannot read record bytes at offset " +
+             std::to_string(offset + done) + ": " + why;
+    }
+    done += r;
+  }
+  ::close(fd);
+  return "";
+}
+} // namespace
+
+std::string open_cifar(Context *ctx) {
+  if (!ctx->data_path_set)
+    return "(no data path): data_kind 3 (CIFAR-10) needs a glob pattern of "
+           "its binary batch files; the generated plan_setup must call "
+           "set_data_path";
+  std::vector<std::string> paths;
+  std::string error = glob_files(
+      ctx->data_path, paths,
+      "download CIFAR-10's binary version (data_batch_1.bin ... "
+      "data_batch_5.bin)");
+  if (!error.empty())
+    return error;
+  ctx->cifar_files.clear();
+  ctx->cifar_records = 0;
+  for (const std::string &p : paths) {
+    struct stat st;
+    if (::stat(p.c_str(), &st) != 0)
+      return p + ": cannot read: " + std::strerror(errno);
+    if (!S_ISREG(st.st_mode))
+      return p + ": not a regular file";
+    int64_t size = (int64_t)st.st_size;
+    if (size == 0 || size % kRecord != 0)
+      return p + ": not a CIFAR-10 binary batch: its size, " +
+             std::to_string(size) + " bytes, is not a positive multiple of " +
+             std::to_string(kRecord) +
+             " (records of 1 class byte and 3x32x32 pixels)";
+    ctx->cifar_files.push_back({p, size / kRecord});
+    ctx->cifar_records += size / kRecord;
+  }
+  return "";
+}
+
+void fill_cifar(Context *ctx, int64_t step) {
+  InputDesc *x = nullptr, *y = nullptr;
+  for (auto &in : ctx->inputs)
+    (in.role == RoleInput ? x : y) = &in;
+  int64_t rows = x->t.shape[0];
+  int64_t groups = x->batch_axis >= 0 ? ctx->axis_sizes[x->batch_axis] : 1;
+  int64_t row0 = x->batch_axis >= 0 ? ctx->coords[x->batch_axis] * rows : 0;
+  int64_t global = rows * groups;
+  x->staging.resize((size_t)(rows * 3 * kPlane));
+  y->staging.resize((size_t)rows);
+  unsigned char rec[kRecord];
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t index = ((step - 1) * global + row0 + r) % ctx->cifar_records;
+    size_t f = 0;
+    while (index >= ctx->cifar_files[f].second)
+      index -= ctx->cifar_files[f++].second;
+    const std::string &path = ctx->cifar_files[f].first;
+    std::string error = read_at(path, index * kRecord, rec, kRecord);
+    if (!error.empty())
+      fatal("step %lld: %s", (long long)step, error.c_str());
+    if ((int64_t)rec[0] >= ctx->classes)
+      fatal("%s: record %lld has class %d but the classifier has %lld "
+            "classes; is this a CIFAR-10 file?",
+            path.c_str(), (long long)index, (int)rec[0],
+            (long long)ctx->classes);
+    int32_t id = rec[0];
+    std::memcpy(&y->staging[(size_t)r], &id, sizeof(id));
+    float *out = x->staging.data() + r * 3 * kPlane;
+    for (int64_t c = 0; c < 3; ++c)
+      for (int64_t i = 0; i < kPlane; ++i)
+        out[c * kPlane + i] =
+            ((float)rec[1 + c * kPlane + i] / 255.0f - kMean[c]) / kStd[c];
+  }
+  backend::to_device(ctx, x->t.data, x->staging.data(),
+                     x->staging.size() * sizeof(float));
+  backend::to_device(ctx, y->t.data, y->staging.data(),
+                     y->staging.size() * sizeof(float));
+}
+
+} // namespace internal
+} // namespace planrt
