@@ -3,8 +3,10 @@
 //   planc model.plan -o model               build an executable (host target)
 //   planc model.plan --emit=mlir            the IR after the last stage
 //   planc model.plan --print-ir-after-all   the IR after every pass
+//   planc model.plan --report[=json]        what a step costs, per rank
 //===----------------------------------------------------------------------===//
 #include "planc/Codegen/Codegen.h"
+#include "planc/CostModel/StepReport.h"
 #include "planc/Frontend/Frontend.h"
 #include "planc/Transforms/Passes.h"
 #include "planc/Transforms/Pipeline.h"
@@ -19,6 +21,7 @@
 #include "mlir/Support/FileUtilities.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/Signals.h"
@@ -52,6 +55,17 @@ static cl::opt<Emit>
                                "the generated CUDA C++ source (implies "
                                "--target=cuda)")),
          cl::cat(cat));
+enum class Report { None, Table, Json };
+static cl::opt<Report> report(
+    "report",
+    cl::desc("Print what a step costs, read from the compiled program "
+             "(parameters, memory, communication per rank; docs/cost-model.md) "
+             "instead of building"),
+    cl::init(Report::None), cl::ValueOptional,
+    cl::values(clEnumValN(Report::Table, "", "a table (--report)"),
+               clEnumValN(Report::Table, "table", "a table"),
+               clEnumValN(Report::Json, "json", "one JSON object")),
+    cl::cat(cat));
 static cl::opt<Target> target(
     "target", cl::desc("Where the program runs"), cl::init(Target::Host),
     cl::values(clEnumValN(Target::Host, "host",
@@ -270,7 +284,8 @@ int main(int argc, char **argv) {
     PassManager pm(&context);
     PipelineOptions options;
     options.stopAfter = stopAfter;
-    if (emit == Emit::Schedule && stopAfter.empty())
+    if ((emit == Emit::Schedule || report != Report::None) &&
+        stopAfter.empty())
       options.stopAfter = "plan-schedule-pipeline";
     if (failed(buildPipeline(pm, options))) {
       llvm::errs() << "planc: error: unknown stage '" << stopAfter
@@ -294,6 +309,22 @@ int main(int argc, char **argv) {
   if (dumpFailed)
     return 1;
 
+  if (report != Report::None && stopAfter.empty()) {
+    FailureOr<StepReport> r = computeStepReport(*module);
+    if (failed(r))
+      return 1;
+    return writeOutput(
+        [&](llvm::raw_ostream &os) {
+          if (report == Report::Json)
+            os << llvm::formatv("{0:2}",
+                                llvm::json::Value(stepReportJson(*r)))
+               << "\n";
+          else
+            printStepReport(*r, os);
+          return success();
+        },
+        outputFile);
+  }
   if (emit == Emit::Schedule && stopAfter.empty())
     return writeOutput(
         [&](llvm::raw_ostream &os) {
