@@ -155,3 +155,20 @@ LogicalResult BatchNormOp::verify() {
     return emitOpError() << "eps must be >= 0";
   return success();
 }
+
+LogicalResult GroupNormOp::verify() {
+  auto in = getInput().getType();
+  auto g = getGamma().getType();
+  if (in.getRank() < 2)
+    return emitOpError() << "the input must be [N, C, ...], got " << in;
+  int64_t c = in.getDimSize(1), groups = getGroups();
+  if (groups < 1 || c % groups)
+    return emitOpError() << "groups (" << groups
+                         << ") must divide the channels (" << c << ")";
+  if (g.getRank() != 1 || g.getDimSize(0) != c)
+    return emitOpError() << "gamma and beta " << g << " must be 1-D with one "
+                         << "value per channel (" << c << ")";
+  if (!(getEps().convertToDouble() >= 0))
+    return emitOpError() << "eps must be >= 0";
+  return success();
+}

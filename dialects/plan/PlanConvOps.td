@@ -146,4 +146,41 @@ def Plan_BatchNormGradOp : Plan_ComputeOp<"batch_norm_grad",
   }]>];
 }
 
+def Plan_GroupNormOp : Plan_ComputeOp<"group_norm",
+    [AllTypesMatch<["input", "result"]>, AllTypesMatch<["gamma", "beta"]>]> {
+  let summary = "Group normalization: per sample, over groups of channels and the rest";
+  let description = [{
+    `input` is `[N, C, ...]`; the channels are `groups` consecutive groups,
+    each normalized per sample with the mean and biased variance of its
+    values, then each channel is scaled by `gamma[c]` and shifted by
+    `beta[c]`. No statistic crosses samples, so the batch splits freely.
+
+    ```mlir
+    %y = plan.group_norm %x, %g, %b {groups = 4 : i64, eps = 1.0e-05 : f32} : tensor<8x16x4x4xf32>, tensor<16xf32>
+    ```
+  }];
+  let arguments = (ins Plan_F32Tensor:$input, Plan_F32Tensor:$gamma,
+                       Plan_F32Tensor:$beta, I64Attr:$groups,
+                       DefaultValuedAttr<F32Attr, "1e-5">:$eps);
+  let results = (outs Plan_F32Tensor:$result);
+  let assemblyFormat = [{
+    $input `,` $gamma `,` $beta attr-dict `:` type($input) `,` type($gamma)
+  }];
+  let hasVerifier = 1;
+}
+
+def Plan_GroupNormGradOp : Plan_ComputeOp<"group_norm_grad",
+    [AllTypesMatch<["input", "grad", "input_grad"]>,
+     AllTypesMatch<["gamma", "gamma_grad", "beta_grad"]>]> {
+  let summary = "Gradients of group_norm: input, scale and shift (statistics recomputed)";
+  let arguments = (ins Plan_F32Tensor:$input, Plan_F32Tensor:$gamma,
+                       Plan_F32Tensor:$grad, I64Attr:$groups,
+                       DefaultValuedAttr<F32Attr, "1e-5">:$eps);
+  let results = (outs Plan_F32Tensor:$input_grad, Plan_F32Tensor:$gamma_grad,
+                      Plan_F32Tensor:$beta_grad);
+  let assemblyFormat = [{
+    $input `,` $gamma `,` $grad attr-dict `:` type($input) `,` type($gamma)
+  }];
+}
+
 #endif

@@ -507,6 +507,37 @@ Rule BatchNormGradOp::getShardingRule() {
   return batchNormRule(getInput(), 1, true);
 }
 
+/// Group norm over [N, C, ...]: statistics per sample over a group of
+/// channels and the rest, so the batch splits freely and the channels and
+/// the rest stay whole; the parameters' gradients sum over the batch
+/// (pending sums where it is split).
+static Rule groupNormRule(Value x, unsigned params, bool isGrad) {
+  Rule r;
+  ArrayRef<int64_t> xs = shapeOf(x);
+  SmallVector<int64_t> fs;
+  for (auto [i, n] : llvm::enumerate(xs))
+    fs.push_back(factorOf(r, n, /*needsReplication=*/i >= 1));
+  Rule::TensorDims in = Rule::tensor(fs), p = Rule::tensor({fs[1]});
+  r.operands.push_back(in);
+  for (unsigned i = 0; i < params; ++i)
+    r.operands.push_back(p);
+  if (!isGrad) {
+    r.results = {in};
+    return r;
+  }
+  r.operands.push_back(in); // the output gradient
+  r.results = {in, p, p};
+  return r;
+}
+
+Rule GroupNormOp::getShardingRule() {
+  return groupNormRule(getInput(), 2, false);
+}
+
+Rule GroupNormGradOp::getShardingRule() {
+  return groupNormRule(getInput(), 1, true);
+}
+
 //===--- Optimizer --------------------------------------------------------===//
 
 // Scales by a whole scalar. It is linear in the gradient, but the gradient

@@ -117,4 +117,35 @@ def Rank_BatchNormGradOp : Rank_CallOp<"batch_norm_grad",
   }];
 }
 
+def Rank_GroupNormOp : Rank_CallOp<"group_norm",
+    [AllTypesMatch<["gamma", "beta"]>, AllTypesMatch<["input", "out"]>]> {
+  let summary = "group norm: per sample over groups of channels";
+  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead]>:$input,
+                       Arg<Rank_F32Buffer, "", [MemRead]>:$gamma,
+                       Arg<Rank_F32Buffer, "", [MemRead]>:$beta,
+                       Arg<Rank_F32Buffer, "", [MemWrite]>:$out,
+                       F32Attr:$eps, I64Attr:$groups);
+  let assemblyFormat = [{
+    $input `,` $gamma `,` $beta `into` $out attr-dict `:` type($input) `,`
+    type($gamma)
+  }];
+}
+
+def Rank_GroupNormGradOp : Rank_CallOp<"group_norm_grad",
+    [AllTypesMatch<["input", "grad", "input_grad"]>,
+     AllTypesMatch<["gamma", "gamma_grad", "beta_grad"]>]> {
+  let summary = "d input, d gamma, d beta of group norm";
+  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead]>:$input,
+                       Arg<Rank_F32Buffer, "", [MemRead]>:$gamma,
+                       Arg<Rank_F32Buffer, "", [MemRead]>:$grad,
+                       Arg<Rank_F32Buffer, "", [MemWrite]>:$input_grad,
+                       Arg<Rank_F32Buffer, "", [MemWrite]>:$gamma_grad,
+                       Arg<Rank_F32Buffer, "", [MemWrite]>:$beta_grad,
+                       F32Attr:$eps, I64Attr:$groups);
+  let assemblyFormat = [{
+    $input `,` $gamma `,` $grad `into` $input_grad `,` $gamma_grad `,`
+    $beta_grad attr-dict `:` type($input) `,` type($gamma)
+  }];
+}
+
 #endif

@@ -332,7 +332,7 @@ static const char *const kBuiltins[] = {
     "pos_embedding", "layernorm",    "rmsnorm",   "attention", "mlp",
     "relu",          "gelu",         "silu",      "softmax",   "add",
     "mse",           "cross_entropy", "conv2d",  "max_pool2d", "avg_pool2d",
-    "flatten",       "batch_norm"};
+    "flatten",       "batch_norm",    "group_norm"};
 
 bool Sema::isBuiltin(StringRef fn) { return llvm::is_contained(kBuiltins, fn); }
 
@@ -930,12 +930,14 @@ Val Sema::callBuiltin(StringRef fn, Args &args, Location l,
                              b.getDenseI64ArrayAttr(*padding));
     return out;
   }
-  if (fn == "batch_norm") {
+  if (fn == "batch_norm" || fn == "group_norm") {
     // batch_norm(x, gamma, beta, eps = 1e-5): per channel (dimension 1)
-    // over the batch and the rest, in training mode.
+    // over the batch and the rest, in training mode; group_norm(x, gamma,
+    // beta, groups = G, eps = 1e-5): per sample over groups of channels.
     if (!arity(3, 3, "an input, a scale and a shift"))
       return out;
     double eps = namedNumber("eps", 1e-5);
+    double groupsNum = fn == "group_norm" ? namedNumber("groups", -1) : 1;
     if (!leftovers())
       return out;
     Value x = tensorArg(0), gamma = tensorArg(1), beta = tensorArg(2);
@@ -943,25 +945,37 @@ Val Sema::callBuiltin(StringRef fn, Args &args, Location l,
       return out;
     auto xs = shapeOf(x);
     if (xs.size() < 2) {
-      error(l) << "'batch_norm' normalizes each channel (dimension 1) over "
-               << "the batch; its input needs at least 2 dimensions, got "
+      error(l) << "'" << fn << "' normalizes channels (dimension 1); its "
+               << "input needs at least 2 dimensions, got "
                << shapeStr(x.getType());
       return out;
     }
     for (Value p : {gamma, beta})
       if (shapeOf(p) != ArrayRef<int64_t>{xs[1]}) {
-        auto d = error(l) << "'batch_norm': the scale and the shift must have "
+        auto d = error(l) << "'" << fn << "': the scale and the shift must have "
                           << "shape [" << xs[1] << "] (one value per "
                           << "channel), got " << shapeStr(p.getType());
         d.attachNote(defLoc(p)) << "it is defined here";
         return out;
       }
     if (!(eps > 0)) {
-      error(l) << "'batch_norm': eps must be > 0, got " << eps;
+      error(l) << "'" << fn << "': eps must be > 0, got " << eps;
       return out;
     }
-    out.v = generic(BatchNormOp(), x.getType(), {x, gamma, beta},
-                    {b.getNamedAttr("eps", b.getF32FloatAttr(eps))});
+    auto epsAttr = b.getNamedAttr("eps", b.getF32FloatAttr(eps));
+    if (fn == "batch_norm") {
+      out.v = generic(BatchNormOp(), x.getType(), {x, gamma, beta}, {epsAttr});
+      return out;
+    }
+    std::optional<int64_t> groups = listInt(groupsNum);
+    if (!groups || *groups < 1 || xs[1] % *groups) {
+      error(l) << "'group_norm' needs 'groups = G' with G a positive integer "
+               << "dividing the " << xs[1] << " channels";
+      return out;
+    }
+    out.v = generic(GroupNormOp(), x.getType(), {x, gamma, beta},
+                    {epsAttr, b.getNamedAttr("groups",
+                                             b.getI64IntegerAttr(*groups))});
     return out;
   }
   if (fn == "flatten") {

@@ -158,6 +158,21 @@ static LogicalResult backprop(Operation *op, Value dy, OpBuilder &b,
           adj.add(loc, bn.getBeta(), g.getBetaGrad());
         return success();
       })
+      .Case<GroupNormOp>([&](GroupNormOp gn) {
+        auto g = GroupNormGradOp::create(
+            b, loc,
+            TypeRange{gn.getInput().getType(), gn.getGamma().getType(),
+                      gn.getGamma().getType()},
+            gn.getInput(), gn.getGamma(), dy, gn.getGroupsAttr(),
+            gn.getEpsAttr());
+        if (needs(gn.getInput()))
+          adj.add(loc, gn.getInput(), g.getInputGrad());
+        if (needs(gn.getGamma()))
+          adj.add(loc, gn.getGamma(), g.getGammaGrad());
+        if (needs(gn.getBeta()))
+          adj.add(loc, gn.getBeta(), g.getBetaGrad());
+        return success();
+      })
       .Case<Pool2dOp>([&](Pool2dOp p) {
         if (needs(p.getInput()))
           adj.add(loc, p.getInput(),

@@ -1002,6 +1002,17 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
                                           g.getEpsAttr());
               return true;
             })
+            .Case<GroupNormOp>([&](GroupNormOp gn) {
+              rk::GroupNormOp::create(b, loc, in(0), in(1), in(2), out,
+                                      gn.getEpsAttr(), gn.getGroupsAttr());
+              return true;
+            })
+            .Case<GroupNormGradOp>([&](GroupNormGradOp g) {
+              rk::GroupNormGradOp::create(b, loc, in(0), in(1), in(2), outs[0],
+                                          outs[1], outs[2], g.getEpsAttr(),
+                                          g.getGroupsAttr());
+              return true;
+            })
             .Case<Conv2dOp>([&](Conv2dOp c) {
               rk::Conv2dOp::create(b, loc, in(0), in(1), out,
                                    c.getStrideAttr(), c.getPaddingAttr(),

@@ -126,3 +126,35 @@ func.func @bias_grad_rank(%dy: tensor<8xf32>) {
   %db = plan.channel_bias_grad %dy : tensor<8xf32> -> tensor<8xf32>
   return
 }
+
+// -----
+
+func.func @gn_groups(%x: tensor<2x6x4x4xf32>, %g: tensor<6xf32>) {
+  // expected-error @below {{groups (4) must divide the channels (6)}}
+  %y = plan.group_norm %x, %g, %g {groups = 4 : i64} : tensor<2x6x4x4xf32>, tensor<6xf32>
+  return
+}
+
+// -----
+
+func.func @gn_gamma(%x: tensor<2x6x4x4xf32>, %g: tensor<3xf32>) {
+  // expected-error @below {{must be 1-D with one value per channel (6)}}
+  %y = plan.group_norm %x, %g, %g {groups = 3 : i64} : tensor<2x6x4x4xf32>, tensor<3xf32>
+  return
+}
+
+// -----
+
+func.func @bn_gamma(%x: tensor<2x6x4x4xf32>, %g: tensor<3xf32>) {
+  // expected-error @below {{gamma and beta 'tensor<3xf32>' must be 1-D with one value per channel (6)}}
+  %y = plan.batch_norm %x, %g, %g : tensor<2x6x4x4xf32>, tensor<3xf32>
+  return
+}
+
+// -----
+
+func.func @bn_rank(%x: tensor<6xf32>, %g: tensor<6xf32>) {
+  // expected-error @below {{the input must be [N, C, ...]}}
+  %y = plan.batch_norm %x, %g, %g : tensor<6xf32>, tensor<6xf32>
+  return
+}

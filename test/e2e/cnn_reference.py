@@ -9,14 +9,9 @@ STEP0  what the program observed in step 1 (--dump-step0): the images
 LOG    the program's stdout (its step lines)
 
 The model is Inputs/cnn-small.plan written with torch.nn.functional (conv2d,
-max_pool2d, avg_pool2d, batch_norm in training mode: PyTorch's definitions of padding, stride, dilation
-and groups), in float64 from planc's initial weights and its step-1 batch.
-Checks, as relative errors in the 2-norm: the logits, the step-1 loss and
-every parameter's gradient. Tolerance 1e-5: planc computes in float32, and
-the errors measured are about 3e-7; a wrong padding, stride or window
-moves them to order 1. Prints one summary line, a MISMATCH line per failed check."""
-import os
-import sys
+max_pool2d, avg_pool2d, batch_norm in training mode and group_norm: PyTorch's
+definitions of padding, stride, dilation and groups), in float64 from
+planc's initial weights and its step-1 batch.
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import compare_runs  # noqa: E402
@@ -38,7 +33,8 @@ def model(p, x, y):
     h = F.relu(F.batch_norm(h, None, None, p["g1"], p["be1"], training=True,
                             eps=1e-5))
     h = F.max_pool2d(h, kernel_size=3, stride=2, padding=1)
-    h = F.relu(F.conv2d(h, p["w2"], groups=2, dilation=2, padding=2))
+    h = F.conv2d(h, p["w2"], groups=2, dilation=2, padding=2)
+    h = F.relu(F.group_norm(h, 4, p["g2"], p["be2"], eps=1e-5))
     h = F.conv2d(h, p["w3"], p["b3"], stride=2, padding=(1, 0))
     h = F.avg_pool2d(h, kernel_size=(2, 1), stride=1)
     logits = h.flatten(1) @ p["fc_w"] + p["fc_b"]

@@ -288,6 +288,92 @@ struct BnGradXFn {
   }
 };
 
+//===--- Group normalization (per sample over groups of channels) ----------===//
+
+/// The geometry of group norm over x [N, C, inner]: a group is cg = C / G
+/// consecutive channels, cg * inner contiguous values of one sample.
+struct GnShape {
+  int64_t n, c, g, inner;
+  PLANRT_HD int64_t cg() const { return c / g; }
+  PLANRT_HD int64_t count() const { return cg() * inner; }
+};
+
+/// mean and rstd of each (sample, group), two passes; index: N*G.
+struct GnStatsFn {
+  const float *x;
+  float *mean, *rstd;
+  GnShape s;
+  float eps;
+  PLANRT_HD void operator()(int64_t ng) const {
+    const float *p = x + ng * s.count();
+    float sum = 0.0f;
+    for (int64_t k = 0; k < s.count(); ++k)
+      sum += p[k];
+    float m = sum / (float)s.count(), sq = 0.0f;
+    for (int64_t k = 0; k < s.count(); ++k)
+      sq += (p[k] - m) * (p[k] - m);
+    mean[ng] = m;
+    rstd[ng] = 1.0f / sqrtf(sq / (float)s.count() + eps);
+  }
+};
+
+/// out = gamma[c] (x - mean) rstd + beta[c]; index: elements.
+struct GnNormFn {
+  const float *x, *gamma, *beta, *mean, *rstd;
+  float *out;
+  GnShape s;
+  PLANRT_HD void operator()(int64_t i) const {
+    int64_t ch = (i / s.inner) % s.c, n = i / (s.c * s.inner);
+    int64_t ng = n * s.g + ch / s.cg();
+    out[i] = gamma[ch] * ((x[i] - mean[ng]) * rstd[ng]) + beta[ch];
+  }
+};
+
+/// dx of one (sample, group): with d = dy gamma[c],
+/// dx = rstd (d - mean(d) - xhat mean(d xhat)); index: N*G.
+struct GnGradXFn {
+  const float *x, *dy, *gamma, *mean, *rstd;
+  float *dx;
+  GnShape s;
+  PLANRT_HD void operator()(int64_t ng) const {
+    int64_t base = ng * s.count(), c0 = (ng % s.g) * s.cg();
+    float a = 0.0f, b = 0.0f;
+    for (int64_t k = 0; k < s.count(); ++k) {
+      float d = dy[base + k] * gamma[c0 + k / s.inner];
+      a += d;
+      b += d * ((x[base + k] - mean[ng]) * rstd[ng]);
+    }
+    float inv = 1.0f / (float)s.count();
+    for (int64_t k = 0; k < s.count(); ++k) {
+      float d = dy[base + k] * gamma[c0 + k / s.inner];
+      float xhat = (x[base + k] - mean[ng]) * rstd[ng];
+      dx[base + k] = rstd[ng] * (d - a * inv - xhat * (b * inv));
+    }
+  }
+};
+
+/// dgamma[c] = sum dy xhat and dbeta[c] = sum dy over the samples and the
+/// channel's values, in order; index: channels.
+struct GnGradParamFn {
+  const float *x, *dy, *mean, *rstd;
+  float *dgamma, *dbeta;
+  GnShape s;
+  PLANRT_HD void operator()(int64_t ch) const {
+    float dg = 0.0f, db = 0.0f;
+    for (int64_t n = 0; n < s.n; ++n) {
+      int64_t ng = n * s.g + ch / s.cg();
+      int64_t base = (n * s.c + ch) * s.inner;
+      for (int64_t k = 0; k < s.inner; ++k) {
+        float g = dy[base + k];
+        dg += g * ((x[base + k] - mean[ng]) * rstd[ng]);
+        db += g;
+      }
+    }
+    dgamma[ch] = dg;
+    dbeta[ch] = db;
+  }
+};
+
 } // namespace kernels
 } // namespace planrt
 

@@ -555,6 +555,15 @@ void batch_norm(Context *ctx, const Tensor *x, const Tensor *gamma,
 void batch_norm_grad(Context *ctx, const Tensor *x, const Tensor *gamma,
                      const Tensor *dy, Tensor *dx, Tensor *dgamma,
                      Tensor *dbeta, int64_t batch_axes, float eps);
+/// Group norm over x [N, C, ...]: per sample, the C channels in `groups`
+/// consecutive groups, each normalized with its mean and biased variance,
+/// then out = gamma[c] xhat + beta[c].
+void group_norm(Context *ctx, const Tensor *x, const Tensor *gamma,
+                const Tensor *beta, Tensor *out, float eps, int64_t groups);
+/// dx, dgamma, dbeta of group_norm (dgamma, dbeta: this rank's samples).
+void group_norm_grad(Context *ctx, const Tensor *x, const Tensor *gamma,
+                     const Tensor *dy, Tensor *dx, Tensor *dgamma,
+                     Tensor *dbeta, float eps, int64_t groups);
 /// Records sqrt(sumsq) (rank-0 tensor, already reduced) for the step line,
 /// which then reads "step S/N | loss L | grad norm G | T ms".
 ///
