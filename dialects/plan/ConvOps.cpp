@@ -27,10 +27,11 @@ LogicalResult checkNchw(Operation *op, StringRef name, RankedTensorType t) {
 }
 
 /// The conv2d result type for `input` and `filter`, or a failure reported.
-FailureOr<RankedTensorType>
-convResult(Operation *op, RankedTensorType in, RankedTensorType w,
-           ArrayRef<int64_t> stride, ArrayRef<int64_t> pad,
-           ArrayRef<int64_t> dil, int64_t groups) {
+FailureOr<RankedTensorType> convResult(Operation *op, RankedTensorType in,
+                                       RankedTensorType w,
+                                       ArrayRef<int64_t> stride,
+                                       ArrayRef<int64_t> pad,
+                                       ArrayRef<int64_t> dil, int64_t groups) {
   if (failed(checkNchw(op, "the input", in)) ||
       failed(checkNchw(op, "the filter", w)) ||
       failed(checkPair(op, "stride", stride, 1)) ||
@@ -40,8 +41,8 @@ convResult(Operation *op, RankedTensorType in, RankedTensorType w,
   int64_t c = in.getDimSize(1), o = w.getDimSize(0);
   if (groups < 1 || c % groups || o % groups)
     return op->emitOpError()
-           << "groups (" << groups << ") must divide the input channels ("
-           << c << ") and the output channels (" << o << ")";
+           << "groups (" << groups << ") must divide the input channels (" << c
+           << ") and the output channels (" << o << ")";
   if (w.getDimSize(1) != c / groups)
     return op->emitOpError()
            << "the filter " << w << " must have C / groups = " << c / groups
@@ -68,8 +69,8 @@ FailureOr<RankedTensorType> poolResult(Operation *op, RankedTensorType in,
       failed(checkPair(op, "padding", pad, 0)))
     return failure();
   if (kind != "max" && kind != "avg")
-    return op->emitOpError() << "kind must be \"max\" or \"avg\", got \""
-                             << kind << "\"";
+    return op->emitOpError()
+           << "kind must be \"max\" or \"avg\", got \"" << kind << "\"";
   // A window of padding only would have no maximum.
   if (pad[0] * 2 > k[0] || pad[1] * 2 > k[1])
     return op->emitOpError() << "padding must be at most half the kernel";
@@ -77,8 +78,8 @@ FailureOr<RankedTensorType> poolResult(Operation *op, RankedTensorType in,
   int64_t wo = spatialOutSize(in.getDimSize(3), k[1], stride[1], pad[1]);
   if (ho < 1 || wo < 1)
     return op->emitOpError() << "the window does not fit in the input " << in;
-  return RankedTensorType::get(
-      {in.getDimSize(0), in.getDimSize(1), ho, wo}, in.getElementType());
+  return RankedTensorType::get({in.getDimSize(0), in.getDimSize(1), ho, wo},
+                               in.getElementType());
 }
 
 LogicalResult expectType(Operation *op, StringRef what, Type got,

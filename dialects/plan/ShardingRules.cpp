@@ -391,8 +391,7 @@ static int64_t factorOf(Rule &r, int64_t size, bool needsReplication = false) {
 /// pending sums over dp, reduced like any gradient). Spatial dimensions
 /// stay whole, since a split would need halo exchanges; with groups, the
 /// channels stay whole too.
-static Rule convRule(Value x, Value w, Value y, bool isGrad,
-                     int64_t groups) {
+static Rule convRule(Value x, Value w, Value y, bool isGrad, int64_t groups) {
   Rule r;
   ArrayRef<int64_t> xs = shapeOf(x), ws = shapeOf(w), ys = shapeOf(y);
   bool grouped = groups != 1;
@@ -416,13 +415,11 @@ static Rule convRule(Value x, Value w, Value y, bool isGrad,
 }
 
 Rule Conv2dOp::getShardingRule() {
-  return convRule(getInput(), getFilter(), getResult(), false,
-                  getGroups());
+  return convRule(getInput(), getFilter(), getResult(), false, getGroups());
 }
 
 Rule Conv2dGradOp::getShardingRule() {
-  return convRule(getInput(), getFilter(), getGrad(), true,
-                  getGroups());
+  return convRule(getInput(), getFilter(), getGrad(), true, getGroups());
 }
 
 /// Pooling keeps the batch and channels and reads whole windows.
@@ -430,10 +427,10 @@ static Rule poolRule(Value x, Value y, bool isGrad, bool linear) {
   Rule r;
   ArrayRef<int64_t> xs = shapeOf(x), ys = shapeOf(y);
   int64_t n = factorOf(r, xs[0]), c = factorOf(r, xs[1]);
-  Rule::TensorDims in = Rule::tensor(
-      {n, c, factorOf(r, xs[2], true), factorOf(r, xs[3], true)});
-  Rule::TensorDims out = Rule::tensor(
-      {n, c, factorOf(r, ys[2], true), factorOf(r, ys[3], true)});
+  Rule::TensorDims in =
+      Rule::tensor({n, c, factorOf(r, xs[2], true), factorOf(r, xs[3], true)});
+  Rule::TensorDims out =
+      Rule::tensor({n, c, factorOf(r, ys[2], true), factorOf(r, ys[3], true)});
   r.operands = {in};
   if (isGrad) {
     r.operands.push_back(out);

@@ -1,4 +1,4 @@
-//===- StepReport.cpp - What one training step costs, read from the rank IR ===//
+//===- StepReport.cpp - What one training step costs, read from the rank --===//
 #include "planc/CostModel/StepReport.h"
 
 #include "dialects/plan/PlanDialect.h"
@@ -132,8 +132,8 @@ FailureOr<StepReport> planc::computeStepReport(ModuleOp module) {
         times *= double(loop.getCount());
       if (auto unit = dyn_cast<rk::UnitOp>(p)) {
         stage = unit.getStage();
-        times *= double(unit->getParentOfType<rk::PipelineOp>()
-                            .getMicrobatches());
+        times *=
+            double(unit->getParentOfType<rk::PipelineOp>().getMicrobatches());
       }
     }
     for (int64_t c = 0; c < pp; ++c)
@@ -175,13 +175,12 @@ void planc::printStepReport(const StepReport &r, llvm::raw_ostream &os) {
                      mb(r.weightBytes), mb(r.gradientBytes),
                      mb(r.optimizerBytes));
   os << "  communication per step and rank (ring algorithms):\n";
-  os << llvm::format("    %-15s %-8s %6s %7s %14s %14s\n", "collective",
-                     "axes", "ranks", "calls", "payload MB", "sent MB");
+  os << llvm::format("    %-15s %-8s %6s %7s %14s %14s\n", "collective", "axes",
+                     "ranks", "calls", "payload MB", "sent MB");
   for (const CommLine &l : r.comm)
     os << llvm::format("    %-15s %-8s %6lld %7lld %14.4f %14.4f\n",
                        l.kind.c_str(), l.axes.c_str(), (long long)l.group,
-                       (long long)l.calls, mb(l.payloadBytes),
-                       mb(l.sentBytes));
+                       (long long)l.calls, mb(l.payloadBytes), mb(l.sentBytes));
   os << llvm::format("    %-15s %-8s %6s %7s %14s %14.4f\n", "total", "", "",
                      "", "", mb(r.sentBytes()));
 }

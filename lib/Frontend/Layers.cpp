@@ -328,10 +328,10 @@ Value Sema::linear(Location l, Value x, Value w, Value bias, bool transposeW,
 }
 
 static const char *const kBuiltins[] = {
-    "linear",        "matmul",       "transpose", "reshape",   "embedding",
-    "pos_embedding", "layernorm",    "rmsnorm",   "attention", "mlp",
-    "relu",          "gelu",         "silu",      "softmax",   "add",
-    "mse",           "cross_entropy", "conv2d",  "max_pool2d", "avg_pool2d",
+    "linear",        "matmul",        "transpose", "reshape",    "embedding",
+    "pos_embedding", "layernorm",     "rmsnorm",   "attention",  "mlp",
+    "relu",          "gelu",          "silu",      "softmax",    "add",
+    "mse",           "cross_entropy", "conv2d",    "max_pool2d", "avg_pool2d",
     "flatten",       "batch_norm",    "group_norm"};
 
 bool Sema::isBuiltin(StringRef fn) { return llvm::is_contained(kBuiltins, fn); }
@@ -863,8 +863,8 @@ Val Sema::callBuiltin(StringRef fn, Args &args, Location l,
       auto d = error(l) << "'conv2d': the filter must be [out_channels, "
                         << "in_channels / groups, kh, kw] = [" << ws[0] << ", "
                         << xs[1] / *groups << ", " << ws[2] << ", " << ws[3]
-                        << "] for an input with " << xs[1]
-                        << " channels, got " << shapeStr(w.getType());
+                        << "] for an input with " << xs[1] << " channels, got "
+                        << shapeStr(w.getType());
       d.attachNote(defLoc(w)) << "the filter is defined here";
       return out;
     }
@@ -918,16 +918,16 @@ Val Sema::callBuiltin(StringRef fn, Args &args, Location l,
     int64_t wo =
         spatialOutSize(xs[3], (*kernel)[1], (*stride)[1], (*padding)[1]);
     if (ho < 1 || wo < 1) {
-      error(l) << "'" << fn << "': the " << (*kernel)[0] << "x"
-               << (*kernel)[1] << " window does not fit in the " << xs[2]
-               << "x" << xs[3] << " input";
+      error(l) << "'" << fn << "': the " << (*kernel)[0] << "x" << (*kernel)[1]
+               << " window does not fit in the " << xs[2] << "x" << xs[3]
+               << " input";
       return out;
     }
-    out.v = Pool2dOp::create(b, l, f32Tensor({xs[0], xs[1], ho, wo}, ctx), x,
-                             b.getStringAttr(fn == "max_pool2d" ? "max" : "avg"),
-                             b.getDenseI64ArrayAttr(*kernel),
-                             b.getDenseI64ArrayAttr(*stride),
-                             b.getDenseI64ArrayAttr(*padding));
+    out.v = Pool2dOp::create(
+        b, l, f32Tensor({xs[0], xs[1], ho, wo}, ctx), x,
+        b.getStringAttr(fn == "max_pool2d" ? "max" : "avg"),
+        b.getDenseI64ArrayAttr(*kernel), b.getDenseI64ArrayAttr(*stride),
+        b.getDenseI64ArrayAttr(*padding));
     return out;
   }
   if (fn == "batch_norm" || fn == "group_norm") {
@@ -952,7 +952,8 @@ Val Sema::callBuiltin(StringRef fn, Args &args, Location l,
     }
     for (Value p : {gamma, beta})
       if (shapeOf(p) != ArrayRef<int64_t>{xs[1]}) {
-        auto d = error(l) << "'" << fn << "': the scale and the shift must have "
+        auto d = error(l) << "'" << fn
+                          << "': the scale and the shift must have "
                           << "shape [" << xs[1] << "] (one value per "
                           << "channel), got " << shapeStr(p.getType());
         d.attachNote(defLoc(p)) << "it is defined here";
@@ -973,9 +974,9 @@ Val Sema::callBuiltin(StringRef fn, Args &args, Location l,
                << "dividing the " << xs[1] << " channels";
       return out;
     }
-    out.v = generic(GroupNormOp(), x.getType(), {x, gamma, beta},
-                    {epsAttr, b.getNamedAttr("groups",
-                                             b.getI64IntegerAttr(*groups))});
+    out.v = generic(
+        GroupNormOp(), x.getType(), {x, gamma, beta},
+        {epsAttr, b.getNamedAttr("groups", b.getI64IntegerAttr(*groups))});
     return out;
   }
   if (fn == "flatten") {

@@ -128,9 +128,9 @@ static LogicalResult backprop(Operation *op, Value dy, OpBuilder &b,
       .Case<ChannelBiasAddOp>([&](ChannelBiasAddOp ba) {
         pass(ba.getInput());
         if (needs(ba.getBias()))
-          adj.add(loc, ba.getBias(),
-                  ChannelBiasGradOp::create(b, loc, ba.getBias().getType(),
-                                            dy));
+          adj.add(
+              loc, ba.getBias(),
+              ChannelBiasGradOp::create(b, loc, ba.getBias().getType(), dy));
         return success();
       })
       .Case<Conv2dOp>([&](Conv2dOp c) {
@@ -159,12 +159,12 @@ static LogicalResult backprop(Operation *op, Value dy, OpBuilder &b,
         return success();
       })
       .Case<GroupNormOp>([&](GroupNormOp gn) {
-        auto g = GroupNormGradOp::create(
-            b, loc,
-            TypeRange{gn.getInput().getType(), gn.getGamma().getType(),
-                      gn.getGamma().getType()},
-            gn.getInput(), gn.getGamma(), dy, gn.getGroupsAttr(),
-            gn.getEpsAttr());
+        auto g = GroupNormGradOp::create(b, loc,
+                                         TypeRange{gn.getInput().getType(),
+                                                   gn.getGamma().getType(),
+                                                   gn.getGamma().getType()},
+                                         gn.getInput(), gn.getGamma(), dy,
+                                         gn.getGroupsAttr(), gn.getEpsAttr());
         if (needs(gn.getInput()))
           adj.add(loc, gn.getInput(), g.getInputGrad());
         if (needs(gn.getGamma()))

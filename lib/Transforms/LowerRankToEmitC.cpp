@@ -274,10 +274,12 @@ void LowerRankToEmitCPass::runOnOperation() {
     c.call(train.getLoc(), "planrt::set_training", {},
            {c.i64(train.getSteps()), c.i64(train.getSeed()),
             c.i64(train.getGlobalBatch()),
-            c.i64(shards ? 1 : cifar ? 3 : classes ? 2 : 0)});
+            c.i64(shards    ? 1
+                  : cifar   ? 3
+                  : classes ? 2
+                            : 0)});
     if (classes)
-      c.call(train.getLoc(), "planrt::set_classes", {},
-             {c.i64(classes)});
+      c.call(train.getLoc(), "planrt::set_classes", {}, {c.i64(classes)});
     if (shards || cifar)
       c.call(train.getLoc(), "planrt::set_data_path", {},
              {c.str(train.getDataPath().value_or(""))});
@@ -603,7 +605,8 @@ void LowerRankToEmitCPass::runOnOperation() {
             if (attrName.ends_with("axes") && isa_and_nonnull<ArrayAttr>(a)) {
               int64_t mask = 0;
               for (Attribute axis : cast<ArrayAttr>(a)) {
-                int64_t i = mesh.getAxisIndex(cast<StringAttr>(axis).getValue());
+                int64_t i =
+                    mesh.getAxisIndex(cast<StringAttr>(axis).getValue());
                 if (i < 0) {
                   op.emitError() << "unknown mesh axis " << axis;
                   return failure();

@@ -996,10 +996,9 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
               return true;
             })
             .Case<BatchNormGradOp>([&](BatchNormGradOp g) {
-              rk::BatchNormGradOp::create(b, loc, in(0), in(1), in(2), outs[0],
-                                          outs[1], outs[2],
-                                          batchAxes(g.getInput()),
-                                          g.getEpsAttr());
+              rk::BatchNormGradOp::create(
+                  b, loc, in(0), in(1), in(2), outs[0], outs[1], outs[2],
+                  batchAxes(g.getInput()), g.getEpsAttr());
               return true;
             })
             .Case<GroupNormOp>([&](GroupNormOp gn) {
@@ -1014,9 +1013,9 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
               return true;
             })
             .Case<Conv2dOp>([&](Conv2dOp c) {
-              rk::Conv2dOp::create(b, loc, in(0), in(1), out,
-                                   c.getStrideAttr(), c.getPaddingAttr(),
-                                   c.getDilationAttr(), c.getGroupsAttr());
+              rk::Conv2dOp::create(b, loc, in(0), in(1), out, c.getStrideAttr(),
+                                   c.getPaddingAttr(), c.getDilationAttr(),
+                                   c.getGroupsAttr());
               return true;
             })
             .Case<Conv2dGradOp>([&](Conv2dGradOp c) {

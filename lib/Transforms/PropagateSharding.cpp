@@ -625,9 +625,8 @@ LogicalResult Propagator::materialize(func::FuncOp f) {
       through.insert(p.begin(), p.end());
     SmallVector<ShardingAttr> results;
     for (unsigned i = 0; i < op->getNumResults(); ++i)
-      results.push_back(
-          resultSharding(ctx, meshRef, rule, i, axes, through.getArrayRef(),
-                         sequential));
+      results.push_back(resultSharding(ctx, meshRef, rule, i, axes,
+                                       through.getArrayRef(), sequential));
     setShardings(op, results);
   });
   return success();

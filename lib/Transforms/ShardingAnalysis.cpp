@@ -177,8 +177,8 @@ ShardingAttr planc::plan::resultSharding(MLIRContext *ctx,
 
 SmallVector<StringRef> planc::plan::sequentialAxes(Operation *op) {
   SmallVector<StringRef> out;
-  auto module = isa<ModuleOp>(op) ? cast<ModuleOp>(op)
-                                  : op->getParentOfType<ModuleOp>();
+  auto module =
+      isa<ModuleOp>(op) ? cast<ModuleOp>(op) : op->getParentOfType<ModuleOp>();
   if (MeshOp mesh = module ? getMesh(module) : MeshOp())
     for (Attribute a : mesh.getAxes())
       if (mesh.isSequential(cast<StringAttr>(a).getValue()))

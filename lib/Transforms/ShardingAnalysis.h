@@ -1,5 +1,4 @@
-//===- ShardingAnalysis.h - Factor shardings shared by the passes -*- C++
-//-*-===//
+//===- ShardingAnalysis.h - Factor shardings of the passes -*- C++ -*-===//
 //
 // What plan-propagate-sharding decides per op is the mesh axes of each
 // factor of its sharding rule, recorded as `plan.factor_axes`. From that,

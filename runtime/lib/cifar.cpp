@@ -54,10 +54,10 @@ std::string open_cifar(Context *ctx) {
            "its binary batch files; the generated plan_setup must call "
            "set_data_path";
   std::vector<std::string> paths;
-  std::string error = glob_files(
-      ctx->data_path, paths,
-      "download CIFAR-10's binary version (data_batch_1.bin ... "
-      "data_batch_5.bin)");
+  std::string error =
+      glob_files(ctx->data_path, paths,
+                 "download CIFAR-10's binary version (data_batch_1.bin ... "
+                 "data_batch_5.bin)");
   if (!error.empty())
     return error;
   ctx->cifar_files.clear();

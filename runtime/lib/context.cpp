@@ -181,8 +181,7 @@ void set_training(Context *ctx, int64_t steps, int64_t seed,
 void set_classes(Context *ctx, int64_t classes) {
   check_ctx(ctx, "set_classes");
   if (classes < 1)
-    fatal("set_classes: classes must be >= 1, got %lld",
-          (long long)classes);
+    fatal("set_classes: classes must be >= 1, got %lld", (long long)classes);
   ctx->classes = classes;
 }
 

@@ -186,8 +186,8 @@ std::vector<Grating> class_pattern(int64_t seed, int64_t k, int64_t channels) {
   std::vector<Grating> g(2);
   for (int64_t i = 0; i < 2; ++i) {
     auto u = [&](uint64_t what) {
-      return unit_double(hash_seq({(uint64_t)seed, kStreamClass, (uint64_t)k,
-                                   (uint64_t)i, what}));
+      return unit_double(hash_seq(
+          {(uint64_t)seed, kStreamClass, (uint64_t)k, (uint64_t)i, what}));
     };
     double theta = 3.141592653589793 * u(0);
     g[i].freq = 1.0 + 2.0 * u(1); // 1..3 periods across the image
@@ -225,8 +225,8 @@ void fill_synthetic_images(Context *ctx, int64_t step) {
   float *ids_as_float = y->staging.data();
   for (int64_t r = 0; r < rows; ++r) {
     uint64_t g = (uint64_t)(row0 + r);
-    uint64_t base = hash_seq({(uint64_t)ctx->seed, kStreamData,
-                              (uint64_t)step, (uint64_t)x_index, g});
+    uint64_t base = hash_seq({(uint64_t)ctx->seed, kStreamData, (uint64_t)step,
+                              (uint64_t)x_index, g});
     int64_t k = (int64_t)(splitmix64(base ^ 0x6b) % (uint64_t)ctx->classes);
     std::vector<Grating> &pat = patterns[(size_t)k];
     if (pat.empty())

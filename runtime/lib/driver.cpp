@@ -413,8 +413,7 @@ const char *internal::batch_unit(const Context *ctx) {
 }
 
 bool internal::is_classifier(const Context *ctx) {
-  return ctx->data_kind == DataSyntheticImages ||
-         ctx->data_kind == DataCifar10;
+  return ctx->data_kind == DataSyntheticImages || ctx->data_kind == DataCifar10;
 }
 
 int64_t internal::global_batch_tokens(const Context *ctx) {
@@ -1232,8 +1231,8 @@ int run(int argc, char **argv, const char *program_name,
   }
 
   // Training data files, checked by every rank before any collective.
-  if (!ctx->inputs.empty() && (ctx->data_kind == DataTokenShards ||
-                                ctx->data_kind == DataCifar10)) {
+  if (!ctx->inputs.empty() &&
+      (ctx->data_kind == DataTokenShards || ctx->data_kind == DataCifar10)) {
     validate(ctx); // the description first (fatal: a code generator bug)
     std::string data_error = internal::open_training_data(ctx);
     if (!data_error.empty()) {

@@ -284,8 +284,7 @@ int main(int argc, char **argv) {
     PassManager pm(&context);
     PipelineOptions options;
     options.stopAfter = stopAfter;
-    if ((emit == Emit::Schedule || report != Report::None) &&
-        stopAfter.empty())
+    if ((emit == Emit::Schedule || report != Report::None) && stopAfter.empty())
       options.stopAfter = "plan-schedule-pipeline";
     if (failed(buildPipeline(pm, options))) {
       llvm::errs() << "planc: error: unknown stage '" << stopAfter
@@ -316,8 +315,7 @@ int main(int argc, char **argv) {
     return writeOutput(
         [&](llvm::raw_ostream &os) {
           if (report == Report::Json)
-            os << llvm::formatv("{0:2}",
-                                llvm::json::Value(stepReportJson(*r)))
+            os << llvm::formatv("{0:2}", llvm::json::Value(stepReportJson(*r)))
                << "\n";
           else
             printStepReport(*r, os);

@@ -17,12 +17,12 @@ namespace kernels {
 
 /// The geometry of a convolution or pooling window over NCHW tensors.
 struct ConvShape {
-  int64_t n, c, h, w;   // input
-  int64_t o, ho, wo;    // output channels (conv) and spatial size
-  int64_t kh, kw;       // window
-  int64_t sh, sw;       // stride
-  int64_t ph, pw;       // zero padding
-  int64_t dh, dw;       // dilation
+  int64_t n, c, h, w; // input
+  int64_t o, ho, wo;  // output channels (conv) and spatial size
+  int64_t kh, kw;     // window
+  int64_t sh, sw;     // stride
+  int64_t ph, pw;     // zero padding
+  int64_t dh, dw;     // dilation
   PLANRT_HD int64_t p() const { return ho * wo; }
   PLANRT_HD int64_t window() const { return kh * kw; }
 };
@@ -200,7 +200,7 @@ struct Pool2dGradFn {
   }
 };
 
-//===--- Batch normalization (per channel over N and the rest) -------------===//
+//===--- Batch normalization (per channel over N and the rest) ------------===//
 
 /// Per-sample, per-channel sums over the channel's elements of x [N, C,
 /// inner], in order; index space: N*C. mode 0: out[n*C + c] = sum x;
@@ -288,7 +288,7 @@ struct BnGradXFn {
   }
 };
 
-//===--- Group normalization (per sample over groups of channels) ----------===//
+//===--- Group normalization (per sample over groups of channels) ---------===//
 
 /// The geometry of group norm over x [N, C, inner]: a group is cg = C / G
 /// consecutive channels, cg * inner contiguous values of one sample.

@@ -549,8 +549,7 @@ void channel_bias_grad(Context *ctx, const Tensor *dy, Tensor *db);
 /// mesh axes in `batch_axes` (an axis mask; 0: this rank's batch is the
 /// whole batch), so the statistics are the global batch's.
 void batch_norm(Context *ctx, const Tensor *x, const Tensor *gamma,
-                const Tensor *beta, Tensor *out, int64_t batch_axes,
-                float eps);
+                const Tensor *beta, Tensor *out, int64_t batch_axes, float eps);
 /// dx, dgamma, dbeta of batch_norm (dgamma and dbeta whole over the group).
 void batch_norm_grad(Context *ctx, const Tensor *x, const Tensor *gamma,
                      const Tensor *dy, Tensor *dx, Tensor *dgamma,
