@@ -470,18 +470,26 @@ Rule ChannelBiasGradOp::getShardingRule() {
   return r;
 }
 
-/// Batch norm over [N, C, ...]: per-channel statistics over the batch and
-/// the rest. The batch may be split (data parallel): the lowering sums the
-/// statistics over its axes, so results lacking the batch (the parameters'
-/// gradients) are whole, not pending sums. Channels split freely; the
-/// spatial dimensions stay whole.
-static Rule batchNormRule(Value x, unsigned params, bool isGrad) {
+/// Channel normalizations over [N, C, ...] with per-channel scale and
+/// shift (`params` of them after the input; the gradients' extra operand
+/// is the output gradient, their results d input and the parameters'
+/// gradients). The spatial dimensions stay whole.
+///  - batch norm (`perSample` false): per-channel statistics over the batch
+///    and the rest. The batch may be split (data parallel): the lowering
+///    sums the statistics over its axes, so results lacking the batch (the
+///    parameters' gradients) are whole, not pending sums. Channels split
+///    freely.
+///  - group norm (`perSample` true): statistics per sample over a group of
+///    channels, so the batch splits freely, the channels stay whole, and the
+///    parameters' gradients are pending sums where the batch is split.
+static Rule channelNormRule(Value x, unsigned params, bool isGrad,
+                            bool perSample) {
   Rule r;
   ArrayRef<int64_t> xs = shapeOf(x);
   SmallVector<int64_t> fs;
   for (auto [i, n] : llvm::enumerate(xs))
-    fs.push_back(factorOf(r, n, /*needsReplication=*/i >= 2));
-  if (fs[0] >= 0)
+    fs.push_back(factorOf(r, n, /*needsReplication=*/i >= (perSample ? 1 : 2)));
+  if (!perSample && fs[0] >= 0)
     r.factors[fs[0]].exchangedByOp = true;
   Rule::TensorDims in = Rule::tensor(fs), p = Rule::tensor({fs[1]});
   r.operands.push_back(in);
@@ -497,42 +505,19 @@ static Rule batchNormRule(Value x, unsigned params, bool isGrad) {
 }
 
 Rule BatchNormOp::getShardingRule() {
-  return batchNormRule(getInput(), 2, false);
+  return channelNormRule(getInput(), 2, false, false);
 }
 
 Rule BatchNormGradOp::getShardingRule() {
-  return batchNormRule(getInput(), 1, true);
-}
-
-/// Group norm over [N, C, ...]: statistics per sample over a group of
-/// channels and the rest, so the batch splits freely and the channels and
-/// the rest stay whole; the parameters' gradients sum over the batch
-/// (pending sums where it is split).
-static Rule groupNormRule(Value x, unsigned params, bool isGrad) {
-  Rule r;
-  ArrayRef<int64_t> xs = shapeOf(x);
-  SmallVector<int64_t> fs;
-  for (auto [i, n] : llvm::enumerate(xs))
-    fs.push_back(factorOf(r, n, /*needsReplication=*/i >= 1));
-  Rule::TensorDims in = Rule::tensor(fs), p = Rule::tensor({fs[1]});
-  r.operands.push_back(in);
-  for (unsigned i = 0; i < params; ++i)
-    r.operands.push_back(p);
-  if (!isGrad) {
-    r.results = {in};
-    return r;
-  }
-  r.operands.push_back(in); // the output gradient
-  r.results = {in, p, p};
-  return r;
+  return channelNormRule(getInput(), 1, true, false);
 }
 
 Rule GroupNormOp::getShardingRule() {
-  return groupNormRule(getInput(), 2, false);
+  return channelNormRule(getInput(), 2, false, true);
 }
 
 Rule GroupNormGradOp::getShardingRule() {
-  return groupNormRule(getInput(), 1, true);
+  return channelNormRule(getInput(), 1, true, true);
 }
 
 //===--- Optimizer --------------------------------------------------------===//

@@ -81,13 +81,9 @@ std::string open_cifar(Context *ctx) {
 }
 
 void fill_cifar(Context *ctx, int64_t step) {
-  InputDesc *x = nullptr, *y = nullptr;
-  for (auto &in : ctx->inputs)
-    (in.role == RoleInput ? x : y) = &in;
-  int64_t rows = x->t.shape[0];
-  int64_t groups = x->batch_axis >= 0 ? ctx->axis_sizes[x->batch_axis] : 1;
-  int64_t row0 = x->batch_axis >= 0 ? ctx->coords[x->batch_axis] * rows : 0;
-  int64_t global = rows * groups;
+  DataPair d = data_pair(ctx);
+  InputDesc *x = d.x, *y = d.y;
+  int64_t rows = d.rows, row0 = d.row0, global = d.global_rows;
   x->staging.resize((size_t)(rows * 3 * kPlane));
   y->staging.resize((size_t)rows);
   unsigned char rec[kRecord];
@@ -113,10 +109,7 @@ void fill_cifar(Context *ctx, int64_t step) {
         out[c * kPlane + i] =
             ((float)rec[1 + c * kPlane + i] / 255.0f - kMean[c]) / kStd[c];
   }
-  backend::to_device(ctx, x->t.data, x->staging.data(),
-                     x->staging.size() * sizeof(float));
-  backend::to_device(ctx, y->t.data, y->staging.data(),
-                     y->staging.size() * sizeof(float));
+  upload_staging(ctx, d);
 }
 
 } // namespace internal

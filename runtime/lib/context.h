@@ -268,6 +268,18 @@ void arena_reset(Context *ctx);
 void arena_free_all(Context *ctx);
 /// Generates this rank's rows of the data_kind 0 input/label for `step`.
 void fill_synthetic(Context *ctx, int64_t step);
+/// The input and label of a program with one of each (data kinds 0, 2, 3),
+/// and this rank's rows of the global batch.
+struct DataPair {
+  InputDesc *x = nullptr, *y = nullptr;
+  int64_t x_index = 0; // the input's index among ctx->inputs
+  int64_t rows = 0;    // local rows
+  int64_t row0 = 0;    // global index of the first
+  int64_t global_rows = 0;
+};
+DataPair data_pair(Context *ctx);
+/// Copies the staging buffers of `d` (filled for a step) to the device.
+void upload_staging(Context *ctx, const DataPair &d);
 /// Generates this rank's rows of the data_kind 2 images and classes.
 void fill_synthetic_images(Context *ctx, int64_t step);
 /// Reads this rank's rows of the data_kind 1 input/label for `step` (fatal on

@@ -141,22 +141,38 @@ void synthetic_labels(int64_t seed, const float *x, int64_t rows,
 
 } // namespace internal
 
+DataPair data_pair(Context *ctx) {
+  DataPair d;
+  for (size_t i = 0; i < ctx->inputs.size(); ++i) {
+    if (ctx->inputs[i].role == RoleInput) {
+      d.x = &ctx->inputs[i];
+      d.x_index = (int64_t)i;
+    } else {
+      d.y = &ctx->inputs[i];
+    }
+  }
+  d.rows = d.x->t.shape[0];
+  int64_t axis = d.x->batch_axis;
+  d.row0 = axis >= 0 ? ctx->coords[axis] * d.rows : 0;
+  d.global_rows = d.rows * (axis >= 0 ? ctx->axis_sizes[axis] : 1);
+  return d;
+}
+
+void upload_staging(Context *ctx, const DataPair &d) {
+  backend::to_device(ctx, d.x->t.data, d.x->staging.data(),
+                     d.x->staging.size() * sizeof(float));
+  backend::to_device(ctx, d.y->t.data, d.y->staging.data(),
+                     d.y->staging.size() * sizeof(float));
+}
+
 /// Fills the staging buffers of the data_kind 0 input and label for `step`
 /// (rows of this rank only) and copies them to the device.
 void fill_synthetic(Context *ctx, int64_t step) {
-  InputDesc *x = nullptr, *y = nullptr;
-  int64_t x_index = 0;
-  for (size_t i = 0; i < ctx->inputs.size(); ++i) {
-    if (ctx->inputs[i].role == RoleInput) {
-      x = &ctx->inputs[i];
-      x_index = (int64_t)i;
-    } else {
-      y = &ctx->inputs[i];
-    }
-  }
-  int64_t rows = x->t.shape[0], in_cols = x->t.shape[1];
+  DataPair d = data_pair(ctx);
+  InputDesc *x = d.x, *y = d.y;
+  int64_t x_index = d.x_index;
+  int64_t rows = d.rows, in_cols = x->t.shape[1], row0 = d.row0;
   int64_t out_cols = y->t.shape[1];
-  int64_t row0 = x->batch_axis >= 0 ? ctx->coords[x->batch_axis] * rows : 0;
   if (ctx->teacher_in != in_cols || ctx->teacher_out != out_cols) {
     internal::teacher_matrix(ctx->seed, in_cols, out_cols, ctx->teacher);
     ctx->teacher_in = in_cols;
@@ -168,10 +184,7 @@ void fill_synthetic(Context *ctx, int64_t step) {
                              x->staging.data());
   internal::labels_with(ctx->teacher, x->staging.data(), rows, in_cols,
                         out_cols, y->staging.data());
-  backend::to_device(ctx, x->t.data, x->staging.data(),
-                     x->staging.size() * sizeof(float));
-  backend::to_device(ctx, y->t.data, y->staging.data(),
-                     y->staging.size() * sizeof(float));
+  upload_staging(ctx, d);
 }
 
 namespace {
@@ -201,24 +214,16 @@ std::vector<Grating> class_pattern(int64_t seed, int64_t k, int64_t channels) {
 } // namespace
 
 void fill_synthetic_images(Context *ctx, int64_t step) {
-  InputDesc *x = nullptr, *y = nullptr;
-  int64_t x_index = 0;
-  for (size_t i = 0; i < ctx->inputs.size(); ++i) {
-    if (ctx->inputs[i].role == RoleInput) {
-      x = &ctx->inputs[i];
-      x_index = (int64_t)i;
-    } else {
-      y = &ctx->inputs[i];
-    }
-  }
+  DataPair d = data_pair(ctx);
+  InputDesc *x = d.x, *y = d.y;
+  int64_t x_index = d.x_index;
   // [rows, C, H, W]; lower ranks are [rows, H, W] or [rows, W] with C = 1.
   const Tensor &t = x->t;
-  int64_t rows = t.shape[0];
+  int64_t rows = d.rows, row0 = d.row0;
   int64_t ch = t.ndim == 4 ? t.shape[1] : 1;
   int64_t h = t.ndim >= 3 ? t.shape[t.ndim - 2] : 1;
   int64_t w = t.shape[t.ndim - 1];
   int64_t per_row = ch * h * w;
-  int64_t row0 = x->batch_axis >= 0 ? ctx->coords[x->batch_axis] * rows : 0;
   x->staging.resize((size_t)(rows * per_row));
   y->staging.resize((size_t)rows);
   std::vector<std::vector<Grating>> patterns((size_t)ctx->classes);
@@ -251,10 +256,7 @@ void fill_synthetic_images(Context *ctx, int64_t step) {
     int32_t id = (int32_t)k;
     std::memcpy(ids_as_float + r, &id, sizeof(id));
   }
-  backend::to_device(ctx, x->t.data, x->staging.data(),
-                     x->staging.size() * sizeof(float));
-  backend::to_device(ctx, y->t.data, y->staging.data(),
-                     y->staging.size() * sizeof(float));
+  upload_staging(ctx, d);
 }
 
 //===--- safetensors ------------------------------------------------------===//

@@ -119,29 +119,37 @@ struct ChannelBiasGradFn {
   }
 };
 
-/// The flat input index of the first maximum of output (n, c, oh, ow)'s
-/// window (row-major over the window; padding never wins).
-PLANRT_HD inline int64_t pool_argmax(const float *x, const ConvShape &s,
-                                     int64_t nc, int64_t oh, int64_t ow) {
-  int64_t best = -1;
-  float bv = 0.0f;
+/// Calls f(flat input index) for the in-bounds positions of output (nc,
+/// oh, ow)'s pooling window, row-major (padding is skipped).
+template <class F>
+PLANRT_HD inline void for_window(const ConvShape &s, int64_t nc, int64_t oh,
+                                 int64_t ow, const F &f) {
   for (int64_t i = 0; i < s.kh; ++i) {
     int64_t ih = oh * s.sh - s.ph + i;
     if (ih < 0 || ih >= s.h)
       continue;
     for (int64_t j = 0; j < s.kw; ++j) {
       int64_t iw = ow * s.sw - s.pw + j;
-      if (iw < 0 || iw >= s.w)
-        continue;
-      int64_t at = (nc * s.h + ih) * s.w + iw;
-      float v = x[at];
-      // NaN propagates: a NaN wins over any number and keeps the first one.
-      if (best < 0 || v > bv || (v != v && bv == bv)) {
-        best = at;
-        bv = v;
-      }
+      if (iw >= 0 && iw < s.w)
+        f((nc * s.h + ih) * s.w + iw);
     }
   }
+}
+
+/// The flat input index of the first maximum of output (n, c, oh, ow)'s
+/// window (row-major over the window; padding never wins).
+PLANRT_HD inline int64_t pool_argmax(const float *x, const ConvShape &s,
+                                     int64_t nc, int64_t oh, int64_t ow) {
+  int64_t best = -1;
+  float bv = 0.0f;
+  for_window(s, nc, oh, ow, [&](int64_t at) {
+    float v = x[at];
+    // NaN propagates: a NaN wins over any number and keeps the first one.
+    if (best < 0 || v > bv || (v != v && bv == bv)) {
+      best = at;
+      bv = v;
+    }
+  });
   return best;
 }
 
@@ -159,16 +167,7 @@ struct Pool2dFn {
       return;
     }
     float acc = 0.0f;
-    for (int64_t i = 0; i < s.kh; ++i) {
-      int64_t ih = oh * s.sh - s.ph + i;
-      if (ih < 0 || ih >= s.h)
-        continue;
-      for (int64_t j = 0; j < s.kw; ++j) {
-        int64_t iw = ow * s.sw - s.pw + j;
-        if (iw >= 0 && iw < s.w)
-          acc += x[(nc * s.h + ih) * s.w + iw];
-      }
-    }
+    for_window(s, nc, oh, ow, [&](int64_t at) { acc += x[at]; });
     out[idx] = acc / (float)s.window();
   }
 };
