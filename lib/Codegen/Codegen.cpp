@@ -198,6 +198,7 @@ static LogicalResult compileDirect(const std::string &src,
             "-o",
             out,
             tc.runtimeLibDir + "/libplanrt_host.a",
+            "-fopenmp", // the runtime's kernels use OpenMP
             "-lopenblas",
             "-lm"};
     return runCommand(argv, verbose);

@@ -10,7 +10,10 @@
 
 #include <gtest/gtest.h>
 
+#include <omp.h>
+
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 using namespace planrt;
@@ -193,6 +196,42 @@ TEST_F(ConvOpsTest, BatchAndGroupNormFollowTheirDefinitions) {
       }
     }
   expect_close(host(y), want, 1e-5);
+}
+
+// The host backend splits each kernel's index range over the rank's threads
+// (PLANRT_NUM_THREADS): every output is still computed by one invocation in
+// a fixed order, so the bits do not depend on the thread count.
+TEST_F(ConvOpsTest, AnyThreadCountGivesTheSameBits) {
+  Geo g;
+  g.n = 8; // enough work for the parallel path (4096 invocations and more)
+  Tensor *x = random({g.n, g.c, g.h, g.w});
+  Tensor *w = random({g.o, g.c / g.groups, g.kh, g.kw});
+  Tensor *dy = random({g.n, g.o, g.ho(), g.wo()});
+  Tensor *gamma = random({g.c}), *beta = random({g.c});
+  auto run = [&](int threads) {
+    omp_set_num_threads(threads);
+    Tensor *y = make({g.n, g.o, g.ho(), g.wo()});
+    Tensor *dx = make({g.n, g.c, g.h, g.w});
+    Tensor *dw = make({g.o, g.c / g.groups, g.kh, g.kw});
+    Tensor *bn = make({g.n, g.c, g.h, g.w});
+    Tensor *p = make({g.n, g.c, 4, 3});
+    conv2d(ctx, x, w, y, g.dh, g.dw, g.groups, g.ph, g.pw, g.sh, g.sw);
+    conv2d_grad(ctx, x, w, dy, dx, dw, g.dh, g.dw, g.groups, g.ph, g.pw, g.sh,
+                g.sw);
+    batch_norm(ctx, x, gamma, beta, bn, 0, 1e-5f);
+    pool2d(ctx, x, p, 2, 2, "max", 1, 0, 2, 2);
+    std::vector<float> all;
+    for (Tensor *t : {y, dx, dw, bn, p}) {
+      std::vector<float> v = host(t);
+      all.insert(all.end(), v.begin(), v.end());
+    }
+    return all;
+  };
+  std::vector<float> one = run(1), three = run(3);
+  omp_set_num_threads(1);
+  ASSERT_EQ(one.size(), three.size());
+  EXPECT_EQ(0,
+            std::memcmp(one.data(), three.data(), one.size() * sizeof(float)));
 }
 
 TEST_F(ConvOpsTest, RejectsBadArguments) {

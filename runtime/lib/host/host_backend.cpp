@@ -1,10 +1,11 @@
 //===- host_backend.cpp - Host backend: malloc, OpenBLAS, MPI -------------===//
 //
 // Each MPI rank plays one GPU. Kernels run the shared functors of
-// planrt/kernels.h in plain loops; GEMM is cblas_sgemm; collectives are MPI
-// (MPI_Iallreduce, MPI_Iallgather, MPI_Ireduce_scatter_block, MPI_Ialltoall)
-// on one communicator per axis mask (MPI_Comm_split, cached), each waited
-// for under the watchdog (lib/watchdog.h: --timeout).
+// planrt/kernels.h in loops split over the rank's threads (OpenMP); GEMM is
+// cblas_sgemm; collectives are MPI (MPI_Iallreduce, MPI_Iallgather,
+// MPI_Ireduce_scatter_block, MPI_Ialltoall) on one communicator per axis mask
+// (MPI_Comm_split, cached), each waited for under the watchdog (lib/watchdog.h:
+// --timeout).
 //===----------------------------------------------------------------------===//
 
 #include "../context.h"
@@ -12,9 +13,12 @@
 
 #include <cblas.h>
 #include <mpi.h>
+#include <omp.h>
+#include <sched.h>
 
 #include "../watchdog.h"
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstdlib>
@@ -52,14 +56,38 @@ void precreate_comms(Context *ctx) {
 }
 } // namespace
 
+/// The threads of one rank (docs/runtime.md): PLANRT_NUM_THREADS, else
+/// OMP_NUM_THREADS, else the cores this process may run on divided among
+/// the ranks of this node, at least 1. mpirun binds each rank to one core
+/// by default (1 thread); `--bind-to none` leaves the node's cores to share.
+static int host_threads() {
+  for (const char *var : {"PLANRT_NUM_THREADS", "OMP_NUM_THREADS"})
+    if (const char *v = std::getenv(var)) {
+      char *end = nullptr;
+      long n = std::strtol(v, &end, 10);
+      if (end == v || *end || n < 1 || n > 4096)
+        fatal("%s must be an integer in [1, 4096], got '%s'", var, v);
+      return (int)n;
+    }
+  cpu_set_t set;
+  int cores =
+      sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+  int local = 1;
+  if (const char *v = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE"))
+    local = std::max(1, std::atoi(v));
+  return std::max(1, cores / local);
+}
+
 namespace backend {
 
 const char *name() { return "host"; }
 
 void init(Context *ctx) {
   ctx->backend = new HostState;
-  // One rank plays one device: keep OpenBLAS single-threaded unless the user
-  // asked otherwise (ranks would oversubscribe the cores).
+  omp_set_num_threads(host_threads());
+  // OpenBLAS stays single-threaded unless the user sets its own count: its
+  // threaded SGEMM rounds differently from its serial one, and the kernels'
+  // threads never change a bit of the result.
   if (!std::getenv("OPENBLAS_NUM_THREADS"))
     openblas_set_num_threads(1);
   watchdog::init(ctx);
@@ -145,7 +173,14 @@ namespace detail {
 /// embedding_grad walks the rows in order per column: deterministic.
 constexpr bool kAtomicScatter = false;
 
+/// Below this many invocations a kernel runs on the calling thread: a
+/// parallel region costs a few microseconds.
+constexpr int64_t kParallelMin = 4096;
+
+/// Each invocation writes its own outputs and sums in a fixed order, so how
+/// the index range is split over threads changes no bit of the result.
 template <class F> void launch(Context *, int64_t n, const F &f) {
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i)
     f(i);
 }
