@@ -173,3 +173,10 @@ LogicalResult GroupNormOp::verify() {
     return emitOpError() << "eps must be >= 0";
   return success();
 }
+
+LogicalResult DropoutOp::verify() {
+  double p = getP().convertToDouble();
+  if (!(p >= 0 && p < 1))
+    return emitOpError() << "p must be in [0, 1), got " << p;
+  return success();
+}

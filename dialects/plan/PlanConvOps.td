@@ -183,4 +183,23 @@ def Plan_GroupNormGradOp : Plan_ComputeOp<"group_norm_grad",
   }];
 }
 
+def Plan_DropoutOp : Plan_ComputeOp<"dropout", [AllTypesMatch<["input", "result"]>]> {
+  let summary = "Inverted dropout with a mask that depends on no plan";
+  let description = [{
+    Zeroes each element with probability `p` and scales the others by
+    1 / (1 - p). Whether an element is kept is a hash of (seed, step, `uid`,
+    the element's index in the global tensor), so every plan (any split of
+    any dimension, microbatches, pipeline stages, recompute) draws the same
+    mask. `uid` tells the dropout ops of a model apart.
+
+    ```mlir
+    %y = plan.dropout %x {p = 1.0e-01 : f32, uid = 0 : i64} : tensor<8x64xf32>
+    ```
+  }];
+  let arguments = (ins Plan_F32Tensor:$input, F32Attr:$p, I64Attr:$uid);
+  let results = (outs Plan_F32Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+  let hasVerifier = 1;
+}
+
 #endif

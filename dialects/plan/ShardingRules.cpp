@@ -520,6 +520,13 @@ Rule GroupNormGradOp::getShardingRule() {
   return channelNormRule(getInput(), 1, true, true);
 }
 
+// Element by element: the mask follows each element's global index.
+Rule DropoutOp::getShardingRule() {
+  Rule r = elementwise(*this);
+  r.setLinear(Lin::Each, {0});
+  return r;
+}
+
 //===--- Optimizer --------------------------------------------------------===//
 
 // Scales by a whole scalar. It is linear in the gradient, but the gradient

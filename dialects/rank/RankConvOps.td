@@ -148,4 +148,22 @@ def Rank_GroupNormGradOp : Rank_CallOp<"group_norm_grad",
   }];
 }
 
+def Rank_DropoutOp : Rank_CallOp<"dropout", [AllTypesMatch<["input", "out"]>]> {
+  let summary = "inverted dropout; the mask hashes each element's global index";
+  let description = [{
+    `d0_axes` .. `d3_axes`: the mesh axes that split each dimension (codegen
+    passes axis masks); `microbatches`: how many microbatches also split
+    dimension 0 (0: none; the runtime knows the current one). From these the runtime
+    computes each element's index in the global tensor.
+  }];
+  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead]>:$input,
+                       Arg<Rank_F32Buffer, "", [MemWrite]>:$out,
+                       StrArrayAttr:$d0_axes, StrArrayAttr:$d1_axes,
+                       StrArrayAttr:$d2_axes, StrArrayAttr:$d3_axes,
+                       I64Attr:$microbatches, F32Attr:$p, I64Attr:$uid);
+  let assemblyFormat = [{
+    $input `into` $out attr-dict `:` type($input)
+  }];
+}
+
 #endif

@@ -328,11 +328,11 @@ Value Sema::linear(Location l, Value x, Value w, Value bias, bool transposeW,
 }
 
 static const char *const kBuiltins[] = {
-    "linear",        "matmul",        "transpose", "reshape",    "embedding",
-    "pos_embedding", "layernorm",     "rmsnorm",   "attention",  "mlp",
-    "relu",          "gelu",          "silu",      "softmax",    "add",
-    "mse",           "cross_entropy", "conv2d",    "max_pool2d", "avg_pool2d",
-    "flatten",       "batch_norm",    "group_norm"};
+    "linear",        "matmul",        "transpose",  "reshape",    "embedding",
+    "pos_embedding", "layernorm",     "rmsnorm",    "attention",  "mlp",
+    "relu",          "gelu",          "silu",       "softmax",    "add",
+    "mse",           "cross_entropy", "conv2d",     "max_pool2d", "avg_pool2d",
+    "flatten",       "batch_norm",    "group_norm", "dropout"};
 
 bool Sema::isBuiltin(StringRef fn) { return llvm::is_contained(kBuiltins, fn); }
 
@@ -977,6 +977,33 @@ Val Sema::callBuiltin(StringRef fn, Args &args, Location l,
     out.v = generic(
         GroupNormOp(), x.getType(), {x, gamma, beta},
         {epsAttr, b.getNamedAttr("groups", b.getI64IntegerAttr(*groups))});
+    return out;
+  }
+  if (fn == "dropout") {
+    // dropout(x, p = 0.5): inverted dropout; each call (and each repeat
+    // instance) draws its own mask, the same for every plan.
+    if (!arity(1, 1, "one tensor and a named probability"))
+      return out;
+    double p = namedNumber("p", 0.5);
+    if (!leftovers())
+      return out;
+    Value x = tensorArg(0);
+    if (!x)
+      return out;
+    if (!(p >= 0 && p < 1)) {
+      error(l) << "'dropout': p is the probability of zeroing an element, "
+               << "in [0, 1), got " << p;
+      return out;
+    }
+    if (shapeOf(x).size() > 4) {
+      error(l) << "'dropout' takes tensors of at most 4 dimensions, got "
+               << shapeStr(x.getType());
+      return out;
+    }
+    out.v =
+        generic(DropoutOp(), x.getType(), {x},
+                {b.getNamedAttr("p", b.getF32FloatAttr(p)),
+                 b.getNamedAttr("uid", b.getI64IntegerAttr(dropoutCount++))});
     return out;
   }
   if (fn == "flatten") {

@@ -203,6 +203,8 @@ private:
   bool checkTpDivides(int64_t n, llvm::StringRef what, mlir::Location l);
   /// Padded vocabulary sizes (pad_vocab) -> the real vocabulary.
   llvm::DenseMap<int64_t, int64_t> paddedVocab;
+  /// Dropout ops made so far: each gets its own mask (uid).
+  int64_t dropoutCount = 0;
 
   mlir::MLIRContext *ctx;
   mlir::OpBuilder b;

@@ -173,6 +173,14 @@ static LogicalResult backprop(Operation *op, Value dy, OpBuilder &b,
           adj.add(loc, gn.getBeta(), g.getBetaGrad());
         return success();
       })
+      .Case<DropoutOp>([&](DropoutOp d) {
+        // Linear in its input: the gradient applies the same mask and scale.
+        if (needs(d.getInput()))
+          adj.add(loc, d.getInput(),
+                  DropoutOp::create(b, loc, dy.getType(), dy, d.getPAttr(),
+                                    d.getUidAttr()));
+        return success();
+      })
       .Case<Pool2dOp>([&](Pool2dOp p) {
         if (needs(p.getInput()))
           adj.add(loc, p.getInput(),

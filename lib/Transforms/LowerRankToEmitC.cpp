@@ -518,6 +518,7 @@ void LowerRankToEmitCPass::runOnOperation() {
           b.setInsertionPointToStart(forOp.getBody());
           Value mark =
               c.call(loc, "planrt::arena_mark", {}, {}, b.getI64Type());
+          c.call(loc, "planrt::set_microbatch", {forOp.getInductionVar()}, {});
           if (failed(emitBlock(loopBody)))
             return failure();
           c.call(loc, "planrt::arena_release", {mark}, {});

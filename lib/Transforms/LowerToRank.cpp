@@ -1012,6 +1012,36 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
                                           g.getGroupsAttr());
               return true;
             })
+            .Case<DropoutOp>([&](DropoutOp d) {
+              // The mesh axes of each dimension (up to 4), and whether the
+              // microbatch axis splits the batch too.
+              ShardingAttr sh = getSharding(d.getInput());
+              SmallVector<Attribute> dims;
+              bool mb = false;
+              int64_t rank = d.getInput().getType().getRank();
+              for (int64_t i = 0; i < 4; ++i) {
+                SmallVector<StringRef> axes;
+                if (i < rank)
+                  for (StringRef a : sh.getDimAxes(i)) {
+                    if (a == seqAxis)
+                      mb = true;
+                    else
+                      axes.push_back(a);
+                  }
+                dims.push_back(b.getStrArrayAttr(axes));
+              }
+              if (rank > 4) {
+                op.emitError() << "dropout supports tensors of rank <= 4";
+                return false;
+              }
+              rk::DropoutOp::create(
+                  b, loc, in(0), out, cast<ArrayAttr>(dims[0]),
+                  cast<ArrayAttr>(dims[1]), cast<ArrayAttr>(dims[2]),
+                  cast<ArrayAttr>(dims[3]),
+                  b.getI64IntegerAttr(mb ? seqSize : 0), d.getPAttr(),
+                  d.getUidAttr());
+              return true;
+            })
             .Case<Conv2dOp>([&](Conv2dOp c) {
               rk::Conv2dOp::create(b, loc, in(0), in(1), out, c.getStrideAttr(),
                                    c.getPaddingAttr(), c.getDilationAttr(),

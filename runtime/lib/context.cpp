@@ -492,6 +492,13 @@ void arena_reset(Context *ctx) {
   ctx->arena_used = 0;
 }
 
+void set_microbatch(Context *ctx, int64_t mb) {
+  check_ctx(ctx, "set_microbatch");
+  if (mb < 0)
+    fatal("set_microbatch: microbatch %lld is negative", (long long)mb);
+  ctx->loop_mb = mb;
+}
+
 int64_t arena_mark(Context *ctx) {
   check_ctx(ctx, "arena_mark");
   ctx->marks.push_back({ctx->chunks.size(), ctx->chunk_offset,

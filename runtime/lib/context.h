@@ -188,6 +188,7 @@ struct Context {
   // The unit in progress (unit_begin .. unit_end).
   bool unit_open = false;
   int64_t unit_stage = 0, unit_phase = 0, unit_mb = 0, unit_last = 0;
+  int64_t loop_mb = 0;     // set_microbatch: the microbatch loop's iteration
   int64_t unit_mark = 0;   // arena mark taken at unit_begin
   int64_t unit_serial = 0; // counts units; the open one's number
   // Microbatches in flight per stage (F begun, last backward not ended) and

@@ -234,6 +234,33 @@ TEST_F(ConvOpsTest, AnyThreadCountGivesTheSameBits) {
             std::memcmp(one.data(), three.data(), one.size() * sizeof(float)));
 }
 
+TEST_F(ConvOpsTest, DropoutKeepsOneMinusPScaled) {
+  const int64_t n = 1 << 16;
+  Tensor *x = random({n}, 0.5f, 1.5f);
+  Tensor *y = make({n}), *again = make({n}), *other = make({n});
+  dropout(ctx, x, y, 0, 0, 0, 0, 0, 0.25f, 7);
+  dropout(ctx, x, again, 0, 0, 0, 0, 0, 0.25f, 7);
+  dropout(ctx, x, other, 0, 0, 0, 0, 0, 0.25f, 8);
+  std::vector<float> hx = host(x), hy = host(y), ha = host(again),
+                     ho = host(other);
+  int64_t kept = 0, same = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (hy[i] != 0.0f) {
+      ++kept;
+      ASSERT_EQ(hy[i], hx[i] * (1.0f / 0.75f)) << i;
+    }
+    same += (hy[i] != 0.0f) == (ho[i] != 0.0f);
+  }
+  EXPECT_NEAR((double)kept / n, 0.75, 0.01);
+  EXPECT_EQ(hy, ha);                          // one uid, one mask
+  EXPECT_NEAR((double)same / n, 0.625, 0.01); // another uid: independent
+  Tensor *z = make({n});
+  dropout(ctx, x, z, 0, 0, 0, 0, 0, 0.0f, 7);
+  EXPECT_EQ(host(z), hx); // p = 0 keeps everything unscaled
+  EXPECT_DEATH(dropout(ctx, x, z, 0, 0, 0, 0, 0, 1.0f, 7),
+               "dropout: p must be in \\[0, 1\\), got 1");
+}
+
 TEST_F(ConvOpsTest, RejectsBadArguments) {
   Tensor *x = random({2, 4, 5, 5}), *w = random({6, 2, 3, 3});
   Tensor *y = make({2, 6, 3, 3}), *flat = random({2, 4});

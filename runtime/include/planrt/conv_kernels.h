@@ -373,6 +373,39 @@ struct GnGradParamFn {
   }
 };
 
+//===--- Dropout ----------------------------------------------------------===//
+
+/// A 64-bit mix (splitmix64's finalizer).
+PLANRT_HD inline uint64_t mix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+/// out = keep ? x * scale : 0, keep = mix(key, global index) >= threshold
+/// (32 bits); the element's global index from its local coordinates plus
+/// this rank's offsets. Index space: elements.
+struct DropoutFn {
+  const float *x;
+  float *out;
+  int64_t local[4], global[4], offset[4];
+  uint64_t key;
+  uint32_t threshold;
+  float scale;
+  PLANRT_HD void operator()(int64_t i) const {
+    int64_t rest = i, g = 0, stride = 1;
+    for (int d = 3; d >= 0; --d) {
+      int64_t c = rest % local[d];
+      rest /= local[d];
+      g += (c + offset[d]) * stride;
+      stride *= global[d];
+    }
+    uint32_t h = (uint32_t)(mix64(key ^ mix64((uint64_t)g)) >> 32);
+    out[i] = h >= threshold ? x[i] * scale : 0.0f;
+  }
+};
+
 } // namespace kernels
 } // namespace planrt
 

@@ -297,6 +297,10 @@ Tensor *rows(Context *ctx, Tensor *src, int64_t index, int64_t count);
 /// release also drops the marks taken after it.
 int64_t arena_mark(Context *ctx);
 void arena_release(Context *ctx, int64_t mark);
+/// The microbatch a microbatch loop's iteration works on (its index from 0);
+/// ops whose global element indices depend on it (dropout) read it. A
+/// pipeline unit's microbatch is unit_begin's.
+void set_microbatch(Context *ctx, int64_t mb);
 /// Every element of t = value (converted to int32 for an I32 tensor).
 void fill(Context *ctx, Tensor *t, float value);
 
@@ -563,6 +567,16 @@ void group_norm(Context *ctx, const Tensor *x, const Tensor *gamma,
 void group_norm_grad(Context *ctx, const Tensor *x, const Tensor *gamma,
                      const Tensor *dy, Tensor *dx, Tensor *dgamma,
                      Tensor *dbeta, float eps, int64_t groups);
+/// Inverted dropout: out = x / (1 - p) where the element is kept, else 0.
+/// An element is kept when hash(seed, step, uid, its index in the global
+/// tensor) >= p * 2^32, so every plan draws the same mask. The global index
+/// comes from this rank's coordinates: dimension d is split over the mesh
+/// axes of mask d{d}_axes (in mesh order) and, for d = 0 when
+/// `microbatches` > 0, into that many microbatches (blocks of this rank's
+/// rows; the current one from set_microbatch or unit_begin).
+void dropout(Context *ctx, const Tensor *x, Tensor *out, int64_t d0_axes,
+             int64_t d1_axes, int64_t d2_axes, int64_t d3_axes,
+             int64_t microbatches, float p, int64_t uid);
 /// Records sqrt(sumsq) (rank-0 tensor, already reduced) for the step line,
 /// which then reads "step S/N | loss L | grad norm G | T ms".
 ///
