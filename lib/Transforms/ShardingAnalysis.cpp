@@ -88,6 +88,17 @@ planc::plan::effectiveOperandShardings(Operation *op,
     OpShardingRule rule = r.getShardingRule();
     if (!rule.isLinearIn(i))
       return false;
+    // Summing before an op that makes more elements than it reads (a
+    // pooling's gradient, a table's gradient from fewer rows) moves fewer
+    // bytes than summing its result.
+    auto elems = [](Value v) {
+      auto t = dyn_cast<RankedTensorType>(v.getType());
+      return t ? t.getNumElements() : 0;
+    };
+    int64_t in = elems(user->getOperand(i));
+    if (llvm::any_of(user->getResults(),
+                     [&](Value res) { return elems(res) > in; }))
+      return false;
     // The user's other linear operands must let it pass: a product takes one
     // pending factor, a sum only summands pending alike.
     for (unsigned j : rule.linearOperands) {
