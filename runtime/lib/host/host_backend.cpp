@@ -84,12 +84,13 @@ const char *name() { return "host"; }
 
 void init(Context *ctx) {
   ctx->backend = new HostState;
-  omp_set_num_threads(host_threads());
-  // OpenBLAS stays single-threaded unless the user sets its own count: its
-  // threaded SGEMM rounds differently from its serial one, and the kernels'
-  // threads never change a bit of the result.
+  int threads = host_threads();
+  omp_set_num_threads(threads);
+  // GEMMs on the same threads unless OpenBLAS's own count is set. (The
+  // kernels' results never depend on the thread count; OpenBLAS's threaded
+  // SGEMM rounds differently from its serial one.)
   if (!std::getenv("OPENBLAS_NUM_THREADS"))
-    openblas_set_num_threads(1);
+    openblas_set_num_threads(threads);
   watchdog::init(ctx);
   precreate_comms(ctx);
 }
