@@ -17,6 +17,28 @@ void RankDialect::initialize() {
 #define GET_OP_LIST
 #include "dialects/rank/RankOps.cpp.inc"
       >();
+  registerWorkspaceModels(getContext());
+}
+
+int64_t planc::rank::classifierClasses(ModuleOp module, Operation *step) {
+  auto trains = module.getOps<plan::TrainOp>();
+  if (trains.empty() || (*trains.begin()).getData() == "shards")
+    return 0;
+  for (auto in : module.getOps<InputDeclOp>())
+    if (in.getRole() != "label" && in.getType().getElementType().isInteger(32))
+      return 0;
+  plan::MeshOp mesh = plan::getMesh(module);
+  int64_t classes = 0;
+  step->walk([&](Operation *op) {
+    if (classes || !isa<CrossEntropyOp, CeLocalStatsOp>(op))
+      return;
+    auto logits = cast<MemRefType>(op->getOperand(0).getType());
+    classes = logits.getShape().back();
+    if (auto ls = dyn_cast<CeLocalStatsOp>(op);
+        ls && !ls.getVocabAxis().empty() && mesh)
+      classes *= mesh.getShape()[mesh.getAxisIndex(ls.getVocabAxis())];
+  });
+  return classes;
 }
 
 LogicalResult InputDeclOp::verify() {

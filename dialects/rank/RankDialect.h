@@ -4,8 +4,26 @@
 
 #include "dialects/plan/PlanDialect.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/IR/BuiltinOps.h"
 
 #include "dialects/rank/RankDialect.h.inc"
+
+namespace planc::rank {
+/// What an op's workspace depends on beyond its operands' shapes.
+struct WorkspaceEnv {
+  /// The size of a mesh axis by name (1 for an unknown name).
+  llvm::function_ref<int64_t(llvm::StringRef)> axisSize;
+  /// The program reports a classifier's accuracy (cross_entropy counts it).
+  bool classifier = false;
+};
+/// The classes of a classifier trained by `step` (a cross-entropy over class
+/// logits with class-id labels, no token input, data not token shards), 0
+/// for any other model: the runtime then reports accuracy.
+int64_t classifierClasses(mlir::ModuleOp module, mlir::Operation *step);
+/// Attaches WorkspaceOpInterface to the ops that take temporaries.
+void registerWorkspaceModels(mlir::MLIRContext *ctx);
+} // namespace planc::rank
+
 #include "dialects/rank/RankInterfaces.h.inc"
 
 #define GET_OP_CLASSES
@@ -23,6 +41,15 @@ inline constexpr llvm::StringLiteral kStepFlopsAttr = "rank.step_flops";
 /// Pipeline stage of a declaration, an allocation or an op outside the
 /// pipeline's units: only the ranks that hold the stage run or allocate it.
 inline constexpr llvm::StringLiteral kRankStageAttr = "rank.stage";
+/// On a function planned by plan-memory: the arena bytes each pipeline
+/// coordinate uses (one entry without a pipeline), and the bytes of all
+/// its planned buffers and workspaces side by side (what the step would take
+/// if nothing were reused), per coordinate too.
+inline constexpr llvm::StringLiteral kArenaBytesAttr = "rank.arena_bytes";
+inline constexpr llvm::StringLiteral kBufferBytesAttr = "rank.buffer_bytes";
+/// On an op with a workspace: [offset in the arena, bytes].
+inline constexpr llvm::StringLiteral kWorkspaceAttr =
+    "rank.workspace";
 } // namespace planc::rank
 
 #endif

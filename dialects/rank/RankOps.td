@@ -42,6 +42,22 @@ def RuntimeCallOpInterface : OpInterface<"RuntimeCallOpInterface"> {
   ];
 }
 
+def WorkspaceOpInterface : OpInterface<"WorkspaceOpInterface"> {
+  let cppNamespace = "::planc::rank";
+  let description = [{
+    An op that takes temporaries of its own while it runs (statistics,
+    partial sums, im2col columns, a collective's staging buffer). The bytes
+    are those of `planrt/workspace.h`, which the runtime shares, so the
+    memory plan reserves exactly what the op takes; the runtime checks it on
+    every call. Attached to the ops as external models (Workspace.cpp).
+  }];
+  let methods = [
+    InterfaceMethod<"Bytes of temporaries the op takes, given the mesh.",
+      "int64_t", "getWorkspaceBytes",
+      (ins "const ::planc::rank::WorkspaceEnv &":$env)>,
+  ];
+}
+
 class Rank_Op<string mnemonic, list<Trait> traits = []>
     : Op<Rank_Dialect, mnemonic, traits>;
 
@@ -252,14 +268,33 @@ def Rank_RowsOp : Rank_Op<"rows", [Pure]> {
 }
 
 def Rank_AllocOp : Rank_Op<"alloc"> {
-  let summary = "A scratch buffer that lives until the end of the step";
+  let summary = "A scratch buffer of the step";
   let description = [{
     With `rank.stash`, the buffer outlives its pipeline unit (it is kept with
     `rank.stash_put`). With `rank.stage = s`, only the ranks that hold stage s
-    allocate it.
+    allocate it. `plan-memory` gives every other alloc an `offset` in the
+    rank's arena and a `kind` ("activation" or "gradient"), moves it to its
+    first use and ends its life with `rank.dealloc` after its last one.
   }];
+  let arguments = (ins OptionalAttr<I64Attr>:$offset,
+                       OptionalAttr<StrAttr>:$kind);
   let results = (outs Res<Rank_F32Buffer, "", [MemAlloc]>:$result);
+  let builders = [OpBuilder<(ins "::mlir::Type":$type), [{
+    build($_builder, $_state, type, ::mlir::IntegerAttr(), ::mlir::StringAttr());
+  }]>];
   let assemblyFormat = "attr-dict `:` type($result)";
+}
+
+def Rank_DeallocOp : Rank_Op<"dealloc"> {
+  let summary = "Ends the life of a planned buffer: its arena bytes may be reused";
+  let description = [{
+    Inserted by `plan-memory` after the last use of a `rank.alloc` (for a
+    buffer reduced by `rank.all_reduce_start`, after the matching wait). The
+    runtime checks that no two live buffers share bytes, and counts the live
+    bytes of each kind.
+  }];
+  let arguments = (ins Arg<Rank_F32Buffer, "", [MemFree]>:$buffer);
+  let assemblyFormat = "$buffer attr-dict `:` type($buffer)";
 }
 
 //===--- Compute (destination-style: the last operand is written) ----------===//

@@ -250,21 +250,7 @@ void LowerRankToEmitCPass::runOnOperation() {
     // classes are the classifier's width), 3 = CIFAR-10 files.
     bool shards = train.getData() == "shards";
     bool cifar = train.getData() == "cifar10";
-    int64_t classes = 0;
-    bool tokenInput = false;
-    for (auto in : module.getOps<rk::InputDeclOp>())
-      tokenInput |= in.getRole() != "label" &&
-                    in.getType().getElementType().isInteger(32);
-    if (!shards && !tokenInput)
-      step.walk([&](Operation *op) {
-        if (classes || !isa<rk::CrossEntropyOp, rk::CeLocalStatsOp>(op))
-          return;
-        auto logits = cast<MemRefType>(op->getOperand(0).getType());
-        classes = logits.getShape().back();
-        if (auto ls = dyn_cast<rk::CeLocalStatsOp>(op);
-            ls && !ls.getVocabAxis().empty())
-          classes *= mesh.getShape()[mesh.getAxisIndex(ls.getVocabAxis())];
-      });
+    int64_t classes = rk::classifierClasses(module, step);
     if (cifar && !classes) {
       train.emitError() << "data = cifar10(...) trains a classifier: the loss "
                            "must be cross_entropy over class logits with "
@@ -323,6 +309,23 @@ void LowerRankToEmitCPass::runOnOperation() {
     for (auto cluster : module.getOps<plan::ClusterOp>())
       c.call(cluster.getLoc(), "planrt::set_cluster_gpu", {},
              {c.str(cluster.getGpu())});
+    // The memory plan: the arena each function needs per pipeline
+    // coordinate (plan-memory).
+    static constexpr StringLiteral kPlanned[] = {"plan_step", "plan_forward"};
+    for (auto [index, fnName] : llvm::enumerate(kPlanned)) {
+      auto fn = module.lookupSymbol<func::FuncOp>(fnName);
+      auto arena =
+          fn ? fn->getAttrOfType<DenseI64ArrayAttr>(rk::kArenaBytesAttr)
+             : DenseI64ArrayAttr();
+      auto buffers =
+          fn ? fn->getAttrOfType<DenseI64ArrayAttr>(rk::kBufferBytesAttr)
+             : DenseI64ArrayAttr();
+      if (!arena || !buffers || buffers.size() != arena.size())
+        continue;
+      for (int64_t k = 0; k < arena.size(); ++k)
+        c.call(fn.getLoc(), "planrt::plan_arena", {},
+               {c.i64(index), c.i64(k), c.i64(arena[k]), c.i64(buffers[k])});
+    }
     if (auto bytes =
             step->getAttrOfType<DenseI64ArrayAttr>(rk::kExpectedBytesAttr);
         bytes && bytes.size() == 3 && !pipe)
@@ -375,6 +378,11 @@ void LowerRankToEmitCPass::runOnOperation() {
       b.setInsertionPointToEnd(&ifOp.getThenRegion().front());
       return ec::YieldOp::create(b, loc);
     };
+    // A planned function runs in the memory plan's arena.
+    bool planned = src->hasAttr(rk::kArenaBytesAttr);
+    if (planned)
+      c.call(src.getLoc(), "planrt::arena_begin", {},
+             {c.i64(name == "plan_step" ? 0 : 1)});
     // The microbatch of the unit being emitted.
     Value unitMb;
     std::function<LogicalResult(Block &)> emitBlock;
@@ -502,6 +510,10 @@ void LowerRankToEmitCPass::runOnOperation() {
       for (Operation *opp : {&op}) {
         Operation &op = *opp;
         Location loc = op.getLoc();
+        // The op's temporaries, where the memory plan put them.
+        if (auto ws = op.getAttrOfType<DenseI64ArrayAttr>(rk::kWorkspaceAttr);
+            ws && ws.size() == 2)
+          c.call(loc, "planrt::op_workspace", {}, {c.i64(ws[0]), c.i64(ws[1])});
         if (auto loop = dyn_cast<rk::MicrobatchLoopOp>(op)) {
           // int64_t, as planrt takes it.
           Type idx = b.getI64Type();
@@ -550,7 +562,21 @@ void LowerRankToEmitCPass::runOnOperation() {
           vals[in] = c.call(loc, "planrt::input", {},
                             {c.i64(inputIdx.lookup(in.getName()))}, tensorType);
         } else if (auto alloc = dyn_cast<rk::AllocOp>(op)) {
-          if (alloc->hasAttr("rank.stash")) {
+          auto offset = alloc.getOffsetAttr();
+          if (offset && !alloc->hasAttr("rank.stash")) {
+            SmallVector<Attribute> a{
+                c.i64(offset.getInt()),
+                c.i64(alloc.getKind() == "gradient" ? 1 : 0)};
+            append_range(a, c.shape(alloc.getType()));
+            if (auto st = alloc->getAttrOfType<IntegerAttr>(
+                    rk::kRankStageAttr)) {
+              a.insert(a.begin(), c.i64(st.getInt()));
+              vals[alloc] =
+                  c.call(loc, "planrt::alloc_at_on_stage", {}, a, tensorType);
+            } else {
+              vals[alloc] = c.call(loc, "planrt::alloc_at", {}, a, tensorType);
+            }
+          } else if (alloc->hasAttr("rank.stash")) {
             vals[alloc] = c.call(loc, "planrt::alloc_stash", {},
                                  c.shape(alloc.getType()), tensorType);
           } else if (auto st = alloc->getAttrOfType<IntegerAttr>(
@@ -563,6 +589,8 @@ void LowerRankToEmitCPass::runOnOperation() {
             vals[alloc] = c.call(loc, "planrt::alloc", {},
                                  c.shape(alloc.getType()), tensorType);
           }
+        } else if (auto d = dyn_cast<rk::DeallocOp>(op)) {
+          c.call(loc, "planrt::dealloc", operands(&op), {});
         } else if (auto obs = dyn_cast<rk::ObserveOp>(op)) {
           c.call(loc, "planrt::observe", operands(&op), {c.str(obs.getName())});
         } else if (auto view = dyn_cast<rk::ViewOp>(op)) {
@@ -637,6 +665,8 @@ void LowerRankToEmitCPass::runOnOperation() {
           }
           c.call(loc, callOp.getRuntimeCallee(), operands(&op), attrs);
         } else if (isa<func::ReturnOp>(op)) {
+          if (planned)
+            c.call(loc, "planrt::arena_end", {}, {});
           ec::ReturnOp::create(b, loc, Value());
         } else {
           op.emitError() << "no EmitC lowering for '" << op.getName() << "'";

@@ -24,6 +24,7 @@ const Stage kStages[] = {
     {"plan-partition-stages", [] { return planc::createPartitionStages(); }},
     {"plan-lower-to-rank", [] { return planc::createLowerToRank(); }},
     {"plan-schedule-pipeline", [] { return planc::createSchedulePipeline(); }},
+    {"plan-memory", [] { return planc::createPlanMemory(); }},
     {"plan-lower-rank-to-emitc",
      [] { return planc::createLowerRankToEmitC(); }},
 };

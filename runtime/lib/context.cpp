@@ -2,6 +2,8 @@
 
 #include "context.h"
 
+#include "planrt/workspace.h"
+
 #include <algorithm>
 
 #include <mpi.h>
@@ -437,13 +439,17 @@ Tensor *input(Context *ctx, int64_t index) {
   return &ctx->inputs[index].t;
 }
 
-static constexpr size_t kArenaAlign = 256;
+static constexpr size_t kArenaAlign = workspace::kAlign;
 static constexpr size_t kMinChunk = size_t(1) << 20;
 
 void *arena_alloc(Context *ctx, size_t bytes) {
   bytes = (bytes + kArenaAlign - 1) / kArenaAlign * kArenaAlign;
   if (bytes == 0)
     bytes = kArenaAlign;
+  // In a function planned by the compiler, an op's temporaries are in the
+  // workspace the plan gave it.
+  if (ctx->plan_fn >= 0)
+    return internal::take_workspace(ctx, bytes);
   if (ctx->chunks.empty() ||
       ctx->chunk_offset + bytes > ctx->chunks.back().size) {
     size_t size = kMinChunk;

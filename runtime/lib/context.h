@@ -62,6 +62,14 @@ struct OptionArg {
   /// An integer in [min, max] into `out`.
   bool take_int(int64_t min, int64_t &out, int64_t max = INT64_MAX);
 };
+
+/// The memory plan's arena (memory_plan.cpp): allocated by start() for this
+/// rank's pipeline coordinate, freed with the context.
+void allocate_plan_arena(Context *ctx);
+void free_plan_arena(Context *ctx);
+/// An op's temporaries inside a planned function: from the workspace the
+/// plan gave the op (fatal beyond it).
+void *take_workspace(Context *ctx, size_t bytes);
 } // namespace internal
 
 /// A persistent optimizer-state tensor (declare_state).
@@ -167,6 +175,30 @@ struct Context {
   size_t arena_capacity = 0;    // the most chunk bytes ever held at once
   size_t arena_used = 0;        // bytes handed out by the arena in this step
   size_t arena_peak = 0;        // the most of any step
+
+  // The compiler's memory plan (plan_arena): one arena at plan_base for
+  // the planned functions; what each may reach on this rank and what it
+  // reached; the live buffers by offset; live bytes and their peaks by kind
+  // (activations, gradients, workspace) over training steps.
+  std::vector<std::array<int64_t, 4>> plan_entries; // fn, coord, bytes, buffers
+  char *plan_base = nullptr;
+  size_t plan_capacity = 0;
+  struct PlannedFn {
+    int64_t bytes = -1, buffer_bytes = 0, high_water = 0, runs = 0;
+  };
+  PlannedFn planned_fns[2];
+  int64_t plan_fn = -1; // the planned function running, -1: none
+  struct LiveBuffer {
+    int64_t bytes;
+    int kind;
+  };
+  std::map<int64_t, LiveBuffer> live;
+  int64_t live_bytes[3] = {0, 0, 0}, live_peak[3] = {0, 0, 0};
+  int64_t live_total = 0, live_total_peak = 0;
+  // The workspace of the op being called (workspace()): offset (-1: none),
+  // bytes given, bytes taken.
+  int64_t ws_offset = -1, ws_bytes = 0, ws_used = 0;
+  bool poison = false; // PLANRT_POISON=1: released bytes become NaN
 
   // Memory accounting (expect_bytes): what the runtime allocated for
   // parameters and declared state, and what the compiler computed.

@@ -281,6 +281,8 @@ std::string launch_name(const char *argv0) {
 /// parameter and state bytes against expect_bytes on every rank; false (after
 /// every rank printed an error) if some rank differs.
 bool memory_report(Context *ctx) {
+  const Context::PlannedFn &plan = ctx->planned_fns[0];
+  bool planned = plan.bytes >= 0;
   if (ctx->rank == 0) {
     std::printf("memory per rank: params %lld B, state %lld B, step arena "
                 "peak %lld B (compiler: params %lld B, grads %lld B, state "
@@ -288,15 +290,32 @@ bool memory_report(Context *ctx) {
                 (long long)ctx->param_bytes, (long long)ctx->state_bytes,
                 (long long)ctx->arena_peak, (long long)ctx->expected_params,
                 (long long)ctx->expected_grads, (long long)ctx->expected_state);
+    // Measured by the arena: the most live bytes of each kind at once, and
+    // the arena's highest byte against the compiler's plan.
+    if (planned)
+      std::printf("memory peaks per rank: gradients %lld B, activations %lld "
+                  "B, workspace %lld B, all at once %lld B; step arena %lld "
+                  "B (planned %lld B, %lld B without reuse)\n",
+                  (long long)ctx->live_peak[1], (long long)ctx->live_peak[0],
+                  (long long)ctx->live_peak[2],
+                  (long long)ctx->live_total_peak, (long long)plan.high_water,
+                  (long long)plan.bytes, (long long)plan.buffer_bytes);
     std::fflush(stdout);
   }
+  bool arena_bad = planned && plan.runs > 0 && plan.high_water != plan.bytes;
+  if (arena_bad)
+    std::fprintf(stderr,
+                 "planrt: error: rank %d: the step reached %lld B of its "
+                 "arena but the compiler planned %lld B (rank.arena_bytes); "
+                 "a planc or planrt bug to report with the plan\n",
+                 ctx->rank, (long long)plan.high_water, (long long)plan.bytes);
   int bad = ctx->param_bytes != ctx->expected_params ||
-            ctx->state_bytes != ctx->expected_state;
+            ctx->state_bytes != ctx->expected_state || arena_bad;
   int any = bad;
   if (ctx->use_mpi && ctx->world > 1)
     watchdog::allreduce(ctx, &bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD,
                         watchdog::group_op("the memory check", -1));
-  if (bad)
+  if (bad && !arena_bad)
     std::fprintf(stderr,
                  "planrt: error: rank %d: the runtime allocated params %lld B "
                  "and state %lld B but the compiler computed params %lld B and "
@@ -643,6 +662,7 @@ void destroy_context(Context *ctx) {
   if (ctx->started) {
     p2p_finalize(ctx);
     arena_free_all(ctx);
+    internal::free_plan_arena(ctx);
     for (auto &p : ctx->params) {
       backend::free_bytes(ctx, p.t.data);
     }
@@ -701,6 +721,7 @@ void start(Context *ctx) {
     allocate_tensor(ctx, &in.t);
     backend::zero_bytes(ctx, in.t.data, (size_t)in.t.numel() * sizeof(float));
   }
+  internal::allocate_plan_arena(ctx);
   backend::synchronize(ctx);
 }
 

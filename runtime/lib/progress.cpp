@@ -301,15 +301,20 @@ void report_summary(Context *ctx, int64_t steps) {
   if (!p || !p->log_json)
     return;
   // Memory by kind: rank 0's and the most of any rank.
-  int64_t mine[4] = {ctx->param_bytes, ctx->state_bytes,
-                     (int64_t)ctx->arena_peak, ctx->stash_peak_bytes};
-  int64_t most[4] = {mine[0], mine[1], mine[2], mine[3]};
+  // With the compiler's memory plan, also the measured peaks by kind
+  // (gradients, activations, workspace) and the planned arena.
+  int64_t mine[8] = {ctx->param_bytes,      ctx->state_bytes,
+                     (int64_t)ctx->arena_peak, ctx->stash_peak_bytes,
+                     ctx->live_peak[1],      ctx->live_peak[0],
+                     ctx->live_peak[2],      ctx->planned_fns[0].bytes};
+  int64_t most[8];
+  std::copy(mine, mine + 8, most);
   std::vector<int64_t> peaks;
   if (ctx->pipeline_axis >= 0)
     peaks = pipeline_peaks(ctx);
   std::vector<int64_t> peaks_most = peaks;
   if (ctx->use_mpi && ctx->world > 1) {
-    watchdog::reduce(ctx, mine, most, 4, MPI_INT64_T, MPI_MAX, 0,
+    watchdog::reduce(ctx, mine, most, 8, MPI_INT64_T, MPI_MAX, 0,
                      MPI_COMM_WORLD, watchdog::group_op("the summary", -1));
     if (!peaks.empty())
       watchdog::reduce(ctx, peaks.data(), peaks_most.data(), (int)peaks.size(),
@@ -322,7 +327,15 @@ void report_summary(Context *ctx, int64_t steps) {
     return "{\"params_bytes\":" + std::to_string(m[0]) +
            ",\"optimizer_state_bytes\":" + std::to_string(m[1]) +
            ",\"step_arena_peak_bytes\":" + std::to_string(m[2]) +
-           ",\"stash_peak_bytes\":" + std::to_string(m[3]) + "}";
+           ",\"stash_peak_bytes\":" + std::to_string(m[3]) +
+           (m[7] >= 0 ? ",\"gradients_peak_bytes\":" + std::to_string(m[4]) +
+                            ",\"activations_peak_bytes\":" +
+                            std::to_string(m[5]) +
+                            ",\"workspace_peak_bytes\":" +
+                            std::to_string(m[6]) +
+                            ",\"planned_arena_bytes\":" + std::to_string(m[7])
+                      : std::string()) +
+           "}";
   };
   double elapsed =
       std::chrono::duration<double>(Clock::now() - p->start).count();

@@ -1,4 +1,5 @@
 // RUN: plan-opt %s --plan-lower-rank-to-emitc | FileCheck %s
+// RUN: plan-opt %s --plan-memory --plan-lower-rank-to-emitc | FileCheck %s --check-prefix=PLANNED
 
 module {
   plan.mesh @mesh axes = ["dp"] shape = [2]
@@ -76,3 +77,19 @@ module {
 // Nothing of the rank level is left.
 // CHECK-NOT: rank.
 // CHECK-NOT: plan.
+
+// With the memory plan: the setup declares the arena, the step runs between
+// arena_begin and arena_end, buffers are placed (offset, kind, shape) and
+// released, and an op's temporaries are given to it just before it runs.
+// PLANNED-LABEL: emitc.func @plan_step(
+// PLANNED: call_opaque "planrt::arena_begin"(%{{.*}}) {args = [0 : index, 0]}
+// PLANNED: %[[T:.*]] = call_opaque "planrt::alloc_at"(%{{.*}}) {args = [0 : index, 0, 0, 2, 4, 2, 1, 1]}
+// PLANNED: call_opaque "planrt::dealloc"(%{{.*}}, %[[T]])
+// PLANNED: call_opaque "planrt::op_workspace"(%{{.*}}) {args = [0 : index, 768, 256]}
+// PLANNED-NEXT: call_opaque "planrt::mse_loss"
+// Gradients are kind 1.
+// PLANNED: call_opaque "planrt::alloc_at"(%{{.*}}) {args = [0 : index, 768, 1, 2, 4, 2, 1, 1]}
+// PLANNED: call_opaque "planrt::arena_end"
+// PLANNED-NEXT: return
+// PLANNED-LABEL: emitc.func @plan_setup(
+// PLANNED: call_opaque "planrt::plan_arena"(%{{.*}}) {args = [0 : index, 0, 0, 1024, 2304]}

@@ -80,7 +80,7 @@ static cl::opt<std::string> stopAfter(
              "plan-propagate-sharding, "
              "plan-insert-reshards, plan-expand-reshards, "
              "plan-partition-stages, plan-lower-to-rank, "
-             "plan-schedule-pipeline, plan-lower-rank-to-emitc"),
+             "plan-schedule-pipeline, plan-memory, plan-lower-rank-to-emitc"),
     cl::value_desc("stage"), cl::cat(cat));
 static cl::opt<bool> printIRAfterAll("print-ir-after-all",
                                      cl::desc("Print the IR after every pass "
@@ -285,7 +285,7 @@ int main(int argc, char **argv) {
     PipelineOptions options;
     options.stopAfter = stopAfter;
     if ((emit == Emit::Schedule || report != Report::None) && stopAfter.empty())
-      options.stopAfter = "plan-schedule-pipeline";
+      options.stopAfter = "plan-memory";
     if (failed(buildPipeline(pm, options))) {
       llvm::errs() << "planc: error: unknown stage '" << stopAfter
                    << "' for --stage; expected parse";

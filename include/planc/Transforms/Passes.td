@@ -146,6 +146,24 @@ def SchedulePipeline : Pass<"plan-schedule-pipeline", "mlir::ModuleOp"> {
   let dependentDialects = ["::planc::rank::RankDialect"];
 }
 
+def PlanMemory : Pass<"plan-memory", "mlir::ModuleOp"> {
+  let summary = "Give every buffer and workspace of a step an offset in one arena";
+  let description = [{
+    Liveness-based memory planning of `@plan_step` and `@plan_forward`:
+    every `rank.alloc` (but the pipeline stash) moves to its first use and
+    gets an `offset` and a `kind` (activation or gradient), a `rank.dealloc`
+    after its last use (for a buffer reduced by `rank.all_reduce_start`,
+    after the matching wait), and every op that takes temporaries
+    (planrt/workspace.h) a `rank.workspace` ([offset, bytes]). Buffers whose lifetimes
+    do not overlap share bytes; a microbatch loop's body and each pipeline
+    unit are planned on their own and share one block of the arena. The
+    function records `rank.arena_bytes` (the arena each pipeline coordinate
+    needs, which the runtime checks against what it measures) and
+    `rank.buffer_bytes` (the same buffers without reuse).
+  }];
+  let dependentDialects = ["::planc::rank::RankDialect"];
+}
+
 def LowerRankToEmitC : Pass<"plan-lower-rank-to-emitc", "mlir::ModuleOp"> {
   let summary = "Lower the rank level to EmitC calls into planrt";
   let description = [{

@@ -271,6 +271,43 @@ Tensor *state(Context *ctx, int64_t index);
 Tensor *alloc(Context *ctx, int64_t ndim, int64_t d0, int64_t d1, int64_t d2,
               int64_t d3);
 
+//===--- The compiler's memory plan (plan-memory) -------------------------===//
+//
+// A compiled program's buffers live in one arena per rank at offsets planc
+// chose (docs/design.md, "The memory plan"): the arena is allocated once at
+// start, nothing is allocated during a step, and the runtime checks the plan
+// as it runs: no two live buffers share bytes, every op takes exactly the
+// temporaries planrt/workspace.h promises, every buffer is released before
+// its function returns, and the highest byte a step reaches equals the
+// compiler's arena size (the "memory per rank" check, exit code 1).
+
+/// Function `function` (0: plan_step, 1: plan_forward) on pipeline
+/// coordinate `coord` (0 without a pipeline) reaches `bytes` of the arena;
+/// its buffers would take `buffer_bytes` without reuse. Call it from
+/// plan_setup, once per function and coordinate.
+void plan_arena(Context *ctx, int64_t function, int64_t coord, int64_t bytes,
+                int64_t buffer_bytes);
+/// Start and end of a planned function's body. arena_end checks that every
+/// buffer was released and records the highest byte reached.
+void arena_begin(Context *ctx, int64_t function);
+void arena_end(Context *ctx);
+/// The buffer at `offset` of the arena (kind 0: activations and their
+/// gradients, 1: parameter gradients). Fatal if its bytes overlap a live
+/// buffer. Contents are undefined.
+Tensor *alloc_at(Context *ctx, int64_t offset, int64_t kind, int64_t ndim,
+                 int64_t d0, int64_t d1, int64_t d2, int64_t d3);
+/// alloc_at on the ranks that own pipeline stage `stage`, nullptr elsewhere.
+Tensor *alloc_at_on_stage(Context *ctx, int64_t stage, int64_t offset,
+                          int64_t kind, int64_t ndim, int64_t d0, int64_t d1,
+                          int64_t d2, int64_t d3);
+/// Ends the life of an alloc_at buffer (null: nothing). With PLANRT_POISON=1
+/// in the environment its bytes are filled with NaN, so that a read after
+/// the end of its planned life shows in the results.
+void dealloc(Context *ctx, Tensor *t);
+/// The next op's temporaries: `bytes` at `offset` of the arena. The op must
+/// take exactly that (checked at the next planned call).
+void op_workspace(Context *ctx, int64_t offset, int64_t bytes);
+
 /// alloc() on the ranks that own pipeline stage `stage` (owns_stage), nullptr
 /// on the others: a buffer of one stage's code outside the pipeline's units.
 Tensor *alloc_on_stage(Context *ctx, int64_t stage, int64_t ndim, int64_t d0,

@@ -1,0 +1,178 @@
+//===- Workspace.cpp - The temporaries each rank op takes -----------------===//
+//
+// WorkspaceOpInterface as external models: each op's bytes come from
+// planrt/workspace.h, the header the runtime checks its ops against, with
+// the sizes the op sees (its buffers' local shapes and the mesh). Keeping
+// the formulas in one header shared with planrt is what lets the memory
+// plan reserve exactly what the runtime takes.
+//===----------------------------------------------------------------------===//
+#include "dialects/rank/RankDialect.h"
+
+#include "planrt/workspace.h"
+
+using namespace mlir;
+using namespace planc::rank;
+namespace ws = planrt::workspace;
+
+namespace {
+int64_t numel(Value v) { return cast<MemRefType>(v.getType()).getNumElements(); }
+int64_t dim(Value v, int64_t d) {
+  return cast<MemRefType>(v.getType()).getDimSize(d);
+}
+int64_t rank(Value v) { return cast<MemRefType>(v.getType()).getRank(); }
+/// Rows of a buffer seen as [rows, last dim] (planrt's lead_rows).
+int64_t leadRows(Value v) {
+  int64_t r = 1;
+  for (int64_t d = 0; d + 1 < rank(v); ++d)
+    r *= dim(v, d);
+  return r;
+}
+int64_t lastDim(Value v) { return rank(v) ? dim(v, rank(v) - 1) : 1; }
+/// The product of the dimensions before `d` (planrt's dim_view outer).
+int64_t outer(Value v, int64_t d) {
+  int64_t r = 1;
+  for (int64_t i = 0; i < d && i < rank(v); ++i)
+    r *= dim(v, i);
+  return r;
+}
+int64_t groupOf(const WorkspaceEnv &env, ArrayAttr axes) {
+  int64_t g = 1;
+  for (Attribute a : axes)
+    g *= env.axisSize(cast<StringAttr>(a).getValue());
+  return g;
+}
+
+/// One model per op: `Fn` computes the bytes from the op.
+template <typename OpT, int64_t (*Fn)(OpT, const WorkspaceEnv &)>
+struct Model
+    : public WorkspaceOpInterface::ExternalModel<Model<OpT, Fn>, OpT> {
+  int64_t getWorkspaceBytes(Operation *op, const WorkspaceEnv &env) const {
+    return Fn(cast<OpT>(op), env);
+  }
+};
+
+int64_t mseLoss(MseLossOp op, const WorkspaceEnv &) {
+  return ws::mse_loss(numel(op.getPrediction()));
+}
+int64_t sumSq(SumSqAccumulateOp op, const WorkspaceEnv &) {
+  return ws::sumsq_accumulate(numel(op.getInput()));
+}
+int64_t embedding(EmbeddingOp op, const WorkspaceEnv &) {
+  return ws::index_check(numel(op.getOut()));
+}
+int64_t embeddingGrad(EmbeddingGradOp op, const WorkspaceEnv &) {
+  return ws::index_check(numel(op.getGrad()));
+}
+int64_t crossEntropy(CrossEntropyOp op, const WorkspaceEnv &env) {
+  return ws::cross_entropy(leadRows(op.getLogits()), env.classifier);
+}
+int64_t crossEntropyGrad(CrossEntropyGradOp op, const WorkspaceEnv &) {
+  return ws::index_check(leadRows(op.getLogits()));
+}
+int64_t ceLocalStats(CeLocalStatsOp op, const WorkspaceEnv &) {
+  return ws::index_check(leadRows(op.getLogits()));
+}
+int64_t ceLossFromStats(CeLossFromStatsOp op, const WorkspaceEnv &) {
+  return ws::ce_loss_from_stats(numel(op.getRowmax()));
+}
+int64_t ceGradFromStats(CeGradFromStatsOp op, const WorkspaceEnv &) {
+  return ws::index_check(leadRows(op.getLogits()));
+}
+int64_t layerNorm(LayerNormOp op, const WorkspaceEnv &) {
+  return ws::norm(true, leadRows(op.getInput()), lastDim(op.getInput()));
+}
+int64_t layerNormGrad(LayerNormGradOp op, const WorkspaceEnv &) {
+  return ws::norm_grad(true, leadRows(op.getInput()), lastDim(op.getInput()));
+}
+int64_t rmsNorm(RmsNormOp op, const WorkspaceEnv &) {
+  return ws::norm(false, leadRows(op.getInput()), lastDim(op.getInput()));
+}
+int64_t rmsNormGrad(RmsNormGradOp op, const WorkspaceEnv &) {
+  return ws::norm_grad(false, leadRows(op.getInput()), lastDim(op.getInput()));
+}
+int64_t attentionGrad(AttentionGradOp op, const WorkspaceEnv &) {
+  Value qkv = op.getQkv();
+  return ws::attention_grad(numel(qkv),
+                            dim(qkv, 0) * dim(qkv, 1) * op.getNumHeads());
+}
+int64_t allGather(AllGatherOp op, const WorkspaceEnv &env) {
+  return ws::all_gather(numel(op.getInput()), numel(op.getOut()),
+                        outer(op.getInput(), op.getDim()),
+                        env.axisSize(op.getAxis()));
+}
+int64_t reduceScatter(ReduceScatterOp op, const WorkspaceEnv &env) {
+  return ws::reduce_scatter(numel(op.getInput()),
+                            outer(op.getInput(), op.getDim()),
+                            env.axisSize(op.getAxis()));
+}
+int64_t allToAll(AllToAllOp op, const WorkspaceEnv &env) {
+  return ws::all_to_all(numel(op.getInput()),
+                        outer(op.getInput(), op.getSplitDim()),
+                        outer(op.getOut(), op.getGatherDim()),
+                        env.axisSize(op.getAxis()));
+}
+/// im2col rows (C * KH * KW) and columns (N * HO * WO) of a convolution.
+std::pair<int64_t, int64_t> convCols(Value input, Value filter, Value out) {
+  return {dim(input, 1) * dim(filter, 2) * dim(filter, 3),
+          dim(out, 0) * dim(out, 2) * dim(out, 3)};
+}
+int64_t conv2d(Conv2dOp op, const WorkspaceEnv &) {
+  auto [krows, cols] = convCols(op.getInput(), op.getFilter(), op.getOut());
+  return ws::conv2d(krows, cols, dim(op.getOut(), 1));
+}
+int64_t conv2dGrad(Conv2dGradOp op, const WorkspaceEnv &) {
+  auto [krows, cols] = convCols(op.getInput(), op.getFilter(), op.getGrad());
+  return ws::conv2d(krows, cols, dim(op.getGrad(), 1));
+}
+int64_t batchNorm(BatchNormOp op, const WorkspaceEnv &env) {
+  return ws::batch_norm(dim(op.getInput(), 0), dim(op.getInput(), 1),
+                        groupOf(env, op.getBatchAxes()));
+}
+int64_t batchNormGrad(BatchNormGradOp op, const WorkspaceEnv &env) {
+  return ws::batch_norm_grad(dim(op.getInput(), 0), dim(op.getInput(), 1),
+                             groupOf(env, op.getBatchAxes()));
+}
+int64_t groupNorm(GroupNormOp op, const WorkspaceEnv &) {
+  return ws::group_norm(numel(op.getInput()), dim(op.getInput(), 0),
+                        op.getGroups());
+}
+int64_t groupNormGrad(GroupNormGradOp op, const WorkspaceEnv &) {
+  return ws::group_norm_grad(dim(op.getInput(), 1), dim(op.getInput(), 0),
+                             op.getGroups());
+}
+} // namespace
+
+void planc::rank::registerWorkspaceModels(MLIRContext *ctx) {
+  MseLossOp::attachInterface<Model<MseLossOp, mseLoss>>(*ctx);
+  SumSqAccumulateOp::attachInterface<Model<SumSqAccumulateOp, sumSq>>(*ctx);
+  EmbeddingOp::attachInterface<Model<EmbeddingOp, embedding>>(*ctx);
+  EmbeddingGradOp::attachInterface<Model<EmbeddingGradOp, embeddingGrad>>(
+      *ctx);
+  CrossEntropyOp::attachInterface<Model<CrossEntropyOp, crossEntropy>>(*ctx);
+  CrossEntropyGradOp::attachInterface<
+      Model<CrossEntropyGradOp, crossEntropyGrad>>(*ctx);
+  CeLocalStatsOp::attachInterface<Model<CeLocalStatsOp, ceLocalStats>>(*ctx);
+  CeLossFromStatsOp::attachInterface<
+      Model<CeLossFromStatsOp, ceLossFromStats>>(*ctx);
+  CeGradFromStatsOp::attachInterface<
+      Model<CeGradFromStatsOp, ceGradFromStats>>(*ctx);
+  LayerNormOp::attachInterface<Model<LayerNormOp, layerNorm>>(*ctx);
+  LayerNormGradOp::attachInterface<Model<LayerNormGradOp, layerNormGrad>>(
+      *ctx);
+  RmsNormOp::attachInterface<Model<RmsNormOp, rmsNorm>>(*ctx);
+  RmsNormGradOp::attachInterface<Model<RmsNormGradOp, rmsNormGrad>>(*ctx);
+  AttentionGradOp::attachInterface<Model<AttentionGradOp, attentionGrad>>(
+      *ctx);
+  AllGatherOp::attachInterface<Model<AllGatherOp, allGather>>(*ctx);
+  ReduceScatterOp::attachInterface<Model<ReduceScatterOp, reduceScatter>>(
+      *ctx);
+  AllToAllOp::attachInterface<Model<AllToAllOp, allToAll>>(*ctx);
+  Conv2dOp::attachInterface<Model<Conv2dOp, conv2d>>(*ctx);
+  Conv2dGradOp::attachInterface<Model<Conv2dGradOp, conv2dGrad>>(*ctx);
+  BatchNormOp::attachInterface<Model<BatchNormOp, batchNorm>>(*ctx);
+  BatchNormGradOp::attachInterface<Model<BatchNormGradOp, batchNormGrad>>(
+      *ctx);
+  GroupNormOp::attachInterface<Model<GroupNormOp, groupNorm>>(*ctx);
+  GroupNormGradOp::attachInterface<Model<GroupNormGradOp, groupNormGrad>>(
+      *ctx);
+}

@@ -1,0 +1,387 @@
+//===- PlanMemory.cpp - Offsets in one arena for every buffer of a step ---===//
+//
+// Liveness-based memory planning at rank level, for @plan_step and
+// @plan_forward. Every `rank.alloc` (except the pipeline stash, whose
+// lifetimes span units in the order of the schedule) and every op's
+// workspace (WorkspaceOpInterface, the bytes of planrt/workspace.h) gets an
+// offset in one arena per rank:
+//
+// - An alloc is moved to its first use; it lives until its last use, found
+//   through the views of it (rank.view / subview / rows); a buffer reduced
+//   by rank.all_reduce_start lives until the matching rank.collective_wait.
+//   A `rank.dealloc` ends its life, so the runtime can check that no two
+//   live buffers share bytes and count live bytes by kind.
+// - A workspace lives for its op only.
+// - A region (a microbatch loop's body, each pipeline unit) is planned on
+//   its own; in its parent it is one block, live for the op that holds it,
+//   as large as its largest plan (units run one at a time, so they share it).
+// - Offsets come from a best-fit allocator run over the block in program
+//   order (a compile-time malloc: O(n log n), so compile time stays linear
+//   in the layers).
+//
+// The function gets `rank.arena_bytes`: the arena's size for each pipeline
+// coordinate (the highest byte any buffer of that coordinate's stages
+// reaches), which the runtime checks against what it measures, and
+// `rank.buffer_bytes`: the bytes of the same buffers side by side.
+//===----------------------------------------------------------------------===//
+#include "planc/Transforms/Passes.h"
+
+#include "planrt/workspace.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+
+#include <map>
+#include <set>
+
+namespace planc {
+#define GEN_PASS_DEF_PLANMEMORY
+#include "planc/Transforms/Passes.h.inc"
+} // namespace planc
+
+using namespace mlir;
+using namespace planc;
+namespace rk = planc::rank;
+
+namespace {
+/// The alloc a buffer is a view of (or null: a parameter, state, input or
+/// stash read).
+rk::AllocOp rootAlloc(Value v) {
+  while (Operation *d = v.getDefiningOp()) {
+    if (auto a = dyn_cast<rk::AllocOp>(d))
+      return a;
+    if (auto vw = dyn_cast<rk::ViewOp>(d))
+      v = vw.getSource();
+    else if (auto sv = dyn_cast<rk::SubviewOp>(d))
+      v = sv.getSource();
+    else if (auto r = dyn_cast<rk::RowsOp>(d))
+      v = r.getSource();
+    else
+      return {};
+  }
+  return {};
+}
+
+bool planned(rk::AllocOp a) { return !a->hasAttr("rank.stash"); }
+
+int64_t bufferBytes(Type t) {
+  auto m = cast<MemRefType>(t);
+  int64_t width = (m.getElementTypeBitWidth() + 7) / 8;
+  return planrt::workspace::round(m.getNumElements() * width);
+}
+
+/// A compile-time best-fit allocator: free blocks by offset and by size.
+class Arena {
+  std::map<int64_t, int64_t> byOffset;          // offset -> size
+  std::set<std::pair<int64_t, int64_t>> bySize; // (size, offset)
+  int64_t top = 0;
+
+  void add(int64_t off, int64_t size) {
+    byOffset[off] = size;
+    bySize.insert({size, off});
+  }
+  void remove(std::map<int64_t, int64_t>::iterator it) {
+    bySize.erase({it->second, it->first});
+    byOffset.erase(it);
+  }
+
+public:
+  int64_t highWater() const { return top; }
+  int64_t allocate(int64_t bytes) {
+    auto fit = bySize.lower_bound({bytes, INT64_MIN});
+    if (fit != bySize.end()) {
+      auto [size, off] = *fit;
+      remove(byOffset.find(off));
+      if (size > bytes)
+        add(off + bytes, size - bytes);
+      return off;
+    }
+    // Nothing fits: grow the arena, from the free block at its top if any.
+    if (!byOffset.empty()) {
+      auto last = std::prev(byOffset.end());
+      if (last->first + last->second == top) {
+        int64_t off = last->first;
+        remove(last);
+        top = off + bytes;
+        return off;
+      }
+    }
+    int64_t off = top;
+    top += bytes;
+    return off;
+  }
+  void release(int64_t off, int64_t bytes) {
+    auto next = byOffset.lower_bound(off);
+    if (next != byOffset.end() && off + bytes == next->first) {
+      bytes += next->second;
+      remove(next);
+    }
+    auto after = byOffset.lower_bound(off);
+    if (after != byOffset.begin()) {
+      auto prev = std::prev(after);
+      if (prev->first + prev->second == off) {
+        off = prev->first;
+        bytes += prev->second;
+        remove(prev);
+      }
+    }
+    add(off, bytes);
+  }
+};
+
+/// One planned thing: an alloc, an op's workspace, or (while its parent
+/// block is planned) a nested region's block.
+struct Record {
+  Operation *op;
+  bool workspace;
+  int64_t bytes;
+  int64_t offset = 0; // relative to the block being planned, then absolute
+  int64_t stage = -1; // the pipeline stage it belongs to; -1: every rank
+};
+
+struct Planner {
+  rk::WorkspaceEnv env;
+  /// For all_reduce_start: the position (function order) of its wait.
+  DenseMap<Operation *, Operation *> waitOf;
+  std::vector<Record> records;
+  LogicalResult status = success();
+
+  int64_t stageOf(Operation *op, int64_t inherited) {
+    if (auto st = op->getAttrOfType<IntegerAttr>(rk::kRankStageAttr))
+      return st.getInt();
+    return inherited;
+  }
+
+  /// Plans `block`; its records' offsets are relative to the block's base.
+  /// Returns the block's size (the highest byte its plan reaches).
+  int64_t planBlock(Block &block, int64_t stage);
+  /// Plans the regions of `op` (each block on its own, sharing one base);
+  /// returns their largest size.
+  int64_t planRegions(Operation *op, int64_t stage) {
+    int64_t size = 0;
+    for (Region &r : op->getRegions())
+      for (Block &b : r) {
+        if (auto pipe = dyn_cast<rk::PipelineOp>(op)) {
+          for (auto unit : pipe.getBody().front().getOps<rk::UnitOp>())
+            size = std::max(
+                size, planBlock(unit.getBody().front(), unit.getStage()));
+          continue;
+        }
+        size = std::max(size, planBlock(b, stage));
+      }
+    return size;
+  }
+};
+
+int64_t Planner::planBlock(Block &block, int64_t stage) {
+  // Move each planned alloc to its first use, so that it is live from there.
+  struct Live {
+    rk::AllocOp alloc;
+    Operation *first = nullptr, *last = nullptr;
+  };
+  SmallVector<Live> allocs;
+  SmallVector<rk::AllocOp> blockAllocs(block.getOps<rk::AllocOp>());
+  for (rk::AllocOp alloc : blockAllocs) {
+    if (!planned(alloc))
+      continue;
+    Live l{alloc};
+    SmallVector<Value> worklist{alloc.getResult()};
+    while (!worklist.empty()) {
+      Value v = worklist.pop_back_val();
+      for (Operation *user : v.getUsers()) {
+        if (isa<rk::ViewOp, rk::SubviewOp, rk::RowsOp>(user))
+          worklist.push_back(user->getResult(0));
+        SmallVector<Operation *, 2> uses{user};
+        if (Operation *wait = waitOf.lookup(user))
+          uses.push_back(wait);
+        for (Operation *u : uses) {
+          Operation *a = block.findAncestorOpInBlock(*u);
+          if (!a) {
+            status = user->emitError()
+                     << "plan-memory: a buffer allocated in one region is "
+                        "used outside it";
+            continue;
+          }
+          if (!l.first || a->isBeforeInBlock(l.first))
+            l.first = a;
+          if (!l.last || l.last->isBeforeInBlock(a))
+            l.last = a;
+        }
+      }
+    }
+    if (l.first && l.first != alloc.getOperation())
+      alloc->moveBefore(l.first);
+    if (!l.first)
+      l.first = l.last = alloc;
+    allocs.push_back(l);
+  }
+
+  // Positions after the moves; what starts and ends at each.
+  DenseMap<Operation *, int64_t> pos;
+  int64_t n = 0;
+  for (Operation &op : block)
+    pos[&op] = n++;
+  std::vector<SmallVector<size_t>> starts(n), ends(n);
+  auto add = [&](Record r, int64_t from, int64_t to) {
+    starts[from].push_back(records.size());
+    ends[to].push_back(records.size());
+    records.push_back(r);
+  };
+  for (Live &l : allocs)
+    add({l.alloc, false, bufferBytes(l.alloc.getType()), 0,
+         stageOf(l.alloc, stage)},
+        pos[l.alloc], pos[l.last]);
+  // Nested blocks are planned first; their records are shifted below.
+  DenseMap<Operation *, std::pair<size_t, size_t>> nestedRange;
+  for (Operation &op : block) {
+    int64_t opStage = stageOf(&op, stage);
+    if (auto ws = dyn_cast<rk::WorkspaceOpInterface>(op)) {
+      int64_t bytes = ws.getWorkspaceBytes(env);
+      if (bytes > 0)
+        add({&op, true, bytes, 0, opStage}, pos[&op], pos[&op]);
+    }
+    if (op.getNumRegions() == 0)
+      continue;
+    size_t begin = records.size();
+    int64_t size = planRegions(&op, opStage);
+    size_t end = records.size();
+    if (size > 0) {
+      nestedRange[&op] = {begin, end};
+      // The nested block itself, as one record (op = the region holder).
+      add({&op, false, size, 0, -2}, pos[&op], pos[&op]);
+    }
+  }
+
+  Arena arena;
+  for (int64_t t = 0; t < n; ++t) {
+    // Larger buffers first: they are the hardest to fit later.
+    SmallVector<size_t> &s = starts[t];
+    llvm::stable_sort(s, [&](size_t a, size_t b) {
+      return records[a].bytes > records[b].bytes;
+    });
+    for (size_t i : s)
+      records[i].offset = arena.allocate(records[i].bytes);
+    for (size_t i : ends[t])
+      arena.release(records[i].offset, records[i].bytes);
+  }
+  // Shift each nested block's records to where its block landed, and drop
+  // the block records (their contents are what the runtime sees).
+  for (Operation &op : block) {
+    auto it = nestedRange.find(&op);
+    if (it == nestedRange.end())
+      continue;
+    int64_t base = -1;
+    for (size_t i = it->second.second; i < records.size(); ++i)
+      if (records[i].op == &op && records[i].stage == -2)
+        base = records[i].offset;
+    for (size_t i = it->second.first; i < it->second.second; ++i)
+      records[i].offset += base;
+  }
+
+  // Lifetimes end after the last use.
+  for (Live &l : allocs) {
+    OpBuilder b(l.last->getContext());
+    b.setInsertionPointAfter(l.last);
+    auto d = rk::DeallocOp::create(b, l.alloc.getLoc(), l.alloc.getResult());
+    if (auto st = l.alloc->getAttr(rk::kRankStageAttr))
+      d->setAttr(rk::kRankStageAttr, st);
+  }
+  return arena.highWater();
+}
+
+/// The allocs whose buffers hold parameter gradients: what the optimizer
+/// updates read as gradients, and what flows into them through collectives,
+/// copies and sums (microbatch accumulation, tied parameters, ZeRO slices).
+DenseSet<Operation *> gradientAllocs(func::FuncOp fn) {
+  DenseSet<Operation *> grads;
+  fn.walk([&](Operation *op) {
+    Value g;
+    if (auto u = dyn_cast<rk::SgdUpdateOp>(op))
+      g = u.getGrad();
+    else if (auto u = dyn_cast<rk::AdamWUpdateOp>(op))
+      g = u.getGrad();
+    if (g)
+      if (auto a = rootAlloc(g))
+        grads.insert(a);
+  });
+  bool changed = true;
+  while (changed) {
+    changed = false;
+    fn.walk([&](Operation *op) {
+      if (!isa<rk::AllGatherOp, rk::ReduceScatterOp, rk::ShardSliceOp,
+               rk::AllToAllOp, rk::AddOp, rk::CopyOp>(op))
+        return;
+      auto out = rootAlloc(op->getOperands().back());
+      if (!out || !grads.contains(out))
+        return;
+      for (Value in : op->getOperands().drop_back())
+        if (auto a = rootAlloc(in))
+          changed |= grads.insert(a).second;
+    });
+  }
+  return grads;
+}
+
+struct PlanMemoryPass : public planc::impl::PlanMemoryBase<PlanMemoryPass> {
+  using PlanMemoryBase::PlanMemoryBase;
+  void runOnOperation() override;
+};
+} // namespace
+
+void PlanMemoryPass::runOnOperation() {
+  ModuleOp module = getOperation();
+  plan::MeshOp mesh = plan::getMesh(module);
+  auto axisSize = [&](StringRef axis) -> int64_t {
+    if (!mesh || mesh.getAxisIndex(axis) < 0)
+      return 1;
+    return mesh.getAxisSize(axis);
+  };
+  int64_t pp = axisSize("pp");
+  for (StringRef name : {"plan_step", "plan_forward"}) {
+    auto fn = module.lookupSymbol<func::FuncOp>(name);
+    if (!fn || fn.isExternal())
+      continue;
+    Planner p;
+    p.env.axisSize = axisSize;
+    p.env.classifier = rk::classifierClasses(module, fn) > 0;
+    // Each all_reduce_start's wait: the first wait on its slot after it.
+    SmallVector<Operation *> order;
+    fn.walk<WalkOrder::PreOrder>([&](Operation *op) { order.push_back(op); });
+    DenseMap<int64_t, Operation *> open;
+    for (Operation *op : order) {
+      if (auto s = dyn_cast<rk::AllReduceStartOp>(op))
+        open[s.getSlot()] = op;
+      else if (auto w = dyn_cast<rk::CollectiveWaitOp>(op))
+        if (Operation *s = open.lookup(w.getSlot())) {
+          p.waitOf[s] = op;
+          open.erase(w.getSlot());
+        }
+    }
+    p.planBlock(fn.getBody().front(), -1);
+    if (failed(p.status))
+      return signalPassFailure();
+
+    DenseSet<Operation *> grads = gradientAllocs(fn);
+    SmallVector<int64_t> arena(pp, 0), buffers(pp, 0);
+    Builder b(&getContext());
+    for (const Record &r : p.records) {
+      if (r.stage == -2)
+        continue; // a nested block: its contents are recorded
+      for (int64_t c = 0; c < pp; ++c)
+        if (r.stage < 0 || r.stage % pp == c) {
+          arena[c] = std::max(arena[c], r.offset + r.bytes);
+          buffers[c] += r.bytes;
+        }
+      if (r.workspace) {
+        r.op->setAttr(rk::kWorkspaceAttr,
+                      b.getDenseI64ArrayAttr({r.offset, r.bytes}));
+        continue;
+      }
+      auto alloc = cast<rk::AllocOp>(r.op);
+      alloc.setOffsetAttr(b.getI64IntegerAttr(r.offset));
+      alloc.setKindAttr(
+          b.getStringAttr(grads.contains(alloc) ? "gradient" : "activation"));
+    }
+    fn->setAttr(rk::kArenaBytesAttr, b.getDenseI64ArrayAttr(arena));
+    fn->setAttr(rk::kBufferBytesAttr, b.getDenseI64ArrayAttr(buffers));
+  }
+}

@@ -1,0 +1,135 @@
+//===- workspace.h - The temporaries of planrt's ops, in bytes ----*- C++ -*-===//
+//
+// Some ops need scratch memory of their own while they run (per-row
+// statistics, partial sums, im2col columns, a collective's staging buffer).
+// The compiler plans that memory like every other buffer of the step, so it
+// must know the exact bytes each op takes: these functions are that
+// contract, included by the compiler (the rank dialect's workspace
+// interface) and by the runtime. The runtime checks on every call that an
+// op took exactly what the plan gave it, so a formula that drifts from its
+// op fails the tests instead of corrupting memory.
+//
+// Every temporary is rounded up to kAlign bytes (at least one element), as
+// the runtime's arena hands them out. No dependencies: plain C++.
+//===----------------------------------------------------------------------===//
+#ifndef PLANRT_WORKSPACE_H
+#define PLANRT_WORKSPACE_H
+
+#include <cstdint>
+
+namespace planrt {
+namespace workspace {
+
+/// Alignment (and rounding) of every buffer of the arena.
+constexpr int64_t kAlign = 256;
+/// Elements summed by one partial of a chunked reduction (kernels.h).
+constexpr int64_t kReduceChunk = 1024;
+
+/// n bytes as the arena hands them out: rounded up to kAlign, at least kAlign.
+constexpr int64_t round(int64_t bytes) {
+  return bytes <= 0 ? kAlign : (bytes + kAlign - 1) / kAlign * kAlign;
+}
+/// n fp32 temporaries (at least one).
+constexpr int64_t floats(int64_t n) { return round((n > 0 ? n : 1) * 4); }
+/// The two-int error flag of ops that check indices.
+constexpr int64_t flag() { return round(8); }
+/// The partial sums of a chunked reduction of n elements.
+constexpr int64_t reduce_sum(int64_t n) {
+  return floats((n + kReduceChunk - 1) / kReduceChunk);
+}
+
+//===--- Per op (arguments: the sizes the op sees) ------------------------===//
+
+/// mse_loss over n elements.
+constexpr int64_t mse_loss(int64_t n) { return reduce_sum(n); }
+/// sumsq_accumulate over n elements.
+constexpr int64_t sumsq_accumulate(int64_t n) { return reduce_sum(n); }
+/// embedding / embedding_grad / cross_entropy_grad / ce_local_stats /
+/// ce_grad_from_stats: the index flag, when there is anything to check.
+constexpr int64_t index_check(int64_t elements) {
+  return elements > 0 ? flag() : 0;
+}
+/// layernorm (layer) / rmsnorm over `rows` rows of c elements.
+constexpr int64_t norm(bool layer, int64_t rows, int64_t c) {
+  return rows == 0 || c == 0 ? 0 : (layer ? floats(rows) : 0) + floats(rows);
+}
+/// layernorm_grad / rmsnorm_grad.
+constexpr int64_t norm_grad(bool layer, int64_t rows, int64_t c) {
+  return c == 0 ? 0 : (layer ? floats(rows) : 0) + floats(rows);
+}
+/// attention_grad: log-sum-exp and delta per (batch, head, position) row.
+constexpr int64_t attention_grad(int64_t qkv_elements, int64_t bhs_rows) {
+  return qkv_elements == 0 ? 0 : 2 * floats(bhs_rows);
+}
+/// cross_entropy over `rows` rows; a classifier also counts correct rows.
+constexpr int64_t cross_entropy(int64_t rows, bool classifier) {
+  int64_t b = floats(rows) + flag() + reduce_sum(rows);
+  if (classifier && rows > 0)
+    b += floats(rows) + floats(1) + reduce_sum(rows);
+  return b;
+}
+/// ce_loss_from_stats over `rows` rows.
+constexpr int64_t ce_loss_from_stats(int64_t rows) {
+  return floats(rows) + reduce_sum(rows);
+}
+/// all_gather: staging of the gathered blocks unless they land contiguous
+/// (outer: the product of the dimensions before the gathered one; group: the
+/// axis size).
+constexpr int64_t all_gather(int64_t in_elements, int64_t out_elements,
+                             int64_t outer, int64_t group) {
+  return in_elements == 0 || group == 1 || outer == 1 ? 0
+                                                      : floats(out_elements);
+}
+/// reduce_scatter: the blocks reordered before the sum unless contiguous.
+constexpr int64_t reduce_scatter(int64_t in_elements, int64_t outer,
+                                 int64_t group) {
+  return in_elements == 0 || group == 1 || outer == 1 ? 0
+                                                      : floats(in_elements);
+}
+/// all_to_all: staging of the sent blocks (split_outer != 1) and of the
+/// received ones (gather_outer != 1, outer of the output).
+constexpr int64_t all_to_all(int64_t elements, int64_t split_outer,
+                             int64_t gather_outer, int64_t group) {
+  return elements == 0 || group == 1
+             ? 0
+             : (split_outer != 1 ? floats(elements) : 0) +
+                   (gather_outer != 1 ? floats(elements) : 0);
+}
+/// conv2d / conv2d_grad: im2col columns [krows, cols] and the output (or
+/// output gradient) moved to [O, cols].
+constexpr int64_t conv2d(int64_t krows, int64_t cols, int64_t out_channels) {
+  return cols == 0 || out_channels == 0
+             ? 0
+             : floats(krows * cols) + floats(out_channels * cols);
+}
+/// The sample-ordered sums of batch norm: rows of w values per sample,
+/// gathered over a batch split in `group` parts.
+constexpr int64_t bn_sum_samples(int64_t n, int64_t w, int64_t group) {
+  return group > 1 ? floats(group * n * w) : 0;
+}
+/// batch_norm over x [n, c, ...] with the batch split over `group` ranks.
+constexpr int64_t batch_norm(int64_t n, int64_t c, int64_t group) {
+  return c == 0 ? 0
+                : 2 * floats(c) + floats(n * c) +
+                      2 * bn_sum_samples(n, c, group);
+}
+/// batch_norm_grad.
+constexpr int64_t batch_norm_grad(int64_t n, int64_t c, int64_t group) {
+  return c == 0 ? 0
+                : 2 * floats(c) + floats(2 * c) + floats(n * c) +
+                      2 * bn_sum_samples(n, c, group) + floats(n * 2 * c) +
+                      bn_sum_samples(n, 2 * c, group);
+}
+/// group_norm over n samples and g groups.
+constexpr int64_t group_norm(int64_t elements, int64_t n, int64_t g) {
+  return elements == 0 ? 0 : 2 * floats(n * g);
+}
+/// group_norm_grad.
+constexpr int64_t group_norm_grad(int64_t c, int64_t n, int64_t g) {
+  return c == 0 ? 0 : 2 * floats(n * g);
+}
+
+} // namespace workspace
+} // namespace planrt
+
+#endif
