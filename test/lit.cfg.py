@@ -13,13 +13,18 @@ config.test_exec_root = os.path.join(config.planc_obj_root, "test")
 bin_dir = os.path.join(config.planc_obj_root, "bin")
 config.environment["PATH"] = os.pathsep.join(
     [bin_dir, config.llvm_tools_dir, config.environment.get("PATH", "")])
-for var in ["HOME", "TMPDIR"]:
+# OpenBLAS's kernel choice is the machine's (some CPUs need it set): passed
+# through as it is.
+for var in ["HOME", "TMPDIR", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"]:
     if var in os.environ:
         config.environment[var] = os.environ[var]
 # OpenMPI refuses root without these; --oversubscribe lets 2 cores run 4 ranks.
 config.environment["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
 config.environment["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
 config.environment["OMPI_MCA_rmaps_base_oversubscribe"] = "1"
+# Every generated program fills a buffer with NaN when the memory plan ends
+# its life, so a read past a planned lifetime shows in the results.
+config.environment["PLANRT_POISON"] = "1"
 
 config.substitutions.append(("%examples", os.path.join(config.planc_src_root, "examples")))
 config.substitutions.append(("%mpirun", config.mpiexec + " --oversubscribe"))

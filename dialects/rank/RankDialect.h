@@ -47,6 +47,10 @@ inline constexpr llvm::StringLiteral kRankStageAttr = "rank.stage";
 /// if nothing were reused), per coordinate too.
 inline constexpr llvm::StringLiteral kArenaBytesAttr = "rank.arena_bytes";
 inline constexpr llvm::StringLiteral kBufferBytesAttr = "rank.buffer_bytes";
+/// On a planned function with a pipeline: the bytes of the stash pool each
+/// pipeline coordinate needs (the highest byte of the runtime's best-fit
+/// allocator on the schedule's stash events, simulated by plan-memory).
+inline constexpr llvm::StringLiteral kStashBytesAttr = "rank.stash_bytes";
 /// On an op with a workspace: [offset in the arena, bytes].
 inline constexpr llvm::StringLiteral kWorkspaceAttr =
     "rank.workspace";

@@ -524,6 +524,39 @@ def Rank_AttentionGradOp : Rank_CallOp<"attention_grad"> {
   }];
 }
 
+def Rank_AttentionKeepOp : Rank_CallOp<"attention_keep"> {
+  let summary = "attention that keeps its exponentials and row statistics for the backward";
+  let description = [{
+    With `recompute = none`: `keep` [B, H, S, S] receives each query row's
+    exp(scale q.k - m) and `stats` [B, H, S, 2] the row's (m, sum), so that
+    `rank.attention_grad_kept` need not recompute the score matrix. The
+    values are those the recomputation makes: the same results, bit for bit.
+  }];
+  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead]>:$qkv,
+                       Arg<Rank_F32Buffer, "", [MemWrite]>:$out,
+                       Arg<Rank_F32Buffer, "", [MemWrite]>:$keep,
+                       Arg<Rank_F32Buffer, "", [MemWrite]>:$stats,
+                       I64Attr:$num_heads, I64Attr:$num_kv_heads);
+  let assemblyFormat = [{
+    $qkv `into` $out `,` $keep `,` $stats attr-dict `:` type($qkv) `->`
+    type($out) `,` type($keep) `,` type($stats)
+  }];
+}
+
+def Rank_AttentionGradKeptOp : Rank_CallOp<"attention_grad_kept"> {
+  let summary = "d qkv of causal attention from what rank.attention_keep kept";
+  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead]>:$qkv,
+                       Arg<Rank_F32Buffer, "", [MemRead]>:$keep,
+                       Arg<Rank_F32Buffer, "", [MemRead]>:$stats,
+                       Arg<Rank_F32Buffer, "", [MemRead]>:$grad,
+                       Arg<Rank_F32Buffer, "", [MemWrite]>:$out,
+                       I64Attr:$num_heads, I64Attr:$num_kv_heads);
+  let assemblyFormat = [{
+    $qkv `,` $keep `,` $stats `,` $grad `into` $out attr-dict `:` type($qkv)
+    `,` type($keep) `,` type($stats) `,` type($grad) `->` type($out)
+  }];
+}
+
 def Rank_CrossEntropyOp : Rank_CallOp<"cross_entropy"> {
   let summary = "out = scale * sum over rows of (logsumexp(row) - row[target])";
   let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead]>:$logits,

@@ -95,6 +95,11 @@ int64_t attentionGrad(AttentionGradOp op, const WorkspaceEnv &) {
   return ws::attention_grad(numel(qkv),
                             dim(qkv, 0) * dim(qkv, 1) * op.getNumHeads());
 }
+int64_t attentionGradKept(AttentionGradKeptOp op, const WorkspaceEnv &) {
+  Value qkv = op.getQkv();
+  return ws::attention_grad(numel(qkv),
+                            dim(qkv, 0) * dim(qkv, 1) * op.getNumHeads());
+}
 int64_t allGather(AllGatherOp op, const WorkspaceEnv &env) {
   return ws::all_gather(numel(op.getInput()), numel(op.getOut()),
                         outer(op.getInput(), op.getDim()),
@@ -163,6 +168,8 @@ void planc::rank::registerWorkspaceModels(MLIRContext *ctx) {
   RmsNormGradOp::attachInterface<Model<RmsNormGradOp, rmsNormGrad>>(*ctx);
   AttentionGradOp::attachInterface<Model<AttentionGradOp, attentionGrad>>(
       *ctx);
+  AttentionGradKeptOp::attachInterface<
+      Model<AttentionGradKeptOp, attentionGradKept>>(*ctx);
   AllGatherOp::attachInterface<Model<AllGatherOp, allGather>>(*ctx);
   ReduceScatterOp::attachInterface<Model<ReduceScatterOp, reduceScatter>>(
       *ctx);

@@ -94,6 +94,9 @@ static const char *initKindCode(StringRef kind) {
   return "0";
 }
 
+/// The functions plan-memory plans, by the index planrt knows them by.
+static constexpr StringLiteral kPlanned[] = {"plan_step", "plan_forward"};
+
 void LowerRankToEmitCPass::runOnOperation() {
   ModuleOp module = getOperation();
   MLIRContext *ctx = &getContext();
@@ -311,7 +314,6 @@ void LowerRankToEmitCPass::runOnOperation() {
              {c.str(cluster.getGpu())});
     // The memory plan: the arena each function needs per pipeline
     // coordinate (plan-memory).
-    static constexpr StringLiteral kPlanned[] = {"plan_step", "plan_forward"};
     for (auto [index, fnName] : llvm::enumerate(kPlanned)) {
       auto fn = module.lookupSymbol<func::FuncOp>(fnName);
       auto arena =
@@ -325,6 +327,21 @@ void LowerRankToEmitCPass::runOnOperation() {
       for (int64_t k = 0; k < arena.size(); ++k)
         c.call(fn.getLoc(), "planrt::plan_arena", {},
                {c.i64(index), c.i64(k), c.i64(arena[k]), c.i64(buffers[k])});
+    }
+    // The stash pool: the most either function needs per coordinate.
+    {
+      SmallVector<int64_t> stash;
+      for (StringRef fnName : kPlanned)
+        if (auto fn = module.lookupSymbol<func::FuncOp>(fnName))
+          if (auto st = fn->getAttrOfType<DenseI64ArrayAttr>(
+                  rk::kStashBytesAttr)) {
+            stash.resize(std::max<size_t>(stash.size(), st.size()), 0);
+            for (int64_t k = 0; k < st.size(); ++k)
+              stash[k] = std::max(stash[k], st[k]);
+          }
+      for (auto [k, bytes] : llvm::enumerate(stash))
+        c.call(step.getLoc(), "planrt::plan_stash", {},
+               {c.i64(k), c.i64(bytes)});
     }
     if (auto bytes =
             step->getAttrOfType<DenseI64ArrayAttr>(rk::kExpectedBytesAttr);

@@ -23,6 +23,7 @@ const Stage kStages[] = {
     {"plan-expand-reshards", [] { return planc::createExpandReshards(); }},
     {"plan-partition-stages", [] { return planc::createPartitionStages(); }},
     {"plan-lower-to-rank", [] { return planc::createLowerToRank(); }},
+    {"plan-keep-attention", [] { return planc::createKeepAttention(); }},
     {"plan-schedule-pipeline", [] { return planc::createSchedulePipeline(); }},
     {"plan-memory", [] { return planc::createPlanMemory(); }},
     {"plan-lower-rank-to-emitc",

@@ -26,12 +26,13 @@
 //===----------------------------------------------------------------------===//
 #include "planc/Transforms/Passes.h"
 
+#include "planrt/best_fit.h"
 #include "planrt/workspace.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 
 #include <map>
-#include <set>
+
 
 namespace planc {
 #define GEN_PASS_DEF_PLANMEMORY
@@ -68,65 +69,6 @@ int64_t bufferBytes(Type t) {
   int64_t width = (m.getElementTypeBitWidth() + 7) / 8;
   return planrt::workspace::round(m.getNumElements() * width);
 }
-
-/// A compile-time best-fit allocator: free blocks by offset and by size.
-class Arena {
-  std::map<int64_t, int64_t> byOffset;          // offset -> size
-  std::set<std::pair<int64_t, int64_t>> bySize; // (size, offset)
-  int64_t top = 0;
-
-  void add(int64_t off, int64_t size) {
-    byOffset[off] = size;
-    bySize.insert({size, off});
-  }
-  void remove(std::map<int64_t, int64_t>::iterator it) {
-    bySize.erase({it->second, it->first});
-    byOffset.erase(it);
-  }
-
-public:
-  int64_t highWater() const { return top; }
-  int64_t allocate(int64_t bytes) {
-    auto fit = bySize.lower_bound({bytes, INT64_MIN});
-    if (fit != bySize.end()) {
-      auto [size, off] = *fit;
-      remove(byOffset.find(off));
-      if (size > bytes)
-        add(off + bytes, size - bytes);
-      return off;
-    }
-    // Nothing fits: grow the arena, from the free block at its top if any.
-    if (!byOffset.empty()) {
-      auto last = std::prev(byOffset.end());
-      if (last->first + last->second == top) {
-        int64_t off = last->first;
-        remove(last);
-        top = off + bytes;
-        return off;
-      }
-    }
-    int64_t off = top;
-    top += bytes;
-    return off;
-  }
-  void release(int64_t off, int64_t bytes) {
-    auto next = byOffset.lower_bound(off);
-    if (next != byOffset.end() && off + bytes == next->first) {
-      bytes += next->second;
-      remove(next);
-    }
-    auto after = byOffset.lower_bound(off);
-    if (after != byOffset.begin()) {
-      auto prev = std::prev(after);
-      if (prev->first + prev->second == off) {
-        off = prev->first;
-        bytes += prev->second;
-        remove(prev);
-      }
-    }
-    add(off, bytes);
-  }
-};
 
 /// One planned thing: an alloc, an op's workspace, or (while its parent
 /// block is planned) a nested region's block.
@@ -251,7 +193,7 @@ int64_t Planner::planBlock(Block &block, int64_t stage) {
     }
   }
 
-  Arena arena;
+  planrt::BestFit arena;
   for (int64_t t = 0; t < n; ++t) {
     // Larger buffers first: they are the hardest to fit later.
     SmallVector<size_t> &s = starts[t];
@@ -321,6 +263,90 @@ DenseSet<Operation *> gradientAllocs(func::FuncOp fn) {
   return grads;
 }
 
+/// The pipeline stash of each pipeline coordinate: its allocations happen
+/// when a unit runs and end when the last reader of every stash entry that
+/// points into them has released it (or when their unit ends, if none does),
+/// in the order of the rank's timeline. The runtime runs the same best-fit
+/// allocator on the same events in its stash pool, so the pool's highest
+/// byte is this simulation's, which the runtime checks. Returns the bytes per
+/// coordinate (0 without stash).
+SmallVector<int64_t> planStash(rk::PipelineOp pipe, int64_t pp) {
+  SmallVector<int64_t> bytes(pp, 0);
+  SmallVector<rk::UnitOp> units(pipe.getBody().front().getOps<rk::UnitOp>());
+  for (auto timeline : pipe.getBody().front().getOps<rk::TimelineOp>()) {
+    int64_t r = timeline.getRank();
+    if (r < 0 || r >= pp)
+      continue;
+    struct Alloc {
+      int64_t bytes, refs = 0;
+      bool ended = false;
+    };
+    planrt::BestFit pool;
+    std::map<int64_t, Alloc> live;                     // by offset
+    std::map<std::pair<int64_t, int64_t>, std::pair<int64_t, int64_t>>
+        entries;                                       // (slot, mb) -> (off, readers)
+    auto release = [&](int64_t off) {
+      pool.release(off, live[off].bytes);
+      live.erase(off);
+    };
+    for (auto exec : timeline.getBody().front().getOps<rk::ExecOp>()) {
+      if (exec.getUnit() < 0 || exec.getUnit() >= (int64_t)units.size())
+        continue;
+      int64_t mb = exec.getMb();
+      DenseMap<Value, int64_t> offsetOf; // stash allocs and reads of this run
+      SmallVector<int64_t> mine;
+      auto baseOf = [&](Value v) -> int64_t {
+        while (Operation *d = v.getDefiningOp()) {
+          if (isa<rk::AllocOp, rk::StashGetOp>(d))
+            return offsetOf.lookup_or(d->getResult(0), -1);
+          if (auto vw = dyn_cast<rk::ViewOp>(d))
+            v = vw.getSource();
+          else if (auto sv = dyn_cast<rk::SubviewOp>(d))
+            v = sv.getSource();
+          else if (auto rw = dyn_cast<rk::RowsOp>(d))
+            v = rw.getSource();
+          else
+            return -1;
+        }
+        return -1;
+      };
+      for (Operation &op : units[exec.getUnit()].getBody().front()) {
+        if (auto a = dyn_cast<rk::AllocOp>(op); a && !planned(a)) {
+          int64_t b = bufferBytes(a.getType());
+          int64_t off = pool.allocate(b);
+          live[off] = {b};
+          offsetOf[a.getResult()] = off;
+          mine.push_back(off);
+        } else if (auto get = dyn_cast<rk::StashGetOp>(op)) {
+          auto it = entries.find({get.getSlot(), mb});
+          offsetOf[get.getResult()] =
+              it == entries.end() ? -1 : it->second.first;
+        } else if (auto put = dyn_cast<rk::StashPutOp>(op)) {
+          int64_t off = baseOf(put.getBuffer());
+          entries[{put.getSlot(), mb}] = {off, put.getReaders()};
+          if (off >= 0)
+            ++live[off].refs;
+        } else if (auto rel = dyn_cast<rk::StashReleaseOp>(op)) {
+          auto it = entries.find({rel.getSlot(), mb});
+          if (it == entries.end() || --it->second.second > 0)
+            continue;
+          int64_t off = it->second.first;
+          entries.erase(it);
+          if (off >= 0 && --live[off].refs == 0 && live[off].ended)
+            release(off);
+        }
+      }
+      for (int64_t off : mine) {
+        live[off].ended = true;
+        if (live[off].refs == 0)
+          release(off);
+      }
+    }
+    bytes[r] = pool.highWater();
+  }
+  return bytes;
+}
+
 struct PlanMemoryPass : public planc::impl::PlanMemoryBase<PlanMemoryPass> {
   using PlanMemoryBase::PlanMemoryBase;
   void runOnOperation() override;
@@ -383,5 +409,13 @@ void PlanMemoryPass::runOnOperation() {
     }
     fn->setAttr(rk::kArenaBytesAttr, b.getDenseI64ArrayAttr(arena));
     fn->setAttr(rk::kBufferBytesAttr, b.getDenseI64ArrayAttr(buffers));
+    SmallVector<int64_t> stash(pp, 0);
+    fn.walk([&](rk::PipelineOp pipe) {
+      SmallVector<int64_t> s = planStash(pipe, pp);
+      for (int64_t c = 0; c < pp; ++c)
+        stash[c] = std::max(stash[c], s[c]);
+    });
+    if (llvm::any_of(stash, [](int64_t x) { return x > 0; }))
+      fn->setAttr(rk::kStashBytesAttr, b.getDenseI64ArrayAttr(stash));
   }
 }

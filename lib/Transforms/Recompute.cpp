@@ -10,9 +10,9 @@
 // parameters are bit for bit those of `recompute = none`.
 //
 // `recompute = selective` (Korthikanti et al. 2022: recompute the attention
-// core, softmax and score matrix) changes nothing: plan.attention_grad
-// already recomputes the probabilities from q, k and v and no score matrix
-// is ever kept.
+// core, softmax and score matrix) changes nothing here: plan.attention_grad
+// recomputes the probabilities from q, k and v. It is `none` that keeps the
+// score matrix, at rank level (plan-keep-attention).
 //===----------------------------------------------------------------------===//
 #include "BackwardOps.h"
 #include "planc/Transforms/Passes.h"

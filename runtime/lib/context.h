@@ -8,6 +8,7 @@
 #ifndef PLANRT_LIB_CONTEXT_H
 #define PLANRT_LIB_CONTEXT_H
 
+#include "planrt/best_fit.h"
 #include "planrt/internal.h"
 #include "planrt/planrt.h"
 
@@ -181,6 +182,7 @@ struct Context {
   // reached; the live buffers by offset; live bytes and their peaks by kind
   // (activations, gradients, workspace) over training steps.
   std::vector<std::array<int64_t, 4>> plan_entries; // fn, coord, bytes, buffers
+  std::vector<std::array<int64_t, 2>> stash_entries; // coord, bytes
   char *plan_base = nullptr;
   size_t plan_capacity = 0;
   struct PlannedFn {
@@ -244,6 +246,12 @@ struct Context {
   };
   std::map<char *, StashAlloc> stash_allocs;
   int64_t stash_live_bytes = 0, stash_peak_bytes = 0;
+  // The stash pool of the memory plan (plan_stash): alloc_stash takes its
+  // bytes from one allocation with the allocator the compiler simulated
+  // (planrt/best_fit.h); the highest byte the steps reached and the plan.
+  char *stash_base = nullptr;
+  int64_t stash_capacity = 0, stash_planned = -1, stash_high = 0;
+  BestFit stash_pool;
   // Messages a rank sent to itself (peer == own coordinate), per axis.
   struct SelfMessage {
     void *data = nullptr;

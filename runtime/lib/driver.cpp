@@ -292,14 +292,19 @@ bool memory_report(Context *ctx) {
                 (long long)ctx->expected_grads, (long long)ctx->expected_state);
     // Measured by the arena: the most live bytes of each kind at once, and
     // the arena's highest byte against the compiler's plan.
-    if (planned)
+    if (planned) {
       std::printf("memory peaks per rank: gradients %lld B, activations %lld "
                   "B, workspace %lld B, all at once %lld B; step arena %lld "
-                  "B (planned %lld B, %lld B without reuse)\n",
+                  "B (planned %lld B, %lld B without reuse)",
                   (long long)ctx->live_peak[1], (long long)ctx->live_peak[0],
                   (long long)ctx->live_peak[2],
                   (long long)ctx->live_total_peak, (long long)plan.high_water,
                   (long long)plan.bytes, (long long)plan.buffer_bytes);
+      if (ctx->stash_planned >= 0)
+        std::printf("; stash pool %lld B (planned %lld B)",
+                    (long long)ctx->stash_high, (long long)ctx->stash_planned);
+      std::printf("\n");
+    }
     std::fflush(stdout);
   }
   bool arena_bad = planned && plan.runs > 0 && plan.high_water != plan.bytes;
@@ -309,6 +314,17 @@ bool memory_report(Context *ctx) {
                  "arena but the compiler planned %lld B (rank.arena_bytes); "
                  "a planc or planrt bug to report with the plan\n",
                  ctx->rank, (long long)plan.high_water, (long long)plan.bytes);
+  bool stash_bad = ctx->stash_planned >= 0 && plan.runs > 0 &&
+                   ctx->stash_high != ctx->stash_planned;
+  if (stash_bad)
+    std::fprintf(stderr,
+                 "planrt: error: rank %d: the step's stash reached %lld B of "
+                 "its pool but the compiler planned %lld B "
+                 "(rank.stash_bytes); a planc or planrt bug to report with "
+                 "the plan\n",
+                 ctx->rank, (long long)ctx->stash_high,
+                 (long long)ctx->stash_planned);
+  arena_bad |= stash_bad;
   int bad = ctx->param_bytes != ctx->expected_params ||
             ctx->state_bytes != ctx->expected_state || arena_bad;
   int any = bad;

@@ -118,8 +118,25 @@ void plan_arena(Context *ctx, int64_t function, int64_t coord, int64_t bytes,
   ctx->plan_entries.push_back({function, coord, bytes, buffer_bytes});
 }
 
+void plan_stash(Context *ctx, int64_t coord, int64_t bytes) {
+  if (!ctx)
+    fatal("plan_stash: null context");
+  if (ctx->started)
+    fatal("plan_stash: call it from plan_setup, before the program starts");
+  if (coord < 0 || bytes < 0 || bytes % workspace::kAlign)
+    fatal("plan_stash: invalid arguments (coordinate %lld, %lld B)",
+          (long long)coord, (long long)bytes);
+  ctx->stash_entries.push_back({coord, bytes});
+}
+
 namespace internal {
 void allocate_plan_arena(Context *ctx) {
+  for (const auto &e : ctx->stash_entries)
+    if (e[0] == pipeline_coord(ctx) && e[1] > 0) {
+      ctx->stash_planned = e[1];
+      ctx->stash_capacity = e[1];
+      ctx->stash_base = (char *)backend::alloc_bytes(ctx, (size_t)e[1]);
+    }
   int64_t coord = pipeline_coord(ctx), most = 0;
   for (const auto &e : ctx->plan_entries) {
     if (e[1] != coord)
@@ -138,6 +155,9 @@ void allocate_plan_arena(Context *ctx) {
 }
 
 void free_plan_arena(Context *ctx) {
+  if (ctx->stash_base)
+    backend::free_bytes(ctx, ctx->stash_base);
+  ctx->stash_base = nullptr;
   if (ctx->plan_base)
     backend::free_bytes(ctx, ctx->plan_base);
   ctx->plan_base = nullptr;

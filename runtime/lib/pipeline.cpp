@@ -12,6 +12,8 @@
 //===----------------------------------------------------------------------===//
 
 #include "context.h"
+
+#include "planrt/workspace.h"
 #include "planrt/internal.h"
 #include "trace.h"
 
@@ -81,7 +83,11 @@ void check_mpi(int rc, const char *call) {
 
 void free_stash_alloc(Context *ctx,
                       std::map<char *, Context::StashAlloc>::iterator it) {
-  backend::free_bytes(ctx, it->first);
+  if (ctx->stash_base)
+    ctx->stash_pool.release(it->first - ctx->stash_base,
+                            (int64_t)it->second.bytes);
+  else
+    backend::free_bytes(ctx, it->first);
   ctx->stash_live_bytes -= (int64_t)it->second.bytes;
   ctx->stash_allocs.erase(it);
 }
@@ -103,6 +109,9 @@ std::map<char *, Context::StashAlloc>::iterator find_alloc(Context *ctx,
 }
 
 bool in_arena(const Context *ctx, const void *p) {
+  if (ctx->plan_base && (const char *)p >= ctx->plan_base &&
+      (const char *)p < ctx->plan_base + ctx->plan_capacity)
+    return true; // a buffer of the memory plan: it dies with its unit
   for (const ArenaChunk &c : ctx->chunks)
     if ((const char *)p >= c.base && (const char *)p < c.base + c.size)
       return true;
@@ -162,8 +171,9 @@ void p2p_finalize(Context *ctx) {
     for (auto &m : kv.second)
       backend::free_bytes(ctx, m.data);
   ctx->self_messages.clear();
-  for (auto &kv : ctx->stash_allocs)
-    backend::free_bytes(ctx, kv.first);
+  if (!ctx->stash_base)
+    for (auto &kv : ctx->stash_allocs)
+      backend::free_bytes(ctx, kv.first);
   ctx->stash_allocs.clear();
   ctx->stash.clear();
   ctx->stash_live_bytes = 0;
@@ -278,6 +288,7 @@ void pipeline_end_step(Context *ctx, const char *when) {
   }
   for (auto it = ctx->stash_allocs.begin(); it != ctx->stash_allocs.end();)
     free_stash_alloc(ctx, it++);
+  ctx->stash_pool = BestFit(); // every step starts from an empty pool
   ctx->in_flight.clear();
 }
 
@@ -524,7 +535,23 @@ Tensor *alloc_stash(Context *ctx, int64_t ndim, int64_t d0, int64_t d1,
   size_t bytes = (size_t)t.numel() * sizeof(float);
   if (bytes == 0)
     bytes = sizeof(float); // a distinct address
-  t.data = (float *)backend::alloc_bytes(ctx, bytes);
+  if (ctx->stash_base) {
+    // The memory plan's stash pool, with the allocator the compiler
+    // simulated: nothing is allocated during the step.
+    bytes = (size_t)workspace::round((int64_t)bytes);
+    int64_t off = ctx->stash_pool.allocate((int64_t)bytes);
+    if (off + (int64_t)bytes > ctx->stash_capacity)
+      fatal("%s: the stash needs more than the %lld B the memory plan gave "
+            "this rank (the schedule and the plan disagree: a planc bug to "
+            "report with the plan)",
+            op, (long long)ctx->stash_capacity);
+    if (ctx->plan_fn == 0)
+      ctx->stash_high =
+          std::max(ctx->stash_high, ctx->stash_pool.highWater());
+    t.data = (float *)(ctx->stash_base + off);
+  } else {
+    t.data = (float *)backend::alloc_bytes(ctx, bytes);
+  }
   Context::StashAlloc a;
   a.bytes = bytes;
   a.unit = ctx->unit_open ? ctx->unit_serial : -1;

@@ -482,6 +482,44 @@ TEST_F(OpsTest, AttentionGradMatchesFiniteDifferences) {
   }
 }
 
+// recompute = none keeps the exponentials and row statistics; the backward
+// that reads them gives the same bits as the one that recomputes them, and
+// so does the forward.
+TEST_F(OpsTest, AttentionKeptEqualsRecomputedBitForBit) {
+  for (AttnCase c : {AttnCase{2, 5, 2, 2, 3}, AttnCase{2, 6, 4, 2, 4},
+                     AttnCase{1, 7, 4, 1, 2}}) {
+    SCOPED_TRACE(testing::Message() << "H=" << c.H << " KV=" << c.KV
+                                    << " S=" << c.S << " D=" << c.D);
+    int64_t W = (c.H + 2 * c.KV) * c.D;
+    Tensor *qkv = random({c.B, c.S, W}, -2.0f, 2.0f);
+    Tensor *dout = random({c.B, c.S, c.H * c.D});
+    Tensor *out = make({c.B, c.S, c.H * c.D}), *out2 = make({c.B, c.S, c.H * c.D});
+    Tensor *keep = make({c.B, c.H, c.S, c.S}), *stats = make({c.B, c.H, c.S, 2});
+    attention(ctx, qkv, out, c.H, c.KV);
+    attention_keep(ctx, qkv, out2, keep, stats, c.H, c.KV);
+    EXPECT_EQ(host(out), host(out2));
+    Tensor *d1 = make({c.B, c.S, W}), *d2 = make({c.B, c.S, W});
+    attention_grad(ctx, qkv, dout, d1, c.H, c.KV);
+    attention_grad_kept(ctx, qkv, keep, stats, dout, d2, c.H, c.KV);
+    EXPECT_EQ(host(d1), host(d2));
+    // The kept values are the forward's softmax numerators: each row's e
+    // sum to its statistic, and e / sum are probabilities.
+    Vec e = host(keep), st = host(stats);
+    for (int64_t row = 0; row < c.B * c.H * c.S; ++row) {
+      int64_t t = row % c.S;
+      double sum = 0;
+      for (int64_t u = 0; u <= t; ++u)
+        sum += e[row * c.S + u];
+      EXPECT_NEAR(sum, st[2 * row + 1], 1e-5 * sum) << "row " << row;
+    }
+  }
+  Tensor *qkv = random({2, 3, 12}), *out = make({2, 3, 6});
+  EXPECT_DEATH(attention_keep(ctx, qkv, out, make({2, 2, 3, 2}),
+                              make({2, 2, 3, 2}), 2, 1),
+               "planrt: error: attention_keep: keep \\[2, 2, 3, 2\\] and "
+               "stats \\[2, 2, 3, 2\\] must have 36 and 24 elements");
+}
+
 TEST_F(OpsTest, AttentionRejectsBadShapes) {
   Tensor *qkv = random({2, 3, 12}), *out = make({2, 3, 6});
   EXPECT_DEATH(attention(ctx, qkv, out, 3, 2),

@@ -80,7 +80,8 @@ static cl::opt<std::string> stopAfter(
              "plan-propagate-sharding, "
              "plan-insert-reshards, plan-expand-reshards, "
              "plan-partition-stages, plan-lower-to-rank, "
-             "plan-schedule-pipeline, plan-memory, plan-lower-rank-to-emitc"),
+             "plan-keep-attention, plan-schedule-pipeline, plan-memory, "
+             "plan-lower-rank-to-emitc"),
     cl::value_desc("stage"), cl::cat(cat));
 static cl::opt<bool> printIRAfterAll("print-ir-after-all",
                                      cl::desc("Print the IR after every pass "

@@ -49,8 +49,8 @@ def Recompute : Pass<"plan-recompute", "mlir::ModuleOp"> {
     the clones, so the backward needs only the layer's input (with a
     pipeline, one stashed tensor per layer and microbatch). Same ops on the
     same values: results are bit for bit those without recompute.
-    `selective` changes nothing: the attention gradient already recomputes
-    the probabilities and no score matrix is kept.
+    `selective` changes nothing here: the attention gradient recomputes the
+    probabilities; `none` keeps the score matrix (plan-keep-attention).
   }];
   let options = [
     Option<"policy", "policy", "std::string", "\"\"",
@@ -124,6 +124,25 @@ def LowerToRank : Pass<"plan-lower-to-rank", "mlir::ModuleOp"> {
   }];
   let dependentDialects = ["::planc::rank::RankDialect",
                            "::mlir::memref::MemRefDialect"];
+}
+
+def KeepAttention : Pass<"plan-keep-attention", "mlir::ModuleOp"> {
+  let summary = "recompute = none: attention keeps its score matrix for the backward";
+  let description = [{
+    With `recompute = none`, each `rank.attention` of `@plan_step` whose
+    backward (`rank.attention_grad` of the same qkv) runs in the same block
+    becomes `rank.attention_keep`, writing its exponentials [B, H, S, S] and
+    row statistics [B, H, S, 2] to two new buffers, and the backward
+    `rank.attention_grad_kept`, which reads them instead of recomputing q.k
+    and exp. `selective` (and `full`) recompute them. Same values, same
+    results. In a pipeline the two run in different units and are left as
+    they are.
+  }];
+  let options = [
+    Option<"policy", "policy", "std::string", "\"\"",
+           "none, selective or full (default: plan.parallel's recompute)">,
+  ];
+  let dependentDialects = ["::planc::rank::RankDialect"];
 }
 
 def SchedulePipeline : Pass<"plan-schedule-pipeline", "mlir::ModuleOp"> {

@@ -737,12 +737,17 @@ struct AttnShape {
 };
 
 /// out[b, t, h] = sum_{t' <= t} softmax_t'(scale q.k) v; index space: B H S
-/// (i = (b H + h) S + t). Two passes: the row max, then the normalizer and
-/// the weighted sum of values accumulated in the output row.
+/// (i = (b H + h) S + t). Two passes: the row max m, then e = exp(s - m),
+/// the normalizer sum e and the weighted sum of values accumulated in the
+/// output row. With `keep` (recompute = none), the row's e values go to
+/// keep[i S + t'] and (m, sum) to stats[2 i], so that the backward reads them
+/// instead of recomputing q.k and exp: the same values either way, so the
+/// results are the same bits.
 struct AttentionFn {
   const float *qkv;
   float *out;
   AttnShape a;
+  float *keep = nullptr, *stats = nullptr;
   PLANRT_HD void operator()(int64_t i) const {
     int64_t t = i % a.S, h = (i / a.S) % a.H, b = i / (a.S * a.H);
     int64_t g = h / (a.H / a.KV), D = a.D;
@@ -758,6 +763,8 @@ struct AttentionFn {
     float sum = 0.0f;
     for (int64_t u = 0; u <= t; ++u) {
       float e = expf(a.scale * dot(q, a.k(qkv, b, u, g), D) - m);
+      if (keep)
+        keep[i * a.S + u] = e;
       sum += e;
       const float *v = a.v(qkv, b, u, g);
       for (int64_t d = 0; d < D; ++d)
@@ -766,41 +773,69 @@ struct AttentionFn {
     float inv = 1.0f / sum;
     for (int64_t d = 0; d < D; ++d)
       o[d] *= inv;
+    if (stats) {
+      stats[2 * i] = m;
+      stats[2 * i + 1] = sum;
+    }
   }
 };
 
-/// Backward, part 1; index space B H S like AttentionFn. Recomputes the row's
-/// logsumexp (lse) and delta = sum_t' p dp = dout . out, stores both, and
-/// writes dq = scale sum_t' p (dp - delta) k with dp = dout . v.
+/// e = exp(scale q.k - m) of query row i and key u: kept by the forward, or
+/// recomputed exactly as the forward computed it.
+struct AttnScores {
+  const float *qkv, *keep;
+  AttnShape a;
+  PLANRT_HD float e(int64_t i, const float *q, int64_t b, int64_t u,
+                    int64_t g, float m) const {
+    if (keep)
+      return keep[i * a.S + u];
+    return expf(a.scale * dot(q, a.k(qkv, b, u, g), a.D) - m);
+  }
+};
+
+/// Backward, part 1; index space B H S like AttentionFn. Finds the row's m
+/// and sum (kept, or recomputed as the forward does), stores them with
+/// delta = sum_t' p dp (p = e / sum, dp = dout . v), and writes dq = scale
+/// sum_t' p (dp - delta) k.
 struct AttentionGradQFn {
   const float *qkv, *dout;
-  float *dqkv, *lse, *delta;
+  float *dqkv, *rowstats, *delta; // rowstats: (m, sum) per row
   AttnShape a;
+  const float *keep = nullptr, *stats = nullptr;
   PLANRT_HD void operator()(int64_t i) const {
     int64_t t = i % a.S, h = (i / a.S) % a.H, b = i / (a.S * a.H);
     int64_t g = h / (a.H / a.KV), D = a.D;
     const float *q = a.q(qkv, b, t, h);
     const float *dy = dout + a.o(b, t, h);
-    float m = a.scale * dot(q, a.k(qkv, b, 0, g), D);
-    for (int64_t u = 1; u <= t; ++u) {
-      float s = a.scale * dot(q, a.k(qkv, b, u, g), D);
-      m = s > m ? s : m;
+    AttnScores sc{qkv, keep, a};
+    float m, sum = 0.0f, pdp = 0.0f;
+    if (stats) {
+      m = stats[2 * i];
+      sum = stats[2 * i + 1];
+      for (int64_t u = 0; u <= t; ++u)
+        pdp += sc.e(i, q, b, u, g, m) * dot(dy, a.v(qkv, b, u, g), D);
+    } else {
+      m = a.scale * dot(q, a.k(qkv, b, 0, g), D);
+      for (int64_t u = 1; u <= t; ++u) {
+        float s = a.scale * dot(q, a.k(qkv, b, u, g), D);
+        m = s > m ? s : m;
+      }
+      for (int64_t u = 0; u <= t; ++u) {
+        float e = sc.e(i, q, b, u, g, m);
+        sum += e;
+        pdp += e * dot(dy, a.v(qkv, b, u, g), D);
+      }
     }
-    float sum = 0.0f, pdp = 0.0f;
-    for (int64_t u = 0; u <= t; ++u) {
-      float e = expf(a.scale * dot(q, a.k(qkv, b, u, g), D) - m);
-      sum += e;
-      pdp += e * dot(dy, a.v(qkv, b, u, g), D);
-    }
-    float l = m + logf(sum), dl = pdp / sum;
-    lse[i] = l;
+    float dl = pdp / sum;
+    rowstats[2 * i] = m;
+    rowstats[2 * i + 1] = sum;
     delta[i] = dl;
     float *dq = dqkv + (a.q(qkv, b, t, h) - qkv);
     for (int64_t d = 0; d < D; ++d)
       dq[d] = 0.0f;
     for (int64_t u = 0; u <= t; ++u) {
       const float *k = a.k(qkv, b, u, g);
-      float p = expf(a.scale * dot(q, k, D) - l);
+      float p = sc.e(i, q, b, u, g, m) / sum;
       float ds = p * (dot(dy, a.v(qkv, b, u, g), D) - dl) * a.scale;
       for (int64_t d = 0; d < D; ++d)
         dq[d] += ds * k[d];
@@ -813,14 +848,16 @@ struct AttentionGradQFn {
 /// the queries t >= t' that see it: dv = sum p dout, dk = scale sum p (dp -
 /// delta) q. Each invocation owns its dk and dv rows: no races.
 struct AttentionGradKVFn {
-  const float *qkv, *dout, *lse, *delta;
+  const float *qkv, *dout, *rowstats, *delta;
   float *dqkv;
   AttnShape a;
+  const float *keep = nullptr;
   PLANRT_HD void operator()(int64_t j) const {
     int64_t u = j % a.S, g = (j / a.S) % a.KV, b = j / (a.S * a.KV);
     int64_t rep = a.H / a.KV, D = a.D;
     const float *k = a.k(qkv, b, u, g), *v = a.v(qkv, b, u, g);
     float *dk = dqkv + (k - qkv), *dv = dqkv + (v - qkv);
+    AttnScores sc{qkv, keep, a};
     for (int64_t d = 0; d < D; ++d) {
       dk[d] = 0.0f;
       dv[d] = 0.0f;
@@ -830,7 +867,8 @@ struct AttentionGradKVFn {
         int64_t row = (b * a.H + h) * a.S + t;
         const float *q = a.q(qkv, b, t, h);
         const float *dy = dout + a.o(b, t, h);
-        float p = expf(a.scale * dot(q, k, D) - lse[row]);
+        float p = sc.e(row, q, b, u, g, rowstats[2 * row]) /
+                  rowstats[2 * row + 1];
         float ds = p * (dot(dy, v, D) - delta[row]) * a.scale;
         for (int64_t d = 0; d < D; ++d) {
           dv[d] += p * dy[d];

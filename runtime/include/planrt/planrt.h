@@ -287,6 +287,13 @@ Tensor *alloc(Context *ctx, int64_t ndim, int64_t d0, int64_t d1, int64_t d2,
 /// plan_setup, once per function and coordinate.
 void plan_arena(Context *ctx, int64_t function, int64_t coord, int64_t bytes,
                 int64_t buffer_bytes);
+/// The pipeline stash of pipeline coordinate `coord` needs a pool of
+/// `bytes` (plan-memory simulates the schedule's stash allocations and frees
+/// with the allocator planrt runs on them, planrt/best_fit.h). With it,
+/// alloc_stash allocates nothing during a step, and a step that reaches
+/// another size than planned fails the memory check. Call it from
+/// plan_setup.
+void plan_stash(Context *ctx, int64_t coord, int64_t bytes);
 /// Start and end of a planned function's body. arena_end checks that every
 /// buffer was released and records the highest byte reached.
 void arena_begin(Context *ctx, int64_t function);
@@ -499,6 +506,17 @@ void attention(Context *ctx, const Tensor *qkv, Tensor *out, int64_t num_heads,
 /// Recomputes the probabilities; dqkv (shape of qkv) is overwritten.
 void attention_grad(Context *ctx, const Tensor *qkv, const Tensor *dout,
                     Tensor *dqkv, int64_t num_heads, int64_t num_kv_heads);
+/// attention that also keeps, for recompute = none, the exponentials e =
+/// exp(scale q.k - m) of every query row [B, H, S, S] (keys after the query
+/// are not written) and each row's (m, sum e) [B, H, S, 2];
+/// attention_grad_kept reads them instead of recomputing them. The same
+/// values as the recomputation: the results are the same bits.
+void attention_keep(Context *ctx, const Tensor *qkv, Tensor *out,
+                    Tensor *keep, Tensor *stats, int64_t num_heads,
+                    int64_t num_kv_heads);
+void attention_grad_kept(Context *ctx, const Tensor *qkv, const Tensor *keep,
+                         const Tensor *stats, const Tensor *dout, Tensor *dqkv,
+                         int64_t num_heads, int64_t num_kv_heads);
 
 /// out (rank 0) = scale * sum over rows of (logsumexp(logits[r]) -
 /// logits[r, targets[r]]); targets I32 with the shape of logits minus its last

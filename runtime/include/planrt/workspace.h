@@ -57,9 +57,10 @@ constexpr int64_t norm(bool layer, int64_t rows, int64_t c) {
 constexpr int64_t norm_grad(bool layer, int64_t rows, int64_t c) {
   return c == 0 ? 0 : (layer ? floats(rows) : 0) + floats(rows);
 }
-/// attention_grad: log-sum-exp and delta per (batch, head, position) row.
+/// attention_grad / attention_grad_kept: (max, normalizer) and delta per
+/// (batch, head, position) row.
 constexpr int64_t attention_grad(int64_t qkv_elements, int64_t bhs_rows) {
-  return qkv_elements == 0 ? 0 : 2 * floats(bhs_rows);
+  return qkv_elements == 0 ? 0 : floats(2 * bhs_rows) + floats(bhs_rows);
 }
 /// cross_entropy over `rows` rows; a classifier also counts correct rows.
 constexpr int64_t cross_entropy(int64_t rows, bool classifier) {
