@@ -424,8 +424,11 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
           }))
         continue;
       Operation *def = ar.getInput().getDefiningOp();
-      // Gradients, not the loss (a scalar reported at the end).
-      if (!def || !ar.getInput().hasOneUse() ||
+      // Gradients, not the loss (a scalar reported at the end), nor batch
+      // norm's sums for its running statistics: a bucket's offsets decide
+      // how MPI splits its sum, so the gradients' bucket stays what it is
+      // without running statistics (the same rounding).
+      if (!def || !ar.getInput().hasOneUse() || isa<BatchNormMomentsOp>(def) ||
           cast<RankedTensorType>(ar.getType()).getRank() == 0 ||
           !isa<ShardingRuleOpInterface>(def) ||
           isa<ReshapeOp, CrossEntropyOp, CrossEntropyGradOp,
