@@ -977,13 +977,7 @@ void evaluate(Context *ctx, int64_t step) {
   }
   ctx->last_eval_loss = (float)(loss_sum / (double)ctx->eval_batches);
   ctx->last_eval_accuracy = acc[1] > 0 ? (float)(acc[0] / acc[1]) : -1.0f;
-  if (ctx->rank == 0) {
-    std::printf("eval after step %lld | loss %.9e | acc %.4f | %lld samples\n",
-                (long long)step, (double)ctx->last_eval_loss,
-                (double)ctx->last_eval_accuracy,
-                (long long)(ctx->eval_batches * ctx->global_batch));
-    std::fflush(stdout);
-  }
+  report_eval(ctx, step, ctx->eval_batches * ctx->global_batch);
   ctx->last_loss = loss;
   ctx->loss_reported = reported;
   ctx->last_accuracy = accuracy;
