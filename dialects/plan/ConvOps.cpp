@@ -154,6 +154,39 @@ LogicalResult BatchNormOp::verify() {
                          << "value per channel (" << in.getDimSize(1) << ")";
   if (!(getEps().convertToDouble() >= 0))
     return emitOpError() << "eps must be >= 0";
+  if (!getRunning().empty()) {
+    if (getRunning().size() != 2)
+      return emitOpError() << "takes either no running statistics or two "
+                           << "(mean, variance), got " << getRunning().size();
+    for (Value r : getRunning())
+      if (r.getType() != g)
+        return emitOpError() << "the running statistics must have the type "
+                             << "of gamma, " << g << ", got " << r.getType();
+  }
+  double m = getMomentum().convertToDouble();
+  if (!(m >= 0 && m <= 1))
+    return emitOpError() << "momentum must be in [0, 1], got " << m;
+  return success();
+}
+
+LogicalResult BatchNormMomentsOp::verify() {
+  auto in = getInput().getType();
+  if (in.getRank() < 2)
+    return emitOpError() << "the input must be [N, C, ...], got " << in;
+  auto want = RankedTensorType::get({in.getDimSize(1)}, in.getElementType());
+  return expectType(*this, "the sums", getSum().getType(), want);
+}
+
+LogicalResult RunningStatsUpdateOp::verify() {
+  if (getRunningMean().getType().getRank() != 1)
+    return emitOpError() << "the statistics must be 1-D (one per channel), "
+                         << "got " << getRunningMean().getType();
+  double m = getMomentum().convertToDouble();
+  if (!(m >= 0 && m <= 1))
+    return emitOpError() << "momentum must be in [0, 1], got " << m;
+  if (getCount() < 2)
+    return emitOpError() << "count must be >= 2 (the unbiased variance "
+                         << "divides by count - 1), got " << getCount();
   return success();
 }
 

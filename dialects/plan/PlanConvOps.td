@@ -106,24 +106,83 @@ def Plan_Pool2dGradOp : Plan_SpatialOp<"pool2d_grad",
 
 def Plan_BatchNormOp : Plan_ComputeOp<"batch_norm",
     [AllTypesMatch<["input", "result"]>, AllTypesMatch<["gamma", "beta"]>]> {
-  let summary = "Batch normalization (training mode) over all but dimension 1";
+  let summary = "Batch normalization over all but dimension 1";
   let description = [{
-    `input` is `[N, C, ...]`; each channel is normalized with the mean and
-    the biased variance of its values over the batch and the spatial
-    dimensions, then scaled by `gamma[c]` and shifted by `beta[c]`. The
-    statistics cover the whole (global) batch: when the batch is split over
-    data-parallel ranks, the lowering sums the per-channel statistics over
-    them (synchronized batch norm), so results do not depend on dp.
+    `input` is `[N, C, ...]`. In the training step each channel is
+    normalized with the mean and the biased variance of its values over
+    the batch and the spatial dimensions, then scaled by `gamma[c]` and
+    shifted by `beta[c]`. The statistics cover the whole (global) batch:
+    when the batch is split over data-parallel ranks, the lowering sums the
+    per-channel statistics over them (synchronized batch norm), so results
+    do not depend on dp.
+
+    `running` (optional): the running mean and variance `[C]`, model state
+    (arguments of kind "state" marked `plan.buffer`). plan-autodiff makes
+    the training step update them once per step from the whole batch's
+    statistics (`plan.batch_norm_moments`, `plan.running_stats_update` with
+    `momentum`); the forward function (evaluation) normalizes with them
+    instead of the batch's statistics.
 
     ```mlir
     %y = plan.batch_norm %x, %g, %b {eps = 1.0e-05 : f32} : tensor<8x16x4x4xf32>, tensor<16xf32>
+    %z = plan.batch_norm %x, %g, %b running(%rm, %rv : tensor<16xf32>, tensor<16xf32>)
+        {eps = 1.0e-05 : f32, momentum = 1.0e-01 : f32} : tensor<8x16x4x4xf32>, tensor<16xf32>
     ```
   }];
   let arguments = (ins Plan_F32Tensor:$input, Plan_F32Tensor:$gamma,
-                       Plan_F32Tensor:$beta, DefaultValuedAttr<F32Attr, "1e-5">:$eps);
+                       Plan_F32Tensor:$beta, Variadic<Plan_F32Tensor>:$running,
+                       DefaultValuedAttr<F32Attr, "1e-5">:$eps,
+                       DefaultValuedAttr<F32Attr, "0.1">:$momentum);
   let results = (outs Plan_F32Tensor:$result);
   let assemblyFormat = [{
-    $input `,` $gamma `,` $beta attr-dict `:` type($input) `,` type($gamma)
+    $input `,` $gamma `,` $beta (`running` `(` $running^ `:` type($running) `)`)?
+    attr-dict `:` type($input) `,` type($gamma)
+  }];
+  let hasVerifier = 1;
+}
+
+def Plan_BatchNormMomentsOp : Plan_ComputeOp<"batch_norm_moments",
+    [AllTypesMatch<["sum", "sum_sq"]>]> {
+  let summary = "Per-channel sums of x and x * x over all but dimension 1";
+  let description = [{
+    `input` is `[N, C, ...]`; `sum[c]` and `sum_sq[c]` add up its values
+    and their squares over the batch and the rest. A sum over a split batch
+    is a pending sum like any contraction (an all-reduce over dp, an
+    accumulation over microbatches), so the running statistics see the
+    whole batch of a step whatever the plan.
+
+    ```mlir
+    %s, %q = plan.batch_norm_moments %x : tensor<8x16x4x4xf32> -> tensor<16xf32>
+    ```
+  }];
+  let arguments = (ins Plan_F32Tensor:$input);
+  let results = (outs Plan_F32Tensor:$sum, Plan_F32Tensor:$sum_sq);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($sum)";
+  let hasVerifier = 1;
+}
+
+def Plan_RunningStatsUpdateOp : Plan_ComputeOp<"running_stats_update",
+    [AllTypesMatch<["running_mean", "running_var", "sum", "sum_sq",
+                    "new_mean", "new_var"]>]> {
+  let summary = "Batch norm's running statistics after one step (PyTorch's rule)";
+  let description = [{
+    With `count` values per channel in the batch, `mean = sum / count` and
+    the unbiased variance `var = (sum_sq - sum * mean) / (count - 1)`:
+    `new_mean = (1 - momentum) * running_mean + momentum * mean`, likewise
+    `new_var` with `var`.
+
+    ```mlir
+    %m2, %v2 = plan.running_stats_update %m, %v, %s, %q {count = 128 : i64,
+        momentum = 1.0e-01 : f32} : tensor<16xf32>
+    ```
+  }];
+  let arguments = (ins Plan_F32Tensor:$running_mean, Plan_F32Tensor:$running_var,
+                       Plan_F32Tensor:$sum, Plan_F32Tensor:$sum_sq,
+                       F32Attr:$momentum, I64Attr:$count);
+  let results = (outs Plan_F32Tensor:$new_mean, Plan_F32Tensor:$new_var);
+  let assemblyFormat = [{
+    $running_mean `,` $running_var `,` $sum `,` $sum_sq attr-dict `:`
+    type($running_mean)
   }];
   let hasVerifier = 1;
 }

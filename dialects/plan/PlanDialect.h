@@ -29,11 +29,15 @@ namespace planc::plan {
 /// Names of the discardable attributes planc puts on func arguments and ops.
 inline constexpr llvm::StringLiteral kShardingAttr = "plan.sharding";
 inline constexpr llvm::StringLiteral kKindAttr =
-    "plan.kind"; // input|label|param
+    "plan.kind"; // input|label|param|state
 inline constexpr llvm::StringLiteral kNameAttr = "plan.name";
 /// On a padded embedding table: the rows that are exported (the vocabulary).
 inline constexpr llvm::StringLiteral kExportRowsAttr = "plan.export_rows";
 inline constexpr llvm::StringLiteral kInitAttr = "plan.init";
+/// On an argument of kind "state": non-trainable model state (batch norm's
+/// running statistics) rather than optimizer state; exported with the
+/// parameters and initialized by its plan.init.
+inline constexpr llvm::StringLiteral kBufferAttr = "plan.buffer";
 inline constexpr llvm::StringLiteral kModelAttr = "plan.model";
 inline constexpr llvm::StringLiteral kTrainStepAttr = "plan.train_step";
 /// On the train step's results: "loss", "grad_sumsq", or none (a parameter).

@@ -504,8 +504,28 @@ static Rule channelNormRule(Value x, unsigned params, bool isGrad,
   return r;
 }
 
+// The running statistics follow the channels like the scale and shift.
 Rule BatchNormOp::getShardingRule() {
-  return channelNormRule(getInput(), 2, false, false);
+  return channelNormRule(getInput(), 2 + getRunning().size(), false, false);
+}
+
+// Sums over all but the channels: pending sums where the batch (or the rest)
+// is split, resolved like any contraction's. Not linear (x * x).
+Rule BatchNormMomentsOp::getShardingRule() {
+  Rule r;
+  SmallVector<int64_t> fs = addFactors(r, shapeOf(getInput()));
+  r.operands = {Rule::tensor(fs)};
+  r.results.assign(2, Rule::tensor({fs[1]}));
+  return r;
+}
+
+// Channel by channel.
+Rule RunningStatsUpdateOp::getShardingRule() {
+  Rule r;
+  SmallVector<int64_t> fs = addFactors(r, shapeOf(getRunningMean()));
+  r.operands.assign(4, Rule::tensor(fs));
+  r.results.assign(2, Rule::tensor(fs));
+  return r;
 }
 
 Rule BatchNormGradOp::getShardingRule() {

@@ -117,6 +117,51 @@ def Rank_BatchNormGradOp : Rank_CallOp<"batch_norm_grad",
   }];
 }
 
+def Rank_BatchNormInferOp : Rank_CallOp<"batch_norm_infer",
+    [AllTypesMatch<["gamma", "beta", "running_mean", "running_var"]>,
+     AllTypesMatch<["input", "out"]>]> {
+  let summary = "batch norm with the running statistics (evaluation)";
+  let description = [{
+    out = (input - running_mean[c]) / sqrt(running_var[c] + eps) * gamma[c]
+    + beta[c]: channel by channel, no statistic crosses samples or ranks.
+  }];
+  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead]>:$input,
+                       Arg<Rank_F32Buffer, "", [MemRead]>:$gamma,
+                       Arg<Rank_F32Buffer, "", [MemRead]>:$beta,
+                       Arg<Rank_F32Buffer, "", [MemRead]>:$running_mean,
+                       Arg<Rank_F32Buffer, "", [MemRead]>:$running_var,
+                       Arg<Rank_F32Buffer, "", [MemWrite]>:$out, F32Attr:$eps);
+  let assemblyFormat = [{
+    $input `,` $gamma `,` $beta `,` $running_mean `,` $running_var `into` $out
+    attr-dict `:` type($input) `,` type($gamma)
+  }];
+}
+
+def Rank_BatchNormMomentsOp : Rank_CallOp<"batch_norm_moments",
+    [AllTypesMatch<["sum", "sum_sq"]>]> {
+  let summary = "per-channel sums of x and x * x over this rank's rows";
+  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead]>:$input,
+                       Arg<Rank_F32Buffer, "", [MemWrite]>:$sum,
+                       Arg<Rank_F32Buffer, "", [MemWrite]>:$sum_sq);
+  let assemblyFormat = [{
+    $input `into` $sum `,` $sum_sq attr-dict `:` type($input) `->` type($sum)
+  }];
+}
+
+def Rank_RunningStatsUpdateOp : Rank_CallOp<"running_stats_update",
+    [AllTypesMatch<["running_mean", "running_var", "sum", "sum_sq"]>]> {
+  let summary = "updates batch norm's running statistics in place from whole sums";
+  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead, MemWrite]>:$running_mean,
+                       Arg<Rank_F32Buffer, "", [MemRead, MemWrite]>:$running_var,
+                       Arg<Rank_F32Buffer, "", [MemRead]>:$sum,
+                       Arg<Rank_F32Buffer, "", [MemRead]>:$sum_sq,
+                       I64Attr:$count, F32Attr:$momentum);
+  let assemblyFormat = [{
+    $running_mean `,` $running_var `,` $sum `,` $sum_sq attr-dict `:`
+    type($running_mean)
+  }];
+}
+
 def Rank_GroupNormOp : Rank_CallOp<"group_norm",
     [AllTypesMatch<["gamma", "beta"]>, AllTypesMatch<["input", "out"]>]> {
   let summary = "group norm: per sample over groups of channels";

@@ -72,6 +72,13 @@ LogicalResult StateOp::verifySymbolUses(SymbolTableCollection &tables) {
                                     "rank.state_decl");
 }
 
+LogicalResult StateDeclOp::verify() {
+  if (getInit() && !getBuffer())
+    return emitOpError() << "has an initializer but is optimizer state (zero "
+                            "at the start); only a 'buffer' takes 'init'";
+  return success();
+}
+
 LogicalResult InputOp::verifySymbolUses(SymbolTableCollection &tables) {
   return verifyDeclRef<InputDeclOp>(*this, getNameAttr(), getType(), tables,
                                     "rank.input_decl");

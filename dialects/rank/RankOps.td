@@ -85,10 +85,22 @@ def Rank_ParamDeclOp : Rank_Op<"param_decl", [Symbol]> {
 }
 
 def Rank_StateDeclOp : Rank_Op<"state_decl", [Symbol]> {
-  let summary = "Optimizer state kept across steps: this rank's shard, zero at the start";
+  let summary = "State kept across steps: this rank's shard";
+  let description = [{
+    Optimizer state (AdamW moments) starts at zero and is written only to
+    checkpoints. A `buffer` is non-trainable model state (batch norm's
+    running statistics): it starts as `init` says (zeros without it), and
+    is also exported with the parameters (`--save`) and loaded by
+    `--init-from`.
+  }];
   let arguments = (ins SymbolNameAttr:$sym_name, TypeAttrOf<Rank_F32Buffer>:$type,
-                       OptionalAttr<Plan_ShardingAttr>:$sharding);
-  let assemblyFormat = "$sym_name `:` $type (`sharding` $sharding^)? attr-dict";
+                       OptionalAttr<Plan_ShardingAttr>:$sharding,
+                       UnitAttr:$buffer, OptionalAttr<Plan_InitAttr>:$init);
+  let assemblyFormat = [{
+    $sym_name `:` $type (`buffer` $buffer^)? (`init` $init^)?
+    (`sharding` $sharding^)? attr-dict
+  }];
+  let hasVerifier = 1;
 }
 
 def Rank_InputDeclOp : Rank_Op<"input_decl", [Symbol]> {

@@ -334,6 +334,55 @@ static const char *const kBuiltins[] = {
     "mse",           "cross_entropy", "conv2d",     "max_pool2d", "avg_pool2d",
     "flatten",       "batch_norm",    "group_norm", "dropout"};
 
+FailureOr<std::pair<Value, Value>>
+Sema::runningStats(Value gamma, Location gammaLoc, Location use) {
+  // The running statistics are named after the scale parameter: PyTorch's
+  // names when it is exported as "<layer>.weight", else "<scale>.running_*".
+  auto arg = dyn_cast<BlockArgument>(gamma);
+  DictionaryAttr attrs =
+      arg && arg.getOwner() == body ? argAttrs[arg.getArgNumber()] : nullptr;
+  if (!attrs || attrs.getAs<StringAttr>(kKindAttr).getValue() != "param") {
+    auto d = error(gammaLoc)
+             << "the scale of 'batch_norm' must be a parameter: its running "
+             << "statistics are named after it";
+    d.attachNote(defLoc(gamma)) << "the scale is computed here";
+    return failure();
+  }
+  StringRef scale = attrs.getAs<StringAttr>(kNameAttr).getValue();
+  std::string prefix = scale.ends_with(".weight")
+                           ? scale.drop_back(strlen("weight")).str()
+                           : scale.str() + ".";
+  SmallVector<Value, 2> stats;
+  for (auto [suffix, init] :
+       {std::pair<StringRef, StringRef>{"running_mean", "zeros"},
+        {"running_var", "ones"}}) {
+    std::string name = prefix + suffix.str();
+    Location clash = use;
+    bool taken = false;
+    if (auto it = paramNames.find(name); it != paramNames.end()) {
+      clash = it->second;
+      taken = true;
+    } else if (auto it = bufferNames.find(name); it != bufferNames.end()) {
+      clash = it->second;
+      taken = true;
+    }
+    if (taken) {
+      auto d = error(use) << "'batch_norm': its running statistic '" << name
+                          << "' (named after the scale '" << scale
+                          << "') is taken; give each batch_norm its own scale "
+                          << "parameter";
+      d.attachNote(clash) << "'" << name << "' is already used here";
+      return failure();
+    }
+    bufferNames.try_emplace(name, use);
+    stats.push_back(
+        declareArg(cast<RankedTensorType>(gamma.getType()), use, "state", name,
+                   {b.getNamedAttr(kInitAttr, InitAttr::get(ctx, init, 0, 0)),
+                    b.getNamedAttr(kBufferAttr, b.getUnitAttr())}));
+  }
+  return std::make_pair(stats[0], stats[1]);
+}
+
 bool Sema::isBuiltin(StringRef fn) { return llvm::is_contained(kBuiltins, fn); }
 
 Val Sema::callBuiltin(StringRef fn, Args &args, Location l,
@@ -931,13 +980,15 @@ Val Sema::callBuiltin(StringRef fn, Args &args, Location l,
     return out;
   }
   if (fn == "batch_norm" || fn == "group_norm") {
-    // batch_norm(x, gamma, beta, eps = 1e-5): per channel (dimension 1)
-    // over the batch and the rest, in training mode; group_norm(x, gamma,
-    // beta, groups = G, eps = 1e-5): per sample over groups of channels.
+    // batch_norm(x, gamma, beta, eps = 1e-5, momentum = 0.1): per channel
+    // (dimension 1) over the batch and the rest while training, with
+    // running statistics for evaluation; group_norm(x, gamma, beta, groups
+    // = G, eps = 1e-5): per sample over groups of channels.
     if (!arity(3, 3, "an input, a scale and a shift"))
       return out;
     double eps = namedNumber("eps", 1e-5);
     double groupsNum = fn == "group_norm" ? namedNumber("groups", -1) : 1;
+    double momentum = fn == "batch_norm" ? namedNumber("momentum", 0.1) : 0;
     if (!leftovers())
       return out;
     Value x = tensorArg(0), gamma = tensorArg(1), beta = tensorArg(2);
@@ -963,9 +1014,31 @@ Val Sema::callBuiltin(StringRef fn, Args &args, Location l,
       error(l) << "'" << fn << "': eps must be > 0, got " << eps;
       return out;
     }
+    int64_t perChannel = 1;
+    for (auto [i, n] : llvm::enumerate(xs))
+      perChannel *= i == 1 ? 1 : n;
+    if (fn == "batch_norm" && perChannel < 2) {
+      error(l) << "'batch_norm' needs more than one value per channel in a "
+               << "batch (its running variance is the unbiased one), got "
+               << shapeStr(x.getType());
+      return out;
+    }
     auto epsAttr = b.getNamedAttr("eps", b.getF32FloatAttr(eps));
     if (fn == "batch_norm") {
-      out.v = generic(BatchNormOp(), x.getType(), {x, gamma, beta}, {epsAttr});
+      if (!(momentum >= 0 && momentum <= 1)) {
+        error(l) << "'batch_norm': momentum is the weight of the batch's "
+                 << "statistics in the running ones, in [0, 1], got "
+                 << momentum;
+        return out;
+      }
+      FailureOr<std::pair<Value, Value>> running =
+          runningStats(gamma, pos[1].loc, l);
+      if (failed(running))
+        return out;
+      out.v = generic(
+          BatchNormOp(), x.getType(),
+          {x, gamma, beta, running->first, running->second},
+          {epsAttr, b.getNamedAttr("momentum", b.getF32FloatAttr(momentum))});
       return out;
     }
     std::optional<int64_t> groups = listInt(groupsNum);

@@ -195,6 +195,11 @@ private:
   Val callBuiltin(llvm::StringRef fn, Args &args, mlir::Location l,
                   mlir::Location calleeLoc);
   static bool isBuiltin(llvm::StringRef fn);
+  /// Declares batch_norm's running mean and variance (state arguments named
+  /// after the scale parameter `gamma`); fails with a diagnostic when the
+  /// scale is not a parameter or the names are taken.
+  mlir::FailureOr<std::pair<mlir::Value, mlir::Value>>
+  runningStats(mlir::Value gamma, mlir::Location gammaLoc, mlir::Location use);
   mlir::Value linear(mlir::Location l, mlir::Value x, mlir::Value w,
                      mlir::Value bias, bool transposeW, llvm::StringRef what);
   /// Checks that the megatron policy can split a parameter along `dim`
@@ -234,6 +239,7 @@ private:
   std::string paramPrefix;                      // "block.3." inside blocks
   llvm::StringMap<int64_t> instanceCount;       // per prefix + block name
   llvm::StringMap<mlir::Location> paramNames;   // full names, for clashes
+  llvm::StringMap<mlir::Location> bufferNames;  // running statistics, alike
   /// "<prefix><block>.<i>." for the next instance of `block` here.
   std::string nextInstancePrefix(llvm::StringRef block);
   std::optional<int64_t> layer; // repeat iteration, if any

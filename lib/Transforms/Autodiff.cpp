@@ -398,6 +398,44 @@ void AutodiffPass::runOnOperation() {
     return signalPassFailure();
   }
 
+  // Batch norm's running statistics: each step folds the whole batch's
+  // per-channel sums into them (PyTorch's momentum rule). The sums are
+  // pending sums like any contraction, so every plan (dp, microbatches,
+  // stages) updates them once per step from the same global batch.
+  // The sums are taken right after the batch norm; the statistics are
+  // updated after the backward sweep, so that a data-parallel all-reduce of
+  // the sums overlaps the backward like a gradient's.
+  DenseMap<Value, Value> updatedRunning;
+  SmallVector<std::pair<BatchNormOp, BatchNormMomentsOp>> runningUpdates;
+  for (Operation &op : llvm::make_early_inc_range(*body)) {
+    auto bn = dyn_cast<BatchNormOp>(op);
+    if (!bn || bn.getRunning().empty())
+      continue;
+    Value rm = bn.getRunning()[0], rv = bn.getRunning()[1];
+    auto isStateArg = [&](Value v) {
+      auto a = dyn_cast<BlockArgument>(v);
+      return a && a.getOwner() == body &&
+             model.getArgAttr(a.getArgNumber(), kBufferAttr) &&
+             kindOf(a.getArgNumber()) == "state";
+    };
+    if (!isStateArg(rm) || !isStateArg(rv) || updatedRunning.count(rm) ||
+        updatedRunning.count(rv) || rm == rv) {
+      bn.emitError() << "the running statistics of a batch_norm must be two "
+                        "distinct state arguments marked '"
+                     << kBufferAttr << "', each used by one batch_norm";
+      return signalPassFailure();
+    }
+    b.setInsertionPointAfter(bn);
+    auto t = cast<RankedTensorType>(rm.getType());
+    auto moments = BatchNormMomentsOp::create(b, bn.getLoc(), TypeRange{t, t},
+                                              bn.getInput());
+    if (Attribute layer = bn->getAttr(kLayerAttr))
+      moments->setAttr(kLayerAttr, layer);
+    runningUpdates.push_back({bn, moments});
+    updatedRunning[rm] = updatedRunning[rv] = Value();
+  }
+  b.setInsertionPointToEnd(body);
+
   // Values that depend on a parameter: only they need adjoints.
   llvm::DenseSet<Value> active;
   for (unsigned i : params)
@@ -448,6 +486,19 @@ void AutodiffPass::runOnOperation() {
     keepLayer(op, last);
   }
 
+  for (auto [bn, moments] : runningUpdates) {
+    Value rm = bn.getRunning()[0], rv = bn.getRunning()[1];
+    auto in = bn.getInput().getType();
+    auto update = RunningStatsUpdateOp::create(
+        b, bn.getLoc(), TypeRange{rm.getType(), rv.getType()}, rm, rv,
+        moments.getSum(), moments.getSumSq(), bn.getMomentumAttr(),
+        b.getI64IntegerAttr(in.getNumElements() / in.getDimSize(1)));
+    if (Attribute layer = bn->getAttr(kLayerAttr))
+      update->setAttr(kLayerAttr, layer);
+    updatedRunning[rm] = update.getNewMean();
+    updatedRunning[rv] = update.getNewVar();
+  }
+
   // The global gradient norm: sum of squares over every gradient.
   SmallVector<Value> grads;
   Value sumsq;
@@ -476,6 +527,22 @@ void AutodiffPass::runOnOperation() {
 
   SmallVector<Value> results{loss, sumsq}, states;
   SmallVector<DictionaryAttr> stateArgAttrs;
+  // The model's state (running statistics) comes first among the updated
+  // state, in the order of its arguments; the optimizer's follows.
+  for (unsigned i = 0; i < model.getNumArguments(); ++i) {
+    if (kindOf(i) != "state")
+      continue;
+    Value updated = updatedRunning.lookup(step.getArgument(i));
+    if (!updated) {
+      auto name = model.getArgAttrOfType<StringAttr>(i, kNameAttr);
+      mlir::emitError(step.getArgument(i).getLoc())
+          << "state argument '" << (name ? name.getValue() : "?")
+          << "' is not the running statistics of a batch_norm; planc does "
+             "not know how a step updates it";
+      return signalPassFailure();
+    }
+    states.push_back(updated);
+  }
   for (auto [i, g] : llvm::zip(params, grads)) {
     Value w = step.getArgument(i);
     if (!g) {

@@ -206,12 +206,25 @@ void LowerRankToEmitCPass::runOnOperation() {
                {c.i64(declared), c.i64(*st)});
       ++declared;
     }
-    // Optimizer state: zero at the start, this rank's shard.
+    // State: optimizer moments (zero at the start) and model buffers, this
+    // rank's shard.
     int64_t states = 0;
     for (auto st : module.getOps<rk::StateDeclOp>()) {
       SmallVector<Attribute> a{c.str(st.getSymName())};
       append_range(a, c.shape(st.getType()));
       c.call(st.getLoc(), "planrt::declare_state", {}, a);
+      // Model state (batch norm's running statistics): its initializer,
+      // and it is exported with the parameters.
+      if (st.getBuffer()) {
+        plan::InitAttr init = st.getInitAttr();
+        if (!init)
+          init = plan::InitAttr::get(ctx, "zeros", 0, 0);
+        c.call(st.getLoc(), "planrt::set_state_buffer", {},
+               {c.i64(states),
+                ec::OpaqueAttr::get(ctx, initKindCode(init.getKind())),
+                c.f32(init.getA().convertToDouble()),
+                c.f32(init.getB().convertToDouble())});
+      }
       // Where this rank's shard sits in the global tensor (checkpoints
       // write and read state by global slices, across plans).
       if (auto s = st.getShardingAttr())

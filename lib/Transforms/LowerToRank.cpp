@@ -209,8 +209,13 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
     if (kind.getValue() == "state") {
       if (isStep) {
         ShardingAttr s = getSharding(arg);
+        // Batch norm's running statistics are model state: initialized as
+        // the frontend says, exported with the parameters.
+        bool buffer = src.getArgAttr(i, kBufferAttr) != nullptr;
         auto decl = rk::StateDeclOp::create(
-            declB, loc, name, *type, s.isReplicated() ? ShardingAttr() : s);
+            declB, loc, name, *type, s.isReplicated() ? ShardingAttr() : s,
+            buffer,
+            buffer ? src.getArgAttrOfType<InitAttr>(i, kInitAttr) : InitAttr());
         stateBytes += type->getNumElements() * 4;
         if (pipelined) {
           decl->setAttr(rk::kRankStageAttr, b.getI64IntegerAttr(argStage(i)));
@@ -253,12 +258,12 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
                                   ? StringAttr()
                                   : StringAttr::get(ctx, batchAxes[0]));
     buf[arg] = rk::InputOp::create(b, loc, *type, ref);
-    // What a reference implementation needs to replay step 1.
-    if (isStep)
-      rk::ObserveOp::create(
-          b, loc, buf[arg],
-          b.getStringAttr((kind.getValue() == "label" ? "label/" : "input/") +
-                          name.getValue()));
+    // What a reference implementation needs to replay step 1 (or an
+    // evaluation batch, with the forward function).
+    rk::ObserveOp::create(
+        b, loc, buf[arg],
+        b.getStringAttr((kind.getValue() == "label" ? "label/" : "input/") +
+                        name.getValue()));
   }
 
   auto f32 = [&](double v) { return b.getF32FloatAttr(float(v)); };
@@ -419,8 +424,11 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
           }))
         continue;
       Operation *def = ar.getInput().getDefiningOp();
-      // Gradients, not the loss (a scalar reported at the end).
-      if (!def || !ar.getInput().hasOneUse() ||
+      // Gradients, not the loss (a scalar reported at the end), nor batch
+      // norm's sums for its running statistics: a bucket's offsets decide
+      // how MPI splits its sum, so the gradients' bucket stays what it is
+      // without running statistics (the same rounding).
+      if (!def || !ar.getInput().hasOneUse() || isa<BatchNormMomentsOp>(def) ||
           cast<RankedTensorType>(ar.getType()).getRank() == 0 ||
           !isa<ShardingRuleOpInterface>(def) ||
           isa<ReshapeOp, CrossEntropyOp, CrossEntropyGradOp,
@@ -717,9 +725,47 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
     // A reference compares whole tensors of step 1: not per microbatch.
     bool inLoop = phase == Loop;
     auto in = [&](unsigned i) { return buf.lookup(op.getOperand(i)); };
+    // The loss, reported by every rank (with a pipeline it is computed on
+    // the last stage and sent to every rank).
+    auto reportLoss = [&](Value loss) {
+      Value local = buf.lookup(loss);
+      if (!pipelined) {
+        rk::ReportLossOp::create(b, loc, local);
+        return;
+      }
+      Value whole;
+      {
+        // The forward pipeline's loss lives in the last stage's unit: it is
+        // copied out at the unit's end into a buffer made before it.
+        OpBuilder::InsertionGuard g(b);
+        if (forwardPipe && loop)
+          b.setInsertionPoint(loop);
+        whole = rk::AllocOp::create(b, loc, cast<MemRefType>(local.getType()));
+        rk::FillOp::create(b, loc, whole, b.getF32FloatAttr(0));
+      }
+      Operation *def = loss.getDefiningOp();
+      Operation *localDef = local.getDefiningOp();
+      OpBuilder::InsertPoint after = b.saveInsertionPoint();
+      bool inUnit =
+          forwardPipe && localDef && localDef->getParentOfType<rk::UnitOp>();
+      if (inUnit)
+        b.setInsertionPointToEnd(localDef->getBlock());
+      auto copy =
+          rk::CopyOp::create(b, loc, TypeRange(), ValueRange{local, whole},
+                             ArrayRef<NamedAttribute>());
+      if (!inUnit)
+        copy->setAttr(
+            rk::kRankStageAttr,
+            b.getI64IntegerAttr(def ? std::max<int64_t>(stageOf(def), 0) : 0));
+      b.restoreInsertionPoint(after);
+      rk::AllReduceOp::create(b, loc, whole, b.getStrArrayAttr({"pp"}));
+      rk::ReportLossOp::create(b, loc, whole);
+    };
     if (isa<func::ReturnOp>(op) && !isStep) {
-      // The forward function's result (the loss) is not needed: generation
-      // reads the observed logits.
+      // The forward function's loss is what evaluation reports (generation
+      // reads the observed logits).
+      if (op.getNumOperands() == 1 && buf.lookup(op.getOperand(0)))
+        reportLoss(op.getOperand(0));
       func::ReturnOp::create(b, loc);
       continue;
     }
@@ -730,22 +776,8 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
       SmallVector<BlockArgument> updated = updatedArgs(src);
       for (auto [i, v] : llvm::enumerate(op.getOperands())) {
         auto role = src.getResultAttrOfType<StringAttr>(i, kResultAttr);
-        if (role && role.getValue() == "loss" && pipelined) {
-          // The loss is computed on the last stage: every rank reports it.
-          Value whole =
-              rk::AllocOp::create(b, loc, cast<MemRefType>(in(i).getType()));
-          rk::FillOp::create(b, loc, whole, b.getF32FloatAttr(0));
-          Operation *def = v.getDefiningOp();
-          auto copy =
-              rk::CopyOp::create(b, loc, TypeRange(), ValueRange{in(i), whole},
-                                 ArrayRef<NamedAttribute>());
-          copy->setAttr(rk::kRankStageAttr,
-                        b.getI64IntegerAttr(
-                            def ? std::max<int64_t>(stageOf(def), 0) : 0));
-          rk::AllReduceOp::create(b, loc, whole, b.getStrArrayAttr({"pp"}));
-          rk::ReportLossOp::create(b, loc, whole);
-        } else if (role && role.getValue() == "loss")
-          rk::ReportLossOp::create(b, loc, in(i));
+        if (role && role.getValue() == "loss")
+          reportLoss(v);
         else if (role && role.getValue() == "grad_sumsq")
           rk::ReportGradNormOp::create(b, loc, in(i));
         else if (i < updated.size() && updated[i]) {
@@ -882,6 +914,19 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
       buf[r.getResult()] = rk::ViewOp::create(b, loc, *type, in(0));
       continue;
     }
+    // Evaluation: dropout keeps every element.
+    if (isa<DropoutOp>(op) && !isStep) {
+      buf[op.getResult(0)] = in(0);
+      continue;
+    }
+    // Batch norm's running statistics are updated in place.
+    if (auto up = dyn_cast<RunningStatsUpdateOp>(op)) {
+      rk::RunningStatsUpdateOp::create(b, loc, in(0), in(1), in(2), in(3),
+                                       up.getCountAttr(), up.getMomentumAttr());
+      buf[up.getNewMean()] = in(0);
+      buf[up.getNewVar()] = in(1);
+      continue;
+    }
     // Optimizer updates write the parameter's own buffer.
     if (isa<SgdUpdateOp, AdamWUpdateOp>(op)) {
       if (!op.getOperand(1).getDefiningOp<ClipByNormOp>())
@@ -990,9 +1035,18 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
               return true;
             })
             .Case<BatchNormOp>([&](BatchNormOp bn) {
-              rk::BatchNormOp::create(b, loc, in(0), in(1), in(2), out,
-                                      batchAxes(bn.getInput()),
-                                      bn.getEpsAttr());
+              // The forward function evaluates: the running statistics.
+              if (!isStep && !bn.getRunning().empty())
+                rk::BatchNormInferOp::create(b, loc, in(0), in(1), in(2), in(3),
+                                             in(4), out, bn.getEpsAttr());
+              else
+                rk::BatchNormOp::create(b, loc, in(0), in(1), in(2), out,
+                                        batchAxes(bn.getInput()),
+                                        bn.getEpsAttr());
+              return true;
+            })
+            .Case<BatchNormMomentsOp>([&](auto) {
+              rk::BatchNormMomentsOp::create(b, loc, in(0), outs[0], outs[1]);
               return true;
             })
             .Case<BatchNormGradOp>([&](BatchNormGradOp g) {

@@ -67,6 +67,18 @@ void shard_state(Context *ctx, int64_t state_index, int64_t dim,
   st.shard_axes[dim].push_back(mesh_axis);
 }
 
+void set_state_buffer(Context *ctx, int64_t state_index, int64_t init_kind,
+                      float a, float b) {
+  StateDesc &st = state_desc(ctx, "set_state_buffer", state_index);
+  if (init_kind < InitZeros || init_kind > InitUniform)
+    fatal("set_state_buffer '%s': unknown init kind %lld", st.name.c_str(),
+          (long long)init_kind);
+  st.buffer = true;
+  st.init_kind = init_kind;
+  st.a = a;
+  st.b = b;
+}
+
 void set_state_segments(Context *ctx, int64_t state_index, int64_t dim,
                         int64_t s0, int64_t s1, int64_t s2) {
   const char *op = "set_state_segments";
@@ -1535,6 +1547,22 @@ std::vector<std::string> init_names(const std::string &name) {
   return {name, "transformer." + name, "model." + name};
 }
 
+/// What --init-from loads: the parameters, then the model state (batch
+/// norm's running statistics), described as parameters (`keep` owns the
+/// descriptions of the state, which share its tensors).
+std::vector<ParamDesc *> loaded_tensors(Context *ctx,
+                                        std::deque<ParamDesc> &keep) {
+  std::vector<ParamDesc *> out;
+  for (ParamDesc &p : ctx->params)
+    out.push_back(&p);
+  for (StateDesc &st : ctx->states)
+    if (st.buffer) {
+      keep.push_back(state_as_param(st));
+      out.push_back(&keep.back());
+    }
+  return out;
+}
+
 std::string check_init_from(Context *ctx, const std::string &path) {
   std::string ioerr;
   FILE *f = std::fopen(path.c_str(), "rb");
@@ -1570,7 +1598,11 @@ std::string check_init_from(Context *ctx, const std::string &path) {
     return "--init-from: " + error;
   std::vector<std::string> problems;
   std::map<std::string, bool> used;
-  for (ParamDesc &p : ctx->params) {
+  std::deque<ParamDesc> keep;
+  size_t num_params = ctx->params.size(), index = 0;
+  for (ParamDesc *pp : loaded_tensors(ctx, keep)) {
+    ParamDesc &p = *pp;
+    const char *what = index++ < num_params ? "parameter" : "running statistic";
     std::string key;
     for (const std::string &cand : init_names(p.name))
       if (g_init.header.get(cand)) {
@@ -1582,7 +1614,7 @@ std::string check_init_from(Context *ctx, const std::string &path) {
         global_shape(param_layout(ctx, p, zero), p.t.ndim);
     if (key.empty()) {
       problems.push_back("--init-from: " + path + ": no tensor '" + p.name +
-                         "' (the model's parameter " + shape_list(shape) +
+                         "' (the model's " + what + " " + shape_list(shape) +
                          "; also looked for 'transformer." + p.name + "')");
       continue;
     }
@@ -1600,7 +1632,7 @@ std::string check_init_from(Context *ctx, const std::string &path) {
     if (e.shape != shape && e.shape != accept) {
       problems.push_back("--init-from: " + path + ": tensor '" + key +
                          "' has shape " + shape_list(e.shape) +
-                         " but the model's parameter '" + p.name + "' is " +
+                         " but the model's " + what + " '" + p.name + "' is " +
                          shape_list(accept));
       continue;
     }
@@ -1638,7 +1670,9 @@ std::string load_init_from(Context *ctx, const std::string &path) {
   if (!f)
     return "--init-from: cannot open '" + path + "': " + std::strerror(errno);
   std::unique_ptr<FILE, int (*)(FILE *)> closer(f, std::fclose);
-  for (ParamDesc &p : ctx->params) {
+  std::deque<ParamDesc> keep;
+  for (ParamDesc *pp : loaded_tensors(ctx, keep)) {
+    ParamDesc &p = *pp;
     if (!p.t.data)
       continue; // another pipeline rank's stage
     const std::string &key = g_init.found.at(p.name);

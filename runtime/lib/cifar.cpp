@@ -48,20 +48,16 @@ std::string read_at(const std::string &path, int64_t offset, unsigned char *out,
 }
 } // namespace
 
-std::string open_cifar(Context *ctx) {
-  if (!ctx->data_path_set)
-    return "(no data path): data_kind 3 (CIFAR-10) needs a glob pattern of "
-           "its binary batch files; the generated plan_setup must call "
-           "set_data_path";
+std::string
+open_cifar_files(const std::string &pattern,
+                 std::vector<std::pair<std::string, int64_t>> &files,
+                 int64_t &records, const char *hint) {
   std::vector<std::string> paths;
-  std::string error =
-      glob_files(ctx->data_path, paths,
-                 "download CIFAR-10's binary version (data_batch_1.bin ... "
-                 "data_batch_5.bin)");
+  std::string error = glob_files(pattern, paths, hint);
   if (!error.empty())
     return error;
-  ctx->cifar_files.clear();
-  ctx->cifar_records = 0;
+  files.clear();
+  records = 0;
   for (const std::string &p : paths) {
     struct stat st;
     if (::stat(p.c_str(), &st) != 0)
@@ -74,13 +70,25 @@ std::string open_cifar(Context *ctx) {
              std::to_string(size) + " bytes, is not a positive multiple of " +
              std::to_string(kRecord) +
              " (records of 1 class byte and 3x32x32 pixels)";
-    ctx->cifar_files.push_back({p, size / kRecord});
-    ctx->cifar_records += size / kRecord;
+    files.push_back({p, size / kRecord});
+    records += size / kRecord;
   }
   return "";
 }
 
-void fill_cifar(Context *ctx, int64_t step) {
+std::string open_cifar(Context *ctx) {
+  if (!ctx->data_path_set)
+    return "(no data path): data_kind 3 (CIFAR-10) needs a glob pattern of "
+           "its binary batch files; the generated plan_setup must call "
+           "set_data_path";
+  return open_cifar_files(ctx->data_path, ctx->cifar_files, ctx->cifar_records,
+                          "download CIFAR-10's binary version "
+                          "(data_batch_1.bin ... data_batch_5.bin)");
+}
+
+void fill_cifar(Context *ctx, int64_t step, bool eval) {
+  const auto &files = eval ? ctx->cifar_eval_files : ctx->cifar_files;
+  int64_t records = eval ? ctx->cifar_eval_records : ctx->cifar_records;
   DataPair d = data_pair(ctx);
   InputDesc *x = d.x, *y = d.y;
   int64_t rows = d.rows, row0 = d.row0, global = d.global_rows;
@@ -88,11 +96,11 @@ void fill_cifar(Context *ctx, int64_t step) {
   y->staging.resize((size_t)rows);
   unsigned char rec[kRecord];
   for (int64_t r = 0; r < rows; ++r) {
-    int64_t index = ((step - 1) * global + row0 + r) % ctx->cifar_records;
+    int64_t index = ((step - 1) * global + row0 + r) % records;
     size_t f = 0;
-    while (index >= ctx->cifar_files[f].second)
-      index -= ctx->cifar_files[f++].second;
-    const std::string &path = ctx->cifar_files[f].first;
+    while (index >= files[f].second)
+      index -= files[f++].second;
+    const std::string &path = files[f].first;
     std::string error = read_at(path, index * kRecord, rec, kRecord);
     if (!error.empty())
       fatal("step %lld: %s", (long long)step, error.c_str());

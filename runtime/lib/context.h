@@ -82,6 +82,11 @@ struct StateDesc {
   std::vector<int64_t> shard_axes[4];
   std::vector<int64_t> segments[4];
   Tensor t; // zeroed at start (null data if the stage is unowned)
+  // Model state (set_state_buffer): initialized like a parameter and
+  // exported with the parameters.
+  bool buffer = false;
+  int64_t init_kind = 0;
+  float a = 0.0f, b = 0.0f;
 };
 
 struct InputDesc {
@@ -267,10 +272,19 @@ struct Context {
   // data_kind 3: the CIFAR-10 files (sorted) and their record counts.
   std::vector<std::pair<std::string, int64_t>> cifar_files;
   int64_t cifar_records = 0;
+  // The evaluation files (--eval-data), alike.
+  std::vector<std::pair<std::string, int64_t>> cifar_eval_files;
+  int64_t cifar_eval_records = 0;
   // Classification accuracy of the step (data_kind 2): rows whose argmax is
   // the target, and rows counted, on this rank; then over the world.
   double acc_correct = 0, acc_rows = 0;
   float last_accuracy = -1.0f; // < 0: not measured
+  // --eval-every N (0: never) and --eval-batches K: the held-out batches
+  // the forward function evaluates after every N-th step.
+  int64_t eval_every = 0, eval_batches = 4;
+  float last_eval_loss = 0.0f, last_eval_accuracy = -1.0f;
+  std::string dump_eval_path; // --dump-eval (cleared once written)
+  bool observe_eval = false;  // observe() records for --dump-eval
 
   void *backend = nullptr; // backend state
 
@@ -322,7 +336,9 @@ DataPair data_pair(Context *ctx);
 /// Copies the staging buffers of `d` (filled for a step) to the device.
 void upload_staging(Context *ctx, const DataPair &d);
 /// Generates this rank's rows of the data_kind 2 images and classes.
-void fill_synthetic_images(Context *ctx, int64_t step);
+/// `eval`: batch `step` of the held-out samples (another stream of the same
+/// classes) instead of the training batch of that step.
+void fill_synthetic_images(Context *ctx, int64_t step, bool eval = false);
 /// Reads this rank's rows of the data_kind 1 input/label for `step` (fatal on
 /// a read error: the files were checked before the run).
 void fill_tokens(Context *ctx, int64_t step);
@@ -360,6 +376,10 @@ ParamLayout param_layout(const Context *ctx, const ParamDesc &p,
 int64_t param_dim_blocks(const Context *ctx, const ParamDesc &p, int d);
 /// Bit mask of the mesh axes that split some dim of `p` (0 = replicated).
 int64_t param_shard_mask(const ParamDesc &p);
+/// A state tensor described as a parameter (its name, layout, stage, init
+/// and tensor, sharing the data): what --save, --init-from and the start
+/// need for model state (set_state_buffer).
+ParamDesc state_as_param(const StateDesc &st);
 /// Row-major coordinates of world rank `rank` on the declared axes.
 std::vector<int64_t> rank_coords(const Context *ctx, int64_t rank);
 

@@ -27,6 +27,7 @@ enum Stream : uint64_t {
   kStreamData = 0x64617461,    // "data"
   kStreamTeacher = 0x74636872, // "tchr"
   kStreamClass = 0x636c6173,   // "clas"
+  kStreamEval = 0x6576616c,    // "eval": held-out samples, never trained on
 };
 
 uint64_t splitmix64(uint64_t x) {
@@ -213,7 +214,7 @@ std::vector<Grating> class_pattern(int64_t seed, int64_t k, int64_t channels) {
 }
 } // namespace
 
-void fill_synthetic_images(Context *ctx, int64_t step) {
+void fill_synthetic_images(Context *ctx, int64_t step, bool eval) {
   DataPair d = data_pair(ctx);
   InputDesc *x = d.x, *y = d.y;
   int64_t x_index = d.x_index;
@@ -230,8 +231,9 @@ void fill_synthetic_images(Context *ctx, int64_t step) {
   float *ids_as_float = y->staging.data();
   for (int64_t r = 0; r < rows; ++r) {
     uint64_t g = (uint64_t)(row0 + r);
-    uint64_t base = hash_seq({(uint64_t)ctx->seed, kStreamData, (uint64_t)step,
-                              (uint64_t)x_index, g});
+    uint64_t base =
+        hash_seq({(uint64_t)ctx->seed, eval ? kStreamEval : kStreamData,
+                  (uint64_t)step, (uint64_t)x_index, g});
     int64_t k = (int64_t)(splitmix64(base ^ 0x6b) % (uint64_t)ctx->classes);
     std::vector<Grating> &pat = patterns[(size_t)k];
     if (pat.empty())

@@ -132,6 +132,8 @@ std::string usage(const char *program) {
          " [--dump-step0 PATH] [--resume [DIR]] [--init-from FILE]"
          " [--checkpoint-dir DIR] [--checkpoint-every N] [--keep N]"
          " [--generate N [--prompt TEXT] [--temperature T]]"
+         " [--eval-every N [--eval-batches K] [--eval-data PATTERN]"
+         " [--dump-eval PATH]]"
          " [--log-json PATH] [--trace PATH] [--peak-flops F]"
          " [--progress auto|always|never] [--timeout S] [--quiet] [--help]\n"
          "  --steps N          run N training steps instead of the compiled "
@@ -159,7 +161,23 @@ std::string usage(const char *program) {
          "  --prompt TEXT      the text generation starts from (default: "
          "\"The \")\n"
          "  --temperature T    sampling temperature, 0 = greedy (default "
-         "0.8)\n" +
+         "0.8)\n"
+         "  --eval-every N     after every N-th step, evaluate the model "
+         "(batch norm with its\n"
+         "                     running statistics, no dropout) on held-out "
+         "batches and print\n"
+         "                     their loss and accuracy (image classifiers)\n"
+         "  --eval-batches K   held-out batches per evaluation, each of the "
+         "global batch size\n"
+         "                     (default 4)\n"
+         "  --eval-data PAT    CIFAR-10 files to evaluate on (a glob, e.g. "
+         "cifar/test_batch.bin);\n"
+         "                     generated images evaluate on samples training "
+         "never draws\n"
+         "  --dump-eval PATH   write the first evaluation's first batch to "
+         "PATH (safetensors):\n"
+         "                     'input/<x>', 'label/<y>' and 'logits' (rank 0's "
+         "rows)\n" +
          internal::checkpoint_usage() +
          "  --log-json PATH    write one JSON object per step to PATH (rank "
          "0; step, loss,\n"
@@ -589,7 +607,9 @@ void observe(Context *ctx, const Tensor *t, const char *name) {
     ctx->captured_shape.assign(t->shape, t->shape + t->ndim);
     return;
   }
-  if (ctx->dump_step0_path.empty() || ctx->step != 1 || !observer(ctx))
+  bool wanted =
+      ctx->observe_eval || (!ctx->dump_step0_path.empty() && ctx->step == 1);
+  if (!wanted || !observer(ctx))
     return;
   if (!name || !*name)
     fatal("observe: empty name");
@@ -691,6 +711,25 @@ void destroy_context(Context *ctx) {
   delete ctx;
 }
 
+} // namespace internal
+
+ParamDesc state_as_param(const StateDesc &st) {
+  ParamDesc p;
+  p.name = st.name;
+  p.init_kind = st.init_kind;
+  p.a = st.a;
+  p.b = st.b;
+  for (int d = 0; d < 4; ++d) {
+    p.shard_axes[d] = st.shard_axes[d];
+    p.segments[d] = st.segments[d];
+  }
+  p.stage = st.stage;
+  p.t = st.t;
+  return p;
+}
+
+namespace internal {
+
 void start(Context *ctx) {
   if (ctx->started)
     fatal("start: the program was already started");
@@ -730,8 +769,21 @@ void start(Context *ctx) {
     if (st.stage >= 0 && stage_owner(ctx, st.stage) != my_pp)
       continue;
     allocate_tensor(ctx, &st.t);
-    ctx->state_bytes += st.t.numel() * (int64_t)sizeof(float);
-    backend::zero_bytes(ctx, st.t.data, (size_t)st.t.numel() * sizeof(float));
+    int64_t n = st.t.numel();
+    ctx->state_bytes += n * (int64_t)sizeof(float);
+    if (!st.buffer) {
+      backend::zero_bytes(ctx, st.t.data, (size_t)n * sizeof(float));
+      continue;
+    }
+    // Model state starts like a parameter (running variance: ones).
+    ParamDesc p = state_as_param(st);
+    ParamLayout layout = param_layout(ctx, p, ctx->coords);
+    host.resize((size_t)n);
+    for (int64_t i = 0; i < n; ++i)
+      host[i] = init_value(ctx->seed, st.name.c_str(),
+                           layout.global_flat(st.t.shape, i), st.init_kind,
+                           st.a, st.b);
+    backend::to_device(ctx, st.t.data, host.data(), (size_t)n * sizeof(float));
   }
   for (auto &in : ctx->inputs) {
     allocate_tensor(ctx, &in.t);
@@ -834,6 +886,8 @@ static void reduce_accuracy(Context *ctx) {
   ctx->last_accuracy = v[1] > 0 ? (float)(v[0] / v[1]) : -1.0f;
 }
 
+void evaluate(Context *ctx, int64_t step);
+
 std::vector<float> train(Context *ctx, void (*step)(Context *), int64_t steps,
                          bool quiet) {
   std::vector<float> losses;
@@ -891,11 +945,80 @@ std::vector<float> train(Context *ctx, void (*step)(Context *), int64_t steps,
       ctx->observed.clear();
       ctx->observed.shrink_to_fit();
     }
+    // --eval-every: after the step's checkpoint would be taken the model is
+    // the same; evaluation changes no state, so a resumed run prints the
+    // same evaluations.
+    if (ctx->eval_every > 0 && s % ctx->eval_every == 0)
+      evaluate(ctx, s);
     // Checkpoints, and a stop requested by SIGTERM / SIGUSR1 (collective).
     if (internal::after_step(ctx, s, steps))
       break;
   }
   return losses;
+}
+
+/// Runs the forward function (evaluation mode: batch norm with its running
+/// statistics, no dropout) on --eval-batches held-out batches and prints
+/// their mean loss and accuracy on rank 0. Collective. The training state
+/// is left as it was: the parameters, the running statistics and the
+/// reported loss of the step.
+void evaluate(Context *ctx, int64_t step) {
+  if (!ctx->forward)
+    fatal("--eval-every: this program has no forward function");
+  float loss = ctx->last_loss, accuracy = ctx->last_accuracy;
+  bool reported = ctx->loss_reported;
+  std::string dump = ctx->dump_step0_path; // step 1's tensors are not these
+  ctx->dump_step0_path.clear();
+  auto peaks = ctx->in_flight_peak; // evaluation's units are not counted
+  double loss_sum = 0, acc[2] = {0, 0};
+  for (int64_t k = 1; k <= ctx->eval_batches; ++k) {
+    check_no_pending(ctx, "--eval-every");
+    arena_reset(ctx);
+    if (ctx->data_kind == DataCifar10)
+      fill_cifar(ctx, k, /*eval=*/true);
+    else
+      fill_synthetic_images(ctx, k, /*eval=*/true);
+    ctx->acc_correct = ctx->acc_rows = 0;
+    ctx->loss_reported = false;
+    // --dump-eval: the first held-out batch's inputs and logits, once.
+    ctx->observe_eval = k == 1 && !ctx->dump_eval_path.empty();
+    ctx->forward(ctx);
+    ctx->in_flight.clear(); // forward units only: nothing to wait for
+    pipeline_end_step(ctx, "--eval-every");
+    backend::synchronize(ctx);
+    if (ctx->observe_eval) {
+      ctx->observe_eval = false;
+      gather_observed(ctx);
+      std::string error;
+      if (ctx->rank == 0)
+        write_observed(ctx, ctx->dump_eval_path, &error);
+      exit_if_write_failed(ctx, "--dump-eval", ctx->dump_eval_path, error);
+      ctx->observed.clear();
+      ctx->dump_eval_path.clear();
+    }
+    if (!ctx->loss_reported)
+      fatal("--eval-every: the forward function reported no loss");
+    loss_sum += ctx->last_loss;
+    acc[0] += ctx->acc_correct;
+    acc[1] += ctx->acc_rows;
+  }
+  ctx->in_flight_peak = peaks;
+  // Every rank that computed the loss counted its rows (as for the step's
+  // accuracy), so the world's ratio is the held-out batches'.
+  if (ctx->use_mpi && ctx->world > 1) {
+    double sum[2] = {0, 0};
+    watchdog::allreduce(ctx, acc, sum, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD,
+                        watchdog::group_op("--eval-every", -1));
+    acc[0] = sum[0];
+    acc[1] = sum[1];
+  }
+  ctx->last_eval_loss = (float)(loss_sum / (double)ctx->eval_batches);
+  ctx->last_eval_accuracy = acc[1] > 0 ? (float)(acc[0] / acc[1]) : -1.0f;
+  report_eval(ctx, step, ctx->eval_batches * ctx->global_batch);
+  ctx->last_loss = loss;
+  ctx->loss_reported = reported;
+  ctx->last_accuracy = accuracy;
+  ctx->dump_step0_path = dump;
 }
 
 StepFn forward_fn(const Context *ctx) { return ctx->forward; }
@@ -1028,14 +1151,26 @@ static std::vector<float> gather_param(Context *ctx, ParamDesc &p,
 
 void save_safetensors(Context *ctx, const std::string &path,
                       const char *option) {
+  // The parameters, then the model state (batch norm's running
+  // statistics) under its own names.
+  std::deque<ParamDesc> buffers;
+  std::vector<ParamDesc *> exported;
+  for (auto &p : ctx->params)
+    exported.push_back(&p);
+  for (auto &st : ctx->states)
+    if (st.buffer) {
+      buffers.push_back(state_as_param(st));
+      exported.push_back(&buffers.back());
+    }
   std::vector<std::vector<float>> host;
   std::vector<NamedTensor> named;
-  host.reserve(ctx->params.size());
+  host.reserve(exported.size());
   bool multi = ctx->use_mpi && ctx->world > 1;
   // One communicator per set of holders (the splitting axes and the
   // coordinates wanted on the others): replicas hold the same blocks.
   std::map<std::vector<int64_t>, MPI_Comm> comms;
-  for (auto &p : ctx->params) {
+  for (ParamDesc *exp : exported) {
+    ParamDesc &p = *exp;
     ParamLayout layout = param_layout(ctx, p, ctx->coords);
     std::vector<int64_t> want = holder_coords(ctx, p);
     bool holder = is_holder(ctx->coords, want);
@@ -1116,6 +1251,9 @@ int run(int argc, char **argv, const char *program_name,
   int64_t steps = ctx->steps;
   std::string save_path, init_path, dump_path;
   int64_t save_every = 0;
+  int64_t eval_every = 0, eval_batches = 4;
+  bool eval_batches_set = false;
+  std::string eval_data, dump_eval_path;
   std::string prompt = "The ";
   int64_t generate = 0;
   float temperature = 0.8f;
@@ -1151,7 +1289,7 @@ int run(int argc, char **argv, const char *program_name,
     } else if (arg == "--steps") {
       opt.take_int(0, steps, 1000000000LL);
     } else if (arg == "--save" || arg == "--save-init" ||
-               arg == "--dump-step0") {
+               arg == "--dump-step0" || arg == "--dump-eval") {
       if (!take_value())
         break;
       if (value.empty())
@@ -1160,6 +1298,8 @@ int run(int argc, char **argv, const char *program_name,
         save_path = value;
       else if (arg == "--save-init")
         init_path = value;
+      else if (arg == "--dump-eval")
+        dump_eval_path = value;
       else
         dump_path = value;
     } else if (arg == "--generate" || arg == "--temperature") {
@@ -1186,6 +1326,17 @@ int run(int argc, char **argv, const char *program_name,
       }
     } else if (arg == "--save-every") {
       opt.take_int(1, save_every);
+    } else if (arg == "--eval-every") {
+      opt.take_int(1, eval_every);
+    } else if (arg == "--eval-batches") {
+      opt.take_int(1, eval_batches, 1000000);
+      eval_batches_set = true;
+    } else if (arg == "--eval-data") {
+      if (!take_value())
+        break;
+      if (value.empty())
+        error = "empty pattern for --eval-data";
+      eval_data = value;
     } else if (arg == "--timeout") {
       if (!take_value())
         break;
@@ -1215,6 +1366,31 @@ int run(int argc, char **argv, const char *program_name,
   }
   if (error.empty() && save_every > 0 && save_path.empty())
     error = "--save-every needs --save PATH to name the files";
+  if (error.empty() && eval_every == 0 &&
+      (eval_batches_set || !eval_data.empty() || !dump_eval_path.empty()))
+    error = std::string(eval_batches_set     ? "--eval-batches"
+                        : !eval_data.empty() ? "--eval-data"
+                                             : "--dump-eval") +
+            " needs --eval-every N (evaluate after every N steps)";
+  if (error.empty() && !dump_eval_path.empty() && eval_every > steps)
+    error = "--dump-eval writes what the first evaluation observed but the "
+            "run evaluates first after step " +
+            std::to_string(eval_every) + " of " + std::to_string(steps) +
+            "; lower --eval-every";
+  if (error.empty() && eval_every > 0 && !internal::is_classifier(ctx))
+    error = "--eval-every evaluates image classifiers (generated images or "
+            "CIFAR-10); this program trains on " +
+            std::string(ctx->data_kind == DataTokenShards
+                            ? "token shards"
+                            : "generated regression data");
+  if (error.empty() && eval_every > 0 && ctx->data_kind == DataCifar10 &&
+      eval_data.empty())
+    error = "evaluating a CIFAR-10 model needs --eval-data PATTERN, the "
+            "held-out files (e.g. --eval-data 'cifar/test_batch.bin')";
+  if (error.empty() && !eval_data.empty() && ctx->data_kind != DataCifar10)
+    error = "--eval-data names CIFAR-10 files, but this program trains on "
+            "generated images: it evaluates on generated samples that "
+            "training never draws; drop --eval-data";
   if (error.empty())
     error =
         internal::check_checkpoint_usage(ctx, ckpt, steps, !dump_path.empty());
@@ -1253,6 +1429,7 @@ int run(int argc, char **argv, const char *program_name,
       {{"--save", save_path},
        {"--save-init", init_path},
        {"--dump-step0", dump_path},
+       {"--dump-eval", dump_eval_path},
        {"--log-json", report.log_json},
        {"--trace", report.trace.empty()
                        ? report.trace
@@ -1280,6 +1457,24 @@ int run(int argc, char **argv, const char *program_name,
       return 1;
     }
   }
+
+  // --eval-data: checked by every rank before any collective.
+  if (!eval_data.empty()) {
+    std::string data_error = internal::open_cifar_files(
+        eval_data, ctx->cifar_eval_files, ctx->cifar_eval_records,
+        "download CIFAR-10's binary version (test_batch.bin)");
+    if (!data_error.empty()) {
+      std::fprintf(stderr, "planrt: error: --eval-data: %s\n",
+                   data_error.c_str());
+      std::fflush(stderr);
+      delete ctx;
+      MPI_Finalize();
+      return 1;
+    }
+  }
+  ctx->eval_every = eval_every;
+  ctx->eval_batches = eval_batches;
+  ctx->dump_eval_path = dump_eval_path;
 
   // Checkpoint directory, --resume and --init-from: checked on every rank
   // before step 1 (collective; exits 1 on a problem), loaded after start.

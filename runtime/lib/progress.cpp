@@ -287,6 +287,30 @@ void report_step(Context *ctx, int64_t step, int64_t steps, double ms,
   p->line_open = true;
 }
 
+void report_eval(Context *ctx, int64_t step, int64_t samples) {
+  if (ctx->rank != 0)
+    return;
+  Progress *p = ctx->progress.get();
+  float acc = ctx->last_eval_accuracy;
+  if (p && p->json) {
+    std::string line =
+        "{\"type\":\"eval\",\"step\":" + std::to_string(step) +
+        ",\"loss\":" + num(ctx->last_eval_loss) +
+        ",\"accuracy\":" + num(acc >= 0 ? acc : std::nan(""), "%.6f") +
+        ",\"samples\":" + std::to_string(samples) + "}\n";
+    std::fwrite(line.data(), 1, line.size(), p->json);
+    std::fflush(p->json);
+  }
+  if (p && p->line_open) { // the next step rewrites its line below this one
+    std::printf("\r\033[K");
+    p->line_open = false;
+  }
+  std::printf("eval after step %lld | loss %.9e | acc %.4f | %lld samples\n",
+              (long long)step, (double)ctx->last_eval_loss, (double)acc,
+              (long long)samples);
+  std::fflush(stdout);
+}
+
 void report_end_training(Context *ctx) {
   Progress *p = ctx->progress.get();
   if (p && p->line_open) {

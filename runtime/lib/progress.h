@@ -51,6 +51,10 @@ void report_step(Context *ctx, int64_t step, int64_t steps, double ms,
                  bool quiet);
 /// After the last step: ends the progress line.
 void report_end_training(Context *ctx);
+/// Rank 0: the line of an evaluation (--eval-every) from ctx->last_eval_loss
+/// and last_eval_accuracy, after the in-place step line is cleared, and its
+/// --log-json object.
+void report_eval(Context *ctx, int64_t step, int64_t samples);
 /// The --log-json summary object (collective when --log-json is on: every
 /// rank calls it).
 void report_summary(Context *ctx, int64_t steps);

@@ -158,3 +158,67 @@ func.func @bn_rank(%x: tensor<6xf32>, %g: tensor<6xf32>) {
   %y = plan.batch_norm %x, %g, %g : tensor<6xf32>, tensor<6xf32>
   return
 }
+
+// -----
+
+func.func @bn_one_running(%x: tensor<2x6x4x4xf32>, %g: tensor<6xf32>) {
+  // expected-error @below {{takes either no running statistics or two (mean, variance), got 1}}
+  %y = plan.batch_norm %x, %g, %g running(%g : tensor<6xf32>) : tensor<2x6x4x4xf32>, tensor<6xf32>
+  return
+}
+
+// -----
+
+func.func @bn_running_type(%x: tensor<2x6x4x4xf32>, %g: tensor<6xf32>, %r: tensor<3xf32>) {
+  // expected-error @below {{the running statistics must have the type of gamma, 'tensor<6xf32>', got 'tensor<3xf32>'}}
+  %y = plan.batch_norm %x, %g, %g running(%r, %r : tensor<3xf32>, tensor<3xf32>) : tensor<2x6x4x4xf32>, tensor<6xf32>
+  return
+}
+
+// -----
+
+func.func @bn_momentum(%x: tensor<2x6x4x4xf32>, %g: tensor<6xf32>) {
+  // expected-error @below {{momentum must be in [0, 1], got 2}}
+  %y = plan.batch_norm %x, %g, %g running(%g, %g : tensor<6xf32>, tensor<6xf32>) {momentum = 2.0 : f32} : tensor<2x6x4x4xf32>, tensor<6xf32>
+  return
+}
+
+// -----
+
+func.func @moments_rank(%x: tensor<6xf32>) {
+  // expected-error @below {{the input must be [N, C, ...], got 'tensor<6xf32>'}}
+  %s, %q = plan.batch_norm_moments %x : tensor<6xf32> -> tensor<6xf32>
+  return
+}
+
+// -----
+
+func.func @moments_type(%x: tensor<2x6x4x4xf32>) {
+  // expected-error @below {{the sums}}
+  %s, %q = plan.batch_norm_moments %x : tensor<2x6x4x4xf32> -> tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @running_rank(%m: tensor<2x3xf32>) {
+  // expected-error @below {{the statistics must be 1-D (one per channel), got 'tensor<2x3xf32>'}}
+  %a, %b = plan.running_stats_update %m, %m, %m, %m {count = 8 : i64, momentum = 0.1 : f32} : tensor<2x3xf32>
+  return
+}
+
+// -----
+
+func.func @running_momentum(%m: tensor<3xf32>) {
+  // expected-error @below {{momentum must be in [0, 1], got -5.000000e-01}}
+  %a, %b = plan.running_stats_update %m, %m, %m, %m {count = 8 : i64, momentum = -0.5 : f32} : tensor<3xf32>
+  return
+}
+
+// -----
+
+func.func @running_count(%m: tensor<3xf32>) {
+  // expected-error @below {{count must be >= 2 (the unbiased variance divides by count - 1), got 1}}
+  %a, %b = plan.running_stats_update %m, %m, %m, %m {count = 1 : i64, momentum = 0.1 : f32} : tensor<3xf32>
+  return
+}

@@ -17,3 +17,19 @@ func.func @conv(%x: tensor<2x3x8x8xf32>, %w: tensor<4x3x3x3xf32>, %b: tensor<4xf
   %db = plan.channel_bias_grad %dz : tensor<2x4x8x8xf32> -> tensor<4xf32>
   return %db : tensor<4xf32>
 }
+
+// -----
+
+// Batch norm with running statistics, and the ops plan-autodiff adds to
+// update them.
+// CHECK-LABEL: func.func @bn_running
+// CHECK: plan.batch_norm %arg0, %arg1, %arg2 running(%arg3, %arg4 : tensor<4xf32>, tensor<4xf32>) {momentum = 3.000000e-01 : f32} : tensor<2x4x3x3xf32>, tensor<4xf32>
+// CHECK: %[[S:.*]], %[[Q:.*]] = plan.batch_norm_moments %arg0 : tensor<2x4x3x3xf32> -> tensor<4xf32>
+// CHECK: plan.running_stats_update %arg3, %arg4, %[[S]], %[[Q]] {count = 18 : i64, momentum = 3.000000e-01 : f32} : tensor<4xf32>
+func.func @bn_running(%x: tensor<2x4x3x3xf32>, %g: tensor<4xf32>, %b: tensor<4xf32>,
+                      %rm: tensor<4xf32>, %rv: tensor<4xf32>) {
+  %y = plan.batch_norm %x, %g, %b running(%rm, %rv : tensor<4xf32>, tensor<4xf32>) {eps = 1.0e-5 : f32, momentum = 0.3 : f32} : tensor<2x4x3x3xf32>, tensor<4xf32>
+  %s, %q = plan.batch_norm_moments %x : tensor<2x4x3x3xf32> -> tensor<4xf32>
+  %m2, %v2 = plan.running_stats_update %rm, %rv, %s, %q {count = 18 : i64, momentum = 0.3 : f32} : tensor<4xf32>
+  return
+}

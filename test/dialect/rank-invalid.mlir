@@ -27,3 +27,8 @@ func.func @step(%a: memref<4x4xf32>, %b: memref<4x2xf32>, %c: memref<4x4xf32>) {
   rank.matmul %a, %b into %c {transpose_lhs = false, transpose_rhs = false} : memref<4x4xf32>, memref<4x2xf32> -> memref<4x4xf32>
   return
 }
+
+// -----
+
+// expected-error @below {{has an initializer but is optimizer state (zero at the start); only a 'buffer' takes 'init'}}
+rank.state_decl @m : memref<4xf32> init <ones>

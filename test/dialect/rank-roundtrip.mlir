@@ -27,3 +27,24 @@ func.func @step() {
   rank.report_loss %l : memref<f32>
   return
 }
+
+// Batch norm's running statistics: model state with an initializer, the
+// sums and the in-place update of a step, and evaluation with them.
+// CHECK: rank.state_decl @bn.running_mean : memref<4xf32> buffer init <zeros>
+rank.state_decl @bn.running_mean : memref<4xf32> buffer init <zeros>
+// CHECK: rank.state_decl @bn.running_var : memref<4xf32> buffer init <ones>
+rank.state_decl @bn.running_var : memref<4xf32> buffer init <ones>
+func.func @bn(%x: memref<2x4x3x3xf32>, %g: memref<4xf32>) {
+  %rm = rank.state @bn.running_mean : memref<4xf32>
+  %rv = rank.state @bn.running_var : memref<4xf32>
+  %s = rank.alloc : memref<4xf32>
+  %q = rank.alloc : memref<4xf32>
+  // CHECK: rank.batch_norm_moments %{{.*}} into %{{.*}}, %{{.*}} : memref<2x4x3x3xf32> -> memref<4xf32>
+  rank.batch_norm_moments %x into %s, %q : memref<2x4x3x3xf32> -> memref<4xf32>
+  // CHECK: rank.running_stats_update %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} {count = 18 : i64, momentum = 1.000000e-01 : f32} : memref<4xf32>
+  rank.running_stats_update %rm, %rv, %s, %q {count = 18 : i64, momentum = 0.1 : f32} : memref<4xf32>
+  %y = rank.alloc : memref<2x4x3x3xf32>
+  // CHECK: rank.batch_norm_infer %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} into %{{.*}} {eps = 9.99999974E-6 : f32} : memref<2x4x3x3xf32>, memref<4xf32>
+  rank.batch_norm_infer %x, %g, %g, %rm, %rv into %y {eps = 1.0e-5 : f32} : memref<2x4x3x3xf32>, memref<4xf32>
+  return
+}

@@ -5,8 +5,10 @@ by planrt and the final parameters written with --save (safetensors).
 usage: compare_runs.py REF_LOG REF_PARAMS OTHER_LOG OTHER_PARAMS
                        [--loss-rtol 1e-5] [--param-rtol 1e-4]
 
-Parameters are compared as ||a - b|| / ||a|| per tensor (relative error in
-the 2-norm), losses step by step as |a - b| / |a|. Exits 1 with a report of
+Parameters (and batch norm's running statistics, which --save writes with
+them) are compared as ||a - b|| / ||a|| per tensor (relative error in the
+2-norm), losses step by step as |a - b| / |a|, and the evaluations
+(--eval-every lines) by their loss, like a step's, and accuracy. Exits 1 with a report of
 every mismatch. Uses only the standard library."""
 import argparse, json, math, re, struct, sys
 
@@ -21,6 +23,19 @@ def read_losses(path):
     if not losses:
         sys.exit(f"error: no 'step N/M | loss X' lines in {path}")
     return losses
+
+
+def read_evals(path):
+    """{step: (loss, accuracy)} of the 'eval after step S | loss L | acc A'
+    lines (--eval-every)."""
+    evals = {}
+    with open(path) as f:
+        for line in f:
+            m = re.match(r"eval after step (\d+) \| loss (\S+) \| acc (\S+) \|",
+                         line)
+            if m:
+                evals[int(m.group(1))] = (float(m.group(2)), m.group(3))
+    return evals
 
 
 def read_safetensors(path):
@@ -62,6 +77,25 @@ def main():
         worst_loss = max(worst_loss, rel)
         if rel > a.loss_rtol:
             errors.append(f"step {step}: loss {r!r} vs {g!r} (rel {rel:.2e})")
+    # Evaluations (--eval-every): losses like the steps', accuracies as
+    # printed (4 decimals).
+    eref, egot = read_evals(a.ref_log), read_evals(a.log)
+    if eref.keys() != egot.keys():
+        errors.append(f"different evaluations: after steps {sorted(eref)} "
+                      f"vs {sorted(egot)}")
+    worst_eval = 0.0
+    for step in sorted(eref.keys() & egot.keys()):
+        (r, ra), (g, ga) = eref[step], egot[step]
+        rel = abs(r - g) / max(abs(r), 1e-30)
+        if not math.isfinite(rel):
+            errors.append(f"evaluation after step {step}: loss {r} vs {g}")
+            continue
+        worst_eval = max(worst_eval, rel)
+        if rel > a.loss_rtol:
+            errors.append(f"evaluation after step {step}: loss {r!r} vs "
+                          f"{g!r} (rel {rel:.2e})")
+        if ra != ga:
+            errors.append(f"evaluation after step {step}: accuracy {ra} vs {ga}")
     pr, pg = read_safetensors(a.ref_params), read_safetensors(a.params)
     if pr.keys() != pg.keys():
         errors.append(f"different parameters: {sorted(pr)} vs {sorted(pg)}")
@@ -80,7 +114,9 @@ def main():
         if num / den > a.param_rtol:
             errors.append(f"{name}: relative difference {num / den:.2e}")
     print(f"compared {len(ref)} steps and {len(pr)} parameters: worst loss "
-          f"rel diff {worst_loss:.2e}, worst parameter rel diff {worst_param:.2e}")
+          f"rel diff {worst_loss:.2e}, worst parameter rel diff {worst_param:.2e}"
+          + (f"; {len(eref)} evaluations: worst loss rel diff {worst_eval:.2e}"
+             if eref else ""))
     for e in errors:
         print("MISMATCH:", e)
     sys.exit(1 if errors else 0)

@@ -172,3 +172,34 @@ func.func @m(%x: tensor<8x4xf32> {plan.kind = "input", plan.name = "x"},
 // CHECK: %[[NEG:.*]] = plan.scale %[[D]] {factor = -1.000000e+00 : f32}
 // CHECK: plan.matmul %arg0, %[[NEG]] {transpose_lhs}
 // CHECK: plan.matmul %arg0, %[[D]] {transpose_lhs}
+
+// -----
+
+// Batch norm's running statistics must be state arguments marked
+// plan.buffer (the frontend declares them so).
+plan.mesh @mesh axes = ["dp"] shape = [1]
+plan.train {data = "synthetic", global_batch = 2 : i64, lr = 5.000000e-02 : f64, optimizer = "sgd", seed = 1 : i64, steps = 3 : i64}
+func.func @bn_param_stats(%x: tensor<2x4x3x3xf32> {plan.kind = "input", plan.name = "x"},
+                          %y: tensor<2x4x3x3xf32> {plan.kind = "label", plan.name = "y"},
+                          %g: tensor<4xf32> {plan.kind = "param", plan.name = "g"},
+                          %b: tensor<4xf32> {plan.kind = "param", plan.name = "b"}) -> tensor<f32> attributes {plan.model} {
+  // expected-error @below {{the running statistics of a batch_norm must be two distinct state arguments marked 'plan.buffer', each used by one batch_norm}}
+  %0 = plan.batch_norm %x, %g, %b running(%g, %b : tensor<4xf32>, tensor<4xf32>) : tensor<2x4x3x3xf32>, tensor<4xf32>
+  %1 = plan.mse_loss %0, %y : tensor<2x4x3x3xf32> -> tensor<f32>
+  return %1 : tensor<f32>
+}
+
+// -----
+
+// A state argument of the model that no batch norm updates.
+plan.mesh @mesh axes = ["dp"] shape = [1]
+plan.train {data = "synthetic", global_batch = 2 : i64, lr = 5.000000e-02 : f64, optimizer = "sgd", seed = 1 : i64, steps = 3 : i64}
+func.func @stray_state(%x: tensor<2x4xf32> {plan.kind = "input", plan.name = "x"},
+                       %y: tensor<2x4xf32> {plan.kind = "label", plan.name = "y"},
+                       %w: tensor<4x4xf32> {plan.kind = "param", plan.name = "w"},
+                       // expected-error @below {{state argument 'stray' is not the running statistics of a batch_norm; planc does not know how a step updates it}}
+                       %s: tensor<4xf32> {plan.kind = "state", plan.name = "stray", plan.buffer}) -> tensor<f32> attributes {plan.model} {
+  %0 = plan.matmul %x, %w : tensor<2x4xf32>, tensor<4x4xf32> -> tensor<2x4xf32>
+  %1 = plan.mse_loss %0, %y : tensor<2x4xf32> -> tensor<f32>
+  return %1 : tensor<f32>
+}

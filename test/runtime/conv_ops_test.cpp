@@ -198,6 +198,51 @@ TEST_F(ConvOpsTest, BatchAndGroupNormFollowTheirDefinitions) {
   expect_close(host(y), want, 1e-5);
 }
 
+// Batch norm's running statistics (PyTorch's rule: the batch mean and the
+// unbiased variance mixed in with weight momentum) from the sums of
+// batch_norm_moments, and evaluation with them.
+TEST_F(ConvOpsTest, RunningStatisticsAndEvaluationFollowTheirDefinitions) {
+  const int64_t n = 3, c = 4, inner = 5;
+  Tensor *x = random({n, c, 1, inner}, -2.0f, 3.0f);
+  Tensor *gamma = random({c}, 0.5f, 1.5f), *beta = random({c});
+  Tensor *mean = random({c}), *var = random({c}, 0.5f, 2.0f);
+  Tensor *sum = make({c}), *sum_sq = make({c}), *y = make({n, c, 1, inner});
+  std::vector<float> hx = host(x), hg = host(gamma), hb = host(beta);
+  std::vector<float> hm = host(mean), hv = host(var);
+  batch_norm_moments(ctx, x, sum, sum_sq);
+  running_stats_update(ctx, mean, var, sum, sum_sq, n * inner, 0.3f);
+  std::vector<double> want_mean(c), want_var(c), want_y(hx.size());
+  for (int64_t ch = 0; ch < c; ++ch) {
+    double m = 0, v = 0;
+    for (int64_t s = 0; s < n; ++s)
+      for (int64_t k = 0; k < inner; ++k)
+        m += hx[(s * c + ch) * inner + k];
+    m /= n * inner;
+    for (int64_t s = 0; s < n; ++s)
+      for (int64_t k = 0; k < inner; ++k)
+        v += std::pow(hx[(s * c + ch) * inner + k] - m, 2);
+    v /= n * inner - 1; // unbiased
+    want_mean[ch] = 0.7 * hm[ch] + 0.3 * m;
+    want_var[ch] = 0.7 * hv[ch] + 0.3 * v;
+  }
+  expect_close(host(mean), want_mean, 1e-6);
+  expect_close(host(var), want_var, 1e-6);
+  std::vector<float> rm = host(mean), rv = host(var);
+  batch_norm_infer(ctx, x, gamma, beta, mean, var, y, 1e-5f);
+  for (size_t i = 0; i < hx.size(); ++i) {
+    int64_t ch = (i / inner) % c;
+    want_y[i] = hg[ch] * (hx[i] - rm[ch]) / std::sqrt(rv[ch] + 1e-5) + hb[ch];
+  }
+  expect_close(host(y), want_y, 1e-5);
+  EXPECT_DEATH(running_stats_update(ctx, mean, var, sum, sum_sq, 1, 0.1f),
+               "running_stats_update: count must be >= 2");
+  EXPECT_DEATH(running_stats_update(ctx, mean, var, sum, sum_sq, 8, 1.5f),
+               "running_stats_update: momentum must be in \\[0, 1\\], got 1.5");
+  Tensor *g3 = random({3});
+  EXPECT_DEATH(batch_norm_infer(ctx, x, gamma, beta, g3, var, y, 1e-5f),
+               "batch_norm_infer: running_mean \\[3\\] must have 4 elements");
+}
+
 // The host backend splits each kernel's index range over the rank's threads
 // (PLANRT_NUM_THREADS): every output is still computed by one invocation in
 // a fixed order, so the bits do not depend on the thread count.

@@ -272,6 +272,60 @@ struct BnNormFn {
   }
 };
 
+/// Batch norm for evaluation, from the running statistics; index space:
+/// elements.
+struct BnInferFn {
+  const float *x, *gamma, *beta, *mean, *var;
+  float *out;
+  int64_t c, inner;
+  float eps;
+  PLANRT_HD void operator()(int64_t i) const {
+    int64_t ch = (i / inner) % c;
+    float rstd = 1.0f / sqrtf(var[ch] + eps);
+    out[i] = gamma[ch] * ((x[i] - mean[ch]) * rstd) + beta[ch];
+  }
+};
+
+/// sum[c] and sum_sq[c] of x [N, C, inner] over the samples and the rest,
+/// accumulated in double (the running variance subtracts them); index
+/// space: the channels.
+struct BnMomentsFn {
+  const float *x;
+  float *sum, *sum_sq;
+  int64_t n, c, inner;
+  PLANRT_HD void operator()(int64_t ch) const {
+    double a = 0.0, b = 0.0;
+    for (int64_t r = 0; r < n; ++r) {
+      const float *p = x + (r * c + ch) * inner;
+      for (int64_t k = 0; k < inner; ++k) {
+        double v = p[k];
+        a += v;
+        b += v * v;
+      }
+    }
+    sum[ch] = (float)a;
+    sum_sq[ch] = (float)b;
+  }
+};
+
+/// PyTorch's running statistics rule from the whole batch's sums over
+/// `count` values per channel: the batch mean and unbiased variance are
+/// mixed in with weight `momentum`; index space: the channels.
+struct RunningStatsFn {
+  float *mean, *var;
+  const float *sum, *sum_sq;
+  double count;
+  float momentum;
+  PLANRT_HD void operator()(int64_t ch) const {
+    double m = (double)sum[ch] / count;
+    double v = ((double)sum_sq[ch] - (double)sum[ch] * m) / (count - 1.0);
+    if (v < 0.0)
+      v = 0.0; // rounding of a constant channel
+    mean[ch] = (1.0f - momentum) * mean[ch] + momentum * (float)m;
+    var[ch] = (1.0f - momentum) * var[ch] + momentum * (float)v;
+  }
+};
+
 /// dx = gamma rstd (dy - sum dy / m - xhat sum(dy xhat) / m), the sums over
 /// the global batch; index space: elements.
 struct BnGradXFn {

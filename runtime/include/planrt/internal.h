@@ -29,9 +29,17 @@ std::string glob_files(const std::string &pattern,
 /// Opens the data_kind 3 (CIFAR-10) files of set_data_path: checks each
 /// file's size; "" or an error message naming the file.
 std::string open_cifar(Context *ctx);
+/// Checks the CIFAR-10 files matching `pattern` into `files` (path, records)
+/// and their total `records`; "" or an error message (`hint` when nothing
+/// matches).
+std::string
+open_cifar_files(const std::string &pattern,
+                 std::vector<std::pair<std::string, int64_t>> &files,
+                 int64_t &records, const char *hint);
 /// Reads this rank's rows of `step` into the input and label (host staging,
 /// then the device); fatal on a read error or an out-of-range class.
-void fill_cifar(Context *ctx, int64_t step);
+/// `eval`: batch `step` of the evaluation files (--eval-data) instead.
+void fill_cifar(Context *ctx, int64_t step, bool eval = false);
 
 /// Whether the program trains a classifier on images (data kinds 2, 3).
 bool is_classifier(const Context *ctx);

@@ -596,6 +596,18 @@ struct CeRowLossFn {
   }
 };
 
+/// correct[r] = 1 when the target's logit stats[r, 1] is the row's maximum
+/// over the split vocabulary (a classifier's accuracy without the whole
+/// logits; a tie with another class counts as right), else 0; index space:
+/// rows.
+struct TargetIsMaxFn {
+  const float *stats, *rowmax;
+  float *correct;
+  PLANRT_HD void operator()(int64_t r) const {
+    correct[r] = stats[2 * r + 1] >= rowmax[r] ? 1.0f : 0.0f;
+  }
+};
+
 /// dlogits[r] = scale * (exp(logits[r] - rowmax[r]) / stats[r, 0] -
 /// onehot(owned target)); index space: rows.
 struct CeGradFn {

@@ -224,6 +224,14 @@ void declare_state(Context *ctx, const char *name, int64_t ndim, int64_t d0,
 /// holds it. Same rules and checks as for parameters; call from plan_setup.
 void shard_state(Context *ctx, int64_t state_index, int64_t dim,
                  int64_t mesh_axis);
+/// State tensor `state_index` is model state, not optimizer state (batch
+/// norm's running statistics): it starts as a parameter of init kind
+/// `init_kind` with a, b would (declare_param) instead of at zero, and is
+/// exported with the parameters (--save, --save-every, --save-init, by
+/// global tensor under its name) and read by --init-from. Like all state it
+/// is kept across steps and written to checkpoints. Call from plan_setup.
+void set_state_buffer(Context *ctx, int64_t state_index, int64_t init_kind,
+                      float a, float b);
 void set_state_segments(Context *ctx, int64_t state_index, int64_t dim,
                         int64_t s0, int64_t s1, int64_t s2);
 
@@ -613,6 +621,23 @@ void batch_norm(Context *ctx, const Tensor *x, const Tensor *gamma,
 void batch_norm_grad(Context *ctx, const Tensor *x, const Tensor *gamma,
                      const Tensor *dy, Tensor *dx, Tensor *dgamma,
                      Tensor *dbeta, int64_t batch_axes, float eps);
+/// Batch norm for evaluation: out = gamma[c] (x - running_mean[c]) /
+/// sqrt(running_var[c] + eps) + beta[c]; no statistic crosses samples.
+void batch_norm_infer(Context *ctx, const Tensor *x, const Tensor *gamma,
+                      const Tensor *beta, const Tensor *running_mean,
+                      const Tensor *running_var, Tensor *out, float eps);
+/// sum[c] and sum_sq[c]: x [N, C, ...] and its squares summed over N and the
+/// rest (this rank's rows; the program all-reduces them like gradients).
+void batch_norm_moments(Context *ctx, const Tensor *x, Tensor *sum,
+                        Tensor *sum_sq);
+/// Batch norm's running statistics after a step (PyTorch's rule), in place,
+/// from the whole batch's sums over `count` values per channel: with mean =
+/// sum / count and the unbiased var = (sum_sq - sum * mean) / (count - 1),
+/// running_mean = (1 - momentum) running_mean + momentum mean, likewise
+/// running_var with var. count >= 2, momentum in [0, 1].
+void running_stats_update(Context *ctx, Tensor *running_mean,
+                          Tensor *running_var, const Tensor *sum,
+                          const Tensor *sum_sq, int64_t count, float momentum);
 /// Group norm over x [N, C, ...]: per sample, the C channels in `groups`
 /// consecutive groups, each normalized with its mean and biased variance,
 /// then out = gamma[c] xhat + beta[c].
