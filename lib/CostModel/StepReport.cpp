@@ -536,6 +536,10 @@ void planc::printStepReport(const StepReport &r, llvm::raw_ostream &os) {
                      "modelled)\n",
                      mb(r.weightBytes), mb(r.gradientBytes),
                      mb(r.optimizerBytes));
+  os << llvm::format("  model states        %.3f GB of the %s's %.0f GB: %s\n",
+                     r.memoryPeakBytes() / 1e9, r.gpu.c_str(),
+                     r.gpuMemoryBytes / 1e9,
+                     r.fits() ? "fits" : "does not fit");
   os << "  communication per step and rank (ring algorithms):\n";
   os << llvm::format("    %-15s %-8s %6s %7s %14s %14s\n", "collective", "axes",
                      "ranks", "calls", "payload MB", "sent MB");
