@@ -411,6 +411,84 @@ FailureOr<StepReport> planc::computeStepReport(ModuleOp module,
       }
   });
 
+  // Activations: what a microbatch's forward keeps for its backward. With a
+  // pipeline, the stash (rank.alloc marked rank.stash in a unit, kept until
+  // the stage's last backward unit of that microbatch ends), summed over the
+  // microbatches each coordinate has in flight in its timeline's order, as
+  // the runtime holds it. Without one, the buffers written before the loss
+  // gradient (the first backward op) and read at or after it.
+  std::vector<double> activations(pp, 0);
+  auto bufBytes = [&](Value v) {
+    auto t = cast<MemRefType>(v.getType());
+    double n = std::max<double>(1, double(t.getNumElements()));
+    return n * (t.getElementType().isF32() ? coster.actBytes : 4.0);
+  };
+  step.walk([&](rk::PipelineOp pipe) {
+    SmallVector<rk::UnitOp> units(pipe.getBody().front().getOps<rk::UnitOp>());
+    std::vector<double> stashOf;
+    for (rk::UnitOp u : units) {
+      double b = 0;
+      u.walk([&](rk::AllocOp a) {
+        if (a->hasAttr("rank.stash"))
+          b += bufBytes(a.getResult());
+      });
+      stashOf.push_back(b);
+    }
+    for (auto t : pipe.getBody().front().getOps<rk::TimelineOp>()) {
+      int64_t c = t.getRank();
+      if (c < 0 || c >= pp)
+        continue;
+      std::map<std::pair<int64_t, int64_t>, double> held; // (stage, mb)
+      double live = 0, peak = 0;
+      for (auto e : t.getBody().front().getOps<rk::ExecOp>()) {
+        if (e.getUnit() >= units.size())
+          continue;
+        rk::UnitOp u = units[e.getUnit()];
+        std::pair<int64_t, int64_t> key{int64_t(u.getStage()),
+                                        int64_t(e.getMb())};
+        live += stashOf[e.getUnit()];
+        held[key] += stashOf[e.getUnit()];
+        peak = std::max(peak, live);
+        if (u.getLast()) {
+          live -= held[key];
+          held.erase(key);
+        }
+      }
+      activations[c] = std::max(activations[c], peak);
+    }
+  });
+  Block &stepBody = step.getBody().front();
+  Operation *lossGrad = nullptr;
+  step.walk([&](Operation *op) {
+    if (!lossGrad && !op->getParentOfType<rk::PipelineOp>() &&
+        isa<rk::CrossEntropyGradOp, rk::CeGradFromStatsOp, rk::MseLossGradOp>(
+            op))
+      lossGrad = op;
+  });
+  if (lossGrad) {
+    Block *block = lossGrad->getBlock();
+    Operation *at = lossGrad;
+    while (at->getBlock() != block)
+      at = at->getParentOp();
+    double kept = 0;
+    for (Operation &op : *block) {
+      if (&op == at)
+        break;
+      auto a = dyn_cast<rk::AllocOp>(&op);
+      if (!a)
+        continue;
+      bool readLater = llvm::any_of(a->getUsers(), [&](Operation *u) {
+        Operation *top = block->findAncestorOpInBlock(*u);
+        return top && (top == at || at->isBeforeInBlock(top));
+      });
+      if (readLater)
+        kept += bufBytes(a.getResult());
+    }
+    for (int64_t c = 0; c < pp; ++c)
+      activations[c] = std::max(activations[c], kept);
+  }
+  (void)stepBody;
+
   // The step's time on each pipeline coordinate: its top-level ops in order
   // on one compute stream; a started all-reduce runs on a second stream
   // (one collective at a time, as NCCL's communicator does) until its wait.
@@ -483,7 +561,8 @@ FailureOr<StepReport> planc::computeStepReport(ModuleOp module,
     }
   }
 
-  // The most loaded pipeline coordinate: the most bytes sent, then memory.
+  // Communication: the pipeline coordinate that sends the most bytes (then
+  // holds the most model states).
   int64_t worst = 0;
   auto load = [&](int64_t c) {
     double s = 0;
@@ -494,10 +573,21 @@ FailureOr<StepReport> planc::computeStepReport(ModuleOp module,
   for (int64_t c = 1; c < pp; ++c)
     if (load(c) > load(worst))
       worst = c;
-  r.paramsPerRank = params[worst];
-  r.weightBytes = weightBytes[worst];
-  r.gradientBytes = weightBytes[worst]; // fp32 gradients, one per parameter
-  r.optimizerBytes = stateBytes[worst];
+  // Memory: the coordinate that holds the most (model states and
+  // activations).
+  int64_t fullest = 0;
+  auto held = [&](int64_t c) {
+    return 2.0 * double(weightBytes[c]) + double(stateBytes[c]) +
+           activations[c];
+  };
+  for (int64_t c = 1; c < pp; ++c)
+    if (held(c) > held(fullest))
+      fullest = c;
+  r.paramsPerRank = params[fullest];
+  r.weightBytes = weightBytes[fullest];
+  r.gradientBytes = weightBytes[fullest]; // fp32 gradients, one per parameter
+  r.optimizerBytes = stateBytes[fullest];
+  r.activationBytes = activations[fullest];
   for (auto &kv : counters[worst].lines)
     r.comm.push_back(kv.second);
   if (auto f = step->getAttrOfType<FloatAttr>(rk::kStepFlopsAttr))
@@ -532,11 +622,10 @@ void planc::printStepReport(const StepReport &r, llvm::raw_ostream &os) {
                      r.flopsPerStep, r.matmulFlops, r.attentionFlops,
                      r.otherFlops, r.modelFlopsPerStep);
   os << llvm::format("  memory per rank     weights %.3f MB, gradients %.3f "
-                     "MB, optimizer %.3f MB (activations: not yet "
-                     "modelled)\n",
+                     "MB, optimizer %.3f MB, activations %.3f MB\n",
                      mb(r.weightBytes), mb(r.gradientBytes),
-                     mb(r.optimizerBytes));
-  os << llvm::format("  model states        %.3f GB of the %s's %.0f GB: %s\n",
+                     mb(r.optimizerBytes), mb(r.activationBytes));
+  os << llvm::format("  peak memory         %.3f GB of the %s's %.0f GB: %s\n",
                      r.memoryPeakBytes() / 1e9, r.gpu.c_str(),
                      r.gpuMemoryBytes / 1e9,
                      r.fits() ? "fits" : "does not fit");
@@ -585,6 +674,8 @@ llvm::json::Object planc::stepReportJson(const StepReport &r) {
   memory["weights"] = r.weightBytes;
   memory["gradients"] = r.gradientBytes;
   memory["optimizer"] = r.optimizerBytes;
+  memory["activations"] = r.activationBytes;
+  memory["peak"] = r.memoryPeakBytes();
   const TimeBreakdown &t = r.time;
   llvm::json::Object o{
       {"ranks", r.ranks},

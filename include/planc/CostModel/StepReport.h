@@ -54,6 +54,7 @@ struct StepReport {
   int64_t paramsPerRank = 0; // held by the most loaded rank
   double stepFlopsPerRank = 0;
   int64_t weightBytes = 0, gradientBytes = 0, optimizerBytes = 0;
+  double activationBytes = 0; // kept from forward to backward, in flight
   std::vector<CommLine> comm; // sorted by kind, then axes
 
   // FLOPs of one step, all ranks together.
@@ -82,8 +83,11 @@ struct StepReport {
   double mfu() const {
     return modelFlopsPerStep / double(ranks) / stepTime / peakFlops;
   }
+  /// Model states and activations (workspace, communication buffers and
+  /// the runtime's transient scratch are not counted).
   double memoryPeakBytes() const {
-    return double(weightBytes + gradientBytes + optimizerBytes);
+    return double(weightBytes + gradientBytes + optimizerBytes) +
+           activationBytes;
   }
   bool fits() const { return memoryPeakBytes() <= gpuMemoryBytes; }
 };
