@@ -589,6 +589,16 @@ FailureOr<StepReport> planc::computeStepReport(ModuleOp module,
   r.activationBytes = activations[fullest];
   for (auto &kv : counters[worst].lines)
     r.comm.push_back(kv.second);
+  // The gradients reduced over dp (all-reduced, or reduce-scattered with
+  // ZeRO 2 and 3), as one message.
+  for (const CommLine &l : r.comm)
+    if (l.axes == "dp" &&
+        (l.kind == "all_reduce" || l.kind == "reduce_scatter"))
+      r.allReduceBytes += l.payloadBytes;
+  r.allReduceRanks = mesh.getAxisSize("dp");
+  if (r.allReduceBytes > 0 && r.allReduceRanks > 1)
+    r.allReduce = allReduceAlgorithms(r.allReduceBytes, r.allReduceRanks,
+                                      coster.link({"dp"}));
   if (auto f = step->getAttrOfType<FloatAttr>(rk::kStepFlopsAttr))
     r.stepFlopsPerRank = f.getValueAsDouble();
   r.modelFlopsPerStep = r.stepFlopsPerRank * double(r.ranks);
@@ -649,6 +659,14 @@ void planc::printStepReport(const StepReport &r, llvm::raw_ostream &os) {
                      "collectives %.4g s, pipeline wait %.4g s\n",
                      t.gemm, t.attention, t.memoryBound, t.collectives,
                      t.pipelineWait);
+  if (!r.allReduce.empty()) {
+    os << llvm::format("  all-reduce of the dp gradients (%.4f MB over %lld "
+                       "ranks, one message) by algorithm:\n",
+                       mb(r.allReduceBytes), (long long)r.allReduceRanks);
+    for (const AllReduceAlgorithm &a : r.allReduce)
+      os << llvm::format("    %-17s %12.6f s %14.4f MB sent\n", a.name, a.timeS,
+                         mb(a.sentBytes));
+  }
   if (r.tokens)
     os << llvm::format("    %.4g tokens: %.4g s (%.2f days)\n", *r.tokens,
                        *r.tokens / r.tokensPerSecond(),
@@ -711,6 +729,14 @@ llvm::json::Object planc::stepReportJson(const StepReport &r) {
   for (auto &kv : r.timeByOp)
     byOp[kv.first] = kv.second;
   o["time_by_op_s"] = std::move(byOp);
+  llvm::json::Array algos;
+  for (const AllReduceAlgorithm &a : r.allReduce)
+    algos.push_back(llvm::json::Object{
+        {"name", a.name}, {"time_s", a.timeS}, {"sent_bytes", a.sentBytes}});
+  o["allreduce_algorithms"] =
+      llvm::json::Object{{"bytes", r.allReduceBytes},
+                         {"ranks", r.allReduceRanks},
+                         {"algorithms", std::move(algos)}};
   if (r.tokens) {
     o["tokens"] = *r.tokens;
     o["training_time_s"] = *r.tokens / r.tokensPerSecond();

@@ -118,3 +118,38 @@ Link planc::linkOf(const ClusterModel &c, const std::vector<std::string> &axes,
   }
   return l;
 }
+
+std::vector<AllReduceAlgorithm>
+planc::allReduceAlgorithms(double bytes, int64_t n, const Link &link) {
+  double S = bytes, nn = double(n), a = link.hopLatencyS;
+  double bw = link.busGBps * 1e9;
+  double steps = std::ceil(std::log2(std::max(nn, 1.0)));
+  std::vector<AllReduceAlgorithm> out;
+  if (n <= 1)
+    return out;
+  // Parameter server (one of the ranks): n-1 others send it S and receive
+  // the sum back, all through its one link.
+  out.push_back(
+      {"parameter_server", 2 * a + 2 * (nn - 1) * S / bw, (nn - 1) * S});
+  // Naive: every rank sends its whole buffer to every other and sums.
+  out.push_back({"naive", (nn - 1) * a + (nn - 1) * S / bw, (nn - 1) * S});
+  // Ring: reduce-scatter then all-gather, n-1 steps of S/n each.
+  out.push_back({"ring", 2 * (nn - 1) * a + 2 * (nn - 1) / nn * S / bw,
+                 2 * (nn - 1) / nn * S});
+  // Binary tree, not pipelined: floor(log2 n) levels up (a parent receives
+  // each child's S) and down (it sends S to each child); an inner rank
+  // sends S up and S to each child.
+  double depth = std::floor(std::log2(nn));
+  double children = n > 2 ? 2 : 1;
+  out.push_back({"tree", 2 * depth * (a + children * S / bw),
+                 n == 2   ? S
+                 : n == 3 ? 2 * S
+                          : 3 * S});
+  // Recursive halving (reduce-scatter) then doubling (all-gather): log2 n
+  // steps each, exchanging S/2, S/4, ... (n a power of two; otherwise the
+  // next one, as the extra ranks pair up first).
+  double p2 = std::exp2(steps);
+  out.push_back({"butterfly", 2 * steps * a + 2 * (p2 - 1) / p2 * S / bw,
+                 2 * (p2 - 1) / p2 * S});
+  return out;
+}

@@ -119,3 +119,36 @@ TEST(TimeModel, Links) {
 }
 
 } // namespace
+
+namespace {
+TEST(TimeModel, AllReduceAlgorithms) {
+  Link l;
+  l.busGBps = 100;
+  l.hopLatencyS = 1e-5;
+  double S = 1e9, bw = 100e9, a = 1e-5;
+  auto algos = allReduceAlgorithms(S, 8, l);
+  ASSERT_EQ(algos.size(), 5u);
+  auto get = [&](const char *n) {
+    for (auto &x : algos)
+      if (std::string(x.name) == n)
+        return x;
+    ADD_FAILURE() << n;
+    return AllReduceAlgorithm{n};
+  };
+  EXPECT_DOUBLE_EQ(get("parameter_server").timeS, 2 * a + 14 * S / bw);
+  EXPECT_DOUBLE_EQ(get("parameter_server").sentBytes, 7 * S);
+  EXPECT_DOUBLE_EQ(get("naive").timeS, 7 * a + 7 * S / bw);
+  EXPECT_DOUBLE_EQ(get("ring").timeS, 14 * a + 2.0 * 7 / 8 * S / bw);
+  EXPECT_DOUBLE_EQ(get("ring").sentBytes, 2.0 * 7 / 8 * S);
+  EXPECT_DOUBLE_EQ(get("tree").timeS, 2 * 3 * (a + 2 * S / bw));
+  EXPECT_DOUBLE_EQ(get("tree").sentBytes, 3 * S);
+  // The butterfly moves what the ring moves in log2 n steps, not n - 1.
+  EXPECT_DOUBLE_EQ(get("butterfly").sentBytes, get("ring").sentBytes);
+  EXPECT_DOUBLE_EQ(get("butterfly").timeS, 6 * a + 2.0 * 7 / 8 * S / bw);
+  // Two ranks: a tree is one exchange each way.
+  auto two = allReduceAlgorithms(S, 2, l);
+  EXPECT_DOUBLE_EQ(two[3].timeS, 2 * (a + S / bw));
+  EXPECT_DOUBLE_EQ(two[3].sentBytes, S);
+  EXPECT_TRUE(allReduceAlgorithms(S, 1, l).empty());
+}
+} // namespace

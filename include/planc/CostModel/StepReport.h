@@ -73,6 +73,11 @@ struct StepReport {
   std::optional<double> tokens; // --tokens
   TimeBreakdown time;
   std::map<std::string, double> timeByOp; // busy seconds by op (slowest)
+  // The step's data-parallel gradient bytes all-reduced by each textbook
+  // algorithm over the dp group's link (empty without dp).
+  double allReduceBytes = 0;
+  int64_t allReduceRanks = 1;
+  std::vector<AllReduceAlgorithm> allReduce;
   double gpuMemoryBytes = 0;
 
   double sentBytes() const;

@@ -87,6 +87,20 @@ struct TimeModel {
   double p2pTime(double bytes, const Link &link) const;
 };
 
+/// An all-reduce algorithm of the textbooks, costed for one message.
+struct AllReduceAlgorithm {
+  const char *name;
+  double timeS = 0;
+  double sentBytes = 0; // by the rank that sends the most
+};
+/// Parameter server, naive (everyone sends everything to everyone), ring,
+/// binary tree (reduce then broadcast, not pipelined) and recursive
+/// halving/doubling ("butterfly") for `bytes` over `n` ranks, each rank's
+/// link at `link.busGBps` with `link.hopLatencyS` per message step
+/// (docs/cost-model.md states the formulas).
+std::vector<AllReduceAlgorithm> allReduceAlgorithms(double bytes, int64_t n,
+                                                    const Link &link);
+
 /// The link of the group of ranks that differ only in `groupAxes`, given the
 /// mesh's (non-sequential) axes outermost first (the last varies fastest
 /// across consecutive ranks, which fill a node before the next).
