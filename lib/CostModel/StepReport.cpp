@@ -11,6 +11,8 @@
 #include "llvm/Support/ErrorHandling.h"
 #include "llvm/Support/Format.h"
 
+#include <functional>
+
 using namespace mlir;
 using namespace planc;
 namespace rk = planc::rank;
@@ -477,11 +479,22 @@ FailureOr<StepReport> planc::computeStepReport(ModuleOp module,
       auto a = dyn_cast<rk::AllocOp>(&op);
       if (!a)
         continue;
-      bool readLater = llvm::any_of(a->getUsers(), [&](Operation *u) {
-        Operation *top = block->findAncestorOpInBlock(*u);
-        return top && (top == at || at->isBeforeInBlock(top));
-      });
-      if (readLater)
+      // Used (written) before the loss gradient and read at or after it,
+      // through views: a view nobody reads (recompute leaves some behind)
+      // keeps nothing, and a buffer first used by the backward (the loss
+      // gradient's output) is no activation.
+      std::function<bool(Value, bool)> usedOf = [&](Value v, bool later) {
+        return llvm::any_of(v.getUsers(), [&](Operation *u) {
+          if (isa<rk::ViewOp, rk::RowsOp, rk::SubviewOp>(u))
+            return usedOf(u->getResult(0), later);
+          Operation *top = block->findAncestorOpInBlock(*u);
+          if (!top)
+            return false;
+          bool after = top == at || at->isBeforeInBlock(top);
+          return after == later;
+        });
+      };
+      if (usedOf(a.getResult(), false) && usedOf(a.getResult(), true))
         kept += bufBytes(a.getResult());
     }
     for (int64_t c = 0; c < pp; ++c)
