@@ -365,7 +365,8 @@ FailureOr<StepReport> planc::computeStepReport(ModuleOp module,
 
   // Per pipeline coordinate: what its ranks hold and send.
   std::vector<Counter> counters(pp, Counter{mesh, {}, coster.actBytes});
-  std::vector<int64_t> params(pp, 0), weightBytes(pp, 0), stateBytes(pp, 0);
+  std::vector<int64_t> params(pp, 0), weightBytes(pp, 0), stateBytes(pp, 0),
+      gradBytes(pp, 0);
   auto owns = [&](int64_t stage, int64_t c) {
     return stage < 0 || stage % pp == c;
   };
@@ -378,10 +379,19 @@ FailureOr<StepReport> planc::computeStepReport(ModuleOp module,
         for (StringRef a : s.getDimAxes(i))
           split *= mesh.getAxisSize(a);
     r.params += local * split;
+    // The backward computes a parameter's gradient whole over dp (ZeRO 3
+    // gathers the parameter, then reduce-scatters its gradient).
+    int64_t dpSplit = 1;
+    if (auto s = d.getShardingAttr())
+      for (int64_t i = 0; i < t.getRank(); ++i)
+        for (StringRef a : s.getDimAxes(i))
+          if (a == "dp")
+            dpSplit *= mesh.getAxisSize(a);
     for (int64_t c = 0; c < pp; ++c)
       if (owns(stageOf(d), c)) {
         params[c] += local;
         weightBytes[c] += (int64_t)bufferBytes(t);
+        gradBytes[c] += (int64_t)bufferBytes(t) * dpSplit;
       }
   }
   for (auto d : module.getOps<rk::StateDeclOp>())
@@ -589,7 +599,7 @@ FailureOr<StepReport> planc::computeStepReport(ModuleOp module,
   // activations).
   int64_t fullest = 0;
   auto held = [&](int64_t c) {
-    return 2.0 * double(weightBytes[c]) + double(stateBytes[c]) +
+    return double(weightBytes[c] + gradBytes[c] + stateBytes[c]) +
            activations[c];
   };
   for (int64_t c = 1; c < pp; ++c)
@@ -597,7 +607,7 @@ FailureOr<StepReport> planc::computeStepReport(ModuleOp module,
       fullest = c;
   r.paramsPerRank = params[fullest];
   r.weightBytes = weightBytes[fullest];
-  r.gradientBytes = weightBytes[fullest]; // fp32 gradients, one per parameter
+  r.gradientBytes = gradBytes[fullest]; // fp32, one per parameter
   r.optimizerBytes = stateBytes[fullest];
   r.activationBytes = activations[fullest];
   for (auto &kv : counters[worst].lines)
