@@ -1,28 +1,36 @@
 //===- StepReport.cpp - What one training step costs, read from the rank --===//
 #include "planc/CostModel/StepReport.h"
+#include "planc/Transforms/PipelineSchedule.h"
 
 #include "dialects/plan/PlanDialect.h"
 #include "dialects/rank/RankDialect.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/ErrorHandling.h"
 #include "llvm/Support/Format.h"
+
+#include <functional>
 
 using namespace mlir;
 using namespace planc;
 namespace rk = planc::rank;
 
 namespace {
-double bufferBytes(Type t) {
+double bufferBytes(Type t, double f32Bytes = 4) {
   auto m = cast<MemRefType>(t);
-  return double(m.getNumElements()) *
-         double(m.getElementType().getIntOrFloatBitWidth()) / 8.0;
+  double eb = m.getElementType().isF32()
+                  ? f32Bytes
+                  : double(m.getElementType().getIntOrFloatBitWidth()) / 8.0;
+  return double(m.getNumElements()) * eb;
 }
 
 /// What the rank that runs `op` sends per step for it, by (kind, axes).
 struct Counter {
   plan::MeshOp mesh;
   std::map<std::pair<std::string, std::string>, CommLine> lines;
+  double f32Bytes = 4; // what an f32 buffer moves (2 with fp16/bf16)
 
   int64_t groupOf(ArrayRef<StringRef> axes) {
     int64_t n = 1;
@@ -55,21 +63,22 @@ struct Counter {
     };
     if (auto ar = dyn_cast<rk::AllReduceOp>(op))
       add("all_reduce", axesOf(ar.getAxes()),
-          bufferBytes(ar.getBuffer().getType()), 1, times);
+          bufferBytes(ar.getBuffer().getType(), f32Bytes), 1, times);
     else if (auto ar = dyn_cast<rk::AllReduceStartOp>(op))
       add("all_reduce", axesOf(ar.getAxes()),
-          bufferBytes(ar.getBuffer().getType()), 1, times);
+          bufferBytes(ar.getBuffer().getType(), f32Bytes), 1, times);
     else if (auto g = dyn_cast<rk::AllGatherOp>(op))
-      add("all_gather", {g.getAxis()}, bufferBytes(g.getOut().getType()), 1,
-          times);
+      add("all_gather", {g.getAxis()},
+          bufferBytes(g.getOut().getType(), f32Bytes), 1, times);
     else if (auto rs = dyn_cast<rk::ReduceScatterOp>(op))
       add("reduce_scatter", {rs.getAxis()},
-          bufferBytes(rs.getInput().getType()), 1, times);
+          bufferBytes(rs.getInput().getType(), f32Bytes), 1, times);
     else if (auto a2a = dyn_cast<rk::AllToAllOp>(op))
-      add("all_to_all", {a2a.getAxis()}, bufferBytes(a2a.getInput().getType()),
-          1, times);
+      add("all_to_all", {a2a.getAxis()},
+          bufferBytes(a2a.getInput().getType(), f32Bytes), 1, times);
     else if (auto s = dyn_cast<rk::SendOp>(op))
-      add("send", {"pp"}, bufferBytes(s.getBuffer().getType()), 1, times);
+      add("send", {"pp"}, bufferBytes(s.getBuffer().getType(), f32Bytes), 1,
+          times);
   }
 };
 
@@ -77,6 +86,206 @@ int64_t stageOf(Operation *op) {
   auto s = op->getAttrOfType<IntegerAttr>(rk::kRankStageAttr);
   return s ? s.getInt() : -1;
 }
+
+std::pair<double, double> asMatrix(MemRefType t) {
+  double cols = double(t.getShape().back());
+  return {double(t.getNumElements()) / cols, cols};
+}
+
+std::vector<std::string> axesOf(ArrayAttr a) {
+  std::vector<std::string> out;
+  for (Attribute x : a)
+    out.push_back(cast<StringAttr>(x).getValue().str());
+  return out;
+}
+
+/// What one execution of a rank op costs on one rank.
+struct OpCost {
+  enum Kind { None, Gemm, Attention, Memory, Collective, Async };
+  Kind kind = None;
+  double flops = 0; // executed FLOPs
+  double time = 0;  // seconds
+};
+
+/// Costs rank ops with the time model. Activations and what moves between
+/// ranks take the plan's precision (2 bytes for fp16/bf16); the optimizer's
+/// kernels work on fp32 master weights and state (4 bytes).
+struct OpCoster {
+  TimeModel tm;
+  double actBytes = 4;
+  std::vector<std::string> axes;
+  std::vector<int64_t> sizes;
+  std::map<std::vector<std::string>, Link> links;
+
+  const Link &link(const std::vector<std::string> &g) {
+    auto it = links.find(g);
+    if (it == links.end())
+      it = links.emplace(g, linkOf(tm.c, axes, sizes, g)).first;
+    return it->second;
+  }
+  int64_t group(const std::vector<std::string> &g) {
+    int64_t n = 1;
+    for (size_t i = 0; i < axes.size(); ++i)
+      if (std::find(g.begin(), g.end(), axes[i]) != g.end())
+        n *= sizes[i];
+    return n;
+  }
+  double elems(Value v) {
+    return double(cast<MemRefType>(v.getType()).getNumElements());
+  }
+  OpCost collective(StringRef kind, const std::vector<std::string> &g,
+                    double elements, bool async = false) {
+    OpCost c;
+    c.kind = async ? OpCost::Async : OpCost::Collective;
+    c.time = tm.collectiveTime(kind, elements * actBytes, group(g), link(g));
+    return c;
+  }
+
+  OpCost cost(Operation *op) {
+    OpCost c;
+    if (auto mm = dyn_cast<rk::MatmulOp>(op)) {
+      auto [ar, ac] = asMatrix(mm.getLhs().getType());
+      auto [br, bc] = asMatrix(mm.getRhs().getType());
+      double m = mm.getTransposeLhs() ? ac : ar;
+      double k = mm.getTransposeLhs() ? ar : ac;
+      double n = mm.getTransposeRhs() ? br : bc;
+      c.kind = OpCost::Gemm;
+      c.flops = 2 * m * n * k;
+      c.time = tm.gemmTime(m, n, k, 1, actBytes);
+      return c;
+    }
+    if (isa<rk::AttentionOp, rk::AttentionGradOp>(op)) {
+      // Costed as Megatron-LM (2021) runs it: batched GEMMs over the heads
+      // and a materialized score matrix for the softmax; the backward keeps
+      // the probabilities (dV, dP, dQ, dK: four GEMMs, twice the forward's
+      // FLOPs, and a softmax backward reading P and dP and writing dS).
+      auto qkv = cast<MemRefType>(op->getOperand(0).getType());
+      int64_t heads = op->getAttrOfType<IntegerAttr>("num_heads").getInt();
+      int64_t kv = op->getAttrOfType<IntegerAttr>("num_kv_heads").getInt();
+      double b = qkv.getDimSize(0), sq = qkv.getDimSize(1);
+      double d = double(qkv.getDimSize(2)) / double(heads + 2 * kv);
+      double bh = b * double(heads), scores = bh * sq * sq * actBytes;
+      c.kind = OpCost::Attention;
+      c.flops = 4 * bh * sq * sq * d;
+      if (isa<rk::AttentionOp>(op)) {
+        c.time = tm.gemmTime(sq, sq, d, bh, actBytes) + // Q K^T
+                 tm.memoryTime(2 * scores) +            // softmax
+                 tm.gemmTime(sq, d, sq, bh, actBytes);  // P V
+      } else {
+        c.flops *= 2;
+        c.time = tm.gemmTime(sq, d, sq, bh, actBytes) +    // dV = P^T dO
+                 tm.gemmTime(sq, sq, d, bh, actBytes) +    // dP = dO V^T
+                 tm.memoryTime(3 * scores) +               // dS
+                 2 * tm.gemmTime(sq, d, sq, bh, actBytes); // dQ, dK
+      }
+      return c;
+    }
+    if (isa<rk::Conv2dOp, rk::Conv2dGradOp>(op)) {
+      // Implicit GEMM: M = output pixels, N = output channels, K = the
+      // window (C / groups * KH * KW); the gradient is two such GEMMs.
+      auto w = cast<MemRefType>(op->getOperand(1).getType());
+      // The output (conv2d) or the output's gradient (conv2d_grad).
+      Value out = op->getOperand(2);
+      double n = w.getDimSize(0);
+      double k = double(w.getDimSize(1) * w.getDimSize(2) * w.getDimSize(3));
+      double m = elems(out) / n;
+      int times = isa<rk::Conv2dGradOp>(op) ? 2 : 1;
+      c.kind = OpCost::Gemm;
+      c.flops = times * 2 * m * n * k;
+      c.time = times * tm.gemmTime(m, n, k, 1, actBytes);
+      return c;
+    }
+    if (auto ar = dyn_cast<rk::AllReduceOp>(op))
+      return collective("all_reduce", axesOf(ar.getAxes()),
+                        elems(ar.getBuffer()));
+    if (auto ar = dyn_cast<rk::AllReduceStartOp>(op))
+      return collective("all_reduce", axesOf(ar.getAxes()),
+                        elems(ar.getBuffer()), /*async=*/true);
+    if (auto ar = dyn_cast<rk::AllReduceMaxOp>(op))
+      return collective("all_reduce", axesOf(ar.getAxes()),
+                        elems(ar.getBuffer()));
+    if (auto g = dyn_cast<rk::AllGatherOp>(op))
+      return collective("all_gather", {g.getAxis().str()}, elems(g.getOut()));
+    if (auto rs = dyn_cast<rk::ReduceScatterOp>(op))
+      return collective("reduce_scatter", {rs.getAxis().str()},
+                        elems(rs.getInput()));
+    if (auto a2a = dyn_cast<rk::AllToAllOp>(op))
+      return collective("all_to_all", {a2a.getAxis().str()},
+                        elems(a2a.getInput()));
+    // Sends are asynchronous (the pipeline simulation delays their message
+    // by the transfer time); receives wait there too.
+    if (isa<rk::SendOp, rk::RecvOp, rk::ShardSliceOp>(op) ||
+        !isa<rk::RuntimeCallOpInterface>(op))
+      return c;
+    // Every other kernel is memory-bound: the bytes of what it reads and
+    // writes (an operand both read and written counts twice), one FLOP per
+    // element written.
+    bool optimizer = isa<rk::AdamWUpdateOp, rk::SgdUpdateOp,
+                         rk::ClipByGlobalNormOp, rk::SumSqAccumulateOp>(op);
+    double bytes = 0;
+    if (auto mem = dyn_cast<MemoryEffectOpInterface>(op)) {
+      SmallVector<MemoryEffects::EffectInstance> effects;
+      mem.getEffects(effects);
+      for (auto &e : effects) {
+        Value v = e.getValue();
+        if (!v || !isa<MemRefType>(v.getType()))
+          continue;
+        auto t = cast<MemRefType>(v.getType());
+        double eb = optimizer                          ? 4.0
+                    : t.getElementType().isInteger(32) ? 4.0
+                                                       : actBytes;
+        double n = double(t.getNumElements());
+        // An embedding reads only the rows it looks up (as many as it
+        // writes).
+        if (isa<rk::EmbeddingOp>(op) && v == op->getOperand(1))
+          n = elems(op->getOperand(op->getNumOperands() - 1));
+        bytes += n * eb;
+        if (isa<MemoryEffects::Write>(e.getEffect()))
+          c.flops += double(t.getNumElements());
+      }
+    }
+    c.kind = OpCost::Memory;
+    c.time = tm.memoryTime(bytes);
+    return c;
+  }
+};
+
+/// One pipeline coordinate's walk: FLOPs, busy time by kind, and the clock of
+/// its step (compute stream, and the stream non-blocking collectives run on).
+struct Walk {
+  double flops = 0, matmul = 0, attention = 0, other = 0;
+  TimeBreakdown busy;
+  std::map<std::string, double> byOp; // busy seconds by op name
+  double clock = 0, commClock = 0;
+  std::map<int64_t, double> slotDone;
+  void account(Operation *op, const OpCost &c, double times) {
+    if (c.kind != OpCost::None)
+      byOp[op->getName().stripDialect().str()] += c.time * times;
+    flops += c.flops * times;
+    if (c.kind == OpCost::Gemm)
+      matmul += c.flops * times;
+    else if (c.kind == OpCost::Attention)
+      attention += c.flops * times;
+    else
+      other += c.flops * times;
+    switch (c.kind) {
+    case OpCost::Gemm:
+      busy.gemm += c.time * times;
+      break;
+    case OpCost::Attention:
+      busy.attention += c.time * times;
+      break;
+    case OpCost::Memory:
+      busy.memoryBound += c.time * times;
+      break;
+    case OpCost::Collective:
+      busy.collectives += c.time * times;
+      break;
+    default:
+      break;
+    }
+  }
+};
 } // namespace
 
 double StepReport::sentBytes() const {
@@ -86,7 +295,29 @@ double StepReport::sentBytes() const {
   return s;
 }
 
-FailureOr<StepReport> planc::computeStepReport(ModuleOp module) {
+/// The cluster section, or the assumed one: A100 80GB nodes of 8 GPUs with
+/// NVLink 3 (300 GB/s) and 8 x 200 Gb/s InfiniBand (25 GB/s per GPU).
+static ClusterModel clusterOf(ModuleOp module) {
+  ClusterModel c;
+  c.gpu = findGpu("a100");
+  c.assumed = true;
+  for (auto cl : module.getOps<plan::ClusterOp>()) {
+    // The frontend accepts the kinds TimeModel.cpp lists (the unit test
+    // checks them all), so a miss is a bug, not a user error.
+    c.gpu = findGpu(cl.getGpu());
+    if (!c.gpu)
+      llvm::report_fatal_error("planc: the cluster's GPU '" + cl.getGpu() +
+                               "' has no entry in the time model");
+    c.gpusPerNode = cl.getGpusPerNode();
+    c.intraGBps = cl.getIntraNodeGbps().convertToDouble();
+    c.interGBps = cl.getInterNodeGbps().convertToDouble();
+    c.assumed = false;
+  }
+  return c;
+}
+
+FailureOr<StepReport> planc::computeStepReport(ModuleOp module,
+                                               const ReportOptions &opts) {
   plan::MeshOp mesh = plan::getMesh(module);
   auto step = module.lookupSymbol<func::FuncOp>("plan_step");
   if (!mesh || !step) {
@@ -96,10 +327,46 @@ FailureOr<StepReport> planc::computeStepReport(ModuleOp module) {
   }
   StepReport r;
   r.ranks = mesh.getNumRanks();
+  r.tokens = opts.tokens;
   int64_t pp = mesh.getAxisSize("pp");
+
+  OpCoster coster;
+  coster.tm.c = clusterOf(module);
+  r.precision = "fp32";
+  int64_t globalBatch = 1;
+  for (auto t : module.getOps<plan::TrainOp>()) {
+    r.precision = t.getPrecision().str();
+    globalBatch = t.getGlobalBatch();
+  }
+  coster.tm.lowPrecision = r.precision != "fp32";
+  coster.actBytes = coster.tm.lowPrecision ? 2 : 4;
+  for (auto [a, n] : llvm::zip(mesh.getAxes(), mesh.getShape())) {
+    StringRef name = cast<StringAttr>(a).getValue();
+    if (mesh.isSequential(name))
+      continue;
+    coster.axes.push_back(name.str());
+    coster.sizes.push_back(n);
+  }
+  r.gpu = coster.tm.c.gpu->name;
+  r.clusterAssumed = coster.tm.c.assumed;
+  r.peakFlops = coster.tm.peakFlops();
+  r.gpuMemoryBytes = coster.tm.c.gpu->memoryGB * 1e9;
+
+  // Tokens per step: the global batch times the sequence of a token input
+  // ([batch, seq] of i32); a sample counts as one token otherwise.
+  r.tokensPerStep = double(globalBatch);
+  for (auto in : module.getOps<rk::InputDeclOp>()) {
+    auto t = cast<MemRefType>(in.getType());
+    if (t.getElementType().isInteger(32) && t.getRank() >= 2) {
+      r.tokensPerStep = double(globalBatch) * double(t.getDimSize(1));
+      break;
+    }
+  }
+
   // Per pipeline coordinate: what its ranks hold and send.
-  std::vector<Counter> counters(pp, Counter{mesh, {}});
-  std::vector<int64_t> params(pp, 0), weightBytes(pp, 0), stateBytes(pp, 0);
+  std::vector<Counter> counters(pp, Counter{mesh, {}, coster.actBytes});
+  std::vector<int64_t> params(pp, 0), weightBytes(pp, 0), stateBytes(pp, 0),
+      gradBytes(pp, 0);
   auto owns = [&](int64_t stage, int64_t c) {
     return stage < 0 || stage % pp == c;
   };
@@ -112,17 +379,29 @@ FailureOr<StepReport> planc::computeStepReport(ModuleOp module) {
         for (StringRef a : s.getDimAxes(i))
           split *= mesh.getAxisSize(a);
     r.params += local * split;
+    // The backward computes a parameter's gradient whole over dp (ZeRO 3
+    // gathers the parameter, then reduce-scatters its gradient).
+    int64_t dpSplit = 1;
+    if (auto s = d.getShardingAttr())
+      for (int64_t i = 0; i < t.getRank(); ++i)
+        for (StringRef a : s.getDimAxes(i))
+          if (a == "dp")
+            dpSplit *= mesh.getAxisSize(a);
     for (int64_t c = 0; c < pp; ++c)
       if (owns(stageOf(d), c)) {
         params[c] += local;
         weightBytes[c] += (int64_t)bufferBytes(t);
+        gradBytes[c] += (int64_t)bufferBytes(t) * dpSplit;
       }
   }
   for (auto d : module.getOps<rk::StateDeclOp>())
     for (int64_t c = 0; c < pp; ++c)
       if (owns(stageOf(d), c))
         stateBytes[c] += (int64_t)bufferBytes(d.getType());
-  // Collectives: once per microbatch inside loops and pipeline units.
+  // Collectives and FLOPs: once per microbatch inside loops and pipeline
+  // units.
+  std::vector<Walk> walks(pp);
+  DenseMap<Operation *, OpCost> costs;
   step.walk([&](Operation *op) {
     double times = 1;
     int64_t stage = stageOf(op);
@@ -136,11 +415,176 @@ FailureOr<StepReport> planc::computeStepReport(ModuleOp module) {
             double(unit->getParentOfType<rk::PipelineOp>().getMicrobatches());
       }
     }
-    for (int64_t c = 0; c < pp; ++c)
-      if (owns(stage, c))
-        counters[c].visit(op, times);
+    OpCost c = coster.cost(op);
+    costs[op] = c;
+    for (int64_t c2 = 0; c2 < pp; ++c2)
+      if (owns(stage, c2)) {
+        counters[c2].visit(op, times);
+        walks[c2].account(op, c, times);
+      }
   });
-  // The most loaded pipeline coordinate: the most bytes sent, then memory.
+
+  // Activations: what a microbatch's forward keeps for its backward. With a
+  // pipeline, the stash (rank.alloc marked rank.stash in a unit, kept until
+  // the stage's last backward unit of that microbatch ends), summed over the
+  // microbatches each coordinate has in flight in its timeline's order, as
+  // the runtime holds it. Without one, the buffers written before the loss
+  // gradient (the first backward op) and read at or after it.
+  std::vector<double> activations(pp, 0);
+  auto bufBytes = [&](Value v) {
+    auto t = cast<MemRefType>(v.getType());
+    double n = std::max<double>(1, double(t.getNumElements()));
+    return n * (t.getElementType().isF32() ? coster.actBytes : 4.0);
+  };
+  step.walk([&](rk::PipelineOp pipe) {
+    SmallVector<rk::UnitOp> units(pipe.getBody().front().getOps<rk::UnitOp>());
+    std::vector<double> stashOf;
+    for (rk::UnitOp u : units) {
+      double b = 0;
+      u.walk([&](rk::AllocOp a) {
+        if (a->hasAttr("rank.stash"))
+          b += bufBytes(a.getResult());
+      });
+      stashOf.push_back(b);
+    }
+    for (auto t : pipe.getBody().front().getOps<rk::TimelineOp>()) {
+      int64_t c = t.getRank();
+      if (c < 0 || c >= pp)
+        continue;
+      std::map<std::pair<int64_t, int64_t>, double> held; // (stage, mb)
+      double live = 0, peak = 0;
+      for (auto e : t.getBody().front().getOps<rk::ExecOp>()) {
+        if (e.getUnit() >= units.size())
+          continue;
+        rk::UnitOp u = units[e.getUnit()];
+        std::pair<int64_t, int64_t> key{int64_t(u.getStage()),
+                                        int64_t(e.getMb())};
+        live += stashOf[e.getUnit()];
+        held[key] += stashOf[e.getUnit()];
+        peak = std::max(peak, live);
+        if (u.getLast()) {
+          live -= held[key];
+          held.erase(key);
+        }
+      }
+      activations[c] = std::max(activations[c], peak);
+    }
+  });
+  Operation *lossGrad = nullptr;
+  step.walk([&](Operation *op) {
+    if (!lossGrad && !op->getParentOfType<rk::PipelineOp>() &&
+        isa<rk::CrossEntropyGradOp, rk::CeGradFromStatsOp, rk::MseLossGradOp>(
+            op))
+      lossGrad = op;
+  });
+  if (lossGrad) {
+    Block *block = lossGrad->getBlock();
+    Operation *at = lossGrad;
+    while (at->getBlock() != block)
+      at = at->getParentOp();
+    double kept = 0;
+    for (Operation &op : *block) {
+      if (&op == at)
+        break;
+      auto a = dyn_cast<rk::AllocOp>(&op);
+      if (!a)
+        continue;
+      // Used (written) before the loss gradient and read at or after it,
+      // through views: a view nobody reads (recompute leaves some behind)
+      // keeps nothing, and a buffer first used by the backward (the loss
+      // gradient's output) is no activation.
+      std::function<bool(Value, bool)> usedOf = [&](Value v, bool later) {
+        return llvm::any_of(v.getUsers(), [&](Operation *u) {
+          if (isa<rk::ViewOp, rk::RowsOp, rk::SubviewOp>(u))
+            return usedOf(u->getResult(0), later);
+          Operation *top = block->findAncestorOpInBlock(*u);
+          if (!top)
+            return false;
+          bool after = top == at || at->isBeforeInBlock(top);
+          return after == later;
+        });
+      };
+      if (usedOf(a.getResult(), false) && usedOf(a.getResult(), true))
+        kept += bufBytes(a.getResult());
+    }
+    for (int64_t c = 0; c < pp; ++c)
+      activations[c] = std::max(activations[c], kept);
+  }
+
+  // The step's time on each pipeline coordinate: its top-level ops in order
+  // on one compute stream; a started all-reduce runs on a second stream
+  // (one collective at a time, as NCCL's communicator does) until its wait.
+  auto bodyTime = [&](Block &block) {
+    double t = 0;
+    block.walk([&](Operation *op) {
+      const OpCost &c = costs[op];
+      if (c.kind != OpCost::None)
+        t += c.time;
+    });
+    return t;
+  };
+  for (Operation &top : step.getBody().front()) {
+    if (auto pipe = dyn_cast<rk::PipelineOp>(&top)) {
+      double transfer = 0;
+      pipe.walk([&](rk::SendOp s) {
+        transfer =
+            std::max(transfer, coster.tm.p2pTime(coster.elems(s.getBuffer()) *
+                                                     coster.actBytes,
+                                                 coster.link({"pp"})));
+      });
+      auto unitCost = [&](rk::UnitOp u) {
+        return bodyTime(u.getBody().front());
+      };
+      FailureOr<PipelineSimulation> sim =
+          simulatePipeline(pipe, pp, unitCost, transfer);
+      if (failed(sim))
+        return failure();
+      r.bubbleFraction = sim->timeline.bubbleFraction;
+      for (int64_t c = 0; c < pp; ++c) {
+        double end = 0;
+        for (auto &sp : sim->timeline.span[c])
+          end = std::max(end, sp.second);
+        Walk &w = walks[c];
+        w.busy.pipelineWait += end - sim->timeline.busy[c];
+        w.clock += end;
+      }
+      continue;
+    }
+    for (int64_t c = 0; c < pp; ++c) {
+      if (!owns(stageOf(&top), c))
+        continue;
+      Walk &w = walks[c];
+      if (auto loop = dyn_cast<rk::MicrobatchLoopOp>(&top)) {
+        w.clock += bodyTime(loop.getBody().front()) * double(loop.getCount());
+        continue;
+      }
+      const OpCost &oc = costs[&top];
+      if (auto start = dyn_cast<rk::AllReduceStartOp>(&top)) {
+        w.commClock = std::max(w.commClock, w.clock) + oc.time;
+        w.slotDone[start.getSlot()] = w.commClock;
+        continue;
+      }
+      if (auto wait = dyn_cast<rk::CollectiveWaitOp>(&top)) {
+        double done = w.slotDone[wait.getSlot()];
+        if (done > w.clock) {
+          w.busy.collectives += done - w.clock;
+          w.clock = done;
+        }
+        continue;
+      }
+      w.clock += oc.time;
+    }
+  }
+  for (int64_t c = 0; c < pp; ++c) {
+    Walk &w = walks[c];
+    if (w.commClock > w.clock) { // a started collective nobody waited for
+      w.busy.collectives += w.commClock - w.clock;
+      w.clock = w.commClock;
+    }
+  }
+
+  // Communication: the pipeline coordinate that sends the most bytes (then
+  // holds the most model states).
   int64_t worst = 0;
   auto load = [&](int64_t c) {
     double s = 0;
@@ -151,14 +595,52 @@ FailureOr<StepReport> planc::computeStepReport(ModuleOp module) {
   for (int64_t c = 1; c < pp; ++c)
     if (load(c) > load(worst))
       worst = c;
-  r.paramsPerRank = params[worst];
-  r.weightBytes = weightBytes[worst];
-  r.gradientBytes = weightBytes[worst]; // fp32 gradients, one per parameter
-  r.optimizerBytes = stateBytes[worst];
+  // Memory: the coordinate that holds the most (model states and
+  // activations).
+  int64_t fullest = 0;
+  auto held = [&](int64_t c) {
+    return double(weightBytes[c] + gradBytes[c] + stateBytes[c]) +
+           activations[c];
+  };
+  for (int64_t c = 1; c < pp; ++c)
+    if (held(c) > held(fullest))
+      fullest = c;
+  r.paramsPerRank = params[fullest];
+  r.weightBytes = weightBytes[fullest];
+  r.gradientBytes = gradBytes[fullest]; // fp32, one per parameter
+  r.optimizerBytes = stateBytes[fullest];
+  r.activationBytes = activations[fullest];
   for (auto &kv : counters[worst].lines)
     r.comm.push_back(kv.second);
+  // The gradients reduced over dp (all-reduced, or reduce-scattered with
+  // ZeRO 2 and 3), as one message.
+  for (const CommLine &l : r.comm)
+    if (l.axes == "dp" &&
+        (l.kind == "all_reduce" || l.kind == "reduce_scatter"))
+      r.allReduceBytes += l.payloadBytes;
+  r.allReduceRanks = mesh.getAxisSize("dp");
+  if (r.allReduceBytes > 0 && r.allReduceRanks > 1)
+    r.allReduce = allReduceAlgorithms(r.allReduceBytes, r.allReduceRanks,
+                                      coster.link({"dp"}));
   if (auto f = step->getAttrOfType<FloatAttr>(rk::kStepFlopsAttr))
     r.stepFlopsPerRank = f.getValueAsDouble();
+  r.modelFlopsPerStep = r.stepFlopsPerRank * double(r.ranks);
+
+  // FLOPs: every pipeline coordinate's ranks (ranks / pp of them) run what
+  // its walk counted.
+  double replicas = double(r.ranks) / double(pp);
+  int64_t slowest = 0;
+  for (int64_t c = 0; c < pp; ++c) {
+    r.flopsPerStep += walks[c].flops * replicas;
+    r.matmulFlops += walks[c].matmul * replicas;
+    r.attentionFlops += walks[c].attention * replicas;
+    r.otherFlops += walks[c].other * replicas;
+    if (walks[c].clock > walks[slowest].clock)
+      slowest = c;
+  }
+  r.stepTime = walks[slowest].clock;
+  r.time = walks[slowest].busy;
+  r.timeByOp = walks[slowest].byOp;
   return r;
 }
 
@@ -167,13 +649,18 @@ void planc::printStepReport(const StepReport &r, llvm::raw_ostream &os) {
   os << "step report (" << r.ranks << " ranks; per rank: the most loaded)\n";
   os << llvm::format("  parameters          %14lld total, %lld per rank\n",
                      (long long)r.params, (long long)r.paramsPerRank);
-  os << llvm::format("  model FLOPs/step    %14.4g per rank\n",
-                     r.stepFlopsPerRank);
+  os << llvm::format("  FLOPs/step          %14.4g executed (matmul %.4g, "
+                     "attention %.4g, other %.4g), model %.4g\n",
+                     r.flopsPerStep, r.matmulFlops, r.attentionFlops,
+                     r.otherFlops, r.modelFlopsPerStep);
   os << llvm::format("  memory per rank     weights %.3f MB, gradients %.3f "
-                     "MB, optimizer %.3f MB (activations: not yet "
-                     "modelled)\n",
+                     "MB, optimizer %.3f MB, activations %.3f MB\n",
                      mb(r.weightBytes), mb(r.gradientBytes),
-                     mb(r.optimizerBytes));
+                     mb(r.optimizerBytes), mb(r.activationBytes));
+  os << llvm::format("  peak memory         %.3f GB of the %s's %.0f GB: %s\n",
+                     r.memoryPeakBytes() / 1e9, r.gpu.c_str(),
+                     r.gpuMemoryBytes / 1e9,
+                     r.fits() ? "fits" : "does not fit");
   os << "  communication per step and rank (ring algorithms):\n";
   os << llvm::format("    %-15s %-8s %6s %7s %14s %14s\n", "collective", "axes",
                      "ranks", "calls", "payload MB", "sent MB");
@@ -183,6 +670,30 @@ void planc::printStepReport(const StepReport &r, llvm::raw_ostream &os) {
                        (long long)l.calls, mb(l.payloadBytes), mb(l.sentBytes));
   os << llvm::format("    %-15s %-8s %6s %7s %14s %14.4f\n", "total", "", "",
                      "", "", mb(r.sentBytes()));
+  os << llvm::format("  time on %s%s, %s\n", r.gpu.c_str(),
+                     r.clusterAssumed ? " (assumed: no cluster section)" : "",
+                     r.precision.c_str());
+  os << llvm::format("    step %.4g s, %.4g tokens/s, %.1f TFLOP/s per GPU, "
+                     "MFU %.1f%%, bubble %.1f%%\n",
+                     r.stepTime, r.tokensPerSecond(), r.tflopsPerGpu(),
+                     100 * r.mfu(), 100 * r.bubbleFraction);
+  const TimeBreakdown &t = r.time;
+  os << llvm::format("    gemm %.4g s, attention %.4g s, memory-bound %.4g s, "
+                     "collectives %.4g s, pipeline wait %.4g s\n",
+                     t.gemm, t.attention, t.memoryBound, t.collectives,
+                     t.pipelineWait);
+  if (!r.allReduce.empty()) {
+    os << llvm::format("  all-reduce of the dp gradients (%.4f MB over %lld "
+                       "ranks, one message) by algorithm:\n",
+                       mb(r.allReduceBytes), (long long)r.allReduceRanks);
+    for (const AllReduceAlgorithm &a : r.allReduce)
+      os << llvm::format("    %-17s %12.6f s %14.4f MB sent\n", a.name, a.timeS,
+                         mb(a.sentBytes));
+  }
+  if (r.tokens)
+    os << llvm::format("    %.4g tokens: %.4g s (%.2f days)\n", *r.tokens,
+                       *r.tokens / r.tokensPerSecond(),
+                       *r.tokens / r.tokensPerSecond() / 86400);
 }
 
 llvm::json::Object planc::stepReportJson(const StepReport &r) {
@@ -203,13 +714,55 @@ llvm::json::Object planc::stepReportJson(const StepReport &r) {
   memory["weights"] = r.weightBytes;
   memory["gradients"] = r.gradientBytes;
   memory["optimizer"] = r.optimizerBytes;
-  return llvm::json::Object{
+  memory["activations"] = r.activationBytes;
+  memory["peak"] = r.memoryPeakBytes();
+  const TimeBreakdown &t = r.time;
+  llvm::json::Object o{
       {"ranks", r.ranks},
       {"params", r.params},
       {"params_per_rank", r.paramsPerRank},
       {"model_flops_per_step_per_rank", r.stepFlopsPerRank},
+      {"flops_per_step", r.flopsPerStep},
+      {"model_flops_per_step", r.modelFlopsPerStep},
+      {"flops_by_kind", llvm::json::Object{{"matmul", r.matmulFlops},
+                                           {"attention", r.attentionFlops},
+                                           {"other", r.otherFlops}}},
       {"memory_per_rank", std::move(memory)},
       {"comm_bytes_per_step", std::move(comm)},
       {"comm_sent_bytes_per_step", r.sentBytes()},
-      {"comm", std::move(lines)}};
+      {"comm", std::move(lines)},
+      {"gpu", r.gpu},
+      {"cluster_assumed", r.clusterAssumed},
+      {"precision", r.precision},
+      {"peak_flops_per_gpu", r.peakFlops},
+      {"step_time_s", r.stepTime},
+      {"tokens_per_step", r.tokensPerStep},
+      {"tokens_per_s", r.tokensPerSecond()},
+      {"tflops_per_gpu", r.tflopsPerGpu()},
+      {"mfu", r.mfu()},
+      {"bubble_fraction", r.bubbleFraction},
+      {"fits", r.fits()},
+      {"time_breakdown_s",
+       llvm::json::Object{{"gemm", t.gemm},
+                          {"attention", t.attention},
+                          {"memory_bound", t.memoryBound},
+                          {"collectives", t.collectives},
+                          {"pipeline_wait", t.pipelineWait}}}};
+  llvm::json::Object byOp;
+  for (auto &kv : r.timeByOp)
+    byOp[kv.first] = kv.second;
+  o["time_by_op_s"] = std::move(byOp);
+  llvm::json::Array algos;
+  for (const AllReduceAlgorithm &a : r.allReduce)
+    algos.push_back(llvm::json::Object{
+        {"name", a.name}, {"time_s", a.timeS}, {"sent_bytes", a.sentBytes}});
+  o["allreduce_algorithms"] =
+      llvm::json::Object{{"bytes", r.allReduceBytes},
+                         {"ranks", r.allReduceRanks},
+                         {"algorithms", std::move(algos)}};
+  if (r.tokens) {
+    o["tokens"] = *r.tokens;
+    o["training_time_s"] = *r.tokens / r.tokensPerSecond();
+  }
+  return o;
 }

@@ -483,7 +483,8 @@ void Sema::readCluster() {
   cluster.nodes = intSetting(s, "nodes", 1, kMaxCount).value_or(0);
   cluster.gpusPerNode =
       intSetting(s, "gpus_per_node", 1, kMaxCount).value_or(0);
-  if (auto v = nameSetting(s, "gpu", {"a100", "h100", "h200", "b200", "l40s"}))
+  if (auto v = nameSetting(
+          s, "gpu", {"a100", "a100_40gb", "h100", "h200", "b200", "l40s"}))
     cluster.gpu = *v;
   cluster.intraGBps =
       numberSetting(s, "intra_bw", 0, /*inclusive=*/false).value_or(0);

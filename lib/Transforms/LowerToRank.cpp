@@ -81,11 +81,13 @@ void LowerToRankPass::runOnOperation() {
   for (auto f : module.getOps<func::FuncOp>())
     if (f->hasAttr(kModelAttr))
       model = f;
-  // Model FLOPs of one step (the plan-level ops on global shapes), shared
-  // by the ranks: what the runtime's MFU divides by the step time.
+  // Model FLOPs of one step (the plan-level ops on global shapes, without
+  // the forward that recompute runs again), shared by the ranks: what the
+  // runtime's MFU divides by the step time.
   double stepFlops = 0;
   step.walk([&](Operation *op) {
-    if (isa_and_nonnull<PlanDialect>(op->getDialect()))
+    if (isa_and_nonnull<PlanDialect>(op->getDialect()) &&
+        !op->hasAttr("plan.recompute"))
       stepFlops += opFlops(op);
   });
   int64_t ranks = 1;

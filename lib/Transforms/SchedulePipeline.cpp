@@ -56,16 +56,10 @@ pl::Phase phaseOf(rk::UnitOp u) {
 
 FailureOr<PipelineSimulation>
 planc::simulatePipeline(rk::PipelineOp pipe, int64_t ppSize, bool unitCosts) {
-  SmallVector<rk::UnitOp> units(pipe.getBody().front().getOps<rk::UnitOp>());
-  auto kind = pl::parseKind(pipe.getSchedule());
-  if (!kind)
-    return pipe.emitError()
-           << "unknown schedule '" << pipe.getSchedule() << "'";
-  PipelineSimulation sim;
   int64_t stages = pipe.getStages(), m = pipe.getMicrobatches();
-  sim.program.shape = {ppSize, stages / ppSize, m};
-  sim.program.splitW = pl::splitsWeightGrad(*kind);
-  sim.program.ranks.resize(ppSize);
+  bool splitW = false;
+  if (auto kind = pl::parseKind(pipe.getSchedule()))
+    splitW = pl::splitsWeightGrad(*kind);
   // Durations: the stage's FLOPs of each phase (a unit cost without them);
   // B carries W when the schedule does not split it.
   auto flops = pipe->getAttrOfType<DenseI64ArrayAttr>("stage_flops");
@@ -78,13 +72,34 @@ planc::simulatePipeline(rk::PipelineOp pipe, int64_t ppSize, bool unitCosts) {
     case pl::Phase::F:
       return flops[3 * s] * scale;
     case pl::Phase::B:
-      return (flops[3 * s + 1] + (sim.program.splitW ? 0 : flops[3 * s + 2])) *
-             scale;
+      return (flops[3 * s + 1] + (splitW ? 0 : flops[3 * s + 2])) * scale;
     case pl::Phase::W:
       return flops[3 * s + 2] * scale;
     }
     return 1.0;
   };
+  return simulatePipeline(pipe, ppSize, cost, /*transfer=*/0);
+}
+
+FailureOr<PipelineSimulation>
+planc::simulatePipeline(rk::PipelineOp pipe, int64_t ppSize,
+                        llvm::function_ref<double(rk::UnitOp)> cost,
+                        double transfer) {
+  SmallVector<rk::UnitOp> units(pipe.getBody().front().getOps<rk::UnitOp>());
+  auto kind = pl::parseKind(pipe.getSchedule());
+  if (!kind)
+    return pipe.emitError()
+           << "unknown schedule '" << pipe.getSchedule() << "'";
+  PipelineSimulation sim;
+  int64_t stages = pipe.getStages(), m = pipe.getMicrobatches();
+  sim.program.shape = {ppSize, stages / ppSize, m};
+  sim.program.splitW = pl::splitsWeightGrad(*kind);
+  sim.program.ranks.resize(ppSize);
+  sim.program.transfer = transfer;
+  // One duration per unit, not per execution of it.
+  std::vector<double> unitCost;
+  for (rk::UnitOp u : units)
+    unitCost.push_back(cost(u));
   for (auto t : pipe.getBody().front().getOps<rk::TimelineOp>()) {
     int64_t r = t.getRank();
     if (r < 0 || r >= ppSize)
@@ -107,7 +122,7 @@ planc::simulatePipeline(rk::PipelineOp pipe, int64_t ppSize, bool unitCosts) {
         return e.emitError() << what << ": there are " << m << " microbatches";
       pl::Step step;
       step.action = {phaseOf(u), u.getStage(), mb};
-      step.cost = cost(u);
+      step.cost = unitCost[e.getUnit()];
       WalkResult w = u.walk([&](Operation *op) {
         if (auto get = dyn_cast<rk::StashGetOp>(op);
             get && !stashed.count({get.getSlot(), mb})) {

@@ -144,9 +144,9 @@ double gpu_peak_flops(const std::string &gpu, const std::string &precision) {
     double bf16, fp32;
   };
   static const Row table[] = {
-      {"a100", 312e12, 19.5e12}, {"h100", 989e12, 67e12},
-      {"h200", 989e12, 67e12},   {"b200", 2250e12, 75e12},
-      {"l40s", 362e12, 91.6e12},
+      {"a100", 312e12, 19.5e12}, {"a100_40gb", 312e12, 19.5e12},
+      {"h100", 989e12, 67e12},   {"h200", 989e12, 67e12},
+      {"b200", 2250e12, 75e12},  {"l40s", 362e12, 91.6e12},
   };
   std::string g = gpu;
   for (char &c : g)

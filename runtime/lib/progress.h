@@ -37,8 +37,8 @@ std::string set_report_option(ReportOptions &o, const std::string &arg,
                               const std::string &value);
 
 /// Dense peak FLOP/s of one GPU of a kind of the plan's cluster section
-/// ("a100", "h100", "h200", "b200", "l40s") for `precision` ("fp32" or
-/// "bf16"); 0 for an unknown kind.
+/// ("a100", "a100_40gb", "h100", "h200", "b200", "l40s") for `precision`
+/// ("fp32" or "bf16"); 0 for an unknown kind.
 double gpu_peak_flops(const std::string &gpu, const std::string &precision);
 
 /// Sets up the report on every rank (rank 0 opens --log-json; fatal if it

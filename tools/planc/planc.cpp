@@ -66,6 +66,10 @@ static cl::opt<Report> report(
                clEnumValN(Report::Table, "table", "a table"),
                clEnumValN(Report::Json, "json", "one JSON object")),
     cl::cat(cat));
+static cl::opt<double>
+    tokens("tokens",
+           cl::desc("With --report: the training time of this many tokens"),
+           cl::value_desc("N"), cl::cat(cat));
 static cl::opt<Target> target(
     "target", cl::desc("Where the program runs"), cl::init(Target::Host),
     cl::values(clEnumValN(Target::Host, "host",
@@ -231,6 +235,15 @@ int main(int argc, char **argv) {
       "a program launched with mpirun\n");
   if (emit == Emit::Cuda)
     target = Target::Cuda;
+  if (tokens.getNumOccurrences() && report == Report::None) {
+    llvm::errs() << "planc: error: --tokens needs --report\n";
+    return 1;
+  }
+  if (tokens.getNumOccurrences() && !(tokens > 0)) {
+    llvm::errs() << "planc: error: --tokens must be > 0, got " << tokens
+                 << "\n";
+    return 1;
+  }
 
   // Our passes are module passes; one thread also keeps IR printing legal.
   MLIRContext context(MLIRContext::Threading::DISABLED);
@@ -310,7 +323,10 @@ int main(int argc, char **argv) {
     return 1;
 
   if (report != Report::None && stopAfter.empty()) {
-    FailureOr<StepReport> r = computeStepReport(*module);
+    ReportOptions ro;
+    if (tokens.getNumOccurrences())
+      ro.tokens = tokens;
+    FailureOr<StepReport> r = computeStepReport(*module, ro);
     if (failed(r))
       return 1;
     return writeOutput(

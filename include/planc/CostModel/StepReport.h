@@ -1,20 +1,25 @@
 //===- StepReport.h - What one training step costs, read from the rank IR -===//
 //
-// The first part of the cost model: counts, not times. It walks the
-// rank-level program (after plan-schedule-pipeline), so what it reports is
-// what each rank executes: the parameters it holds, its gradients and
-// optimizer state, and the bytes it sends per step by collective kind and
-// mesh axes (ring algorithms, as nccl-tests counts them), with collectives
-// in a microbatch loop or a pipeline unit counted once per microbatch.
+// The cost model (docs/cost-model.md). It walks the rank-level program
+// (after plan-schedule-pipeline), so what it reports is what each rank
+// executes: the parameters it holds, its gradients and optimizer state, the
+// FLOPs it runs (recompute included), the bytes it sends per step by
+// collective kind and mesh axes (ring algorithms, as nccl-tests counts them),
+// with ops in a microbatch loop or a pipeline unit counted once per
+// microbatch; and how long the step takes on the plan's cluster
+// (TimeModel.h), the pipeline simulated with those times.
 //===----------------------------------------------------------------------===//
 #ifndef PLANC_COSTMODEL_STEPREPORT_H
 #define PLANC_COSTMODEL_STEPREPORT_H
+
+#include "planc/CostModel/TimeModel.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,6 +38,15 @@ struct CommLine {
                            // 2(n-1)/n, gather/scatter/all-to-all (n-1)/n
 };
 
+/// Where the slowest rank's step time goes (seconds per step).
+struct TimeBreakdown {
+  double gemm = 0;         // rank.matmul, convolutions
+  double attention = 0;    // attention and its gradient (GEMMs and softmax)
+  double memoryBound = 0;  // every other kernel
+  double collectives = 0;  // blocking collectives, and waits for started ones
+  double pipelineWait = 0; // idle inside the pipeline (bubble, transfers)
+};
+
 /// One rank's step (the most loaded pipeline coordinate with a pipeline).
 struct StepReport {
   int64_t ranks = 1;
@@ -40,13 +54,57 @@ struct StepReport {
   int64_t paramsPerRank = 0; // held by the most loaded rank
   double stepFlopsPerRank = 0;
   int64_t weightBytes = 0, gradientBytes = 0, optimizerBytes = 0;
+  double activationBytes = 0; // kept from forward to backward, in flight
   std::vector<CommLine> comm; // sorted by kind, then axes
+
+  // FLOPs of one step, all ranks together.
+  double flopsPerStep = 0;      // executed by the ranks, recompute included
+  double modelFlopsPerStep = 0; // the model's (global shapes, no recompute)
+  double matmulFlops = 0, attentionFlops = 0, otherFlops = 0; // executed
+
+  // Time on the cluster (the slowest pipeline coordinate).
+  std::string gpu;
+  bool clusterAssumed = false;
+  std::string precision;
+  double peakFlops = 0;
+  double stepTime = 0;
+  double bubbleFraction = 0;
+  double tokensPerStep = 0;
+  std::optional<double> tokens; // --tokens
+  TimeBreakdown time;
+  std::map<std::string, double> timeByOp; // busy seconds by op (slowest)
+  // The step's data-parallel gradient bytes all-reduced by each textbook
+  // algorithm over the dp group's link (empty without dp).
+  double allReduceBytes = 0;
+  int64_t allReduceRanks = 1;
+  std::vector<AllReduceAlgorithm> allReduce;
+  double gpuMemoryBytes = 0;
+
   double sentBytes() const;
+  double tokensPerSecond() const { return tokensPerStep / stepTime; }
+  double tflopsPerGpu() const {
+    return flopsPerStep / double(ranks) / stepTime / 1e12;
+  }
+  double mfu() const {
+    return modelFlopsPerStep / double(ranks) / stepTime / peakFlops;
+  }
+  /// Model states and activations (workspace, communication buffers and
+  /// the runtime's transient scratch are not counted).
+  double memoryPeakBytes() const {
+    return double(weightBytes + gradientBytes + optimizerBytes) +
+           activationBytes;
+  }
+  bool fits() const { return memoryPeakBytes() <= gpuMemoryBytes; }
+};
+
+struct ReportOptions {
+  std::optional<double> tokens; // a training budget: report its time
 };
 
 /// Reads the report from a module lowered through plan-schedule-pipeline;
 /// fails (with an error on the module) when it is not at that level.
-mlir::FailureOr<StepReport> computeStepReport(mlir::ModuleOp module);
+mlir::FailureOr<StepReport> computeStepReport(mlir::ModuleOp module,
+                                              const ReportOptions &opts = {});
 
 void printStepReport(const StepReport &r, llvm::raw_ostream &os);
 llvm::json::Object stepReportJson(const StepReport &r);

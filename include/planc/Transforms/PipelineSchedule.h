@@ -19,6 +19,12 @@ struct PipelineSimulation {
 /// 1 for every unit), verified and simulated; errors are emitted on the IR.
 mlir::FailureOr<PipelineSimulation>
 simulatePipeline(rank::PipelineOp pipe, int64_t ppSize, bool unitCosts = false);
+/// The same with each unit's duration given by `unitCost` (seconds, say) and
+/// messages arriving `transfer` after their send (the cost model's times).
+mlir::FailureOr<PipelineSimulation>
+simulatePipeline(rank::PipelineOp pipe, int64_t ppSize,
+                 llvm::function_ref<double(rank::UnitOp)> unitCost,
+                 double transfer);
 } // namespace planc
 
 #endif

@@ -258,8 +258,8 @@ void expect_bytes(Context *ctx, int64_t params, int64_t grads, int64_t state);
 /// divides by the number of ranks. MFU = this / step time / peak FLOP/s of
 /// one device (see docs/runtime.md). Call it from plan_setup.
 void set_step_flops(Context *ctx, double flops);
-/// The GPU of the plan's cluster section ("a100", "h100", "h200", "b200",
-/// "l40s"): on the cuda backend its dense fp32 peak is the device peak of
+/// The GPU of the plan's cluster section ("a100", "a100_40gb", "h100",
+/// "h200", "b200", "l40s"): on the cuda backend its dense fp32 peak is the device peak of
 /// the MFU unless --peak-flops or PLANRT_PEAK_FLOPS give one (ignored on the
 /// host backend). Call it from plan_setup.
 void set_cluster_gpu(Context *ctx, const char *gpu);

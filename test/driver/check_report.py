@@ -1,0 +1,69 @@
+"""Checks planc --report=json output against published formulas.
+
+  check_report.py flops REPORT.json B s l h V RECOMPUTE [TOL]
+      Narayanan et al. 2021 (SC'21, appendix): a GPT step's matmul FLOPs are
+      72 B s l h^2 (1 + s/(6h) + V/(12 l h)) without recompute and
+      96 B s l h^2 (1 + s/(6h) + V/(16 l h)) with full recompute.
+      flops_by_kind.matmul + .attention must equal the executed formula
+      exactly (to rounding), where our full recompute skips the layer's last
+      matmul (the MLP's output projection: its output only feeds the residual
+      add that ends the layer, and its gradient needs only its input and dY),
+      so 8 B s l h^2 less than 96. With TOL, flops_per_step and
+      model_flops_per_step (the 72 formula) must also be within TOL
+      (relative): the layers' other ops (norms, biases, activations, residual
+      adds, embedding, loss, optimizer) at one FLOP per element written.
+  check_report.py table1 PAPER_TFLOPS REPORT.json [TOL]
+      tflops_per_gpu within TOL (default 0.10) of the paper's; prints the row.
+"""
+import json
+import sys
+
+
+def fail(msg):
+    print("FAIL: " + msg)
+    sys.exit(1)
+
+
+def close(a, b, tol):
+    return abs(a - b) <= tol * abs(b)
+
+
+def flops(argv):
+    report = json.load(open(argv[0]))
+    B, s, l, h, V = (float(x) for x in argv[1:6])
+    recompute = argv[6]
+    tol = float(argv[7]) if len(argv) > 7 else None
+    f72 = 72 * B * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h))
+    f96 = 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))
+    ours = f96 - 8 * B * s * l * h * h if recompute == "full" else f72
+    k = report["flops_by_kind"]
+    gemm = k["matmul"] + k["attention"]
+    if not close(gemm, ours, 1e-12):
+        fail(f"matmul + attention FLOPs {gemm:.17g} != {ours:.17g}")
+    print(f"matmul + attention = formula: {gemm:.6g}")
+    if tol is not None:
+        want = f96 if recompute == "full" else f72
+        for key, ref in (("flops_per_step", ours), ("model_flops_per_step", f72)):
+            got = report[key]
+            if not close(got, ref, tol):
+                fail(f"{key} {got:.6g} vs {ref:.6g}: off by "
+                     f"{abs(got - ref) / ref:.3g} > {tol}")
+            print(f"{key} within {tol} of the formula "
+                  f"({(got - ref) / ref:+.2e})")
+        print(f"executed / Narayanan's {'96' if recompute == 'full' else '72'}"
+              f" formula: {report['flops_per_step'] / want:.4f}")
+
+
+def table1(argv):
+    paper = float(argv[0])
+    report = json.load(open(argv[1]))
+    tol = float(argv[2]) if len(argv) > 2 else 0.10
+    ours = report["tflops_per_gpu"]
+    ratio = ours / paper
+    print(f"paper {paper:.0f} ours {ours:.1f} TFLOP/s per GPU ({ratio:.3f})")
+    if not close(ours, paper, tol):
+        fail(f"{ours:.1f} TFLOP/s is not within {tol:.0%} of {paper}")
+
+
+if __name__ == "__main__":
+    {"flops": flops, "table1": table1}[sys.argv[1]](sys.argv[2:])
