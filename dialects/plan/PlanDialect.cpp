@@ -286,6 +286,16 @@ ShardingAttr planc::plan::dropPartial(ShardingAttr s) {
                            ArrayAttr::get(s.getContext(), {}), s.getSegments());
 }
 
+std::string planc::plan::recomputePolicy(ModuleOp module,
+                                         llvm::StringRef option) {
+  if (!option.empty())
+    return option.str();
+  std::string mode = "none";
+  for (auto par : module.getOps<ParallelOp>())
+    mode = par.getRecompute().str();
+  return mode;
+}
+
 MeshOp planc::plan::getMesh(ModuleOp module) {
   auto meshes = module.getOps<MeshOp>();
   return meshes.empty() ? MeshOp() : *meshes.begin();

@@ -70,6 +70,9 @@ llvm::SmallVector<int64_t> getLocalShape(llvm::ArrayRef<int64_t> shape,
                                          ShardingAttr sharding, MeshOp mesh);
 
 /// The module's mesh (planc programs have exactly one), or null.
+/// The recompute policy: `option` when a pass was given one, else the
+/// plan's (plan.parallel's `recompute`, "none" without a parallel section).
+std::string recomputePolicy(mlir::ModuleOp module, llvm::StringRef option);
 MeshOp getMesh(mlir::ModuleOp module);
 
 /// Output size of a convolution or pooling window along one spatial

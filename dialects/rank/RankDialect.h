@@ -51,9 +51,12 @@ inline constexpr llvm::StringLiteral kBufferBytesAttr = "rank.buffer_bytes";
 /// pipeline coordinate needs (the highest byte of the runtime's best-fit
 /// allocator on the schedule's stash events, simulated by plan-memory).
 inline constexpr llvm::StringLiteral kStashBytesAttr = "rank.stash_bytes";
+/// On a planned function: the largest workspace one op takes, per pipeline
+/// coordinate.
+inline constexpr llvm::StringLiteral kWorkspaceBytesAttr =
+    "rank.workspace_bytes";
 /// On an op with a workspace: [offset in the arena, bytes].
-inline constexpr llvm::StringLiteral kWorkspaceAttr =
-    "rank.workspace";
+inline constexpr llvm::StringLiteral kWorkspaceAttr = "rank.workspace";
 } // namespace planc::rank
 
 #endif

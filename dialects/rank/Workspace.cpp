@@ -15,7 +15,9 @@ using namespace planc::rank;
 namespace ws = planrt::workspace;
 
 namespace {
-int64_t numel(Value v) { return cast<MemRefType>(v.getType()).getNumElements(); }
+int64_t numel(Value v) {
+  return cast<MemRefType>(v.getType()).getNumElements();
+}
 int64_t dim(Value v, int64_t d) {
   return cast<MemRefType>(v.getType()).getDimSize(d);
 }
@@ -44,8 +46,7 @@ int64_t groupOf(const WorkspaceEnv &env, ArrayAttr axes) {
 
 /// One model per op: `Fn` computes the bytes from the op.
 template <typename OpT, int64_t (*Fn)(OpT, const WorkspaceEnv &)>
-struct Model
-    : public WorkspaceOpInterface::ExternalModel<Model<OpT, Fn>, OpT> {
+struct Model : public WorkspaceOpInterface::ExternalModel<Model<OpT, Fn>, OpT> {
   int64_t getWorkspaceBytes(Operation *op, const WorkspaceEnv &env) const {
     return Fn(cast<OpT>(op), env);
   }
@@ -72,8 +73,8 @@ int64_t crossEntropyGrad(CrossEntropyGradOp op, const WorkspaceEnv &) {
 int64_t ceLocalStats(CeLocalStatsOp op, const WorkspaceEnv &) {
   return ws::index_check(leadRows(op.getLogits()));
 }
-int64_t ceLossFromStats(CeLossFromStatsOp op, const WorkspaceEnv &) {
-  return ws::ce_loss_from_stats(numel(op.getRowmax()));
+int64_t ceLossFromStats(CeLossFromStatsOp op, const WorkspaceEnv &env) {
+  return ws::ce_loss_from_stats(numel(op.getRowmax()), env.classifier);
 }
 int64_t ceGradFromStats(CeGradFromStatsOp op, const WorkspaceEnv &) {
   return ws::index_check(leadRows(op.getLogits()));
@@ -111,10 +112,9 @@ int64_t reduceScatter(ReduceScatterOp op, const WorkspaceEnv &env) {
                             env.axisSize(op.getAxis()));
 }
 int64_t allToAll(AllToAllOp op, const WorkspaceEnv &env) {
-  return ws::all_to_all(numel(op.getInput()),
-                        outer(op.getInput(), op.getSplitDim()),
-                        outer(op.getOut(), op.getGatherDim()),
-                        env.axisSize(op.getAxis()));
+  return ws::all_to_all(
+      numel(op.getInput()), outer(op.getInput(), op.getSplitDim()),
+      outer(op.getOut(), op.getGatherDim()), env.axisSize(op.getAxis()));
 }
 /// im2col rows (C * KH * KW) and columns (N * HO * WO) of a convolution.
 std::pair<int64_t, int64_t> convCols(Value input, Value filter, Value out) {
@@ -151,35 +151,29 @@ void planc::rank::registerWorkspaceModels(MLIRContext *ctx) {
   MseLossOp::attachInterface<Model<MseLossOp, mseLoss>>(*ctx);
   SumSqAccumulateOp::attachInterface<Model<SumSqAccumulateOp, sumSq>>(*ctx);
   EmbeddingOp::attachInterface<Model<EmbeddingOp, embedding>>(*ctx);
-  EmbeddingGradOp::attachInterface<Model<EmbeddingGradOp, embeddingGrad>>(
-      *ctx);
+  EmbeddingGradOp::attachInterface<Model<EmbeddingGradOp, embeddingGrad>>(*ctx);
   CrossEntropyOp::attachInterface<Model<CrossEntropyOp, crossEntropy>>(*ctx);
   CrossEntropyGradOp::attachInterface<
       Model<CrossEntropyGradOp, crossEntropyGrad>>(*ctx);
   CeLocalStatsOp::attachInterface<Model<CeLocalStatsOp, ceLocalStats>>(*ctx);
-  CeLossFromStatsOp::attachInterface<
-      Model<CeLossFromStatsOp, ceLossFromStats>>(*ctx);
-  CeGradFromStatsOp::attachInterface<
-      Model<CeGradFromStatsOp, ceGradFromStats>>(*ctx);
-  LayerNormOp::attachInterface<Model<LayerNormOp, layerNorm>>(*ctx);
-  LayerNormGradOp::attachInterface<Model<LayerNormGradOp, layerNormGrad>>(
+  CeLossFromStatsOp::attachInterface<Model<CeLossFromStatsOp, ceLossFromStats>>(
       *ctx);
+  CeGradFromStatsOp::attachInterface<Model<CeGradFromStatsOp, ceGradFromStats>>(
+      *ctx);
+  LayerNormOp::attachInterface<Model<LayerNormOp, layerNorm>>(*ctx);
+  LayerNormGradOp::attachInterface<Model<LayerNormGradOp, layerNormGrad>>(*ctx);
   RmsNormOp::attachInterface<Model<RmsNormOp, rmsNorm>>(*ctx);
   RmsNormGradOp::attachInterface<Model<RmsNormGradOp, rmsNormGrad>>(*ctx);
-  AttentionGradOp::attachInterface<Model<AttentionGradOp, attentionGrad>>(
-      *ctx);
+  AttentionGradOp::attachInterface<Model<AttentionGradOp, attentionGrad>>(*ctx);
   AttentionGradKeptOp::attachInterface<
       Model<AttentionGradKeptOp, attentionGradKept>>(*ctx);
   AllGatherOp::attachInterface<Model<AllGatherOp, allGather>>(*ctx);
-  ReduceScatterOp::attachInterface<Model<ReduceScatterOp, reduceScatter>>(
-      *ctx);
+  ReduceScatterOp::attachInterface<Model<ReduceScatterOp, reduceScatter>>(*ctx);
   AllToAllOp::attachInterface<Model<AllToAllOp, allToAll>>(*ctx);
   Conv2dOp::attachInterface<Model<Conv2dOp, conv2d>>(*ctx);
   Conv2dGradOp::attachInterface<Model<Conv2dGradOp, conv2dGrad>>(*ctx);
   BatchNormOp::attachInterface<Model<BatchNormOp, batchNorm>>(*ctx);
-  BatchNormGradOp::attachInterface<Model<BatchNormGradOp, batchNormGrad>>(
-      *ctx);
+  BatchNormGradOp::attachInterface<Model<BatchNormGradOp, batchNormGrad>>(*ctx);
   GroupNormOp::attachInterface<Model<GroupNormOp, groupNorm>>(*ctx);
-  GroupNormGradOp::attachInterface<Model<GroupNormGradOp, groupNormGrad>>(
-      *ctx);
+  GroupNormGradOp::attachInterface<Model<GroupNormGradOp, groupNormGrad>>(*ctx);
 }

@@ -154,11 +154,14 @@ struct OpCoster {
       c.time = tm.gemmTime(m, n, k, 1, actBytes);
       return c;
     }
-    if (isa<rk::AttentionOp, rk::AttentionGradOp>(op)) {
+    if (isa<rk::AttentionOp, rk::AttentionGradOp, rk::AttentionKeepOp,
+            rk::AttentionGradKeptOp>(op)) {
       // Costed as Megatron-LM (2021) runs it: batched GEMMs over the heads
       // and a materialized score matrix for the softmax; the backward keeps
       // the probabilities (dV, dP, dQ, dK: four GEMMs, twice the forward's
       // FLOPs, and a softmax backward reading P and dP and writing dS).
+      // rank.attention_keep / attention_grad_kept (recompute = none) are
+      // that; planrt's attention_grad recomputes q.k instead, costed alike.
       auto qkv = cast<MemRefType>(op->getOperand(0).getType());
       int64_t heads = op->getAttrOfType<IntegerAttr>("num_heads").getInt();
       int64_t kv = op->getAttrOfType<IntegerAttr>("num_kv_heads").getInt();
@@ -167,7 +170,7 @@ struct OpCoster {
       double bh = b * double(heads), scores = bh * sq * sq * actBytes;
       c.kind = OpCost::Attention;
       c.flops = 4 * bh * sq * sq * d;
-      if (isa<rk::AttentionOp>(op)) {
+      if (isa<rk::AttentionOp, rk::AttentionKeepOp>(op)) {
         c.time = tm.gemmTime(sq, sq, d, bh, actBytes) + // Q K^T
                  tm.memoryTime(2 * scores) +            // softmax
                  tm.gemmTime(sq, d, sq, bh, actBytes);  // P V
@@ -497,6 +500,8 @@ FailureOr<StepReport> planc::computeStepReport(ModuleOp module,
         return llvm::any_of(v.getUsers(), [&](Operation *u) {
           if (isa<rk::ViewOp, rk::RowsOp, rk::SubviewOp>(u))
             return usedOf(u->getResult(0), later);
+          if (isa<rk::DeallocOp>(u))
+            return false; // the end of its life, not a read
           Operation *top = block->findAncestorOpInBlock(*u);
           if (!top)
             return false;
@@ -598,7 +603,21 @@ FailureOr<StepReport> planc::computeStepReport(ModuleOp module,
   // Memory: the coordinate that holds the most (model states and
   // activations).
   int64_t fullest = 0;
+  // The memory plan, read from the step's attributes (per coordinate).
+  auto planAt = [&](StringRef attr, int64_t c) -> int64_t {
+    auto a = step->getAttrOfType<DenseI64ArrayAttr>(attr);
+    return a && c < a.size() ? a[c] : 0;
+  };
+  bool planned = step->hasAttr(rk::kArenaBytesAttr);
+  int64_t inputBytes = 0;
+  for (auto in : module.getOps<rk::InputDeclOp>())
+    inputBytes += in.getType().getNumElements() *
+                  ((in.getType().getElementTypeBitWidth() + 7) / 8);
   auto held = [&](int64_t c) {
+    if (planned && r.precision == "fp32") // what the program holds
+      return double(weightBytes[c] + stateBytes[c] + inputBytes +
+                    planAt(rk::kArenaBytesAttr, c) +
+                    planAt(rk::kStashBytesAttr, c));
     return double(weightBytes[c] + gradBytes[c] + stateBytes[c]) +
            activations[c];
   };
@@ -610,6 +629,13 @@ FailureOr<StepReport> planc::computeStepReport(ModuleOp module,
   r.gradientBytes = gradBytes[fullest]; // fp32, one per parameter
   r.optimizerBytes = stateBytes[fullest];
   r.activationBytes = activations[fullest];
+  if (planned) {
+    r.planned = true;
+    r.arenaBytes = planAt(rk::kArenaBytesAttr, fullest);
+    r.workspaceBytes = planAt(rk::kWorkspaceBytesAttr, fullest);
+    r.stashBytes = planAt(rk::kStashBytesAttr, fullest);
+    r.inputBytes = inputBytes;
+  }
   for (auto &kv : counters[worst].lines)
     r.comm.push_back(kv.second);
   // The gradients reduced over dp (all-reduced, or reduce-scattered with
@@ -657,6 +683,11 @@ void planc::printStepReport(const StepReport &r, llvm::raw_ostream &os) {
                      "MB, optimizer %.3f MB, activations %.3f MB\n",
                      mb(r.weightBytes), mb(r.gradientBytes),
                      mb(r.optimizerBytes), mb(r.activationBytes));
+  if (r.planned)
+    os << llvm::format("  memory plan         arena %.3f MB (largest workspace "
+                       "%.3f MB), stash pool %.3f MB, inputs %.3f MB\n",
+                       mb(r.arenaBytes), mb(r.workspaceBytes), mb(r.stashBytes),
+                       mb(r.inputBytes));
   os << llvm::format("  peak memory         %.3f GB of the %s's %.0f GB: %s\n",
                      r.memoryPeakBytes() / 1e9, r.gpu.c_str(),
                      r.gpuMemoryBytes / 1e9,
@@ -715,6 +746,12 @@ llvm::json::Object planc::stepReportJson(const StepReport &r) {
   memory["gradients"] = r.gradientBytes;
   memory["optimizer"] = r.optimizerBytes;
   memory["activations"] = r.activationBytes;
+  memory["workspace"] = r.workspaceBytes;
+  if (r.planned) {
+    memory["arena"] = r.arenaBytes;
+    memory["stash"] = r.stashBytes;
+    memory["inputs"] = r.inputBytes;
+  }
   memory["peak"] = r.memoryPeakBytes();
   const TimeBreakdown &t = r.time;
   llvm::json::Object o{

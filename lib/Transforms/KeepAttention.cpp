@@ -40,13 +40,7 @@ struct KeepAttentionPass
 
 void KeepAttentionPass::runOnOperation() {
   ModuleOp module = getOperation();
-  std::string mode = policy;
-  if (mode.empty()) {
-    mode = "none";
-    for (auto par : module.getOps<plan::ParallelOp>())
-      mode = par.getRecompute().str();
-  }
-  if (mode != "none")
+  if (plan::recomputePolicy(module, policy) != "none")
     return;
   auto step = module.lookupSymbol<func::FuncOp>("plan_step");
   if (!step)
@@ -59,21 +53,19 @@ void KeepAttentionPass::runOnOperation() {
       if (auto g = dyn_cast<rk::AttentionGradOp>(user);
           g && g->getBlock() == fwd->getBlock() &&
           g.getNumHeads() == fwd.getNumHeads() &&
-          g.getNumKvHeads() == fwd.getNumKvHeads() &&
-          fwd->isBeforeInBlock(g))
+          g.getNumKvHeads() == fwd.getNumKvHeads() && fwd->isBeforeInBlock(g))
         bwd = g;
     if (!bwd)
       continue;
     auto qkv = cast<MemRefType>(fwd.getQkv().getType());
-    int64_t b = qkv.getDimSize(0), s = qkv.getDimSize(1),
-            h = fwd.getNumHeads();
+    int64_t b = qkv.getDimSize(0), s = qkv.getDimSize(1), h = fwd.getNumHeads();
     OpBuilder builder(fwd);
     Location loc = fwd.getLoc();
     Type f32 = builder.getF32Type();
-    auto keep = rk::AllocOp::create(builder, loc,
-                                    MemRefType::get({b, h, s, s}, f32));
-    auto stats = rk::AllocOp::create(builder, loc,
-                                     MemRefType::get({b, h, s, 2}, f32));
+    auto keep =
+        rk::AllocOp::create(builder, loc, MemRefType::get({b, h, s, s}, f32));
+    auto stats =
+        rk::AllocOp::create(builder, loc, MemRefType::get({b, h, s, 2}, f32));
     for (Operation *alloc : {keep.getOperation(), stats.getOperation()})
       if (auto st = fwd->getAttr(rk::kRankStageAttr))
         alloc->setAttr(rk::kRankStageAttr, st);

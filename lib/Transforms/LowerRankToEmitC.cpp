@@ -346,8 +346,8 @@ void LowerRankToEmitCPass::runOnOperation() {
       SmallVector<int64_t> stash;
       for (StringRef fnName : kPlanned)
         if (auto fn = module.lookupSymbol<func::FuncOp>(fnName))
-          if (auto st = fn->getAttrOfType<DenseI64ArrayAttr>(
-                  rk::kStashBytesAttr)) {
+          if (auto st =
+                  fn->getAttrOfType<DenseI64ArrayAttr>(rk::kStashBytesAttr)) {
             stash.resize(std::max<size_t>(stash.size(), st.size()), 0);
             for (int64_t k = 0; k < st.size(); ++k)
               stash[k] = std::max(stash[k], st[k]);
@@ -598,8 +598,8 @@ void LowerRankToEmitCPass::runOnOperation() {
                 c.i64(offset.getInt()),
                 c.i64(alloc.getKind() == "gradient" ? 1 : 0)};
             append_range(a, c.shape(alloc.getType()));
-            if (auto st = alloc->getAttrOfType<IntegerAttr>(
-                    rk::kRankStageAttr)) {
+            if (auto st =
+                    alloc->getAttrOfType<IntegerAttr>(rk::kRankStageAttr)) {
               a.insert(a.begin(), c.i64(st.getInt()));
               vals[alloc] =
                   c.call(loc, "planrt::alloc_at_on_stage", {}, a, tensorType);

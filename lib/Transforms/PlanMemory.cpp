@@ -33,7 +33,6 @@
 
 #include <map>
 
-
 namespace planc {
 #define GEN_PASS_DEF_PLANMEMORY
 #include "planc/Transforms/Passes.h.inc"
@@ -44,12 +43,10 @@ using namespace planc;
 namespace rk = planc::rank;
 
 namespace {
-/// The alloc a buffer is a view of (or null: a parameter, state, input or
-/// stash read).
-rk::AllocOp rootAlloc(Value v) {
+/// The buffer a value views (through rank.view / subview / rows), or the
+/// value itself.
+Value viewRoot(Value v) {
   while (Operation *d = v.getDefiningOp()) {
-    if (auto a = dyn_cast<rk::AllocOp>(d))
-      return a;
     if (auto vw = dyn_cast<rk::ViewOp>(d))
       v = vw.getSource();
     else if (auto sv = dyn_cast<rk::SubviewOp>(d))
@@ -57,9 +54,15 @@ rk::AllocOp rootAlloc(Value v) {
     else if (auto r = dyn_cast<rk::RowsOp>(d))
       v = r.getSource();
     else
-      return {};
+      break;
   }
-  return {};
+  return v;
+}
+
+/// The alloc a buffer is a view of (or null: a parameter, state, input or
+/// stash read).
+rk::AllocOp rootAlloc(Value v) {
+  return viewRoot(v).getDefiningOp<rk::AllocOp>();
 }
 
 bool planned(rk::AllocOp a) { return !a->hasAttr("rank.stash"); }
@@ -104,8 +107,8 @@ struct Planner {
       for (Block &b : r) {
         if (auto pipe = dyn_cast<rk::PipelineOp>(op)) {
           for (auto unit : pipe.getBody().front().getOps<rk::UnitOp>())
-            size = std::max(
-                size, planBlock(unit.getBody().front(), unit.getStage()));
+            size = std::max(size,
+                            planBlock(unit.getBody().front(), unit.getStage()));
           continue;
         }
         size = std::max(size, planBlock(b, stage));
@@ -282,9 +285,9 @@ SmallVector<int64_t> planStash(rk::PipelineOp pipe, int64_t pp) {
       bool ended = false;
     };
     planrt::BestFit pool;
-    std::map<int64_t, Alloc> live;                     // by offset
+    std::map<int64_t, Alloc> live; // by offset
     std::map<std::pair<int64_t, int64_t>, std::pair<int64_t, int64_t>>
-        entries;                                       // (slot, mb) -> (off, readers)
+        entries; // (slot, mb) -> (off, readers)
     auto release = [&](int64_t off) {
       pool.release(off, live[off].bytes);
       live.erase(off);
@@ -296,19 +299,7 @@ SmallVector<int64_t> planStash(rk::PipelineOp pipe, int64_t pp) {
       DenseMap<Value, int64_t> offsetOf; // stash allocs and reads of this run
       SmallVector<int64_t> mine;
       auto baseOf = [&](Value v) -> int64_t {
-        while (Operation *d = v.getDefiningOp()) {
-          if (isa<rk::AllocOp, rk::StashGetOp>(d))
-            return offsetOf.lookup_or(d->getResult(0), -1);
-          if (auto vw = dyn_cast<rk::ViewOp>(d))
-            v = vw.getSource();
-          else if (auto sv = dyn_cast<rk::SubviewOp>(d))
-            v = sv.getSource();
-          else if (auto rw = dyn_cast<rk::RowsOp>(d))
-            v = rw.getSource();
-          else
-            return -1;
-        }
-        return -1;
+        return offsetOf.lookup_or(viewRoot(v), -1);
       };
       for (Operation &op : units[exec.getUnit()].getBody().front()) {
         if (auto a = dyn_cast<rk::AllocOp>(op); a && !planned(a)) {
@@ -387,7 +378,7 @@ void PlanMemoryPass::runOnOperation() {
       return signalPassFailure();
 
     DenseSet<Operation *> grads = gradientAllocs(fn);
-    SmallVector<int64_t> arena(pp, 0), buffers(pp, 0);
+    SmallVector<int64_t> arena(pp, 0), buffers(pp, 0), workspace(pp, 0);
     Builder b(&getContext());
     for (const Record &r : p.records) {
       if (r.stage == -2)
@@ -396,6 +387,8 @@ void PlanMemoryPass::runOnOperation() {
         if (r.stage < 0 || r.stage % pp == c) {
           arena[c] = std::max(arena[c], r.offset + r.bytes);
           buffers[c] += r.bytes;
+          if (r.workspace)
+            workspace[c] = std::max(workspace[c], r.bytes);
         }
       if (r.workspace) {
         r.op->setAttr(rk::kWorkspaceAttr,
@@ -409,6 +402,7 @@ void PlanMemoryPass::runOnOperation() {
     }
     fn->setAttr(rk::kArenaBytesAttr, b.getDenseI64ArrayAttr(arena));
     fn->setAttr(rk::kBufferBytesAttr, b.getDenseI64ArrayAttr(buffers));
+    fn->setAttr(rk::kWorkspaceBytesAttr, b.getDenseI64ArrayAttr(workspace));
     SmallVector<int64_t> stash(pp, 0);
     fn.walk([&](rk::PipelineOp pipe) {
       SmallVector<int64_t> s = planStash(pipe, pp);

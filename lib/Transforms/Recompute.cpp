@@ -38,12 +38,7 @@ struct RecomputePass : public planc::impl::RecomputeBase<RecomputePass> {
 
 void RecomputePass::runOnOperation() {
   ModuleOp module = getOperation();
-  std::string mode = policy;
-  if (mode.empty()) {
-    mode = "none";
-    for (auto par : module.getOps<ParallelOp>())
-      mode = par.getRecompute().str();
-  }
+  std::string mode = recomputePolicy(module, policy);
   if (mode != "none" && mode != "selective" && mode != "full") {
     module.emitError() << "unknown recompute policy '" << mode
                        << "'; expected none, selective or full";

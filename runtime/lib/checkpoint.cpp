@@ -490,15 +490,7 @@ std::vector<TensorRef> tensor_refs(Context *ctx) {
     out.push_back(r);
   }
   for (StateDesc &st : ctx->states) {
-    ParamDesc d;
-    d.name = st.name;
-    for (int i = 0; i < 4; ++i) {
-      d.shard_axes[i] = st.shard_axes[i];
-      d.segments[i] = st.segments[i];
-    }
-    d.stage = st.stage;
-    d.t = st.t;
-    TensorRef r{"state", st.name, d, &st.t, st.stage, 0};
+    TensorRef r{"state", st.name, state_as_param(st), &st.t, st.stage, 0};
     out.push_back(r);
   }
   return out;
@@ -1547,22 +1539,6 @@ std::vector<std::string> init_names(const std::string &name) {
   return {name, "transformer." + name, "model." + name};
 }
 
-/// What --init-from loads: the parameters, then the model state (batch
-/// norm's running statistics), described as parameters (`keep` owns the
-/// descriptions of the state, which share its tensors).
-std::vector<ParamDesc *> loaded_tensors(Context *ctx,
-                                        std::deque<ParamDesc> &keep) {
-  std::vector<ParamDesc *> out;
-  for (ParamDesc &p : ctx->params)
-    out.push_back(&p);
-  for (StateDesc &st : ctx->states)
-    if (st.buffer) {
-      keep.push_back(state_as_param(st));
-      out.push_back(&keep.back());
-    }
-  return out;
-}
-
 std::string check_init_from(Context *ctx, const std::string &path) {
   std::string ioerr;
   FILE *f = std::fopen(path.c_str(), "rb");
@@ -1600,7 +1576,7 @@ std::string check_init_from(Context *ctx, const std::string &path) {
   std::map<std::string, bool> used;
   std::deque<ParamDesc> keep;
   size_t num_params = ctx->params.size(), index = 0;
-  for (ParamDesc *pp : loaded_tensors(ctx, keep)) {
+  for (ParamDesc *pp : model_tensors(ctx, keep)) {
     ParamDesc &p = *pp;
     const char *what = index++ < num_params ? "parameter" : "running statistic";
     std::string key;
@@ -1671,7 +1647,7 @@ std::string load_init_from(Context *ctx, const std::string &path) {
     return "--init-from: cannot open '" + path + "': " + std::strerror(errno);
   std::unique_ptr<FILE, int (*)(FILE *)> closer(f, std::fclose);
   std::deque<ParamDesc> keep;
-  for (ParamDesc *pp : loaded_tensors(ctx, keep)) {
+  for (ParamDesc *pp : model_tensors(ctx, keep)) {
     ParamDesc &p = *pp;
     if (!p.t.data)
       continue; // another pipeline rank's stage

@@ -209,7 +209,7 @@ struct Context {
 
   // Memory accounting (expect_bytes): what the runtime allocated for
   // parameters and declared state, and what the compiler computed.
-  int64_t param_bytes = 0, state_bytes = 0;
+  int64_t param_bytes = 0, state_bytes = 0, input_bytes = 0;
   bool expected_set = false;
   int64_t expected_params = 0, expected_grads = 0, expected_state = 0;
 
@@ -242,10 +242,11 @@ struct Context {
   };
   std::map<std::pair<int64_t, int64_t>, StashEntry> stash;
   struct StashAlloc {
-    size_t bytes = 0;
-    int64_t refs = 0;  // stash entries that point into it
-    int64_t unit = -1; // serial of the unit that allocated it while it is
-                       // open; -1 once that unit ended
+    size_t bytes = 0;      // the tensor's (what `stash peak` counts)
+    size_t pool_bytes = 0; // taken from the stash pool (rounded), or 0
+    int64_t refs = 0;      // stash entries that point into it
+    int64_t unit = -1;     // serial of the unit that allocated it while it is
+                           // open; -1 once that unit ended
     bool outside_unit = false; // allocated outside any unit: freed at the
                                // end of the step
   };
@@ -380,6 +381,11 @@ int64_t param_shard_mask(const ParamDesc &p);
 /// and tensor, sharing the data): what --save, --init-from and the start
 /// need for model state (set_state_buffer).
 ParamDesc state_as_param(const StateDesc &st);
+/// What --save exports and --init-from loads: the parameters, then the
+/// model state (batch norm's running statistics) described as parameters
+/// (`keep` owns those descriptions, which share the state's tensors).
+std::vector<ParamDesc *> model_tensors(Context *ctx,
+                                       std::deque<ParamDesc> &keep);
 /// Row-major coordinates of world rank `rank` on the declared axes.
 std::vector<int64_t> rank_coords(const Context *ctx, int64_t rank);
 

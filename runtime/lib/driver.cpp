@@ -315,9 +315,9 @@ bool memory_report(Context *ctx) {
                   "B, workspace %lld B, all at once %lld B; step arena %lld "
                   "B (planned %lld B, %lld B without reuse)",
                   (long long)ctx->live_peak[1], (long long)ctx->live_peak[0],
-                  (long long)ctx->live_peak[2],
-                  (long long)ctx->live_total_peak, (long long)plan.high_water,
-                  (long long)plan.bytes, (long long)plan.buffer_bytes);
+                  (long long)ctx->live_peak[2], (long long)ctx->live_total_peak,
+                  (long long)plan.high_water, (long long)plan.bytes,
+                  (long long)plan.buffer_bytes);
       if (ctx->stash_planned >= 0)
         std::printf("; stash pool %lld B (planned %lld B)",
                     (long long)ctx->stash_high, (long long)ctx->stash_planned);
@@ -713,6 +713,19 @@ void destroy_context(Context *ctx) {
 
 } // namespace internal
 
+std::vector<ParamDesc *> model_tensors(Context *ctx,
+                                       std::deque<ParamDesc> &keep) {
+  std::vector<ParamDesc *> out;
+  for (ParamDesc &p : ctx->params)
+    out.push_back(&p);
+  for (StateDesc &st : ctx->states)
+    if (st.buffer) {
+      keep.push_back(state_as_param(st));
+      out.push_back(&keep.back());
+    }
+  return out;
+}
+
 ParamDesc state_as_param(const StateDesc &st) {
   ParamDesc p;
   p.name = st.name;
@@ -787,6 +800,7 @@ void start(Context *ctx) {
   }
   for (auto &in : ctx->inputs) {
     allocate_tensor(ctx, &in.t);
+    ctx->input_bytes += in.t.numel() * (int64_t)sizeof(float);
     backend::zero_bytes(ctx, in.t.data, (size_t)in.t.numel() * sizeof(float));
   }
   internal::allocate_plan_arena(ctx);
@@ -1154,14 +1168,7 @@ void save_safetensors(Context *ctx, const std::string &path,
   // The parameters, then the model state (batch norm's running
   // statistics) under its own names.
   std::deque<ParamDesc> buffers;
-  std::vector<ParamDesc *> exported;
-  for (auto &p : ctx->params)
-    exported.push_back(&p);
-  for (auto &st : ctx->states)
-    if (st.buffer) {
-      buffers.push_back(state_as_param(st));
-      exported.push_back(&buffers.back());
-    }
+  std::vector<ParamDesc *> exported = model_tensors(ctx, buffers);
   std::vector<std::vector<float>> host;
   std::vector<NamedTensor> named;
   host.reserve(exported.size());

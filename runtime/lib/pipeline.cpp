@@ -13,8 +13,8 @@
 
 #include "context.h"
 
-#include "planrt/workspace.h"
 #include "planrt/internal.h"
+#include "planrt/workspace.h"
 #include "trace.h"
 
 #include <mpi.h>
@@ -85,7 +85,7 @@ void free_stash_alloc(Context *ctx,
                       std::map<char *, Context::StashAlloc>::iterator it) {
   if (ctx->stash_base)
     ctx->stash_pool.release(it->first - ctx->stash_base,
-                            (int64_t)it->second.bytes);
+                            (int64_t)it->second.pool_bytes);
   else
     backend::free_bytes(ctx, it->first);
   ctx->stash_live_bytes -= (int64_t)it->second.bytes;
@@ -535,25 +535,26 @@ Tensor *alloc_stash(Context *ctx, int64_t ndim, int64_t d0, int64_t d1,
   size_t bytes = (size_t)t.numel() * sizeof(float);
   if (bytes == 0)
     bytes = sizeof(float); // a distinct address
+  size_t pool_bytes = 0;
   if (ctx->stash_base) {
     // The memory plan's stash pool, with the allocator the compiler
     // simulated: nothing is allocated during the step.
-    bytes = (size_t)workspace::round((int64_t)bytes);
-    int64_t off = ctx->stash_pool.allocate((int64_t)bytes);
-    if (off + (int64_t)bytes > ctx->stash_capacity)
+    pool_bytes = (size_t)workspace::round((int64_t)bytes);
+    int64_t off = ctx->stash_pool.allocate((int64_t)pool_bytes);
+    if (off + (int64_t)pool_bytes > ctx->stash_capacity)
       fatal("%s: the stash needs more than the %lld B the memory plan gave "
             "this rank (the schedule and the plan disagree: a planc bug to "
             "report with the plan)",
             op, (long long)ctx->stash_capacity);
     if (ctx->plan_fn == 0)
-      ctx->stash_high =
-          std::max(ctx->stash_high, ctx->stash_pool.highWater());
+      ctx->stash_high = std::max(ctx->stash_high, ctx->stash_pool.highWater());
     t.data = (float *)(ctx->stash_base + off);
   } else {
     t.data = (float *)backend::alloc_bytes(ctx, bytes);
   }
   Context::StashAlloc a;
   a.bytes = bytes;
+  a.pool_bytes = pool_bytes;
   a.unit = ctx->unit_open ? ctx->unit_serial : -1;
   a.outside_unit = !ctx->unit_open;
   ctx->stash_allocs[(char *)t.data] = a;

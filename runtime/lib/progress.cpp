@@ -327,18 +327,27 @@ void report_summary(Context *ctx, int64_t steps) {
   // Memory by kind: rank 0's and the most of any rank.
   // With the compiler's memory plan, also the measured peaks by kind
   // (gradients, activations, workspace) and the planned arena.
-  int64_t mine[8] = {ctx->param_bytes,      ctx->state_bytes,
-                     (int64_t)ctx->arena_peak, ctx->stash_peak_bytes,
-                     ctx->live_peak[1],      ctx->live_peak[0],
-                     ctx->live_peak[2],      ctx->planned_fns[0].bytes};
-  int64_t most[8];
-  std::copy(mine, mine + 8, most);
+  // device_peak_bytes: everything planrt holds on the device at once
+  // (persistent tensors, the arena's and the stash pool's highest bytes).
+  int64_t mine[10] = {ctx->param_bytes,
+                      ctx->state_bytes,
+                      (int64_t)ctx->arena_peak,
+                      ctx->stash_peak_bytes,
+                      ctx->live_peak[1],
+                      ctx->live_peak[0],
+                      ctx->live_peak[2],
+                      ctx->planned_fns[0].bytes,
+                      ctx->stash_high,
+                      ctx->param_bytes + ctx->state_bytes + ctx->input_bytes +
+                          (int64_t)ctx->arena_peak + ctx->stash_high};
+  int64_t most[10];
+  std::copy(mine, mine + 10, most);
   std::vector<int64_t> peaks;
   if (ctx->pipeline_axis >= 0)
     peaks = pipeline_peaks(ctx);
   std::vector<int64_t> peaks_most = peaks;
   if (ctx->use_mpi && ctx->world > 1) {
-    watchdog::reduce(ctx, mine, most, 8, MPI_INT64_T, MPI_MAX, 0,
+    watchdog::reduce(ctx, mine, most, 10, MPI_INT64_T, MPI_MAX, 0,
                      MPI_COMM_WORLD, watchdog::group_op("the summary", -1));
     if (!peaks.empty())
       watchdog::reduce(ctx, peaks.data(), peaks_most.data(), (int)peaks.size(),
@@ -352,14 +361,14 @@ void report_summary(Context *ctx, int64_t steps) {
            ",\"optimizer_state_bytes\":" + std::to_string(m[1]) +
            ",\"step_arena_peak_bytes\":" + std::to_string(m[2]) +
            ",\"stash_peak_bytes\":" + std::to_string(m[3]) +
-           (m[7] >= 0 ? ",\"gradients_peak_bytes\":" + std::to_string(m[4]) +
-                            ",\"activations_peak_bytes\":" +
-                            std::to_string(m[5]) +
-                            ",\"workspace_peak_bytes\":" +
-                            std::to_string(m[6]) +
-                            ",\"planned_arena_bytes\":" + std::to_string(m[7])
-                      : std::string()) +
-           "}";
+           (m[7] >= 0
+                ? ",\"gradients_peak_bytes\":" + std::to_string(m[4]) +
+                      ",\"activations_peak_bytes\":" + std::to_string(m[5]) +
+                      ",\"workspace_peak_bytes\":" + std::to_string(m[6]) +
+                      ",\"planned_arena_bytes\":" + std::to_string(m[7]) +
+                      ",\"stash_pool_bytes\":" + std::to_string(m[8])
+                : std::string()) +
+           ",\"device_peak_bytes\":" + std::to_string(m[9]) + "}";
   };
   double elapsed =
       std::chrono::duration<double>(Clock::now() - p->start).count();

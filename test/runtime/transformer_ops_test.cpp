@@ -493,8 +493,10 @@ TEST_F(OpsTest, AttentionKeptEqualsRecomputedBitForBit) {
     int64_t W = (c.H + 2 * c.KV) * c.D;
     Tensor *qkv = random({c.B, c.S, W}, -2.0f, 2.0f);
     Tensor *dout = random({c.B, c.S, c.H * c.D});
-    Tensor *out = make({c.B, c.S, c.H * c.D}), *out2 = make({c.B, c.S, c.H * c.D});
-    Tensor *keep = make({c.B, c.H, c.S, c.S}), *stats = make({c.B, c.H, c.S, 2});
+    Tensor *out = make({c.B, c.S, c.H * c.D}),
+           *out2 = make({c.B, c.S, c.H * c.D});
+    Tensor *keep = make({c.B, c.H, c.S, c.S}),
+           *stats = make({c.B, c.H, c.S, 2});
     attention(ctx, qkv, out, c.H, c.KV);
     attention_keep(ctx, qkv, out2, keep, stats, c.H, c.KV);
     EXPECT_EQ(host(out), host(out2));

@@ -55,6 +55,12 @@ struct StepReport {
   double stepFlopsPerRank = 0;
   int64_t weightBytes = 0, gradientBytes = 0, optimizerBytes = 0;
   double activationBytes = 0; // kept from forward to backward, in flight
+  // The memory plan (plan-memory) of the fullest rank: the step's arena
+  // (activations, gradients and workspace as the plan lays them out, reuse
+  // included), its largest op workspace, the stash pool and the inputs. A
+  // plan runs in fp32 today: for a 16-bit plan these are the fp32 program's.
+  bool planned = false;
+  int64_t arenaBytes = 0, workspaceBytes = 0, stashBytes = 0, inputBytes = 0;
   std::vector<CommLine> comm; // sorted by kind, then axes
 
   // FLOPs of one step, all ranks together.
@@ -88,11 +94,16 @@ struct StepReport {
   double mfu() const {
     return modelFlopsPerStep / double(ranks) / stepTime / peakFlops;
   }
-  /// Model states and activations (workspace, communication buffers and
-  /// the runtime's transient scratch are not counted).
+  /// An fp32 plan: what the program holds, as planrt allocates it (weights,
+  /// optimizer state, the planned arena and stash pool, the inputs); the
+  /// runtime measures the same. A 16-bit plan (not run yet): model states
+  /// and activations at the plan's precision, and the largest workspace.
   double memoryPeakBytes() const {
+    if (planned && precision == "fp32")
+      return double(weightBytes + optimizerBytes + arenaBytes + stashBytes +
+                    inputBytes);
     return double(weightBytes + gradientBytes + optimizerBytes) +
-           activationBytes;
+           activationBytes + double(workspaceBytes);
   }
   bool fits() const { return memoryPeakBytes() <= gpuMemoryBytes; }
 };

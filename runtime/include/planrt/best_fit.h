@@ -1,4 +1,4 @@
-//===- best_fit.h - The allocator of the memory plan, shared -----*- C++ -*-===//
+//===- best_fit.h - The memory plan's allocator, shared ---------*- C++ -*-===//
 //
 // A best-fit allocator over one range of bytes: a free block is taken whole
 // or split, the smallest that fits (lowest offset among equals); nothing

@@ -797,8 +797,8 @@ struct AttentionFn {
 struct AttnScores {
   const float *qkv, *keep;
   AttnShape a;
-  PLANRT_HD float e(int64_t i, const float *q, int64_t b, int64_t u,
-                    int64_t g, float m) const {
+  PLANRT_HD float e(int64_t i, const float *q, int64_t b, int64_t u, int64_t g,
+                    float m) const {
     if (keep)
       return keep[i * a.S + u];
     return expf(a.scale * dot(q, a.k(qkv, b, u, g), a.D) - m);
@@ -879,8 +879,8 @@ struct AttentionGradKVFn {
         int64_t row = (b * a.H + h) * a.S + t;
         const float *q = a.q(qkv, b, t, h);
         const float *dy = dout + a.o(b, t, h);
-        float p = sc.e(row, q, b, u, g, rowstats[2 * row]) /
-                  rowstats[2 * row + 1];
+        float p =
+            sc.e(row, q, b, u, g, rowstats[2 * row]) / rowstats[2 * row + 1];
         float ds = p * (dot(dy, v, D) - delta[row]) * a.scale;
         for (int64_t d = 0; d < D; ++d) {
           dv[d] += p * dy[d];

@@ -259,9 +259,9 @@ void expect_bytes(Context *ctx, int64_t params, int64_t grads, int64_t state);
 /// one device (see docs/runtime.md). Call it from plan_setup.
 void set_step_flops(Context *ctx, double flops);
 /// The GPU of the plan's cluster section ("a100", "a100_40gb", "h100",
-/// "h200", "b200", "l40s"): on the cuda backend its dense fp32 peak is the device peak of
-/// the MFU unless --peak-flops or PLANRT_PEAK_FLOPS give one (ignored on the
-/// host backend). Call it from plan_setup.
+/// "h200", "b200", "l40s"): on the cuda backend its dense fp32 peak is the
+/// device peak of the MFU unless --peak-flops or PLANRT_PEAK_FLOPS give one
+/// (ignored on the host backend). Call it from plan_setup.
 void set_cluster_gpu(Context *ctx, const char *gpu);
 
 //===--- Step body: called from the generated plan_step() -----------------===//
@@ -519,9 +519,8 @@ void attention_grad(Context *ctx, const Tensor *qkv, const Tensor *dout,
 /// are not written) and each row's (m, sum e) [B, H, S, 2];
 /// attention_grad_kept reads them instead of recomputing them. The same
 /// values as the recomputation: the results are the same bits.
-void attention_keep(Context *ctx, const Tensor *qkv, Tensor *out,
-                    Tensor *keep, Tensor *stats, int64_t num_heads,
-                    int64_t num_kv_heads);
+void attention_keep(Context *ctx, const Tensor *qkv, Tensor *out, Tensor *keep,
+                    Tensor *stats, int64_t num_heads, int64_t num_kv_heads);
 void attention_grad_kept(Context *ctx, const Tensor *qkv, const Tensor *keep,
                          const Tensor *stats, const Tensor *dout, Tensor *dqkv,
                          int64_t num_heads, int64_t num_kv_heads);

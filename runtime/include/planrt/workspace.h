@@ -1,4 +1,4 @@
-//===- workspace.h - The temporaries of planrt's ops, in bytes ----*- C++ -*-===//
+//===- workspace.h - The temporaries of planrt's ops, in bytes -*- C++ -*-===//
 //
 // Some ops need scratch memory of their own while they run (per-row
 // statistics, partial sums, im2col columns, a collective's staging buffer).
@@ -69,9 +69,13 @@ constexpr int64_t cross_entropy(int64_t rows, bool classifier) {
     b += floats(rows) + floats(1) + reduce_sum(rows);
   return b;
 }
-/// ce_loss_from_stats over `rows` rows.
-constexpr int64_t ce_loss_from_stats(int64_t rows) {
-  return floats(rows) + reduce_sum(rows);
+/// ce_loss_from_stats over `rows` rows; a classifier also counts correct
+/// rows.
+constexpr int64_t ce_loss_from_stats(int64_t rows, bool classifier) {
+  int64_t b = floats(rows) + reduce_sum(rows);
+  if (classifier && rows > 0)
+    b += floats(rows) + floats(1) + reduce_sum(rows);
+  return b;
 }
 /// all_gather: staging of the gathered blocks unless they land contiguous
 /// (outer: the product of the dimensions before the gathered one; group: the
@@ -84,8 +88,7 @@ constexpr int64_t all_gather(int64_t in_elements, int64_t out_elements,
 /// reduce_scatter: the blocks reordered before the sum unless contiguous.
 constexpr int64_t reduce_scatter(int64_t in_elements, int64_t outer,
                                  int64_t group) {
-  return in_elements == 0 || group == 1 || outer == 1 ? 0
-                                                      : floats(in_elements);
+  return in_elements == 0 || group == 1 || outer == 1 ? 0 : floats(in_elements);
 }
 /// all_to_all: staging of the sent blocks (split_outer != 1) and of the
 /// received ones (gather_outer != 1, outer of the output).
@@ -110,9 +113,9 @@ constexpr int64_t bn_sum_samples(int64_t n, int64_t w, int64_t group) {
 }
 /// batch_norm over x [n, c, ...] with the batch split over `group` ranks.
 constexpr int64_t batch_norm(int64_t n, int64_t c, int64_t group) {
-  return c == 0 ? 0
-                : 2 * floats(c) + floats(n * c) +
-                      2 * bn_sum_samples(n, c, group);
+  return c == 0
+             ? 0
+             : 2 * floats(c) + floats(n * c) + 2 * bn_sum_samples(n, c, group);
 }
 /// batch_norm_grad.
 constexpr int64_t batch_norm_grad(int64_t n, int64_t c, int64_t group) {
