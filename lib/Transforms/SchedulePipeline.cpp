@@ -174,8 +174,8 @@ void SchedulePipelinePass::runOnOperation() {
       return WalkResult::interrupt();
     }
     if (body.getOps<rk::TimelineOp>().empty()) {
-      pl::Shape shape{ppSize, pipe.getStages() / ppSize,
-                      pipe.getMicrobatches()};
+      pl::Shape shape{ppSize, int64_t(pipe.getStages()) / ppSize,
+                      int64_t(pipe.getMicrobatches())};
       // One microbatch (the forward that generation runs) goes through the
       // stages in turn whatever the schedule: forwards up, backwards down.
       auto order = shape.microbatches == 1 ? oneMicrobatch(shape, *kind)
