@@ -125,6 +125,11 @@ int64_t Planner::planBlock(Block &block, int64_t stage) {
   };
   SmallVector<Live> allocs;
   SmallVector<rk::AllocOp> blockAllocs(block.getOps<rk::AllocOp>());
+  // Positions before the moves (moving an op invalidates the block's order
+  // cache, and asking isBeforeInBlock after each move would be quadratic).
+  DenseMap<Operation *, int64_t> before;
+  for (auto [i, op] : llvm::enumerate(block))
+    before[&op] = int64_t(i);
   for (rk::AllocOp alloc : blockAllocs) {
     if (!planned(alloc))
       continue;
@@ -146,19 +151,20 @@ int64_t Planner::planBlock(Block &block, int64_t stage) {
                         "used outside it";
             continue;
           }
-          if (!l.first || a->isBeforeInBlock(l.first))
+          if (!l.first || before[a] < before[l.first])
             l.first = a;
-          if (!l.last || l.last->isBeforeInBlock(a))
+          if (!l.last || before[l.last] < before[a])
             l.last = a;
         }
       }
     }
-    if (l.first && l.first != alloc.getOperation())
-      alloc->moveBefore(l.first);
     if (!l.first)
       l.first = l.last = alloc;
     allocs.push_back(l);
   }
+  for (Live &l : allocs)
+    if (l.first != l.alloc.getOperation())
+      l.alloc->moveBefore(l.first);
 
   // Positions after the moves; what starts and ends at each.
   DenseMap<Operation *, int64_t> pos;
@@ -208,8 +214,8 @@ int64_t Planner::planBlock(Block &block, int64_t stage) {
     for (size_t i : ends[t])
       arena.release(records[i].offset, records[i].bytes);
   }
-  // Shift each nested block's records to where its block landed, and drop
-  // the block records (their contents are what the runtime sees).
+  // Shift each nested block's records to where its block landed (the block
+  // records themselves, stage -2, are skipped when the plan is written).
   for (Operation &op : block) {
     auto it = nestedRange.find(&op);
     if (it == nestedRange.end())
