@@ -25,7 +25,7 @@ static SmallVector<int64_t> addFactors(Rule &r, ArrayRef<int64_t> shape) {
   return fs;
 }
 
-/// Operands and result all of one shape, dimension by dimension; the last
+/// Operands and results all of one shape, dimension by dimension; the last
 /// dimension must stay whole when `wholeLast`.
 static Rule elementwise(Operation *op, bool wholeLast = false) {
   Rule r;
@@ -35,7 +35,8 @@ static Rule elementwise(Operation *op, bool wholeLast = false) {
     r.factors[fs.back()].needsReplication = true;
   for (unsigned i = 0; i < op->getNumOperands(); ++i)
     r.operands.push_back(Rule::tensor(fs));
-  r.results.push_back(Rule::tensor(fs));
+  for (unsigned i = 0; i < op->getNumResults(); ++i)
+    r.results.push_back(Rule::tensor(fs));
   return r;
 }
 
@@ -59,13 +60,7 @@ ELEMENTWISE_RULE(SgdUpdateOp)
 #undef ELEMENTWISE_RULE
 
 // Parameter, gradient and both moments, element by element.
-Rule AdamWUpdateOp::getShardingRule() {
-  Rule r;
-  SmallVector<int64_t> fs = addFactors(r, shapeOf(getParam()));
-  r.operands.assign(4, Rule::tensor(fs));
-  r.results.assign(3, Rule::tensor(fs));
-  return r;
-}
+Rule AdamWUpdateOp::getShardingRule() { return elementwise(*this); }
 
 // A sum (or difference) of pending sums over the same axes is one.
 Rule AddOp::getShardingRule() {
@@ -520,13 +515,7 @@ Rule BatchNormMomentsOp::getShardingRule() {
 }
 
 // Channel by channel.
-Rule RunningStatsUpdateOp::getShardingRule() {
-  Rule r;
-  SmallVector<int64_t> fs = addFactors(r, shapeOf(getRunningMean()));
-  r.operands.assign(4, Rule::tensor(fs));
-  r.results.assign(2, Rule::tensor(fs));
-  return r;
-}
+Rule RunningStatsUpdateOp::getShardingRule() { return elementwise(*this); }
 
 Rule BatchNormGradOp::getShardingRule() {
   return channelNormRule(getInput(), 1, true, false);

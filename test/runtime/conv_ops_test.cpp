@@ -31,6 +31,22 @@ protected:
   }
 };
 
+/// Channel ch's mean and the sum of squared deviations of x [n, c, inner]
+/// (the sum divided by n inner is the biased variance).
+std::pair<double, double> channel_moments(const std::vector<float> &x,
+                                          int64_t n, int64_t c, int64_t inner,
+                                          int64_t ch) {
+  double m = 0, ss = 0;
+  for (int64_t s = 0; s < n; ++s)
+    for (int64_t k = 0; k < inner; ++k)
+      m += x[(s * c + ch) * inner + k];
+  m /= n * inner;
+  for (int64_t s = 0; s < n; ++s)
+    for (int64_t k = 0; k < inner; ++k)
+      ss += std::pow(x[(s * c + ch) * inner + k] - m, 2);
+  return {m, ss};
+}
+
 struct Geo {
   int64_t n = 2, c = 4, h = 7, w = 6, o = 6, kh = 3, kw = 2;
   int64_t sh = 2, sw = 1, ph = 1, pw = 2, dh = 2, dw = 1, groups = 2;
@@ -161,15 +177,8 @@ TEST_F(ConvOpsTest, BatchAndGroupNormFollowTheirDefinitions) {
   batch_norm(ctx, x, gamma, beta, y, /*batch_axes=*/0, 1e-5f);
   std::vector<double> want(hx.size());
   for (int64_t ch = 0; ch < c; ++ch) {
-    double m = 0, v = 0;
-    for (int64_t s = 0; s < n; ++s)
-      for (int64_t k = 0; k < inner; ++k)
-        m += hx[(s * c + ch) * inner + k];
-    m /= n * inner;
-    for (int64_t s = 0; s < n; ++s)
-      for (int64_t k = 0; k < inner; ++k)
-        v += std::pow(hx[(s * c + ch) * inner + k] - m, 2);
-    v /= n * inner;
+    auto [m, ss] = channel_moments(hx, n, c, inner, ch);
+    double v = ss / double(n * inner);
     for (int64_t s = 0; s < n; ++s)
       for (int64_t k = 0; k < inner; ++k) {
         size_t i = (s * c + ch) * inner + k;
@@ -213,15 +222,8 @@ TEST_F(ConvOpsTest, RunningStatisticsAndEvaluationFollowTheirDefinitions) {
   running_stats_update(ctx, mean, var, sum, sum_sq, n * inner, 0.3f);
   std::vector<double> want_mean(c), want_var(c), want_y(hx.size());
   for (int64_t ch = 0; ch < c; ++ch) {
-    double m = 0, v = 0;
-    for (int64_t s = 0; s < n; ++s)
-      for (int64_t k = 0; k < inner; ++k)
-        m += hx[(s * c + ch) * inner + k];
-    m /= n * inner;
-    for (int64_t s = 0; s < n; ++s)
-      for (int64_t k = 0; k < inner; ++k)
-        v += std::pow(hx[(s * c + ch) * inner + k] - m, 2);
-    v /= n * inner - 1; // unbiased
+    auto [m, ss] = channel_moments(hx, n, c, inner, ch);
+    double v = ss / double(n * inner - 1); // unbiased
     want_mean[ch] = 0.7 * hm[ch] + 0.3 * m;
     want_var[ch] = 0.7 * hv[ch] + 0.3 * v;
   }
