@@ -3,7 +3,8 @@
 // planc's plan-memory pass gives every buffer and every op's temporaries of
 // a step an offset in one arena per rank. This file holds that arena: it is
 // allocated once at start (as large as the plan says this rank's pipeline
-// coordinate needs), nothing is allocated during a step, and the plan is
+// coordinate needs), no device memory is allocated during a step (only
+// host bookkeeping: the live-buffer map, tensor headers), and the plan is
 // checked as it runs:
 // - a buffer placed over bytes of a live one is fatal (a planner bug would
 //   otherwise corrupt values silently);

@@ -10,6 +10,8 @@
 #ifndef PLANRT_KERNELS_H
 #define PLANRT_KERNELS_H
 
+#include "planrt/workspace.h"
+
 #include <cmath>
 #include <cstdint>
 
@@ -22,8 +24,9 @@
 namespace planrt {
 namespace kernels {
 
-/// Number of elements summed by one partial of a chunked reduction.
-constexpr int64_t kReduceChunk = 1024;
+/// Number of elements summed by one partial of a chunked reduction (the
+/// memory plan sizes the partials from the same constant).
+constexpr int64_t kReduceChunk = workspace::kReduceChunk;
 
 //===--- Scalar helpers ---------------------------------------------------===//
 

@@ -283,11 +283,12 @@ Tensor *alloc(Context *ctx, int64_t ndim, int64_t d0, int64_t d1, int64_t d2,
 //
 // A compiled program's buffers live in one arena per rank at offsets planc
 // chose (docs/design.md, "The memory plan"): the arena is allocated once at
-// start, nothing is allocated during a step, and the runtime checks the plan
-// as it runs: no two live buffers share bytes, every op takes exactly the
-// temporaries planrt/workspace.h promises, every buffer is released before
-// its function returns, and the highest byte a step reaches equals the
-// compiler's arena size (the "memory per rank" check, exit code 1).
+// start, no device memory is allocated during a step, and the runtime
+// checks the plan as it runs: no two live buffers share bytes, every op
+// takes exactly the temporaries planrt/workspace.h promises, every buffer is
+// released before its function returns, and the highest byte a step reaches
+// equals the compiler's arena size (the "memory per rank" check, exit code
+// 1).
 
 /// Function `function` (0: plan_step, 1: plan_forward) on pipeline
 /// coordinate `coord` (0 without a pipeline) reaches `bytes` of the arena;
@@ -298,8 +299,8 @@ void plan_arena(Context *ctx, int64_t function, int64_t coord, int64_t bytes,
 /// The pipeline stash of pipeline coordinate `coord` needs a pool of
 /// `bytes` (plan-memory simulates the schedule's stash allocations and frees
 /// with the allocator planrt runs on them, planrt/best_fit.h). With it,
-/// alloc_stash allocates nothing during a step, and a step that reaches
-/// another size than planned fails the memory check. Call it from
+/// alloc_stash allocates no device memory during a step, and a step that
+/// reaches another size than planned fails the memory check. Call it from
 /// plan_setup.
 void plan_stash(Context *ctx, int64_t coord, int64_t bytes);
 /// Start and end of a planned function's body. arena_end checks that every

@@ -22,7 +22,7 @@ namespace workspace {
 
 /// Alignment (and rounding) of every buffer of the arena.
 constexpr int64_t kAlign = 256;
-/// Elements summed by one partial of a chunked reduction (kernels.h).
+/// Elements summed by one partial of a chunked reduction (kernels.h uses it).
 constexpr int64_t kReduceChunk = 1024;
 
 /// n bytes as the arena hands them out: rounded up to kAlign, at least kAlign.
