@@ -300,7 +300,7 @@ double StepReport::sentBytes() const {
 
 /// The cluster section, or the assumed one: A100 80GB nodes of 8 GPUs with
 /// NVLink 3 (300 GB/s) and 8 x 200 Gb/s InfiniBand (25 GB/s per GPU).
-static ClusterModel clusterOf(ModuleOp module) {
+ClusterModel planc::clusterModelOf(ModuleOp module) {
   ClusterModel c;
   c.gpu = findGpu("a100");
   c.assumed = true;
@@ -334,7 +334,7 @@ FailureOr<StepReport> planc::computeStepReport(ModuleOp module,
   int64_t pp = mesh.getAxisSize("pp");
 
   OpCoster coster;
-  coster.tm.c = clusterOf(module);
+  coster.tm.c = clusterModelOf(module);
   r.precision = "fp32";
   int64_t globalBatch = 1;
   for (auto t : module.getOps<plan::TrainOp>()) {
@@ -629,6 +629,7 @@ FailureOr<StepReport> planc::computeStepReport(ModuleOp module,
   r.gradientBytes = gradBytes[fullest]; // fp32, one per parameter
   r.optimizerBytes = stateBytes[fullest];
   r.activationBytes = activations[fullest];
+  r.activationsByCoordinate = activations;
   if (planned) {
     r.planned = true;
     r.arenaBytes = planAt(rk::kArenaBytesAttr, fullest);

@@ -261,8 +261,9 @@ bool Loader::load(unsigned id, std::vector<std::string> &stack) {
   return ok;
 }
 
-static OwningOpRef<ModuleOp> importOnThisThread(llvm::SourceMgr &sourceMgr,
-                                                MLIRContext *context) {
+static OwningOpRef<ModuleOp>
+importOnThisThread(llvm::SourceMgr &sourceMgr, MLIRContext *context,
+                   const ImportOptions &options) {
   try {
     Loader loader(sourceMgr, context);
     std::vector<std::string> stack;
@@ -272,6 +273,7 @@ static OwningOpRef<ModuleOp> importOnThisThread(llvm::SourceMgr &sourceMgr,
     for (auto &f : loader.files)
       files.push_back(f->file);
     Sema sema(context);
+    sema.maxRepeat = options.maxRepeat;
     return sema.run(files);
   } catch (const std::exception &e) {
     // ANTLR reports problems by throwing; none may escape as a crash.
@@ -285,14 +287,16 @@ static OwningOpRef<ModuleOp> importOnThisThread(llvm::SourceMgr &sourceMgr,
 }
 
 OwningOpRef<ModuleOp> planc::importPlan(llvm::SourceMgr &sourceMgr,
-                                        MLIRContext *context) {
+                                        MLIRContext *context,
+                                        const ImportOptions &options) {
   context->loadDialect<PlanDialect, func::FuncDialect>();
   // Parse trees of long operator chains are deep and both ANTLR and the
   // semantic pass recurse over them: run on a thread with a large stack.
   constexpr unsigned kStackBytes = 512u << 20;
   OwningOpRef<ModuleOp> result;
   llvm::thread worker(std::optional<unsigned>(kStackBytes),
-                      [&] { result = importOnThisThread(sourceMgr, context); });
+                      [&] { result = importOnThisThread(sourceMgr, context, options);
+  });
   worker.join();
   return result;
 }

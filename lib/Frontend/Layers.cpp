@@ -122,7 +122,10 @@ Val Sema::evalRepeat(PlanParser::RepeatExprContext *rep) {
   }
   std::string outerPrefix = paramPrefix;
   std::optional<int64_t> outerLayer = layer;
-  for (int64_t i = 0; i < n.getInt(); ++i) {
+  int64_t count = n.getInt();
+  if (maxRepeat > 0 && !outerLayer)
+    count = std::min(count, maxRepeat);
+  for (int64_t i = 0; i < count; ++i) {
     paramPrefix = outerPrefix;
     // `repeat(n) block(x) as "h"` names the instances h.0., h.1., ...
     paramPrefix =

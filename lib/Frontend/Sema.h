@@ -125,6 +125,9 @@ public:
 
   unsigned numErrors() const { return errors; }
 
+  /// ImportOptions::maxRepeat: > 0 caps each top-level repeat's count.
+  int64_t maxRepeat = 0;
+
 private:
   friend class SemaScope;
   // --- diagnostics (Sema.cpp) ----------------------------------------------

@@ -108,7 +108,31 @@ static LogicalResult checkResults(Operation *op) {
   return success();
 }
 
+/// Whether two layouts place the same elements on every rank: axes of size
+/// 1 split nothing (a batch of 1 "split" over dp = 1 is whole), so a reshard
+/// between layouts that differ only in them moves nothing and is not
+/// inserted (the reshard op takes f32 only; token inputs are i32).
+static bool sameLayout(ShardingAttr a, ShardingAttr b, MeshOp mesh) {
+  if (a == b)
+    return true;
+  if (!mesh || a.getRank() != b.getRank())
+    return false;
+  auto real = [&](SmallVector<StringRef> axes) {
+    llvm::erase_if(axes, [&](StringRef x) { return mesh.getAxisSize(x) == 1; });
+    return axes;
+  };
+  for (int64_t d = 0; d < a.getRank(); ++d) {
+    SmallVector<StringRef> ax = real(a.getDimAxes(d)), bx = real(b.getDimAxes(d));
+    if (ax != bx)
+      return false;
+    if (!ax.empty() && a.getDimSegments(d) != b.getDimSegments(d))
+      return false;
+  }
+  return real(a.getPartialAxes()) == real(b.getPartialAxes());
+}
+
 void InsertReshardsPass::runOnOperation() {
+  MeshOp mesh = getMesh(getOperation());
   for (func::FuncOp f : distributedFunctions(getOperation())) {
     DenseMap<std::pair<Value, Attribute>, Value> shared;
     auto reshard = [&](Value v, ShardingAttr to, Operation *user) -> Value {
@@ -144,7 +168,7 @@ void InsertReshardsPass::runOnOperation() {
       for (OpOperand &use : op->getOpOperands()) {
         ShardingAttr want = need[use.getOperandNumber()];
         ShardingAttr have = getSharding(use.get());
-        if (want && have && want != have)
+        if (want && have && !sameLayout(want, have, mesh))
           use.set(reshard(use.get(), want, op));
       }
       if (auto c = dyn_cast<ShardingConstraintOp>(op)) {

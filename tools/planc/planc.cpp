@@ -4,7 +4,10 @@
 //   planc model.plan --emit=mlir            the IR after the last stage
 //   planc model.plan --print-ir-after-all   the IR after every pass
 //   planc model.plan --report[=json]        what a step costs, per rank
+//   planc model.plan --autoplan [-o b.plan] the fastest plan that fits
 //===----------------------------------------------------------------------===//
+#include "planc/AutoPlan/AutoPlan.h"
+#include "planc/AutoPlan/PlanText.h"
 #include "planc/Codegen/Codegen.h"
 #include "planc/CostModel/StepReport.h"
 #include "planc/Frontend/Frontend.h"
@@ -70,6 +73,24 @@ static cl::opt<double>
     tokens("tokens",
            cl::desc("With --report: the training time of this many tokens"),
            cl::value_desc("N"), cl::cat(cat));
+static cl::opt<bool> autoplan(
+    "autoplan",
+    cl::desc("Search dp/tp/pp, mesh order, virtual stages, schedule, micro "
+             "batch, ZeRO, sequence parallelism and recompute for the plan's "
+             "model, batch and cluster; print the fastest plans that fit next "
+             "to the input's, and write the best as a .plan file with -o "
+             "(docs/cost-model.md)"),
+    cl::cat(cat));
+static cl::opt<unsigned> autoplanVerify(
+    "autoplan-compile",
+    cl::desc("With --autoplan: how many of the best estimates to compile and "
+             "report (default 4)"),
+    cl::init(4), cl::value_desc("N"), cl::cat(cat));
+static cl::opt<unsigned>
+    autoplanThreads("autoplan-threads",
+                    cl::desc("With --autoplan: compile threads (default: "
+                             "the machine's cores)"),
+                    cl::init(0), cl::value_desc("N"), cl::cat(cat));
 static cl::opt<Target> target(
     "target", cl::desc("Where the program runs"), cl::init(Target::Host),
     cl::values(clEnumValN(Target::Host, "host",
@@ -245,6 +266,17 @@ int main(int argc, char **argv) {
     return 1;
   }
 
+  if (autoplan && (report != Report::None || emit != Emit::Exe ||
+                   !stopAfter.empty())) {
+    llvm::errs() << "planc: error: --autoplan writes a plan file; it does not "
+                    "combine with --report, --emit or --stage\n";
+    return 1;
+  }
+  if (autoplan && autoplanVerify < 1) {
+    llvm::errs() << "planc: error: --autoplan-compile must be at least 1\n";
+    return 1;
+  }
+
   // Our passes are module passes; one thread also keeps IR printing legal.
   MLIRContext context(MLIRContext::Threading::DISABLED);
   context.loadDialect<plan::PlanDialect, rank::RankDialect, func::FuncDialect,
@@ -276,6 +308,41 @@ int main(int argc, char **argv) {
   OwningOpRef<ModuleOp> module = importPlan(sourceMgr, &context);
   if (!module)
     return 1;
+
+  if (autoplan) {
+    AutoPlanOptions ao;
+    ao.verify = autoplanVerify;
+    ao.threads = autoplanThreads;
+    const llvm::MemoryBuffer *buf =
+        sourceMgr.getMemoryBuffer(sourceMgr.getMainFileID());
+    llvm::Expected<AutoPlanResult> r =
+        autoPlan(buf->getBufferIdentifier(), buf->getBuffer(), *module, ao);
+    if (!r) {
+      llvm::errs() << inputFile
+                   << ": error: --autoplan: " << llvm::toString(r.takeError())
+                   << "\n";
+      return 1;
+    }
+    printAutoPlan(*r, ao.verify, llvm::outs());
+    if (r->ranked.empty())
+      return 1;
+    if (outputFile.empty()) {
+      auto s = findSection(r->bestText, "parallel");
+      llvm::outs() << "\nthe best plan's parallel section (-o FILE writes "
+                      "the whole plan):\n"
+                   << StringRef(r->bestText).slice(s->begin, s->end) << "\n";
+      return 0;
+    }
+    int rc = writeOutput(
+        [&](llvm::raw_ostream &os) {
+          os << r->bestText;
+          return success();
+        },
+        outputFile);
+    if (!rc)
+      llvm::outs() << "wrote " << outputFile << "\n";
+    return rc;
+  }
 
   std::unique_ptr<DumpInstrumentation> dumper;
   if (!dumpIR.empty()) {

@@ -55,6 +55,7 @@ struct StepReport {
   double stepFlopsPerRank = 0;
   int64_t weightBytes = 0, gradientBytes = 0, optimizerBytes = 0;
   double activationBytes = 0; // kept from forward to backward, in flight
+  std::vector<double> activationsByCoordinate; // the same per pp coordinate
   // The memory plan (plan-memory) of the fullest rank: the step's arena
   // (activations, gradients and workspace as the plan lays them out, reuse
   // included), its largest op workspace, the stash pool and the inputs. A
@@ -111,6 +112,10 @@ struct StepReport {
 struct ReportOptions {
   std::optional<double> tokens; // a training budget: report its time
 };
+
+/// The plan's cluster section as the time model sees it, or the assumed
+/// cluster (A100 80GB, 8 per node) when it has none.
+ClusterModel clusterModelOf(mlir::ModuleOp module);
 
 /// Reads the report from a module lowered through plan-schedule-pipeline;
 /// fails (with an error on the module) when it is not at that level.

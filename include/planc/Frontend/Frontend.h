@@ -12,14 +12,22 @@
 
 namespace planc {
 
+struct ImportOptions {
+  /// When > 0, each top-level repeat instantiates at most this many of its
+  /// layers (the auto-planner's probes cost a model of one and two layers
+  /// and scale; docs/cost-model.md). 0: the plan as written.
+  int64_t maxRepeat = 0;
+};
+
 /// Parses and checks the .plan file held by the main buffer of `sourceMgr`
 /// and builds its module in the plan dialect: a `plan.mesh`, a `plan.train`
 /// and the model's forward function (marked `plan.model`). Every problem is
 /// reported through the context's diagnostic handler with its source
 /// location; all of them are reported, not just the first. Returns null if
 /// there was any error.
-mlir::OwningOpRef<mlir::ModuleOp> importPlan(llvm::SourceMgr &sourceMgr,
-                                             mlir::MLIRContext *context);
+mlir::OwningOpRef<mlir::ModuleOp>
+importPlan(llvm::SourceMgr &sourceMgr, mlir::MLIRContext *context,
+           const ImportOptions &options = {});
 
 /// The largest plan file (and imported file) that is read, in bytes.
 constexpr uint64_t kMaxPlanBytes = 16u << 20;

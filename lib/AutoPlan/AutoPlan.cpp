@@ -1,0 +1,855 @@
+//===- AutoPlan.cpp - Search the parallel plans of a model for the fastest ===//
+//
+// See AutoPlan.h for the three phases and docs/cost-model.md ("The
+// auto-planner") for every formula of the screening estimate.
+//===----------------------------------------------------------------------===//
+#include "planc/AutoPlan/AutoPlan.h"
+#include "Compile.h"
+#include "planc/AutoPlan/PlanText.h"
+
+#include "dialects/plan/PlanDialect.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/Threading.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <functional>
+#include <set>
+#include <thread>
+
+using namespace mlir;
+using namespace planc;
+
+std::string ParallelConfig::describe() const {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  os << "dp " << dp << " tp " << tp << " pp " << pp;
+  if (pp > 1) {
+    os << " " << schedule;
+    if (virtualStages > 1)
+      os << " v " << virtualStages;
+  }
+  os << " mbs " << microBatch << " m " << microbatches;
+  if (zero)
+    os << " zero " << zero;
+  if (sequenceParallel)
+    os << " sp";
+  os << " " << recompute << " [" << llvm::join(order, ",") << "]";
+  return s;
+}
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+/// Runs fn(i) for i in [0, n) on `threads` threads.
+void parallelFor(size_t n, unsigned threads,
+                 const std::function<void(size_t)> &fn) {
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next++; i < n; i = next++)
+      fn(i);
+  };
+  std::vector<std::thread> pool;
+  for (unsigned t = 1; t < std::min<size_t>(threads, n); ++t)
+    pool.emplace_back(work);
+  work();
+  for (auto &t : pool)
+    t.join();
+}
+
+/// What a layer and the rest of the model cost one rank, per microbatch,
+/// for one (tp, sp, recompute, micro batch): the difference of the probes
+/// with two layers and with one.
+struct LayerCosts {
+  std::string problem; // the probe did not compile
+  double layerTime = 0, restTime = 0, firstTime = 0; // seconds per microbatch
+  double optimizerPerParam = 0;                      // seconds per step
+  double layerAct = 0, restAct = 0;                  // bytes kept
+  // In a pipeline: what a layer's unit stashes per microbatch, and what the
+  // last stage's head adds (from a probe of two layers on pp = 2).
+  // Zero bubble stashes more: the weight gradient, deferred, needs its
+  // inputs and output gradients kept.
+  double layerStash = 0, layerStashSplitW = 0;
+  bool hasStash = false, hasStashSplitW = false;
+  double layerParams = 0, restParams = 0;            // on a tp rank
+  double weightBytes = 4, gradBytes = 4, stateBytes = 8; // per parameter
+  double workspace = 0;
+};
+
+bool isOptimizerOp(llvm::StringRef name) {
+  return name == "adamw_update" || name == "sgd_update" ||
+         name == "clip_by_global_norm" || name == "sumsq_accumulate";
+}
+
+double optimizerTime(const StepReport &r) {
+  double t = 0;
+  for (auto &[name, s] : r.timeByOp)
+    if (isOptimizerOp(name))
+      t += s;
+  return t;
+}
+
+double firstStageTime(const StepReport &r) {
+  double t = 0;
+  for (auto &[name, s] : r.timeByOp)
+    if (llvm::StringRef(name).starts_with("embedding") ||
+        llvm::StringRef(name).starts_with("pos_embedding"))
+      t += s;
+  return t;
+}
+
+LayerCosts layerCosts(const CompiledReport &one, const CompiledReport &two,
+                      const CompiledReport &piped,
+                      const CompiledReport &pipedSplitW) {
+  LayerCosts c;
+  if (!one.report || !two.report) {
+    c.problem = !one.report ? one.error : two.error;
+    return c;
+  }
+  const StepReport &r1 = *one.report, &r2 = *two.report;
+  double o1 = optimizerTime(r1), o2 = optimizerTime(r2);
+  double c1 = r1.stepTime - o1, c2 = r2.stepTime - o2;
+  c.layerTime = std::max(0.0, c2 - c1);
+  c.restTime = std::max(0.0, c1 - c.layerTime);
+  c.firstTime = std::min(c.restTime, firstStageTime(r1));
+  double p1 = double(r1.paramsPerRank), p2 = double(r2.paramsPerRank);
+  c.layerParams = std::max(0.0, p2 - p1);
+  c.restParams = std::max(0.0, p1 - c.layerParams);
+  c.optimizerPerParam = p2 > 0 ? o2 / p2 : 0;
+  if (p1 > 0) {
+    c.weightBytes = double(r1.weightBytes) / p1;
+    c.gradBytes = double(r1.gradientBytes) / p1;
+    c.stateBytes = double(r1.optimizerBytes) / p1;
+  }
+  c.layerAct = std::max(0.0, r2.activationBytes - r1.activationBytes);
+  c.restAct = std::max(0.0, r1.activationBytes - c.layerAct);
+  c.workspace = double(std::max(r1.workspaceBytes, r2.workspaceBytes));
+  // Stage 0 holds the embeddings (which keep nothing a layer does not: the
+  // layer's input is its own stash) and layer 0, for two microbatches.
+  auto stage0 = [](const CompiledReport &cr) {
+    return cr.report && !cr.report->activationsByCoordinate.empty()
+               ? std::optional<double>(
+                     cr.report->activationsByCoordinate[0] / 2)
+               : std::nullopt;
+  };
+  if (auto a = stage0(piped)) {
+    c.hasStash = true;
+    c.layerStash = *a;
+  }
+  // Zero bubble: the fuller of the two stages (an upper bound; what stage 0
+  // holds until the deferred weight gradients is not separable from the
+  // head's share in so small a probe).
+  if (pipedSplitW.report) {
+    c.hasStashSplitW = true;
+    c.layerStashSplitW = pipedSplitW.report->activationBytes / 2;
+  }
+  return c;
+}
+
+struct ProbeKey {
+  int64_t tp;
+  bool sp;
+  std::string recompute;
+  int64_t microBatch;
+  bool operator<(const ProbeKey &o) const {
+    return std::tie(tp, sp, recompute, microBatch) <
+           std::tie(o.tp, o.sp, o.recompute, o.microBatch);
+  }
+};
+
+/// The input's model, batch and cluster, read from its parsed module.
+struct Problem {
+  int64_t gpus = 1, layers = 0, globalBatch = 1;
+  bool hasCluster = false;
+  ClusterModel cluster;
+  bool lowPrecision = false;
+  double boundaryElemsPerSample = 0; // a layer's input, per sample
+  int64_t maxTp = 1;                 // a node's GPUs
+  std::map<std::vector<int64_t>, int64_t> paramShapes; // shape -> count
+  ParallelConfig user;
+  std::string parallelKeep; // bucket_mb, pad_vocab of the user's section
+};
+
+/// Micro batches above this are not searched (their activations rarely fit
+/// and GEMMs are at full efficiency long before).
+constexpr int64_t kMaxMicroBatch = 8;
+
+std::vector<int64_t> divisors(int64_t n) {
+  std::vector<int64_t> d;
+  for (int64_t i = 1; i * i <= n; ++i)
+    if (n % i == 0) {
+      d.push_back(i);
+      if (i != n / i)
+        d.push_back(n / i);
+    }
+  llvm::sort(d);
+  return d;
+}
+
+Problem readProblem(ModuleOp module, llvm::StringRef text) {
+  Problem p;
+  plan::MeshOp mesh = plan::getMesh(module);
+  p.cluster = clusterModelOf(module);
+  for (auto c : module.getOps<plan::ClusterOp>()) {
+    p.hasCluster = true;
+    p.gpus = c.getNodes() * c.getGpusPerNode();
+  }
+  p.user.order.clear();
+  int64_t ranks = 1;
+  for (auto [a, n] : llvm::zip(mesh.getAxes(), mesh.getShape())) {
+    llvm::StringRef name = cast<StringAttr>(a).getValue();
+    if (mesh.isSequential(name))
+      continue;
+    ranks *= n;
+    p.user.order.push_back(name.str());
+    if (name == "dp")
+      p.user.dp = n;
+    else if (name == "tp")
+      p.user.tp = n;
+    else if (name == "pp")
+      p.user.pp = n;
+  }
+  for (llvm::StringRef a : {"pp", "dp", "tp"})
+    if (!llvm::is_contained(p.user.order, a))
+      p.user.order.insert(p.user.order.begin(), a.str());
+  if (!p.hasCluster)
+    p.gpus = ranks;
+  p.maxTp = p.cluster.gpusPerNode;
+  for (auto par : module.getOps<plan::ParallelOp>()) {
+    p.user.schedule = par.getSchedule().str();
+    p.user.microbatches = par.getMicrobatches();
+    p.user.virtualStages = par.getVirtualStages();
+    p.user.zero = par.getZeroStage();
+    p.user.recompute = par.getRecompute().str();
+    p.user.sequenceParallel = par.getSequenceParallel();
+  }
+  for (auto t : module.getOps<plan::TrainOp>()) {
+    p.globalBatch = t.getGlobalBatch();
+    p.lowPrecision = t.getPrecision() != "fp32";
+    p.user.microBatch = t.getMicroBatch().value_or(
+        p.globalBatch / std::max<int64_t>(1, p.user.dp * p.user.microbatches));
+  }
+  // Layers and the tensor a pipeline stage passes on (a layer's input).
+  for (auto f : module.getOps<func::FuncOp>()) {
+    if (!f->hasAttr("plan.model"))
+      continue;
+    for (unsigned i = 0; i < f.getNumArguments(); ++i) {
+      if (auto l = f.getArgAttrOfType<IntegerAttr>(i, plan::kLayerAttr))
+        p.layers = std::max(p.layers, l.getInt() + 1);
+      auto kind = f.getArgAttrOfType<StringAttr>(i, plan::kKindAttr);
+      auto t = dyn_cast<RankedTensorType>(f.getArgument(i).getType());
+      if (kind && kind.getValue() == "param" && t && t.hasStaticShape())
+        ++p.paramShapes[std::vector<int64_t>(t.getShape().begin(),
+                                             t.getShape().end())];
+    }
+    f.walk([&](Operation *op) {
+      auto l = op->getAttrOfType<IntegerAttr>(plan::kLayerAttr);
+      if (!l)
+        return;
+      p.layers = std::max(p.layers, l.getInt() + 1);
+      if (p.boundaryElemsPerSample == 0 && op->getNumOperands())
+        if (auto t = dyn_cast<RankedTensorType>(op->getOperand(0).getType()))
+          if (t.hasStaticShape() && t.getRank() > 0)
+            p.boundaryElemsPerSample = double(t.getNumElements()) /
+                                       double(std::max<int64_t>(
+                                           1, t.getDimSize(0)));
+    });
+  }
+  // The user's settings the search does not choose.
+  if (std::optional<SectionSpan> s = findSection(text, "parallel"))
+    for (const SettingSpan &x : s->settings)
+      if (x.key == "bucket_mb" || x.key == "pad_vocab")
+        p.parallelKeep += "  " + x.key + " = " +
+                          text.slice(x.valueBegin, x.valueEnd).str() + "\n";
+  return p;
+}
+
+std::string parallelSection(const ParallelConfig &c, llvm::StringRef keep,
+                            llvm::StringRef comment) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  os << "parallel {\n";
+  if (!comment.empty())
+    os << "  // " << comment << "\n";
+  os << "  order = [" << llvm::join(c.order, ", ") << "]\n";
+  os << "  dp = " << c.dp << "\n  tp = " << c.tp << "\n  pp = " << c.pp
+     << "\n";
+  if (c.tp > 1)
+    os << "  tensor = megatron\n";
+  if (c.sequenceParallel)
+    os << "  sequence_parallel = true\n";
+  if (c.pp > 1) {
+    os << "  schedule = " << c.schedule << "\n";
+    if (c.virtualStages > 1)
+      os << "  virtual_stages = " << c.virtualStages << "\n";
+  }
+  os << "  microbatches = " << c.microbatches << "\n";
+  if (c.zero)
+    os << "  zero = " << c.zero << "\n";
+  os << "  recompute = " << c.recompute << "\n" << keep << "}";
+  return s;
+}
+
+/// The user's file cut to a probe: tp ranks only (dp = pp = 1), one
+/// microbatch of `microBatch` samples, a cluster of one node of tp GPUs.
+/// With pp = 2: two pipeline ranks, dp = 2 and two microbatches of
+/// `microBatch` samples, both in flight on stage 0 at its peak (dp = 1
+/// would be simpler, but a pipeline with tp and dp = 1 does not compile
+/// yet; see docs/cost-model.md).
+std::string probeText(llvm::StringRef text, const ProbeKey &k,
+                      llvm::StringRef keep, int64_t pp = 1,
+                      llvm::StringRef schedule = "1f1b") {
+  ParallelConfig c;
+  c.pp = pp;
+  c.dp = pp > 1 ? 2 : 1;
+  c.schedule = schedule.str();
+  c.tp = k.tp;
+  c.sequenceParallel = k.sp;
+  c.recompute = k.recompute;
+  c.microbatches = pp; // stage 0 then holds pp microbatches at its peak
+  std::string out =
+      replaceSection(text, "parallel", parallelSection(c, keep, ""));
+  std::string mb = std::to_string(k.microBatch);
+  out = setSettings(out, "train",
+                    {{"batch", std::to_string(k.microBatch * c.dp *
+                                              c.microbatches)},
+                     {"micro_batch", mb}});
+  return setSettings(out, "cluster",
+                     {{"nodes", std::to_string(c.pp * c.dp)},
+                      {"gpus_per_node", std::to_string(k.tp)}});
+}
+
+/// The screening estimate of one plan.
+struct Estimate {
+  double time = 0, memory = 0;
+};
+
+struct Screen {
+  const Problem &p;
+  TimeModel tm;
+  double actBytes;
+
+  mutable std::map<std::pair<int64_t, int64_t>, double> zeroCache;
+
+  /// The fraction of the parameters ZeRO can split over dp: those whose
+  /// first dimension dp * tp divides (an estimate of plan-propagate-
+  /// sharding's rule, which splits the first dimension dp divides after the
+  /// tensor-parallel split, and never a packed q/k/v dimension).
+  double zeroFraction(const ParallelConfig &c) const {
+    if (c.zero == 0 || c.dp == 1)
+      return 0;
+    auto [it, fresh] = zeroCache.try_emplace({c.dp, c.tp}, 0.0);
+    if (fresh) {
+      double all = 0, split = 0;
+      for (auto &[shape, n] : p.paramShapes) {
+        double e = n;
+        for (int64_t d : shape)
+          e *= double(d);
+        all += e;
+        if (!shape.empty() && shape[0] % (c.dp * c.tp) == 0)
+          split += e;
+      }
+      it->second = all > 0 ? split / all : 0;
+    }
+    return it->second;
+  }
+
+  Screen(const Problem &p) : p(p) {
+    tm.c = p.cluster;
+    tm.lowPrecision = p.lowPrecision;
+    actBytes = p.lowPrecision ? 2 : 4;
+  }
+
+  Link link(const ParallelConfig &c, llvm::StringRef axis) const {
+    std::vector<int64_t> sizes;
+    for (const std::string &a : c.order)
+      sizes.push_back(a == "dp" ? c.dp : a == "tp" ? c.tp : c.pp);
+    return linkOf(tm.c, c.order, sizes, {axis.str()});
+  }
+
+  Estimate estimate(const ParallelConfig &c, const LayerCosts &lc) const {
+    Estimate e;
+    double L = double(p.layers), m = double(c.microbatches);
+    double pp = double(c.pp), v = double(c.virtualStages);
+    // The busiest rank's layers and parameters (the first pipeline rank,
+    // which also holds the embeddings; the partition balances FLOPs, so a
+    // rank's work is about 1/pp of the step, and at least its whole layers).
+    double rankLayers =
+        c.pp == 1 ? L : std::ceil(L / (pp * v)) * v;
+    double params = rankLayers * lc.layerParams + lc.restParams;
+    double perMb;
+    if (c.pp == 1)
+      perMb = L * lc.layerTime + lc.restTime;
+    else
+      perMb = std::max((L * lc.layerTime + lc.restTime) / pp,
+                       rankLayers * lc.layerTime + lc.firstTime);
+    double compute = m * perMb;
+    // Gradients accumulate over microbatches: one add per weight each.
+    compute += (m - 1) * tm.memoryTime(3 * params * actBytes);
+    if (c.pp > 1) {
+      double fill = (pp - 1) * perMb;
+      if (c.schedule == "interleaved_1f1b")
+        fill /= v;
+      else if (c.schedule == "zero_bubble")
+        fill /= 3;
+      double transfer = tm.p2pTime(p.boundaryElemsPerSample *
+                                       double(c.microBatch) * actBytes,
+                                   link(c, "pp"));
+      compute += fill + 2 * (pp - 1) * transfer;
+    }
+    double comm = 0;
+    if (c.dp > 1) {
+      Link l = link(c, "dp");
+      double g = params * actBytes;
+      auto t = [&](llvm::StringRef kind) {
+        return tm.collectiveTime(kind, g, c.dp, l);
+      };
+      switch (c.zero) {
+      case 0:
+        comm = t("all_reduce");
+        // Buckets overlap the backward when the step has one microbatch.
+        if (c.pp == 1 && c.microbatches == 1)
+          comm = std::max(0.0, comm - compute * 2.0 / 3.0);
+        break;
+      case 1:
+        comm = t("all_reduce") + t("all_gather");
+        break;
+      case 2:
+        comm = t("reduce_scatter") + t("all_gather");
+        break;
+      default: // every use gathers its parameter: forward and backward
+        comm = t("reduce_scatter") + (2 * m + 1) * t("all_gather");
+      }
+    }
+    double shards = c.zero >= 1 ? double(c.dp) : 1.0;
+    // ZeRO shards a parameter only along a dimension dp divides (after its
+    // tensor-parallel split); the others stay whole on every rank.
+    double z = zeroFraction(c);
+    double stateShards = 1 / (z / shards + (1 - z));
+    double optimizer = lc.optimizerPerParam * params / stateShards;
+    e.time = compute + comm + optimizer;
+    // Memory of that rank: model states by ZeRO stage, what the schedule
+    // keeps in flight, the largest workspace.
+    double inFlight = 1; // microbatch-layers of activations, in layers
+    double layersKept = c.pp == 1 ? L : rankLayers;
+    if (c.pp > 1) {
+      double perStage = std::ceil(L / (pp * v));
+      if (c.schedule == "gpipe")
+        layersKept = m * rankLayers;
+      else if (c.schedule == "interleaved_1f1b")
+        layersKept = std::min(m * rankLayers,
+                              v * perStage * pp * (1 + (pp - 1) / (pp * v)));
+      else
+        layersKept = std::min(m, pp) * rankLayers;
+    }
+    (void)inFlight;
+    double acts = layersKept * lc.layerAct + lc.restAct;
+    if (c.pp > 1 && c.schedule == "zero_bubble" && lc.hasStashSplitW)
+      acts = layersKept * lc.layerStashSplitW;
+    else if (c.pp > 1 && lc.hasStash)
+      acts = layersKept * lc.layerStash;
+    double weightShards = c.zero == 3 ? stateShards : 1.0;
+    e.memory = params * (lc.weightBytes / weightShards + lc.gradBytes +
+                         lc.stateBytes / stateShards) +
+               acts + lc.workspace;
+    return e;
+  }
+};
+
+struct Scored {
+  ParallelConfig config;
+  Estimate est;
+};
+
+const std::vector<std::vector<std::string>> &orders() {
+  static const std::vector<std::vector<std::string>> o = {
+      {"pp", "dp", "tp"}, {"dp", "pp", "tp"}, {"pp", "tp", "dp"},
+      {"tp", "pp", "dp"}, {"dp", "tp", "pp"}, {"tp", "dp", "pp"}};
+  return o;
+}
+
+/// The order with the axes of size 1 left out: orders that differ only in
+/// them are the same mesh.
+std::string meshKey(const ParallelConfig &c) {
+  std::string k;
+  for (const std::string &a : c.order) {
+    int64_t n = a == "dp" ? c.dp : a == "tp" ? c.tp : c.pp;
+    if (n > 1)
+      k += a + ",";
+  }
+  return k;
+}
+} // namespace
+
+llvm::Expected<AutoPlanResult> planc::autoPlan(llvm::StringRef path,
+                                               llvm::StringRef text,
+                                               ModuleOp userModule,
+                                               const AutoPlanOptions &opts) {
+  AutoPlanResult r;
+  Problem p = readProblem(userModule, text);
+  r.gpus = p.gpus;
+  r.layers = p.layers;
+  r.globalBatch = p.globalBatch;
+  r.cluster = p.hasCluster
+                  ? llvm::formatv("{0} nodes x {1} {2}",
+                                  p.gpus / p.cluster.gpusPerNode,
+                                  p.cluster.gpusPerNode, p.cluster.gpu->name)
+                        .str()
+                  : llvm::formatv("{0} GPUs (no cluster section: {1}, {2} "
+                                  "per node assumed)",
+                                  p.gpus, p.cluster.gpu->name,
+                                  p.cluster.gpusPerNode)
+                        .str();
+  unsigned threads =
+      opts.threads ? opts.threads : std::max(1u, llvm::get_physical_cores() > 0
+                                                      ? unsigned(llvm::get_physical_cores())
+                                                      : std::thread::hardware_concurrency());
+  auto reject = [&](const std::string &why, int64_t n = 1) {
+    r.rejected[why] += n;
+  };
+
+  // 1. Probes for every (tp, sp, recompute, micro batch) that can occur.
+  auto t0 = Clock::now();
+  std::vector<int64_t> tps, mbs;
+  for (int64_t t : divisors(p.gpus))
+    if (t <= p.maxTp)
+      tps.push_back(t);
+  for (int64_t b : divisors(p.globalBatch))
+    if (b <= kMaxMicroBatch)
+      mbs.push_back(b);
+  const char *recomputes[] = {"none", "selective", "full"};
+  std::vector<ProbeKey> keys;
+  for (int64_t t : tps)
+    for (bool sp : {false, true}) {
+      if (sp && t == 1)
+        continue;
+      for (const char *rc : recomputes)
+        for (int64_t b : mbs)
+          keys.push_back({t, sp, rc, b});
+    }
+  // Per key: one and two layers without a pipeline; two layers on pp = 2
+  // when the model can be piped (not for `none`, which a pipeline runs as
+  // `selective`).
+  std::vector<CompiledReport> probe1(keys.size()), probe2(keys.size()),
+      piped(keys.size()), pipedSplitW(keys.size());
+  bool pipes = p.layers >= 2 && p.gpus % 4 == 0;
+  parallelFor(4 * keys.size(), threads, [&](size_t i) {
+    const ProbeKey &k = keys[i / 4];
+    bool pipeProbe = pipes && k.recompute != "none";
+    switch (i % 4) {
+    case 0:
+      probe1[i / 4] =
+          compilePlanText(path, probeText(text, k, p.parallelKeep), 1);
+      break;
+    case 1:
+      probe2[i / 4] =
+          compilePlanText(path, probeText(text, k, p.parallelKeep), 2);
+      break;
+    case 2:
+      if (pipeProbe)
+        piped[i / 4] =
+            compilePlanText(path, probeText(text, k, p.parallelKeep, 2), 2);
+      break;
+    default:
+      if (pipeProbe)
+        pipedSplitW[i / 4] = compilePlanText(
+            path, probeText(text, k, p.parallelKeep, 2, "zero_bubble"), 2);
+    }
+  });
+  for (size_t i = 0; i < keys.size(); ++i)
+    r.probes += 2 + 2 * (pipes && keys[i].recompute != "none");
+  std::map<ProbeKey, LayerCosts> costs;
+  bool anyProbe = false;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    costs[keys[i]] =
+        layerCosts(probe1[i], probe2[i], piped[i], pipedSplitW[i]);
+    anyProbe |= costs[keys[i]].problem.empty();
+  }
+  r.probeSeconds = since(t0);
+  if (!anyProbe) {
+    std::string why = probe1.empty() ? "no probe" : probe1.front().error;
+    return llvm::createStringError(
+        "no plan of the model compiles; the first probe (tp = 1) failed: " +
+        why);
+  }
+
+  // 2. Screening.
+  t0 = Clock::now();
+  Screen screen(p);
+  std::vector<Scored> fit;
+  std::set<std::string> seenMesh;
+  for (int64_t tp : divisors(p.gpus)) {
+    for (int64_t pp : divisors(p.gpus / tp)) {
+      int64_t dp = p.gpus / tp / pp;
+      for (const auto &order : orders()) {
+        ParallelConfig base;
+        base.dp = dp;
+        base.tp = tp;
+        base.pp = pp;
+        base.order = order;
+        if (!seenMesh.insert(std::to_string(tp) + "/" + std::to_string(pp) +
+                             "/" + meshKey(base))
+                 .second)
+          continue; // the same mesh as an order already searched
+        for (int64_t mb : mbs) {
+          for (int64_t v = 1; v <= (pp > 1 ? 8 : 1); ++v) {
+            for (const char *sched :
+                 {"1f1b", "gpipe", "zero_bubble", "interleaved_1f1b"}) {
+              bool interleaved = llvm::StringRef(sched) == "interleaved_1f1b";
+              if ((pp == 1 && llvm::StringRef(sched) != "1f1b") ||
+                  (interleaved != (v > 1)))
+                continue;
+              for (int64_t zero = 0; zero <= (dp > 1 ? 3 : 0); ++zero)
+                for (bool sp : {false, true}) {
+                  if (sp && tp == 1)
+                    continue;
+                  for (const char *rc : recomputes) {
+                    // In a pipeline `none` recomputes the attention core
+                    // like `selective` (docs/language.md): the same plan.
+                    if (pp > 1 && llvm::StringRef(rc) == "none")
+                      continue;
+                    ++r.considered;
+                    ParallelConfig c = base;
+                    c.microBatch = mb;
+                    c.virtualStages = v;
+                    c.schedule = sched;
+                    c.zero = zero;
+                    c.sequenceParallel = sp;
+                    c.recompute = rc;
+                    if (tp > p.maxTp) {
+                      reject("tp spans nodes (more than a node's GPUs)");
+                      continue;
+                    }
+                    if (tp > 1 && screen.link(c, "tp").interNode) {
+                      reject("tp's ranks span nodes in this mesh order");
+                      continue;
+                    }
+                    if (p.globalBatch % (dp * mb)) {
+                      reject("the batch does not divide into dp x micro "
+                             "batch");
+                      continue;
+                    }
+                    c.microbatches = p.globalBatch / (dp * mb);
+                    if (pp * v > std::max<int64_t>(p.layers, 1)) {
+                      reject("more pipeline stages than layers");
+                      continue;
+                    }
+                    if (interleaved && c.microbatches % pp) {
+                      reject("interleaved_1f1b needs microbatches divisible "
+                             "by pp");
+                      continue;
+                    }
+                    const LayerCosts &lc = costs[{tp, sp, rc, mb}];
+                    if (!lc.problem.empty()) {
+                      reject("does not compile: " + lc.problem);
+                      continue;
+                    }
+                    // A ZeRO stage that splits no parameter (dp divides
+                    // none of their dimensions) compiles to the plan
+                    // without it.
+                    if (zero > 0 && screen.zeroFraction(c) == 0)
+                      continue;
+                    Estimate e = screen.estimate(c, lc);
+                    if (e.memory > p.cluster.gpu->memoryGB * 1e9) {
+                      reject("does not fit in GPU memory (estimated)");
+                      continue;
+                    }
+                    fit.push_back({c, e});
+                  }
+                }
+            }
+          }
+        }
+      }
+    }
+  }
+  r.screened = int64_t(fit.size());
+  llvm::stable_sort(fit, [](const Scored &a, const Scored &b) {
+    return a.est.time < b.est.time;
+  });
+  r.screenSeconds = since(t0);
+
+  // 3. Verification: compile the best estimates (and the user's plan).
+  t0 = Clock::now();
+  std::vector<Verified> work;
+  {
+    Verified u;
+    u.config = p.user;
+    auto it = costs.find({p.user.tp, p.user.sequenceParallel,
+                          p.user.recompute, p.user.microBatch});
+    if (it != costs.end() && it->second.problem.empty()) {
+      Estimate e = screen.estimate(p.user, it->second);
+      u.estimatedStepTime = e.time;
+      u.estimatedMemory = e.memory;
+    }
+    work.push_back(u);
+  }
+  size_t next = 0;
+  auto compileBatch = [&](size_t from) {
+    parallelFor(work.size() - from, threads, [&](size_t i) {
+      Verified &w = work[from + i];
+      std::string t = writePlan(text, w.config, "");
+      CompiledReport cr =
+          from + i == 0 ? compilePlanText(path, text) : compilePlanText(path, t);
+      if (cr.report)
+        w.report = std::move(cr.report);
+      else
+        w.problem = "does not compile: " + cr.error;
+    });
+  };
+  size_t done = 0;
+  // Up to `verify` compiled plans that fit; a few more attempts when the
+  // estimate let through plans that do not.
+  for (unsigned round = 0; round < 3 && r.ranked.size() < opts.verify;
+       ++round) {
+    size_t want = opts.verify - r.ranked.size();
+    size_t from = work.size();
+    while (work.size() - from < want && next < fit.size()) {
+      // Plans the estimate cannot tell apart (within 0.1% of time and 1% of
+      // memory: a mesh order that changes no link, a ZeRO stage that splits
+      // almost nothing) are one plan: compile the first only.
+      const Estimate &e = fit[next].est;
+      if (llvm::any_of(work, [&](const Verified &w) {
+            return std::abs(w.estimatedStepTime - e.time) <= 1e-3 * e.time &&
+                   std::abs(w.estimatedMemory - e.memory) <= 1e-2 * e.memory;
+          })) {
+        ++next;
+        continue;
+      }
+      Verified w;
+      w.config = fit[next].config;
+      w.estimatedStepTime = fit[next].est.time;
+      w.estimatedMemory = fit[next].est.memory;
+      ++next;
+      work.push_back(w);
+    }
+    if (round == 0)
+      from = 0; // the user's plan compiles in the first round
+    if (from == work.size())
+      break;
+    compileBatch(from);
+    for (size_t i = std::max<size_t>(from, 1); i < work.size(); ++i) {
+      Verified &w = work[i];
+      if (w.report && !w.report->fits())
+        w.problem = "does not fit in GPU memory (compiled)";
+      if (w.problem.empty())
+        r.ranked.push_back(w);
+      else {
+        reject(w.problem);
+        r.dropped.push_back(w);
+      }
+    }
+    done = work.size();
+  }
+  (void)done;
+  r.user = work.front();
+  if (!r.user->report)
+    r.user->problem = r.user->problem.empty() ? "does not compile"
+                                              : r.user->problem;
+  else if (!r.user->report->fits())
+    r.user->problem = "does not fit in GPU memory";
+  llvm::stable_sort(r.ranked, [](const Verified &a, const Verified &b) {
+    return a.report->stepTime < b.report->stepTime;
+  });
+  r.verifySeconds = since(t0);
+  if (!r.ranked.empty()) {
+    const Verified &best = r.ranked.front();
+    std::string comment = llvm::formatv(
+        "chosen by planc --autoplan: step {0:f2} s predicted",
+        best.report->stepTime);
+    if (r.user->report)
+      comment += llvm::formatv(" (the input's plan: {0:f2} s)",
+                               r.user->report->stepTime)
+                     .str();
+    r.bestText = writePlan(text, best.config, comment);
+  }
+  return r;
+}
+
+std::string planc::writePlan(llvm::StringRef text, const ParallelConfig &c,
+                             llvm::StringRef comment) {
+  std::string keep;
+  if (std::optional<SectionSpan> s = findSection(text, "parallel"))
+    for (const SettingSpan &x : s->settings)
+      if (x.key == "bucket_mb" || x.key == "pad_vocab")
+        keep += "  " + x.key + " = " +
+                text.slice(x.valueBegin, x.valueEnd).str() + "\n";
+  std::string out =
+      replaceSection(text, "parallel", parallelSection(c, keep, comment));
+  return setSettings(out, "train",
+                     {{"micro_batch", std::to_string(c.microBatch)}});
+}
+
+void planc::printAutoPlan(const AutoPlanResult &r, unsigned show,
+                          llvm::raw_ostream &os) {
+  int64_t rejected = 0;
+  for (auto &[why, n] : r.rejected)
+    rejected += n;
+  os << "autoplan: " << r.gpus << " GPUs (" << r.cluster << "), batch "
+     << r.globalBatch << ", " << r.layers << " layers\n";
+  os << llvm::formatv("  {0} plans considered, {1} rejected, {2} estimated; "
+                      "{3} probes compiled in {4:f2} s, screening {5:f2} s, "
+                      "{6} plans compiled in {7:f2} s\n",
+                      r.considered, rejected - int64_t(r.dropped.size()),
+                      r.screened, r.probes, r.probeSeconds, r.screenSeconds,
+                      r.ranked.size() + r.dropped.size() + 1, r.verifySeconds);
+  if (!r.rejected.empty()) {
+    os << "  rejected, by reason:\n";
+    std::vector<std::pair<int64_t, std::string>> reasons;
+    for (auto &[why, n] : r.rejected)
+      reasons.push_back({n, why});
+    llvm::sort(reasons, [](auto &a, auto &b) { return a.first > b.first; });
+    for (auto &[n, why] : reasons)
+      os << llvm::formatv("  {0,10}  {1}\n", n, why);
+  }
+  os << "\n"
+     << llvm::formatv("{0,-4} {1,-58} {2,9} {3,9} {4,8} {5,6} {6,7} {7,8} "
+                      "{8,10}\n",
+                      "", "plan", "step s", "TFLOP/s", "MFU", "bubble",
+                      "GB", "fits", "estimate");
+  auto row = [&](llvm::StringRef label, const Verified &v) {
+    os << llvm::formatv("{0,-4} {1,-58} ", label, v.config.describe());
+    if (v.report) {
+      const StepReport &s = *v.report;
+      os << llvm::formatv("{0,9:f3} {1,9:f1} {2,7:f1}% {3,5:f1}% {4,7:f1} "
+                          "{5,8} ",
+                          s.stepTime, s.tflopsPerGpu(), 100 * s.mfu(),
+                          100 * s.bubbleFraction, s.memoryPeakBytes() / 1e9,
+                          s.fits() ? "yes" : "no");
+    if (v.estimatedMemory > 0)
+      os << llvm::formatv(" est {0:f1} GB", v.estimatedMemory / 1e9);
+    } else {
+      os << llvm::formatv("{0,-55} ", v.problem);
+    if (v.estimatedMemory > 0)
+      os << llvm::formatv(" est {0:f1} GB", v.estimatedMemory / 1e9);
+    }
+    if (v.estimatedStepTime > 0)
+      os << llvm::formatv("{0,10:f3}", v.estimatedStepTime);
+    os << "\n";
+  };
+  for (size_t i = 0; i < r.ranked.size() && i < show; ++i)
+    row(std::to_string(i + 1), r.ranked[i]);
+  for (const Verified &v : r.dropped)
+    row("x", v);
+  if (r.user)
+    row("you", *r.user);
+  if (r.ranked.empty()) {
+    os << "\nno plan fits\n";
+    return;
+  }
+  if (r.user && r.user->report) {
+    double gain = r.user->report->stepTime / r.ranked.front().report->stepTime;
+    os << llvm::formatv("\nthe best plan is predicted {0:f2}x the speed of "
+                        "the input's\n",
+                        gain);
+  }
+}
