@@ -40,12 +40,25 @@ std::string ParallelConfig::describe() const {
     os << " zero " << zero;
   if (sequenceParallel)
     os << " sp";
-  os << " " << recompute << " [" << llvm::join(order, ",") << "]";
+  os << " " << recompute;
+  // The order of the axes that split the mesh (size 1 moves nothing).
+  std::vector<std::string> split;
+  for (const std::string &a : order)
+    if ((a == "dp" ? dp : a == "tp" ? tp : pp) > 1)
+      split.push_back(a);
+  if (split.size() > 1)
+    os << " [" << llvm::join(split, ",") << "]";
   return s;
 }
 
 namespace {
 using Clock = std::chrono::steady_clock;
+
+/// Seconds with 4 significant digits (a tiny model's step is microseconds).
+std::string secs(double s) {
+  return llvm::formatv("{0}", llvm::format("%.4g", s)).str();
+}
+
 double since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
@@ -80,7 +93,7 @@ struct LayerCosts {
   // inputs and output gradients kept.
   double layerStash = 0, layerStashSplitW = 0;
   bool hasStash = false, hasStashSplitW = false;
-  double layerParams = 0, restParams = 0;            // on a tp rank
+  double layerParams = 0, restParams = 0;                // on a tp rank
   double weightBytes = 4, gradBytes = 4, stateBytes = 8; // per parameter
   double workspace = 0;
 };
@@ -137,8 +150,8 @@ LayerCosts layerCosts(const CompiledReport &one, const CompiledReport &two,
   // layer's input is its own stash) and layer 0, for two microbatches.
   auto stage0 = [](const CompiledReport &cr) {
     return cr.report && !cr.report->activationsByCoordinate.empty()
-               ? std::optional<double>(
-                     cr.report->activationsByCoordinate[0] / 2)
+               ? std::optional<double>(cr.report->activationsByCoordinate[0] /
+                                       2)
                : std::nullopt;
   };
   if (auto a = stage0(piped)) {
@@ -218,9 +231,15 @@ Problem readProblem(ModuleOp module, llvm::StringRef text) {
     else if (name == "pp")
       p.user.pp = n;
   }
-  for (llvm::StringRef a : {"pp", "dp", "tp"})
-    if (!llvm::is_contained(p.user.order, a))
-      p.user.order.insert(p.user.order.begin(), a.str());
+  // Axes of size 1 are not in the mesh: they keep their default places,
+  // the others fill the remaining places in the mesh's order.
+  {
+    std::vector<std::string> present = p.user.order, order;
+    size_t k = 0;
+    for (const char *a : {"pp", "dp", "tp"})
+      order.push_back(llvm::is_contained(present, a) ? present[k++] : a);
+    p.user.order = order;
+  }
   if (!p.hasCluster)
     p.gpus = ranks;
   p.maxTp = p.cluster.gpusPerNode;
@@ -259,9 +278,9 @@ Problem readProblem(ModuleOp module, llvm::StringRef text) {
       if (p.boundaryElemsPerSample == 0 && op->getNumOperands())
         if (auto t = dyn_cast<RankedTensorType>(op->getOperand(0).getType()))
           if (t.hasStaticShape() && t.getRank() > 0)
-            p.boundaryElemsPerSample = double(t.getNumElements()) /
-                                       double(std::max<int64_t>(
-                                           1, t.getDimSize(0)));
+            p.boundaryElemsPerSample =
+                double(t.getNumElements()) /
+                double(std::max<int64_t>(1, t.getDimSize(0)));
     });
   }
   // The user's settings the search does not choose.
@@ -281,8 +300,7 @@ std::string parallelSection(const ParallelConfig &c, llvm::StringRef keep,
   if (!comment.empty())
     os << "  // " << comment << "\n";
   os << "  order = [" << llvm::join(c.order, ", ") << "]\n";
-  os << "  dp = " << c.dp << "\n  tp = " << c.tp << "\n  pp = " << c.pp
-     << "\n";
+  os << "  dp = " << c.dp << "\n  tp = " << c.tp << "\n  pp = " << c.pp << "\n";
   if (c.tp > 1)
     os << "  tensor = megatron\n";
   if (c.sequenceParallel)
@@ -319,10 +337,10 @@ std::string probeText(llvm::StringRef text, const ProbeKey &k,
   std::string out =
       replaceSection(text, "parallel", parallelSection(c, keep, ""));
   std::string mb = std::to_string(k.microBatch);
-  out = setSettings(out, "train",
-                    {{"batch", std::to_string(k.microBatch * c.dp *
-                                              c.microbatches)},
-                     {"micro_batch", mb}});
+  out = setSettings(
+      out, "train",
+      {{"batch", std::to_string(k.microBatch * c.dp * c.microbatches)},
+       {"micro_batch", mb}});
   return setSettings(out, "cluster",
                      {{"nodes", std::to_string(c.pp * c.dp)},
                       {"gpus_per_node", std::to_string(k.tp)}});
@@ -383,8 +401,7 @@ struct Screen {
     // The busiest rank's layers and parameters (the first pipeline rank,
     // which also holds the embeddings; the partition balances FLOPs, so a
     // rank's work is about 1/pp of the step, and at least its whole layers).
-    double rankLayers =
-        c.pp == 1 ? L : std::ceil(L / (pp * v)) * v;
+    double rankLayers = c.pp == 1 ? L : std::ceil(L / (pp * v)) * v;
     double params = rankLayers * lc.layerParams + lc.restParams;
     double perMb;
     if (c.pp == 1)
@@ -401,9 +418,9 @@ struct Screen {
         fill /= v;
       else if (c.schedule == "zero_bubble")
         fill /= 3;
-      double transfer = tm.p2pTime(p.boundaryElemsPerSample *
-                                       double(c.microBatch) * actBytes,
-                                   link(c, "pp"));
+      double transfer =
+          tm.p2pTime(p.boundaryElemsPerSample * double(c.microBatch) * actBytes,
+                     link(c, "pp"));
       compute += fill + 2 * (pp - 1) * transfer;
     }
     double comm = 0;
@@ -499,20 +516,20 @@ llvm::Expected<AutoPlanResult> planc::autoPlan(llvm::StringRef path,
   r.gpus = p.gpus;
   r.layers = p.layers;
   r.globalBatch = p.globalBatch;
-  r.cluster = p.hasCluster
-                  ? llvm::formatv("{0} nodes x {1} {2}",
-                                  p.gpus / p.cluster.gpusPerNode,
-                                  p.cluster.gpusPerNode, p.cluster.gpu->name)
-                        .str()
-                  : llvm::formatv("{0} GPUs (no cluster section: {1}, {2} "
-                                  "per node assumed)",
-                                  p.gpus, p.cluster.gpu->name,
-                                  p.cluster.gpusPerNode)
-                        .str();
+  r.cluster =
+      p.hasCluster
+          ? llvm::formatv("{0} nodes x {1} {2}", p.gpus / p.cluster.gpusPerNode,
+                          p.cluster.gpusPerNode, p.cluster.gpu->name)
+                .str()
+          : llvm::formatv("no cluster section: {0}, {1} per node "
+                          "assumed",
+                          p.cluster.gpu->name, p.cluster.gpusPerNode)
+                .str();
   unsigned threads =
-      opts.threads ? opts.threads : std::max(1u, llvm::get_physical_cores() > 0
-                                                      ? unsigned(llvm::get_physical_cores())
-                                                      : std::thread::hardware_concurrency());
+      opts.threads ? opts.threads
+                   : std::max(1u, llvm::get_physical_cores() > 0
+                                      ? unsigned(llvm::get_physical_cores())
+                                      : std::thread::hardware_concurrency());
   auto reject = [&](const std::string &why, int64_t n = 1) {
     r.rejected[why] += n;
   };
@@ -570,8 +587,7 @@ llvm::Expected<AutoPlanResult> planc::autoPlan(llvm::StringRef path,
   std::map<ProbeKey, LayerCosts> costs;
   bool anyProbe = false;
   for (size_t i = 0; i < keys.size(); ++i) {
-    costs[keys[i]] =
-        layerCosts(probe1[i], probe2[i], piped[i], pipedSplitW[i]);
+    costs[keys[i]] = layerCosts(probe1[i], probe2[i], piped[i], pipedSplitW[i]);
     anyProbe |= costs[keys[i]].problem.empty();
   }
   r.probeSeconds = since(t0);
@@ -596,8 +612,9 @@ llvm::Expected<AutoPlanResult> planc::autoPlan(llvm::StringRef path,
         base.tp = tp;
         base.pp = pp;
         base.order = order;
-        if (!seenMesh.insert(std::to_string(tp) + "/" + std::to_string(pp) +
-                             "/" + meshKey(base))
+        if (!seenMesh
+                 .insert(std::to_string(tp) + "/" + std::to_string(pp) + "/" +
+                         meshKey(base))
                  .second)
           continue; // the same mesh as an order already searched
         for (int64_t mb : mbs) {
@@ -684,8 +701,8 @@ llvm::Expected<AutoPlanResult> planc::autoPlan(llvm::StringRef path,
   {
     Verified u;
     u.config = p.user;
-    auto it = costs.find({p.user.tp, p.user.sequenceParallel,
-                          p.user.recompute, p.user.microBatch});
+    auto it = costs.find({p.user.tp, p.user.sequenceParallel, p.user.recompute,
+                          p.user.microBatch});
     if (it != costs.end() && it->second.problem.empty()) {
       Estimate e = screen.estimate(p.user, it->second);
       u.estimatedStepTime = e.time;
@@ -698,8 +715,8 @@ llvm::Expected<AutoPlanResult> planc::autoPlan(llvm::StringRef path,
     parallelFor(work.size() - from, threads, [&](size_t i) {
       Verified &w = work[from + i];
       std::string t = writePlan(text, w.config, "");
-      CompiledReport cr =
-          from + i == 0 ? compilePlanText(path, text) : compilePlanText(path, t);
+      CompiledReport cr = from + i == 0 ? compilePlanText(path, text)
+                                        : compilePlanText(path, t);
       if (cr.report)
         w.report = std::move(cr.report);
       else
@@ -753,22 +770,37 @@ llvm::Expected<AutoPlanResult> planc::autoPlan(llvm::StringRef path,
   (void)done;
   r.user = work.front();
   if (!r.user->report)
-    r.user->problem = r.user->problem.empty() ? "does not compile"
-                                              : r.user->problem;
+    r.user->problem =
+        r.user->problem.empty() ? "does not compile" : r.user->problem;
   else if (!r.user->report->fits())
     r.user->problem = "does not fit in GPU memory";
   llvm::stable_sort(r.ranked, [](const Verified &a, const Verified &b) {
     return a.report->stepTime < b.report->stepTime;
   });
   r.verifySeconds = since(t0);
+  // The input's plan competes too: when nothing found is faster, it is the
+  // plan written.
+  if (r.user->report && r.user->problem.empty() &&
+      (r.ranked.empty() ||
+       r.user->report->stepTime < r.ranked.front().report->stepTime)) {
+    r.userIsBest = true;
+    r.ranked.insert(r.ranked.begin(), *r.user);
+  }
   if (!r.ranked.empty()) {
     const Verified &best = r.ranked.front();
-    std::string comment = llvm::formatv(
-        "chosen by planc --autoplan: step {0:f2} s predicted",
-        best.report->stepTime);
-    if (r.user->report)
-      comment += llvm::formatv(" (the input's plan: {0:f2} s)",
-                               r.user->report->stepTime)
+    std::string comment =
+        r.userIsBest
+            ? llvm::formatv("planc --autoplan found no faster plan than this "
+                            "one: step {0} s predicted",
+                            secs(best.report->stepTime))
+                  .str()
+            : llvm::formatv("chosen by planc --autoplan: step {0} s "
+                            "predicted",
+                            secs(best.report->stepTime))
+                  .str();
+    if (r.user->report && !r.userIsBest)
+      comment += llvm::formatv(" (the input's plan: {0} s)",
+                               secs(r.user->report->stepTime))
                      .str();
     r.bestText = writePlan(text, best.config, comment);
   }
@@ -814,30 +846,27 @@ void planc::printAutoPlan(const AutoPlanResult &r, unsigned show,
   os << "\n"
      << llvm::formatv("{0,-4} {1,-58} {2,9} {3,9} {4,8} {5,6} {6,7} {7,8} "
                       "{8,10}\n",
-                      "", "plan", "step s", "TFLOP/s", "MFU", "bubble",
-                      "GB", "fits", "estimate");
+                      "", "plan", "step s", "TFLOP/s", "MFU", "bubble", "GB",
+                      "fits", "est. s");
   auto row = [&](llvm::StringRef label, const Verified &v) {
     os << llvm::formatv("{0,-4} {1,-58} ", label, v.config.describe());
     if (v.report) {
       const StepReport &s = *v.report;
-      os << llvm::formatv("{0,9:f3} {1,9:f1} {2,7:f1}% {3,5:f1}% {4,7:f1} "
+      os << llvm::formatv("{0,9} {1,9:f1} {2,7:f1}% {3,5:f1}% {4,7:f1} "
                           "{5,8} ",
-                          s.stepTime, s.tflopsPerGpu(), 100 * s.mfu(),
+                          secs(s.stepTime), s.tflopsPerGpu(), 100 * s.mfu(),
                           100 * s.bubbleFraction, s.memoryPeakBytes() / 1e9,
                           s.fits() ? "yes" : "no");
-    if (v.estimatedMemory > 0)
-      os << llvm::formatv(" est {0:f1} GB", v.estimatedMemory / 1e9);
+
     } else {
       os << llvm::formatv("{0,-55} ", v.problem);
-    if (v.estimatedMemory > 0)
-      os << llvm::formatv(" est {0:f1} GB", v.estimatedMemory / 1e9);
     }
     if (v.estimatedStepTime > 0)
-      os << llvm::formatv("{0,10:f3}", v.estimatedStepTime);
+      os << llvm::formatv("{0,10}", secs(v.estimatedStepTime));
     os << "\n";
   };
   for (size_t i = 0; i < r.ranked.size() && i < show; ++i)
-    row(std::to_string(i + 1), r.ranked[i]);
+    row(r.userIsBest && i == 0 ? "1=you" : std::to_string(i + 1), r.ranked[i]);
   for (const Verified &v : r.dropped)
     row("x", v);
   if (r.user)
@@ -846,7 +875,9 @@ void planc::printAutoPlan(const AutoPlanResult &r, unsigned show,
     os << "\nno plan fits\n";
     return;
   }
-  if (r.user && r.user->report) {
+  if (r.userIsBest) {
+    os << "\nno plan found is faster than the input's\n";
+  } else if (r.user && r.user->report) {
     double gain = r.user->report->stepTime / r.ranked.front().report->stepTime;
     os << llvm::formatv("\nthe best plan is predicted {0:f2}x the speed of "
                         "the input's\n",

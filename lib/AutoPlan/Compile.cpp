@@ -15,8 +15,7 @@ using namespace mlir;
 using namespace planc;
 
 CompiledReport planc::compilePlanText(llvm::StringRef path,
-                                      llvm::StringRef text,
-                                      int64_t maxRepeat) {
+                                      llvm::StringRef text, int64_t maxRepeat) {
   CompiledReport out;
   MLIRContext context(MLIRContext::Threading::DISABLED);
   context.loadDialect<plan::PlanDialect, rank::RankDialect, func::FuncDialect,

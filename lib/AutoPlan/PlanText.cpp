@@ -1,7 +1,10 @@
 //===- PlanText.cpp - Edit the settings sections of a .plan source text ---===//
 #include "planc/AutoPlan/PlanText.h"
 
+#include "llvm/ADT/SmallString.h"
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Path.h"
 
 using namespace planc;
 using llvm::StringRef;
@@ -67,11 +70,11 @@ std::optional<SectionSpan> planc::findSection(StringRef text, StringRef name) {
   int depth = 0;
   for (size_t i = 0; i < toks.size(); ++i) {
     const Token &t = toks[i];
-    if (t.kind == Token::Punct && (is(text, t, "{") || is(text, t, "(") ||
-                                   is(text, t, "[")))
+    if (t.kind == Token::Punct &&
+        (is(text, t, "{") || is(text, t, "(") || is(text, t, "[")))
       ++depth;
-    else if (t.kind == Token::Punct && (is(text, t, "}") || is(text, t, ")") ||
-                                        is(text, t, "]")))
+    else if (t.kind == Token::Punct &&
+             (is(text, t, "}") || is(text, t, ")") || is(text, t, "]")))
       --depth;
     if (depth != 0 || t.kind != Token::Ident || !is(text, t, name) ||
         i + 1 >= toks.size() || !is(text, toks[i + 1], "{"))
@@ -103,10 +106,9 @@ std::optional<SectionSpan> planc::findSection(StringRef text, StringRef name) {
       if (starts) {
         if (open)
           open->valueEnd = lastEnd;
-        s.settings.push_back({text.slice(u.begin, u.end).str(), u.begin,
-                              j + 2 < toks.size() ? toks[j + 2].begin
-                                                  : toks[j + 1].end,
-                              0});
+        s.settings.push_back(
+            {text.slice(u.begin, u.end).str(), u.begin,
+             j + 2 < toks.size() ? toks[j + 2].begin : toks[j + 1].end, 0});
         open = &s.settings.back();
         ++j; // the `=`
         lastEnd = toks[j].end;
@@ -124,9 +126,9 @@ std::optional<SectionSpan> planc::findSection(StringRef text, StringRef name) {
   return std::nullopt;
 }
 
-std::string planc::setSettings(
-    StringRef text, StringRef section,
-    llvm::ArrayRef<std::pair<std::string, std::string>> values) {
+std::string
+planc::setSettings(StringRef text, StringRef section,
+                   llvm::ArrayRef<std::pair<std::string, std::string>> values) {
   std::optional<SectionSpan> s = findSection(text, section);
   if (!s)
     return text.str();
@@ -160,4 +162,25 @@ std::string planc::replaceSection(StringRef text, StringRef name,
             text.drop_front(t->begin))
         .str();
   return (text + "\n" + replacement + "\n").str();
+}
+
+std::string planc::rebaseImports(StringRef text, StringRef fromDir) {
+  std::vector<Token> toks = tokenize(text);
+  std::string out = text.str();
+  // From the end, so that earlier offsets stay valid.
+  for (size_t i = toks.size(); i-- > 1;) {
+    const Token &str = toks[i];
+    if (str.kind != Token::Other || text[str.begin] != '"' ||
+        !is(text, toks[i - 1], "import") || str.end - str.begin < 2)
+      continue;
+    StringRef rel = text.slice(str.begin + 1, str.end - 1);
+    if (llvm::sys::path::is_absolute(rel))
+      continue;
+    llvm::SmallString<256> abs(fromDir);
+    llvm::sys::path::append(abs, rel);
+    llvm::sys::fs::make_absolute(abs);
+    llvm::sys::path::remove_dots(abs, /*remove_dot_dot=*/true);
+    out.replace(str.begin, str.end - str.begin, ("\"" + abs + "\"").str());
+  }
+  return out;
 }

@@ -261,9 +261,9 @@ bool Loader::load(unsigned id, std::vector<std::string> &stack) {
   return ok;
 }
 
-static OwningOpRef<ModuleOp>
-importOnThisThread(llvm::SourceMgr &sourceMgr, MLIRContext *context,
-                   const ImportOptions &options) {
+static OwningOpRef<ModuleOp> importOnThisThread(llvm::SourceMgr &sourceMgr,
+                                                MLIRContext *context,
+                                                const ImportOptions &options) {
   try {
     Loader loader(sourceMgr, context);
     std::vector<std::string> stack;
@@ -294,8 +294,8 @@ OwningOpRef<ModuleOp> planc::importPlan(llvm::SourceMgr &sourceMgr,
   // semantic pass recurse over them: run on a thread with a large stack.
   constexpr unsigned kStackBytes = 512u << 20;
   OwningOpRef<ModuleOp> result;
-  llvm::thread worker(std::optional<unsigned>(kStackBytes),
-                      [&] { result = importOnThisThread(sourceMgr, context, options);
+  llvm::thread worker(std::optional<unsigned>(kStackBytes), [&] {
+    result = importOnThisThread(sourceMgr, context, options);
   });
   worker.join();
   return result;

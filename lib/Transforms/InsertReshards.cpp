@@ -122,7 +122,8 @@ static bool sameLayout(ShardingAttr a, ShardingAttr b, MeshOp mesh) {
     return axes;
   };
   for (int64_t d = 0; d < a.getRank(); ++d) {
-    SmallVector<StringRef> ax = real(a.getDimAxes(d)), bx = real(b.getDimAxes(d));
+    SmallVector<StringRef> ax = real(a.getDimAxes(d)),
+                           bx = real(b.getDimAxes(d));
     if (ax != bx)
       return false;
     if (!ax.empty() && a.getDimSegments(d) != b.getDimSegments(d))

@@ -14,6 +14,9 @@
       adds, embedding, loss, optimizer) at one FLOP per element written.
   check_report.py table1 PAPER_TFLOPS REPORT.json [TOL]
       tflops_per_gpu within TOL (default 0.10) of the paper's; prints the row.
+  check_report.py faster BEST.json INPUT.json
+      The plan --autoplan wrote (BEST) is predicted at least as fast as the
+      input's and fits; prints both step times.
 """
 import json
 import sys
@@ -65,5 +68,16 @@ def table1(argv):
         fail(f"{ours:.1f} TFLOP/s is not within {tol:.0%} of {paper}")
 
 
+def faster(argv):
+    best, given = (json.load(open(p)) for p in argv[:2])
+    print(f"best {best['step_time_s']:.3f} s, input {given['step_time_s']:.3f} s,"
+          f" {given['step_time_s'] / best['step_time_s']:.2f}x")
+    if not best["fits"]:
+        fail("the best plan does not fit")
+    if best["step_time_s"] > given["step_time_s"]:
+        fail("the best plan is slower than the input's")
+
+
 if __name__ == "__main__":
-    {"flops": flops, "table1": table1}[sys.argv[1]](sys.argv[2:])
+    {"flops": flops, "table1": table1, "faster": faster}[sys.argv[1]](
+        sys.argv[2:])

@@ -266,8 +266,8 @@ int main(int argc, char **argv) {
     return 1;
   }
 
-  if (autoplan && (report != Report::None || emit != Emit::Exe ||
-                   !stopAfter.empty())) {
+  if (autoplan &&
+      (report != Report::None || emit != Emit::Exe || !stopAfter.empty())) {
     llvm::errs() << "planc: error: --autoplan writes a plan file; it does not "
                     "combine with --report, --emit or --stage\n";
     return 1;
@@ -333,9 +333,18 @@ int main(int argc, char **argv) {
                    << StringRef(r->bestText).slice(s->begin, s->end) << "\n";
       return 0;
     }
+    // Imports resolve next to the file: written elsewhere, they are made
+    // absolute.
+    std::string best = r->bestText;
+    llvm::SmallString<256> from(inputFile.getValue()),
+        to(outputFile.getValue());
+    llvm::sys::fs::make_absolute(from);
+    llvm::sys::fs::make_absolute(to);
+    if (llvm::sys::path::parent_path(from) != llvm::sys::path::parent_path(to))
+      best = rebaseImports(best, llvm::sys::path::parent_path(from));
     int rc = writeOutput(
         [&](llvm::raw_ostream &os) {
-          os << r->bestText;
+          os << best;
           return success();
         },
         outputFile);

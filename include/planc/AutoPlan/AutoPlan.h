@@ -62,13 +62,14 @@ struct AutoPlanOptions {
 
 struct AutoPlanResult {
   int64_t gpus = 0, layers = 0, globalBatch = 0;
-  std::string cluster; // "384 nodes x 8 a100"
+  std::string cluster; // "384 nodes x 8 a100", or the assumed one
   int64_t considered = 0, screened = 0, probes = 0;
   std::map<std::string, int64_t> rejected; // reason -> count
   std::vector<Verified> ranked;            // compiled, fitting, fastest first
   std::vector<Verified> dropped;           // compiled and rejected
   std::optional<Verified> user;            // the input's own plan
-  std::string bestText;                    // the input, best plan written in
+  bool userIsBest = false; // nothing found beats it: ranked[0] is it
+  std::string bestText;    // the input, best plan written in
   double probeSeconds = 0, screenSeconds = 0, verifySeconds = 0;
 };
 

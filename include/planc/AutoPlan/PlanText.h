@@ -41,15 +41,19 @@ std::optional<SectionSpan> findSection(llvm::StringRef text,
 /// `text` with the section's settings `values` (key, value text) replaced
 /// where present and added at the section's start otherwise; the text is
 /// returned unchanged when the section does not exist.
-std::string setSettings(llvm::StringRef text, llvm::StringRef section,
-                        llvm::ArrayRef<std::pair<std::string, std::string>>
-                            values);
+std::string
+setSettings(llvm::StringRef text, llvm::StringRef section,
+            llvm::ArrayRef<std::pair<std::string, std::string>> values);
 
 /// `text` with the section called `name` replaced by `replacement` (the
 /// whole `name { ... }`), or, when it has none, with `replacement` inserted
 /// before the train section (or appended).
 std::string replaceSection(llvm::StringRef text, llvm::StringRef name,
                            llvm::StringRef replacement);
+
+/// `text` (a file of directory `fromDir`) with its relative imports made
+/// absolute, so that it can be written elsewhere.
+std::string rebaseImports(llvm::StringRef text, llvm::StringRef fromDir);
 
 } // namespace planc
 

@@ -25,9 +25,9 @@ struct ImportOptions {
 /// reported through the context's diagnostic handler with its source
 /// location; all of them are reported, not just the first. Returns null if
 /// there was any error.
-mlir::OwningOpRef<mlir::ModuleOp>
-importPlan(llvm::SourceMgr &sourceMgr, mlir::MLIRContext *context,
-           const ImportOptions &options = {});
+mlir::OwningOpRef<mlir::ModuleOp> importPlan(llvm::SourceMgr &sourceMgr,
+                                             mlir::MLIRContext *context,
+                                             const ImportOptions &options = {});
 
 /// The largest plan file (and imported file) that is read, in bytes.
 constexpr uint64_t kMaxPlanBytes = 16u << 20;
