@@ -208,6 +208,18 @@ std::vector<int64_t> divisors(int64_t n) {
   return d;
 }
 
+/// The user's parallel settings the search does not choose (bucket_mb,
+/// pad_vocab), as lines of a section.
+std::string keptSettings(llvm::StringRef text) {
+  std::string keep;
+  if (std::optional<SectionSpan> s = findSection(text, "parallel"))
+    for (const SettingSpan &x : s->settings)
+      if (x.key == "bucket_mb" || x.key == "pad_vocab")
+        keep += "  " + x.key + " = " +
+                text.slice(x.valueBegin, x.valueEnd).str() + "\n";
+  return keep;
+}
+
 Problem readProblem(ModuleOp module, llvm::StringRef text) {
   Problem p;
   plan::MeshOp mesh = plan::getMesh(module);
@@ -283,12 +295,7 @@ Problem readProblem(ModuleOp module, llvm::StringRef text) {
                 double(std::max<int64_t>(1, t.getDimSize(0)));
     });
   }
-  // The user's settings the search does not choose.
-  if (std::optional<SectionSpan> s = findSection(text, "parallel"))
-    for (const SettingSpan &x : s->settings)
-      if (x.key == "bucket_mb" || x.key == "pad_vocab")
-        p.parallelKeep += "  " + x.key + " = " +
-                          text.slice(x.valueBegin, x.valueEnd).str() + "\n";
+  p.parallelKeep = keptSettings(text);
   return p;
 }
 
@@ -809,14 +816,8 @@ llvm::Expected<AutoPlanResult> planc::autoPlan(llvm::StringRef path,
 
 std::string planc::writePlan(llvm::StringRef text, const ParallelConfig &c,
                              llvm::StringRef comment) {
-  std::string keep;
-  if (std::optional<SectionSpan> s = findSection(text, "parallel"))
-    for (const SettingSpan &x : s->settings)
-      if (x.key == "bucket_mb" || x.key == "pad_vocab")
-        keep += "  " + x.key + " = " +
-                text.slice(x.valueBegin, x.valueEnd).str() + "\n";
-  std::string out =
-      replaceSection(text, "parallel", parallelSection(c, keep, comment));
+  std::string out = replaceSection(
+      text, "parallel", parallelSection(c, keptSettings(text), comment));
   return setSettings(out, "train",
                      {{"micro_batch", std::to_string(c.microBatch)}});
 }
