@@ -192,8 +192,8 @@ struct Problem {
   std::string parallelKeep; // bucket_mb, pad_vocab of the user's section
 };
 
-/// Micro batches above this are not searched (their activations rarely fit
-/// and GEMMs are at full efficiency long before).
+/// Micro batches above this (and above the input's) are not searched:
+/// their activations rarely fit and GEMMs reach full efficiency long before.
 constexpr int64_t kMaxMicroBatch = 8;
 
 std::vector<int64_t> divisors(int64_t n) {
@@ -463,7 +463,6 @@ struct Screen {
     e.time = compute + comm + optimizer;
     // Memory of that rank: model states by ZeRO stage, what the schedule
     // keeps in flight, the largest workspace.
-    double inFlight = 1; // microbatch-layers of activations, in layers
     double layersKept = c.pp == 1 ? L : rankLayers;
     if (c.pp > 1) {
       double perStage = std::ceil(L / (pp * v));
@@ -475,7 +474,6 @@ struct Screen {
       else
         layersKept = std::min(m, pp) * rankLayers;
     }
-    (void)inFlight;
     double acts = layersKept * lc.layerAct + lc.restAct;
     if (c.pp > 1 && c.schedule == "zero_bubble" && lc.hasStashSplitW)
       acts = layersKept * lc.layerStashSplitW;
@@ -512,6 +510,73 @@ std::string meshKey(const ParallelConfig &c) {
   }
   return k;
 }
+const char *const kRecomputes[] = {"none", "selective", "full"};
+
+/// Calls fn for every plan of the search space (microbatches not yet set):
+/// dp x tp x pp = the GPUs, one mesh order per distinct mesh (orders that
+/// differ only in axes of size 1 are one), micro batches `mbs`, up to 8
+/// virtual stages (interleaved_1f1b exactly when more than 1), the
+/// schedules with a pipeline, ZeRO 0-3 with dp, sequence parallelism with
+/// tp, and the recompute levels (`none` not in a pipeline, which runs it as
+/// `selective`: docs/language.md).
+void forEachPlan(const Problem &p, llvm::ArrayRef<int64_t> mbs,
+                 llvm::function_ref<void(ParallelConfig &)> fn) {
+  std::set<std::string> seenMesh;
+  const char *const schedules[] = {"1f1b", "gpipe", "zero_bubble",
+                                   "interleaved_1f1b"};
+  for (int64_t tp : divisors(p.gpus))
+    for (int64_t pp : divisors(p.gpus / tp))
+      for (const auto &order : orders()) {
+        ParallelConfig c;
+        c.tp = tp;
+        c.pp = pp;
+        c.dp = p.gpus / tp / pp;
+        c.order = order;
+        if (!seenMesh
+                 .insert(std::to_string(tp) + "/" + std::to_string(pp) + "/" +
+                         meshKey(c))
+                 .second)
+          continue;
+        for (int64_t mb : mbs)
+          for (int64_t v = 1; v <= (pp > 1 ? 8 : 1); ++v)
+            for (llvm::StringRef sched : schedules) {
+              if ((pp == 1 && sched != "1f1b") ||
+                  ((sched == "interleaved_1f1b") != (v > 1)))
+                continue;
+              for (int64_t zero = 0; zero <= (c.dp > 1 ? 3 : 0); ++zero)
+                for (bool sp : {false, true})
+                  for (llvm::StringRef rc : kRecomputes) {
+                    if ((sp && tp == 1) || (pp > 1 && rc == "none"))
+                      continue;
+                    c.microBatch = mb;
+                    c.virtualStages = v;
+                    c.schedule = sched.str();
+                    c.zero = zero;
+                    c.sequenceParallel = sp;
+                    c.recompute = rc.str();
+                    fn(c);
+                  }
+            }
+      }
+}
+
+/// Why `c` cannot run (or is not searched), or nothing; sets its
+/// microbatches.
+std::optional<std::string> invalidPlan(ParallelConfig &c, const Problem &p,
+                                       const Screen &screen) {
+  if (c.tp > p.maxTp)
+    return "tp spans nodes (more than a node's GPUs)";
+  if (c.tp > 1 && screen.link(c, "tp").interNode)
+    return "tp's ranks span nodes in this mesh order";
+  if (p.globalBatch % (c.dp * c.microBatch))
+    return "the batch does not divide into dp x micro batch";
+  c.microbatches = p.globalBatch / (c.dp * c.microBatch);
+  if (c.pp * c.virtualStages > std::max<int64_t>(p.layers, 1))
+    return "more pipeline stages than layers";
+  if (c.schedule == "interleaved_1f1b" && c.microbatches % c.pp)
+    return "interleaved_1f1b needs microbatches divisible by pp";
+  return std::nullopt;
+}
 } // namespace
 
 llvm::Expected<AutoPlanResult> planc::autoPlan(llvm::StringRef path,
@@ -532,11 +597,9 @@ llvm::Expected<AutoPlanResult> planc::autoPlan(llvm::StringRef path,
                           "assumed",
                           p.cluster.gpu->name, p.cluster.gpusPerNode)
                 .str();
-  unsigned threads =
-      opts.threads ? opts.threads
-                   : std::max(1u, llvm::get_physical_cores() > 0
-                                      ? unsigned(llvm::get_physical_cores())
-                                      : std::thread::hardware_concurrency());
+  unsigned threads = opts.threads
+                         ? opts.threads
+                         : unsigned(std::max(1, llvm::get_physical_cores()));
   auto reject = [&](const std::string &why, int64_t n = 1) {
     r.rejected[why] += n;
   };
@@ -547,16 +610,16 @@ llvm::Expected<AutoPlanResult> planc::autoPlan(llvm::StringRef path,
   for (int64_t t : divisors(p.gpus))
     if (t <= p.maxTp)
       tps.push_back(t);
+  // The input's micro batch is searched too (and what lies below it).
   for (int64_t b : divisors(p.globalBatch))
-    if (b <= kMaxMicroBatch)
+    if (b <= std::max(kMaxMicroBatch, p.user.microBatch))
       mbs.push_back(b);
-  const char *recomputes[] = {"none", "selective", "full"};
   std::vector<ProbeKey> keys;
   for (int64_t t : tps)
     for (bool sp : {false, true}) {
       if (sp && t == 1)
         continue;
-      for (const char *rc : recomputes)
+      for (const char *rc : kRecomputes)
         for (int64_t b : mbs)
           keys.push_back({t, sp, rc, b});
     }
@@ -609,93 +672,26 @@ llvm::Expected<AutoPlanResult> planc::autoPlan(llvm::StringRef path,
   t0 = Clock::now();
   Screen screen(p);
   std::vector<Scored> fit;
-  std::set<std::string> seenMesh;
-  for (int64_t tp : divisors(p.gpus)) {
-    for (int64_t pp : divisors(p.gpus / tp)) {
-      int64_t dp = p.gpus / tp / pp;
-      for (const auto &order : orders()) {
-        ParallelConfig base;
-        base.dp = dp;
-        base.tp = tp;
-        base.pp = pp;
-        base.order = order;
-        if (!seenMesh
-                 .insert(std::to_string(tp) + "/" + std::to_string(pp) + "/" +
-                         meshKey(base))
-                 .second)
-          continue; // the same mesh as an order already searched
-        for (int64_t mb : mbs) {
-          for (int64_t v = 1; v <= (pp > 1 ? 8 : 1); ++v) {
-            for (const char *sched :
-                 {"1f1b", "gpipe", "zero_bubble", "interleaved_1f1b"}) {
-              bool interleaved = llvm::StringRef(sched) == "interleaved_1f1b";
-              if ((pp == 1 && llvm::StringRef(sched) != "1f1b") ||
-                  (interleaved != (v > 1)))
-                continue;
-              for (int64_t zero = 0; zero <= (dp > 1 ? 3 : 0); ++zero)
-                for (bool sp : {false, true}) {
-                  if (sp && tp == 1)
-                    continue;
-                  for (const char *rc : recomputes) {
-                    // In a pipeline `none` recomputes the attention core
-                    // like `selective` (docs/language.md): the same plan.
-                    if (pp > 1 && llvm::StringRef(rc) == "none")
-                      continue;
-                    ++r.considered;
-                    ParallelConfig c = base;
-                    c.microBatch = mb;
-                    c.virtualStages = v;
-                    c.schedule = sched;
-                    c.zero = zero;
-                    c.sequenceParallel = sp;
-                    c.recompute = rc;
-                    if (tp > p.maxTp) {
-                      reject("tp spans nodes (more than a node's GPUs)");
-                      continue;
-                    }
-                    if (tp > 1 && screen.link(c, "tp").interNode) {
-                      reject("tp's ranks span nodes in this mesh order");
-                      continue;
-                    }
-                    if (p.globalBatch % (dp * mb)) {
-                      reject("the batch does not divide into dp x micro "
-                             "batch");
-                      continue;
-                    }
-                    c.microbatches = p.globalBatch / (dp * mb);
-                    if (pp * v > std::max<int64_t>(p.layers, 1)) {
-                      reject("more pipeline stages than layers");
-                      continue;
-                    }
-                    if (interleaved && c.microbatches % pp) {
-                      reject("interleaved_1f1b needs microbatches divisible "
-                             "by pp");
-                      continue;
-                    }
-                    const LayerCosts &lc = costs[{tp, sp, rc, mb}];
-                    if (!lc.problem.empty()) {
-                      reject("does not compile: " + lc.problem);
-                      continue;
-                    }
-                    // A ZeRO stage that splits no parameter (dp divides
-                    // none of their dimensions) compiles to the plan
-                    // without it.
-                    if (zero > 0 && screen.zeroFraction(c) == 0)
-                      continue;
-                    Estimate e = screen.estimate(c, lc);
-                    if (e.memory > p.cluster.gpu->memoryGB * 1e9) {
-                      reject("does not fit in GPU memory (estimated)");
-                      continue;
-                    }
-                    fit.push_back({c, e});
-                  }
-                }
-            }
-          }
-        }
-      }
+  forEachPlan(p, mbs, [&](ParallelConfig &c) {
+    ++r.considered;
+    if (std::optional<std::string> why = invalidPlan(c, p, screen))
+      return reject(*why);
+    auto it = costs.find({c.tp, c.sequenceParallel, c.recompute, c.microBatch});
+    if (it == costs.end() || !it->second.problem.empty())
+      return reject("does not compile: " + (it == costs.end()
+                                                ? std::string("not probed")
+                                                : it->second.problem));
+    // A ZeRO stage that splits no parameter (dp divides none of their
+    // dimensions) compiles to the plan without it.
+    if (c.zero > 0 && screen.zeroFraction(c) == 0) {
+      ++r.duplicates;
+      return;
     }
-  }
+    Estimate e = screen.estimate(c, it->second);
+    if (e.memory > p.cluster.gpu->memoryGB * 1e9)
+      return reject("does not fit in GPU memory (estimated)");
+    fit.push_back({c, e});
+  });
   r.screened = int64_t(fit.size());
   llvm::stable_sort(fit, [](const Scored &a, const Scored &b) {
     return a.est.time < b.est.time;
@@ -730,34 +726,32 @@ llvm::Expected<AutoPlanResult> planc::autoPlan(llvm::StringRef path,
         w.problem = "does not compile: " + cr.error;
     });
   };
-  size_t done = 0;
-  // Up to `verify` compiled plans that fit; a few more attempts when the
-  // estimate let through plans that do not.
+  // Up to `verify` compiled plans that fit; a few more rounds when the
+  // estimate let through plans that do not. The input's plan compiles with
+  // the first round.
+  size_t from = 0;
   for (unsigned round = 0; round < 3 && r.ranked.size() < opts.verify;
        ++round) {
-    size_t want = opts.verify - r.ranked.size();
-    size_t from = work.size();
-    while (work.size() - from < want && next < fit.size()) {
+    size_t want = opts.verify - r.ranked.size(), picked = 0;
+    while (picked < want && next < fit.size()) {
       // Plans the estimate cannot tell apart (within 0.1% of time and 1% of
       // memory: a mesh order that changes no link, a ZeRO stage that splits
       // almost nothing) are one plan: compile the first only.
-      const Estimate &e = fit[next].est;
+      const Scored &f = fit[next++];
       if (llvm::any_of(work, [&](const Verified &w) {
-            return std::abs(w.estimatedStepTime - e.time) <= 1e-3 * e.time &&
-                   std::abs(w.estimatedMemory - e.memory) <= 1e-2 * e.memory;
-          })) {
-        ++next;
+            return std::abs(w.estimatedStepTime - f.est.time) <=
+                       1e-3 * f.est.time &&
+                   std::abs(w.estimatedMemory - f.est.memory) <=
+                       1e-2 * f.est.memory;
+          }))
         continue;
-      }
       Verified w;
-      w.config = fit[next].config;
-      w.estimatedStepTime = fit[next].est.time;
-      w.estimatedMemory = fit[next].est.memory;
-      ++next;
+      w.config = f.config;
+      w.estimatedStepTime = f.est.time;
+      w.estimatedMemory = f.est.memory;
       work.push_back(w);
+      ++picked;
     }
-    if (round == 0)
-      from = 0; // the user's plan compiles in the first round
     if (from == work.size())
       break;
     compileBatch(from);
@@ -765,16 +759,16 @@ llvm::Expected<AutoPlanResult> planc::autoPlan(llvm::StringRef path,
       Verified &w = work[i];
       if (w.report && !w.report->fits())
         w.problem = "does not fit in GPU memory (compiled)";
-      if (w.problem.empty())
+      if (w.problem.empty()) {
         r.ranked.push_back(w);
-      else {
+      } else {
         reject(w.problem);
         r.dropped.push_back(w);
       }
     }
-    done = work.size();
+    from = work.size();
   }
-  (void)done;
+  r.compiled = int64_t(work.size());
   r.user = work.front();
   if (!r.user->report)
     r.user->problem =
@@ -829,12 +823,14 @@ void planc::printAutoPlan(const AutoPlanResult &r, unsigned show,
     rejected += n;
   os << "autoplan: " << r.gpus << " GPUs (" << r.cluster << "), batch "
      << r.globalBatch << ", " << r.layers << " layers\n";
-  os << llvm::formatv("  {0} plans considered, {1} rejected, {2} estimated; "
-                      "{3} probes compiled in {4:f2} s, screening {5:f2} s, "
-                      "{6} plans compiled in {7:f2} s\n",
-                      r.considered, rejected - int64_t(r.dropped.size()),
+  int64_t dropped = int64_t(r.dropped.size());
+  os << llvm::formatv("  {0} plans considered: {1} rejected, {2} the same as "
+                      "another, {3} estimated; {4} probes compiled in {5:f2} "
+                      "s, screening {6:f2} s, {7} plans compiled in {8:f2} s "
+                      "({9} of them rejected)\n",
+                      r.considered, rejected - dropped, r.duplicates,
                       r.screened, r.probes, r.probeSeconds, r.screenSeconds,
-                      r.ranked.size() + r.dropped.size() + 1, r.verifySeconds);
+                      r.compiled, r.verifySeconds, dropped);
   if (!r.rejected.empty()) {
     os << "  rejected, by reason:\n";
     std::vector<std::pair<int64_t, std::string>> reasons;

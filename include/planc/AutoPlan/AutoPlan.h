@@ -63,7 +63,9 @@ struct AutoPlanOptions {
 struct AutoPlanResult {
   int64_t gpus = 0, layers = 0, globalBatch = 0;
   std::string cluster; // "384 nodes x 8 a100", or the assumed one
-  int64_t considered = 0, screened = 0, probes = 0;
+  // considered = rejected before the estimate + duplicates + screened.
+  int64_t considered = 0, duplicates = 0, screened = 0, probes = 0;
+  int64_t compiled = 0;                    // whole plans, the input's included
   std::map<std::string, int64_t> rejected; // reason -> count
   std::vector<Verified> ranked;            // compiled, fitting, fastest first
   std::vector<Verified> dropped;           // compiled and rejected
