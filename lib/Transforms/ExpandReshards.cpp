@@ -145,8 +145,13 @@ static LogicalResult expand(ReshardOp rs) {
       reduce.push_back(a);
     }
   }
-  // An axis of size 1 holds nothing to exchange.
-  llvm::erase_if(reduce, trivial);
+  // An axis of size 1 holds nothing to exchange; a sequential one
+  // (microbatches) stays even with one microbatch: the lowering turns its sum
+  // into the accumulation of the step's gradients, which a parameter shared
+  // by pipeline stages needs from every stage that computes a term.
+  llvm::erase_if(reduce, [&](StringRef a) {
+    return trivial(a) && !meshOp.isSequential(a);
+  });
   if (!reduce.empty())
     record(AllReduceOp::create(b, loc, type, v, b.getStrArrayAttr(reduce)));
 

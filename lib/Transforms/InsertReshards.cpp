@@ -117,19 +117,23 @@ static bool sameLayout(ShardingAttr a, ShardingAttr b, MeshOp mesh) {
     return true;
   if (!mesh || a.getRank() != b.getRank())
     return false;
-  auto real = [&](SmallVector<StringRef> axes) {
-    llvm::erase_if(axes, [&](StringRef x) { return mesh.getAxisSize(x) == 1; });
+  // A split over one rank is no split; but a sum over microbatches is an
+  // accumulation even over one (see plan-expand-reshards).
+  auto real = [&](SmallVector<StringRef> axes, bool sums) {
+    llvm::erase_if(axes, [&](StringRef x) {
+      return mesh.getAxisSize(x) == 1 && !(sums && mesh.isSequential(x));
+    });
     return axes;
   };
   for (int64_t d = 0; d < a.getRank(); ++d) {
-    SmallVector<StringRef> ax = real(a.getDimAxes(d)),
-                           bx = real(b.getDimAxes(d));
+    SmallVector<StringRef> ax = real(a.getDimAxes(d), false),
+                           bx = real(b.getDimAxes(d), false);
     if (ax != bx)
       return false;
     if (!ax.empty() && a.getDimSegments(d) != b.getDimSegments(d))
       return false;
   }
-  return real(a.getPartialAxes()) == real(b.getPartialAxes());
+  return real(a.getPartialAxes(), true) == real(b.getPartialAxes(), true);
 }
 
 void InsertReshardsPass::runOnOperation() {
