@@ -326,16 +326,13 @@ std::string parallelSection(const ParallelConfig &c, llvm::StringRef keep,
 
 /// The user's file cut to a probe: tp ranks only (dp = pp = 1), one
 /// microbatch of `microBatch` samples, a cluster of one node of tp GPUs.
-/// With pp = 2: two pipeline ranks, dp = 2 and two microbatches of
-/// `microBatch` samples, both in flight on stage 0 at its peak (dp = 1
-/// would be simpler, but a pipeline with tp and dp = 1 does not compile
-/// yet; see docs/cost-model.md).
+/// With pp = 2: two pipeline ranks and two microbatches of `microBatch`
+/// samples, both in flight on stage 0 at its peak.
 std::string probeText(llvm::StringRef text, const ProbeKey &k,
                       llvm::StringRef keep, int64_t pp = 1,
                       llvm::StringRef schedule = "1f1b") {
   ParallelConfig c;
   c.pp = pp;
-  c.dp = pp > 1 ? 2 : 1;
   c.schedule = schedule.str();
   c.tp = k.tp;
   c.sequenceParallel = k.sp;
@@ -628,7 +625,7 @@ llvm::Expected<AutoPlanResult> planc::autoPlan(llvm::StringRef path,
   // `selective`).
   std::vector<CompiledReport> probe1(keys.size()), probe2(keys.size()),
       piped(keys.size()), pipedSplitW(keys.size());
-  bool pipes = p.layers >= 2 && p.gpus % 4 == 0;
+  bool pipes = p.layers >= 2 && p.gpus % 2 == 0;
   parallelFor(4 * keys.size(), threads, [&](size_t i) {
     const ProbeKey &k = keys[i / 4];
     bool pipeProbe = pipes && k.recompute != "none";

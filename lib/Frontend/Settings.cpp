@@ -558,6 +558,14 @@ void Sema::checkPlan(Location modelLoc) {
       train.microBatch = B / (par.microbatches * dp);
     }
   }
+  // A batch dimension of size 1 has no sharding factor (size-1 dimensions
+  // broadcast), so nothing would mark the layers' ops as per microbatch.
+  if (train.batch && *train.batch == 1 && par.pp > 1)
+    error(*train.batchLoc)
+        << "pipeline parallelism (pp = " << par.pp
+        << ") needs a global batch of at least 2: with one sample planc "
+           "cannot yet tell the per-microbatch work from the rest; use "
+           "batch >= 2 or pp = 1";
   if (par.zeroStage > 0 && par.dp == 1)
     error(*par.zeroLoc) << "ZeRO stage " << par.zeroStage
                         << " shards optimizer state over data-parallel "
