@@ -547,7 +547,7 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
   if (pipelined)
     b.setListener(&created);
   DenseSet<Operation *> unguarded;
-  DenseMap<Value, SmallVector<Value>> splitAdds;
+  DenseMap<Value, SmallVector<Value>> splitAdds; // plan value -> term buffers
   DenseMap<Value, Value> ppPartial;
   DenseSet<Value> ppReduced;
   for (Operation &op : src.getBody().front()) {
@@ -615,7 +615,8 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
         int64_t phi = !ph || ph.getValue() == "F"       ? 0
                       : ph.getValue() == "B" || !splitW ? 1
                                                         : 2;
-        if (st < 0 && !isa<AddOp>(op)) {
+        if (st < 0 && !isa<AddOp>(op) &&
+            !(isa<ReduceScatterOp>(op) && splitAdds.count(op.getOperand(0)))) {
           op.emitError() << "runs per microbatch on several pipeline stages "
                             "at once; not supported";
           return failure();
@@ -668,16 +669,45 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
       continue;
     }
     if (pipelined && phase == Loop && isa<AddOp>(op) && stageOf(&op) < 0) {
+      // The sum over microbatches (an all-reduce over the sequential axis)
+      // may follow a reduce-scatter over dp (ZeRO 2 and 3 scatter each
+      // microbatch's gradient, which is linear: each stage scatters its
+      // term).
       Value r = op.getResult(0);
-      auto ar = r.hasOneUse() ? dyn_cast<AllReduceOp>(*r.getUsers().begin())
-                              : AllReduceOp();
-      if (!ar || !involvesSeq(r) || involvesSeq(ar.getResult())) {
+      auto onlyUser = [](Value v) -> Operation * {
+        return v.hasOneUse() ? *v.getUsers().begin() : nullptr;
+      };
+      Value summed = r;
+      if (auto rs = dyn_cast_or_null<ReduceScatterOp>(onlyUser(r)))
+        summed = rs.getResult();
+      auto ar = dyn_cast_or_null<AllReduceOp>(onlyUser(summed));
+      if (!ar || !involvesSeq(summed) || involvesSeq(ar.getResult())) {
         op.emitError() << "sums values of several pipeline stages per "
                           "microbatch; only gradients of a parameter shared "
                           "by stages are supported";
         return failure();
       }
-      splitAdds[r] = SmallVector<Value>(op.getOperands());
+      SmallVector<Value> terms;
+      for (Value v : op.getOperands())
+        terms.push_back(buf.lookup(v));
+      splitAdds[r] = terms;
+      continue;
+    }
+    if (auto rs = dyn_cast<ReduceScatterOp>(op);
+        rs && splitAdds.count(rs.getInput())) {
+      FailureOr<MemRefType> type = localType(rs.getResult(), &op);
+      if (failed(type))
+        return failure();
+      SmallVector<Value> scattered;
+      for (Value part : splitAdds.lookup(rs.getInput())) {
+        OpBuilder::InsertionGuard g(b);
+        b.setInsertionPointToEnd(part.getParentBlock());
+        Value out = rk::AllocOp::create(b, loc, *type);
+        rk::ReduceScatterOp::create(b, loc, part, out, rs.getDimAttr(),
+                                    rs.getAxisAttr());
+        scattered.push_back(out);
+      }
+      splitAdds[rs.getResult()] = scattered;
       continue;
     }
     // The first use of a bucketed gradient waits for its bucket.
@@ -693,18 +723,16 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
       auto ar = cast<AllReduceOp>(op);
       // The terms: the input, or a shared parameter's gradient terms from
       // several stages, each accumulated where it is computed.
-      SmallVector<Value> terms{ar.getInput()};
+      SmallVector<Value> terms{buf.lookup(ar.getInput())};
       if (auto it = splitAdds.find(ar.getInput()); it != splitAdds.end())
         terms = it->second;
       Value acc;
       {
         OpBuilder::InsertionGuard g(b);
         b.setInsertionPoint(loop);
-        acc = rk::AllocOp::create(
-            b, loc, cast<MemRefType>(buf.lookup(terms[0]).getType()));
+        acc = rk::AllocOp::create(b, loc, cast<MemRefType>(terms[0].getType()));
         rk::FillOp::create(b, loc, acc, b.getF32FloatAttr(0));
-        for (Value term : terms) {
-          Value part = buf.lookup(term);
+        for (Value part : terms) {
           if (pipelined)
             b.setInsertionPointToEnd(part.getParentBlock());
           else
