@@ -444,11 +444,14 @@ struct Screen {
       case 1:
         comm = t("all_reduce") + t("all_gather");
         break;
+      // ZeRO 2 and 3 keep only their gradient shard: each microbatch's
+      // gradients are reduce-scattered (plan-expand-reshards), m times a
+      // step; stage 3 also gathers each parameter before every use.
       case 2:
-        comm = t("reduce_scatter") + t("all_gather");
+        comm = m * t("reduce_scatter") + t("all_gather");
         break;
-      default: // every use gathers its parameter: forward and backward
-        comm = t("reduce_scatter") + (2 * m + 1) * t("all_gather");
+      default:
+        comm = m * t("reduce_scatter") + (2 * m + 1) * t("all_gather");
       }
     }
     double shards = c.zero >= 1 ? double(c.dp) : 1.0;
