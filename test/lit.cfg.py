@@ -32,3 +32,11 @@ config.substitutions.append(("%python", "/usr/bin/python3"))
 config.substitutions.append(("%scripts", os.path.join(config.planc_src_root, "test", "e2e")))
 if config.cuda_enabled:
     config.available_features.add("cuda")
+    # A generated program's CUDA C++ compiled (not linked) with nvcc's and
+    # the host compiler's warnings as errors, as planc compiles it.
+    includes = [os.path.join(config.planc_src_root, "runtime", "include")]
+    includes += [i for i in config.mpi_includes.split(";") if i]
+    config.substitutions.append(("%nvcc_strict", " ".join(
+        [config.nvcc, "-O2", "-std=c++17", "-gencode=arch=compute_80,code=sm_80"]
+        + ["-I" + i for i in includes]
+        + ["-Werror", "all-warnings", "-Xcompiler=-Wall,-Wextra,-Werror"])))
