@@ -21,8 +21,14 @@ def Plan_Dialect : Dialect {
   let dependentDialects = ["::mlir::func::FuncDialect"];
 }
 
+// Every float operand and result of an op has one element type (f32, bf16
+// or f16): see dialects/plan/OneFloatType.h.
+def Plan_OneFloatType : NativeOpTrait<"OneFloatType"> {
+  let cppNamespace = "::planc";
+}
+
 class Plan_Op<string mnemonic, list<Trait> traits = []>
-    : Op<Plan_Dialect, mnemonic, traits>;
+    : Op<Plan_Dialect, mnemonic, !listconcat(traits, [Plan_OneFloatType])>;
 class Plan_Attr<string name, string attrMnemonic, list<Trait> traits = []>
     : AttrDef<Plan_Dialect, name, traits> {
   let mnemonic = attrMnemonic;

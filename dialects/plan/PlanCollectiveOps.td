@@ -21,8 +21,8 @@ def Plan_ReshardOp : Plan_LayoutOp<"reshard"> {
     The operand's own sharding is the one recorded on its definition.
     plan-expand-reshards turns each reshard into collectives.
   }];
-  let arguments = (ins Plan_F32Tensor:$input, Plan_ShardingAttr:$sharding);
-  let results = (outs Plan_F32Tensor:$result);
+  let arguments = (ins Plan_FloatTensor:$input, Plan_ShardingAttr:$sharding);
+  let results = (outs Plan_FloatTensor:$result);
   let assemblyFormat = "$input $sharding attr-dict `:` type($result)";
 }
 
@@ -36,8 +36,8 @@ def Plan_AllReduceOp : Plan_LayoutOp<"all_reduce"> {
     %g = plan.all_reduce %p over ["dp"] : tensor<64x64xf32>
     ```
   }];
-  let arguments = (ins Plan_F32Tensor:$input, StrArrayAttr:$axes);
-  let results = (outs Plan_F32Tensor:$result);
+  let arguments = (ins Plan_FloatTensor:$input, StrArrayAttr:$axes);
+  let results = (outs Plan_FloatTensor:$result);
   let assemblyFormat = "$input `over` $axes attr-dict `:` type($result)";
 }
 
@@ -51,8 +51,8 @@ def Plan_AllGatherOp : Plan_LayoutOp<"all_gather"> {
     %w = plan.all_gather %s dim 0 over "dp" : tensor<64x64xf32>
     ```
   }];
-  let arguments = (ins Plan_F32Tensor:$input, I64Attr:$dim, StrAttr:$axis);
-  let results = (outs Plan_F32Tensor:$result);
+  let arguments = (ins Plan_FloatTensor:$input, I64Attr:$dim, StrAttr:$axis);
+  let results = (outs Plan_FloatTensor:$result);
   let assemblyFormat = "$input `dim` $dim `over` $axis attr-dict `:` type($result)";
 }
 
@@ -66,8 +66,8 @@ def Plan_ReduceScatterOp : Plan_LayoutOp<"reduce_scatter"> {
     %g = plan.reduce_scatter %p dim 0 over "dp" : tensor<64x64xf32>
     ```
   }];
-  let arguments = (ins Plan_F32Tensor:$input, I64Attr:$dim, StrAttr:$axis);
-  let results = (outs Plan_F32Tensor:$result);
+  let arguments = (ins Plan_FloatTensor:$input, I64Attr:$dim, StrAttr:$axis);
+  let results = (outs Plan_FloatTensor:$result);
   let assemblyFormat = "$input `dim` $dim `over` $axis attr-dict `:` type($result)";
 }
 
@@ -80,8 +80,8 @@ def Plan_AllSliceOp : Plan_LayoutOp<"all_slice"> {
     %s = plan.all_slice %w dim 0 over "dp" : tensor<64x64xf32>
     ```
   }];
-  let arguments = (ins Plan_F32Tensor:$input, I64Attr:$dim, StrAttr:$axis);
-  let results = (outs Plan_F32Tensor:$result);
+  let arguments = (ins Plan_FloatTensor:$input, I64Attr:$dim, StrAttr:$axis);
+  let results = (outs Plan_FloatTensor:$result);
   let assemblyFormat = "$input `dim` $dim `over` $axis attr-dict `:` type($result)";
 }
 
@@ -92,9 +92,9 @@ def Plan_AllToAllOp : Plan_LayoutOp<"all_to_all"> {
     %t = plan.all_to_all %x gather 1 split 0 over "tp" : tensor<8x16x64xf32>
     ```
   }];
-  let arguments = (ins Plan_F32Tensor:$input, I64Attr:$gather_dim,
+  let arguments = (ins Plan_FloatTensor:$input, I64Attr:$gather_dim,
                        I64Attr:$split_dim, StrAttr:$axis);
-  let results = (outs Plan_F32Tensor:$result);
+  let results = (outs Plan_FloatTensor:$result);
   let assemblyFormat = [{
     $input `gather` $gather_dim `split` $split_dim `over` $axis attr-dict `:` type($result)
   }];

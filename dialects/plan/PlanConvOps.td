@@ -27,10 +27,10 @@ def Plan_Conv2dOp : Plan_SpatialOp<"conv2d"> {
         : tensor<8x3x32x32xf32>, tensor<16x3x3x3xf32> -> tensor<8x16x32x32xf32>
     ```
   }];
-  let arguments = (ins Plan_F32Tensor:$input, Plan_F32Tensor:$filter,
+  let arguments = (ins Plan_FloatTensor:$input, Plan_FloatTensor:$filter,
                        DenseI64ArrayAttr:$stride, DenseI64ArrayAttr:$padding,
                        DenseI64ArrayAttr:$dilation, I64Attr:$groups);
-  let results = (outs Plan_F32Tensor:$result);
+  let results = (outs Plan_FloatTensor:$result);
   let assemblyFormat = [{
     $input `,` $filter attr-dict `:` type($input) `,` type($filter) `->` type($result)
   }];
@@ -44,11 +44,11 @@ def Plan_Conv2dGradOp : Plan_SpatialOp<"conv2d_grad",
     `grad` is the gradient of the convolution's result. The filter gradient
     sums over the batch, the input gradient over the output channels.
   }];
-  let arguments = (ins Plan_F32Tensor:$input, Plan_F32Tensor:$filter,
-                       Plan_F32Tensor:$grad,
+  let arguments = (ins Plan_FloatTensor:$input, Plan_FloatTensor:$filter,
+                       Plan_FloatTensor:$grad,
                        DenseI64ArrayAttr:$stride, DenseI64ArrayAttr:$padding,
                        DenseI64ArrayAttr:$dilation, I64Attr:$groups);
-  let results = (outs Plan_F32Tensor:$input_grad, Plan_F32Tensor:$filter_grad);
+  let results = (outs Plan_FloatTensor:$input_grad, Plan_FloatTensor:$filter_grad);
   let assemblyFormat = [{
     $input `,` $filter `,` $grad attr-dict `:` type($input) `,` type($filter)
     `,` type($grad)
@@ -58,16 +58,16 @@ def Plan_Conv2dGradOp : Plan_SpatialOp<"conv2d_grad",
 def Plan_ChannelBiasAddOp : Plan_ComputeOp<"channel_bias_add",
     [AllTypesMatch<["input", "result"]>]> {
   let summary = "Adds a per-channel bias: result[n, c, ...] = input[n, c, ...] + bias[c]";
-  let arguments = (ins Plan_F32Tensor:$input, Plan_F32Tensor:$bias);
-  let results = (outs Plan_F32Tensor:$result);
+  let arguments = (ins Plan_FloatTensor:$input, Plan_FloatTensor:$bias);
+  let results = (outs Plan_FloatTensor:$result);
   let assemblyFormat = "$input `,` $bias attr-dict `:` type($input) `,` type($bias)";
   let hasVerifier = 1;
 }
 
 def Plan_ChannelBiasGradOp : Plan_ComputeOp<"channel_bias_grad", []> {
   let summary = "Gradient of a per-channel bias: the output gradient summed over all but dimension 1";
-  let arguments = (ins Plan_F32Tensor:$grad);
-  let results = (outs Plan_F32Tensor:$result);
+  let arguments = (ins Plan_FloatTensor:$grad);
+  let results = (outs Plan_FloatTensor:$result);
   let assemblyFormat = "$grad attr-dict `:` type($grad) `->` type($result)";
   let hasVerifier = 1;
 }
@@ -85,20 +85,20 @@ def Plan_Pool2dOp : Plan_SpatialOp<"pool2d"> {
         : tensor<8x16x32x32xf32> -> tensor<8x16x16x16xf32>
     ```
   }];
-  let arguments = (ins Plan_F32Tensor:$input, StrAttr:$kind,
+  let arguments = (ins Plan_FloatTensor:$input, StrAttr:$kind,
                        DenseI64ArrayAttr:$kernel, DenseI64ArrayAttr:$stride,
                        DenseI64ArrayAttr:$padding);
-  let results = (outs Plan_F32Tensor:$result);
+  let results = (outs Plan_FloatTensor:$result);
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
 }
 
 def Plan_Pool2dGradOp : Plan_SpatialOp<"pool2d_grad",
     [AllTypesMatch<["input", "result"]>]> {
   let summary = "Input gradient of pool2d (max: to the first maximum of each window)";
-  let arguments = (ins Plan_F32Tensor:$input, Plan_F32Tensor:$grad,
+  let arguments = (ins Plan_FloatTensor:$input, Plan_FloatTensor:$grad,
                        StrAttr:$kind, DenseI64ArrayAttr:$kernel,
                        DenseI64ArrayAttr:$stride, DenseI64ArrayAttr:$padding);
-  let results = (outs Plan_F32Tensor:$result);
+  let results = (outs Plan_FloatTensor:$result);
   let assemblyFormat = [{
     $input `,` $grad attr-dict `:` type($input) `,` type($grad)
   }];
@@ -129,11 +129,11 @@ def Plan_BatchNormOp : Plan_ComputeOp<"batch_norm",
         {eps = 1.0e-05 : f32, momentum = 1.0e-01 : f32} : tensor<8x16x4x4xf32>, tensor<16xf32>
     ```
   }];
-  let arguments = (ins Plan_F32Tensor:$input, Plan_F32Tensor:$gamma,
-                       Plan_F32Tensor:$beta, Variadic<Plan_F32Tensor>:$running,
+  let arguments = (ins Plan_FloatTensor:$input, Plan_FloatTensor:$gamma,
+                       Plan_FloatTensor:$beta, Variadic<Plan_FloatTensor>:$running,
                        DefaultValuedAttr<F32Attr, "1e-5">:$eps,
                        DefaultValuedAttr<F32Attr, "0.1">:$momentum);
-  let results = (outs Plan_F32Tensor:$result);
+  let results = (outs Plan_FloatTensor:$result);
   let assemblyFormat = [{
     $input `,` $gamma `,` $beta (`running` `(` $running^ `:` type($running) `)`)?
     attr-dict `:` type($input) `,` type($gamma)
@@ -155,8 +155,8 @@ def Plan_BatchNormMomentsOp : Plan_ComputeOp<"batch_norm_moments",
     %s, %q = plan.batch_norm_moments %x : tensor<8x16x4x4xf32> -> tensor<16xf32>
     ```
   }];
-  let arguments = (ins Plan_F32Tensor:$input);
-  let results = (outs Plan_F32Tensor:$sum, Plan_F32Tensor:$sum_sq);
+  let arguments = (ins Plan_FloatTensor:$input);
+  let results = (outs Plan_FloatTensor:$sum, Plan_FloatTensor:$sum_sq);
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($sum)";
   let hasVerifier = 1;
 }
@@ -176,10 +176,10 @@ def Plan_RunningStatsUpdateOp : Plan_ComputeOp<"running_stats_update",
         momentum = 1.0e-01 : f32} : tensor<16xf32>
     ```
   }];
-  let arguments = (ins Plan_F32Tensor:$running_mean, Plan_F32Tensor:$running_var,
-                       Plan_F32Tensor:$sum, Plan_F32Tensor:$sum_sq,
+  let arguments = (ins Plan_FloatTensor:$running_mean, Plan_FloatTensor:$running_var,
+                       Plan_FloatTensor:$sum, Plan_FloatTensor:$sum_sq,
                        F32Attr:$momentum, I64Attr:$count);
-  let results = (outs Plan_F32Tensor:$new_mean, Plan_F32Tensor:$new_var);
+  let results = (outs Plan_FloatTensor:$new_mean, Plan_FloatTensor:$new_var);
   let assemblyFormat = [{
     $running_mean `,` $running_var `,` $sum `,` $sum_sq attr-dict `:`
     type($running_mean)
@@ -191,10 +191,10 @@ def Plan_BatchNormGradOp : Plan_ComputeOp<"batch_norm_grad",
     [AllTypesMatch<["input", "grad", "input_grad"]>,
      AllTypesMatch<["gamma", "gamma_grad", "beta_grad"]>]> {
   let summary = "Gradients of batch_norm: input, scale and shift (statistics recomputed)";
-  let arguments = (ins Plan_F32Tensor:$input, Plan_F32Tensor:$gamma,
-                       Plan_F32Tensor:$grad, DefaultValuedAttr<F32Attr, "1e-5">:$eps);
-  let results = (outs Plan_F32Tensor:$input_grad, Plan_F32Tensor:$gamma_grad,
-                      Plan_F32Tensor:$beta_grad);
+  let arguments = (ins Plan_FloatTensor:$input, Plan_FloatTensor:$gamma,
+                       Plan_FloatTensor:$grad, DefaultValuedAttr<F32Attr, "1e-5">:$eps);
+  let results = (outs Plan_FloatTensor:$input_grad, Plan_FloatTensor:$gamma_grad,
+                      Plan_FloatTensor:$beta_grad);
   let assemblyFormat = [{
     $input `,` $gamma `,` $grad attr-dict `:` type($input) `,` type($gamma)
   }];
@@ -218,10 +218,10 @@ def Plan_GroupNormOp : Plan_ComputeOp<"group_norm",
     %y = plan.group_norm %x, %g, %b {groups = 4 : i64, eps = 1.0e-05 : f32} : tensor<8x16x4x4xf32>, tensor<16xf32>
     ```
   }];
-  let arguments = (ins Plan_F32Tensor:$input, Plan_F32Tensor:$gamma,
-                       Plan_F32Tensor:$beta, I64Attr:$groups,
+  let arguments = (ins Plan_FloatTensor:$input, Plan_FloatTensor:$gamma,
+                       Plan_FloatTensor:$beta, I64Attr:$groups,
                        DefaultValuedAttr<F32Attr, "1e-5">:$eps);
-  let results = (outs Plan_F32Tensor:$result);
+  let results = (outs Plan_FloatTensor:$result);
   let assemblyFormat = [{
     $input `,` $gamma `,` $beta attr-dict `:` type($input) `,` type($gamma)
   }];
@@ -232,11 +232,11 @@ def Plan_GroupNormGradOp : Plan_ComputeOp<"group_norm_grad",
     [AllTypesMatch<["input", "grad", "input_grad"]>,
      AllTypesMatch<["gamma", "gamma_grad", "beta_grad"]>]> {
   let summary = "Gradients of group_norm: input, scale and shift (statistics recomputed)";
-  let arguments = (ins Plan_F32Tensor:$input, Plan_F32Tensor:$gamma,
-                       Plan_F32Tensor:$grad, I64Attr:$groups,
+  let arguments = (ins Plan_FloatTensor:$input, Plan_FloatTensor:$gamma,
+                       Plan_FloatTensor:$grad, I64Attr:$groups,
                        DefaultValuedAttr<F32Attr, "1e-5">:$eps);
-  let results = (outs Plan_F32Tensor:$input_grad, Plan_F32Tensor:$gamma_grad,
-                      Plan_F32Tensor:$beta_grad);
+  let results = (outs Plan_FloatTensor:$input_grad, Plan_FloatTensor:$gamma_grad,
+                      Plan_FloatTensor:$beta_grad);
   let assemblyFormat = [{
     $input `,` $gamma `,` $grad attr-dict `:` type($input) `,` type($gamma)
   }];
@@ -255,8 +255,8 @@ def Plan_DropoutOp : Plan_ComputeOp<"dropout", [AllTypesMatch<["input", "result"
     %y = plan.dropout %x {p = 1.0e-01 : f32, uid = 0 : i64} : tensor<8x64xf32>
     ```
   }];
-  let arguments = (ins Plan_F32Tensor:$input, F32Attr:$p, I64Attr:$uid);
-  let results = (outs Plan_F32Tensor:$result);
+  let arguments = (ins Plan_FloatTensor:$input, F32Attr:$p, I64Attr:$uid);
+  let results = (outs Plan_FloatTensor:$result);
   let assemblyFormat = "$input attr-dict `:` type($input)";
   let hasVerifier = 1;
 }

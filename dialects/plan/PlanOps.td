@@ -175,8 +175,10 @@ def Plan_ClusterOp : Plan_Op<"cluster"> {
 // Tensor ops
 //===----------------------------------------------------------------------===//
 
-def Plan_F32Tensor : RankedTensorOf<[F32]>;
-def Plan_F32Scalar : 0DTensorOf<[F32]>;
+// f32, bf16 or f16 (one type per op; mixed precision, issue 9, will produce
+// the 16-bit ones).
+def Plan_FloatTensor : RankedTensorOf<[F32, BF16, F16]>;
+def Plan_FloatScalar : 0DTensorOf<[F32, BF16, F16]>;
 
 // Every compute op states its sharding rule (dialects/plan/ShardingRules.cpp).
 class Plan_ComputeOp<string mnemonic, list<Trait> traits = []>
@@ -198,9 +200,9 @@ def Plan_MatmulOp : Plan_ComputeOp<"matmul", []> {
         : tensor<8x16x32xf32>, tensor<8x16x32xf32> -> tensor<8x16x16xf32>
     ```
   }];
-  let arguments = (ins Plan_F32Tensor:$lhs, Plan_F32Tensor:$rhs,
+  let arguments = (ins Plan_FloatTensor:$lhs, Plan_FloatTensor:$rhs,
                        UnitAttr:$transpose_lhs, UnitAttr:$transpose_rhs);
-  let results = (outs Plan_F32Tensor:$result);
+  let results = (outs Plan_FloatTensor:$result);
   let assemblyFormat = [{
     $lhs `,` $rhs attr-dict `:` type($lhs) `,` type($rhs) `->` type($result)
   }];
@@ -209,16 +211,16 @@ def Plan_MatmulOp : Plan_ComputeOp<"matmul", []> {
 
 def Plan_BiasAddOp : Plan_ComputeOp<"bias_add", [AllTypesMatch<["input", "result"]>]> {
   let summary = "Adds a 1-D bias along the last dimension";
-  let arguments = (ins Plan_F32Tensor:$input, Plan_F32Tensor:$bias);
-  let results = (outs Plan_F32Tensor:$result);
+  let arguments = (ins Plan_FloatTensor:$input, Plan_FloatTensor:$bias);
+  let results = (outs Plan_FloatTensor:$result);
   let assemblyFormat = "$input `,` $bias attr-dict `:` type($input) `,` type($bias)";
   let hasVerifier = 1;
 }
 
 def Plan_BiasGradOp : Plan_ComputeOp<"bias_grad", []> {
   let summary = "Gradient of a bias: sum of the output gradient over all but the last dimension";
-  let arguments = (ins Plan_F32Tensor:$grad);
-  let results = (outs Plan_F32Tensor:$result);
+  let arguments = (ins Plan_FloatTensor:$grad);
+  let results = (outs Plan_FloatTensor:$result);
   let assemblyFormat = "$grad attr-dict `:` type($grad) `->` type($result)";
   let hasVerifier = 1;
 }
@@ -226,16 +228,16 @@ def Plan_BiasGradOp : Plan_ComputeOp<"bias_grad", []> {
 class Plan_BinaryOp<string mnemonic, string doc>
     : Plan_ComputeOp<mnemonic, [SameOperandsAndResultType]> {
   let summary = doc;
-  let arguments = (ins Plan_F32Tensor:$lhs, Plan_F32Tensor:$rhs);
-  let results = (outs Plan_F32Tensor:$result);
+  let arguments = (ins Plan_FloatTensor:$lhs, Plan_FloatTensor:$rhs);
+  let results = (outs Plan_FloatTensor:$result);
   let assemblyFormat = "$lhs `,` $rhs attr-dict `:` type($result)";
 }
 
 class Plan_UnaryOp<string mnemonic, string doc>
     : Plan_ComputeOp<mnemonic, [SameOperandsAndResultType]> {
   let summary = doc;
-  let arguments = (ins Plan_F32Tensor:$input);
-  let results = (outs Plan_F32Tensor:$result);
+  let arguments = (ins Plan_FloatTensor:$input);
+  let results = (outs Plan_FloatTensor:$result);
   let assemblyFormat = "$input attr-dict `:` type($result)";
 }
 
@@ -243,13 +245,13 @@ def Plan_AddOp : Plan_BinaryOp<"add", "Elementwise sum">;
 def Plan_ReluOp : Plan_UnaryOp<"relu", "max(x, 0)">;
 def Plan_GeluOp : Plan_UnaryOp<"gelu",
     "GELU: tanh approximation (GPT-2's), or the exact erf form with `exact`"> {
-  let arguments = (ins Plan_F32Tensor:$input, UnitAttr:$exact);
+  let arguments = (ins Plan_FloatTensor:$input, UnitAttr:$exact);
 }
 def Plan_ReluGradOp : Plan_BinaryOp<"relu_grad",
     "Input gradient of relu: `relu_grad %x, %dy` = dy * (x > 0)">;
 def Plan_GeluGradOp : Plan_BinaryOp<"gelu_grad",
     "Input gradient of gelu: `gelu_grad %x, %dy` = dy * gelu'(x)"> {
-  let arguments = (ins Plan_F32Tensor:$lhs, Plan_F32Tensor:$rhs,
+  let arguments = (ins Plan_FloatTensor:$lhs, Plan_FloatTensor:$rhs,
                        UnitAttr:$exact);
 }
 
@@ -284,7 +286,7 @@ def Plan_ScaleOp : Plan_UnaryOp<"scale", "Multiplies by a constant"> {
     `plan.scale %x {factor = -1.0 : f32}`, laid out like its input. Made by
     autodiff (the gradient of `a - b` with respect to `b`).
   }];
-  let arguments = (ins Plan_F32Tensor:$input, F32Attr:$factor);
+  let arguments = (ins Plan_FloatTensor:$input, F32Attr:$factor);
 }
 
 def Plan_SiluOp : Plan_UnaryOp<"silu", "SiLU (swish): x * sigmoid(x)"> {
@@ -304,8 +306,8 @@ def Plan_SoftmaxOp : Plan_ComputeOp<"softmax", [SameOperandsAndResultType]> {
     ```
     The last dimension must not be split (each row is normalized whole).
   }];
-  let arguments = (ins Plan_F32Tensor:$input);
-  let results = (outs Plan_F32Tensor:$result);
+  let arguments = (ins Plan_FloatTensor:$input);
+  let results = (outs Plan_FloatTensor:$result);
   let assemblyFormat = "$input attr-dict `:` type($result)";
   let hasVerifier = 1;
 }
@@ -326,8 +328,8 @@ def Plan_EmbeddingOp : Plan_ComputeOp<"embedding", []> {
     is linear in the table, so a partial table gives a partial result; `ids`
     must not be partial.
   }];
-  let arguments = (ins Plan_I32Tensor:$ids, Plan_F32Tensor:$table);
-  let results = (outs Plan_F32Tensor:$result);
+  let arguments = (ins Plan_I32Tensor:$ids, Plan_FloatTensor:$table);
+  let results = (outs Plan_FloatTensor:$result);
   let assemblyFormat = [{
     $ids `,` $table attr-dict `:` type($ids) `,` type($table) `->` type($result)
   }];
@@ -347,8 +349,8 @@ def Plan_PosEmbeddingOp : Plan_ComputeOp<"pos_embedding",
     Sharding: the result is laid out like `input`; the positions and the
     table's rows stay whole (a split is gathered first).
   }];
-  let arguments = (ins Plan_F32Tensor:$input, Plan_F32Tensor:$table);
-  let results = (outs Plan_F32Tensor:$result);
+  let arguments = (ins Plan_FloatTensor:$input, Plan_FloatTensor:$table);
+  let results = (outs Plan_FloatTensor:$result);
   let assemblyFormat = [{
     $input `,` $table attr-dict `:` type($input) `,` type($table)
   }];
@@ -370,10 +372,10 @@ def Plan_LayerNormOp : Plan_ComputeOp<"layernorm",
     `beta` are whole; the other dimensions (batch, sequence) may be split and
     the result is laid out like `x`.
   }];
-  let arguments = (ins Plan_F32Tensor:$input, Plan_F32Tensor:$gamma,
-                       Plan_F32Tensor:$beta,
+  let arguments = (ins Plan_FloatTensor:$input, Plan_FloatTensor:$gamma,
+                       Plan_FloatTensor:$beta,
                        DefaultValuedAttr<F32Attr, "1e-5">:$eps);
-  let results = (outs Plan_F32Tensor:$result);
+  let results = (outs Plan_FloatTensor:$result);
   let assemblyFormat = [{
     $input `,` $gamma `,` $beta attr-dict `:` type($input) `,` type($gamma)
   }];
@@ -392,9 +394,9 @@ def Plan_RmsNormOp : Plan_ComputeOp<"rmsnorm",
     ```
     Sharding: as `plan.layernorm`.
   }];
-  let arguments = (ins Plan_F32Tensor:$input, Plan_F32Tensor:$gamma,
+  let arguments = (ins Plan_FloatTensor:$input, Plan_FloatTensor:$gamma,
                        DefaultValuedAttr<F32Attr, "1e-5">:$eps);
-  let results = (outs Plan_F32Tensor:$result);
+  let results = (outs Plan_FloatTensor:$result);
   let assemblyFormat = [{
     $input `,` $gamma attr-dict `:` type($input) `,` type($gamma)
   }];
@@ -421,9 +423,9 @@ def Plan_AttentionOp : Plan_ComputeOp<"attention"> {
     so that each rank holds whole query heads with their key/value heads.
     The sequence stays whole (causal attention needs all earlier positions).
   }];
-  let arguments = (ins Plan_F32Tensor:$qkv, I64Attr:$num_heads,
+  let arguments = (ins Plan_FloatTensor:$qkv, I64Attr:$num_heads,
                        I64Attr:$num_kv_heads);
-  let results = (outs Plan_F32Tensor:$result);
+  let results = (outs Plan_FloatTensor:$result);
   let assemblyFormat = "$qkv attr-dict `:` type($qkv) `->` type($result)";
   let hasVerifier = 1;
   let extraClassDeclaration = [{
@@ -447,9 +449,9 @@ def Plan_CrossEntropyOp : Plan_ComputeOp<"cross_entropy", []> {
     result that is partial over those axes; a split vocabulary is exchanged
     by the lowering (row maxima and sums), never gathered.
   }];
-  let arguments = (ins Plan_F32Tensor:$logits, Plan_I32Tensor:$targets,
+  let arguments = (ins Plan_FloatTensor:$logits, Plan_I32Tensor:$targets,
                        OptionalAttr<I64Attr>:$valid_classes);
-  let results = (outs Plan_F32Scalar:$result);
+  let results = (outs Plan_FloatScalar:$result);
   let assemblyFormat = [{
     $logits `,` $targets attr-dict `:` type($logits) `,` type($targets) `->` type($result)
   }];
@@ -466,8 +468,8 @@ def Plan_TransposeOp : Plan_ComputeOp<"transpose", []> {
     ```
     Sharding: the dimensions carry their mesh axes along.
   }];
-  let arguments = (ins Plan_F32Tensor:$input, DenseI64ArrayAttr:$permutation);
-  let results = (outs Plan_F32Tensor:$result);
+  let arguments = (ins Plan_FloatTensor:$input, DenseI64ArrayAttr:$permutation);
+  let results = (outs Plan_FloatTensor:$result);
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
   let hasVerifier = 1;
 }
@@ -485,8 +487,8 @@ def Plan_ReshapeOp : Plan_ComputeOp<"reshape", []> {
     several factors is split by its major one only. Shapes without common
     factors move as one whole block.
   }];
-  let arguments = (ins Plan_F32Tensor:$input);
-  let results = (outs Plan_F32Tensor:$result);
+  let arguments = (ins Plan_FloatTensor:$input);
+  let results = (outs Plan_FloatTensor:$result);
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
   let hasVerifier = 1;
 }
@@ -506,8 +508,8 @@ def Plan_ShardingConstraintOp : Plan_ComputeOp<"sharding_constraint",
     %y = plan.sharding_constraint %x <@mesh, [[dp], []]> : tensor<8x4xf32>
     ```
   }];
-  let arguments = (ins Plan_F32Tensor:$input, Plan_ShardingAttr:$sharding);
-  let results = (outs Plan_F32Tensor:$result);
+  let arguments = (ins Plan_FloatTensor:$input, Plan_ShardingAttr:$sharding);
+  let results = (outs Plan_FloatTensor:$result);
   let assemblyFormat = "$input $sharding attr-dict `:` type($result)";
   let hasVerifier = 1;
 }
@@ -515,8 +517,8 @@ def Plan_ShardingConstraintOp : Plan_ComputeOp<"sharding_constraint",
 def Plan_MseLossOp : Plan_ComputeOp<"mse_loss",
     [AllTypesMatch<["prediction", "target"]>]> {
   let summary = "Mean squared error over all elements (a scalar)";
-  let arguments = (ins Plan_F32Tensor:$prediction, Plan_F32Tensor:$target);
-  let results = (outs Plan_F32Scalar:$result);
+  let arguments = (ins Plan_FloatTensor:$prediction, Plan_FloatTensor:$target);
+  let results = (outs Plan_FloatScalar:$result);
   let assemblyFormat = "$prediction `,` $target attr-dict `:` type($prediction) `->` type($result)";
   let hasVerifier = 1;
 }
@@ -524,16 +526,16 @@ def Plan_MseLossOp : Plan_ComputeOp<"mse_loss",
 def Plan_MseLossGradOp : Plan_ComputeOp<"mse_loss_grad",
     [SameOperandsAndResultType]> {
   let summary = "Gradient of mse_loss with respect to the prediction (loss gradient 1)";
-  let arguments = (ins Plan_F32Tensor:$prediction, Plan_F32Tensor:$target);
-  let results = (outs Plan_F32Tensor:$result);
+  let arguments = (ins Plan_FloatTensor:$prediction, Plan_FloatTensor:$target);
+  let results = (outs Plan_FloatTensor:$result);
   let assemblyFormat = "$prediction `,` $target attr-dict `:` type($result)";
 }
 
 def Plan_SgdUpdateOp : Plan_ComputeOp<"sgd_update",
     [AllTypesMatch<["param", "grad", "result"]>]> {
   let summary = "Plain SGD step: result = param - lr * grad";
-  let arguments = (ins Plan_F32Tensor:$param, Plan_F32Tensor:$grad, F32Attr:$lr);
-  let results = (outs Plan_F32Tensor:$result);
+  let arguments = (ins Plan_FloatTensor:$param, Plan_FloatTensor:$grad, F32Attr:$lr);
+  let results = (outs Plan_FloatTensor:$result);
   let assemblyFormat = "$param `,` $grad attr-dict `:` type($result)";
 }
 
@@ -550,12 +552,12 @@ def Plan_AdamWUpdateOp : Plan_ComputeOp<"adamw_update",
     %w2, %m2, %v2 = plan.adamw_update %w, %g, %m, %v {beta1 = 0.9 : f32, beta2 = 0.999 : f32, eps = 1.0e-08 : f32, lr = 1.0e-03 : f32, weight_decay = 0.1 : f32} : tensor<64x64xf32>
     ```
   }];
-  let arguments = (ins Plan_F32Tensor:$param, Plan_F32Tensor:$grad,
-                       Plan_F32Tensor:$exp_avg, Plan_F32Tensor:$exp_avg_sq,
+  let arguments = (ins Plan_FloatTensor:$param, Plan_FloatTensor:$grad,
+                       Plan_FloatTensor:$exp_avg, Plan_FloatTensor:$exp_avg_sq,
                        F32Attr:$lr, F32Attr:$beta1, F32Attr:$beta2,
                        F32Attr:$eps, F32Attr:$weight_decay);
-  let results = (outs Plan_F32Tensor:$result, Plan_F32Tensor:$new_exp_avg,
-                      Plan_F32Tensor:$new_exp_avg_sq);
+  let results = (outs Plan_FloatTensor:$result, Plan_FloatTensor:$new_exp_avg,
+                      Plan_FloatTensor:$new_exp_avg_sq);
   let assemblyFormat = [{
     $param `,` $grad `,` $exp_avg `,` $exp_avg_sq attr-dict `:` type($result)
   }];
@@ -567,8 +569,8 @@ def Plan_AdamWUpdateOp : Plan_ComputeOp<"adamw_update",
 
 def Plan_EmbeddingGradOp : Plan_ComputeOp<"embedding_grad", []> {
   let summary = "Gradient of an embedding table: rows scatter-added from the output gradient";
-  let arguments = (ins Plan_I32Tensor:$ids, Plan_F32Tensor:$grad);
-  let results = (outs Plan_F32Tensor:$result);
+  let arguments = (ins Plan_I32Tensor:$ids, Plan_FloatTensor:$grad);
+  let results = (outs Plan_FloatTensor:$result);
   let assemblyFormat = [{
     $ids `,` $grad attr-dict `:` type($ids) `,` type($grad) `->` type($result)
   }];
@@ -577,8 +579,8 @@ def Plan_EmbeddingGradOp : Plan_ComputeOp<"embedding_grad", []> {
 
 def Plan_PosEmbeddingGradOp : Plan_ComputeOp<"pos_embedding_grad", []> {
   let summary = "Gradient of a position table: the output gradient summed over the batch";
-  let arguments = (ins Plan_F32Tensor:$grad);
-  let results = (outs Plan_F32Tensor:$result);
+  let arguments = (ins Plan_FloatTensor:$grad);
+  let results = (outs Plan_FloatTensor:$result);
   let assemblyFormat = "$grad attr-dict `:` type($grad) `->` type($result)";
   let hasVerifier = 1;
 }
@@ -591,10 +593,10 @@ def Plan_LayerNormGradOp : Plan_ComputeOp<"layernorm_grad",
     Recomputes the statistics from `input`; `grad` is the gradient of the
     layernorm's output. Results: d input, d gamma, d beta.
   }];
-  let arguments = (ins Plan_F32Tensor:$input, Plan_F32Tensor:$gamma,
-                       Plan_F32Tensor:$grad, DefaultValuedAttr<F32Attr, "1e-5">:$eps);
-  let results = (outs Plan_F32Tensor:$input_grad, Plan_F32Tensor:$gamma_grad,
-                      Plan_F32Tensor:$beta_grad);
+  let arguments = (ins Plan_FloatTensor:$input, Plan_FloatTensor:$gamma,
+                       Plan_FloatTensor:$grad, DefaultValuedAttr<F32Attr, "1e-5">:$eps);
+  let results = (outs Plan_FloatTensor:$input_grad, Plan_FloatTensor:$gamma_grad,
+                      Plan_FloatTensor:$beta_grad);
   let assemblyFormat = [{
     $input `,` $gamma `,` $grad attr-dict `:` type($input) `,` type($gamma)
   }];
@@ -609,9 +611,9 @@ def Plan_RmsNormGradOp : Plan_ComputeOp<"rmsnorm_grad",
     [AllTypesMatch<["input", "grad", "input_grad"]>,
      AllTypesMatch<["gamma", "gamma_grad"]>]> {
   let summary = "Gradients of rmsnorm: input and scale";
-  let arguments = (ins Plan_F32Tensor:$input, Plan_F32Tensor:$gamma,
-                       Plan_F32Tensor:$grad, DefaultValuedAttr<F32Attr, "1e-5">:$eps);
-  let results = (outs Plan_F32Tensor:$input_grad, Plan_F32Tensor:$gamma_grad);
+  let arguments = (ins Plan_FloatTensor:$input, Plan_FloatTensor:$gamma,
+                       Plan_FloatTensor:$grad, DefaultValuedAttr<F32Attr, "1e-5">:$eps);
+  let results = (outs Plan_FloatTensor:$input_grad, Plan_FloatTensor:$gamma_grad);
   let assemblyFormat = [{
     $input `,` $gamma `,` $grad attr-dict `:` type($input) `,` type($gamma)
   }];
@@ -625,9 +627,9 @@ def Plan_RmsNormGradOp : Plan_ComputeOp<"rmsnorm_grad",
 def Plan_AttentionGradOp : Plan_ComputeOp<"attention_grad",
     [AllTypesMatch<["qkv", "result"]>]> {
   let summary = "Gradient of causal attention with respect to the packed qkv";
-  let arguments = (ins Plan_F32Tensor:$qkv, Plan_F32Tensor:$grad,
+  let arguments = (ins Plan_FloatTensor:$qkv, Plan_FloatTensor:$grad,
                        I64Attr:$num_heads, I64Attr:$num_kv_heads);
-  let results = (outs Plan_F32Tensor:$result);
+  let results = (outs Plan_FloatTensor:$result);
   let assemblyFormat = [{
     $qkv `,` $grad attr-dict `:` type($qkv) `,` type($grad)
   }];
@@ -641,9 +643,9 @@ def Plan_SoftmaxGradOp : Plan_BinaryOp<"softmax_grad",
 def Plan_CrossEntropyGradOp : Plan_ComputeOp<"cross_entropy_grad",
     [AllTypesMatch<["logits", "result"]>]> {
   let summary = "Gradient of cross_entropy (mean over positions) with respect to the logits";
-  let arguments = (ins Plan_F32Tensor:$logits, Plan_I32Tensor:$targets,
+  let arguments = (ins Plan_FloatTensor:$logits, Plan_I32Tensor:$targets,
                        OptionalAttr<I64Attr>:$valid_classes);
-  let results = (outs Plan_F32Tensor:$result);
+  let results = (outs Plan_FloatTensor:$result);
   let assemblyFormat = [{
     $logits `,` $targets attr-dict `:` type($logits) `,` type($targets)
   }];
@@ -651,8 +653,8 @@ def Plan_CrossEntropyGradOp : Plan_ComputeOp<"cross_entropy_grad",
 
 def Plan_SumSqOp : Plan_ComputeOp<"sumsq"> {
   let summary = "Sum of squares of all elements (for the global gradient norm)";
-  let arguments = (ins Plan_F32Tensor:$input);
-  let results = (outs Plan_F32Scalar:$result);
+  let arguments = (ins Plan_FloatTensor:$input);
+  let results = (outs Plan_FloatScalar:$result);
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
 }
 
@@ -663,9 +665,9 @@ def Plan_ClipByNormOp : Plan_ComputeOp<"clip_by_norm",
     `sumsq` is the sum of squares of all gradients, so clipping every
     gradient with it clips by the global norm.
   }];
-  let arguments = (ins Plan_F32Tensor:$input, Plan_F32Scalar:$sumsq,
+  let arguments = (ins Plan_FloatTensor:$input, Plan_FloatScalar:$sumsq,
                        F32Attr:$max_norm);
-  let results = (outs Plan_F32Tensor:$result);
+  let results = (outs Plan_FloatTensor:$result);
   let assemblyFormat = "$input `,` $sumsq attr-dict `:` type($input) `,` type($sumsq)";
 }
 

@@ -59,11 +59,13 @@ def WorkspaceOpInterface : OpInterface<"WorkspaceOpInterface"> {
 }
 
 class Rank_Op<string mnemonic, list<Trait> traits = []>
-    : Op<Rank_Dialect, mnemonic, traits>;
+    : Op<Rank_Dialect, mnemonic, !listconcat(traits, [Plan_OneFloatType])>;
 
-def Rank_F32Buffer : MemRefOf<[F32]>;
+// Float buffers: f32, bf16 or f16 (one type per op; mixed precision, issue
+// 9, will produce the 16-bit ones).
+def Rank_FloatBuffer : MemRefOf<[F32, BF16, F16]>;
 // Per-step inputs may be token ids.
-def Rank_DataBuffer : MemRefOf<[F32, I32]>;
+def Rank_DataBuffer : MemRefOf<[F32, BF16, F16, I32]>;
 def Rank_I32Buffer : MemRefOf<[I32]>;
 
 //===--- Declarations ------------------------------------------------------===//
@@ -78,7 +80,7 @@ def Rank_ParamDeclOp : Rank_Op<"param_decl", [Symbol]> {
     initialization and export use global element indices, so values do not
     depend on the plan.
   }];
-  let arguments = (ins SymbolNameAttr:$sym_name, TypeAttrOf<Rank_F32Buffer>:$type,
+  let arguments = (ins SymbolNameAttr:$sym_name, TypeAttrOf<Rank_FloatBuffer>:$type,
                        Plan_InitAttr:$init, OptionalAttr<Plan_ShardingAttr>:$sharding,
                        OptionalAttr<I64Attr>:$export_rows);
   let assemblyFormat = "$sym_name `:` $type `init` $init (`sharding` $sharding^)? attr-dict";
@@ -93,7 +95,7 @@ def Rank_StateDeclOp : Rank_Op<"state_decl", [Symbol]> {
     is also exported with the parameters (`--save`) and loaded by
     `--init-from`.
   }];
-  let arguments = (ins SymbolNameAttr:$sym_name, TypeAttrOf<Rank_F32Buffer>:$type,
+  let arguments = (ins SymbolNameAttr:$sym_name, TypeAttrOf<Rank_FloatBuffer>:$type,
                        OptionalAttr<Plan_ShardingAttr>:$sharding,
                        UnitAttr:$buffer, OptionalAttr<Plan_InitAttr>:$init);
   let assemblyFormat = [{
@@ -123,7 +125,7 @@ def Rank_ParamOp : Rank_Op<"param", [Pure,
     DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
   let summary = "This rank's buffer of a declared parameter";
   let arguments = (ins FlatSymbolRefAttr:$name);
-  let results = (outs Rank_F32Buffer:$result);
+  let results = (outs Rank_FloatBuffer:$result);
   let assemblyFormat = "$name attr-dict `:` type($result)";
 }
 
@@ -131,7 +133,7 @@ def Rank_StateOp : Rank_Op<"state", [Pure,
     DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
   let summary = "This rank's buffer of declared optimizer state";
   let arguments = (ins FlatSymbolRefAttr:$name);
-  let results = (outs Rank_F32Buffer:$result);
+  let results = (outs Rank_FloatBuffer:$result);
   let assemblyFormat = "$name attr-dict `:` type($result)";
 }
 
@@ -263,8 +265,8 @@ def Rank_StashReleaseOp : Rank_Op<"stash_release"> {
 
 def Rank_SubviewOp : Rank_Op<"subview", [Pure]> {
   let summary = "Elements [offset, offset + size) of a buffer, with a shape (a view)";
-  let arguments = (ins Rank_F32Buffer:$source, I64Attr:$offset);
-  let results = (outs Rank_F32Buffer:$result);
+  let arguments = (ins Rank_FloatBuffer:$source, I64Attr:$offset);
+  let results = (outs Rank_FloatBuffer:$result);
   let assemblyFormat = [{
     $source `[` $offset `]` attr-dict `:` type($source) `->` type($result)
   }];
@@ -290,7 +292,7 @@ def Rank_AllocOp : Rank_Op<"alloc"> {
   }];
   let arguments = (ins OptionalAttr<I64Attr>:$offset,
                        OptionalAttr<StrAttr>:$kind);
-  let results = (outs Res<Rank_F32Buffer, "", [MemAlloc]>:$result);
+  let results = (outs Res<Rank_FloatBuffer, "", [MemAlloc]>:$result);
   let builders = [OpBuilder<(ins "::mlir::Type":$type), [{
     build($_builder, $_state, type, ::mlir::IntegerAttr(), ::mlir::StringAttr());
   }]>];
@@ -305,7 +307,7 @@ def Rank_DeallocOp : Rank_Op<"dealloc"> {
     runtime checks that no two live buffers share bytes, and counts the live
     bytes of each kind.
   }];
-  let arguments = (ins Arg<Rank_F32Buffer, "", [MemFree]>:$buffer);
+  let arguments = (ins Arg<Rank_FloatBuffer, "", [MemFree]>:$buffer);
   let assemblyFormat = "$buffer attr-dict `:` type($buffer)";
 }
 
@@ -316,9 +318,9 @@ class Rank_CallOp<string mnemonic, list<Trait> traits = []>
 
 def Rank_MatmulOp : Rank_CallOp<"matmul"> {
   let summary = "out = op(a) @ op(b), each viewed as [rows, last dim]";
-  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead]>:$lhs,
-                       Arg<Rank_F32Buffer, "", [MemRead]>:$rhs,
-                       Arg<Rank_F32Buffer, "", [MemWrite]>:$out,
+  let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$lhs,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$rhs,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$out,
                        BoolAttr:$transpose_lhs, BoolAttr:$transpose_rhs);
   let assemblyFormat = [{
     $lhs `,` $rhs `into` $out attr-dict `:` type($lhs) `,` type($rhs) `->` type($out)
@@ -328,16 +330,16 @@ def Rank_MatmulOp : Rank_CallOp<"matmul"> {
 
 class Rank_UnaryCallOp<string mnemonic, string doc> : Rank_CallOp<mnemonic> {
   let summary = doc;
-  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead]>:$input,
-                       Arg<Rank_F32Buffer, "", [MemWrite]>:$out);
+  let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$input,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$out);
   let assemblyFormat = "$input `into` $out attr-dict `:` type($input) `->` type($out)";
 }
 
 class Rank_BinaryCallOp<string mnemonic, string doc> : Rank_CallOp<mnemonic> {
   let summary = doc;
-  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead]>:$lhs,
-                       Arg<Rank_F32Buffer, "", [MemRead]>:$rhs,
-                       Arg<Rank_F32Buffer, "", [MemWrite]>:$out);
+  let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$lhs,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$rhs,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$out);
   let assemblyFormat = [{
     $lhs `,` $rhs `into` $out attr-dict `:` type($lhs) `,` type($rhs) `->` type($out)
   }];
@@ -359,9 +361,9 @@ def Rank_MseLossOp : Rank_CallOp<"mse_loss"> {
     `scale` is one over the number of elements of the global tensor, so
     summing `out` over the ranks that hold parts of it gives the mean.
   }];
-  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead]>:$prediction,
-                       Arg<Rank_F32Buffer, "", [MemRead]>:$target,
-                       Arg<Rank_F32Buffer, "", [MemWrite]>:$out, F32Attr:$scale);
+  let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$prediction,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$target,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$out, F32Attr:$scale);
   let assemblyFormat = [{
     $prediction `,` $target `into` $out attr-dict `:` type($prediction) `,` type($target) `->` type($out)
   }];
@@ -369,9 +371,9 @@ def Rank_MseLossOp : Rank_CallOp<"mse_loss"> {
 
 def Rank_MseLossGradOp : Rank_CallOp<"mse_loss_grad"> {
   let summary = "out = 2 * scale * (pred - target)";
-  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead]>:$prediction,
-                       Arg<Rank_F32Buffer, "", [MemRead]>:$target,
-                       Arg<Rank_F32Buffer, "", [MemWrite]>:$out, F32Attr:$scale);
+  let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$prediction,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$target,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$out, F32Attr:$scale);
   let assemblyFormat = [{
     $prediction `,` $target `into` $out attr-dict `:` type($prediction) `,` type($target) `->` type($out)
   }];
@@ -379,18 +381,18 @@ def Rank_MseLossGradOp : Rank_CallOp<"mse_loss_grad"> {
 
 def Rank_SgdUpdateOp : Rank_CallOp<"sgd_update"> {
   let summary = "param -= lr * grad, in place";
-  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead, MemWrite]>:$param,
-                       Arg<Rank_F32Buffer, "", [MemRead]>:$grad, F32Attr:$lr);
+  let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead, MemWrite]>:$param,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$grad, F32Attr:$lr);
   let assemblyFormat = "$param `,` $grad attr-dict `:` type($param) `,` type($grad)";
 }
 
 def Rank_AdamWUpdateOp : Rank_CallOp<"adamw_update",
     [DeclareOpInterfaceMethods<RuntimeCallOpInterface, ["getRuntimeAttrNames"]>]> {
   let summary = "AdamW step in place on the parameter and its two moments";
-  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead, MemWrite]>:$param,
-                       Arg<Rank_F32Buffer, "", [MemRead]>:$grad,
-                       Arg<Rank_F32Buffer, "", [MemRead, MemWrite]>:$exp_avg,
-                       Arg<Rank_F32Buffer, "", [MemRead, MemWrite]>:$exp_avg_sq,
+  let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead, MemWrite]>:$param,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$grad,
+                       Arg<Rank_FloatBuffer, "", [MemRead, MemWrite]>:$exp_avg,
+                       Arg<Rank_FloatBuffer, "", [MemRead, MemWrite]>:$exp_avg_sq,
                        F32Attr:$lr, F32Attr:$beta1,
                        F32Attr:$beta2, F32Attr:$eps, F32Attr:$weight_decay);
   let assemblyFormat = [{
@@ -400,7 +402,7 @@ def Rank_AdamWUpdateOp : Rank_CallOp<"adamw_update",
 
 def Rank_ReportLossOp : Rank_CallOp<"report_loss"> {
   let summary = "Hands this step's (reduced) loss to the runtime for logging";
-  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead]>:$loss);
+  let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$loss);
   let assemblyFormat = "$loss attr-dict `:` type($loss)";
 }
 
@@ -408,10 +410,10 @@ def Rank_ReportLossOp : Rank_CallOp<"report_loss"> {
 
 class Rank_TernaryCallOp<string mnemonic, string doc> : Rank_CallOp<mnemonic> {
   let summary = doc;
-  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead]>:$a,
-                       Arg<Rank_F32Buffer, "", [MemRead]>:$b,
-                       Arg<Rank_F32Buffer, "", [MemRead]>:$c,
-                       Arg<Rank_F32Buffer, "", [MemWrite]>:$out);
+  let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$a,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$b,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$c,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$out);
   let assemblyFormat = [{
     $a `,` $b `,` $c `into` $out attr-dict `:` type($a) `,` type($b) `,`
     type($c) `->` type($out)
@@ -426,8 +428,8 @@ def Rank_SoftmaxGradOp : Rank_BinaryCallOp<"softmax_grad", "out = y * (dy - sum(
 def Rank_MulOp : Rank_BinaryCallOp<"mul", "out = lhs * rhs">;
 def Rank_ScaleOp : Rank_CallOp<"scale"> {
   let summary = "out = factor * x";
-  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead]>:$input,
-                       Arg<Rank_F32Buffer, "", [MemWrite]>:$out, F32Attr:$factor);
+  let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$input,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$out, F32Attr:$factor);
   let assemblyFormat = "$input `into` $out attr-dict `:` type($input) `->` type($out)";
 }
 def Rank_SubOp : Rank_BinaryCallOp<"sub", "out = lhs - rhs">;
@@ -441,8 +443,8 @@ def Rank_EmbeddingOp : Rank_CallOp<"embedding"> {
     (block `coord` of that axis) and other ids give zero rows.
   }];
   let arguments = (ins Arg<Rank_I32Buffer, "", [MemRead]>:$ids,
-                       Arg<Rank_F32Buffer, "", [MemRead]>:$table,
-                       Arg<Rank_F32Buffer, "", [MemWrite]>:$out,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$table,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$out,
                        DefaultValuedStrAttr<StrAttr, "">:$vocab_axis);
   let assemblyFormat = [{
     $ids `,` $table `into` $out attr-dict `:` type($ids) `,` type($table) `->` type($out)
@@ -452,8 +454,8 @@ def Rank_EmbeddingOp : Rank_CallOp<"embedding"> {
 def Rank_EmbeddingGradOp : Rank_CallOp<"embedding_grad"> {
   let summary = "dtable = scatter-add of dy rows at ids (overwrites dtable)";
   let arguments = (ins Arg<Rank_I32Buffer, "", [MemRead]>:$ids,
-                       Arg<Rank_F32Buffer, "", [MemRead]>:$grad,
-                       Arg<Rank_F32Buffer, "", [MemWrite]>:$out,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$grad,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$out,
                        DefaultValuedStrAttr<StrAttr, "">:$vocab_axis);
   let assemblyFormat = [{
     $ids `,` $grad `into` $out attr-dict `:` type($ids) `,` type($grad) `->` type($out)
@@ -463,10 +465,10 @@ def Rank_EmbeddingGradOp : Rank_CallOp<"embedding_grad"> {
 def Rank_LayerNormOp : Rank_CallOp<"layernorm",
     [AllTypesMatch<["gamma", "beta"]>]> {
   let summary = "layernorm over the last dimension";
-  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead]>:$input,
-                       Arg<Rank_F32Buffer, "", [MemRead]>:$gamma,
-                       Arg<Rank_F32Buffer, "", [MemRead]>:$beta,
-                       Arg<Rank_F32Buffer, "", [MemWrite]>:$out, F32Attr:$eps);
+  let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$input,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$gamma,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$beta,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$out, F32Attr:$eps);
   let assemblyFormat = [{
     $input `,` $gamma `,` $beta `into` $out attr-dict `:` type($input) `,`
     type($gamma) `->` type($out)
@@ -477,12 +479,12 @@ def Rank_LayerNormGradOp : Rank_CallOp<"layernorm_grad",
     [AllTypesMatch<["input", "grad", "input_grad"]>,
      AllTypesMatch<["gamma", "gamma_grad", "beta_grad"]>]> {
   let summary = "d input, d gamma, d beta of layernorm (statistics recomputed)";
-  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead]>:$input,
-                       Arg<Rank_F32Buffer, "", [MemRead]>:$gamma,
-                       Arg<Rank_F32Buffer, "", [MemRead]>:$grad,
-                       Arg<Rank_F32Buffer, "", [MemWrite]>:$input_grad,
-                       Arg<Rank_F32Buffer, "", [MemWrite]>:$gamma_grad,
-                       Arg<Rank_F32Buffer, "", [MemWrite]>:$beta_grad,
+  let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$input,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$gamma,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$grad,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$input_grad,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$gamma_grad,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$beta_grad,
                        F32Attr:$eps);
   let assemblyFormat = [{
     $input `,` $gamma `,` $grad `into` $input_grad `,` $gamma_grad `,`
@@ -492,9 +494,9 @@ def Rank_LayerNormGradOp : Rank_CallOp<"layernorm_grad",
 
 def Rank_RmsNormOp : Rank_CallOp<"rmsnorm"> {
   let summary = "rmsnorm over the last dimension";
-  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead]>:$input,
-                       Arg<Rank_F32Buffer, "", [MemRead]>:$gamma,
-                       Arg<Rank_F32Buffer, "", [MemWrite]>:$out, F32Attr:$eps);
+  let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$input,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$gamma,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$out, F32Attr:$eps);
   let assemblyFormat = [{
     $input `,` $gamma `into` $out attr-dict `:` type($input) `,` type($gamma)
     `->` type($out)
@@ -505,11 +507,11 @@ def Rank_RmsNormGradOp : Rank_CallOp<"rmsnorm_grad",
     [AllTypesMatch<["input", "grad", "input_grad"]>,
      AllTypesMatch<["gamma", "gamma_grad"]>]> {
   let summary = "d input, d gamma of rmsnorm";
-  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead]>:$input,
-                       Arg<Rank_F32Buffer, "", [MemRead]>:$gamma,
-                       Arg<Rank_F32Buffer, "", [MemRead]>:$grad,
-                       Arg<Rank_F32Buffer, "", [MemWrite]>:$input_grad,
-                       Arg<Rank_F32Buffer, "", [MemWrite]>:$gamma_grad,
+  let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$input,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$gamma,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$grad,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$input_grad,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$gamma_grad,
                        F32Attr:$eps);
   let assemblyFormat = [{
     $input `,` $gamma `,` $grad `into` $input_grad `,` $gamma_grad attr-dict
@@ -519,17 +521,17 @@ def Rank_RmsNormGradOp : Rank_CallOp<"rmsnorm_grad",
 
 def Rank_AttentionOp : Rank_CallOp<"attention"> {
   let summary = "causal attention over packed qkv (GQA when num_kv_heads < num_heads)";
-  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead]>:$qkv,
-                       Arg<Rank_F32Buffer, "", [MemWrite]>:$out,
+  let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$qkv,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$out,
                        I64Attr:$num_heads, I64Attr:$num_kv_heads);
   let assemblyFormat = "$qkv `into` $out attr-dict `:` type($qkv) `->` type($out)";
 }
 
 def Rank_AttentionGradOp : Rank_CallOp<"attention_grad"> {
   let summary = "d qkv of causal attention (probabilities recomputed)";
-  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead]>:$qkv,
-                       Arg<Rank_F32Buffer, "", [MemRead]>:$grad,
-                       Arg<Rank_F32Buffer, "", [MemWrite]>:$out,
+  let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$qkv,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$grad,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$out,
                        I64Attr:$num_heads, I64Attr:$num_kv_heads);
   let assemblyFormat = [{
     $qkv `,` $grad `into` $out attr-dict `:` type($qkv) `,` type($grad) `->` type($out)
@@ -544,10 +546,10 @@ def Rank_AttentionKeepOp : Rank_CallOp<"attention_keep"> {
     `rank.attention_grad_kept` need not recompute the score matrix. The
     values are those the recomputation makes: the same results, bit for bit.
   }];
-  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead]>:$qkv,
-                       Arg<Rank_F32Buffer, "", [MemWrite]>:$out,
-                       Arg<Rank_F32Buffer, "", [MemWrite]>:$keep,
-                       Arg<Rank_F32Buffer, "", [MemWrite]>:$stats,
+  let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$qkv,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$out,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$keep,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$stats,
                        I64Attr:$num_heads, I64Attr:$num_kv_heads);
   let assemblyFormat = [{
     $qkv `into` $out `,` $keep `,` $stats attr-dict `:` type($qkv) `->`
@@ -557,11 +559,11 @@ def Rank_AttentionKeepOp : Rank_CallOp<"attention_keep"> {
 
 def Rank_AttentionGradKeptOp : Rank_CallOp<"attention_grad_kept"> {
   let summary = "d qkv of causal attention from what rank.attention_keep kept";
-  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead]>:$qkv,
-                       Arg<Rank_F32Buffer, "", [MemRead]>:$keep,
-                       Arg<Rank_F32Buffer, "", [MemRead]>:$stats,
-                       Arg<Rank_F32Buffer, "", [MemRead]>:$grad,
-                       Arg<Rank_F32Buffer, "", [MemWrite]>:$out,
+  let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$qkv,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$keep,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$stats,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$grad,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$out,
                        I64Attr:$num_heads, I64Attr:$num_kv_heads);
   let assemblyFormat = [{
     $qkv `,` $keep `,` $stats `,` $grad `into` $out attr-dict `:` type($qkv)
@@ -571,9 +573,9 @@ def Rank_AttentionGradKeptOp : Rank_CallOp<"attention_grad_kept"> {
 
 def Rank_CrossEntropyOp : Rank_CallOp<"cross_entropy"> {
   let summary = "out = scale * sum over rows of (logsumexp(row) - row[target])";
-  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead]>:$logits,
+  let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$logits,
                        Arg<Rank_I32Buffer, "", [MemRead]>:$targets,
-                       Arg<Rank_F32Buffer, "", [MemWrite]>:$out, F32Attr:$scale,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$out, F32Attr:$scale,
                        DefaultValuedAttr<I64Attr, "0">:$valid_classes);
   let assemblyFormat = [{
     $logits `,` $targets `into` $out attr-dict `:` type($logits) `,` type($targets) `->` type($out)
@@ -582,9 +584,9 @@ def Rank_CrossEntropyOp : Rank_CallOp<"cross_entropy"> {
 
 def Rank_CrossEntropyGradOp : Rank_CallOp<"cross_entropy_grad"> {
   let summary = "out = scale * (softmax(row) - onehot(target))";
-  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead]>:$logits,
+  let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$logits,
                        Arg<Rank_I32Buffer, "", [MemRead]>:$targets,
-                       Arg<Rank_F32Buffer, "", [MemWrite]>:$out, F32Attr:$scale,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$out, F32Attr:$scale,
                        DefaultValuedAttr<I64Attr, "0">:$valid_classes);
   let assemblyFormat = [{
     $logits `,` $targets `into` $out attr-dict `:` type($logits) `,` type($targets) `->` type($out)
@@ -595,28 +597,28 @@ def Rank_CrossEntropyGradOp : Rank_CallOp<"cross_entropy_grad"> {
 
 def Rank_FillOp : Rank_CallOp<"fill"> {
   let summary = "Sets every element to `value`";
-  let arguments = (ins Arg<Rank_F32Buffer, "", [MemWrite]>:$buffer, F32Attr:$value);
+  let arguments = (ins Arg<Rank_FloatBuffer, "", [MemWrite]>:$buffer, F32Attr:$value);
   let assemblyFormat = "$buffer attr-dict `:` type($buffer)";
 }
 
 def Rank_SumSqAccumulateOp : Rank_CallOp<"sumsq_accumulate"> {
   let summary = "acc += sum(g^2)";
-  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead]>:$input,
-                       Arg<Rank_F32Buffer, "", [MemRead, MemWrite]>:$acc);
+  let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$input,
+                       Arg<Rank_FloatBuffer, "", [MemRead, MemWrite]>:$acc);
   let assemblyFormat = "$input `into` $acc attr-dict `:` type($input) `->` type($acc)";
 }
 
 def Rank_ClipByGlobalNormOp : Rank_CallOp<"clip_by_global_norm"> {
   let summary = "g *= min(1, max_norm / sqrt(sumsq)), in place";
-  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead, MemWrite]>:$grad,
-                       Arg<Rank_F32Buffer, "", [MemRead]>:$sumsq,
+  let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead, MemWrite]>:$grad,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$sumsq,
                        F32Attr:$max_norm);
   let assemblyFormat = "$grad `,` $sumsq attr-dict `:` type($grad) `,` type($sumsq)";
 }
 
 def Rank_ReportGradNormOp : Rank_CallOp<"report_grad_norm"> {
   let summary = "Hands this step's gradient sum of squares to the runtime for logging";
-  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead]>:$sumsq);
+  let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$sumsq);
   let assemblyFormat = "$sumsq attr-dict `:` type($sumsq)";
 }
 
@@ -640,8 +642,8 @@ def Rank_ObserveOp : Rank_Op<"observe"> {
 
 def Rank_ViewOp : Rank_Op<"view", [Pure]> {
   let summary = "The same buffer seen with another shape (same element count)";
-  let arguments = (ins Rank_F32Buffer:$source);
-  let results = (outs Rank_F32Buffer:$result);
+  let arguments = (ins Rank_FloatBuffer:$source);
+  let results = (outs Rank_FloatBuffer:$result);
   let assemblyFormat = "$source attr-dict `:` type($source) `->` type($result)";
   let hasVerifier = 1;
 }
@@ -650,7 +652,7 @@ def Rank_ViewOp : Rank_Op<"view", [Pure]> {
 
 def Rank_AllReduceOp : Rank_Op<"all_reduce"> {
   let summary = "In-place sum over the ranks that differ only in `axes`";
-  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead, MemWrite]>:$buffer,
+  let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead, MemWrite]>:$buffer,
                        StrArrayAttr:$axes);
   let assemblyFormat = "$buffer `over` $axes attr-dict `:` type($buffer)";
 }
@@ -662,7 +664,7 @@ def Rank_AllReduceStartOp : Rank_Op<"all_reduce_start"> {
     the rest of backward runs; `rank.collective_wait` with the same slot
     waits for it before the buffer is used again.
   }];
-  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead, MemWrite]>:$buffer,
+  let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead, MemWrite]>:$buffer,
                        StrArrayAttr:$axes, I64Attr:$slot);
   let assemblyFormat = "$buffer `over` $axes `slot` $slot attr-dict `:` type($buffer)";
 }
@@ -675,7 +677,7 @@ def Rank_CollectiveWaitOp : Rank_Op<"collective_wait"> {
 
 def Rank_AllReduceMaxOp : Rank_Op<"all_reduce_max"> {
   let summary = "In-place maximum over the ranks that differ only in `axes`";
-  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead, MemWrite]>:$buffer,
+  let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead, MemWrite]>:$buffer,
                        StrArrayAttr:$axes);
   let assemblyFormat = "$buffer `over` $axes attr-dict `:` type($buffer)";
 }
@@ -686,8 +688,8 @@ class Rank_DimCollectiveOp<string mnemonic, string doc>
     : Rank_CallOp<mnemonic,
         [DeclareOpInterfaceMethods<RuntimeCallOpInterface, ["getRuntimeAttrNames"]>]> {
   let summary = doc;
-  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead]>:$input,
-                       Arg<Rank_F32Buffer, "", [MemWrite]>:$out,
+  let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$input,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$out,
                        I64Attr:$dim, StrAttr:$axis);
   let assemblyFormat = [{
     $input `into` $out `dim` $dim `over` $axis attr-dict `:` type($input) `->` type($out)
@@ -705,8 +707,8 @@ def Rank_ShardSliceOp : Rank_DimCollectiveOp<"shard_slice",
 def Rank_AllToAllOp : Rank_CallOp<"all_to_all",
     [DeclareOpInterfaceMethods<RuntimeCallOpInterface, ["getRuntimeAttrNames"]>]> {
   let summary = "Moves the split over `axis` from `gather_dim` to `split_dim`";
-  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead]>:$input,
-                       Arg<Rank_F32Buffer, "", [MemWrite]>:$out,
+  let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$input,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$out,
                        I64Attr:$gather_dim, I64Attr:$split_dim, StrAttr:$axis);
   let assemblyFormat = [{
     $input `into` $out `gather` $gather_dim `split` $split_dim `over` $axis attr-dict `:` type($input) `->` type($out)
@@ -722,10 +724,10 @@ def Rank_RowMaxOp : Rank_UnaryCallOp<"row_max", "out[r] = max over the last dime
 def Rank_CeLocalStatsOp : Rank_CallOp<"ce_local_stats",
     [DeclareOpInterfaceMethods<RuntimeCallOpInterface, ["getRuntimeAttrNames"]>]> {
   let summary = "stats[r] = (sum exp(logits[r] - rowmax[r]), the target's logit if owned)";
-  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead]>:$logits,
+  let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$logits,
                        Arg<Rank_I32Buffer, "", [MemRead]>:$targets,
-                       Arg<Rank_F32Buffer, "", [MemRead]>:$rowmax,
-                       Arg<Rank_F32Buffer, "", [MemWrite]>:$stats,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$rowmax,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$stats,
                        StrAttr:$vocab_axis,
                        DefaultValuedAttr<I64Attr, "0">:$valid_classes);
   let assemblyFormat = [{
@@ -735,9 +737,9 @@ def Rank_CeLocalStatsOp : Rank_CallOp<"ce_local_stats",
 
 def Rank_CeLossFromStatsOp : Rank_CallOp<"ce_loss_from_stats"> {
   let summary = "out = scale * sum over rows of (rowmax + log(stats[r, 0]) - stats[r, 1])";
-  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead]>:$stats,
-                       Arg<Rank_F32Buffer, "", [MemRead]>:$rowmax,
-                       Arg<Rank_F32Buffer, "", [MemWrite]>:$out, F32Attr:$scale);
+  let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$stats,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$rowmax,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$out, F32Attr:$scale);
   let assemblyFormat = [{
     $stats `,` $rowmax `into` $out attr-dict `:` type($stats) `,` type($rowmax) `->` type($out)
   }];
@@ -746,11 +748,11 @@ def Rank_CeLossFromStatsOp : Rank_CallOp<"ce_loss_from_stats"> {
 def Rank_CeGradFromStatsOp : Rank_CallOp<"ce_grad_from_stats",
     [DeclareOpInterfaceMethods<RuntimeCallOpInterface, ["getRuntimeAttrNames"]>]> {
   let summary = "dlogits = scale * (exp(logits - rowmax) / stats[r, 0] - onehot(owned target))";
-  let arguments = (ins Arg<Rank_F32Buffer, "", [MemRead]>:$logits,
+  let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$logits,
                        Arg<Rank_I32Buffer, "", [MemRead]>:$targets,
-                       Arg<Rank_F32Buffer, "", [MemRead]>:$rowmax,
-                       Arg<Rank_F32Buffer, "", [MemRead]>:$stats,
-                       Arg<Rank_F32Buffer, "", [MemWrite]>:$out,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$rowmax,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$stats,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$out,
                        F32Attr:$scale, StrAttr:$vocab_axis,
                        DefaultValuedAttr<I64Attr, "0">:$valid_classes);
   let assemblyFormat = [{

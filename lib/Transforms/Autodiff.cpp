@@ -346,6 +346,19 @@ void AutodiffPass::runOnOperation() {
     model.emitError() << "the model must be one block returning the loss";
     return signalPassFailure();
   }
+  // The dialects carry bf16 and f16; differentiating them (master weights,
+  // fp32 statistics, loss scaling) is mixed precision, not built yet.
+  for (BlockArgument arg : model.getArguments())
+    if (auto t = dyn_cast<ShapedType>(arg.getType());
+        t && isa<FloatType>(t.getElementType()) &&
+        !t.getElementType().isF32()) {
+      model.emitError() << "argument " << arg.getArgNumber() << " is "
+                        << t.getElementType()
+                        << "; plan-autodiff differentiates f32 models only "
+                           "(bf16 and f16 training is mixed precision, not "
+                           "built yet)";
+      return signalPassFailure();
+    }
 
   // The step takes the model's arguments and returns the loss, the sum of
   // squares of all gradients, and the updated parameters.

@@ -119,6 +119,23 @@ void LowerRankToEmitCPass::runOnOperation() {
   };
   refuse(train, train.getPrecision() != "fp32",
          "precision = " + train.getPrecision());
+  // planrt's tensors are f32 and i32 today: a 16-bit buffer (the dialect
+  // carries them for mixed precision) has no runtime form yet.
+  module.walk([&](Operation *op) {
+    if (refused)
+      return WalkResult::interrupt();
+    for (Type t :
+         llvm::concat<const Type>(op->getOperandTypes(), op->getResultTypes()))
+      if (auto m = dyn_cast<MemRefType>(t);
+          m && isa<FloatType>(m.getElementType()) &&
+          !m.getElementType().isF32()) {
+        std::string s;
+        llvm::raw_string_ostream(s) << "a " << m.getElementType() << " buffer";
+        refuse(op, true, s);
+        return WalkResult::interrupt();
+      }
+    return WalkResult::advance();
+  });
   if (refused)
     return signalPassFailure();
   auto name = module.getSymName();
