@@ -12,6 +12,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "checkpoint.h"
+#include "planrt/dtype.h"
 
 #include "planrt/internal.h"
 
@@ -1292,8 +1293,7 @@ void to_f32(const std::string &dtype, const char *src, int64_t n, float *out) {
     uint16_t h;
     std::memcpy(&h, src + 2 * i, 2);
     if (dtype == "BF16") {
-      uint32_t bits = (uint32_t)h << 16;
-      std::memcpy(&out[i], &bits, 4);
+      out[i] = planrt::float_from_bf16(h);
     } else {
       out[i] = half_to_float(h);
     }

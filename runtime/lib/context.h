@@ -166,6 +166,7 @@ struct Context {
   std::vector<int64_t> captured_shape;
   int64_t save_every = 0; // --save-every (with save_path)
   std::string save_path;
+  bool save_bf16 = false; // --save-dtype bf16 (parameters exported rounded)
   std::string dump_step0_path;
   std::vector<ObservedTensor> observed;
 

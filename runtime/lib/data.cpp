@@ -348,10 +348,11 @@ std::string internal::safetensors_header(
       shape += (d ? "," : "") + std::to_string(t.shape[d]);
     }
     shape += "]";
-    uint64_t bytes = n * sizeof(float);
+    uint64_t bytes = n * (t.bf16 ? 2 : sizeof(float));
     if (i || !metadata.empty())
       header += ",";
-    header += json_string(t.name) + ":{\"dtype\":\"F32\",\"shape\":" + shape +
+    header += json_string(t.name) + ":{\"dtype\":\"" +
+              (t.bf16 ? "BF16" : "F32") + "\",\"shape\":" + shape +
               ",\"data_offsets\":[" + std::to_string(offset) + "," +
               std::to_string(offset + bytes) + "]}";
     offset += bytes;
@@ -376,7 +377,9 @@ internal::safetensors_parts(const std::string &header,
       n *= (size_t)d;
     // fp32 data is written as is: this runtime only targets little-endian
     // machines (x86-64, aarch64).
-    if (n)
+    if (n && t.bf16)
+      parts.push_back({t.bf16, n * 2});
+    else if (n)
       parts.push_back({t.data, n * sizeof(float)});
   }
   return parts;

@@ -2,6 +2,7 @@
 
 #include "checkpoint.h"
 #include "context.h"
+#include "planrt/dtype.h"
 #include "planrt/internal.h"
 #include "progress.h"
 #include "trace.h"
@@ -129,6 +130,7 @@ void allocate_tensor(Context *ctx, Tensor *t) {
 std::string usage(const char *program) {
   return std::string("usage: ") + program +
          " [--steps N] [--save PATH [--save-every N]] [--save-init PATH]"
+         " [--save-dtype f32|bf16]"
          " [--dump-step0 PATH] [--resume [DIR]] [--init-from FILE]"
          " [--checkpoint-dir DIR] [--checkpoint-every N] [--keep N]"
          " [--generate N [--prompt TEXT] [--temperature T]]"
@@ -147,6 +149,12 @@ std::string usage(const char *program) {
          "  --save-init PATH   before step 1, write the initial parameters to "
          "PATH\n"
          "                     (safetensors)\n"
+         "  --save-dtype T     element type of --save, --save-every and "
+         "--save-init:\n"
+         "                     f32 (default, the trained values) or bf16 "
+         "(rounded to\n"
+         "                     nearest even, half the bytes); checkpoints stay "
+         "f32\n"
          "  --dump-step0 PATH  after step 1, write the tensors the program "
          "observed in\n"
          "                     it to PATH (safetensors): 'logits' (rank 0's "
@@ -1236,6 +1244,18 @@ void save_safetensors(Context *ctx, const std::string &path,
   for (auto &kv : comms)
     if (kv.second != MPI_COMM_NULL)
       MPI_Comm_free(&kv.second);
+  // --save-dtype bf16: each tensor rounded to nearest even.
+  std::vector<std::vector<uint16_t>> bf16;
+  if (ctx->save_bf16 && ctx->rank == 0)
+    for (NamedTensor &nt : named) {
+      int64_t n = 1;
+      for (int64_t d : nt.shape)
+        n *= d;
+      bf16.emplace_back((size_t)n);
+      for (int64_t i = 0; i < n; ++i)
+        bf16.back()[(size_t)i] = bf16_from_float(nt.data[i]);
+      nt.bf16 = bf16.back().data();
+    }
   std::string error;
   if (ctx->rank == 0)
     error = try_write_safetensors(path, named);
@@ -1258,6 +1278,7 @@ int run(int argc, char **argv, const char *program_name,
   int64_t steps = ctx->steps;
   std::string save_path, init_path, dump_path;
   int64_t save_every = 0;
+  bool save_bf16 = false; // --save-dtype bf16
   int64_t eval_every = 0, eval_batches = 4;
   bool eval_batches_set = false;
   std::string eval_data, dump_eval_path;
@@ -1333,6 +1354,14 @@ int run(int argc, char **argv, const char *program_name,
       }
     } else if (arg == "--save-every") {
       opt.take_int(1, save_every);
+    } else if (arg == "--save-dtype") {
+      if (!take_value())
+        break;
+      if (value == "bf16" || value == "f32")
+        save_bf16 = value == "bf16";
+      else
+        error =
+            "invalid value '" + value + "' for --save-dtype (want f32 or bf16)";
     } else if (arg == "--eval-every") {
       opt.take_int(1, eval_every);
     } else if (arg == "--eval-batches") {
@@ -1500,6 +1529,7 @@ int run(int argc, char **argv, const char *program_name,
   }
   internal::report_open(ctx, report);
   internal::load_checkpoints(ctx, ckpt);
+  ctx->save_bf16 = save_bf16;
   if (!init_path.empty()) // collective when parameters are sharded
     internal::save_safetensors(ctx, init_path, "--save-init");
   ctx->save_every = save_every;

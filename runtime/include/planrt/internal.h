@@ -186,11 +186,13 @@ std::string write_checkpoint(Context *ctx, int64_t step);
 uint32_t crc32(uint32_t crc, const void *data, size_t bytes);
 std::string plan_hash(const Context *ctx);
 
-/// Safetensors serialization of named fp32 tensors (shapes as dims lists).
+/// Safetensors serialization of named fp32 tensors (shapes as dims lists);
+/// with `bf16` set, that bfloat16 copy is written instead (dtype BF16).
 struct NamedTensor {
   std::string name;
   std::vector<int64_t> shape;
   const float *data;
+  const uint16_t *bf16 = nullptr;
 };
 /// Writes `path` atomically: a temporary file in the same directory
 /// (".NAME.tmp-XXXXXX", removed on error and on SIGINT, SIGTERM, SIGHUP and
