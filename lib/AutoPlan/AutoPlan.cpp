@@ -600,9 +600,7 @@ llvm::Expected<AutoPlanResult> planc::autoPlan(llvm::StringRef path,
   unsigned threads = opts.threads
                          ? opts.threads
                          : unsigned(std::max(1, llvm::get_physical_cores()));
-  auto reject = [&](const std::string &why, int64_t n = 1) {
-    r.rejected[why] += n;
-  };
+  auto reject = [&](const std::string &why) { ++r.rejected[why]; };
 
   // 1. Probes for every (tp, sp, recompute, micro batch) that can occur.
   auto t0 = Clock::now();
