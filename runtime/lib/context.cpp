@@ -539,8 +539,27 @@ void arena_free_all(Context *ctx) {
   ctx->chunk_offset = 0;
 }
 
+const char *dtype_name(int dtype) {
+  switch (dtype) {
+  case F32:
+    return "f32";
+  case I32:
+    return "i32";
+  case BF16:
+    return "bf16";
+  case F16:
+    return "f16";
+  }
+  return "an unknown dtype";
+}
+
+static void check_dtype(const char *op, int64_t dtype) {
+  if (dtype < F32 || dtype > F16)
+    fatal("%s: unknown dtype %lld", op, (long long)dtype);
+}
+
 Tensor *alloc(Context *ctx, int64_t ndim, int64_t d0, int64_t d1, int64_t d2,
-              int64_t d3) {
+              int64_t d3, int64_t dtype) {
   check_ctx(ctx, "alloc");
   int64_t d[4] = {d0, d1, d2, d3};
   if (ndim < 0 || ndim > 4)
@@ -549,15 +568,18 @@ Tensor *alloc(Context *ctx, int64_t ndim, int64_t d0, int64_t d1, int64_t d2,
     if (d[i] < 0 || (i >= ndim && d[i] != 1))
       fatal("alloc: invalid dimension %d = %lld for a rank-%lld tensor", i,
             (long long)d[i], (long long)ndim);
+  check_dtype("alloc", dtype);
   Tensor t = make_shape(ndim, d);
-  t.data = (float *)arena_alloc(ctx, (size_t)t.numel() * sizeof(float));
+  t.dtype = (int)dtype;
+  t.data = (float *)arena_alloc(ctx, tensor_bytes(&t));
   ctx->scratch.push_back(t);
   return &ctx->scratch.back();
 }
 
 Tensor *alloc_on_stage(Context *ctx, int64_t stage, int64_t ndim, int64_t d0,
-                       int64_t d1, int64_t d2, int64_t d3) {
-  return owns_stage(ctx, stage) ? alloc(ctx, ndim, d0, d1, d2, d3) : nullptr;
+                       int64_t d1, int64_t d2, int64_t d3, int64_t dtype) {
+  return owns_stage(ctx, stage) ? alloc(ctx, ndim, d0, d1, d2, d3, dtype)
+                                : nullptr;
 }
 
 //===--- Mesh groups ------------------------------------------------------===//

@@ -316,6 +316,12 @@ struct Context {
     __attribute__((format(printf, 1, 2)));
 
 std::string shape_str(const Tensor *t);
+/// Bytes of t's elements (its dtype's width times its element count).
+inline size_t tensor_bytes(const Tensor *t) {
+  return (size_t)t->numel() * (size_t)dtype_bytes(t->dtype);
+}
+/// "f32", "i32", "bf16", "f16".
+const char *dtype_name(int dtype);
 /// Checks that `t` is a usable tensor argument of op `op`.
 void check_tensor(const char *op, const char *what, const Tensor *t);
 /// Scratch memory from the step arena (256-byte aligned).

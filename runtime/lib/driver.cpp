@@ -1067,8 +1067,16 @@ size_t write_observed(Context *ctx, const std::string &path,
 std::vector<float> to_host(Context *ctx, const Tensor *t) {
   check_tensor("to_host", "tensor", t);
   std::vector<float> v((size_t)t->numel());
-  if (!v.empty())
-    backend::to_host(ctx, v.data(), t->data, v.size() * sizeof(float));
+  if (v.empty())
+    return v;
+  if (t->dtype == BF16 || t->dtype == F16) {
+    std::vector<uint16_t> h(v.size());
+    backend::to_host(ctx, h.data(), t->data, h.size() * sizeof(uint16_t));
+    for (size_t i = 0; i < h.size(); ++i)
+      v[i] = t->dtype == BF16 ? float_from_bf16(h[i]) : float_from_f16(h[i]);
+    return v;
+  }
+  backend::to_host(ctx, v.data(), t->data, v.size() * sizeof(float));
   return v;
 }
 
@@ -1096,9 +1104,18 @@ void from_host(Context *ctx, Tensor *t, const std::vector<float> &values) {
   if ((int64_t)values.size() != t->numel())
     fatal("from_host: %zu values for a tensor %s", values.size(),
           shape_str(t).c_str());
-  if (!values.empty())
-    backend::to_device(ctx, t->data, values.data(),
-                       values.size() * sizeof(float));
+  if (values.empty())
+    return;
+  if (t->dtype == BF16 || t->dtype == F16) {
+    std::vector<uint16_t> h(values.size());
+    for (size_t i = 0; i < h.size(); ++i)
+      h[i] = t->dtype == BF16 ? bf16_from_float(values[i])
+                              : f16_from_float(values[i]);
+    backend::to_device(ctx, t->data, h.data(), h.size() * sizeof(uint16_t));
+    return;
+  }
+  backend::to_device(ctx, t->data, values.data(),
+                     values.size() * sizeof(float));
 }
 
 /// Coordinates the ranks holding the copy of `p` that --save reads must

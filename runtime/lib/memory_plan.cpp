@@ -194,15 +194,19 @@ void arena_end(Context *ctx) {
 }
 
 Tensor *alloc_at(Context *ctx, int64_t offset, int64_t kind, int64_t ndim,
-                 int64_t d0, int64_t d1, int64_t d2, int64_t d3) {
+                 int64_t d0, int64_t d1, int64_t d2, int64_t d3,
+                 int64_t dtype) {
   check_plan(ctx, "alloc_at");
   close_workspace(ctx);
   int64_t d[4] = {d0, d1, d2, d3};
   if (ndim < 0 || ndim > 4 || kind < 0 || kind > 1 || offset < 0 ||
-      offset % workspace::kAlign)
-    fatal("alloc_at: invalid arguments (offset %lld, kind %lld, rank %lld)",
-          (long long)offset, (long long)kind, (long long)ndim);
+      offset % workspace::kAlign || dtype < F32 || dtype > F16)
+    fatal("alloc_at: invalid arguments (offset %lld, kind %lld, rank %lld, "
+          "dtype %lld)",
+          (long long)offset, (long long)kind, (long long)ndim,
+          (long long)dtype);
   Tensor t;
+  t.dtype = (int)dtype;
   t.ndim = (int)ndim;
   for (int i = 0; i < 4; ++i) {
     if (d[i] < 0 || (i >= ndim && d[i] != 1))
@@ -210,7 +214,7 @@ Tensor *alloc_at(Context *ctx, int64_t offset, int64_t kind, int64_t ndim,
             (long long)d[i], (long long)ndim);
     t.shape[i] = d[i];
   }
-  int64_t bytes = workspace::round(t.numel() * (int64_t)sizeof(float));
+  int64_t bytes = workspace::round((int64_t)tensor_bytes(&t));
   check_free(ctx, "alloc_at", offset, bytes);
   note_high_water(ctx, offset + bytes);
   ctx->live[offset] = {bytes, (int)kind};
@@ -222,9 +226,9 @@ Tensor *alloc_at(Context *ctx, int64_t offset, int64_t kind, int64_t ndim,
 
 Tensor *alloc_at_on_stage(Context *ctx, int64_t stage, int64_t offset,
                           int64_t kind, int64_t ndim, int64_t d0, int64_t d1,
-                          int64_t d2, int64_t d3) {
+                          int64_t d2, int64_t d3, int64_t dtype) {
   return owns_stage(ctx, stage)
-             ? alloc_at(ctx, offset, kind, ndim, d0, d1, d2, d3)
+             ? alloc_at(ctx, offset, kind, ndim, d0, d1, d2, d3, dtype)
              : nullptr;
 }
 

@@ -246,8 +246,8 @@ void check_p2p_message(Context *ctx, const Tensor *out, int64_t axis,
     fatal("recv: the message from coordinate %lld on mesh axis %lld ('%s') "
           "is %s but the receiving tensor %s is %s (rank %d)",
           (long long)peer, (long long)axis,
-          ctx->axis_names[(size_t)axis].c_str(), dtype == F32 ? "f32" : "i32",
-          shape_str(out).c_str(), out->dtype == F32 ? "f32" : "i32", ctx->rank);
+          ctx->axis_names[(size_t)axis].c_str(), dtype_name(dtype),
+          shape_str(out).c_str(), dtype_name(out->dtype), ctx->rank);
 }
 
 void pipeline_end_step(Context *ctx, const char *when) {
@@ -516,7 +516,7 @@ void unit_end(Context *ctx) {
 //===--- The stash --------------------------------------------------------===//
 
 Tensor *alloc_stash(Context *ctx, int64_t ndim, int64_t d0, int64_t d1,
-                    int64_t d2, int64_t d3) {
+                    int64_t d2, int64_t d3, int64_t dtype) {
   const char *op = "alloc_stash";
   check_ctx(ctx, op);
   if (!ctx->started)
@@ -528,11 +528,14 @@ Tensor *alloc_stash(Context *ctx, int64_t ndim, int64_t d0, int64_t d1,
     if (d[i] < 0 || (i >= ndim && d[i] != 1))
       fatal("%s: invalid dimension %d = %lld for a rank-%lld tensor", op, i,
             (long long)d[i], (long long)ndim);
+  if (dtype < F32 || dtype > F16)
+    fatal("%s: unknown dtype %lld", op, (long long)dtype);
   Tensor t;
   t.ndim = (int)ndim;
+  t.dtype = (int)dtype;
   for (int i = 0; i < 4; ++i)
     t.shape[i] = i < ndim ? d[i] : 1;
-  size_t bytes = (size_t)t.numel() * sizeof(float);
+  size_t bytes = tensor_bytes(&t);
   if (bytes == 0)
     bytes = sizeof(float); // a distinct address
   size_t pool_bytes = 0;
@@ -649,9 +652,9 @@ void send(Context *ctx, const Tensor *t, int64_t axis, int64_t peer) {
   trace::Scope ts(ctx, "send", "p2p");
   ts.axis = axis;
   ts.peer = peer;
-  ts.bytes = t->numel() * (int64_t)sizeof(float);
+  ts.bytes = (int64_t)tensor_bytes(t);
   p2p_progress(ctx);
-  size_t bytes = (size_t)t->numel() * sizeof(float);
+  size_t bytes = tensor_bytes(t);
   if (peer == ctx->coords[(size_t)axis]) {
     Context::SelfMessage m;
     m.data = backend::alloc_bytes(ctx, bytes ? bytes : sizeof(float));
@@ -669,7 +672,7 @@ void recv(Context *ctx, Tensor *out, int64_t axis, int64_t peer) {
   trace::Scope ts(ctx, "recv", "p2p");
   ts.axis = axis;
   ts.peer = peer;
-  ts.bytes = out->numel() * (int64_t)sizeof(float);
+  ts.bytes = (int64_t)tensor_bytes(out);
   p2p_progress(ctx);
   if (peer == ctx->coords[(size_t)axis]) {
     auto &q = ctx->self_messages[axis];
@@ -681,8 +684,7 @@ void recv(Context *ctx, Tensor *out, int64_t axis, int64_t peer) {
     Context::SelfMessage m = q.front();
     check_p2p_message(ctx, out, axis, peer, m.count, m.dtype);
     q.pop_front();
-    backend::copy_bytes(ctx, out->data, m.data,
-                        (size_t)m.count * sizeof(float));
+    backend::copy_bytes(ctx, out->data, m.data, tensor_bytes(out));
     backend::free_bytes(ctx, m.data);
     return;
   }

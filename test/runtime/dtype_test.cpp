@@ -1,7 +1,9 @@
 // bfloat16 round-to-nearest-even (runtime/include/planrt/dtype.h) against a
 // reference that picks the nearer of the two neighbouring bfloat16 values
 // by arithmetic in double, ties to the even one: edge cases and a sweep
-// over 2^32 / 4099 bit patterns of every sign and exponent.
+// over 2^32 / 4099 bit patterns of every sign and exponent. IEEE half
+// against the compiler's _Float16 conversions (IEEE round-to-nearest-even
+// in GCC's soft-float or F16C code), on every 2^32 / 257 bit pattern.
 #include "planrt/dtype.h"
 
 #include <gtest/gtest.h>
@@ -87,6 +89,58 @@ TEST(Bf16, RoundTripsEveryBf16) {
     if (std::isnan(f))
       continue;
     EXPECT_EQ(bf16_from_float(f), h);
+  }
+}
+
+TEST(F16, EdgeCases) {
+  EXPECT_EQ(f16_from_float(0.0f), 0x0000);
+  EXPECT_EQ(f16_from_float(-0.0f), 0x8000);
+  EXPECT_EQ(f16_from_float(1.0f), 0x3c00);
+  EXPECT_EQ(f16_from_float(65504.0f), 0x7bff); // the largest half
+  EXPECT_EQ(f16_from_float(65519.0f), 0x7bff); // below halfway to 2^16
+  EXPECT_EQ(f16_from_float(65520.0f), 0x7c00); // halfway: to even = inf
+  EXPECT_EQ(f16_from_float(std::ldexp(1.0f, -24)), 0x0001); // subnormal min
+  EXPECT_EQ(f16_from_float(std::ldexp(1.0f, -25)), 0x0000); // tie to even 0
+  EXPECT_EQ(f16_from_float(std::ldexp(1.5f, -25)), 0x0001);
+  EXPECT_EQ(f16_from_float(std::ldexp(3.0f, -25)), 0x0002); // tie to even 2
+  EXPECT_EQ(f16_from_float(std::ldexp(1.0f, -14)), 0x0400); // normal min
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(f16_from_float(-inf), 0xfc00);
+  EXPECT_TRUE(
+      std::isnan(float_from_f16(f16_from_float(std::nanf("")))));
+  EXPECT_EQ(float_from_f16(0x0001), std::ldexp(1.0f, -24));
+  EXPECT_EQ(float_from_f16(0xfbff), -65504.0f);
+}
+
+TEST(F16, MatchesFloat16OnASweep) {
+  int64_t checked = 0;
+  for (uint64_t b = 0; b <= 0xffffffffull; b += 257) {
+    uint32_t bits = uint32_t(b);
+    float f;
+    std::memcpy(&f, &bits, 4);
+    if (std::isnan(f))
+      continue;
+    _Float16 h = (_Float16)f;
+    uint16_t want;
+    std::memcpy(&want, &h, 2);
+    ASSERT_EQ(f16_from_float(f), want) << "bits 0x" << std::hex << bits;
+    ++checked;
+  }
+  EXPECT_GT(checked, 10000000);
+}
+
+TEST(F16, WidensEveryHalfExactly) {
+  for (uint32_t h = 0; h <= 0xffffu; ++h) {
+    uint16_t bits = uint16_t(h);
+    _Float16 ref;
+    std::memcpy(&ref, &bits, 2);
+    float f = float_from_f16(bits);
+    if (std::isnan(float(ref))) {
+      EXPECT_TRUE(std::isnan(f));
+      continue;
+    }
+    EXPECT_EQ(f, float(ref)) << "half 0x" << std::hex << h;
+    EXPECT_EQ(f16_from_float(f), bits);
   }
 }
 

@@ -10,6 +10,7 @@
 #ifndef PLANRT_KERNELS_H
 #define PLANRT_KERNELS_H
 
+#include "planrt/dtype.h"
 #include "planrt/workspace.h"
 
 #include <cmath>
@@ -50,6 +51,28 @@ PLANRT_HD inline float gelu_deriv(float x) {
 }
 
 //===--- Element-wise functors (index space: output elements) -------------===//
+
+/// Element types of a cast, as planrt::DType numbers them (planrt.h).
+enum CastType : int { CastF32 = 0, CastBF16 = 2, CastF16 = 3 };
+
+/// out = in converted between f32, bf16 and f16 (through fp32, rounding to
+/// nearest even): mixed precision's casts, and the staging of 16-bit
+/// operands into fp32 for the kernels below.
+struct CastFn {
+  const void *in;
+  void *out;
+  int from, to; // CastType
+  PLANRT_HD void operator()(int64_t i) const {
+    float v = from == CastF32   ? ((const float *)in)[i]
+              : from == CastBF16 ? float_from_bf16(((const uint16_t *)in)[i])
+                                 : float_from_f16(((const uint16_t *)in)[i]);
+    if (to == CastF32)
+      ((float *)out)[i] = v;
+    else
+      ((uint16_t *)out)[i] =
+          to == CastBF16 ? bf16_from_float(v) : f16_from_float(v);
+  }
+};
 
 struct BiasAddFn {
   const float *x, *b;

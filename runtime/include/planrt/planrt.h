@@ -22,13 +22,22 @@ namespace planrt {
 
 struct Context;
 
-/// Element types of a Tensor (values of `Tensor::dtype`). Both are 4 bytes.
-enum DType : int { F32 = 0, I32 = 1 };
+/// Element types of a Tensor (values of `Tensor::dtype`). F32 and I32 take 4
+/// bytes, BF16 and F16 (mixed precision's 16-bit storage, planrt/dtype.h) 2.
+enum DType : int { F32 = 0, I32 = 1, BF16 = 2, F16 = 3 };
+
+/// Bytes per element of a DType.
+inline int64_t dtype_bytes(int64_t dtype) {
+  return dtype == BF16 || dtype == F16 ? 2 : 4;
+}
 
 /// A dense tensor of rank 0..4, row-major. `data` points to host memory
 /// on the host backend and to device memory on the cuda backend. Elements are
-/// fp32 (`dtype` F32) or int32 (`dtype` I32, e.g. token ids; the same storage
-/// read through ids()).
+/// fp32 (`dtype` F32), int32 (`dtype` I32, e.g. token ids; the same storage
+/// read through ids()) or 16-bit floats (BF16, F16: `data` points to
+/// uint16_t storage). Every op computes in fp32: it reads 16-bit operands
+/// as fp32 and rounds its 16-bit results to nearest even, as GPU kernels do
+/// (docs/design.md, "Mixed precision").
 struct Tensor {
   float *data = nullptr;
   int ndim = 0;
@@ -276,8 +285,9 @@ Tensor *input(Context *ctx, int64_t index);
 Tensor *state(Context *ctx, int64_t index);
 /// Scratch tensor valid until the end of the current step (arena-allocated;
 /// the arena is reset before every step). Contents are undefined.
+/// `dtype` is a DType (F32 unless given).
 Tensor *alloc(Context *ctx, int64_t ndim, int64_t d0, int64_t d1, int64_t d2,
-              int64_t d3);
+              int64_t d3, int64_t dtype = F32);
 
 //===--- The compiler's memory plan (plan-memory) -------------------------===//
 //
@@ -308,14 +318,15 @@ void plan_stash(Context *ctx, int64_t coord, int64_t bytes);
 void arena_begin(Context *ctx, int64_t function);
 void arena_end(Context *ctx);
 /// The buffer at `offset` of the arena (kind 0: activations and their
-/// gradients, 1: parameter gradients). Fatal if its bytes overlap a live
-/// buffer. Contents are undefined.
+/// gradients, 1: parameter gradients) with elements of `dtype` (a DType).
+/// Fatal if its bytes overlap a live buffer. Contents are undefined.
 Tensor *alloc_at(Context *ctx, int64_t offset, int64_t kind, int64_t ndim,
-                 int64_t d0, int64_t d1, int64_t d2, int64_t d3);
+                 int64_t d0, int64_t d1, int64_t d2, int64_t d3,
+                 int64_t dtype = F32);
 /// alloc_at on the ranks that own pipeline stage `stage`, nullptr elsewhere.
 Tensor *alloc_at_on_stage(Context *ctx, int64_t stage, int64_t offset,
                           int64_t kind, int64_t ndim, int64_t d0, int64_t d1,
-                          int64_t d2, int64_t d3);
+                          int64_t d2, int64_t d3, int64_t dtype = F32);
 /// Ends the life of an alloc_at buffer (null: nothing). With PLANRT_POISON=1
 /// in the environment its bytes are filled with NaN, so that a read after
 /// the end of its planned life shows in the results.
@@ -327,7 +338,7 @@ void op_workspace(Context *ctx, int64_t offset, int64_t bytes);
 /// alloc() on the ranks that own pipeline stage `stage` (owns_stage), nullptr
 /// on the others: a buffer of one stage's code outside the pipeline's units.
 Tensor *alloc_on_stage(Context *ctx, int64_t stage, int64_t ndim, int64_t d0,
-                       int64_t d1, int64_t d2, int64_t d3);
+                       int64_t d1, int64_t d2, int64_t d3, int64_t dtype = F32);
 
 /// A tensor header sharing src's data (and dtype) with another shape of the
 /// same element count; unused trailing dims are 1. The header is valid until
@@ -356,6 +367,9 @@ void arena_release(Context *ctx, int64_t mark);
 void set_microbatch(Context *ctx, int64_t mb);
 /// Every element of t = value (converted to int32 for an I32 tensor).
 void fill(Context *ctx, Tensor *t, float value);
+/// out = in converted to out's dtype (F32, BF16 or F16; the same shape),
+/// rounding to nearest even: mixed precision's casts (plan.cast).
+void cast(Context *ctx, const Tensor *in, Tensor *out);
 
 /// c = op(a) @ op(b); op(x) = x^T when the flag is set. Operands of rank > 2
 /// are viewed as 2-D [rows, last dim] (rows = product of the leading dims),
@@ -779,7 +793,7 @@ void recv(Context *ctx, Tensor *out, int64_t axis, int64_t peer);
 /// step the stash must be empty (fatal naming the slots and microbatches
 /// left); what is left of the stash memory is then freed.
 Tensor *alloc_stash(Context *ctx, int64_t ndim, int64_t d0, int64_t d1,
-                    int64_t d2, int64_t d3);
+                    int64_t d2, int64_t d3, int64_t dtype = F32);
 void stash_put(Context *ctx, Tensor *t, int64_t slot, int64_t mb,
                int64_t readers);
 Tensor *stash_get(Context *ctx, int64_t slot, int64_t mb);

@@ -31,6 +31,10 @@ constexpr int64_t round(int64_t bytes) {
 }
 /// n fp32 temporaries (at least one).
 constexpr int64_t floats(int64_t n) { return round((n > 0 ? n : 1) * 4); }
+/// The fp32 copy an op works on for one 16-bit tensor of n elements
+/// (mixed precision: ops stage bf16/f16 operands through fp32, ops_impl.inc).
+/// It comes before the op's own temporaries.
+constexpr int64_t staging(int64_t n) { return floats(n); }
 /// The two-int error flag of ops that check indices.
 constexpr int64_t flag() { return round(8); }
 /// The partial sums of a chunked reduction of n elements.

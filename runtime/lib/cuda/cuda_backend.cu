@@ -635,7 +635,16 @@ Route route(Context *ctx, const char *op, int64_t axis, int64_t peer,
 }
 
 ncclDataType_t nccl_type(const Tensor *t) {
-  return t->dtype == I32 ? ncclInt32 : ncclFloat;
+  switch (t->dtype) {
+  case I32:
+    return ncclInt32;
+  case BF16:
+    return ncclBfloat16;
+  case F16:
+    return ncclFloat16;
+  default:
+    return ncclFloat;
+  }
 }
 } // namespace
 
@@ -649,7 +658,7 @@ void p2p_send(Context *ctx, const Tensor *t, int64_t axis, int64_t peer,
   if (header == 0)
     return;
   Route r = route(ctx, "send", axis, peer, /*sending=*/true);
-  size_t bytes = (size_t)header * sizeof(float);
+  size_t bytes = tensor_bytes(t);
   void *buf = nullptr;
   CUDA_CHECK(cudaMallocAsync(&buf, bytes, s->stream));
   CUDA_CHECK(cudaMemcpyAsync(buf, t->data, bytes, cudaMemcpyDeviceToDevice,

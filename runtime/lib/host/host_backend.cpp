@@ -151,8 +151,7 @@ void copy_bytes(Context *, void *dst, const void *src, size_t bytes) {
 // The data goes over the p2p communicator of lib/pipeline.cpp, tag = dtype:
 // MPI keeps the messages of one pair of ranks in order.
 void p2p_send(Context *ctx, const Tensor *t, int64_t, int64_t, int world_peer) {
-  p2p_mpi_isend(ctx, world_peer, t->dtype, t->data,
-                (size_t)t->numel() * sizeof(float));
+  p2p_mpi_isend(ctx, world_peer, t->dtype, t->data, tensor_bytes(t));
 }
 
 void p2p_recv(Context *ctx, Tensor *out, int64_t axis, int64_t peer,
@@ -160,8 +159,8 @@ void p2p_recv(Context *ctx, Tensor *out, int64_t axis, int64_t peer,
   size_t bytes = 0;
   int tag = 0;
   p2p_mpi_probe(ctx, world_peer, &bytes, &tag);
-  check_p2p_message(ctx, out, axis, peer, (int64_t)(bytes / sizeof(float)),
-                    tag);
+  check_p2p_message(ctx, out, axis, peer,
+                    (int64_t)(bytes / (size_t)dtype_bytes(tag)), tag);
   p2p_mpi_recv(ctx, world_peer, tag, out->data, bytes);
 }
 
