@@ -22,13 +22,13 @@ def Plan_Dialect : Dialect {
 }
 
 // Every float operand and result of an op has one element type (f32, bf16
-// or f16): see dialects/plan/OneFloatType.h.
-def Plan_OneFloatType : NativeOpTrait<"OneFloatType"> {
+// or f16): see dialects/plan/OneSixteenBitType.h.
+def Plan_OneSixteenBitType : NativeOpTrait<"OneSixteenBitType"> {
   let cppNamespace = "::planc";
 }
 
 class Plan_Op<string mnemonic, list<Trait> traits = []>
-    : Op<Plan_Dialect, mnemonic, !listconcat(traits, [Plan_OneFloatType])>;
+    : Op<Plan_Dialect, mnemonic, !listconcat(traits, [Plan_OneSixteenBitType])>;
 class Plan_Attr<string name, string attrMnemonic, list<Trait> traits = []>
     : AttrDef<Plan_Dialect, name, traits> {
   let mnemonic = attrMnemonic;

@@ -548,6 +548,14 @@ LogicalResult BiasAddOp::verify() {
   return success();
 }
 
+LogicalResult CastOp::verify() {
+  auto in = getInput().getType(), out = getResult().getType();
+  if (in.getShape() != out.getShape())
+    return emitOpError() << "converts " << in << " to " << out
+                         << "; a cast keeps the shape";
+  return success();
+}
+
 LogicalResult BiasGradOp::verify() {
   auto g = getGrad().getType();
   auto r = getResult().getType();

@@ -13,7 +13,7 @@
 #include "mlir/IR/SymbolTable.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 
-#include "dialects/plan/OneFloatType.h"
+#include "dialects/plan/OneSixteenBitType.h"
 #include "dialects/plan/PlanDialect.h.inc"
 #include "dialects/plan/ShardingRule.h"
 

@@ -225,6 +225,25 @@ def Plan_BiasGradOp : Plan_ComputeOp<"bias_grad", []> {
   let hasVerifier = 1;
 }
 
+def Plan_CastOp : Plan_ComputeOp<"cast", []> {
+  let summary = "Converts a float tensor to another float element type";
+  let description = [{
+    Rounds to nearest even (narrowing) or widens exactly: mixed precision's
+    conversions, made by plan-mixed-precision (the 16-bit compute copy of an
+    fp32 master weight; fp32 logits for the loss) and by autodiff (a cast's
+    gradient is the cast back). Laid out like its input; a pending sum passes
+    through it, so a gradient summed over ranks is summed in the wider type.
+
+    ```mlir
+    %w16 = plan.cast %w : tensor<64x64xf32> -> tensor<64x64xbf16>
+    ```
+  }];
+  let arguments = (ins Plan_FloatTensor:$input);
+  let results = (outs Plan_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+}
+
 class Plan_BinaryOp<string mnemonic, string doc>
     : Plan_ComputeOp<mnemonic, [SameOperandsAndResultType]> {
   let summary = doc;

@@ -82,6 +82,19 @@ Rule MulOp::getShardingRule() {
   return r;
 }
 
+// Where a gradient's sum over ranks and microbatches happens: a pending
+// sum passes through a cast (linear), so bf16 gradients are summed in fp32
+// after their cast to the master weight's type (Megatron's default for
+// bf16), except through a widening of f16: fp16 gradients, scaled by the
+// loss scale, are summed in fp16 before it, as Megatron and Micikevicius et
+// al. 2018 do.
+Rule CastOp::getShardingRule() {
+  Rule r = elementwise(*this);
+  if (!getInput().getType().getElementType().isF16())
+    r.setLinear(Lin::Each, {0});
+  return r;
+}
+
 Rule ScaleOp::getShardingRule() {
   Rule r = elementwise(*this);
   r.setLinear(Lin::Each, {0});

@@ -22,6 +22,10 @@ struct WorkspaceEnv {
 int64_t classifierClasses(mlir::ModuleOp module, mlir::Operation *step);
 /// Attaches WorkspaceOpInterface to the ops that take temporaries.
 void registerWorkspaceModels(mlir::MLIRContext *ctx);
+/// The fp32 copies planrt makes of an op's bf16/f16 buffers while it runs
+/// (planrt/workspace.h staging), taken before the op's own temporaries: 0
+/// for ops that convert (cast) or move bytes (p2p, stash) themselves.
+int64_t stagingBytes(mlir::Operation *op);
 } // namespace planc::rank
 
 #include "dialects/rank/RankInterfaces.h.inc"

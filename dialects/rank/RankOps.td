@@ -59,7 +59,7 @@ def WorkspaceOpInterface : OpInterface<"WorkspaceOpInterface"> {
 }
 
 class Rank_Op<string mnemonic, list<Trait> traits = []>
-    : Op<Rank_Dialect, mnemonic, !listconcat(traits, [Plan_OneFloatType])>;
+    : Op<Rank_Dialect, mnemonic, !listconcat(traits, [Plan_OneSixteenBitType])>;
 
 // Float buffers: f32, bf16 or f16 (one type per op; mixed precision, issue
 // 9, will produce the 16-bit ones).
@@ -421,6 +421,8 @@ class Rank_TernaryCallOp<string mnemonic, string doc> : Rank_CallOp<mnemonic> {
 }
 
 def Rank_CopyOp : Rank_UnaryCallOp<"copy", "out = input">;
+def Rank_CastOp : Rank_UnaryCallOp<"cast",
+    "out = input in out's element type (f32, bf16, f16; round to nearest even)">;
 def Rank_SiluOp : Rank_UnaryCallOp<"silu", "out = x * sigmoid(x)">;
 def Rank_SoftmaxOp : Rank_UnaryCallOp<"softmax", "softmax over the last dimension">;
 def Rank_SiluGradOp : Rank_BinaryCallOp<"silu_grad", "out = dy * silu'(x)">;

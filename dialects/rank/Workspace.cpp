@@ -44,6 +44,24 @@ int64_t groupOf(const WorkspaceEnv &env, ArrayAttr axes) {
   return g;
 }
 
+} // namespace
+
+int64_t planc::rank::stagingBytes(Operation *op) {
+  bool staged = (isa<RuntimeCallOpInterface>(op) &&
+                 !isa<CastOp, ReportLossOp, ReportGradNormOp>(op)) ||
+                isa<AllReduceOp, AllReduceStartOp, AllReduceMaxOp, AllGatherOp,
+                    ReduceScatterOp, ShardSliceOp>(op);
+  if (!staged)
+    return 0;
+  int64_t bytes = 0;
+  for (Value v : op->getOperands())
+    if (auto m = dyn_cast<MemRefType>(v.getType());
+        m && isa<FloatType>(m.getElementType()) && !m.getElementType().isF32())
+      bytes += ws::staging(m.getNumElements());
+  return bytes;
+}
+
+namespace {
 /// One model per op: `Fn` computes the bytes from the op.
 template <typename OpT, int64_t (*Fn)(OpT, const WorkspaceEnv &)>
 struct Model : public WorkspaceOpInterface::ExternalModel<Model<OpT, Fn>, OpT> {

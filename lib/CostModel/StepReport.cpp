@@ -18,19 +18,19 @@ using namespace planc;
 namespace rk = planc::rank;
 
 namespace {
-double bufferBytes(Type t, double f32Bytes = 4) {
+/// Bytes of a buffer of the rank IR, whose element types are real: with
+/// mixed precision, activations are 16-bit while master weights, their
+/// gradients and the optimizer state are f32.
+double bufferBytes(Type t) {
   auto m = cast<MemRefType>(t);
-  double eb = m.getElementType().isF32()
-                  ? f32Bytes
-                  : double(m.getElementType().getIntOrFloatBitWidth()) / 8.0;
-  return double(m.getNumElements()) * eb;
+  return double(m.getNumElements()) *
+         double(m.getElementType().getIntOrFloatBitWidth()) / 8.0;
 }
 
 /// What the rank that runs `op` sends per step for it, by (kind, axes).
 struct Counter {
   plan::MeshOp mesh;
   std::map<std::pair<std::string, std::string>, CommLine> lines;
-  double f32Bytes = 4; // what an f32 buffer moves (2 with fp16/bf16)
 
   int64_t groupOf(ArrayRef<StringRef> axes) {
     int64_t n = 1;
@@ -63,22 +63,21 @@ struct Counter {
     };
     if (auto ar = dyn_cast<rk::AllReduceOp>(op))
       add("all_reduce", axesOf(ar.getAxes()),
-          bufferBytes(ar.getBuffer().getType(), f32Bytes), 1, times);
+          bufferBytes(ar.getBuffer().getType()), 1, times);
     else if (auto ar = dyn_cast<rk::AllReduceStartOp>(op))
       add("all_reduce", axesOf(ar.getAxes()),
-          bufferBytes(ar.getBuffer().getType(), f32Bytes), 1, times);
+          bufferBytes(ar.getBuffer().getType()), 1, times);
     else if (auto g = dyn_cast<rk::AllGatherOp>(op))
-      add("all_gather", {g.getAxis()},
-          bufferBytes(g.getOut().getType(), f32Bytes), 1, times);
+      add("all_gather", {g.getAxis()}, bufferBytes(g.getOut().getType()), 1,
+          times);
     else if (auto rs = dyn_cast<rk::ReduceScatterOp>(op))
       add("reduce_scatter", {rs.getAxis()},
-          bufferBytes(rs.getInput().getType(), f32Bytes), 1, times);
+          bufferBytes(rs.getInput().getType()), 1, times);
     else if (auto a2a = dyn_cast<rk::AllToAllOp>(op))
-      add("all_to_all", {a2a.getAxis()},
-          bufferBytes(a2a.getInput().getType(), f32Bytes), 1, times);
+      add("all_to_all", {a2a.getAxis()}, bufferBytes(a2a.getInput().getType()),
+          1, times);
     else if (auto s = dyn_cast<rk::SendOp>(op))
-      add("send", {"pp"}, bufferBytes(s.getBuffer().getType(), f32Bytes), 1,
-          times);
+      add("send", {"pp"}, bufferBytes(s.getBuffer().getType()), 1, times);
   }
 };
 
@@ -107,9 +106,9 @@ struct OpCost {
   double time = 0;  // seconds
 };
 
-/// Costs rank ops with the time model. Activations and what moves between
-/// ranks take the plan's precision (2 bytes for fp16/bf16); the optimizer's
-/// kernels work on fp32 master weights and state (4 bytes).
+/// Costs rank ops with the time model. Bytes are those of the buffers' real
+/// element types (mixed precision: 16-bit activations, f32 master weights,
+/// gradients and state); GEMMs run at the rate of the plan's precision.
 struct OpCoster {
   TimeModel tm;
   double actBytes = 4;
@@ -133,11 +132,12 @@ struct OpCoster {
   double elems(Value v) {
     return double(cast<MemRefType>(v.getType()).getNumElements());
   }
+  double bytes(Value v) { return bufferBytes(v.getType()); }
   OpCost collective(StringRef kind, const std::vector<std::string> &g,
-                    double elements, bool async = false) {
+                    double bytes, bool async = false) {
     OpCost c;
     c.kind = async ? OpCost::Async : OpCost::Collective;
-    c.time = tm.collectiveTime(kind, elements * actBytes, group(g), link(g));
+    c.time = tm.collectiveTime(kind, bytes, group(g), link(g));
     return c;
   }
 
@@ -200,21 +200,21 @@ struct OpCoster {
     }
     if (auto ar = dyn_cast<rk::AllReduceOp>(op))
       return collective("all_reduce", axesOf(ar.getAxes()),
-                        elems(ar.getBuffer()));
+                        bytes(ar.getBuffer()));
     if (auto ar = dyn_cast<rk::AllReduceStartOp>(op))
       return collective("all_reduce", axesOf(ar.getAxes()),
-                        elems(ar.getBuffer()), /*async=*/true);
+                        bytes(ar.getBuffer()), /*async=*/true);
     if (auto ar = dyn_cast<rk::AllReduceMaxOp>(op))
       return collective("all_reduce", axesOf(ar.getAxes()),
-                        elems(ar.getBuffer()));
+                        bytes(ar.getBuffer()));
     if (auto g = dyn_cast<rk::AllGatherOp>(op))
-      return collective("all_gather", {g.getAxis().str()}, elems(g.getOut()));
+      return collective("all_gather", {g.getAxis().str()}, bytes(g.getOut()));
     if (auto rs = dyn_cast<rk::ReduceScatterOp>(op))
       return collective("reduce_scatter", {rs.getAxis().str()},
-                        elems(rs.getInput()));
+                        bytes(rs.getInput()));
     if (auto a2a = dyn_cast<rk::AllToAllOp>(op))
       return collective("all_to_all", {a2a.getAxis().str()},
-                        elems(a2a.getInput()));
+                        bytes(a2a.getInput()));
     // Sends are asynchronous (the pipeline simulation delays their message
     // by the transfer time); receives wait there too.
     if (isa<rk::SendOp, rk::RecvOp, rk::ShardSliceOp>(op) ||
@@ -223,8 +223,6 @@ struct OpCoster {
     // Every other kernel is memory-bound: the bytes of what it reads and
     // writes (an operand both read and written counts twice), one FLOP per
     // element written.
-    bool optimizer = isa<rk::AdamWUpdateOp, rk::SgdUpdateOp,
-                         rk::ClipByGlobalNormOp, rk::SumSqAccumulateOp>(op);
     double bytes = 0;
     if (auto mem = dyn_cast<MemoryEffectOpInterface>(op)) {
       SmallVector<MemoryEffects::EffectInstance> effects;
@@ -234,9 +232,7 @@ struct OpCoster {
         if (!v || !isa<MemRefType>(v.getType()))
           continue;
         auto t = cast<MemRefType>(v.getType());
-        double eb = optimizer                          ? 4.0
-                    : t.getElementType().isInteger(32) ? 4.0
-                                                       : actBytes;
+        double eb = double(t.getElementTypeBitWidth()) / 8.0;
         double n = double(t.getNumElements());
         // An embedding reads only the rows it looks up (as many as it
         // writes).
@@ -367,7 +363,7 @@ FailureOr<StepReport> planc::computeStepReport(ModuleOp module,
   }
 
   // Per pipeline coordinate: what its ranks hold and send.
-  std::vector<Counter> counters(pp, Counter{mesh, {}, coster.actBytes});
+  std::vector<Counter> counters(pp, Counter{mesh, {}});
   std::vector<int64_t> params(pp, 0), weightBytes(pp, 0), stateBytes(pp, 0),
       gradBytes(pp, 0);
   auto owns = [&](int64_t stage, int64_t c) {
@@ -437,7 +433,7 @@ FailureOr<StepReport> planc::computeStepReport(ModuleOp module,
   auto bufBytes = [&](Value v) {
     auto t = cast<MemRefType>(v.getType());
     double n = std::max<double>(1, double(t.getNumElements()));
-    return n * (t.getElementType().isF32() ? coster.actBytes : 4.0);
+    return n * double(t.getElementTypeBitWidth()) / 8.0;
   };
   step.walk([&](rk::PipelineOp pipe) {
     SmallVector<rk::UnitOp> units(pipe.getBody().front().getOps<rk::UnitOp>());
@@ -533,8 +529,7 @@ FailureOr<StepReport> planc::computeStepReport(ModuleOp module,
       double transfer = 0;
       pipe.walk([&](rk::SendOp s) {
         transfer =
-            std::max(transfer, coster.tm.p2pTime(coster.elems(s.getBuffer()) *
-                                                     coster.actBytes,
+            std::max(transfer, coster.tm.p2pTime(coster.bytes(s.getBuffer()),
                                                  coster.link({"pp"})));
       });
       auto unitCost = [&](rk::UnitOp u) {

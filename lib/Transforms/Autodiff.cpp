@@ -190,6 +190,13 @@ static LogicalResult backprop(Operation *op, Value dy, OpBuilder &b,
                                        p.getPaddingAttr()));
         return success();
       })
+      .Case<CastOp>([&](CastOp c) {
+        // The gradient of a conversion is the conversion back.
+        if (needs(c.getInput()))
+          adj.add(loc, c.getInput(),
+                  CastOp::create(b, loc, c.getInput().getType(), dy));
+        return success();
+      })
       .Case<AddOp>([&](AddOp add) {
         pass(add.getLhs());
         pass(add.getRhs());
@@ -346,19 +353,26 @@ void AutodiffPass::runOnOperation() {
     model.emitError() << "the model must be one block returning the loss";
     return signalPassFailure();
   }
-  // The dialects carry bf16 and f16; differentiating them (master weights,
-  // fp32 statistics, loss scaling) is mixed precision, not built yet.
+  // Parameters are fp32 master weights (the optimizer and its state work
+  // on them); a 16-bit compute copy is a plan.cast inside the model
+  // (plan-mixed-precision). The loss is fp32.
   for (BlockArgument arg : model.getArguments())
     if (auto t = dyn_cast<ShapedType>(arg.getType());
         t && isa<FloatType>(t.getElementType()) &&
         !t.getElementType().isF32()) {
       model.emitError() << "argument " << arg.getArgNumber() << " is "
                         << t.getElementType()
-                        << "; plan-autodiff differentiates f32 models only "
-                           "(bf16 and f16 training is mixed precision, not "
-                           "built yet)";
+                        << "; a model's parameters and inputs are f32 (the "
+                           "master weights): mixed precision computes on "
+                           "plan.cast copies (plan-mixed-precision)";
       return signalPassFailure();
     }
+  if (auto t = dyn_cast<ShapedType>(model.getResultTypes()[0]);
+      !t || !t.getElementType().isF32()) {
+    model.emitError() << "the loss must be f32, got "
+                      << model.getResultTypes()[0];
+    return signalPassFailure();
+  }
 
   // The step takes the model's arguments and returns the loss, the sum of
   // squares of all gradients, and the updated parameters.

@@ -76,6 +76,17 @@ public:
       out.push_back(i64(d < t.getRank() ? t.getDimSize(d) : 1));
     return out;
   }
+  /// shape(t) and, for a 16-bit buffer, its planrt::DType (the allocating
+  /// calls default to F32).
+  SmallVector<Attribute> allocShape(MemRefType t) {
+    SmallVector<Attribute> out = shape(t);
+    Type e = t.getElementType();
+    if (e.isBF16())
+      out.push_back(i64(2));
+    else if (e.isF16())
+      out.push_back(i64(3));
+    return out;
+  }
 
 private:
   OpBuilder &b;
@@ -117,25 +128,7 @@ void LowerRankToEmitCPass::runOnOperation() {
                       << "yet";
     refused |= cond;
   };
-  refuse(train, train.getPrecision() != "fp32",
-         "precision = " + train.getPrecision());
-  // planrt's tensors are f32 and i32 today: a 16-bit buffer (the dialect
-  // carries them for mixed precision) has no runtime form yet.
-  module.walk([&](Operation *op) {
-    if (refused)
-      return WalkResult::interrupt();
-    for (Type t :
-         llvm::concat<const Type>(op->getOperandTypes(), op->getResultTypes()))
-      if (auto m = dyn_cast<MemRefType>(t);
-          m && isa<FloatType>(m.getElementType()) &&
-          !m.getElementType().isF32()) {
-        std::string s;
-        llvm::raw_string_ostream(s) << "a " << m.getElementType() << " buffer";
-        refuse(op, true, s);
-        return WalkResult::interrupt();
-      }
-    return WalkResult::advance();
-  });
+  refuse(train, train.getLossScale() == "dynamic", "loss_scale = dynamic");
   if (refused)
     return signalPassFailure();
   auto name = module.getSymName();
@@ -614,7 +607,7 @@ void LowerRankToEmitCPass::runOnOperation() {
             SmallVector<Attribute> a{
                 c.i64(offset.getInt()),
                 c.i64(alloc.getKind() == "gradient" ? 1 : 0)};
-            append_range(a, c.shape(alloc.getType()));
+            append_range(a, c.allocShape(alloc.getType()));
             if (auto st =
                     alloc->getAttrOfType<IntegerAttr>(rk::kRankStageAttr)) {
               a.insert(a.begin(), c.i64(st.getInt()));
@@ -625,16 +618,16 @@ void LowerRankToEmitCPass::runOnOperation() {
             }
           } else if (alloc->hasAttr("rank.stash")) {
             vals[alloc] = c.call(loc, "planrt::alloc_stash", {},
-                                 c.shape(alloc.getType()), tensorType);
+                                 c.allocShape(alloc.getType()), tensorType);
           } else if (auto st = alloc->getAttrOfType<IntegerAttr>(
                          rk::kRankStageAttr)) {
             SmallVector<Attribute> a{c.i64(st.getInt())};
-            append_range(a, c.shape(alloc.getType()));
+            append_range(a, c.allocShape(alloc.getType()));
             vals[alloc] =
                 c.call(loc, "planrt::alloc_on_stage", {}, a, tensorType);
           } else {
             vals[alloc] = c.call(loc, "planrt::alloc", {},
-                                 c.shape(alloc.getType()), tensorType);
+                                 c.allocShape(alloc.getType()), tensorType);
           }
         } else if (auto d = dyn_cast<rk::DeallocOp>(op)) {
           c.call(loc, "planrt::dealloc", operands(&op), {});

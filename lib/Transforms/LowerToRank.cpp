@@ -379,6 +379,8 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
   struct Bucket {
     Value buffer;
     int64_t elems = 0;
+    Type elementType; // of the gradients it holds (mixed precision: f32 or
+                      // fp16, reduced in their own type)
     Operation *last = nullptr; // the reduction that starts it
     bool waited = false;
   };
@@ -390,7 +392,24 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
     double mb = 25.0;
     for (auto par : src->getParentOfType<ModuleOp>().getOps<ParallelOp>())
       mb = par.getBucketMb().convertToDouble();
-    int64_t limit = std::max<int64_t>(1, int64_t(mb * 1024 * 1024 / 4));
+    int64_t limit = std::max<int64_t>(1, int64_t(mb * 1024 * 1024));
+    // fp16 gradients are reduced in fp16, then widened for the master
+    // weights: each widening moves to its first use, so that the
+    // reductions stay together and share buckets.
+    Block &body = src.getBody().front();
+    for (Operation &o : llvm::make_early_inc_range(body)) {
+      auto c = dyn_cast<CastOp>(o);
+      auto ar = c ? c.getInput().getDefiningOp<AllReduceOp>() : AllReduceOp();
+      if (!ar || !ar->hasOneUse())
+        continue;
+      Operation *first = nullptr;
+      for (Operation *u : c->getUsers())
+        if (Operation *a = body.findAncestorOpInBlock(*u);
+            a && (!first || a->isBeforeInBlock(first)))
+          first = a;
+      if (first)
+        c->moveBefore(first);
+    }
     DenseMap<Operation *, unsigned> pos;
     for (auto [i, o] : llvm::enumerate(src.getBody().front()))
       pos[&o] = i;
@@ -401,12 +420,14 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
       return p;
     };
     SmallVector<AllReduceOp> open;
-    int64_t openElems = 0;
+    int64_t openElems = 0, openBytes = 0;
     auto close = [&]() {
       if (open.empty())
         return;
       Bucket bk;
       bk.elems = openElems;
+      bk.elementType =
+          cast<RankedTensorType>(open.front().getType()).getElementType();
       bk.last = open.back();
       unsigned index = buckets.size();
       int64_t offset = 0;
@@ -417,7 +438,7 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
       }
       buckets.push_back(bk);
       open.clear();
-      openElems = 0;
+      openElems = openBytes = 0;
     };
     for (Operation &o : src.getBody().front()) {
       auto ar = dyn_cast<AllReduceOp>(o);
@@ -436,19 +457,25 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
           isa<ReshapeOp, CrossEntropyOp, CrossEntropyGradOp,
               ShardingConstraintOp, SgdUpdateOp, AdamWUpdateOp>(def))
         continue;
-      if (llvm::any_of(open, [&](AllReduceOp m) {
-            return firstUse(m.getResult()) < pos[&o];
-          }))
+      if (llvm::any_of(open,
+                       [&](AllReduceOp m) {
+                         return firstUse(m.getResult()) < pos[&o];
+                       }) ||
+          (!open.empty() && open.front().getType().getElementType() !=
+                                ar.getType().getElementType()))
         close();
       open.push_back(ar);
       openElems += localElems(ar.getInput());
-      if (openElems >= limit)
+      openBytes +=
+          localElems(ar.getInput()) *
+          cast<RankedTensorType>(ar.getType()).getElementTypeBitWidth() / 8;
+      if (openBytes >= limit)
         close();
     }
     close();
     for (Bucket &bk : buckets)
       bk.buffer = rk::AllocOp::create(
-          b, src.getLoc(), MemRefType::get({bk.elems}, b.getF32Type()));
+          b, src.getLoc(), MemRefType::get({bk.elems}, bk.elementType));
   }
 
   // Microbatching. The ops that touch the sequential axis (a tensor split
@@ -1014,6 +1041,7 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
               return true;
             })
             .Case<BiasAddOp>([&](auto) { return same(rk::BiasAddOp()); })
+            .Case<CastOp>([&](auto) { return same(rk::CastOp()); })
             .Case<MulOp>([&](auto) { return same(rk::MulOp()); })
             .Case<ScaleOp>([&](ScaleOp sc) {
               rk::ScaleOp::create(b, loc, in(0), out, sc.getFactorAttr());

@@ -15,7 +15,9 @@ struct Stage {
 // collectives, then per-rank code and C++.
 const Stage kStages[] = {
     {"plan-seed-sharding", [] { return planc::createSeedSharding(); }},
+    {"plan-mixed-precision", [] { return planc::createMixedPrecision(); }},
     {"plan-autodiff", [] { return planc::createAutodiff(); }},
+    {"plan-fuse-casts", [] { return planc::createFuseCasts(); }},
     {"plan-recompute", [] { return planc::createRecompute(); }},
     {"plan-propagate-sharding",
      [] { return planc::createPropagateSharding(); }},

@@ -185,11 +185,11 @@ int64_t Planner::planBlock(Block &block, int64_t stage) {
   DenseMap<Operation *, std::pair<size_t, size_t>> nestedRange;
   for (Operation &op : block) {
     int64_t opStage = stageOf(&op, stage);
-    if (auto ws = dyn_cast<rk::WorkspaceOpInterface>(op)) {
-      int64_t bytes = ws.getWorkspaceBytes(env);
-      if (bytes > 0)
-        add({&op, true, bytes, 0, opStage}, pos[&op], pos[&op]);
-    }
+    int64_t wsBytes = rk::stagingBytes(&op);
+    if (auto ws = dyn_cast<rk::WorkspaceOpInterface>(op))
+      wsBytes += ws.getWorkspaceBytes(env);
+    if (wsBytes > 0)
+      add({&op, true, wsBytes, 0, opStage}, pos[&op], pos[&op]);
     if (op.getNumRegions() == 0)
       continue;
     size_t begin = records.size();

@@ -635,7 +635,7 @@ void check_p2p(Context *ctx, const char *op, const Tensor *t, int64_t axis,
   if (!ctx->started)
     fatal("%s: called before the program started", op);
   check_tensor(op, "tensor", t);
-  if (t->dtype != F32 && t->dtype != I32)
+  if (t->dtype < F32 || t->dtype > F16)
     fatal("%s: unknown dtype %d", op, t->dtype);
   check_axis(ctx, op, axis);
   int64_t size = ctx->axis_sizes[(size_t)axis];

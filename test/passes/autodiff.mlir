@@ -76,10 +76,11 @@ module {
 
 // -----
 
-// The dialects carry bf16; training in it is mixed precision (not built yet).
+// Parameters and inputs are fp32 master weights: mixed precision computes on
+// plan.cast copies that plan-mixed-precision inserts.
 plan.mesh @mesh axes = ["dp"] shape = [1]
 plan.train {data = "synthetic", global_batch = 8 : i64, lr = 1.000000e-03 : f64, optimizer = "sgd", seed = 1 : i64, steps = 3 : i64}
-// expected-error @below {{argument 0 is 'bf16'; plan-autodiff differentiates f32 models only (bf16 and f16 training is mixed precision, not built yet)}}
+// expected-error @below {{argument 0 is 'bf16'; a model's parameters and inputs are f32 (the master weights): mixed precision computes on plan.cast copies (plan-mixed-precision)}}
 func.func @m(%x: tensor<8x4xbf16> {plan.kind = "input", plan.name = "x"},
              %w: tensor<4x4xbf16> {plan.kind = "param", plan.name = "w"}) -> tensor<bf16> attributes {plan.model} {
   %0 = plan.matmul %x, %w : tensor<8x4xbf16>, tensor<4x4xbf16> -> tensor<8x4xbf16>

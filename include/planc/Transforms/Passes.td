@@ -29,6 +29,26 @@ def SeedSharding : Pass<"plan-seed-sharding", "mlir::ModuleOp"> {
   let dependentDialects = ["::planc::plan::PlanDialect"];
 }
 
+def MixedPrecision : Pass<"plan-mixed-precision", "mlir::ModuleOp"> {
+  let summary = "precision = bf16 | fp16: the model computes on 16-bit copies";
+  let description = [{
+    Rewrites the `plan.model` function for the train's precision. The
+    arguments stay f32: parameters are the master weights the optimizer
+    updates. Each use of a parameter or an f32 data input reads it through
+    its own `plan.cast` to the 16-bit type (so its gradient is cast back to
+    f32 by autodiff, one per use), and every float op result becomes 16-bit:
+    the model computes on 16-bit parameters and stores 16-bit activations.
+    A loss reads f32 casts of its operands, so the loss and its first
+    gradient are f32. The ops compute in fp32 and round their 16-bit results
+    (planrt). Nothing changes with precision = fp32.
+  }];
+  let options = [
+    Option<"precision", "precision", "std::string", "\"\"",
+           "fp32, bf16 or fp16 (default: plan.train's precision)">,
+  ];
+  let dependentDialects = ["::planc::plan::PlanDialect"];
+}
+
 def Autodiff : Pass<"plan-autodiff", "mlir::ModuleOp"> {
   let summary = "Turn the model's forward function into a training step";
   let description = [{
@@ -37,6 +57,25 @@ def Autodiff : Pass<"plan-autodiff", "mlir::ModuleOp"> {
     reverse-mode derivative with respect to every parameter, and one
     optimizer update per parameter. The step returns the loss and the
     updated parameters, in the order of the model's parameters.
+  }];
+  let dependentDialects = ["::planc::plan::PlanDialect"];
+}
+
+def FuseCasts : Pass<"plan-fuse-casts", "mlir::ModuleOp"> {
+  let summary = "A matmul or gradient sum whose only use widens it writes the wide type";
+  let description = [{
+    In the train step, `plan.cast` to f32 of a bf16 `plan.matmul`,
+    `plan.embedding_grad`, `plan.bias_grad` or `plan.pos_embedding_grad`
+    result that has no other use becomes the op
+    writing f32 itself: both accumulate in fp32 either way, so the rounding
+    to 16 bits in between is dropped. fp16 gradients stay fp16 until they
+    are summed, as Megatron sums them (plan.cast's sharding rule); without a
+    pipeline, the sum of a parameter's per-use gradients
+    `cast(a) + cast(b)` becomes `cast(a + b)`, so a tied embedding's
+    gradient is reduced once. The weight gradients of mixed precision come out of their GEMM
+    in fp32, summed over microbatches and ranks in fp32 (Megatron's
+    gradient-accumulation fusion), and the logits reach the loss in fp32
+    without a 16-bit copy.
   }];
   let dependentDialects = ["::planc::plan::PlanDialect"];
 }
