@@ -300,6 +300,19 @@ def Plan_SubOp : Plan_BinaryOp<"sub", "Elementwise difference lhs - rhs"> {
   }];
 }
 
+def Plan_LossScaleOp : Plan_UnaryOp<"loss_scale",
+    "Multiplies by the runtime's dynamic loss scale (its inverse with `inverse`)"> {
+  let description = [{
+    `loss_scale = dynamic` (plan-loss-scale): the loss gradient is
+    multiplied by the scale S before the fp16 backward, and each parameter
+    gradient by 1/S (`inverse`) before its norm and update. S lives in the
+    runtime, which halves it and skips the step when an unscaled gradient is
+    not finite on any rank, and doubles it after a run of clean steps.
+    Laid out like its input; linear.
+  }];
+  let arguments = (ins Plan_FloatTensor:$input, UnitAttr:$inverse);
+}
+
 def Plan_ScaleOp : Plan_UnaryOp<"scale", "Multiplies by a constant"> {
   let description = [{
     `plan.scale %x {factor = -1.0 : f32}`, laid out like its input. Made by

@@ -87,11 +87,19 @@ Rule MulOp::getShardingRule() {
 // after their cast to the master weight's type (Megatron's default for
 // bf16), except through a widening of f16: fp16 gradients, scaled by the
 // loss scale, are summed in fp16 before it, as Megatron and Micikevicius et
-// al. 2018 do.
+// al. 2018 do, unless plan-fuse-casts marked the cast `plan.sum_wide`
+// (pipelines: see there).
 Rule CastOp::getShardingRule() {
   Rule r = elementwise(*this);
-  if (!getInput().getType().getElementType().isF16())
+  if (!getInput().getType().getElementType().isF16() ||
+      (*this)->hasAttr("plan.sum_wide"))
     r.setLinear(Lin::Each, {0});
+  return r;
+}
+
+Rule LossScaleOp::getShardingRule() {
+  Rule r = elementwise(*this);
+  r.setLinear(Lin::Each, {0});
   return r;
 }
 

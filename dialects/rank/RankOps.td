@@ -435,6 +435,26 @@ def Rank_ScaleOp : Rank_CallOp<"scale"> {
   let assemblyFormat = "$input `into` $out attr-dict `:` type($input) `->` type($out)";
 }
 def Rank_SubOp : Rank_BinaryCallOp<"sub", "out = lhs - rhs">;
+def Rank_LossScaleOp : Rank_CallOp<"loss_scale"> {
+  let summary = "out = S * x, or x / S with inverse (S: the runtime's loss scale)";
+  let description = [{
+    With `inverse` the runtime also notes whether any element of the result
+    is not finite (an overflow of the scaled fp16 backward).
+  }];
+  let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$input,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$out,
+                       BoolAttr:$inverse);
+  let assemblyFormat = "$input `into` $out attr-dict `:` type($input) `->` type($out)";
+}
+def Rank_LossScaleCheckOp : Rank_CallOp<"loss_scale_check"> {
+  let summary = "Every rank learns whether any rank's unscaled gradients overflowed";
+  let description = [{
+    A collective over all ranks, before the first optimizer update: with an
+    overflow anywhere, this step's updates (and clipping) are skipped on
+    every rank and the loss scale halves.
+  }];
+  let assemblyFormat = "attr-dict";
+}
 def Rank_PosEmbeddingOp : Rank_BinaryCallOp<"pos_embedding", "out[b, s] = x[b, s] + table[s]">;
 def Rank_PosEmbeddingGradOp : Rank_UnaryCallOp<"pos_embedding_grad", "dtable[s] = sum over b of dy[b, s]; 0 past S">;
 

@@ -76,6 +76,9 @@ int64_t mseLoss(MseLossOp op, const WorkspaceEnv &) {
 int64_t sumSq(SumSqAccumulateOp op, const WorkspaceEnv &) {
   return ws::sumsq_accumulate(numel(op.getInput()));
 }
+int64_t lossScale(LossScaleOp op, const WorkspaceEnv &) {
+  return ws::loss_scale(numel(op.getInput()), op.getInverse());
+}
 int64_t embedding(EmbeddingOp op, const WorkspaceEnv &) {
   return ws::index_check(numel(op.getOut()));
 }
@@ -168,6 +171,7 @@ int64_t groupNormGrad(GroupNormGradOp op, const WorkspaceEnv &) {
 void planc::rank::registerWorkspaceModels(MLIRContext *ctx) {
   MseLossOp::attachInterface<Model<MseLossOp, mseLoss>>(*ctx);
   SumSqAccumulateOp::attachInterface<Model<SumSqAccumulateOp, sumSq>>(*ctx);
+  LossScaleOp::attachInterface<Model<LossScaleOp, lossScale>>(*ctx);
   EmbeddingOp::attachInterface<Model<EmbeddingOp, embedding>>(*ctx);
   EmbeddingGradOp::attachInterface<Model<EmbeddingGradOp, embeddingGrad>>(*ctx);
   CrossEntropyOp::attachInterface<Model<CrossEntropyOp, crossEntropy>>(*ctx);

@@ -61,17 +61,33 @@ static void sumF16GradsBeforeWidening(ModuleOp module) {
 }
 
 void FuseCastsPass::runOnOperation() {
-  sumF16GradsBeforeWidening(getOperation());
+  ModuleOp module = getOperation();
+  sumF16GradsBeforeWidening(module);
+  // On a pipeline, a tied parameter's terms come from different stages and
+  // are summed over pp in fp32 (plan-lower-to-rank), so fp16 gradients are
+  // widened first and summed in fp32 there, like bf16 ones.
+  plan::MeshOp mesh = plan::getMesh(module);
+  bool wideSums = mesh && mesh.getAxisSize("pp") > 1;
+  if (wideSums)
+    module.walk([&](CastOp c) {
+      auto fn = c->getParentOfType<func::FuncOp>();
+      if (fn && fn->hasAttr(kTrainStepAttr) &&
+          c.getInput().getType().getElementType().isF16() &&
+          c.getType().getElementType().isF32())
+        c->setAttr("plan.sum_wide", UnitAttr::get(c.getContext()));
+    });
   SmallVector<CastOp> casts;
   getOperation().walk([&](CastOp c) {
     auto fn = c->getParentOfType<func::FuncOp>();
     if (!fn || !fn->hasAttr(kTrainStepAttr))
       return;
     Operation *src = c.getInput().getDefiningOp();
-    // fp16 gradients are summed in fp16 (the cast's sharding rule).
+    // fp16 gradients are summed in fp16 (the cast's sharding rule), but on
+    // pipelines.
+    Type from = c.getInput().getType().getElementType();
     if (isa_and_nonnull<MatmulOp, EmbeddingGradOp, BiasGradOp,
                         PosEmbeddingGradOp>(src) &&
-        src->hasOneUse() && c.getInput().getType().getElementType().isBF16() &&
+        src->hasOneUse() && (from.isBF16() || (from.isF16() && wideSums)) &&
         c.getType().getElementType().isF32())
       casts.push_back(c);
   });

@@ -120,17 +120,8 @@ void LowerRankToEmitCPass::runOnOperation() {
     return signalPassFailure();
   }
   plan::TrainOp train = *trains.begin();
-  // Settings the runtime does not implement yet are refused, not ignored.
+  // Set by a setting the runtime cannot take (reported where it is found).
   bool refused = false;
-  auto refuse = [&](Operation *op, bool cond, const Twine &what) {
-    if (cond)
-      op->emitError() << what << " is not implemented by the code generator "
-                      << "yet";
-    refused |= cond;
-  };
-  refuse(train, train.getLossScale() == "dynamic", "loss_scale = dynamic");
-  if (refused)
-    return signalPassFailure();
   auto name = module.getSymName();
   std::string programName = name ? name->str() : "plan";
 
@@ -290,6 +281,8 @@ void LowerRankToEmitCPass::runOnOperation() {
                   : cifar   ? 3
                   : classes ? 2
                             : 0)});
+    if (train.getLossScale() == "dynamic")
+      c.call(train.getLoc(), "planrt::set_dynamic_loss_scale", {}, {});
     if (classes)
       c.call(train.getLoc(), "planrt::set_classes", {}, {c.i64(classes)});
     if (shards || cifar)

@@ -100,6 +100,25 @@ void LowerToRankPass::runOnOperation() {
   rankStep->setAttr(rk::kStepFlopsAttr,
                     FloatAttr::get(Float64Type::get(&getContext()),
                                    stepFlops / double(ranks)));
+  // Dynamic loss scaling: every rank learns of an overflow anywhere before
+  // its first update, at the step's top level, where all ranks run.
+  bool dynamicScale = llvm::any_of(module.getOps<TrainOp>(), [](TrainOp t) {
+    return t.getLossScale() == "dynamic";
+  });
+  if (dynamicScale) {
+    for (Operation &top : rankStep.getBody().front()) {
+      bool updates = false;
+      top.walk([&](Operation *o) {
+        updates |=
+            isa<rk::SgdUpdateOp, rk::AdamWUpdateOp, rk::ClipByGlobalNormOp>(o);
+      });
+      if (updates) {
+        OpBuilder b(&top);
+        rk::LossScaleCheckOp::create(b, top.getLoc());
+        break;
+      }
+    }
+  }
   // The forward function serves generation (it computes the logits); with
   // a pipeline, its stages run in turn for one microbatch.
   if (model &&
@@ -394,21 +413,28 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
       mb = par.getBucketMb().convertToDouble();
     int64_t limit = std::max<int64_t>(1, int64_t(mb * 1024 * 1024));
     // fp16 gradients are reduced in fp16, then widened for the master
-    // weights: each widening moves to its first use, so that the
-    // reductions stay together and share buckets.
+    // weights (and unscaled, with dynamic loss scaling): each such chain
+    // moves to the first use of its end, so that the reductions stay
+    // together and share buckets.
     Block &body = src.getBody().front();
-    for (Operation &o : llvm::make_early_inc_range(body)) {
-      auto c = dyn_cast<CastOp>(o);
-      auto ar = c ? c.getInput().getDefiningOp<AllReduceOp>() : AllReduceOp();
-      if (!ar || !ar->hasOneUse())
-        continue;
+    SmallVector<CastOp> widenings;
+    for (auto c : body.getOps<CastOp>())
+      if (auto ar = c.getInput().getDefiningOp<AllReduceOp>();
+          ar && ar->hasOneUse())
+        widenings.push_back(c);
+    for (CastOp c : widenings) {
+      SmallVector<Operation *> chain{c};
+      while (chain.back()->hasOneUse() &&
+             isa<CastOp, LossScaleOp>(*chain.back()->user_begin()))
+        chain.push_back(*chain.back()->user_begin());
       Operation *first = nullptr;
-      for (Operation *u : c->getUsers())
+      for (Operation *u : chain.back()->getUsers())
         if (Operation *a = body.findAncestorOpInBlock(*u);
             a && (!first || a->isBeforeInBlock(first)))
           first = a;
       if (first)
-        c->moveBefore(first);
+        for (Operation *link : chain)
+          link->moveBefore(first);
     }
     DenseMap<Operation *, unsigned> pos;
     for (auto [i, o] : llvm::enumerate(src.getBody().front()))
@@ -1042,6 +1068,11 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
             })
             .Case<BiasAddOp>([&](auto) { return same(rk::BiasAddOp()); })
             .Case<CastOp>([&](auto) { return same(rk::CastOp()); })
+            .Case<LossScaleOp>([&](LossScaleOp ls) {
+              rk::LossScaleOp::create(b, loc, in(0), out,
+                                      b.getBoolAttr(ls.getInverse()));
+              return true;
+            })
             .Case<MulOp>([&](auto) { return same(rk::MulOp()); })
             .Case<ScaleOp>([&](ScaleOp sc) {
               rk::ScaleOp::create(b, loc, in(0), out, sc.getFactorAttr());

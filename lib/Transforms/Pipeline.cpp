@@ -18,6 +18,7 @@ const Stage kStages[] = {
     {"plan-mixed-precision", [] { return planc::createMixedPrecision(); }},
     {"plan-autodiff", [] { return planc::createAutodiff(); }},
     {"plan-fuse-casts", [] { return planc::createFuseCasts(); }},
+    {"plan-loss-scale", [] { return planc::createLossScale(); }},
     {"plan-recompute", [] { return planc::createRecompute(); }},
     {"plan-propagate-sharding",
      [] { return planc::createPropagateSharding(); }},

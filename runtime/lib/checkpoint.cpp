@@ -719,6 +719,16 @@ std::string manifest_json(Context *ctx, int64_t step,
        ", \"decay_steps\": " +
        std::to_string(ctx->lr_decay > 0 ? ctx->lr_decay : ctx->run_steps) +
        ", \"run_steps\": " + std::to_string(ctx->run_steps) + "}";
+  // Dynamic loss scaling: the scale for the next step and its counters
+  // (skipped steps also count in AdamW's bias correction).
+  if (ctx->dynamic_loss_scale) {
+    char scale[64];
+    std::snprintf(scale, sizeof(scale), "%.9g", (double)ctx->loss_scale);
+    j += std::string(", \"loss_scale\": {\"scale\": ") + scale +
+         ", \"clean_steps\": " + std::to_string(ctx->loss_scale_clean) +
+         ", \"skipped_steps\": " + std::to_string(ctx->loss_scale_skipped) +
+         "}";
+  }
   if (ctx->data_kind == DataTokenShards && ctx->tokens_open) {
     int64_t seq = 0;
     for (const InputDesc &in : ctx->inputs)
@@ -1439,6 +1449,21 @@ std::string check_resume(Context *ctx, const std::string &dir,
 /// Reads this rank's tensors from the checkpoint (after start).
 std::string load_resume(Context *ctx, const std::string &dir,
                         const Manifest &m) {
+  if (ctx->dynamic_loss_scale) {
+    const Json *ls = m.training ? m.training->get("loss_scale") : nullptr;
+    const Json *scale = ls ? ls->get("scale") : nullptr;
+    int64_t clean = 0, skipped = 0;
+    if (!scale || scale->kind != Json::Number || !(scale->num > 0) ||
+        !get_int(ls->get("clean_steps"), clean) ||
+        !get_int(ls->get("skipped_steps"), skipped) || clean < 0 ||
+        skipped < 0 || skipped > m.step)
+      return dir + "/manifest.json: no valid \"loss_scale\" in \"training\" "
+                   "(the program scales its loss dynamically; the checkpoint "
+                   "was written by a program that does not)";
+    ctx->loss_scale = (float)scale->num;
+    ctx->loss_scale_clean = clean;
+    ctx->loss_scale_skipped = skipped;
+  }
   std::vector<TensorRef> mine = held(ctx);
   std::vector<std::vector<float>> host(mine.size());
   std::vector<int64_t> copied(mine.size(), 0);

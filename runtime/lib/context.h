@@ -62,6 +62,8 @@ struct OptionArg {
   bool take_optional();
   /// An integer in [min, max] into `out`.
   bool take_int(int64_t min, int64_t &out, int64_t max = INT64_MAX);
+  /// A number in [min, max] into `out`; `want` describes it in the error.
+  bool take_number(double min, double &out, double max, const char *want);
 };
 
 /// The memory plan's arena (memory_plan.cpp): allocated by start() for this
@@ -153,6 +155,15 @@ struct Context {
   float last_loss = 0.0f;
   bool loss_reported = false;
   float last_grad_norm = 0.0f; // from report_grad_norm
+  // Dynamic loss scaling (planrt.h): the scale, clean steps in a row, steps
+  // skipped so far, an overflow seen by this rank this step, and whether
+  // every rank skips this step's updates.
+  bool dynamic_loss_scale = false;
+  float loss_scale = 65536.0f;
+  int64_t loss_scale_clean = 0;
+  int64_t loss_scale_skipped = 0;
+  bool found_overflow = false;
+  bool skip_step = false;
   bool grad_norm_reported = false;
 
   void (*forward)(Context *) = nullptr; // set_forward

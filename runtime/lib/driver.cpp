@@ -137,7 +137,8 @@ std::string usage(const char *program) {
          " [--eval-every N [--eval-batches K] [--eval-data PATTERN]"
          " [--dump-eval PATH]]"
          " [--log-json PATH] [--trace PATH] [--peak-flops F]"
-         " [--progress auto|always|never] [--timeout S] [--quiet] [--help]\n"
+         " [--progress auto|always|never] [--timeout S] [--loss-scale S]"
+         " [--quiet] [--help]\n"
          "  --steps N          run N training steps instead of the compiled "
          "number\n"
          "  --save PATH        after the last step, write all parameters to "
@@ -149,6 +150,11 @@ std::string usage(const char *program) {
          "  --save-init PATH   before step 1, write the initial parameters to "
          "PATH\n"
          "                     (safetensors)\n"
+         "  --loss-scale S     initial loss scale of a plan with loss_scale = "
+         "dynamic\n"
+         "                     (default 65536; halved on an overflow, which "
+         "skips the\n"
+         "                     step, doubled after 2000 clean steps)\n"
          "  --save-dtype T     element type of --save, --save-every and "
          "--save-init:\n"
          "                     f32 (default, the trained values) or bf16 "
@@ -434,6 +440,22 @@ bool internal::OptionArg::take_int(int64_t min, int64_t &out, int64_t max) {
   return true;
 }
 
+bool internal::OptionArg::take_number(double min, double &out, double max,
+                                      const char *want) {
+  if (!take())
+    return false;
+  char *end = nullptr;
+  errno = 0;
+  double v = std::strtod(value.c_str(), &end);
+  if (value.empty() || *end || errno || !(v >= min && v <= max)) {
+    error =
+        "invalid value '" + value + "' for " + name + " (want " + want + ")";
+    return false;
+  }
+  out = v;
+  return true;
+}
+
 /// Fatal unless `p`'s shard axes are declared and its segments split evenly
 /// and sum to the global dimension (a code generator bug otherwise).
 void internal::validate_layout(Context *ctx, const ParamDesc &p,
@@ -577,6 +599,23 @@ void report_loss(Context *ctx, const Tensor *loss) {
   backend::to_host(ctx, &v, loss->data, sizeof(float));
   ctx->last_loss = v;
   ctx->loss_reported = true;
+}
+
+void set_dynamic_loss_scale(Context *ctx) {
+  if (!ctx)
+    fatal("set_dynamic_loss_scale: null context");
+  ctx->dynamic_loss_scale = true;
+}
+
+void loss_scale_check(Context *ctx) {
+  if (!ctx)
+    fatal("loss_scale_check: null context");
+  int mine = ctx->found_overflow ? 1 : 0, any = mine;
+  if (ctx->use_mpi && ctx->world > 1)
+    watchdog::allreduce(
+        ctx, &mine, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD,
+        watchdog::group_op("the loss scale's overflow check", -1));
+  ctx->skip_step = any != 0;
 }
 
 void report_grad_norm(Context *ctx, const Tensor *sumsq) {
@@ -827,6 +866,8 @@ void begin_step(Context *ctx, int64_t step) {
   ctx->last_grad_norm = std::numeric_limits<float>::quiet_NaN();
   ctx->lr_reported = false;
   ctx->last_lr = std::numeric_limits<float>::quiet_NaN();
+  ctx->found_overflow = false;
+  ctx->skip_step = false;
   if (ctx->run_steps <= 0)
     ctx->run_steps = ctx->steps;
   if (ctx->inputs.empty())
@@ -844,6 +885,21 @@ void begin_step(Context *ctx, int64_t step) {
 float reported_loss(const Context *ctx) { return ctx->last_loss; }
 
 float reported_grad_norm(const Context *ctx) { return ctx->last_grad_norm; }
+
+/// After a step with dynamic loss scaling: an overflow halves the scale
+/// (the step was skipped), 2000 clean steps in a row double it.
+void update_loss_scale(Context *ctx) {
+  if (!ctx->dynamic_loss_scale)
+    return;
+  if (ctx->skip_step) {
+    ctx->loss_scale = std::max(ctx->loss_scale * 0.5f, 1e-30f);
+    ctx->loss_scale_clean = 0;
+    ++ctx->loss_scale_skipped;
+  } else if (++ctx->loss_scale_clean >= 2000) {
+    ctx->loss_scale = std::min(ctx->loss_scale * 2.0f, 1e30f);
+    ctx->loss_scale_clean = 0;
+  }
+}
 
 std::string step_line(const Context *ctx, int64_t step, int64_t steps,
                       double ms) {
@@ -863,8 +919,12 @@ std::string step_line(const Context *ctx, int64_t step, int64_t steps,
                        ms > 0 ? (double)tokens / (ms * 1e-3) : 0.0,
                        internal::batch_unit(ctx));
   if (ctx->last_accuracy >= 0)
-    std::snprintf(buf + n, sizeof(buf) - n, " | acc %.4f",
-                  (double)ctx->last_accuracy);
+    n += std::snprintf(buf + n, sizeof(buf) - n, " | acc %.4f",
+                       (double)ctx->last_accuracy);
+  if (ctx->dynamic_loss_scale)
+    std::snprintf(buf + n, sizeof(buf) - n, " | loss scale %g%s",
+                  (double)ctx->loss_scale,
+                  ctx->skip_step ? " | skipped (gradient overflow)" : "");
   return buf;
 }
 
@@ -936,6 +996,7 @@ std::vector<float> train(Context *ctx, void (*step)(Context *), int64_t steps,
     }
     report_step(ctx, s, steps, ms, quiet); // progress.cpp
     watchdog::check_finite(ctx); // NaN / Inf: every rank exits with code 1
+    internal::update_loss_scale(ctx);
     // --save-every: PATH with the step before its extension (collective
     // when parameters are sharded, so every rank calls it).
     if (ctx->save_every > 0 && s % ctx->save_every == 0) {
@@ -1390,17 +1451,15 @@ int run(int argc, char **argv, const char *program_name,
       if (value.empty())
         error = "empty pattern for --eval-data";
       eval_data = value;
+    } else if (arg == "--loss-scale") {
+      double v = 0;
+      if (!ctx->dynamic_loss_scale)
+        error = "--loss-scale: this program has no dynamic loss scaling "
+                "(compile a plan with 'loss_scale = dynamic')";
+      else if (opt.take_number(1e-30, v, 1e30, "a number in [1e-30, 1e30]"))
+        ctx->loss_scale = (float)v;
     } else if (arg == "--timeout") {
-      if (!take_value())
-        break;
-      char *end = nullptr;
-      errno = 0;
-      double v = std::strtod(value.c_str(), &end);
-      if (value.empty() || *end || errno || !(v >= 0) || v > 1e9)
-        error = "invalid value '" + value + "' for --timeout (want seconds " +
-                ">= 0; 0 = no timeout)";
-      else
-        ctx->timeout_s = v;
+      opt.take_number(0, ctx->timeout_s, 1e9, "seconds >= 0; 0 = no timeout");
     } else if (arg == "--prompt") {
       if (!take_value())
         break;

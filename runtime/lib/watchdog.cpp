@@ -417,7 +417,9 @@ void check_finite(Context *ctx) {
   int what = 0;
   if (ctx->loss_reported && !std::isfinite(ctx->last_loss))
     what = 1;
-  else if (ctx->grad_norm_reported && !std::isfinite(ctx->last_grad_norm))
+  // A step skipped for a loss-scale overflow is not a divergence.
+  else if (ctx->grad_norm_reported && !std::isfinite(ctx->last_grad_norm) &&
+           !ctx->skip_step)
     what = 2;
   // Every rank learns the lowest rank that saw one (a rank may see what
   // another does not: values reduced in another order, a stage's own).

@@ -102,7 +102,7 @@ static cl::opt<std::string> stopAfter(
     "stage",
     cl::desc("Stop after this stage: parse, or a pass of the pipeline: "
              "plan-seed-sharding, plan-mixed-precision, plan-autodiff, "
-             "plan-fuse-casts, plan-recompute, "
+             "plan-fuse-casts, plan-loss-scale, plan-recompute, "
              "plan-propagate-sharding, "
              "plan-insert-reshards, plan-expand-reshards, "
              "plan-partition-stages, plan-lower-to-rank, "

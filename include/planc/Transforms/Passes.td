@@ -80,6 +80,22 @@ def FuseCasts : Pass<"plan-fuse-casts", "mlir::ModuleOp"> {
   let dependentDialects = ["::planc::plan::PlanDialect"];
 }
 
+def LossScale : Pass<"plan-loss-scale", "mlir::ModuleOp"> {
+  let summary = "loss_scale = dynamic: scale the loss gradient, unscale the parameters' gradients";
+  let description = [{
+    In the train step of an fp16 plan with `loss_scale = dynamic`
+    (Micikevicius et al. 2018): the loss gradient (the result of
+    `plan.cross_entropy_grad` or `plan.mse_loss_grad`) is multiplied by the
+    runtime's loss scale S (`plan.loss_scale`), so that small fp16
+    gradients do not underflow, and every parameter gradient is multiplied
+    by 1/S (`plan.loss_scale {inverse}`) before its norm, clipping and
+    update read it. Both are linear, so an fp16 gradient is reduced scaled
+    and unscaled in fp32. The runtime skips a step whose unscaled gradients
+    overflowed on any rank (rank.loss_scale_check) and adjusts S.
+  }];
+  let dependentDialects = ["::planc::plan::PlanDialect"];
+}
+
 def Recompute : Pass<"plan-recompute", "mlir::ModuleOp"> {
   let summary = "Recompute each layer's forward in its backward (recompute = full)";
   let description = [{

@@ -474,6 +474,24 @@ void report_loss(Context *ctx, const Tensor *loss);
 void mul(Context *ctx, const Tensor *a, const Tensor *b, Tensor *out);
 void sub(Context *ctx, const Tensor *a, const Tensor *b, Tensor *out);
 void scale(Context *ctx, const Tensor *x, Tensor *out, float factor);
+
+//===--- Dynamic loss scaling (loss_scale = dynamic) ----------------------===//
+//
+// The scale S starts at 65536 (--loss-scale S to choose another). At the end
+// of a step whose unscaled gradients overflowed on any rank, S halves and the
+// step is skipped: its clipping and optimizer updates do nothing (AdamW's
+// bias correction counts applied steps only); after 2000 clean steps in a
+// row S doubles, as PyTorch's GradScaler does. The step line shows S and
+// the steps skipped; checkpoints keep S and the counters.
+
+/// Turns dynamic loss scaling on (from plan_setup).
+void set_dynamic_loss_scale(Context *ctx);
+/// out = S * x, or x / S with `inverse`; with `inverse`, notes whether any
+/// element of out is not finite (an overflow on this rank).
+void loss_scale(Context *ctx, const Tensor *x, Tensor *out, bool inverse);
+/// Collective over all ranks, before the step's first update: whether any
+/// rank noted an overflow this step; if so the step is skipped everywhere.
+void loss_scale_check(Context *ctx);
 /// out = x (same shapes). planc copies a parameter or optimizer state whose
 /// new value was computed elsewhere (e.g. gathered after a ZeRO update) back
 /// into its persistent buffer.

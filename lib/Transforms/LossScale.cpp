@@ -1,0 +1,89 @@
+//===- LossScale.cpp - Dynamic loss scaling for fp16 ----------------------===//
+//
+// fp16's smallest normal value is 6e-5: many gradients of a step are
+// smaller. Scaling the loss gradient by S (2^16 to start) moves the whole
+// backward into fp16's range; the parameter gradients are divided by S
+// again, in fp32 after their widening, before anything reads them. S itself
+// is runtime state (planrt: halved on an overflow, which skips the step,
+// doubled after 2000 clean steps), read by plan.loss_scale.
+//===----------------------------------------------------------------------===//
+#include "planc/Transforms/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+
+namespace planc {
+#define GEN_PASS_DEF_LOSSSCALE
+#include "planc/Transforms/Passes.h.inc"
+} // namespace planc
+
+using namespace mlir;
+using namespace planc;
+using namespace planc::plan;
+
+namespace {
+struct LossScalePass : public planc::impl::LossScaleBase<LossScalePass> {
+  void runOnOperation() override;
+};
+
+/// `v` multiplied by the loss scale (or its inverse) right after its
+/// definition, replacing every other use of `v`.
+void scaleAfterDefinition(Value v, bool inverse) {
+  Operation *def = v.getDefiningOp();
+  OpBuilder b(def->getContext());
+  b.setInsertionPointAfter(def);
+  auto s = LossScaleOp::create(b, def->getLoc(), v.getType(), v,
+                               inverse ? b.getUnitAttr() : UnitAttr());
+  if (Attribute layer = def->getAttr(kLayerAttr))
+    s->setAttr(kLayerAttr, layer);
+  v.replaceAllUsesExcept(s.getResult(), s);
+}
+
+/// A parameter gradient unscaled term by term: the gradient of a parameter
+/// used several times (a tied embedding) is a sum whose terms may come from
+/// different pipeline stages, each unscaled where it is computed.
+void unscaleTerms(Value g, bool whole = true) {
+  // The gradient itself may have several readers (norm, clipping, update);
+  // a partial sum inside it has one.
+  if (auto add = g.getDefiningOp<AddOp>(); add && (whole || add->hasOneUse())) {
+    unscaleTerms(add.getLhs(), false);
+    unscaleTerms(add.getRhs(), false);
+    return;
+  }
+  scaleAfterDefinition(g, /*inverse=*/true);
+}
+} // namespace
+
+void LossScalePass::runOnOperation() {
+  ModuleOp module = getOperation();
+  auto trains = module.getOps<TrainOp>();
+  if (trains.empty() || (*trains.begin()).getLossScale() != "dynamic")
+    return;
+  func::FuncOp step;
+  for (auto f : module.getOps<func::FuncOp>())
+    if (f->hasAttr(kTrainStepAttr))
+      step = f;
+  if (!step) {
+    module.emitError() << "expected a train step; run plan-autodiff first";
+    return signalPassFailure();
+  }
+  SmallVector<Value> lossGrads, paramGrads;
+  step.walk([&](Operation *op) {
+    if (isa<CrossEntropyGradOp, MseLossGradOp>(op))
+      lossGrads.push_back(op->getResult(0));
+    if (isa<SgdUpdateOp, AdamWUpdateOp>(op)) {
+      Value g = op->getOperand(1);
+      if (auto clip = g.getDefiningOp<ClipByNormOp>())
+        g = clip.getInput();
+      if (g.getDefiningOp() && !llvm::is_contained(paramGrads, g))
+        paramGrads.push_back(g);
+    }
+  });
+  if (lossGrads.empty()) {
+    step.emitError() << "loss_scale = dynamic: no loss gradient to scale";
+    return signalPassFailure();
+  }
+  for (Value g : lossGrads)
+    scaleAfterDefinition(g, /*inverse=*/false);
+  for (Value g : paramGrads)
+    unscaleTerms(g);
+}
