@@ -296,6 +296,14 @@ std::string planc::plan::recomputePolicy(ModuleOp module,
   return mode;
 }
 
+func::FuncOp planc::plan::getTrainStepOrError(ModuleOp module) {
+  for (auto f : module.getOps<func::FuncOp>())
+    if (f->hasAttr(kTrainStepAttr))
+      return f;
+  module.emitError() << "expected a train step; run plan-autodiff first";
+  return {};
+}
+
 MeshOp planc::plan::getMesh(ModuleOp module) {
   auto meshes = module.getOps<MeshOp>();
   return meshes.empty() ? MeshOp() : *meshes.begin();

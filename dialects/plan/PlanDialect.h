@@ -75,6 +75,9 @@ llvm::SmallVector<int64_t> getLocalShape(llvm::ArrayRef<int64_t> shape,
 /// plan's (plan.parallel's `recompute`, "none" without a parallel section).
 std::string recomputePolicy(mlir::ModuleOp module, llvm::StringRef option);
 MeshOp getMesh(mlir::ModuleOp module);
+/// The train step plan-autodiff made (marked plan.train_step), or null
+/// after emitting "expected a train step; run plan-autodiff first".
+mlir::func::FuncOp getTrainStepOrError(mlir::ModuleOp module);
 
 /// Output size of a convolution or pooling window along one spatial
 /// dimension; <= 0 when the window does not fit.

@@ -58,14 +58,9 @@ void LossScalePass::runOnOperation() {
   auto trains = module.getOps<TrainOp>();
   if (trains.empty() || (*trains.begin()).getLossScale() != "dynamic")
     return;
-  func::FuncOp step;
-  for (auto f : module.getOps<func::FuncOp>())
-    if (f->hasAttr(kTrainStepAttr))
-      step = f;
-  if (!step) {
-    module.emitError() << "expected a train step; run plan-autodiff first";
+  func::FuncOp step = getTrainStepOrError(module);
+  if (!step)
     return signalPassFailure();
-  }
   SmallVector<Value> lossGrads, paramGrads;
   step.walk([&](Operation *op) {
     if (isa<CrossEntropyGradOp, MseLossGradOp>(op))

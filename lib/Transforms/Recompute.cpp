@@ -46,14 +46,9 @@ void RecomputePass::runOnOperation() {
   }
   if (mode != "full")
     return;
-  func::FuncOp step;
-  for (auto f : module.getOps<func::FuncOp>())
-    if (f->hasAttr(kTrainStepAttr))
-      step = f;
-  if (!step) {
-    module.emitError() << "expected a train step; run plan-autodiff first";
+  func::FuncOp step = getTrainStepOrError(module);
+  if (!step)
     return signalPassFailure();
-  }
   Block &body = step.getBody().front();
 
   // Backward ops: those that depend on the loss gradient.
