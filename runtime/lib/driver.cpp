@@ -921,10 +921,16 @@ std::string step_line(const Context *ctx, int64_t step, int64_t steps,
   if (ctx->last_accuracy >= 0)
     n += std::snprintf(buf + n, sizeof(buf) - n, " | acc %.4f",
                        (double)ctx->last_accuracy);
-  if (ctx->dynamic_loss_scale)
-    std::snprintf(buf + n, sizeof(buf) - n, " | loss scale %g%s",
+  // The scale this step ran with; a skipped step also counts the steps
+  // skipped so far, itself included (update_loss_scale runs after).
+  if (ctx->dynamic_loss_scale && ctx->skip_step)
+    std::snprintf(buf + n, sizeof(buf) - n,
+                  " | loss scale %g | skipped (gradient overflow; %lld so far)",
                   (double)ctx->loss_scale,
-                  ctx->skip_step ? " | skipped (gradient overflow)" : "");
+                  (long long)ctx->loss_scale_skipped + 1);
+  else if (ctx->dynamic_loss_scale)
+    std::snprintf(buf + n, sizeof(buf) - n, " | loss scale %g",
+                  (double)ctx->loss_scale);
   return buf;
 }
 

@@ -106,8 +106,7 @@ TEST(F16, EdgeCases) {
   EXPECT_EQ(f16_from_float(std::ldexp(1.0f, -14)), 0x0400); // normal min
   const float inf = std::numeric_limits<float>::infinity();
   EXPECT_EQ(f16_from_float(-inf), 0xfc00);
-  EXPECT_TRUE(
-      std::isnan(float_from_f16(f16_from_float(std::nanf("")))));
+  EXPECT_TRUE(std::isnan(float_from_f16(f16_from_float(std::nanf("")))));
   EXPECT_EQ(float_from_f16(0x0001), std::ldexp(1.0f, -24));
   EXPECT_EQ(float_from_f16(0xfbff), -65504.0f);
 }

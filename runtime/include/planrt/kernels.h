@@ -63,7 +63,7 @@ struct CastFn {
   void *out;
   int from, to; // CastType
   PLANRT_HD void operator()(int64_t i) const {
-    float v = from == CastF32   ? ((const float *)in)[i]
+    float v = from == CastF32    ? ((const float *)in)[i]
               : from == CastBF16 ? float_from_bf16(((const uint16_t *)in)[i])
                                  : float_from_f16(((const uint16_t *)in)[i]);
     if (to == CastF32)

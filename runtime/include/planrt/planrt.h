@@ -481,8 +481,9 @@ void scale(Context *ctx, const Tensor *x, Tensor *out, float factor);
 // of a step whose unscaled gradients overflowed on any rank, S halves and the
 // step is skipped: its clipping and optimizer updates do nothing (AdamW's
 // bias correction counts applied steps only); after 2000 clean steps in a
-// row S doubles, as PyTorch's GradScaler does. The step line shows S and
-// the steps skipped; checkpoints keep S and the counters.
+// row S doubles, as PyTorch's GradScaler does. The step line shows S and,
+// on a skipped step, the steps skipped so far; checkpoints keep S and the
+// counters.
 
 /// Turns dynamic loss scaling on (from plan_setup).
 void set_dynamic_loss_scale(Context *ctx);
