@@ -156,14 +156,16 @@ struct Context {
   bool loss_reported = false;
   float last_grad_norm = 0.0f; // from report_grad_norm
   // Dynamic loss scaling (planrt.h): the scale, clean steps in a row, steps
-  // skipped so far, an overflow seen by this rank this step, and whether
-  // every rank skips this step's updates.
+  // skipped so far, and whether every rank skips this step's updates.
+  // `unscaled_sum` (device memory, from start) accumulates the sums of the
+  // step's unscaled gradients: not finite after an overflow. It is read
+  // once per step, by loss_scale_check, not once per gradient.
   bool dynamic_loss_scale = false;
   float loss_scale = 65536.0f;
   int64_t loss_scale_clean = 0;
   int64_t loss_scale_skipped = 0;
-  bool found_overflow = false;
   bool skip_step = false;
+  float *unscaled_sum = nullptr;
   bool grad_norm_reported = false;
 
   void (*forward)(Context *) = nullptr; // set_forward

@@ -610,7 +610,13 @@ void set_dynamic_loss_scale(Context *ctx) {
 void loss_scale_check(Context *ctx) {
   if (!ctx)
     fatal("loss_scale_check: null context");
-  int mine = ctx->found_overflow ? 1 : 0, any = mine;
+  if (!ctx->unscaled_sum)
+    fatal("loss_scale_check: dynamic loss scaling was not set up before "
+          "the program started (set_dynamic_loss_scale)");
+  float sum = 0.0f;
+  backend::to_host(ctx, &sum, ctx->unscaled_sum, sizeof(float));
+  backend::zero_bytes(ctx, ctx->unscaled_sum, sizeof(float));
+  int mine = std::isfinite(sum) ? 0 : 1, any = mine;
   if (ctx->use_mpi && ctx->world > 1)
     watchdog::allreduce(
         ctx, &mine, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD,
@@ -753,6 +759,8 @@ void destroy_context(Context *ctx) {
       backend::free_bytes(ctx, st.t.data);
     for (auto &in : ctx->inputs)
       backend::free_bytes(ctx, in.t.data);
+    if (ctx->unscaled_sum)
+      backend::free_bytes(ctx, ctx->unscaled_sum);
     backend::finalize(ctx);
   }
   delete ctx;
@@ -808,6 +816,10 @@ void start(Context *ctx) {
   }
   backend::init(ctx);
   ctx->started = true;
+  if (ctx->dynamic_loss_scale) {
+    ctx->unscaled_sum = (float *)backend::alloc_bytes(ctx, sizeof(float));
+    backend::zero_bytes(ctx, ctx->unscaled_sum, sizeof(float));
+  }
   std::vector<float> host;
   p2p_init(ctx);
   int64_t my_pp = pipeline_coord(ctx);
@@ -866,7 +878,6 @@ void begin_step(Context *ctx, int64_t step) {
   ctx->last_grad_norm = std::numeric_limits<float>::quiet_NaN();
   ctx->lr_reported = false;
   ctx->last_lr = std::numeric_limits<float>::quiet_NaN();
-  ctx->found_overflow = false;
   ctx->skip_step = false;
   if (ctx->run_steps <= 0)
     ctx->run_steps = ctx->steps;

@@ -48,10 +48,10 @@ constexpr int64_t reduce_sum(int64_t n) {
 constexpr int64_t mse_loss(int64_t n) { return reduce_sum(n); }
 /// sumsq_accumulate over n elements.
 constexpr int64_t sumsq_accumulate(int64_t n) { return reduce_sum(n); }
-/// loss_scale over n elements: with `inverse`, the sum that tells whether
-/// the unscaled values are finite.
+/// loss_scale over n elements: with `inverse`, the partial sums it adds to
+/// the step's sum of unscaled gradients.
 constexpr int64_t loss_scale(int64_t n, bool inverse) {
-  return inverse ? reduce_sum(n) + floats(1) : 0;
+  return inverse ? reduce_sum(n) : 0;
 }
 /// embedding / embedding_grad / cross_entropy_grad / ce_local_stats /
 /// ce_grad_from_stats: the index flag, when there is anything to check.
