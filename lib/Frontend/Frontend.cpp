@@ -107,8 +107,38 @@ std::string planc::binaryContentProblem(StringRef text) {
          std::to_string(first) + "); planc reads .plan source text";
 }
 
+/// Standard input may never end (`planc - < /dev/zero`): read at most one
+/// byte past the cap.
+static std::unique_ptr<llvm::MemoryBuffer> readPlanStdin(std::string &error) {
+  std::string text;
+  char chunk[1 << 16];
+  while (text.size() <= kMaxPlanBytes) {
+    llvm::Expected<size_t> n = llvm::sys::fs::readNativeFile(
+        llvm::sys::fs::getStdinHandle(),
+        llvm::MutableArrayRef<char>(chunk, sizeof(chunk)));
+    if (!n) {
+      error = "cannot read standard input: " + llvm::toString(n.takeError());
+      return nullptr;
+    }
+    if (*n == 0)
+      break;
+    text.append(chunk, *n);
+  }
+  if (text.size() > kMaxPlanBytes) {
+    error = "standard input is longer than " + std::to_string(kMaxPlanBytes) +
+            " bytes, the limit for plans";
+    return nullptr;
+  }
+  error = binaryContentProblem(text);
+  if (!error.empty())
+    return nullptr;
+  return llvm::MemoryBuffer::getMemBufferCopy(text, "<stdin>");
+}
+
 std::unique_ptr<llvm::MemoryBuffer> planc::readPlanFile(StringRef path,
                                                         std::string &error) {
+  if (path == "-")
+    return readPlanStdin(error);
   // Reading a device such as /dev/zero would never end, and a directory
   // cannot be read: only regular files of a sane size are read.
   llvm::sys::fs::file_status st;

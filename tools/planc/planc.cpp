@@ -286,21 +286,15 @@ int main(int argc, char **argv) {
 
   llvm::SourceMgr sourceMgr;
   std::string err;
-  std::unique_ptr<llvm::MemoryBuffer> file;
-  if (inputFile == "-" || !llvm::sys::fs::exists(inputFile)) {
-    file = openInputFile(inputFile, &err);
-    if (file)
-      err = binaryContentProblem(file->getBuffer());
-    if (!err.empty())
-      file.reset();
-  } else {
-    file = readPlanFile(inputFile, err);
+  if (inputFile != "-" && !llvm::sys::fs::exists(inputFile)) {
+    llvm::errs() << "planc: error: cannot open input file '" << inputFile
+                 << "': No such file or directory\n";
+    return 1;
   }
+  std::unique_ptr<llvm::MemoryBuffer> file = readPlanFile(inputFile, err);
   if (!file) {
-    if (err.rfind("cannot open input file", 0) == 0) // from openInputFile
-      llvm::errs() << "planc: error: " << err << "\n";
-    else
-      llvm::errs() << inputFile << ": error: " << err << "\n";
+    llvm::errs() << (inputFile == "-" ? "<stdin>" : inputFile.getValue())
+                 << ": error: " << err << "\n";
     return 1;
   }
   sourceMgr.AddNewSourceBuffer(std::move(file), llvm::SMLoc());
