@@ -70,19 +70,26 @@ uint64_t name_hash(const char *name) {
 
 float init_value(int64_t seed, const char *param_name, int64_t global_index,
                  int64_t init_kind, float a, float b) {
+  return init_value_hashed(seed, name_hash(param_name), global_index, init_kind,
+                           a, b);
+}
+
+float init_value_hashed(int64_t seed, uint64_t param_name_hash,
+                        int64_t global_index, int64_t init_kind, float a,
+                        float b) {
   switch (init_kind) {
   case InitZeros:
     return 0.0f;
   case InitOnes:
     return 1.0f;
   case InitNormal: {
-    uint64_t base = hash_seq({(uint64_t)seed, kStreamParam,
-                              name_hash(param_name), (uint64_t)global_index});
+    uint64_t base = hash_seq({(uint64_t)seed, kStreamParam, param_name_hash,
+                              (uint64_t)global_index});
     double z = normal_from(splitmix64(base ^ 1), splitmix64(base ^ 2));
     return (float)((double)a + (double)b * z);
   }
   case InitUniform: {
-    uint64_t h = hash_seq({(uint64_t)seed, kStreamParam, name_hash(param_name),
+    uint64_t h = hash_seq({(uint64_t)seed, kStreamParam, param_name_hash,
                            (uint64_t)global_index});
     double u = unit_double(h);
     return (float)((double)a + ((double)b - (double)a) * u);

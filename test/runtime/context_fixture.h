@@ -12,7 +12,7 @@
 
 namespace planrt::test {
 
-// OpenBLAS starts threads at load time; fork-based death tests need the
+// The OpenMP pool starts threads on first use; fork-based death tests need the
 // threadsafe style.
 inline const bool kDeathStyle = [] {
   GTEST_FLAG_SET(death_test_style, "threadsafe");

@@ -126,6 +126,10 @@ std::string generate(Context *ctx, const std::string &prompt, int64_t count,
 uint64_t name_hash(const char *name);
 float init_value(int64_t seed, const char *param_name, int64_t global_index,
                  int64_t init_kind, float a, float b);
+/// init_value with name_hash(param_name) computed once by the caller.
+float init_value_hashed(int64_t seed, uint64_t param_name_hash,
+                        int64_t global_index, int64_t init_kind, float a,
+                        float b);
 /// Rows [row0, row0 + rows) of synthetic input `input_index` at `step`.
 void synthetic_inputs(int64_t seed, int64_t step, int64_t input_index,
                       int64_t row0, int64_t rows, int64_t cols, float *out);

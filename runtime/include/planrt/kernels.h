@@ -15,11 +15,20 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #ifdef __CUDACC__
 #define PLANRT_HD __host__ __device__
 #else
 #define PLANRT_HD
+#endif
+
+// A host loop whose iterations are independent: vectorized by the compiler
+// (OpenMP's simd, which also lets it ignore the pointers' possible overlap).
+#if defined(_OPENMP) && !defined(__CUDACC__)
+#define PLANRT_SIMD _Pragma("omp simd")
+#else
+#define PLANRT_SIMD
 #endif
 
 namespace planrt {
@@ -31,13 +40,72 @@ constexpr int64_t kReduceChunk = workspace::kReduceChunk;
 
 //===--- Scalar helpers ---------------------------------------------------===//
 
+/// e^x in a few inlinable float operations, so that host loops calling it
+/// vectorize (libm's expf is a call per element), within 2 ulp of e^x
+/// (kernels_test checks every float it is used on). x = k ln2 + r with
+/// |r| <= ln2 / 2 (ln2 split in two so that k ln2 is exact), e^r by its
+/// Taylor series to r^7 (the next term is < 1e-8 relative), times 2^k built
+/// in the exponent bits. Results below 2^-126 (x < -87.3) are flushed to 0
+/// and x > 88.3 gives +inf (e^x overflows a float from 88.72 on); NaN stays
+/// NaN. The same code runs on the GPU.
+PLANRT_HD inline float exp_f32(float x) {
+  const float kLog2e = 1.44269504088896341f;
+  const float kLn2Hi = 0.693145751953125f; // 0x3f317200: 16 bits, k ln2hi exact
+  const float kLn2Lo = 1.42860676533018e-06f; // ln2 - kLn2Hi
+  const float kRound = 12582912.0f; // 1.5 * 2^23: rounds to an integer
+  // Selects rather than branches, each condition always evaluated: the
+  // loops calling this vectorize (no conditional compare to if-convert).
+  float lo = x < -87.3f ? -87.3f : x;
+  float xc = lo > 88.3f ? 88.3f : lo;
+  // t's low mantissa bits hold k (integer arithmetic on the bits: no
+  // float-to-int conversion, whose NaN case would be undefined).
+  float t = xc * kLog2e + kRound;
+  uint32_t tbits;
+  memcpy(&tbits, &t, sizeof(tbits));
+  float k = t - kRound;
+  float r = (xc - k * kLn2Hi) - k * kLn2Lo;
+  float p = 1.0f / 5040.0f;
+  p = p * r + 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  uint32_t bits = (tbits - 0x4B400000u + 127u) << 23; // 2^k
+  float scale;
+  memcpy(&scale, &bits, sizeof(scale));
+  // NaN passes through as NaN (r and p are NaN).
+  float y = p * scale;
+  float high = x > 88.3f ? INFINITY : y;
+  return x < -87.3f ? 0.0f : high;
+}
+
+/// tanh(x), inlinable like exp_f32 and within 2 ulp: the Taylor series to
+/// x^17 below |x| = 0.55 (the next term is < 1e-8 relative there), else
+/// 1 - 2 / (e^{2|x|} + 1), which has no cancellation for tanh >= 0.5.
+PLANRT_HD inline float tanh_f32(float x) {
+  float a = fabsf(x), z = a * a;
+  float q = 6404582.0f / 10854718875.0f;
+  q = q * z - 929569.0f / 638512875.0f;
+  q = q * z + 21844.0f / 6081075.0f;
+  q = q * z - 1382.0f / 155925.0f;
+  q = q * z + 62.0f / 2835.0f;
+  q = q * z - 17.0f / 315.0f;
+  q = q * z + 2.0f / 15.0f;
+  q = q * z - 1.0f / 3.0f;
+  float small = a + a * (z * q);
+  float large = 1.0f - 2.0f / (exp_f32(2.0f * a) + 1.0f);
+  return copysignf(a < 0.55f ? small : large, x);
+}
+
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kGeluCoeff = 0.044715f;
 
 /// GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 PLANRT_HD inline float gelu_fwd(float x) {
   float u = kSqrt2OverPi * (x + kGeluCoeff * x * x * x);
-  return 0.5f * x * (1.0f + tanhf(u));
+  return 0.5f * x * (1.0f + tanh_f32(u));
 }
 
 /// d gelu(x) / dx. 1 - t^2 is computed as (1 - t)(1 + t), which keeps its
@@ -45,12 +113,21 @@ PLANRT_HD inline float gelu_fwd(float x) {
 PLANRT_HD inline float gelu_deriv(float x) {
   float x2 = x * x;
   float u = kSqrt2OverPi * (x + kGeluCoeff * x2 * x);
-  float t = tanhf(u);
+  float t = tanh_f32(u);
   float du = kSqrt2OverPi * (1.0f + 3.0f * kGeluCoeff * x2);
   return 0.5f * (1.0f + t) + 0.5f * x * ((1.0f - t) * (1.0f + t)) * du;
 }
 
 //===--- Element-wise functors (index space: output elements) -------------===//
+//
+// Functors marked kElementwise write only index i of their outputs and read
+// index i of any input that is also an output (an output may be one of the
+// inputs, never shifted against it), so the host runs a range of them as one
+// vector loop (host_backend.cpp: launch). Vector instructions round each lane
+// like the scalar ones, so the bits are the same. kCheap marks other functors
+// whose invocations are a few operations each: the host splits them over
+// threads only when there are many (functors with a loop inside are split
+// from a few invocations on).
 
 /// Element types of a cast, as planrt::DType numbers them (planrt.h).
 enum CastType : int { CastF32 = 0, CastBF16 = 2, CastF16 = 3 };
@@ -59,6 +136,7 @@ enum CastType : int { CastF32 = 0, CastBF16 = 2, CastF16 = 3 };
 /// nearest even): mixed precision's casts, and the staging of 16-bit
 /// operands into fp32 for the kernels below.
 struct CastFn {
+  static constexpr bool kElementwise = true;
   const void *in;
   void *out;
   int from, to; // CastType
@@ -75,13 +153,27 @@ struct CastFn {
 };
 
 struct BiasAddFn {
+  static constexpr bool kElementwise = true;
   const float *x, *b;
   float *out;
   int64_t n; // length of b
   PLANRT_HD void operator()(int64_t i) const { out[i] = x[i] + b[i % n]; }
+  /// Host: [begin, end) as rows of b, without a division per element.
+  void range(int64_t begin, int64_t end) const {
+    const float *xs = x, *bs = b;
+    float *os = out;
+    for (int64_t i = begin, j = begin % n; i < end; j = 0) {
+      int64_t len = n - j < end - i ? n - j : end - i;
+      PLANRT_SIMD
+      for (int64_t k = 0; k < len; ++k)
+        os[i + k] = xs[i + k] + bs[j + k];
+      i += len;
+    }
+  }
 };
 
 struct AddFn {
+  static constexpr bool kElementwise = true;
   const float *a, *b;
   float *out;
   PLANRT_HD void operator()(int64_t i) const { out[i] = a[i] + b[i]; }
@@ -101,6 +193,7 @@ PLANRT_HD inline float gelu_exact_deriv(float x) {
 
 /// dpred = 2 * scale * (pred - target).
 struct MseGradFn {
+  static constexpr bool kElementwise = true;
   const float *pred, *target;
   float *dpred;
   float scale2; // 2 * scale
@@ -110,6 +203,7 @@ struct MseGradFn {
 };
 
 struct SgdFn {
+  static constexpr bool kElementwise = true;
   float *w;
   const float *g;
   float lr;
@@ -119,6 +213,7 @@ struct SgdFn {
 /// AdamW (decoupled weight decay, bias-corrected moments). `bc1` and `bc2`
 /// are 1 - beta1^t and 1 - beta2^t, computed by the caller in double.
 struct AdamWFn {
+  static constexpr bool kElementwise = true;
   float *w, *m, *v;
   const float *g;
   float lr, beta1, beta2, eps, weight_decay, bc1, bc2;
@@ -148,6 +243,19 @@ struct BiasGradFn {
     for (int64_t r = 0; r < rows; ++r)
       acc += dy[r * n + j];
     db[j] = acc;
+  }
+  /// Host: columns [begin, end) row after row (contiguous reads, one vector
+  /// loop per row); each column still sums its rows in order from 0.
+  void range(int64_t begin, int64_t end) const {
+    float *out = db;
+    for (int64_t j = begin; j < end; ++j)
+      out[j] = 0.0f;
+    for (int64_t r = 0; r < rows; ++r) {
+      const float *row = dy + r * n;
+      PLANRT_SIMD
+      for (int64_t j = begin; j < end; ++j)
+        out[j] += row[j];
+    }
   }
 };
 
@@ -188,8 +296,8 @@ struct ScaledSumFn {
 /// Logistic sigmoid; exp of a non-positive argument only, so no overflow.
 PLANRT_HD inline float sigmoid(float x) {
   if (x >= 0.0f)
-    return 1.0f / (1.0f + expf(-x));
-  float e = expf(x);
+    return 1.0f / (1.0f + exp_f32(-x));
+  float e = exp_f32(x);
   return e / (1.0f + e);
 }
 
@@ -197,6 +305,7 @@ PLANRT_HD inline float sigmoid(float x) {
 
 /// out = A::value(x), elementwise.
 template <class A> struct MapFn {
+  static constexpr bool kElementwise = true;
   const float *x;
   float *out;
   PLANRT_HD void operator()(int64_t i) const { out[i] = A::value(x[i]); }
@@ -204,6 +313,7 @@ template <class A> struct MapFn {
 
 /// dx = dy * A::deriv(x), elementwise.
 template <class A> struct MapGradFn {
+  static constexpr bool kElementwise = true;
   const float *x, *dy;
   float *dx;
   PLANRT_HD void operator()(int64_t i) const { dx[i] = dy[i] * A::deriv(x[i]); }
@@ -273,18 +383,21 @@ PLANRT_HD inline void flag_bad_index(int *flag, int32_t value) {
 //===--- More element-wise functors ---------------------------------------===//
 
 struct MulFn {
+  static constexpr bool kElementwise = true;
   const float *a, *b;
   float *out;
   PLANRT_HD void operator()(int64_t i) const { out[i] = a[i] * b[i]; }
 };
 
 struct SubFn {
+  static constexpr bool kElementwise = true;
   const float *a, *b;
   float *out;
   PLANRT_HD void operator()(int64_t i) const { out[i] = a[i] - b[i]; }
 };
 
 struct ScaleFn {
+  static constexpr bool kElementwise = true;
   const float *x;
   float *out;
   float factor;
@@ -292,12 +405,14 @@ struct ScaleFn {
 };
 
 struct FillFn {
+  static constexpr bool kElementwise = true;
   float *t;
   float value;
   PLANRT_HD void operator()(int64_t i) const { t[i] = value; }
 };
 
 struct FillI32Fn {
+  static constexpr bool kElementwise = true;
   int32_t *t;
   int32_t value;
   PLANRT_HD void operator()(int64_t i) const { t[i] = value; }
@@ -305,6 +420,7 @@ struct FillI32Fn {
 
 /// out[r, c] = x[r, c] + table[r % S, c] for x viewed as [B * S, C].
 struct PosEmbeddingFn {
+  static constexpr bool kElementwise = true;
   const float *x, *table;
   float *out;
   int64_t S, C;
@@ -331,6 +447,7 @@ struct VocabSlice {
 /// out[r, :] = table[ids[r] - row0, :] if this rank owns ids[r], else 0;
 /// index space: rows * C.
 struct EmbeddingFn {
+  static constexpr bool kCheap = true;
   const int32_t *ids;
   const float *table;
   float *out;
@@ -350,6 +467,7 @@ struct EmbeddingFn {
 /// index space: rows * C. Order of the additions is unspecified (used by the
 /// cuda backend).
 struct EmbeddingGradAtomicFn {
+  static constexpr bool kCheap = true;
   const int32_t *ids;
   const float *dout;
   float *dtable;
@@ -370,6 +488,7 @@ struct EmbeddingGradAtomicFn {
 
 /// g *= min(1, max_norm / (sqrt(sumsq) + 1e-6)); sumsq is read on the device.
 struct ClipFn {
+  static constexpr bool kElementwise = true;
   float *g;
   const float *sumsq;
   float max_norm;
@@ -377,6 +496,16 @@ struct ClipFn {
     float f = max_norm / (sqrtf(sumsq[0]) + 1e-6f);
     if (f < 1.0f)
       g[i] *= f;
+  }
+  /// Host: the factor once per range, no pass at all when it is >= 1.
+  void range(int64_t begin, int64_t end) const {
+    float f = max_norm / (sqrtf(sumsq[0]) + 1e-6f);
+    if (!(f < 1.0f))
+      return;
+    float *gs = g;
+    PLANRT_SIMD
+    for (int64_t i = begin; i < end; ++i)
+      gs[i] *= f;
   }
 };
 
@@ -391,7 +520,7 @@ struct SoftmaxFn {
     float *o = out + r * C;
     float m = row_max(xr, C), sum = 0.0f;
     for (int64_t j = 0; j < C; ++j) {
-      float e = expf(xr[j] - m);
+      float e = exp_f32(xr[j] - m);
       o[j] = e;
       sum += e;
     }
@@ -498,6 +627,28 @@ struct NormGradParamFn {
     if (dbeta)
       dbeta[j] = db;
   }
+  /// Host: columns [begin, end) row after row, the same sums in the same
+  /// order as the call operator.
+  void range(int64_t begin, int64_t end) const {
+    float *dg = dgamma, *db = dbeta;
+    for (int64_t j = begin; j < end; ++j) {
+      dg[j] = 0.0f;
+      if (db)
+        db[j] = 0.0f;
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+      float mu = mean ? mean[r] : 0.0f, rs = rstd[r];
+      const float *dyr = dout + r * C, *xr = x + r * C;
+      PLANRT_SIMD
+      for (int64_t j = begin; j < end; ++j)
+        dg[j] += dyr[j] * (xr[j] - mu) * rs;
+      if (db) {
+        PLANRT_SIMD
+        for (int64_t j = begin; j < end; ++j)
+          db[j] += dyr[j];
+      }
+    }
+  }
 };
 
 /// loss[r] = logsumexp(logits[r]) - logits[r, targets[r]].
@@ -518,7 +669,7 @@ struct CrossEntropyFn {
     const float *xr = logits + r * C;
     float m = row_max(xr, valid), sum = 0.0f;
     for (int64_t j = 0; j < valid; ++j)
-      sum += expf(xr[j] - m);
+      sum += exp_f32(xr[j] - m);
     loss[r] = m + logf(sum) - xr[t];
   }
 };
@@ -562,7 +713,7 @@ struct CrossEntropyGradFn {
     }
     float m = row_max(xr, valid), sum = 0.0f;
     for (int64_t j = 0; j < valid; ++j) {
-      float e = expf(xr[j] - m);
+      float e = exp_f32(xr[j] - m);
       d[j] = e;
       sum += e;
     }
@@ -602,7 +753,7 @@ struct CeStatsFn {
     const float *xr = logits + r * vocab.V;
     float m = rowmax[r], sum = 0.0f;
     for (int64_t j = 0; j < vocab.V && vocab.row0 + j < valid; ++j)
-      sum += expf(xr[j] - m);
+      sum += exp_f32(xr[j] - m);
     int32_t t = targets[r];
     bool ok = vocab.valid(t) && t < valid;
     if (!ok)
@@ -650,7 +801,7 @@ struct CeGradFn {
     float *d = dlogits + r * C;
     float m = rowmax[r], inv = scale / stats[2 * r];
     for (int64_t j = 0; j < C; ++j)
-      d[j] = vocab.row0 + j < valid ? expf(xr[j] - m) * inv : 0.0f;
+      d[j] = vocab.row0 + j < valid ? exp_f32(xr[j] - m) * inv : 0.0f;
     int32_t t = targets[r];
     if (!vocab.valid(t) || t >= valid) {
       flag_bad_index(flag, t);
@@ -671,6 +822,7 @@ struct CeGradFn {
 
 /// dst[i] = src[i].
 struct CopyFn {
+  static constexpr bool kElementwise = true;
   const float *src;
   float *dst;
   PLANRT_HD void operator()(int64_t i) const { dst[i] = src[i]; }
@@ -680,6 +832,7 @@ struct CopyFn {
 /// middle dim, each stored contiguously as [outer, Db, inner]; index space:
 /// dst elements (a multiple of outer * Db * inner).
 struct SplitBlocksFn {
+  static constexpr bool kElementwise = true;
   const float *src;
   float *dst;
   int64_t outer, D, Db, inner, first;
@@ -693,6 +846,7 @@ struct SplitBlocksFn {
 /// dst [outer, G * Db, inner] from G contiguous blocks src[k] [outer, Db,
 /// inner] placed at k * Db along the middle dim; index space: dst elements.
 struct MergeBlocksFn {
+  static constexpr bool kElementwise = true;
   const float *src;
   float *dst;
   int64_t outer, Db, inner, G;
@@ -729,11 +883,31 @@ struct EmbeddingGradColumnFn {
         dtable[l * C + c] += dout[r * C + c];
     }
   }
+  /// Host: columns [begin, end) row after row; each table element still
+  /// takes its rows' additions in row order.
+  void range(int64_t begin, int64_t end) const {
+    for (int64_t r = 0; r < rows; ++r) {
+      int32_t id = ids[r];
+      if (!vocab.valid(id)) {
+        flag_bad_index(flag, id);
+        continue;
+      }
+      int64_t l = vocab.local(id);
+      if (l < 0)
+        continue;
+      float *dst = dtable + l * C;
+      const float *src = dout + r * C;
+      PLANRT_SIMD
+      for (int64_t c = begin; c < end; ++c)
+        dst[c] += src[c];
+    }
+  }
 };
 
 /// dtable[s, c] = sum_b dout[b, s, c] for s < S, 0 for s >= S; index space:
 /// T * C (all of dtable).
 struct PosEmbeddingGradFn {
+  static constexpr bool kElementwise = true;
   const float *dout;
   float *dtable;
   int64_t B, S, C;
@@ -800,7 +974,7 @@ struct AttentionFn {
       o[d] = 0.0f;
     float sum = 0.0f;
     for (int64_t u = 0; u <= t; ++u) {
-      float e = expf(a.scale * dot(q, a.k(qkv, b, u, g), D) - m);
+      float e = exp_f32(a.scale * dot(q, a.k(qkv, b, u, g), D) - m);
       if (keep)
         keep[i * a.S + u] = e;
       sum += e;
@@ -827,7 +1001,7 @@ struct AttnScores {
                     float m) const {
     if (keep)
       return keep[i * a.S + u];
-    return expf(a.scale * dot(q, a.k(qkv, b, u, g), a.D) - m);
+    return exp_f32(a.scale * dot(q, a.k(qkv, b, u, g), a.D) - m);
   }
 };
 

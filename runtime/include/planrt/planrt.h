@@ -3,7 +3,7 @@
 // Generated programs (planc's host and cuda targets) call only what is
 // declared here. The same declarations are implemented by two backends:
 //   - host: each MPI rank plays one GPU; tensors live in host memory, GEMM is
-//     OpenBLAS, collectives are MPI.
+//     oneDNN, collectives are MPI.
 //   - cuda: tensors live in device memory, GEMM is cuBLASLt, collectives are
 //     NCCL (the ncclUniqueId is broadcast over MPI).
 // Which backend a program gets is decided at link time (libplanrt_host.a or

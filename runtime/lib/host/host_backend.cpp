@@ -1,19 +1,20 @@
-//===- host_backend.cpp - Host backend: malloc, OpenBLAS, MPI -------------===//
+//===- host_backend.cpp - Host backend: malloc, oneDNN, MPI ---------------===//
 //
 // Each MPI rank plays one GPU. Kernels run the shared functors of
 // planrt/kernels.h in loops split over the rank's threads (OpenMP); GEMM is
-// cblas_sgemm; collectives are MPI (MPI_Iallreduce, MPI_Iallgather,
-// MPI_Ireduce_scatter_block, MPI_Ialltoall) on one communicator per axis mask
-// (MPI_Comm_split, cached), each waited for under the watchdog (lib/watchdog.h:
+// oneDNN's dnnl_sgemm on the same threads; collectives are MPI (MPI_Iallreduce,
+// MPI_Iallgather, MPI_Ireduce_scatter_block, MPI_Ialltoall) on one communicator
+// per axis mask (MPI_Comm_split, cached), each waited for under the watchdog
+// (lib/watchdog.h:
 // --timeout).
 //===----------------------------------------------------------------------===//
 
 #include "../context.h"
 #include "planrt/kernels.h"
 
-#include <cblas.h>
 #include <mpi.h>
 #include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
 #include <sched.h>
 
 #include "../watchdog.h"
@@ -24,6 +25,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace planrt {
@@ -86,11 +89,6 @@ void init(Context *ctx) {
   ctx->backend = new HostState;
   int threads = host_threads();
   omp_set_num_threads(threads);
-  // GEMMs on the same threads unless OpenBLAS's own count is set. (The
-  // kernels' results never depend on the thread count; OpenBLAS's threaded
-  // SGEMM rounds differently from its serial one.)
-  if (!std::getenv("OPENBLAS_NUM_THREADS"))
-    openblas_set_num_threads(threads);
   watchdog::init(ctx);
   precreate_comms(ctx);
 }
@@ -173,28 +171,68 @@ namespace detail {
 /// embedding_grad walks the rows in order per column: deterministic.
 constexpr bool kAtomicScatter = false;
 
-/// Below this many invocations a kernel runs on the calling thread: a
-/// parallel region costs a few microseconds.
-constexpr int64_t kParallelMin = 4096;
+/// Below this many invocations a kernel runs on the calling thread (a
+/// parallel region costs a few microseconds): element-wise and cheap
+/// functors (kernels.h) from 4096 on, functors with a loop inside (rows,
+/// columns, chunks) from 16 on.
+constexpr int64_t kParallelMinCheap = 4096;
+constexpr int64_t kParallelMinLoop = 16;
+
+template <class F, class = void> struct HasRange : std::false_type {};
+template <class F>
+struct HasRange<F, std::void_t<decltype(std::declval<const F &>().range(
+                       int64_t(), int64_t()))>> : std::true_type {};
+template <class F, class = void> struct IsElementwise : std::false_type {};
+template <class F>
+struct IsElementwise<F, std::enable_if_t<F::kElementwise>> : std::true_type {};
+template <class F, class = void> struct IsCheap : std::false_type {};
+template <class F>
+struct IsCheap<F, std::enable_if_t<F::kCheap>> : std::true_type {};
+
+/// Runs invocations [begin, end) of `fn` on this thread: its own range loop
+/// if it has one, one vector loop if it is element-wise (kernels.h), else
+/// one invocation after the other.
+template <class F> void run_range(const F &fn, int64_t begin, int64_t end) {
+  if constexpr (HasRange<F>::value) {
+    fn.range(begin, end);
+  } else if constexpr (IsElementwise<F>::value) {
+    const F f = fn; // a local copy: its fields stay in registers
+    PLANRT_SIMD
+    for (int64_t i = begin; i < end; ++i)
+      f(i);
+  } else {
+    for (int64_t i = begin; i < end; ++i)
+      fn(i);
+  }
+}
 
 /// Each invocation writes its own outputs and sums in a fixed order, so how
 /// the index range is split over threads changes no bit of the result.
 template <class F> void launch(Context *, int64_t n, const F &f) {
-#pragma omp parallel for schedule(static) if (n >= kParallelMin)
-  for (int64_t i = 0; i < n; ++i)
-    f(i);
+  constexpr int64_t min = IsElementwise<F>::value || IsCheap<F>::value
+                              ? kParallelMinCheap
+                              : kParallelMinLoop;
+  if (n < min || omp_get_max_threads() == 1) {
+    run_range(f, 0, n);
+    return;
+  }
+#pragma omp parallel
+  {
+    int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+    run_range(f, n * t / nt, n * (t + 1) / nt);
+  }
 }
 
 void gemm(Context *, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
           const float *a, int64_t lda, const float *b, int64_t ldb, float *c,
           int64_t ldc) {
-  const int64_t kMax = 0x7fffffff;
-  if (m > kMax || n > kMax || k > kMax || lda > kMax || ldb > kMax)
-    fatal("matmul: dimensions too large for BLAS (%lld x %lld x %lld)",
-          (long long)m, (long long)n, (long long)k);
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
-              tb ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)k, 1.0f, a,
-              (int)lda, b, (int)ldb, 0.0f, c, (int)ldc);
+  // oneDNN picks its kernels by the CPU's ISA at run time (AVX2, AVX-512)
+  // and runs them on this rank's OpenMP threads, the kernels' pool.
+  dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, 1.0f,
+                                a, lda, b, ldb, 0.0f, c, ldc);
+  if (st != dnnl_success)
+    fatal("matmul: dnnl_sgemm failed (status %d) for %lld x %lld x %lld",
+          (int)st, (long long)m, (long long)n, (long long)k);
 }
 
 namespace {
