@@ -871,21 +871,10 @@ struct EmbeddingGradColumnFn {
   VocabSlice vocab;
   int64_t C;
   int *flag;
-  PLANRT_HD void operator()(int64_t c) const {
-    for (int64_t r = 0; r < rows; ++r) {
-      int32_t id = ids[r];
-      if (!vocab.valid(id)) {
-        flag_bad_index(flag, id);
-        continue;
-      }
-      int64_t l = vocab.local(id);
-      if (l >= 0)
-        dtable[l * C + c] += dout[r * C + c];
-    }
-  }
-  /// Host: columns [begin, end) row after row; each table element still
-  /// takes its rows' additions in row order.
-  void range(int64_t begin, int64_t end) const {
+  PLANRT_HD void operator()(int64_t c) const { range(c, c + 1); }
+  /// Columns [begin, end) row after row (the host's threads take ranges);
+  /// each table element takes its rows' additions in row order.
+  PLANRT_HD void range(int64_t begin, int64_t end) const {
     for (int64_t r = 0; r < rows; ++r) {
       int32_t id = ids[r];
       if (!vocab.valid(id)) {
