@@ -349,11 +349,20 @@ using GeluExactGradFn = MapGradFn<GeluErf>;
 using SiluFn = MapFn<Silu>;
 using SiluGradFn = MapGradFn<Silu>;
 
+/// sum_i a[i] b[i] in eight interleaved partial sums (element i goes to sum
+/// i % 8) added pairwise at the end: a fixed order, the same on every backend
+/// and thread count, that vectorizes and does not wait on one add chain
+/// (attention's q.k and dout.v over the head dim were latency-bound).
 PLANRT_HD inline float dot(const float *a, const float *b, int64_t n) {
-  float acc = 0.0f;
-  for (int64_t i = 0; i < n; ++i)
-    acc += a[i] * b[i];
-  return acc;
+  float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int l = 0; l < 8; ++l)
+      acc[l] += a[i + l] * b[i + l];
+  for (int l = 0; i + l < n; ++l)
+    acc[l] += a[i + l] * b[i + l];
+  return ((acc[0] + acc[4]) + (acc[1] + acc[5])) +
+         ((acc[2] + acc[6]) + (acc[3] + acc[7]));
 }
 
 PLANRT_HD inline float row_max(const float *x, int64_t n) {
