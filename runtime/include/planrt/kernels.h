@@ -365,6 +365,19 @@ PLANRT_HD inline float dot(const float *a, const float *b, int64_t n) {
          ((acc[2] + acc[6]) + (acc[3] + acc[7]));
 }
 
+/// sum_i a[i] in dot's order.
+PLANRT_HD inline float sum8(const float *a, int64_t n) {
+  float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int l = 0; l < 8; ++l)
+      acc[l] += a[i + l];
+  for (int l = 0; i + l < n; ++l)
+    acc[l] += a[i + l];
+  return ((acc[0] + acc[4]) + (acc[1] + acc[5])) +
+         ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
 PLANRT_HD inline float row_max(const float *x, int64_t n) {
   float m = x[0];
   for (int64_t i = 1; i < n; ++i)
@@ -850,6 +863,21 @@ struct SplitBlocksFn {
     int64_t o = r / (Db * inner), d = (r / inner) % Db, e = r % inner;
     dst[i] = src[(o * D + (first + k) * Db + d) * inner + e];
   }
+  /// Host: the same copy by runs of Db * inner contiguous elements (one
+  /// division per run instead of five per element).
+  void range(int64_t begin, int64_t end) const {
+    int64_t blk = Db * inner, per = outer * blk;
+    for (int64_t i = begin; i < end;) {
+      int64_t k = i / per, r = i % per, o = r / blk, off = r % blk;
+      int64_t len = blk - off < end - i ? blk - off : end - i;
+      const float *from = src + (o * D + (first + k) * Db) * inner + off;
+      float *to = dst + i;
+      PLANRT_SIMD
+      for (int64_t x = 0; x < len; ++x)
+        to[x] = from[x];
+      i += len;
+    }
+  }
 };
 
 /// dst [outer, G * Db, inner] from G contiguous blocks src[k] [outer, Db,
@@ -864,6 +892,20 @@ struct MergeBlocksFn {
     int64_t dd = t % (G * Db), o = t / (G * Db);
     int64_t k = dd / Db, d = dd % Db;
     dst[i] = src[((k * outer + o) * Db + d) * inner + e];
+  }
+  /// Host: the same copy by runs of Db * inner contiguous elements.
+  void range(int64_t begin, int64_t end) const {
+    int64_t blk = Db * inner;
+    for (int64_t i = begin; i < end;) {
+      int64_t q = i / blk, off = i % blk, o = q / G, k = q % G;
+      int64_t len = blk - off < end - i ? blk - off : end - i;
+      const float *from = src + (k * outer + o) * blk + off;
+      float *to = dst + i;
+      PLANRT_SIMD
+      for (int64_t x = 0; x < len; ++x)
+        to[x] = from[x];
+      i += len;
+    }
   }
 };
 
@@ -1091,7 +1133,7 @@ struct AttentionGradKVFn {
 //===--- Chunked sums -----------------------------------------------------===//
 
 /// partial[c] = sum of v (or v^2 with `square`) over chunk c of kReduceChunk
-/// elements; index space: the chunks.
+/// elements, in dot's order; index space: the chunks.
 struct SumPartialFn {
   const float *v;
   float *partial;
@@ -1100,10 +1142,8 @@ struct SumPartialFn {
   PLANRT_HD void operator()(int64_t c) const {
     int64_t begin = c * kReduceChunk;
     int64_t end = begin + kReduceChunk < n ? begin + kReduceChunk : n;
-    float acc = 0.0f;
-    for (int64_t i = begin; i < end; ++i)
-      acc += square ? v[i] * v[i] : v[i];
-    partial[c] = acc;
+    const float *x = v + begin;
+    partial[c] = square ? dot(x, x, end - begin) : sum8(x, end - begin);
   }
 };
 
