@@ -195,8 +195,15 @@ struct IsCheap<F, std::enable_if_t<F::kCheap>> : std::true_type {};
 
 /// Runs invocations [begin, end) of `fn` on this thread: its own range loop
 /// if it has one, one vector loop if it is element-wise (kernels.h), else
-/// one invocation after the other.
-template <class F> void run_range(const F &fn, int64_t begin, int64_t end) {
+/// one invocation after the other. Compiled twice, everything it calls
+/// inlined (flatten): for AVX2 (x86-64-v3, 8 floats per vector) and for the
+/// baseline (SSE2), picked when the program starts by the CPU it runs on.
+/// The library is built with -ffp-contract=off, so both give the same bits.
+template <class F>
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("arch=x86-64-v3", "default"), flatten))
+#endif
+void run_range(const F &fn, int64_t begin, int64_t end) {
   if constexpr (HasRange<F>::value) {
     fn.range(begin, end);
   } else if constexpr (IsElementwise<F>::value) {
