@@ -5,8 +5,7 @@
 // oneDNN's dnnl_sgemm on the same threads; collectives are MPI (MPI_Iallreduce,
 // MPI_Iallgather, MPI_Ireduce_scatter_block, MPI_Ialltoall) on one communicator
 // per axis mask (MPI_Comm_split, cached), each waited for under the watchdog
-// (lib/watchdog.h:
-// --timeout).
+// (lib/watchdog.h: --timeout).
 //===----------------------------------------------------------------------===//
 
 #include "../context.h"
