@@ -25,12 +25,12 @@ measure() {
   echo "$label: $secs s, $((kb / 1024)) MiB"
 }
 
-# Until the code generator takes fp16 and recompute (issue 9), the 1T and
-# 175B plans run every pass up to and including the pipeline schedule.
-measure "1T params, 3072 GPUs (tp 8, pp 64, dp 6, 512 microbatches), to plan-schedule-pipeline" \
-  "$ROOT/examples/megatron/gpt-1t.plan" --emit=mlir --stage=plan-schedule-pipeline
-measure "GPT-3 175B, 1536 GPUs (interleaved, 128 microbatches), to plan-schedule-pipeline" \
-  "$ROOT/examples/gpt3-175b.plan" --emit=mlir --stage=plan-schedule-pipeline
+# The whole pipeline, through code generation (--emit=cpp: the generated C++,
+# without compiling it).
+measure "1T params, 3072 GPUs (tp 8, pp 64, dp 6, 512 microbatches, fp16), --emit=cpp" \
+  "$ROOT/examples/megatron/gpt-1t.plan" --emit=cpp
+measure "GPT-3 175B, 1536 GPUs (interleaved, 128 microbatches, bf16), --emit=cpp" \
+  "$ROOT/examples/gpt3-175b.plan" --emit=cpp
 for L in 100 1000 10000; do
   sed -e "s/^layers = .*/layers = $L/" \
       -e "s|\"models/gpt.plan\"|\"$ROOT/examples/models/gpt.plan\"|" \
