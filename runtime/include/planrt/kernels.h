@@ -1004,9 +1004,16 @@ struct AttentionFn {
     int64_t t = i % a.S, h = (i / a.S) % a.H, b = i / (a.S * a.H);
     int64_t g = h / (a.H / a.KV), D = a.D;
     const float *q = a.q(qkv, b, t, h);
+    // With `keep`, the scores of the max pass wait there for the exp pass
+    // (which overwrites them with e): q.k is computed once per key.
+    float *row = keep ? keep + i * a.S : nullptr;
     float m = a.scale * dot(q, a.k(qkv, b, 0, g), D);
+    if (row)
+      row[0] = m;
     for (int64_t u = 1; u <= t; ++u) {
       float s = a.scale * dot(q, a.k(qkv, b, u, g), D);
+      if (row)
+        row[u] = s;
       m = s > m ? s : m;
     }
     float *o = out + a.o(b, t, h);
@@ -1014,9 +1021,10 @@ struct AttentionFn {
       o[d] = 0.0f;
     float sum = 0.0f;
     for (int64_t u = 0; u <= t; ++u) {
-      float e = exp_f32(a.scale * dot(q, a.k(qkv, b, u, g), D) - m);
-      if (keep)
-        keep[i * a.S + u] = e;
+      float s = row ? row[u] : a.scale * dot(q, a.k(qkv, b, u, g), D);
+      float e = exp_f32(s - m);
+      if (row)
+        row[u] = e;
       sum += e;
       const float *v = a.v(qkv, b, u, g);
       for (int64_t d = 0; d < D; ++d)
