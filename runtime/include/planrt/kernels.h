@@ -349,33 +349,34 @@ using GeluExactGradFn = MapGradFn<GeluErf>;
 using SiluFn = MapFn<Silu>;
 using SiluGradFn = MapGradFn<Silu>;
 
-/// sum_i a[i] b[i] in eight interleaved partial sums (element i goes to sum
-/// i % 8) added pairwise at the end: a fixed order, the same on every backend
-/// and thread count, that vectorizes and does not wait on one add chain
-/// (attention's q.k and dout.v over the head dim were latency-bound).
-PLANRT_HD inline float dot(const float *a, const float *b, int64_t n) {
+/// sum_i term(i) over [0, n) in eight interleaved partial sums (term i goes
+/// to sum i % 8) added pairwise at the end: a fixed order, the same on every
+/// backend and thread count, that vectorizes and does not wait on one add
+/// chain (attention's q.k and dout.v over the head dim were latency-bound).
+template <class Term> PLANRT_HD inline float sum8(int64_t n, const Term &term) {
   float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
     for (int l = 0; l < 8; ++l)
-      acc[l] += a[i + l] * b[i + l];
+      acc[l] += term(i + l);
   for (int l = 0; i + l < n; ++l)
-    acc[l] += a[i + l] * b[i + l];
+    acc[l] += term(i + l);
   return ((acc[0] + acc[4]) + (acc[1] + acc[5])) +
          ((acc[2] + acc[6]) + (acc[3] + acc[7]));
 }
 
-/// sum_i a[i] in dot's order.
-PLANRT_HD inline float sum8(const float *a, int64_t n) {
-  float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int l = 0; l < 8; ++l)
-      acc[l] += a[i + l];
-  for (int l = 0; i + l < n; ++l)
-    acc[l] += a[i + l];
-  return ((acc[0] + acc[4]) + (acc[1] + acc[5])) +
-         ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+struct ProductTerm {
+  const float *a, *b;
+  PLANRT_HD float operator()(int64_t i) const { return a[i] * b[i]; }
+};
+struct ValueTerm {
+  const float *a;
+  PLANRT_HD float operator()(int64_t i) const { return a[i]; }
+};
+
+/// sum_i a[i] b[i] in sum8's order.
+PLANRT_HD inline float dot(const float *a, const float *b, int64_t n) {
+  return sum8(n, ProductTerm{a, b});
 }
 
 PLANRT_HD inline float row_max(const float *x, int64_t n) {
@@ -850,6 +851,14 @@ struct CopyFn {
   PLANRT_HD void operator()(int64_t i) const { dst[i] = src[i]; }
 };
 
+/// Host: to[0..len) = from[0..len), one vector loop (the block copies'
+/// contiguous runs).
+inline void copy_run(float *to, const float *from, int64_t len) {
+  PLANRT_SIMD
+  for (int64_t x = 0; x < len; ++x)
+    to[x] = from[x];
+}
+
 /// dst = blocks first, first + 1, ... of src [outer, D, inner] along the
 /// middle dim, each stored contiguously as [outer, Db, inner]; index space:
 /// dst elements (a multiple of outer * Db * inner).
@@ -870,11 +879,7 @@ struct SplitBlocksFn {
     for (int64_t i = begin; i < end;) {
       int64_t k = i / per, r = i % per, o = r / blk, off = r % blk;
       int64_t len = blk - off < end - i ? blk - off : end - i;
-      const float *from = src + (o * D + (first + k) * Db) * inner + off;
-      float *to = dst + i;
-      PLANRT_SIMD
-      for (int64_t x = 0; x < len; ++x)
-        to[x] = from[x];
+      copy_run(dst + i, src + (o * D + (first + k) * Db) * inner + off, len);
       i += len;
     }
   }
@@ -899,11 +904,7 @@ struct MergeBlocksFn {
     for (int64_t i = begin; i < end;) {
       int64_t q = i / blk, off = i % blk, o = q / G, k = q % G;
       int64_t len = blk - off < end - i ? blk - off : end - i;
-      const float *from = src + (k * outer + o) * blk + off;
-      float *to = dst + i;
-      PLANRT_SIMD
-      for (int64_t x = 0; x < len; ++x)
-        to[x] = from[x];
+      copy_run(dst + i, src + (k * outer + o) * blk + off, len);
       i += len;
     }
   }
@@ -1141,7 +1142,7 @@ struct AttentionGradKVFn {
 //===--- Chunked sums -----------------------------------------------------===//
 
 /// partial[c] = sum of v (or v^2 with `square`) over chunk c of kReduceChunk
-/// elements, in dot's order; index space: the chunks.
+/// elements, in sum8's order; index space: the chunks.
 struct SumPartialFn {
   const float *v;
   float *partial;
@@ -1151,7 +1152,8 @@ struct SumPartialFn {
     int64_t begin = c * kReduceChunk;
     int64_t end = begin + kReduceChunk < n ? begin + kReduceChunk : n;
     const float *x = v + begin;
-    partial[c] = square ? dot(x, x, end - begin) : sum8(x, end - begin);
+    partial[c] =
+        square ? dot(x, x, end - begin) : sum8(end - begin, ValueTerm{x});
   }
 };
 
