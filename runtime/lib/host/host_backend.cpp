@@ -2,14 +2,16 @@
 //
 // Each MPI rank plays one GPU. Kernels run the shared functors of
 // planrt/kernels.h in loops split over the rank's threads (OpenMP); GEMM is
-// oneDNN's dnnl_sgemm on the same threads; collectives are MPI (MPI_Iallreduce,
-// MPI_Iallgather, MPI_Ireduce_scatter_block, MPI_Ialltoall) on one communicator
-// per axis mask (MPI_Comm_split, cached), each waited for under the watchdog
-// (lib/watchdog.h: --timeout).
+// oneDNN's dnnl_sgemm on the same threads; collectives run on one MPI
+// communicator per axis mask (MPI_Comm_split, cached), each waited for under
+// the watchdog (lib/watchdog.h: --timeout): large sums and gathers as rings
+// of point-to-point messages (ring.h), small ones and the rest as MPI's
+// non-blocking collectives.
 //===----------------------------------------------------------------------===//
 
 #include "../context.h"
 #include "planrt/kernels.h"
+#include "ring.h"
 
 #include <malloc.h>
 #include <mpi.h>
@@ -32,10 +34,17 @@
 namespace planrt {
 
 namespace {
+/// A ring all-reduce started on a slot, run by its wait (ring.h).
+struct DeferredSum {
+  float *data;
+  int64_t count, axis_mask;
+};
 struct HostState {
   std::map<int64_t, MPI_Comm> comms;                    // axis mask -> comm
   std::map<int64_t, std::vector<MPI_Request>> requests; // slot -> requests
   std::map<int64_t, int64_t> request_masks;             // slot -> axis mask
+  std::map<int64_t, DeferredSum> deferred;              // slot -> ring sum
+  std::vector<float> ring_scratch; // received blocks, reused
 };
 HostState *state(Context *ctx) { return (HostState *)ctx->backend; }
 } // namespace
@@ -282,9 +291,13 @@ int block_count(const char *op, int64_t count) {
 // takes a temporary buffer of the message's size, and a buffer under
 // malloc's mmap threshold (set in init) is reused from the heap instead of
 // being mapped, faulted in and zeroed by the kernel anew every step (which
-// cost 2 ranks x 1 thread ~9% of a GPT-2 124M step). (MPI counts are int,
-// too.)
+// cost 2 ranks x 1 thread ~9% of a GPT-2 124M step). The rings' segments
+// have the same size. (MPI counts are int, too.)
 constexpr int64_t kPiece = int64_t(1) << 22;
+
+/// From this many floats (256 KiB) on, sums and gathers run as rings
+/// (ring.h); below, MPI's tree algorithms take fewer messages.
+constexpr int64_t kRingMin = int64_t(1) << 16;
 
 /// Waits for a collective over mesh axis `axis` under the watchdog.
 void wait_one(Context *ctx, MPI_Request *r, const char *name, int64_t axis) {
@@ -293,11 +306,27 @@ void wait_one(Context *ctx, MPI_Request *r, const char *name, int64_t axis) {
   what.axis_mask = int64_t(1) << axis;
   watchdog::wait_all(ctx, 1, r, what);
 }
+
+/// The watchdog-polled wait of a ring's messages.
+ring::WaitFn ring_wait(Context *ctx, const char *name, int64_t axis_mask) {
+  return [ctx, name, axis_mask](int n, MPI_Request *r) {
+    watchdog::Op what;
+    what.name = name;
+    what.axis_mask = axis_mask;
+    watchdog::wait_all(ctx, n, r, what);
+  };
+}
 } // namespace
 
 void allreduce(Context *ctx, float *data, int64_t count, int64_t axis_mask,
                ReduceOp op) {
-  MPI_Comm comm = group_comm(ctx, "all_reduce", axis_mask);
+  const char *name = op == ReduceOp::Max ? "all_reduce_max" : "all_reduce_sum";
+  MPI_Comm comm = group_comm(ctx, name, axis_mask);
+  if (op == ReduceOp::Sum && count >= kRingMin) {
+    ring::all_reduce(comm, data, count, kPiece, state(ctx)->ring_scratch,
+                     ring_wait(ctx, name, axis_mask));
+    return;
+  }
   std::vector<MPI_Request> reqs;
   for (int64_t off = 0; off < count; off += kPiece) {
     int n = (int)(count - off < kPiece ? count - off : kPiece);
@@ -308,14 +337,22 @@ void allreduce(Context *ctx, float *data, int64_t count, int64_t axis_mask,
               "MPI_Iallreduce");
   }
   watchdog::Op what;
-  what.name = op == ReduceOp::Max ? "all_reduce_max" : "all_reduce_sum";
+  what.name = name;
   what.axis_mask = axis_mask;
   watchdog::wait_all(ctx, (int)reqs.size(), reqs.data(), what);
 }
 
+// A large sum runs as a ring at its wait: MPI progresses messages only
+// inside MPI calls, and a rank makes none between the start and the wait,
+// so a ring (or Open MPI's non-blocking all-reduce) started here would move
+// no data before the wait anyway.
 void allreduce_start(Context *ctx, float *data, int64_t count,
                      int64_t axis_mask, int64_t slot) {
   MPI_Comm comm = group_comm(ctx, "all_reduce_sum_start", axis_mask);
+  if (count >= kRingMin) {
+    state(ctx)->deferred[slot] = DeferredSum{data, count, axis_mask};
+    return;
+  }
   std::vector<MPI_Request> &reqs = state(ctx)->requests[slot];
   state(ctx)->request_masks[slot] = axis_mask;
   for (int64_t off = 0; off < count; off += kPiece) {
@@ -329,11 +366,21 @@ void allreduce_start(Context *ctx, float *data, int64_t count,
 
 void collective_wait(Context *ctx, int64_t slot) {
   HostState *s = state(ctx);
+  const char *name = "collective_wait (all_reduce_sum_start)";
+  auto d = s->deferred.find(slot);
+  if (d != s->deferred.end()) {
+    DeferredSum sum = d->second;
+    s->deferred.erase(d);
+    ring::all_reduce(group_comm(ctx, name, sum.axis_mask), sum.data, sum.count,
+                     kPiece, s->ring_scratch,
+                     ring_wait(ctx, name, sum.axis_mask));
+    return;
+  }
   auto it = s->requests.find(slot);
   if (it == s->requests.end())
     return; // nothing was started (a group of one rank)
   watchdog::Op what;
-  what.name = "collective_wait (all_reduce_sum_start)";
+  what.name = name;
   what.axis_mask = s->request_masks[slot];
   watchdog::wait_all(ctx, (int)it->second.size(), it->second.data(), what);
   s->requests.erase(it);
@@ -343,6 +390,11 @@ void collective_wait(Context *ctx, int64_t slot) {
 void allgather(Context *ctx, const float *send, float *recv, int64_t count,
                int64_t axis) {
   MPI_Comm comm = group_comm(ctx, "all_gather", int64_t(1) << axis);
+  if (count * group_size(ctx, int64_t(1) << axis) >= kRingMin) {
+    ring::all_gather(comm, send, recv, count, kPiece,
+                     ring_wait(ctx, "all_gather", int64_t(1) << axis));
+    return;
+  }
   int n = block_count("all_gather", count);
   MPI_Request r;
   check_mpi(MPI_Iallgather(send, n, MPI_FLOAT, recv, n, MPI_FLOAT, comm, &r),
@@ -353,6 +405,12 @@ void allgather(Context *ctx, const float *send, float *recv, int64_t count,
 void reduce_scatter(Context *ctx, const float *send, float *recv, int64_t count,
                     int64_t axis) {
   MPI_Comm comm = group_comm(ctx, "reduce_scatter", int64_t(1) << axis);
+  if (count * group_size(ctx, int64_t(1) << axis) >= kRingMin) {
+    ring::reduce_scatter(comm, send, recv, count, kPiece,
+                         state(ctx)->ring_scratch,
+                         ring_wait(ctx, "reduce_scatter", int64_t(1) << axis));
+    return;
+  }
   int n = block_count("reduce_scatter", count);
   MPI_Request r;
   check_mpi(

@@ -2,7 +2,9 @@
 // tp (axis 1): world rank r has dp = r / 2, tp = r % 2. Collectives over
 // each axis on every dim of 3-D tensors, the non-blocking all-reduce,
 // sharded and segmented parameters (init and --save against one rank), and
-// vocab-parallel embedding and cross-entropy against the whole ops.
+// vocab-parallel embedding and cross-entropy against the whole ops; the
+// host backend's ring collectives on groups of 2, 3 and 4 ranks.
+#include "host/ring.h"
 #include "mpi_main.h"
 #include "planrt/internal.h"
 #include "planrt/planrt.h"
@@ -463,6 +465,156 @@ TEST(VocabParallel, CrossEntropyMatchesTheWholeLogits) {
     }
   internal::destroy_context(ctx);
   internal::destroy_context(one);
+}
+
+//===--- Ring collectives (host/ring.h)
+//------------------------------------===//
+
+/// Member m's value at index i: distinct small integers, so every sum is
+/// exact in f32 whatever the order of the additions.
+float ring_value(int m, int64_t i) { return (float)((i % 1000) * 8 + m); }
+
+/// Runs `check(comm)` on a communicator of the first `size` world ranks
+/// (the others wait): rings of 2, 3 (not a power of two) and 4 members.
+void on_groups(const std::function<void(MPI_Comm)> &check) {
+  for (int size : {2, 3, 4}) {
+    MPI_Comm comm;
+    MPI_Comm_split(MPI_COMM_WORLD, world_rank() < size ? 0 : MPI_UNDEFINED,
+                   world_rank(), &comm);
+    if (comm != MPI_COMM_NULL) {
+      check(comm);
+      MPI_Comm_free(&comm);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+}
+
+ring::WaitFn plain_wait() {
+  return [](int n, MPI_Request *r) { MPI_Waitall(n, r, MPI_STATUSES_IGNORE); };
+}
+
+TEST(Ring, AllReduceSumsUnevenBlocksInSegments) {
+  on_groups([](MPI_Comm comm) {
+    int G, g;
+    MPI_Comm_size(comm, &G);
+    MPI_Comm_rank(comm, &g);
+    std::vector<float> scratch;
+    // Counts below G (empty blocks), not divisible by G, and over several
+    // segments of 5 floats per block.
+    for (int64_t count : {1, 2, 7, 37, 101}) {
+      std::vector<float> x(count);
+      for (int64_t i = 0; i < count; ++i)
+        x[i] = ring_value(g, i);
+      ring::all_reduce(comm, x.data(), count, /*segment=*/5, scratch,
+                       plain_wait());
+      for (int64_t i = 0; i < count; ++i) {
+        float want = 0;
+        for (int m = 0; m < G; ++m)
+          want += ring_value(m, i);
+        ASSERT_EQ(x[i], want) << "G " << G << " count " << count << " i " << i;
+      }
+    }
+  });
+}
+
+TEST(Ring, ReduceScatterLeavesSendAlone) {
+  on_groups([](MPI_Comm comm) {
+    int G, g;
+    MPI_Comm_size(comm, &G);
+    MPI_Comm_rank(comm, &g);
+    std::vector<float> scratch;
+    for (int64_t count : {1, 13}) {
+      std::vector<float> send(G * count), recv(count, -1.0f);
+      for (int64_t i = 0; i < G * count; ++i)
+        send[i] = ring_value(g, i);
+      std::vector<float> kept = send;
+      ring::reduce_scatter(comm, send.data(), recv.data(), count,
+                           /*segment=*/4, scratch, plain_wait());
+      EXPECT_EQ(send, kept);
+      for (int64_t i = 0; i < count; ++i) {
+        float want = 0;
+        for (int m = 0; m < G; ++m)
+          want += ring_value(m, g * count + i);
+        ASSERT_EQ(recv[i], want) << "G " << G << " count " << count;
+      }
+    }
+  });
+}
+
+TEST(Ring, AllGatherCopiesOrWorksInPlace) {
+  on_groups([](MPI_Comm comm) {
+    int G, g;
+    MPI_Comm_size(comm, &G);
+    MPI_Comm_rank(comm, &g);
+    const int64_t count = 11;
+    for (bool in_place : {false, true}) {
+      std::vector<float> send(count), recv(G * count, -1.0f);
+      for (int64_t i = 0; i < count; ++i)
+        send[i] = ring_value(g, i);
+      const float *from = send.data();
+      if (in_place) {
+        std::copy(send.begin(), send.end(), recv.begin() + g * count);
+        from = recv.data() + g * count;
+      }
+      ring::all_gather(comm, from, recv.data(), count, /*segment=*/3,
+                       plain_wait());
+      for (int m = 0; m < G; ++m)
+        for (int64_t i = 0; i < count; ++i)
+          ASSERT_EQ(recv[m * count + i], ring_value(m, i))
+              << "G " << G << " member " << m;
+    }
+  });
+}
+
+/// Through planrt's ops: tensors large enough for the backend to use its
+/// rings (from 2^16 floats), over one axis and over the whole 2 x 2 mesh,
+/// blocking and started/waited.
+TEST(Ring, LargeCollectivesOfTheHostBackend) {
+  Context *ctx = mesh();
+  const int64_t n = (int64_t(1) << 17) + 3;
+  auto make_x = [&] {
+    std::vector<float> v(n);
+    for (int64_t i = 0; i < n; ++i)
+      v[i] = ring_value(world_rank(), i);
+    return tensor(ctx, {n}, v);
+  };
+  for (int64_t mask : {1, 2, 3}) {
+    Tensor *a = make_x(), *b = make_x();
+    all_reduce_sum(ctx, a, mask);
+    all_reduce_sum_start(ctx, b, mask, 0);
+    collective_wait(ctx, 0);
+    std::vector<float> ga = internal::to_host(ctx, a),
+                       gb = internal::to_host(ctx, b);
+    for (int64_t i = 0; i < n; ++i) {
+      float want = 0;
+      for (int m = 0; m < 4; ++m) {
+        bool same_dp = m / 2 == world_rank() / 2,
+             same_tp = m % 2 == world_rank() % 2;
+        bool member =
+            mask == 3 || (mask == 1 && same_tp) || (mask == 2 && same_dp);
+        if (member)
+          want += ring_value(m, i);
+      }
+      ASSERT_EQ(ga[i], want) << "mask " << mask << " i " << i;
+      ASSERT_EQ(gb[i], want) << "mask " << mask << " i " << i;
+    }
+  }
+  // Reduce-scatter then all-gather over dp: every rank of a tp column ends
+  // with the column's sum.
+  const int64_t rows = 2 * 40000;
+  std::vector<float> v(rows * 2);
+  for (int64_t i = 0; i < rows * 2; ++i)
+    v[i] = ring_value(world_rank(), i);
+  Tensor *in = tensor(ctx, {rows, 2}, v);
+  Tensor *part = make(ctx, {rows / 2, 2});
+  Tensor *whole = make(ctx, {rows, 2});
+  reduce_scatter(ctx, in, part, 0, kDp);
+  all_gather(ctx, part, whole, 0, kDp);
+  std::vector<float> got = internal::to_host(ctx, whole);
+  int peer = (world_rank() + 2) % 4;
+  for (int64_t i = 0; i < rows * 2; ++i)
+    ASSERT_EQ(got[i], ring_value(world_rank(), i) + ring_value(peer, i));
+  internal::destroy_context(ctx);
 }
 
 } // namespace
