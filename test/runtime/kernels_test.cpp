@@ -305,3 +305,115 @@ TEST(VectorMath, TanhWithinTwoUlps) {
   EXPECT_TRUE(std::signbit(kernels::tanh_f32(-0.0f)));
   EXPECT_TRUE(std::isnan(kernels::tanh_f32(NAN)));
 }
+
+//===--- Host range() versions of the attention functors
+//-------------------===//
+// The host runs range(); the GPU runs operator() per index. Both must give
+// the same bits (and so must the kept and recomputed paths, which the
+// range versions compute differently): checked on shapes with head dims
+// below, at and above sum8's 8 lanes and the 16-column blocks, with grouped
+// kv heads.
+
+namespace {
+
+std::vector<float> random_floats(size_t n, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float &x : v)
+    x = dist(gen);
+  return v;
+}
+
+template <class F> void by_index(const F &f, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    f(i);
+}
+
+void expect_same_bits(const std::vector<float> &a, const std::vector<float> &b,
+                      const char *what) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i)
+    ASSERT_EQ(std::memcmp(&a[i], &b[i], sizeof(float)), 0)
+        << what << " differs at " << i << ": " << a[i] << " vs " << b[i];
+}
+
+TEST(HostRanges, DotsTransposedAndWeightedRowsAreDotsOrder) {
+  for (int64_t D : {1, 5, 8, 13, 16, 37, 64}) {
+    const int64_t n = 41, ld = kernels::attn_ld(n);
+    std::vector<float> x = random_floats(D, 1), rows = random_floats(n * D, 2);
+    std::vector<float> xt(D * ld), got(n), w = random_floats(n, 3);
+    kernels::transpose_rows(rows.data(), D, n, D, xt.data(), ld);
+    kernels::dots_transposed(x.data(), xt.data(), ld, D, n, got.data());
+    std::vector<float> want(n);
+    for (int64_t u = 0; u < n; ++u)
+      want[u] = kernels::dot(x.data(), rows.data() + u * D, D);
+    expect_same_bits(got, want, "dots_transposed");
+    std::vector<float> acc = random_floats(D, 4), ref = acc;
+    kernels::weighted_rows_add(w.data(), rows.data(), D, n, D, acc.data());
+    for (int64_t u = 0; u < n; ++u)
+      for (int64_t d = 0; d < D; ++d)
+        ref[d] += w[u] * rows[u * D + d];
+    expect_same_bits(acc, ref, "weighted_rows_add");
+  }
+}
+
+TEST(HostRanges, AttentionRangesEqualTheIndexVersions) {
+  struct Case {
+    int64_t B, S, H, KV, D;
+  };
+  for (Case c : {Case{2, 7, 2, 2, 16}, Case{1, 19, 4, 2, 5},
+                 Case{2, 33, 2, 1, 64}, Case{1, 17, 3, 3, 8}}) {
+    kernels::AttnShape a{c.B,  c.S, c.H,
+                         c.KV, c.D, 1.0f / std::sqrt((float)c.D)};
+    const int64_t rows = c.B * c.H * c.S, W = a.width();
+    std::vector<float> qkv = random_floats(c.B * c.S * W, 5);
+    std::vector<float> dout = random_floats(c.B * c.S * c.H * c.D, 6);
+    for (bool kept : {false, true}) {
+      SCOPED_TRACE(kept ? "kept" : "recomputed");
+      // Forward.
+      std::vector<float> o1(dout.size()), o2(dout.size());
+      std::vector<float> k1(kept ? rows * c.S : 0), k2(k1.size());
+      std::vector<float> s1(kept ? 2 * rows : 0), s2(s1.size());
+      kernels::AttentionFn f1{qkv.data(), o1.data(), a,
+                              kept ? k1.data() : nullptr,
+                              kept ? s1.data() : nullptr};
+      kernels::AttentionFn f2{qkv.data(), o2.data(), a,
+                              kept ? k2.data() : nullptr,
+                              kept ? s2.data() : nullptr};
+      by_index(f1, rows);
+      f2.range(0, rows / 2);
+      f2.range(rows / 2, rows);
+      expect_same_bits(o1, o2, "attention out");
+      expect_same_bits(k1, k2, "attention keep");
+      expect_same_bits(s1, s2, "attention stats");
+      // Backward: dq, then dk and dv from the row statistics.
+      std::vector<float> g1(qkv.size()), g2(qkv.size());
+      std::vector<float> r1(2 * rows), r2(2 * rows), d1(rows), d2(rows);
+      const float *keep = kept ? k1.data() : nullptr;
+      const float *stats = kept ? s1.data() : nullptr;
+      kernels::AttentionGradQFn q1{qkv.data(), dout.data(), g1.data(),
+                                   r1.data(),  d1.data(),   a,
+                                   keep,       stats};
+      kernels::AttentionGradQFn q2{qkv.data(), dout.data(), g2.data(),
+                                   r2.data(),  d2.data(),   a,
+                                   keep,       stats};
+      by_index(q1, rows);
+      q2.range(0, rows / 3);
+      q2.range(rows / 3, rows);
+      expect_same_bits(r1, r2, "grad row stats");
+      expect_same_bits(d1, d2, "grad delta");
+      const int64_t keys = c.B * c.KV * c.S;
+      kernels::AttentionGradKVFn kv1{
+          qkv.data(), dout.data(), r1.data(), d1.data(), g1.data(), a, keep};
+      kernels::AttentionGradKVFn kv2{
+          qkv.data(), dout.data(), r2.data(), d2.data(), g2.data(), a, keep};
+      by_index(kv1, keys);
+      kv2.range(0, keys / 2);
+      kv2.range(keys / 2, keys);
+      expect_same_bits(g1, g2, "dqkv");
+    }
+  }
+}
+
+} // namespace
