@@ -107,9 +107,30 @@ LogicalResult MatmulOp::verify() {
   return success();
 }
 
+std::string AdamWUpdateOp::getRuntimeCallee() {
+  return getClipSumsq() ? "planrt::adamw_update_clipped"
+                        : "planrt::adamw_update";
+}
+
 SmallVector<StringRef> AdamWUpdateOp::getRuntimeAttrNames() {
-  // planrt::adamw_update(ctx, w, g, m, v, lr, beta1, beta2, eps, wd).
+  // planrt::adamw_update(ctx, w, g, m, v, lr, beta1, beta2, eps, wd) and
+  // planrt::adamw_update_clipped(ctx, w, g, m, v, sumsq, ..., max_norm).
+  if (getClipSumsq())
+    return {"lr", "beta1", "beta2", "eps", "weight_decay", "max_norm"};
   return {"lr", "beta1", "beta2", "eps", "weight_decay"};
+}
+
+LogicalResult AdamWUpdateOp::verify() {
+  if (!getClipSumsq() != !getMaxNormAttr())
+    return emitOpError() << "takes 'max_norm' exactly when it is clipped by "
+                            "a sum of squares";
+  if (getClipSumsq() && getClipSumsq().getType().getNumElements() != 1)
+    return emitOpError() << "clips by a sum of squares of one element, got "
+                         << getClipSumsq().getType();
+  if (auto m = getMaxNormAttr(); m && !(m.getValueAsDouble() > 0))
+    return emitOpError() << "max_norm must be > 0, got "
+                         << m.getValueAsDouble();
+  return success();
 }
 
 LogicalResult ViewOp::verify() {

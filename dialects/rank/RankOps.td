@@ -387,17 +387,27 @@ def Rank_SgdUpdateOp : Rank_CallOp<"sgd_update"> {
 }
 
 def Rank_AdamWUpdateOp : Rank_CallOp<"adamw_update",
-    [DeclareOpInterfaceMethods<RuntimeCallOpInterface, ["getRuntimeAttrNames"]>]> {
+    [DeclareOpInterfaceMethods<RuntimeCallOpInterface,
+                               ["getRuntimeCallee", "getRuntimeAttrNames"]>]> {
   let summary = "AdamW step in place on the parameter and its two moments";
+  let description = [{
+    With `clipped by %sumsq`, the gradient is first scaled as
+    `rank.clip_by_global_norm %grad, %sumsq {max_norm}` would scale it (the
+    same factor, the same rounding) without being written back: one pass
+    over the gradient instead of two.
+  }];
   let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead, MemWrite]>:$param,
                        Arg<Rank_FloatBuffer, "", [MemRead]>:$grad,
                        Arg<Rank_FloatBuffer, "", [MemRead, MemWrite]>:$exp_avg,
                        Arg<Rank_FloatBuffer, "", [MemRead, MemWrite]>:$exp_avg_sq,
+                       Arg<Optional<Rank_FloatBuffer>, "", [MemRead]>:$clip_sumsq,
                        F32Attr:$lr, F32Attr:$beta1,
-                       F32Attr:$beta2, F32Attr:$eps, F32Attr:$weight_decay);
+                       F32Attr:$beta2, F32Attr:$eps, F32Attr:$weight_decay,
+                       OptionalAttr<F32Attr>:$max_norm);
   let assemblyFormat = [{
-    $param `,` $grad `,` $exp_avg `,` $exp_avg_sq attr-dict `:` type($param) `,` type($grad) `,` type($exp_avg) `,` type($exp_avg_sq)
+    $param `,` $grad `,` $exp_avg `,` $exp_avg_sq (`clipped` `by` $clip_sumsq^)? attr-dict `:` type($param) `,` type($grad) `,` type($exp_avg) `,` type($exp_avg_sq) (`,` type($clip_sumsq)^)?
   }];
+  let hasVerifier = 1;
 }
 
 def Rank_ReportLossOp : Rank_CallOp<"report_loss"> {

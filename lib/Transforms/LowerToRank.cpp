@@ -143,6 +143,9 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
 
   // Declarations and buffers of the arguments.
   DenseMap<Value, Value> buf;
+  // Clipped gradients whose clipping their AdamW update does: the sum of
+  // squares buffer and max_norm.
+  DenseMap<Value, std::pair<Value, FloatAttr>> fusedClips;
   OpBuilder declB(ctx);
   declB.setInsertionPoint(rankFunc);
   b.setInsertionPointToStart(body);
@@ -985,9 +988,19 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
                             "supported yet";
         return failure();
       }
+      buf[clip.getResult()] = in(0);
+      // Clipping that only an AdamW update reads is done by that update
+      // (one pass over the gradient instead of two).
+      if (clip->hasOneUse()) {
+        auto aw = dyn_cast<AdamWUpdateOp>(*clip->user_begin());
+        if (aw && aw.getGrad() == clip.getResult() &&
+            aw->getBlock() == clip->getBlock()) {
+          fusedClips[clip.getResult()] = {in(1), clip.getMaxNormAttr()};
+          continue;
+        }
+      }
       rk::ClipByGlobalNormOp::create(b, loc, in(0), in(1),
                                      clip.getMaxNormAttr());
-      buf[clip.getResult()] = in(0);
       continue;
     }
     if (auto r = dyn_cast<ReshapeOp>(op)) {
@@ -1024,10 +1037,11 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
         rk::SgdUpdateOp::create(b, loc, in(0), in(1), sgd.getLrAttr());
       } else {
         auto aw = cast<AdamWUpdateOp>(op);
+        auto clip = fusedClips.lookup(aw.getGrad());
         rk::AdamWUpdateOp::create(b, loc, in(0), in(1), in(2), in(3),
-                                  aw.getLrAttr(), aw.getBeta1Attr(),
+                                  clip.first, aw.getLrAttr(), aw.getBeta1Attr(),
                                   aw.getBeta2Attr(), aw.getEpsAttr(),
-                                  aw.getWeightDecayAttr());
+                                  aw.getWeightDecayAttr(), clip.second);
         buf[aw.getNewExpAvg()] = in(2);
         buf[aw.getNewExpAvgSq()] = in(3);
       }

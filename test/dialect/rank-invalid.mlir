@@ -32,3 +32,27 @@ func.func @step(%a: memref<4x4xf32>, %b: memref<4x2xf32>, %c: memref<4x4xf32>) {
 
 // expected-error @below {{has an initializer but is optimizer state (zero at the start); only a 'buffer' takes 'init'}}
 rank.state_decl @m : memref<4xf32> init <ones>
+
+// -----
+
+func.func @adamw(%w: memref<4xf32>, %m: memref<4xf32>, %v: memref<4xf32>) {
+  // expected-error @below {{takes 'max_norm' exactly when it is clipped by a sum of squares}}
+  rank.adamw_update %w, %w, %m, %v {beta1 = 0.9 : f32, beta2 = 0.95 : f32, eps = 1.0e-8 : f32, lr = 1.0e-3 : f32, max_norm = 1.0 : f32, weight_decay = 0.1 : f32} : memref<4xf32>, memref<4xf32>, memref<4xf32>, memref<4xf32>
+  return
+}
+
+// -----
+
+func.func @adamw(%w: memref<4xf32>, %m: memref<4xf32>, %v: memref<4xf32>) {
+  // expected-error @below {{clips by a sum of squares of one element, got 'memref<4xf32>'}}
+  rank.adamw_update %w, %w, %m, %v clipped by %v {beta1 = 0.9 : f32, beta2 = 0.95 : f32, eps = 1.0e-8 : f32, lr = 1.0e-3 : f32, max_norm = 1.0 : f32, weight_decay = 0.1 : f32} : memref<4xf32>, memref<4xf32>, memref<4xf32>, memref<4xf32>, memref<4xf32>
+  return
+}
+
+// -----
+
+func.func @adamw(%w: memref<4xf32>, %m: memref<4xf32>, %v: memref<4xf32>, %sq: memref<f32>) {
+  // expected-error @below {{max_norm must be > 0, got 0}}
+  rank.adamw_update %w, %w, %m, %v clipped by %sq {beta1 = 0.9 : f32, beta2 = 0.95 : f32, eps = 1.0e-8 : f32, lr = 1.0e-3 : f32, max_norm = 0.0 : f32, weight_decay = 0.1 : f32} : memref<4xf32>, memref<4xf32>, memref<4xf32>, memref<4xf32>, memref<f32>
+  return
+}

@@ -28,6 +28,16 @@ func.func @step() {
   return
 }
 
+// AdamW, plain and clipping its gradient by a global sum of squares.
+// CHECK-LABEL: func.func @adamw(
+// CHECK: rank.adamw_update %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} {beta1 = {{.*}}} : memref<4xf32>, memref<4xf32>, memref<4xf32>, memref<4xf32>{{$}}
+// CHECK: rank.adamw_update %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} clipped by %{{.*}} {{{.*}}max_norm = 1.000000e+00 : f32{{.*}}} : memref<4xf32>, memref<4xf32>, memref<4xf32>, memref<4xf32>, memref<f32>
+func.func @adamw(%w: memref<4xf32>, %g: memref<4xf32>, %m: memref<4xf32>, %v: memref<4xf32>, %sq: memref<f32>) {
+  rank.adamw_update %w, %g, %m, %v {beta1 = 0.9 : f32, beta2 = 0.95 : f32, eps = 1.0e-8 : f32, lr = 1.0e-3 : f32, weight_decay = 0.1 : f32} : memref<4xf32>, memref<4xf32>, memref<4xf32>, memref<4xf32>
+  rank.adamw_update %w, %g, %m, %v clipped by %sq {beta1 = 0.9 : f32, beta2 = 0.95 : f32, eps = 1.0e-8 : f32, lr = 1.0e-3 : f32, max_norm = 1.0 : f32, weight_decay = 0.1 : f32} : memref<4xf32>, memref<4xf32>, memref<4xf32>, memref<4xf32>, memref<f32>
+  return
+}
+
 // Batch norm's running statistics: model state with an initializer, the
 // sums and the in-place update of a step, and evaluation with them.
 // CHECK: rank.state_decl @bn.running_mean : memref<4xf32> buffer init <zeros>

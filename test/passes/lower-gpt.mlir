@@ -47,10 +47,12 @@ func.func @gpt(%ids: tensor<2x4xi32> {plan.kind = "input", plan.name = "ids", pl
 // CHECK: rank.collective_wait slot 0
 // CHECK: rank.fill %[[SQ:.*]] {value = 0.000000e+00 : f32} : memref<f32>
 // CHECK-NEXT: rank.sumsq_accumulate %[[GW]] into %[[SQ]]
-// Gradients are observed whole and before clipping.
+// Gradients are observed whole and before clipping; each AdamW update
+// clips its own gradient (no separate pass over it).
 // CHECK: rank.observe %[[GW]] as "grad/wte" : memref<16x8xf32>
-// CHECK-NEXT: rank.clip_by_global_norm %[[GW]], %{{.*}} {max_norm = 1.000000e+00 : f32}
-// CHECK: rank.adamw_update
+// CHECK-NOT: rank.clip_by_global_norm
+// CHECK: rank.adamw_update %{{.*}}, %[[GW]], %{{.*}}, %{{.*}} clipped by %[[NORM:[0-9]+]] {{{.*}}max_norm = 1.000000e+00 : f32{{.*}}} : memref<16x8xf32>, memref<16x8xf32>, memref<16x8xf32>, memref<16x8xf32>, memref<f32>
+// CHECK-NOT: rank.clip_by_global_norm
 // CHECK: rank.report_loss
 // CHECK-NEXT: rank.report_grad_norm
 
@@ -59,7 +61,7 @@ func.func @gpt(%ids: tensor<2x4xi32> {plan.kind = "input", plan.name = "ids", pl
 // EMITC: emitc.func @plan_step(
 // EMITC: planrt::view
 // EMITC: planrt::attention_grad
-// EMITC: planrt::clip_by_global_norm
+// EMITC: planrt::adamw_update_clipped
 // EMITC: planrt::report_grad_norm
 // EMITC: emitc.func @plan_setup(
 // EMITC: planrt::set_input_dtype

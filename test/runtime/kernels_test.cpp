@@ -236,6 +236,37 @@ TEST_F(KernelTest, AdamWUpdateOverThreeSteps) {
   }
 }
 
+// The compiler fuses clipping into the update that reads the gradient:
+// the same bits as clip_by_global_norm then adamw_update, whether the norm
+// clips (factor < 1) or not, and the gradient is left as it was.
+TEST_F(KernelTest, AdamWClippedEqualsClipThenAdamW) {
+  const float lr = 0.01f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
+  for (float max_norm : {0.5f, 1e3f}) {
+    SCOPED_TRACE(testing::Message() << "max_norm " << max_norm);
+    Tensor *g = random({5, 7}, -1.0f, 1.0f);
+    Tensor *sumsq = alloc(ctx, 0, 1, 1, 1, 1);
+    internal::from_host(ctx, sumsq, {3.7f});
+    auto gv = host(g);
+    Tensor *w1 = random({5, 7}), *w2 = alloc(ctx, 2, 5, 7, 1, 1);
+    internal::from_host(ctx, w2, host(w1));
+    Tensor *m1 = random({5, 7}, 0.0f, 0.1f), *v1 = random({5, 7}, 0.0f, 0.1f);
+    Tensor *m2 = alloc(ctx, 2, 5, 7, 1, 1), *v2 = alloc(ctx, 2, 5, 7, 1, 1);
+    internal::from_host(ctx, m2, host(m1));
+    internal::from_host(ctx, v2, host(v1));
+    adamw_update_clipped(ctx, w2, g, m2, v2, sumsq, lr, b1, b2, eps, wd,
+                         max_norm);
+    EXPECT_EQ(host(g), gv);
+    clip_by_global_norm(ctx, g, sumsq, max_norm);
+    if (max_norm < 1.0f)
+      EXPECT_NE(host(g), gv);
+    adamw_update(ctx, w1, g, m1, v1, lr, b1, b2, eps, wd);
+    for (auto [a, b] : {std::pair{w1, w2}, {m1, m2}, {v1, v2}}) {
+      auto x = host(a), y = host(b);
+      ASSERT_EQ(std::memcmp(x.data(), y.data(), x.size() * sizeof(float)), 0);
+    }
+  }
+}
+
 TEST_F(KernelTest, AllReduceOnOneRankIsIdentity) {
   Tensor *t = random({3, 3});
   auto before = host(t);

@@ -213,13 +213,15 @@ struct SgdFn {
 
 /// AdamW (decoupled weight decay, bias-corrected moments). `bc1` and `bc2`
 /// are 1 - beta1^t and 1 - beta2^t, computed by the caller in double.
+/// With `clip_sumsq`, g is first scaled as ClipFn scales it (not written).
 struct AdamWFn {
   static constexpr bool kElementwise = true;
   float *w, *m, *v;
   const float *g;
   float lr, beta1, beta2, eps, weight_decay, bc1, bc2;
-  PLANRT_HD void operator()(int64_t i) const {
-    float gi = g[i];
+  const float *clip_sumsq = nullptr;
+  float max_norm = 0.0f;
+  PLANRT_HD void update(int64_t i, float gi) const {
     float mi = beta1 * m[i] + (1.0f - beta1) * gi;
     float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
     m[i] = mi;
@@ -228,6 +230,31 @@ struct AdamWFn {
     float vhat = vi / bc2;
     float wi = w[i];
     w[i] = wi - lr * (mhat / (sqrtf(vhat) + eps) + weight_decay * wi);
+  }
+  /// ClipFn's factor, or 1 (no scaling) without clipping or when >= 1.
+  PLANRT_HD float clip_factor() const {
+    if (!clip_sumsq)
+      return 1.0f;
+    float f = max_norm / (sqrtf(clip_sumsq[0]) + 1e-6f);
+    return f < 1.0f ? f : 1.0f;
+  }
+  PLANRT_HD void operator()(int64_t i) const {
+    float f = clip_factor();
+    update(i, f < 1.0f ? g[i] * f : g[i]);
+  }
+  /// Host: the factor once per range.
+  void range(int64_t begin, int64_t end) const {
+    const AdamWFn a = *this; // fields in registers
+    float f = clip_factor();
+    if (f < 1.0f) {
+      PLANRT_SIMD
+      for (int64_t i = begin; i < end; ++i)
+        a.update(i, a.g[i] * f);
+    } else {
+      PLANRT_SIMD
+      for (int64_t i = begin; i < end; ++i)
+        a.update(i, a.g[i]);
+    }
   }
 };
 

@@ -412,6 +412,13 @@ void sgd_update(Context *ctx, Tensor *w, const Tensor *g, float lr);
 void adamw_update(Context *ctx, Tensor *w, const Tensor *g, Tensor *m,
                   Tensor *v, float lr, float beta1, float beta2, float eps,
                   float weight_decay);
+/// adamw_update with g first clipped as clip_by_global_norm(g, sumsq,
+/// max_norm) clips it (the same factor and rounding), without writing g:
+/// the same parameters and moments as the two calls, one pass over g.
+void adamw_update_clipped(Context *ctx, Tensor *w, const Tensor *g, Tensor *m,
+                          Tensor *v, const Tensor *sumsq, float lr, float beta1,
+                          float beta2, float eps, float weight_decay,
+                          float max_norm);
 
 //===--- Collectives ------------------------------------------------------===//
 //
