@@ -120,6 +120,20 @@ SmallVector<StringRef> AdamWUpdateOp::getRuntimeAttrNames() {
   return {"lr", "beta1", "beta2", "eps", "weight_decay"};
 }
 
+LogicalResult ShardViewOp::verify() {
+  MemRefType src = getSource().getType(), res = getResult().getType();
+  bool ok = src.getRank() >= 1 && src.getRank() == res.getRank() &&
+            src.getElementType() == res.getElementType() &&
+            res.getDimSize(0) > 0 && src.getDimSize(0) % res.getDimSize(0) == 0;
+  for (int64_t d = 1; ok && d < src.getRank(); ++d)
+    ok = src.getDimSize(d) == res.getDimSize(d);
+  if (!ok)
+    return emitOpError() << "views " << src << " as " << res
+                         << ": expected a whole fraction of dimension 0 and "
+                            "the other dimensions unchanged";
+  return success();
+}
+
 LogicalResult AdamWUpdateOp::verify() {
   if (!getClipSumsq() != !getMaxNormAttr())
     return emitOpError() << "takes 'max_norm' exactly when it is clipped by "

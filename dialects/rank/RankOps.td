@@ -281,6 +281,21 @@ def Rank_RowsOp : Rank_Op<"rows", [Pure]> {
   }];
 }
 
+def Rank_ShardViewOp : Rank_Op<"shard_view", [Pure]> {
+  let summary = "This rank's block along dimension 0 over mesh axis `axis` (a view)";
+  let description = [{
+    What `rank.shard_slice ... dim 0` copies, seen in place: block g of G
+    along dimension 0, g being this rank's coordinate on `axis` and G its
+    size (the result's dimension 0 times G is the source's).
+  }];
+  let arguments = (ins Rank_FloatBuffer:$source, StrAttr:$axis);
+  let results = (outs Rank_FloatBuffer:$result);
+  let assemblyFormat = [{
+    $source `over` $axis attr-dict `:` type($source) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
 def Rank_AllocOp : Rank_Op<"alloc"> {
   let summary = "A scratch buffer of the step";
   let description = [{

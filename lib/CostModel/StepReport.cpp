@@ -494,7 +494,7 @@ FailureOr<StepReport> planc::computeStepReport(ModuleOp module,
       // gradient's output) is no activation.
       std::function<bool(Value, bool)> usedOf = [&](Value v, bool later) {
         return llvm::any_of(v.getUsers(), [&](Operation *u) {
-          if (isa<rk::ViewOp, rk::RowsOp, rk::SubviewOp>(u))
+          if (isa<rk::ViewOp, rk::RowsOp, rk::SubviewOp, rk::ShardViewOp>(u))
             return usedOf(u->getResult(0), later);
           if (isa<rk::DeallocOp>(u))
             return false; // the end of its life, not a read

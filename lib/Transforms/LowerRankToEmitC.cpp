@@ -580,6 +580,16 @@ void LowerRankToEmitCPass::runOnOperation() {
           c.call(loc, "planrt::collective_wait", {}, {c.i64(w.getSlot())});
           continue;
         }
+        if (auto sv = dyn_cast<rk::ShardViewOp>(op)) {
+          int64_t axis = mesh.getAxisIndex(sv.getAxis());
+          if (axis < 0) {
+            op.emitError() << "unknown mesh axis '" << sv.getAxis() << "'";
+            return failure();
+          }
+          vals[sv] = c.call(loc, "planrt::shard_view", operands(&op),
+                            {c.i64(axis)}, tensorType);
+          continue;
+        }
         if (auto rows = dyn_cast<rk::RowsOp>(op)) {
           vals[rows] = c.call(loc, "planrt::rows", operands(&op),
                               {c.i64(rows.getCount())}, tensorType);

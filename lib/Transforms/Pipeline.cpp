@@ -26,6 +26,7 @@ const Stage kStages[] = {
     {"plan-expand-reshards", [] { return planc::createExpandReshards(); }},
     {"plan-partition-stages", [] { return planc::createPartitionStages(); }},
     {"plan-lower-to-rank", [] { return planc::createLowerToRank(); }},
+    {"plan-shard-in-place", [] { return planc::createShardInPlace(); }},
     {"plan-keep-attention", [] { return planc::createKeepAttention(); }},
     {"plan-schedule-pipeline", [] { return planc::createSchedulePipeline(); }},
     {"plan-memory", [] { return planc::createPlanMemory(); }},

@@ -43,7 +43,8 @@ using namespace planc;
 namespace rk = planc::rank;
 
 namespace {
-/// The buffer a value views (through rank.view / subview / rows), or the
+/// The buffer a value views (through rank.view / subview / rows /
+/// shard_view), or the
 /// value itself.
 Value viewRoot(Value v) {
   while (Operation *d = v.getDefiningOp()) {
@@ -53,6 +54,8 @@ Value viewRoot(Value v) {
       v = sv.getSource();
     else if (auto r = dyn_cast<rk::RowsOp>(d))
       v = r.getSource();
+    else if (auto sh = dyn_cast<rk::ShardViewOp>(d))
+      v = sh.getSource();
     else
       break;
   }
@@ -138,7 +141,7 @@ int64_t Planner::planBlock(Block &block, int64_t stage) {
     while (!worklist.empty()) {
       Value v = worklist.pop_back_val();
       for (Operation *user : v.getUsers()) {
-        if (isa<rk::ViewOp, rk::SubviewOp, rk::RowsOp>(user))
+        if (isa<rk::ViewOp, rk::SubviewOp, rk::RowsOp, rk::ShardViewOp>(user))
           worklist.push_back(user->getResult(0));
         SmallVector<Operation *, 2> uses{user};
         if (Operation *wait = waitOf.lookup(user))

@@ -181,6 +181,22 @@ def LowerToRank : Pass<"plan-lower-to-rank", "mlir::ModuleOp"> {
                            "::mlir::memref::MemRefDialect"];
 }
 
+def ShardInPlace : Pass<"plan-shard-in-place", "mlir::ModuleOp"> {
+  let summary = "ZeRO's updates in the parameters' own memory: no shard copies, no copy back";
+  let description = [{
+    As lowered, a sharded update copies its shard out of the whole buffer
+    (`rank.shard_slice`), updates the copy, all-gathers it into a new
+    buffer and copies that back into the parameter at the end of the step.
+    In `@plan_step` (without a pipeline), where nothing else touches the
+    parameter in between: the all-gather writes into the parameter itself
+    and the copy back goes; and a shard along dimension 0 (of a parameter,
+    or of a whole gradient that is not read again) becomes a view,
+    `rank.shard_view`, so the update writes the parameter's memory and the
+    gather runs in place. Same values, fewer passes over memory.
+  }];
+  let dependentDialects = ["::planc::rank::RankDialect"];
+}
+
 def KeepAttention : Pass<"plan-keep-attention", "mlir::ModuleOp"> {
   let summary = "recompute = none: attention keeps its score matrix for the backward";
   let description = [{

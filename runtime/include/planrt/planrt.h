@@ -355,6 +355,10 @@ Tensor *subview(Context *ctx, Tensor *src, int64_t offset, int64_t ndim,
 /// (microbatch `index` of the rows this rank holds); valid until the end of
 /// the current step, like view().
 Tensor *rows(Context *ctx, Tensor *src, int64_t index, int64_t count);
+/// This rank's block along dimension 0 of src over mesh axis `axis` (a
+/// view): rows(src, g, G) with g the rank's coordinate on the axis and G its
+/// size. Null for a null src (a stage this rank does not hold).
+Tensor *shard_view(Context *ctx, Tensor *src, int64_t axis);
 /// Scratch memory taken after arena_mark() is given back by
 /// arena_release(mark) (with the tensor headers made since): the body of a
 /// microbatch loop runs in the memory of one microbatch. Marks nest; a

@@ -396,8 +396,12 @@ void allgather(Context *ctx, const float *send, float *recv, int64_t count,
     return;
   }
   int n = block_count("all_gather", count);
+  int g;
+  MPI_Comm_rank(comm, &g);
+  // MPI takes a send buffer inside the receive buffer only as MPI_IN_PLACE.
+  const void *from = send == recv + (int64_t)g * count ? MPI_IN_PLACE : send;
   MPI_Request r;
-  check_mpi(MPI_Iallgather(send, n, MPI_FLOAT, recv, n, MPI_FLOAT, comm, &r),
+  check_mpi(MPI_Iallgather(from, n, MPI_FLOAT, recv, n, MPI_FLOAT, comm, &r),
             "MPI_Iallgather");
   wait_one(ctx, &r, "all_gather", axis);
 }

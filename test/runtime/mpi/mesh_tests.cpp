@@ -467,8 +467,35 @@ TEST(VocabParallel, CrossEntropyMatchesTheWholeLogits) {
   internal::destroy_context(one);
 }
 
-//===--- Ring collectives (host/ring.h)
-//------------------------------------===//
+/// ZeRO's in-place update (plan-shard-in-place): the shard is a view of the
+/// whole parameter and the gather writes the whole around it, through MPI
+/// (small) and the ring (large).
+TEST(Collectives, AllGatherInPlaceAroundTheShardView) {
+  Context *ctx = mesh();
+  for (int64_t rows : {6, 2 * 40000}) {
+    Tensor *whole = make(ctx, {rows, 3});
+    std::vector<float> junk(rows * 3, -7.0f);
+    internal::from_host(ctx, whole, junk);
+    Tensor *shard = shard_view(ctx, whole, kDp);
+    ASSERT_EQ(shard->shape[0], rows / 2);
+    ASSERT_EQ(shard->data, whole->data + coord(kDp) * (rows / 2) * 3);
+    std::vector<float> mine(rows / 2 * 3);
+    for (size_t i = 0; i < mine.size(); ++i)
+      mine[i] = (float)(coord(kDp) * 100000 + (int64_t)i) +
+                0.5f * (float)other_coord(kDp);
+    internal::from_host(ctx, shard, mine);
+    all_gather(ctx, shard, whole, 0, kDp);
+    std::vector<float> got = internal::to_host(ctx, whole);
+    for (int64_t k = 0; k < 2; ++k)
+      for (int64_t i = 0; i < rows / 2 * 3; ++i)
+        ASSERT_EQ(got[k * (rows / 2) * 3 + i],
+                  (float)(k * 100000 + i) + 0.5f * (float)other_coord(kDp))
+            << "rows " << rows << " block " << k;
+  }
+  internal::destroy_context(ctx);
+}
+
+//===--- Ring collectives (host/ring.h) -----------------------------===//
 
 /// Member m's value at index i: distinct small integers, so every sum is
 /// exact in f32 whatever the order of the additions.

@@ -1,0 +1,232 @@
+//===- ShardInPlace.cpp - ZeRO's updates in the parameters' memory --------===//
+//
+// plan-lower-to-rank lowers a sharded update (ZeRO) value by value: the
+// shard is a copy (rank.shard_slice into a new buffer), the update writes
+// the copy, the gathered whole goes to another new buffer, and that is
+// copied back into the parameter when the step returns. Three passes over
+// memory that change no value. Here, in @plan_step's top-level block:
+//   1. an all-gather whose result is only copied back into a buffer P
+//      writes P directly when nothing touches P in between;
+//   2. a shard along dimension 0 becomes a view of the whole
+//      (rank.shard_view) when what the update writes through it cannot be
+//      seen by another op, and what it reads cannot be changed by one; the
+//      gather of such a shard back into P runs in place.
+// Aliasing is by element ranges of the underlying buffer (rank.subview
+// offsets; blocks of dynamic position count as the whole buffer). Pipelined
+// steps are left alone (their updates run per stage).
+//===----------------------------------------------------------------------===//
+#include "planc/Transforms/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+
+namespace planc {
+#define GEN_PASS_DEF_SHARDINPLACE
+#include "planc/Transforms/Passes.h.inc"
+} // namespace planc
+
+using namespace mlir;
+using namespace planc;
+namespace rk = planc::rank;
+
+namespace {
+
+/// The elements [begin, end) of `root` a buffer covers.
+struct Extent {
+  Value root;
+  int64_t begin = 0, end = 0;
+  bool overlaps(const Extent &o) const {
+    return root == o.root && begin < o.end && o.begin < end;
+  }
+};
+
+int64_t elements(Value v) {
+  return cast<MemRefType>(v.getType()).getNumElements();
+}
+
+bool isView(Operation *op) {
+  return isa<rk::ViewOp, rk::SubviewOp, rk::RowsOp, rk::ShardViewOp>(op);
+}
+
+Extent extentOf(Value v) {
+  int64_t offset = 0, n = elements(v);
+  bool exact = true;
+  while (Operation *def = v.getDefiningOp()) {
+    if (auto sv = dyn_cast<rk::SubviewOp>(def)) {
+      offset += sv.getOffset();
+      v = sv.getSource();
+    } else if (isa<rk::ViewOp>(def)) {
+      v = def->getOperand(0);
+    } else if (isa<rk::RowsOp, rk::ShardViewOp>(def)) {
+      exact = false; // a block whose position is known at run time
+      v = def->getOperand(0);
+    } else {
+      break;
+    }
+  }
+  if (!exact)
+    return {v, 0, elements(v)};
+  return {v, offset, offset + n};
+}
+
+/// Whether `op` may write (or read) its operand `v`; ops that do not say
+/// are assumed to do both.
+bool touches(Operation *op, Value v, bool write) {
+  auto effects = dyn_cast<MemoryEffectOpInterface>(op);
+  if (!effects)
+    return true;
+  SmallVector<MemoryEffects::EffectInstance> list;
+  effects.getEffects(list);
+  return llvm::any_of(list, [&](const MemoryEffects::EffectInstance &e) {
+    if (e.getValue() && e.getValue() != v)
+      return false;
+    return write ? isa<MemoryEffects::Write>(e.getEffect())
+                 : isa<MemoryEffects::Read>(e.getEffect());
+  });
+}
+
+/// One memory access: a top-level op (or the top-level ancestor of a
+/// nested one), the operand and its extent.
+struct Access {
+  Operation *top, *op;
+  Value operand;
+  Extent extent;
+};
+
+class Rewriter {
+public:
+  explicit Rewriter(func::FuncOp step) : block(step.getBody().front()) {}
+
+  void run() {
+    collect();
+    for (auto ag : llvm::to_vector(block.getOps<rk::AllGatherOp>()))
+      gatherIntoDestination(ag);
+    collect();
+    for (auto ss : llvm::to_vector(block.getOps<rk::ShardSliceOp>()))
+      shardAsView(ss);
+  }
+
+private:
+  Block &block;
+  std::vector<Access> accesses;
+  DenseMap<Operation *, int64_t> pos;
+
+  void collect() {
+    accesses.clear();
+    pos.clear();
+    int64_t i = 0;
+    for (Operation &top : block) {
+      pos[&top] = i++;
+      top.walk([&](Operation *op) {
+        if (isView(op))
+          return;
+        for (Value v : op->getOperands())
+          if (isa<MemRefType>(v.getType()))
+            accesses.push_back({&top, op, v, extentOf(v)});
+      });
+    }
+  }
+
+  /// Accesses to `e` by ops strictly after `from` (and before `to`, if
+  /// given), except those of `skip`.
+  template <class F>
+  bool anyAccess(const Extent &e, Operation *from, Operation *to, F skip) {
+    for (const Access &a : accesses) {
+      if (pos[a.top] <= pos[from] || (to && pos[a.top] >= pos[to]))
+        continue;
+      if (a.extent.overlaps(e) && !skip(a))
+        return true;
+    }
+    return false;
+  }
+
+  static bool staged(Operation *op) { return op->hasAttr(rk::kRankStageAttr); }
+
+  // 1. all_gather %s into %f ... copy %f into %P  ->  all_gather %s into %P.
+  void gatherIntoDestination(rk::AllGatherOp ag) {
+    Value whole = ag.getOut();
+    auto alloc = whole.getDefiningOp<rk::AllocOp>();
+    if (!alloc || staged(ag) || staged(alloc))
+      return;
+    rk::CopyOp back;
+    for (Operation *user : whole.getUsers()) {
+      if (user == ag.getOperation())
+        continue;
+      auto c = dyn_cast<rk::CopyOp>(user);
+      if (!c || back || c.getInput() != whole || c->getBlock() != &block ||
+          staged(c))
+        return;
+      back = c;
+    }
+    if (!back || !ag->isBeforeInBlock(back))
+      return;
+    Value dest = back.getOut();
+    if (dest.getType() != whole.getType())
+      return;
+    Extent e = extentOf(dest);
+    if (extentOf(ag.getInput()).overlaps(e) ||
+        anyAccess(e, ag, back, [](const Access &) { return false; }))
+      return;
+    ag.getOutMutable().assign(dest);
+    back.erase();
+    alloc.erase();
+  }
+
+  // 2. shard_slice %X into %s dim 0  ->  %s = shard_view %X.
+  void shardAsView(rk::ShardSliceOp ss) {
+    Value shard = ss.getOut(), whole = ss.getInput();
+    auto alloc = shard.getDefiningOp<rk::AllocOp>();
+    if (ss.getDim() != 0 || !alloc || staged(ss) || staged(alloc))
+      return;
+    for (Operation *user : shard.getUsers())
+      if (user->getBlock() != &block || !ss->isBeforeInBlock(user))
+        if (user != ss.getOperation())
+          return;
+    bool shardWritten = llvm::any_of(shard.getUsers(), [&](Operation *user) {
+      return user != ss.getOperation() && touches(user, shard, /*write=*/true);
+    });
+    Extent e = extentOf(whole);
+    auto viaShard = [&](const Access &a) { return a.operand == shard; };
+    // The gather of the updated shard back into the whole, in place.
+    auto gatherBack = [&](const Access &a) {
+      auto ag = dyn_cast<rk::AllGatherOp>(a.op);
+      return ag && ag.getInput() == shard && ag.getOut() == whole &&
+             ag.getDim() == 0 && ag.getAxis() == ss.getAxis();
+    };
+    // Nobody else writes the whole after the slice (the view would change
+    // under the shard's readers), nor reads it when the shard is written.
+    for (const Access &a : accesses) {
+      if (pos[a.top] <= pos[ss] || !a.extent.overlaps(e) || viaShard(a) ||
+          gatherBack(a))
+        continue;
+      if (touches(a.op, a.operand, /*write=*/true) || shardWritten)
+        return;
+    }
+    OpBuilder b(ss);
+    auto view = rk::ShardViewOp::create(b, ss.getLoc(), shard.getType(), whole,
+                                        ss.getAxisAttr());
+    shard.replaceAllUsesWith(view.getResult());
+    ss.erase();
+    alloc.erase();
+  }
+};
+
+struct ShardInPlacePass
+    : public planc::impl::ShardInPlaceBase<ShardInPlacePass> {
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    auto step = module.lookupSymbol<func::FuncOp>("plan_step");
+    if (!step || step.isExternal())
+      return;
+    bool pipelined = false;
+    step.walk([&](Operation *op) {
+      pipelined |= isa<rk::PipelineOp>(op) || staged(op);
+    });
+    if (pipelined)
+      return;
+    Rewriter(step).run();
+  }
+  static bool staged(Operation *op) { return op->hasAttr(rk::kRankStageAttr); }
+};
+
+} // namespace
