@@ -85,6 +85,9 @@ bool touches(Operation *op, Value v, bool write) {
   });
 }
 
+/// Ops of one pipeline stage (their updates run per stage).
+bool staged(Operation *op) { return op->hasAttr(rk::kRankStageAttr); }
+
 /// One memory access: a top-level op (or the top-level ancestor of a
 /// nested one), the operand and its extent.
 struct Access {
@@ -127,20 +130,13 @@ private:
     }
   }
 
-  /// Accesses to `e` by ops strictly after `from` (and before `to`, if
-  /// given), except those of `skip`.
-  template <class F>
-  bool anyAccess(const Extent &e, Operation *from, Operation *to, F skip) {
-    for (const Access &a : accesses) {
-      if (pos[a.top] <= pos[from] || (to && pos[a.top] >= pos[to]))
-        continue;
-      if (a.extent.overlaps(e) && !skip(a))
-        return true;
-    }
-    return false;
+  /// Whether an op strictly between `from` and `to` touches `e`.
+  bool anyAccess(const Extent &e, Operation *from, Operation *to) {
+    return llvm::any_of(accesses, [&](const Access &a) {
+      return pos[a.top] > pos[from] && pos[a.top] < pos[to] &&
+             a.extent.overlaps(e);
+    });
   }
-
-  static bool staged(Operation *op) { return op->hasAttr(rk::kRankStageAttr); }
 
   // 1. all_gather %s into %f ... copy %f into %P  ->  all_gather %s into %P.
   void gatherIntoDestination(rk::AllGatherOp ag) {
@@ -164,8 +160,7 @@ private:
     if (dest.getType() != whole.getType())
       return;
     Extent e = extentOf(dest);
-    if (extentOf(ag.getInput()).overlaps(e) ||
-        anyAccess(e, ag, back, [](const Access &) { return false; }))
+    if (extentOf(ag.getInput()).overlaps(e) || anyAccess(e, ag, back))
       return;
     ag.getOutMutable().assign(dest);
     back.erase();
@@ -226,7 +221,6 @@ struct ShardInPlacePass
       return;
     Rewriter(step).run();
   }
-  static bool staged(Operation *op) { return op->hasAttr(rk::kRankStageAttr); }
 };
 
 } // namespace

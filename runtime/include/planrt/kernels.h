@@ -1149,8 +1149,12 @@ struct AttentionFn {
       for (int64_t d = 0; d < D; ++d)
         o[d] += e * v[d];
     }
+    finish(i, o, m, sum);
+  }
+  /// Normalizes row i's output and keeps its statistics.
+  PLANRT_HD void finish(int64_t i, float *o, float m, float sum) const {
     float inv = 1.0f / sum;
-    for (int64_t d = 0; d < D; ++d)
+    for (int64_t d = 0; d < a.D; ++d)
       o[d] *= inv;
     if (stats) {
       stats[2 * i] = m;
@@ -1189,13 +1193,7 @@ struct AttentionFn {
       for (int64_t u = 0; u <= t; ++u)
         sum += row[u];
       weighted_rows_add(row, a.v(qkv, b, 0, g), a.width(), t + 1, D, o);
-      float inv = 1.0f / sum;
-      for (int64_t d = 0; d < D; ++d)
-        o[d] *= inv;
-      if (stats) {
-        stats[2 * i] = m;
-        stats[2 * i + 1] = sum;
-      }
+      finish(i, o, m, sum);
     }
   }
 };
