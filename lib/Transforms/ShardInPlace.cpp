@@ -94,6 +94,7 @@ struct Access {
   Operation *top, *op;
   Value operand;
   Extent extent;
+  bool dead = false; // its op was erased
 };
 
 class Rewriter {
@@ -112,10 +113,12 @@ public:
 private:
   Block &block;
   std::vector<Access> accesses;
+  DenseMap<Value, SmallVector<size_t>> byRoot; // root -> its accesses
   DenseMap<Operation *, int64_t> pos;
 
   void collect() {
     accesses.clear();
+    byRoot.clear();
     pos.clear();
     int64_t i = 0;
     for (Operation &top : block) {
@@ -125,17 +128,37 @@ private:
           return;
         for (Value v : op->getOperands())
           if (isa<MemRefType>(v.getType()))
-            accesses.push_back({&top, op, v, extentOf(v)});
+            record({&top, op, v, extentOf(v)});
       });
     }
   }
 
-  /// Whether an op strictly between `from` and `to` touches `e`.
-  bool anyAccess(const Extent &e, Operation *from, Operation *to) {
-    return llvm::any_of(accesses, [&](const Access &a) {
-      return pos[a.top] > pos[from] && pos[a.top] < pos[to] &&
-             a.extent.overlaps(e);
-    });
+  void record(Access a) {
+    byRoot[a.extent.root].push_back(accesses.size());
+    accesses.push_back(a);
+  }
+
+  /// The live accesses to `e` (by extent) of ops after `from` and, with
+  /// `to`, before it.
+  SmallVector<Access *> accessesTo(const Extent &e, Operation *from,
+                                   Operation *to = nullptr) {
+    SmallVector<Access *> out;
+    for (size_t i : byRoot.lookup(e.root)) {
+      Access &a = accesses[i];
+      if (!a.dead && pos[a.top] > pos[from] && (!to || pos[a.top] < pos[to]) &&
+          a.extent.overlaps(e))
+        out.push_back(&a);
+    }
+    return out;
+  }
+
+  /// Before erasing `op`: it accesses nothing any more.
+  void forget(Operation *op) {
+    for (Value v : op->getOperands())
+      if (isa<MemRefType>(v.getType()))
+        for (size_t i : byRoot.lookup(extentOf(v).root))
+          if (accesses[i].op == op)
+            accesses[i].dead = true;
   }
 
   // 1. all_gather %s into %f ... copy %f into %P  ->  all_gather %s into %P.
@@ -160,9 +183,14 @@ private:
     if (dest.getType() != whole.getType())
       return;
     Extent e = extentOf(dest);
-    if (extentOf(ag.getInput()).overlaps(e) || anyAccess(e, ag, back))
+    if (extentOf(ag.getInput()).overlaps(e) || !accessesTo(e, ag, back).empty())
       return;
+    forget(back);
+    forget(ag);
+    byRoot.erase(whole);
     ag.getOutMutable().assign(dest);
+    record({ag, ag, ag.getInput(), extentOf(ag.getInput())});
+    record({ag, ag, dest, e});
     back.erase();
     alloc.erase();
   }
@@ -174,14 +202,12 @@ private:
     if (ss.getDim() != 0 || !alloc || staged(ss) || staged(alloc))
       return;
     for (Operation *user : shard.getUsers())
-      if (user->getBlock() != &block || !ss->isBeforeInBlock(user))
-        if (user != ss.getOperation())
-          return;
+      if (user != ss.getOperation() &&
+          (user->getBlock() != &block || !ss->isBeforeInBlock(user)))
+        return;
     bool shardWritten = llvm::any_of(shard.getUsers(), [&](Operation *user) {
       return user != ss.getOperation() && touches(user, shard, /*write=*/true);
     });
-    Extent e = extentOf(whole);
-    auto viaShard = [&](const Access &a) { return a.operand == shard; };
     // The gather of the updated shard back into the whole, in place.
     auto gatherBack = [&](const Access &a) {
       auto ag = dyn_cast<rk::AllGatherOp>(a.op);
@@ -190,16 +216,23 @@ private:
     };
     // Nobody else writes the whole after the slice (the view would change
     // under the shard's readers), nor reads it when the shard is written.
-    for (const Access &a : accesses) {
-      if (pos[a.top] <= pos[ss] || !a.extent.overlaps(e) || viaShard(a) ||
-          gatherBack(a))
-        continue;
-      if (touches(a.op, a.operand, /*write=*/true) || shardWritten)
+    for (Access *a : accessesTo(extentOf(whole), ss))
+      if (!gatherBack(*a) &&
+          (shardWritten || touches(a->op, a->operand, /*write=*/true)))
         return;
-    }
+    forget(ss);
     OpBuilder b(ss);
     auto view = rk::ShardViewOp::create(b, ss.getLoc(), shard.getType(), whole,
                                         ss.getAxisAttr());
+    // What went through the shard's buffer now goes to the whole's.
+    SmallVector<size_t> moved = byRoot.lookup(shard);
+    byRoot.erase(shard);
+    Extent e = extentOf(view);
+    for (size_t i : moved) {
+      accesses[i].operand = view;
+      accesses[i].extent = e;
+      byRoot[e.root].push_back(i);
+    }
     shard.replaceAllUsesWith(view.getResult());
     ss.erase();
     alloc.erase();

@@ -287,12 +287,13 @@ int block_count(const char *op, int64_t count) {
   return (int)count;
 }
 
-// All-reduces go in pieces of 16 MiB: Open MPI's non-blocking all-reduce
-// takes a temporary buffer of the message's size, and a buffer under
-// malloc's mmap threshold (set in init) is reused from the heap instead of
-// being mapped, faulted in and zeroed by the kernel anew every step (which
-// cost 2 ranks x 1 thread ~9% of a GPT-2 124M step). The rings' segments
-// have the same size. (MPI counts are int, too.)
+// Messages go in pieces of at most 16 MiB: the rings' segments, and the
+// all-reduces left to MPI (maxima, small sums) since MPI counts are int.
+// Open MPI's non-blocking all-reduce takes a temporary buffer of the
+// message's size; under malloc's mmap threshold (set in init) it is reused
+// from the heap instead of being mapped and zeroed by the kernel anew on
+// every call (that cost 2 ranks x 1 thread ~9% of a GPT-2 124M step when
+// gradient sums still went to MPI).
 constexpr int64_t kPiece = int64_t(1) << 22;
 
 /// From this many floats (256 KiB) on, sums and gathers run as rings
@@ -301,19 +302,13 @@ constexpr int64_t kRingMin = int64_t(1) << 16;
 
 /// Waits for a collective over mesh axis `axis` under the watchdog.
 void wait_one(Context *ctx, MPI_Request *r, const char *name, int64_t axis) {
-  watchdog::Op what;
-  what.name = name;
-  what.axis_mask = int64_t(1) << axis;
-  watchdog::wait_all(ctx, 1, r, what);
+  watchdog::wait_all(ctx, 1, r, watchdog::group_op(name, int64_t(1) << axis));
 }
 
 /// The watchdog-polled wait of a ring's messages.
 ring::WaitFn ring_wait(Context *ctx, const char *name, int64_t axis_mask) {
   return [ctx, name, axis_mask](int n, MPI_Request *r) {
-    watchdog::Op what;
-    what.name = name;
-    what.axis_mask = axis_mask;
-    watchdog::wait_all(ctx, n, r, what);
+    watchdog::wait_all(ctx, n, r, watchdog::group_op(name, axis_mask));
   };
 }
 } // namespace
@@ -336,10 +331,8 @@ void allreduce(Context *ctx, float *data, int64_t count, int64_t axis_mask,
                              &reqs.back()),
               "MPI_Iallreduce");
   }
-  watchdog::Op what;
-  what.name = name;
-  what.axis_mask = axis_mask;
-  watchdog::wait_all(ctx, (int)reqs.size(), reqs.data(), what);
+  watchdog::wait_all(ctx, (int)reqs.size(), reqs.data(),
+                     watchdog::group_op(name, axis_mask));
 }
 
 // A large sum runs as a ring at its wait: MPI progresses messages only
@@ -379,10 +372,8 @@ void collective_wait(Context *ctx, int64_t slot) {
   auto it = s->requests.find(slot);
   if (it == s->requests.end())
     return; // nothing was started (a group of one rank)
-  watchdog::Op what;
-  what.name = name;
-  what.axis_mask = s->request_masks[slot];
-  watchdog::wait_all(ctx, (int)it->second.size(), it->second.data(), what);
+  watchdog::wait_all(ctx, (int)it->second.size(), it->second.data(),
+                     watchdog::group_op(name, s->request_masks[slot]));
   s->requests.erase(it);
   s->request_masks.erase(slot);
 }
