@@ -159,10 +159,29 @@ void LowerRankToEmitCPass::runOnOperation() {
       c.call(
           pipe.getLoc(), "planrt::declare_pipeline", {},
           {c.i64(mesh.getAxisIndex(pipe.getAxis())), c.i64(pipe.getStages())});
+      // The order as one static table of (rank, unit, microbatch): a call
+      // per entry would be tens of thousands of statements in a large plan.
+      SmallVector<int64_t> table;
       for (auto t : pipe.getBody().front().getOps<rk::TimelineOp>())
         for (auto e : t.getBody().front().getOps<rk::ExecOp>())
-          c.call(e.getLoc(), "planrt::schedule_add", {},
-                 {c.i64(t.getRank()), c.i64(e.getUnit()), c.i64(e.getMb())});
+          table.append(
+              {int64_t(t.getRank()), int64_t(e.getUnit()), int64_t(e.getMb())});
+      if (!table.empty()) {
+        auto arrayType =
+            ec::ArrayType::get({int64_t(table.size())}, b.getI64Type());
+        auto tensorOf =
+            RankedTensorType::get({int64_t(table.size())}, b.getI64Type());
+        OpBuilder gb(setup);
+        auto global = ec::GlobalOp::create(
+            gb, pipe.getLoc(), "plan_schedule", arrayType,
+            DenseIntElementsAttr::get(tensorOf, ArrayRef<int64_t>(table)),
+            /*extern_specifier=*/false, /*static_specifier=*/true,
+            /*const_specifier=*/true);
+        Value ref = ec::GetGlobalOp::create(b, pipe.getLoc(), arrayType,
+                                            global.getSymName());
+        c.call(pipe.getLoc(), "planrt::schedule_table", {ref},
+               {c.i64(int64_t(table.size()) / 3)});
+      }
     }
     auto stageAttr = [](Operation *op) -> std::optional<int64_t> {
       if (auto s = op->getAttrOfType<IntegerAttr>(rk::kRankStageAttr))
@@ -768,9 +787,10 @@ void LowerRankToEmitCPass::runOnOperation() {
     ec::ReturnOp::create(b, module.getLoc(), rc.getResult(0));
   }
 
-  // Everything else has been turned into the three functions above.
+  // Everything else has been turned into the three functions above (and
+  // the schedule's table).
   for (Operation &op :
        llvm::make_early_inc_range(module.getBody()->getOperations()))
-    if (!isa<ec::IncludeOp, ec::FuncOp>(op))
+    if (!isa<ec::IncludeOp, ec::FuncOp, ec::GlobalOp>(op))
       op.erase();
 }

@@ -285,6 +285,36 @@ DenseSet<Operation *> gradientAllocs(func::FuncOp fn) {
 SmallVector<int64_t> planStash(rk::PipelineOp pipe, int64_t pp) {
   SmallVector<int64_t> bytes(pp, 0);
   SmallVector<rk::UnitOp> units(pipe.getBody().front().getOps<rk::UnitOp>());
+  // What each unit does to the stash, found once: a large plan runs each
+  // unit hundreds of times. `local` numbers the unit's stash allocations
+  // and reads; a put names the one its buffer is a view of (-1: none).
+  enum class Kind { Alloc, Get, Put, Release };
+  struct Event {
+    Kind kind;
+    int64_t value; // Alloc: bytes; otherwise the slot
+    int64_t readers = 0;
+    int64_t local = -1;
+  };
+  std::vector<SmallVector<Event>> events(units.size());
+  for (auto [i, unit] : llvm::enumerate(units)) {
+    DenseMap<Value, int64_t> localOf;
+    for (Operation &op : unit.getBody().front()) {
+      if (auto a = dyn_cast<rk::AllocOp>(op); a && !planned(a)) {
+        int64_t id = localOf.size();
+        localOf[a.getResult()] = id;
+        events[i].push_back({Kind::Alloc, bufferBytes(a.getType()), 0, id});
+      } else if (auto get = dyn_cast<rk::StashGetOp>(op)) {
+        int64_t id = localOf.size();
+        localOf[get.getResult()] = id;
+        events[i].push_back({Kind::Get, get.getSlot(), 0, id});
+      } else if (auto put = dyn_cast<rk::StashPutOp>(op)) {
+        events[i].push_back({Kind::Put, put.getSlot(), put.getReaders(),
+                             localOf.lookup_or(viewRoot(put.getBuffer()), -1)});
+      } else if (auto rel = dyn_cast<rk::StashReleaseOp>(op)) {
+        events[i].push_back({Kind::Release, rel.getSlot()});
+      }
+    }
+  }
   for (auto timeline : pipe.getBody().front().getOps<rk::TimelineOp>()) {
     int64_t r = timeline.getRank();
     if (r < 0 || r >= pp)
@@ -301,39 +331,44 @@ SmallVector<int64_t> planStash(rk::PipelineOp pipe, int64_t pp) {
       pool.release(off, live[off].bytes);
       live.erase(off);
     };
+    SmallVector<int64_t> offsetOf; // by local number, in this run
     for (auto exec : timeline.getBody().front().getOps<rk::ExecOp>()) {
       if (exec.getUnit() < 0 || exec.getUnit() >= (int64_t)units.size())
         continue;
       int64_t mb = exec.getMb();
-      DenseMap<Value, int64_t> offsetOf; // stash allocs and reads of this run
+      offsetOf.clear();
       SmallVector<int64_t> mine;
-      auto baseOf = [&](Value v) -> int64_t {
-        return offsetOf.lookup_or(viewRoot(v), -1);
-      };
-      for (Operation &op : units[exec.getUnit()].getBody().front()) {
-        if (auto a = dyn_cast<rk::AllocOp>(op); a && !planned(a)) {
-          int64_t b = bufferBytes(a.getType());
-          int64_t off = pool.allocate(b);
-          live[off] = {b};
-          offsetOf[a.getResult()] = off;
+      for (const Event &e : events[exec.getUnit()]) {
+        switch (e.kind) {
+        case Kind::Alloc: {
+          int64_t off = pool.allocate(e.value);
+          live[off] = {e.value};
+          offsetOf.push_back(off);
           mine.push_back(off);
-        } else if (auto get = dyn_cast<rk::StashGetOp>(op)) {
-          auto it = entries.find({get.getSlot(), mb});
-          offsetOf[get.getResult()] =
-              it == entries.end() ? -1 : it->second.first;
-        } else if (auto put = dyn_cast<rk::StashPutOp>(op)) {
-          int64_t off = baseOf(put.getBuffer());
-          entries[{put.getSlot(), mb}] = {off, put.getReaders()};
+          break;
+        }
+        case Kind::Get: {
+          auto it = entries.find({e.value, mb});
+          offsetOf.push_back(it == entries.end() ? -1 : it->second.first);
+          break;
+        }
+        case Kind::Put: {
+          int64_t off = e.local < 0 ? -1 : offsetOf[e.local];
+          entries[{e.value, mb}] = {off, e.readers};
           if (off >= 0)
             ++live[off].refs;
-        } else if (auto rel = dyn_cast<rk::StashReleaseOp>(op)) {
-          auto it = entries.find({rel.getSlot(), mb});
+          break;
+        }
+        case Kind::Release: {
+          auto it = entries.find({e.value, mb});
           if (it == entries.end() || --it->second.second > 0)
-            continue;
+            break;
           int64_t off = it->second.first;
           entries.erase(it);
           if (off >= 0 && --live[off].refs == 0 && live[off].ended)
             release(off);
+          break;
+        }
         }
       }
       for (int64_t off : mine) {

@@ -96,10 +96,17 @@ planc::simulatePipeline(rk::PipelineOp pipe, int64_t ppSize,
   sim.program.splitW = pl::splitsWeightGrad(*kind);
   sim.program.ranks.resize(ppSize);
   sim.program.transfer = transfer;
-  // One duration per unit, not per execution of it.
+  // One duration and one list of stash and transfer ops per unit, not per
+  // execution of it: a large plan executes each unit hundreds of times.
   std::vector<double> unitCost;
-  for (rk::UnitOp u : units)
+  std::vector<SmallVector<Operation *>> unitComm(units.size());
+  for (auto [i, u] : llvm::enumerate(units)) {
     unitCost.push_back(cost(u));
+    u.walk([&](Operation *op) {
+      if (isa<rk::StashGetOp, rk::StashPutOp, rk::RecvOp, rk::SendOp>(op))
+        unitComm[i].push_back(op);
+    });
+  }
   for (auto t : pipe.getBody().front().getOps<rk::TimelineOp>()) {
     int64_t r = t.getRank();
     if (r < 0 || r >= ppSize)
@@ -114,22 +121,24 @@ planc::simulatePipeline(rk::PipelineOp pipe, int64_t ppSize,
                              << ": no unit " << e.getUnit();
       rk::UnitOp u = units[e.getUnit()];
       int64_t mb = e.getMb();
-      std::string what =
-          llvm::formatv("pipeline rank {0}, step {1} ({2}{3} of "
-                        "stage {4}, microbatch {3})",
-                        r, stepIndex, u.getPhase(), mb, u.getStage());
+      auto what = [&] {
+        return llvm::formatv("pipeline rank {0}, step {1} ({2}{3} of "
+                             "stage {4}, microbatch {3})",
+                             r, stepIndex, u.getPhase(), mb, u.getStage())
+            .str();
+      };
       if (mb < 0 || mb >= m)
-        return e.emitError() << what << ": there are " << m << " microbatches";
+        return e.emitError()
+               << what() << ": there are " << m << " microbatches";
       pl::Step step;
       step.action = {phaseOf(u), u.getStage(), mb};
       step.cost = unitCost[e.getUnit()];
-      WalkResult w = u.walk([&](Operation *op) {
+      for (Operation *op : unitComm[e.getUnit()]) {
         if (auto get = dyn_cast<rk::StashGetOp>(op);
-            get && !stashed.count({get.getSlot(), mb})) {
-          e.emitError() << what << " reads stash slot " << get.getSlot()
-                        << ", which no earlier step of this rank put there";
-          return WalkResult::interrupt();
-        }
+            get && !stashed.count({get.getSlot(), mb}))
+          return e.emitError()
+                 << what() << " reads stash slot " << get.getSlot()
+                 << ", which no earlier step of this rank put there";
         if (auto put = dyn_cast<rk::StashPutOp>(op))
           stashed.insert({put.getSlot(), mb});
         if (auto recv = dyn_cast<rk::RecvOp>(op))
@@ -138,10 +147,7 @@ planc::simulatePipeline(rk::PipelineOp pipe, int64_t ppSize,
         if (auto send = dyn_cast<rk::SendOp>(op))
           step.sends.push_back(
               {send.getToStage() % ppSize, send.getTransfer(), mb});
-        return WalkResult::advance();
-      });
-      if (w.wasInterrupted())
-        return failure();
+      }
       sim.program.ranks[r].push_back(std::move(step));
       ++stepIndex;
     }

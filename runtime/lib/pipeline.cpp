@@ -406,6 +406,17 @@ void schedule_add(Context *ctx, int64_t coord, int64_t unit, int64_t mb) {
   ctx->schedules[(size_t)coord].push_back({unit, mb});
 }
 
+void schedule_table(Context *ctx, const int64_t *table, int64_t entries) {
+  const char *op = "schedule_table";
+  check_ctx(ctx, op);
+  if (entries < 0 || (entries > 0 && !table))
+    fatal("%s: expected a table of entries >= 0 triples, got %lld entries "
+          "at %p",
+          op, (long long)entries, (const void *)table);
+  for (int64_t i = 0; i < entries; ++i)
+    schedule_add(ctx, table[3 * i], table[3 * i + 1], table[3 * i + 2]);
+}
+
 namespace {
 const std::vector<std::pair<int64_t, int64_t>> &my_schedule(Context *ctx,
                                                             const char *op) {

@@ -20,21 +20,25 @@ protected:
     declare_param(ctx, "w", 1, 6, 1, 1, 1, InitOnes, 0.0f, 0.0f);
     set_param_stage(ctx, 0, 2);
     schedule_add(ctx, 0, 7, 0);
-    schedule_add(ctx, 0, 8, 1);
+    // The rest as generated programs pass it: one table of triples.
+    static const int64_t table[] = {0, 8, 1, 0, 9, 2};
+    schedule_table(ctx, table, 2);
   }
 };
 
 TEST_F(PipelineTest, ScheduleAndOwnership) {
-  EXPECT_EQ(schedule_length(ctx), 2);
+  EXPECT_EQ(schedule_length(ctx), 3);
   EXPECT_EQ(schedule_unit(ctx, 0), 7);
   EXPECT_EQ(schedule_mb(ctx, 0), 0);
   EXPECT_EQ(schedule_unit(ctx, 1), 8);
   EXPECT_EQ(schedule_mb(ctx, 1), 1);
+  EXPECT_EQ(schedule_unit(ctx, 2), 9);
+  EXPECT_EQ(schedule_mb(ctx, 2), 2);
   for (int64_t s : {-1, 0, 1, 2})
     EXPECT_EQ(owns_stage(ctx, s), 1);
   EXPECT_EQ(mesh_coord(ctx, 1), 0);
   EXPECT_NE(param(ctx, 0), nullptr); // the only pipeline rank owns stage 2
-  EXPECT_DEATH(schedule_unit(ctx, 2), "schedule_unit: entry 2 out of range");
+  EXPECT_DEATH(schedule_unit(ctx, 3), "schedule_unit: entry 3 out of range");
   EXPECT_DEATH(owns_stage(ctx, 3), "owns_stage: stage 3 out of range");
 }
 
@@ -207,6 +211,23 @@ TEST(PipelineDescription, Errors) {
                "expect_pipeline_bytes: call it once per pipeline coordinate");
   EXPECT_DEATH(run_bad([](Context *c) { schedule_add(c, 0, 0, 0); }),
                "schedule_add: no pipeline is declared");
+  EXPECT_DEATH(run_bad([](Context *c) {
+                 declare_pipeline(c, 1, 2);
+                 schedule_table(c, nullptr, 1);
+               }),
+               "schedule_table: expected a table of entries >= 0 triples");
+  EXPECT_DEATH(run_bad([](Context *c) {
+                 static const int64_t t[] = {0, 0, 0};
+                 declare_pipeline(c, 1, 2);
+                 schedule_table(c, t, -1);
+               }),
+               "schedule_table: expected a table");
+  EXPECT_DEATH(run_bad([](Context *c) {
+                 static const int64_t t[] = {5, 0, 0};
+                 declare_pipeline(c, 1, 2);
+                 schedule_table(c, t, 1);
+               }),
+               "schedule_add: pipeline coordinate 5 out of range");
 }
 
 TEST(PipelineDescription, NoPipelineOwnsEverything) {

@@ -837,6 +837,11 @@ void stash_release(Context *ctx, int64_t slot, int64_t mb);
 /// i-th one's values (0 <= i < length, fatal otherwise). `unit` is the
 /// compiler's own number (the runtime does not interpret it).
 void schedule_add(Context *ctx, int64_t coord, int64_t unit, int64_t mb);
+/// schedule_add for each (coord, unit, mb) triple of `table`, in order
+/// (`entries` triples; fatal if entries < 0 or the table is null with
+/// entries > 0). Generated programs pass their schedule as one static table:
+/// a large pipeline has tens of thousands of entries.
+void schedule_table(Context *ctx, const int64_t *table, int64_t entries);
 int64_t schedule_length(Context *ctx);
 int64_t schedule_unit(Context *ctx, int64_t i);
 int64_t schedule_mb(Context *ctx, int64_t i);
