@@ -509,6 +509,21 @@ def Rank_EmbeddingGradOp : Rank_CallOp<"embedding_grad"> {
   }];
 }
 
+def Rank_EmbeddingGradAddOp : Rank_CallOp<"embedding_grad_add"> {
+  let summary = "out += scatter-add of dy rows at ids";
+  let description = [{
+    embedding_grad without zeroing `out` first: a tied embedding's gradient
+    added into the other use's (the LM head's) gradient, in place.
+  }];
+  let arguments = (ins Arg<Rank_I32Buffer, "", [MemRead]>:$ids,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$grad,
+                       Arg<Rank_FloatBuffer, "", [MemRead, MemWrite]>:$out,
+                       DefaultValuedStrAttr<StrAttr, "">:$vocab_axis);
+  let assemblyFormat = [{
+    $ids `,` $grad `into` $out attr-dict `:` type($ids) `,` type($grad) `->` type($out)
+  }];
+}
+
 def Rank_LayerNormOp : Rank_CallOp<"layernorm",
     [AllTypesMatch<["gamma", "beta"]>]> {
   let summary = "layernorm over the last dimension";

@@ -85,6 +85,9 @@ int64_t embedding(EmbeddingOp op, const WorkspaceEnv &) {
 int64_t embeddingGrad(EmbeddingGradOp op, const WorkspaceEnv &) {
   return ws::index_check(numel(op.getGrad()));
 }
+int64_t embeddingGradAdd(EmbeddingGradAddOp op, const WorkspaceEnv &) {
+  return ws::index_check(numel(op.getGrad()));
+}
 int64_t crossEntropy(CrossEntropyOp op, const WorkspaceEnv &env) {
   return ws::cross_entropy(leadRows(op.getLogits()), env.classifier);
 }
@@ -174,6 +177,8 @@ void planc::rank::registerWorkspaceModels(MLIRContext *ctx) {
   LossScaleOp::attachInterface<Model<LossScaleOp, lossScale>>(*ctx);
   EmbeddingOp::attachInterface<Model<EmbeddingOp, embedding>>(*ctx);
   EmbeddingGradOp::attachInterface<Model<EmbeddingGradOp, embeddingGrad>>(*ctx);
+  EmbeddingGradAddOp::attachInterface<
+      Model<EmbeddingGradAddOp, embeddingGradAdd>>(*ctx);
   CrossEntropyOp::attachInterface<Model<CrossEntropyOp, crossEntropy>>(*ctx);
   CrossEntropyGradOp::attachInterface<
       Model<CrossEntropyGradOp, crossEntropyGrad>>(*ctx);

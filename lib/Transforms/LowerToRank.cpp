@@ -507,6 +507,36 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
           b, src.getLoc(), MemRefType::get({bk.elems}, bk.elementType));
   }
 
+  // A tied embedding's gradient is the sum of two terms: the LM head's
+  // matmul and the embedding's scatter. The matmul writes the sum's buffer
+  // (its bucket slice) and the scatter adds into it (embedding_grad_add):
+  // neither a zeroed [V, C] table nor the sum is materialized. Only where
+  // both terms are this sum's alone and the matmul comes first; not across
+  // pipeline stages nor microbatches, whose terms accumulate elsewhere.
+  DenseMap<Value, Value> tiedScatter;    // embedding_grad result -> term
+  DenseMap<Value, Value> sumOfTerm;      // term (matmul result) -> sum
+  DenseMap<Operation *, Value> tiedAdds; // the sum's add -> term
+  if (isStep && !pipelined && seqAxis.empty()) {
+    for (auto add : src.getBody().front().getOps<AddOp>()) {
+      for (int k = 0; k < 2; ++k) {
+        Value x = add->getOperand(k), e = add->getOperand(1 - k);
+        auto mm = x.getDefiningOp<MatmulOp>();
+        auto eg = e.getDefiningOp<EmbeddingGradOp>();
+        if (!mm || !eg || x == e || !x.hasOneUse() || !e.hasOneUse() ||
+            mm->getBlock() != add->getBlock() ||
+            eg->getBlock() != add->getBlock() || !mm->isBeforeInBlock(eg) ||
+            x.getType() != add.getType() || e.getType() != add.getType() ||
+            getSharding(x) != getSharding(add.getResult()) ||
+            getSharding(e) != getSharding(add.getResult()))
+          continue;
+        tiedScatter[e] = x;
+        sumOfTerm[x] = add.getResult();
+        tiedAdds[add] = x;
+        break;
+      }
+    }
+  }
+
   // Microbatching. The ops that touch the sequential axis (a tensor split
   // over it, or a pending sum over it) run in a loop, one microbatch per
   // iteration; a reduction that resolves the sum over it accumulates into a
@@ -1049,12 +1079,33 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
       continue;
     }
 
+    // The tied embedding's sum (see tiedScatter): the scatter adds into
+    // the matmul's buffer, which is the sum's.
+    if (auto it =
+            tiedScatter.find(op.getNumResults() ? op.getResult(0) : Value());
+        it != tiedScatter.end()) {
+      auto eg = cast<EmbeddingGradOp>(op);
+      FailureOr<StringAttr> axis = rowAxis(eg.getResult(), &op);
+      if (failed(axis))
+        return failure();
+      Value into = buf.lookup(it->second);
+      rk::EmbeddingGradAddOp::create(b, loc, in(0), in(1), into,
+                                     *axis ? *axis : b.getStringAttr(""));
+      buf[eg.getResult()] = into;
+      continue;
+    }
+    if (Value term = tiedAdds.lookup(&op)) {
+      buf[op.getResult(0)] = buf.lookup(term);
+      continue;
+    }
     SmallVector<Value> outs;
     for (Value result : op.getResults()) {
       FailureOr<MemRefType> type = localType(result, &op);
       if (failed(type))
         return failure();
-      if (auto it = bucketSlice.find(result); it != bucketSlice.end())
+      // A tied sum's first term is computed where the sum goes.
+      Value dest = sumOfTerm.lookup_or(result, result);
+      if (auto it = bucketSlice.find(dest); it != bucketSlice.end())
         outs.push_back(rk::SubviewOp::create(
             b, loc, *type, buckets[it->second.first].buffer,
             b.getI64IntegerAttr(it->second.second)));

@@ -58,3 +58,11 @@ func.func @bn(%x: memref<2x4x3x3xf32>, %g: memref<4xf32>) {
   rank.batch_norm_infer %x, %g, %g, %rm, %rv into %y {eps = 1.0e-5 : f32} : memref<2x4x3x3xf32>, memref<4xf32>
   return
 }
+
+// The tied embedding's scatter, added into the table's other gradient.
+// CHECK-LABEL: func.func @tied(
+// CHECK: rank.embedding_grad_add %{{.*}}, %{{.*}} into %{{.*}} {vocab_axis = "tp"} : memref<2x4xi32>, memref<2x4x8xf32> -> memref<16x8xf32>
+func.func @tied(%ids: memref<2x4xi32>, %dy: memref<2x4x8xf32>, %dw: memref<16x8xf32>) {
+  rank.embedding_grad_add %ids, %dy into %dw {vocab_axis = "tp"} : memref<2x4xi32>, memref<2x4x8xf32> -> memref<16x8xf32>
+  return
+}

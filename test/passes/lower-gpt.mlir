@@ -37,12 +37,17 @@ func.func @gpt(%ids: tensor<2x4xi32> {plan.kind = "input", plan.name = "ids", pl
 // CHECK-NEXT: rank.observe %{{.*}} as "logits" : memref<1x4x16xf32>
 // CHECK: rank.cross_entropy_grad {{.*}} {scale = 1.250000e-01 : f32}
 // CHECK: rank.view %{{.*}} : memref<1x4x8xf32> -> memref<4x8xf32>
+// The tied table's gradient: the LM head's term is computed into the
+// table's slot of the bucket, and the embedding's scatter added to it there
+// (no zeroed table, no sum).
+// CHECK: %[[GW:.*]] = rank.subview %{{.*}}[{{[0-9]+}}] : memref<{{[0-9]+}}xf32> -> memref<16x8xf32>
+// CHECK-NEXT: rank.matmul %{{.*}}, %{{.*}} into %[[GW]] {transpose_lhs = true, transpose_rhs = false} : memref<4x16xf32>, memref<4x8xf32> -> memref<16x8xf32>
 // CHECK: rank.attention_grad
 // CHECK: rank.layernorm_grad
 // CHECK: rank.pos_embedding_grad
-// The tied table's two gradients are summed into its slot of the bucket.
-// CHECK: %[[GW:.*]] = rank.subview %{{.*}}[{{[0-9]+}}] : memref<{{[0-9]+}}xf32> -> memref<16x8xf32>
-// CHECK-NEXT: rank.add {{.*}} into %[[GW]]
+// CHECK-NOT: rank.add
+// CHECK: rank.embedding_grad_add %[[IDS]], %{{.*}} into %[[GW]] : memref<1x4xi32>, memref<1x4x8xf32> -> memref<16x8xf32>
+// CHECK-NOT: rank.embedding_grad
 // CHECK: rank.all_reduce_start %{{.*}} over ["dp"] slot 0
 // CHECK: rank.collective_wait slot 0
 // CHECK: rank.fill %[[SQ:.*]] {value = 0.000000e+00 : f32} : memref<f32>

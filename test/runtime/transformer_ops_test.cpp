@@ -322,6 +322,30 @@ TEST_F(OpsTest, EmbeddingAndGrad) {
   };
   expect_grad(host(dtable), fd_grad(f, tv, host(w)));
 
+  // embedding_grad_add adds the same scatter to what the table holds (the
+  // tied LM head's gradient): the result is start + the scatter above;
+  // rows no id names keep start bit for bit.
+  Tensor *acc = random({V, C});
+  Vec start = host(acc), scatter = host(dtable);
+  embedding_grad_add(ctx, id, w, acc, -1);
+  Vec got = host(acc), sum((size_t)(V * C));
+  for (size_t i = 0; i < sum.size(); ++i)
+    sum[i] = start[i] + scatter[i];
+  expect_close(got, sum, 1e-6f, 1e-6f);
+  for (int64_t c = 0; c < C; ++c) // row 3 is named three times
+    EXPECT_NE(got[3 * C + c], start[3 * C + c]);
+  Tensor *untouched = random({V + 2, C});
+  Vec before = host(untouched);
+  embedding_grad_add(ctx, id, w, untouched, -1);
+  Vec after = host(untouched);
+  for (int64_t c = 0; c < C; ++c) {
+    EXPECT_EQ(after[5 * C + c], before[5 * C + c]);
+    EXPECT_EQ(after[6 * C + c], before[6 * C + c]);
+  }
+  EXPECT_DEATH(embedding_grad_add(ctx, ids({B, S}, {0, 0, 9, 0, 0, 0, 0, 0}), w,
+                                  acc, -1),
+               "planrt: error: embedding_grad_add: token id 9 out of range");
+
   Tensor *bad = ids({B, S}, {0, 1, 2, 5, 0, 0, 0, 0});
   EXPECT_DEATH(embedding(ctx, bad, table, out, -1),
                "planrt: error: embedding: token id 5 out of range \\[0, 5\\)");

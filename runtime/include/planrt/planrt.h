@@ -531,6 +531,11 @@ void embedding(Context *ctx, const Tensor *ids, const Tensor *table,
 /// local row id - g*Vl; ids outside [0, G*Vl) are fatal.
 void embedding_grad(Context *ctx, const Tensor *ids, const Tensor *dout,
                     Tensor *dtable, int64_t vocab_axis);
+/// embedding_grad without zeroing dtable: dtable[ids[r], :] += dout[r, :]
+/// on what dtable holds (a tied embedding's gradient added into the other
+/// use's).
+void embedding_grad_add(Context *ctx, const Tensor *ids, const Tensor *dout,
+                        Tensor *dtable, int64_t vocab_axis);
 /// x, out [B,S,C], table [T,C] with S <= T: out[b,s,:] = x[b,s,:] + table[s,:].
 void pos_embedding(Context *ctx, const Tensor *x, const Tensor *table,
                    Tensor *out);
