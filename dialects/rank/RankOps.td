@@ -498,31 +498,27 @@ def Rank_EmbeddingOp : Rank_CallOp<"embedding"> {
   }];
 }
 
-def Rank_EmbeddingGradOp : Rank_CallOp<"embedding_grad"> {
-  let summary = "dtable = scatter-add of dy rows at ids (overwrites dtable)";
+// The scatter of dy rows at ids into a table's gradient; embedding_grad
+// zeroes the table first, embedding_grad_add adds to what it holds.
+class Rank_EmbeddingGradBase<string mnemonic, string doc, list<OpVariableDecorator> outEffects>
+    : Rank_CallOp<mnemonic> {
+  let summary = doc;
   let arguments = (ins Arg<Rank_I32Buffer, "", [MemRead]>:$ids,
                        Arg<Rank_FloatBuffer, "", [MemRead]>:$grad,
-                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$out,
+                       Arg<Rank_FloatBuffer, "", outEffects>:$out,
                        DefaultValuedStrAttr<StrAttr, "">:$vocab_axis);
   let assemblyFormat = [{
     $ids `,` $grad `into` $out attr-dict `:` type($ids) `,` type($grad) `->` type($out)
   }];
 }
 
-def Rank_EmbeddingGradAddOp : Rank_CallOp<"embedding_grad_add"> {
-  let summary = "out += scatter-add of dy rows at ids";
-  let description = [{
-    embedding_grad without zeroing `out` first: a tied embedding's gradient
-    added into the other use's (the LM head's) gradient, in place.
-  }];
-  let arguments = (ins Arg<Rank_I32Buffer, "", [MemRead]>:$ids,
-                       Arg<Rank_FloatBuffer, "", [MemRead]>:$grad,
-                       Arg<Rank_FloatBuffer, "", [MemRead, MemWrite]>:$out,
-                       DefaultValuedStrAttr<StrAttr, "">:$vocab_axis);
-  let assemblyFormat = [{
-    $ids `,` $grad `into` $out attr-dict `:` type($ids) `,` type($grad) `->` type($out)
-  }];
-}
+def Rank_EmbeddingGradOp : Rank_EmbeddingGradBase<"embedding_grad",
+    "dtable = scatter-add of dy rows at ids (overwrites dtable)", [MemWrite]>;
+
+// A tied embedding's gradient added into the other use's (the LM head's),
+// in place.
+def Rank_EmbeddingGradAddOp : Rank_EmbeddingGradBase<"embedding_grad_add",
+    "out += scatter-add of dy rows at ids", [MemRead, MemWrite]>;
 
 def Rank_LayerNormOp : Rank_CallOp<"layernorm",
     [AllTypesMatch<["gamma", "beta"]>]> {

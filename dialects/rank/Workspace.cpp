@@ -82,10 +82,7 @@ int64_t lossScale(LossScaleOp op, const WorkspaceEnv &) {
 int64_t embedding(EmbeddingOp op, const WorkspaceEnv &) {
   return ws::index_check(numel(op.getOut()));
 }
-int64_t embeddingGrad(EmbeddingGradOp op, const WorkspaceEnv &) {
-  return ws::index_check(numel(op.getGrad()));
-}
-int64_t embeddingGradAdd(EmbeddingGradAddOp op, const WorkspaceEnv &) {
+template <typename OpT> int64_t embeddingGrad(OpT op, const WorkspaceEnv &) {
   return ws::index_check(numel(op.getGrad()));
 }
 int64_t crossEntropy(CrossEntropyOp op, const WorkspaceEnv &env) {
@@ -176,9 +173,10 @@ void planc::rank::registerWorkspaceModels(MLIRContext *ctx) {
   SumSqAccumulateOp::attachInterface<Model<SumSqAccumulateOp, sumSq>>(*ctx);
   LossScaleOp::attachInterface<Model<LossScaleOp, lossScale>>(*ctx);
   EmbeddingOp::attachInterface<Model<EmbeddingOp, embedding>>(*ctx);
-  EmbeddingGradOp::attachInterface<Model<EmbeddingGradOp, embeddingGrad>>(*ctx);
+  EmbeddingGradOp::attachInterface<
+      Model<EmbeddingGradOp, embeddingGrad<EmbeddingGradOp>>>(*ctx);
   EmbeddingGradAddOp::attachInterface<
-      Model<EmbeddingGradAddOp, embeddingGradAdd>>(*ctx);
+      Model<EmbeddingGradAddOp, embeddingGrad<EmbeddingGradAddOp>>>(*ctx);
   CrossEntropyOp::attachInterface<Model<CrossEntropyOp, crossEntropy>>(*ctx);
   CrossEntropyGradOp::attachInterface<
       Model<CrossEntropyGradOp, crossEntropyGrad>>(*ctx);

@@ -513,9 +513,9 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
   // neither a zeroed [V, C] table nor the sum is materialized. Only where
   // both terms are this sum's alone and the matmul comes first; not across
   // pipeline stages nor microbatches, whose terms accumulate elsewhere.
-  DenseMap<Value, Value> tiedScatter;    // embedding_grad result -> term
-  DenseMap<Value, Value> sumOfTerm;      // term (matmul result) -> sum
-  DenseMap<Operation *, Value> tiedAdds; // the sum's add -> term
+  DenseMap<Value, Value> tiedScatter; // embedding_grad result -> term
+  DenseMap<Value, Value> sumOfTerm;   // term (matmul result) -> sum
+  DenseSet<Operation *> tiedAdds;     // the sums' adds
   if (isStep && !pipelined && seqAxis.empty()) {
     for (auto add : src.getBody().front().getOps<AddOp>()) {
       for (int k = 0; k < 2; ++k) {
@@ -531,7 +531,7 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
           continue;
         tiedScatter[e] = x;
         sumOfTerm[x] = add.getResult();
-        tiedAdds[add] = x;
+        tiedAdds.insert(add);
         break;
       }
     }
@@ -1094,8 +1094,8 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
       buf[eg.getResult()] = into;
       continue;
     }
-    if (Value term = tiedAdds.lookup(&op)) {
-      buf[op.getResult(0)] = buf.lookup(term);
+    if (tiedAdds.contains(&op)) { // both terms are already in its buffer
+      buf[op.getResult(0)] = in(0);
       continue;
     }
     SmallVector<Value> outs;

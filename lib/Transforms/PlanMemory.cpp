@@ -44,8 +44,7 @@ namespace rk = planc::rank;
 
 namespace {
 /// The buffer a value views (through rank.view / subview / rows /
-/// shard_view), or the
-/// value itself.
+/// shard_view), or the value itself.
 Value viewRoot(Value v) {
   while (Operation *d = v.getDefiningOp()) {
     if (auto vw = dyn_cast<rk::ViewOp>(d))
