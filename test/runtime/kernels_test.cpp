@@ -257,8 +257,9 @@ TEST_F(KernelTest, AdamWClippedEqualsClipThenAdamW) {
                          max_norm);
     EXPECT_EQ(host(g), gv);
     clip_by_global_norm(ctx, g, sumsq, max_norm);
-    if (max_norm < 1.0f)
+    if (max_norm < 1.0f) {
       EXPECT_NE(host(g), gv);
+    }
     adamw_update(ctx, w1, g, m1, v1, lr, b1, b2, eps, wd);
     for (auto [a, b] : {std::pair{w1, w2}, {m1, m2}, {v1, v2}}) {
       auto x = host(a), y = host(b);
@@ -369,23 +370,64 @@ void expect_same_bits(const std::vector<float> &a, const std::vector<float> &b,
         << what << " differs at " << i << ": " << a[i] << " vs " << b[i];
 }
 
-TEST(HostRanges, DotsTransposedAndWeightedRowsAreDotsOrder) {
+template <int R> void check_tiles(int64_t D) {
+  SCOPED_TRACE("R " + std::to_string(R) + ", D " + std::to_string(D));
+  const int64_t n = 41, ld = kernels::attn_ld(n);
+  std::vector<float> rows = random_floats(n * D, 2),
+                     xs = random_floats(R * D, 1);
+  std::vector<float> xt(D * ld), got(R * ld);
+  kernels::transpose_rows(rows.data(), D, n, D, xt.data(), ld);
+  const float *x[R];
+  float *out[R];
+  for (int r = 0; r < R; ++r) {
+    x[r] = xs.data() + r * D;
+    out[r] = got.data() + r * ld;
+  }
+  kernels::dots_transposed_rows<R>(x, xt.data(), ld, D, n, out);
+  std::vector<float> want(R * n), first(R * n);
+  for (int r = 0; r < R; ++r)
+    for (int64_t u = 0; u < n; ++u) {
+      want[r * n + u] = kernels::dot(x[r], rows.data() + u * D, D);
+      first[r * n + u] = got[r * ld + u];
+    }
+  expect_same_bits(first, want, "dots_transposed_rows");
+  // Ranges as the attention tiles use them (growing ends, growing starts)
+  // and ones that do not all overlap.
+  int64_t ranges[3][2][R];
+  for (int r = 0; r < R; ++r) {
+    ranges[0][0][r] = 0, ranges[0][1][r] = 5 + r;
+    ranges[1][0][r] = 3 + r, ranges[1][1][r] = n;
+    ranges[2][0][r] = (r * 17) % 23, ranges[2][1][r] = n - (r * 11) % 13;
+  }
+  for (const auto &range : ranges) {
+    std::vector<float> ws = random_floats(R * n, 3),
+                       acc = random_floats(R * D, 4);
+    std::vector<float> ref = acc;
+    const float *w[R];
+    float *o[R];
+    for (int r = 0; r < R; ++r) {
+      w[r] = ws.data() + r * n;
+      o[r] = acc.data() + r * D;
+    }
+    kernels::weighted_rows_add_rows<R>(w, range[0], range[1], rows.data(), D, D,
+                                       o);
+    for (int r = 0; r < R; ++r)
+      for (int64_t t = range[0][r]; t < range[1][r]; ++t)
+        for (int64_t d = 0; d < D; ++d)
+          ref[r * D + d] += w[r][t - range[0][r]] * rows[t * D + d];
+    expect_same_bits(acc, ref, "weighted_rows_add_rows");
+  }
+}
+
+TEST(HostRanges, TilesSumInTheIndexVersionsOrder) {
+  static_assert(kernels::kTileRows == 6, "check every tile size");
   for (int64_t D : {1, 5, 8, 13, 16, 37, 64}) {
-    const int64_t n = 41, ld = kernels::attn_ld(n);
-    std::vector<float> x = random_floats(D, 1), rows = random_floats(n * D, 2);
-    std::vector<float> xt(D * ld), got(n), w = random_floats(n, 3);
-    kernels::transpose_rows(rows.data(), D, n, D, xt.data(), ld);
-    kernels::dots_transposed(x.data(), xt.data(), ld, D, n, got.data());
-    std::vector<float> want(n);
-    for (int64_t u = 0; u < n; ++u)
-      want[u] = kernels::dot(x.data(), rows.data() + u * D, D);
-    expect_same_bits(got, want, "dots_transposed");
-    std::vector<float> acc = random_floats(D, 4), ref = acc;
-    kernels::weighted_rows_add(w.data(), rows.data(), D, n, D, acc.data());
-    for (int64_t u = 0; u < n; ++u)
-      for (int64_t d = 0; d < D; ++d)
-        ref[d] += w[u] * rows[u * D + d];
-    expect_same_bits(acc, ref, "weighted_rows_add");
+    check_tiles<1>(D);
+    check_tiles<2>(D);
+    check_tiles<3>(D);
+    check_tiles<4>(D);
+    check_tiles<5>(D);
+    check_tiles<6>(D);
   }
 }
 

@@ -11,6 +11,7 @@
 #define PLANRT_KERNELS_H
 
 #include "planrt/dtype.h"
+#include "planrt/host_dots.h"
 #include "planrt/workspace.h"
 
 #include <cmath>
@@ -1017,96 +1018,6 @@ struct AttnShape {
   }
 };
 
-//===--- Host helpers: many head-dim dots at once -------------------------===//
-//
-// The attention functors' host range() versions compute the dots of one
-// row with many others (q with every key, dout with every value) from a
-// transposed copy of the others, W columns at a time, each column's sum in
-// dot's order (sum8): vertical vector operations instead of a horizontal
-// sum per pair, with the same bits as dot() (tested in kernels_test).
-
-/// Columns per block of dots_transposed; transposed copies are padded to
-/// attn_ld(S) columns so whole blocks can be read from any start column.
-constexpr int64_t kDotBlock = 16;
-inline int64_t attn_ld(int64_t S) {
-  return (S + kDotBlock - 1) / kDotBlock * kDotBlock + kDotBlock;
-}
-
-/// xt[d * ld + u] = rows[u * stride + d] for u < n, 0 for n <= u < ld.
-inline void transpose_rows(const float *rows, int64_t stride, int64_t n,
-                           int64_t D, float *xt, int64_t ld) {
-  for (int64_t d = 0; d < D; ++d) {
-    float *c = xt + d * ld;
-    for (int64_t u = 0; u < n; ++u)
-      c[u] = rows[u * stride + d];
-    for (int64_t u = n; u < ld; ++u)
-      c[u] = 0.0f;
-  }
-}
-
-/// out[u] = dot(x, column u of xt) for u in [0, n), where column u holds
-/// xt[d * ld + u], d < D; reads up to kDotBlock - 1 columns past n.
-inline void dots_transposed(const float *x, const float *xt, int64_t ld,
-                            int64_t D, int64_t n, float *out) {
-  constexpr int64_t W = kDotBlock;
-  for (int64_t u0 = 0; u0 < n; u0 += W) {
-    float acc[8][W];
-    for (int l = 0; l < 8; ++l)
-      for (int64_t w = 0; w < W; ++w)
-        acc[l][w] = 0.0f;
-    const float *c0 = xt + u0;
-    int64_t d = 0;
-    for (; d + 8 <= D; d += 8)
-      for (int l = 0; l < 8; ++l) {
-        float xd = x[d + l];
-        const float *c = c0 + (d + l) * ld;
-        PLANRT_SIMD
-        for (int64_t w = 0; w < W; ++w)
-          acc[l][w] += xd * c[w];
-      }
-    for (int l = 0; d + l < D; ++l) {
-      float xd = x[d + l];
-      const float *c = c0 + (d + l) * ld;
-      PLANRT_SIMD
-      for (int64_t w = 0; w < W; ++w)
-        acc[l][w] += xd * c[w];
-    }
-    int64_t m = n - u0 < W ? n - u0 : W;
-    for (int64_t w = 0; w < m; ++w)
-      out[u0 + w] = ((acc[0][w] + acc[4][w]) + (acc[1][w] + acc[5][w])) +
-                    ((acc[2][w] + acc[6][w]) + (acc[3][w] + acc[7][w]));
-  }
-}
-
-/// out[d] += sum_{u < n} w[u] rows[u stride + d] for d < D, adding the
-/// terms u in order (as a loop of out[d] += w[u] * row[d] does), 16
-/// columns at a time in registers rather than through memory.
-inline void weighted_rows_add(const float *w, const float *rows, int64_t stride,
-                              int64_t n, int64_t D, float *out) {
-  constexpr int64_t C = 16;
-  int64_t d0 = 0;
-  for (; d0 + C <= D; d0 += C) {
-    float acc[C];
-    for (int64_t c = 0; c < C; ++c)
-      acc[c] = out[d0 + c];
-    for (int64_t u = 0; u < n; ++u) {
-      float wu = w[u];
-      const float *r = rows + u * stride + d0;
-      PLANRT_SIMD
-      for (int64_t c = 0; c < C; ++c)
-        acc[c] += wu * r[c];
-    }
-    for (int64_t c = 0; c < C; ++c)
-      out[d0 + c] = acc[c];
-  }
-  for (int64_t d = d0; d < D; ++d) {
-    float acc = out[d];
-    for (int64_t u = 0; u < n; ++u)
-      acc += w[u] * rows[u * stride + d];
-    out[d] = acc;
-  }
-}
-
 /// out[b, t, h] = sum_{t' <= t} softmax_t'(scale q.k) v; index space: B H S
 /// (i = (b H + h) S + t). Two passes: the row max m, then e = exp(s - m),
 /// the normalizer sum e and the weighted sum of values accumulated in the
@@ -1161,40 +1072,67 @@ struct AttentionFn {
       stats[2 * i + 1] = sum;
     }
   }
-  /// Host: the row's scores from a transposed copy of its kv head's keys
-  /// (dots_transposed), then the passes above in the same order.
+  /// Host: tiles of up to kTileRows consecutive queries of one head. Their
+  /// scores from a transposed copy of the kv head's keys, then per row the
+  /// passes above in the same order, and the weighted values for all rows
+  /// at once (host_dots.h).
   void range(int64_t begin, int64_t end) const {
     const int64_t S = a.S, D = a.D, ld = attn_ld(S);
-    std::vector<float> kt((size_t)(D * ld)), local((size_t)ld);
+    std::vector<float> kt((size_t)(D * ld)), local((size_t)(kTileRows * ld));
     int64_t held = -1; // (b KV + g) of kt
-    for (int64_t i = begin; i < end; ++i) {
+    for (int64_t i = begin; i < end;) {
       int64_t t = i % S, h = (i / S) % a.H, b = i / (S * a.H);
       int64_t g = h / (a.H / a.KV);
       if (b * a.KV + g != held) {
         transpose_rows(a.k(qkv, b, 0, g), a.width(), S, D, kt.data(), ld);
         held = b * a.KV + g;
       }
-      float *row = keep ? keep + i * S : local.data();
-      dots_transposed(a.q(qkv, b, t, h), kt.data(), ld, D, t + 1, row);
-      float m = a.scale * row[0];
-      row[0] = m;
-      for (int64_t u = 1; u <= t; ++u) {
-        float s = a.scale * row[u];
-        row[u] = s;
-        m = s > m ? s : m;
-      }
-      PLANRT_SIMD
-      for (int64_t u = 0; u <= t; ++u)
-        row[u] = exp_f32(row[u] - m);
-      float *o = out + a.o(b, t, h);
-      for (int64_t d = 0; d < D; ++d)
-        o[d] = 0.0f;
-      float sum = 0.0f;
-      for (int64_t u = 0; u <= t; ++u)
-        sum += row[u];
-      weighted_rows_add(row, a.v(qkv, b, 0, g), a.width(), t + 1, D, o);
-      finish(i, o, m, sum);
+      int64_t n = end - i < S - t ? end - i : S - t; // rows of this head
+      n = n < kTileRows ? n : kTileRows;
+      with_tile_rows(n, [&](auto rows) {
+        tile<decltype(rows)::value>(i, t, b, h, g, kt.data(), local.data());
+      });
+      i += n;
     }
+  }
+  /// Rows i + r (queries t + r) of head h, r < R.
+  template <int R>
+  void tile(int64_t i, int64_t t, int64_t b, int64_t h, int64_t g,
+            const float *kt, float *local) const {
+    const int64_t S = a.S, D = a.D, ld = attn_ld(S);
+    const float *q[R];
+    float *row[R], *o[R], m[R], sum[R];
+    int64_t lo[R], hi[R];
+    for (int r = 0; r < R; ++r) {
+      q[r] = a.q(qkv, b, t + r, h);
+      row[r] = local + r * ld;
+    }
+    dots_transposed_rows<R>(q, kt, ld, D, t + R, row);
+    for (int r = 0; r < R; ++r) {
+      const int64_t tr = t + r;
+      float *e = row[r];
+      PLANRT_SIMD
+      for (int64_t u = 0; u <= tr; ++u)
+        e[u] = a.scale * e[u];
+      float mr = row_max(e, tr + 1), sr = 0.0f;
+      PLANRT_SIMD
+      for (int64_t u = 0; u <= tr; ++u)
+        e[u] = exp_f32(e[u] - mr);
+      if (keep)
+        std::memcpy(keep + (i + r) * S, e, (size_t)(tr + 1) * sizeof(float));
+      o[r] = out + a.o(b, tr, h);
+      for (int64_t d = 0; d < D; ++d)
+        o[r][d] = 0.0f;
+      for (int64_t u = 0; u <= tr; ++u)
+        sr += e[u];
+      m[r] = mr;
+      sum[r] = sr;
+      lo[r] = 0;
+      hi[r] = tr + 1;
+    }
+    weighted_rows_add_rows<R>(row, lo, hi, a.v(qkv, b, 0, g), a.width(), D, o);
+    for (int r = 0; r < R; ++r)
+      finish(i + r, o[r], m[r], sum[r]);
   }
 };
 
@@ -1259,16 +1197,18 @@ struct AttentionGradQFn {
         dq[d] += ds * k[d];
     }
   }
-  /// Host: the row's dout.v (and scores, unless kept) from transposed
-  /// copies of its kv head's values (and keys), once per key; then the
-  /// sums above in the same order.
+  /// Host: tiles of up to kTileRows consecutive queries of one head. Their
+  /// dout.v (and scores, unless kept) from transposed copies of the kv
+  /// head's values (and keys); then per row the sums above in the same
+  /// order, and dq for all rows at once (host_dots.h).
   void range(int64_t begin, int64_t end) const {
     const int64_t S = a.S, D = a.D, ld = attn_ld(S);
     const bool scores = !keep || !stats;
     std::vector<float> vt((size_t)(D * ld)), kt(scores ? (size_t)(D * ld) : 0);
-    std::vector<float> dp((size_t)ld), e((size_t)ld);
+    std::vector<float> dp((size_t)(kTileRows * ld)),
+        e((size_t)(kTileRows * ld));
     int64_t held = -1;
-    for (int64_t i = begin; i < end; ++i) {
+    for (int64_t i = begin; i < end;) {
       int64_t t = i % S, h = (i / S) % a.H, b = i / (S * a.H);
       int64_t g = h / (a.H / a.KV);
       if (b * a.KV + g != held) {
@@ -1277,54 +1217,82 @@ struct AttentionGradQFn {
           transpose_rows(a.k(qkv, b, 0, g), a.width(), S, D, kt.data(), ld);
         held = b * a.KV + g;
       }
-      const float *q = a.q(qkv, b, t, h);
-      const float *dy = dout + a.o(b, t, h);
-      dots_transposed(dy, vt.data(), ld, D, t + 1, dp.data());
-      float m = 0.0f;
-      if (scores) {
-        dots_transposed(q, kt.data(), ld, D, t + 1, e.data());
-        for (int64_t u = 0; u <= t; ++u)
+      int64_t n = end - i < S - t ? end - i : S - t; // rows of this head
+      n = n < kTileRows ? n : kTileRows;
+      with_tile_rows(n, [&](auto rows) {
+        tile<decltype(rows)::value>(i, t, b, h, g, vt.data(),
+                                    scores ? kt.data() : nullptr, dp.data(),
+                                    e.data());
+      });
+      i += n;
+    }
+  }
+  /// Rows i + r (queries t + r) of head h, r < R; kt is null where the
+  /// scores are kept.
+  template <int R>
+  void tile(int64_t i, int64_t t, int64_t b, int64_t h, int64_t g,
+            const float *vt, const float *kt, float *dpbuf, float *ebuf) const {
+    const int64_t S = a.S, D = a.D, ld = attn_ld(S);
+    const float *q[R], *dy[R], *ds[R];
+    float *dp[R], *es[R], *dq[R];
+    int64_t lo[R], hi[R];
+    for (int r = 0; r < R; ++r) {
+      q[r] = a.q(qkv, b, t + r, h);
+      dy[r] = dout + a.o(b, t + r, h);
+      dp[r] = dpbuf + r * ld;
+      es[r] = ebuf + r * ld;
+    }
+    dots_transposed_rows<R>(dy, vt, ld, D, t + R, dp);
+    if (kt)
+      dots_transposed_rows<R>(q, kt, ld, D, t + R, es);
+    for (int r = 0; r < R; ++r) {
+      const int64_t tr = t + r, ir = i + r;
+      float *ew = es[r], m = 0.0f;
+      if (kt) {
+        float *e = ew;
+        for (int64_t u = 0; u <= tr; ++u)
           e[u] = a.scale * e[u];
         if (stats) {
-          m = stats[2 * i];
+          m = stats[2 * ir];
         } else {
           m = e[0];
-          for (int64_t u = 1; u <= t; ++u)
+          for (int64_t u = 1; u <= tr; ++u)
             m = e[u] > m ? e[u] : m;
         }
       } else {
-        m = stats[2 * i];
+        m = stats[2 * ir];
       }
-      if (keep) {
-        for (int64_t u = 0; u <= t; ++u)
-          e[u] = keep[i * S + u];
-      } else {
+      if (!keep) {
         PLANRT_SIMD
-        for (int64_t u = 0; u <= t; ++u)
-          e[u] = exp_f32(e[u] - m);
+        for (int64_t u = 0; u <= tr; ++u)
+          ew[u] = exp_f32(ew[u] - m);
       }
-      float sum = 0.0f, pdp = 0.0f;
+      const float *e = keep ? keep + ir * S : ew;
+      float sum = 0.0f, pdp = 0.0f, *p = dp[r];
       if (stats) {
-        sum = stats[2 * i + 1];
-        for (int64_t u = 0; u <= t; ++u)
-          pdp += e[u] * dp[u];
+        sum = stats[2 * ir + 1];
+        for (int64_t u = 0; u <= tr; ++u)
+          pdp += e[u] * p[u];
       } else {
-        for (int64_t u = 0; u <= t; ++u) {
+        for (int64_t u = 0; u <= tr; ++u) {
           sum += e[u];
-          pdp += e[u] * dp[u];
+          pdp += e[u] * p[u];
         }
       }
       float dl = pdp / sum;
-      rowstats[2 * i] = m;
-      rowstats[2 * i + 1] = sum;
-      delta[i] = dl;
-      float *dq = dqkv + (q - qkv);
+      rowstats[2 * ir] = m;
+      rowstats[2 * ir + 1] = sum;
+      delta[ir] = dl;
+      dq[r] = dqkv + (q[r] - qkv);
       for (int64_t d = 0; d < D; ++d)
-        dq[d] = 0.0f;
-      for (int64_t u = 0; u <= t; ++u) // dp becomes ds
-        dp[u] = e[u] / sum * (dp[u] - dl) * a.scale;
-      weighted_rows_add(dp.data(), a.k(qkv, b, 0, g), a.width(), t + 1, D, dq);
+        dq[r][d] = 0.0f;
+      for (int64_t u = 0; u <= tr; ++u) // dp becomes ds
+        p[u] = e[u] / sum * (p[u] - dl) * a.scale;
+      ds[r] = p;
+      lo[r] = 0;
+      hi[r] = tr + 1;
     }
+    weighted_rows_add_rows<R>(ds, lo, hi, a.k(qkv, b, 0, g), a.width(), D, dq);
   }
 };
 
@@ -1361,16 +1329,19 @@ struct AttentionGradKVFn {
         }
       }
   }
-  /// Host: per query head of the group, the key's dout.v (and q.k, unless
-  /// kept) for every query t >= t' from transposed copies of the head's
-  /// dout (and queries); then the sums above in the same order.
+  /// Host: tiles of up to kTileRows consecutive keys of one kv head. Per
+  /// query head of the group, the keys' dout.v (and q.k, unless kept) for
+  /// every query t >= t' from transposed copies of the head's dout (and
+  /// queries); then the sums above in the same order, for all keys of the
+  /// tile at once (host_dots.h).
   void range(int64_t begin, int64_t end) const {
     const int64_t S = a.S, D = a.D, ld = attn_ld(S), rep = a.H / a.KV;
     std::vector<float> dyt((size_t)(rep * D * ld));
     std::vector<float> qt(keep ? 0 : (size_t)(rep * D * ld));
-    std::vector<float> dp((size_t)ld), e((size_t)ld);
+    std::vector<float> dp((size_t)(kTileRows * ld)),
+        e((size_t)(kTileRows * ld));
     int64_t held = -1;
-    for (int64_t j = begin; j < end; ++j) {
+    for (int64_t j = begin; j < end;) {
       int64_t u = j % S, g = (j / S) % a.KV, b = j / (S * a.KV);
       if (b * a.KV + g != held) {
         for (int64_t r = 0; r < rep; ++r) {
@@ -1383,34 +1354,67 @@ struct AttentionGradKVFn {
         }
         held = b * a.KV + g;
       }
-      const float *k = a.k(qkv, b, u, g), *v = a.v(qkv, b, u, g);
-      float *dk = dqkv + (k - qkv), *dv = dqkv + (v - qkv);
+      int64_t n = end - j < S - u ? end - j : S - u; // keys of this head
+      n = n < kTileRows ? n : kTileRows;
+      with_tile_rows(n, [&](auto keys) {
+        tile<decltype(keys)::value>(u, b, g, dyt.data(), qt.data(), dp.data(),
+                                    e.data());
+      });
+      j += n;
+    }
+  }
+  /// Keys u + k of kv head g, k < R. Buffer columns c are queries u + c;
+  /// key k's terms are its columns c >= k.
+  template <int R>
+  void tile(int64_t u, int64_t b, int64_t g, const float *dyt, const float *qt,
+            float *dpbuf, float *ebuf) const {
+    const int64_t S = a.S, D = a.D, ld = attn_ld(S), rep = a.H / a.KV;
+    const float *k[R], *v[R], *pw[R], *dsw[R];
+    float *dk[R], *dv[R], *dp[R], *e[R];
+    int64_t lo[R], hi[R];
+    for (int r = 0; r < R; ++r) {
+      k[r] = a.k(qkv, b, u + r, g);
+      v[r] = a.v(qkv, b, u + r, g);
+      dk[r] = dqkv + (k[r] - qkv);
+      dv[r] = dqkv + (v[r] - qkv);
       for (int64_t d = 0; d < D; ++d) {
-        dk[d] = 0.0f;
-        dv[d] = 0.0f;
+        dk[r][d] = 0.0f;
+        dv[r][d] = 0.0f;
       }
-      const int64_t n = S - u; // queries t = u + c, c < n
-      for (int64_t r = 0; r < rep; ++r) {
-        int64_t h = g * rep + r;
-        int64_t row0 = (b * a.H + h) * S + u;
-        dots_transposed(v, dyt.data() + r * D * ld + u, ld, D, n, dp.data());
+      dp[r] = dpbuf + r * ld;
+      e[r] = ebuf + r * ld;
+      lo[r] = u + r;
+      hi[r] = S;
+      pw[r] = e[r] + r;
+      dsw[r] = dp[r] + r;
+    }
+    const int64_t n = S - u; // queries u + c, c < n
+    for (int64_t hr = 0; hr < rep; ++hr) {
+      int64_t h = g * rep + hr;
+      int64_t row0 = (b * a.H + h) * S + u;
+      dots_transposed_rows<R>(v, dyt + hr * D * ld + u, ld, D, n, dp);
+      if (!keep)
+        dots_transposed_rows<R>(k, qt + hr * D * ld + u, ld, D, n, e);
+      for (int r = 0; r < R; ++r) {
+        float *er = e[r], *pr = dp[r];
         if (keep) {
-          for (int64_t c = 0; c < n; ++c)
-            e[c] = keep[(row0 + c) * S + u];
+          for (int64_t c = r; c < n; ++c)
+            er[c] = keep[(row0 + c) * S + u + r];
         } else {
-          dots_transposed(k, qt.data() + r * D * ld + u, ld, D, n, e.data());
           PLANRT_SIMD
-          for (int64_t c = 0; c < n; ++c)
-            e[c] = exp_f32(a.scale * e[c] - rowstats[2 * (row0 + c)]);
+          for (int64_t c = r; c < n; ++c)
+            er[c] = exp_f32(a.scale * er[c] - rowstats[2 * (row0 + c)]);
         }
-        for (int64_t c = 0; c < n; ++c) { // e becomes p, dp becomes ds
+        for (int64_t c = r; c < n; ++c) { // e becomes p, dp becomes ds
           int64_t row = row0 + c;
-          e[c] = e[c] / rowstats[2 * row + 1];
-          dp[c] = e[c] * (dp[c] - delta[row]) * a.scale;
+          er[c] = er[c] / rowstats[2 * row + 1];
+          pr[c] = er[c] * (pr[c] - delta[row]) * a.scale;
         }
-        weighted_rows_add(e.data(), dout + a.o(b, u, h), a.H * D, n, D, dv);
-        weighted_rows_add(dp.data(), a.q(qkv, b, u, h), a.width(), n, D, dk);
       }
+      weighted_rows_add_rows<R>(pw, lo, hi, dout + a.o(b, 0, h), a.H * D, D,
+                                dv);
+      weighted_rows_add_rows<R>(dsw, lo, hi, a.q(qkv, b, 0, h), a.width(), D,
+                                dk);
     }
   }
 };
