@@ -49,9 +49,17 @@ echo "$PEAK_LINE"
 mkdir -p data
 "$BUILD/bin/plan-tokenize" -o data/tiny "$ROOT/examples/data/tiny.txt" >/dev/null
 
+# The data-parallel plan of the multi-rank layout: ZeRO-2 (each rank updates
+# half the parameters, with the same traffic as an all-reduce: a
+# reduce-scatter of the gradients and an all-gather of the parameters), and
+# pad_vocab so that GPT-2's 50257-row table splits by rows (50304).
+DP_PLAN="zero = 2  pad_vocab = true"
+
 # A plan: NAME VOCAB SEQ D HEADS LAYERS BATCH DP, from tiny-gpt's model.
 make_plan() {
   local name=$1 vocab=$2 seq=$3 d=$4 heads=$5 layers=$6 batch=$7 dp=$8
+  local par="dp = $dp"
+  [ "$dp" -eq 1 ] || par="$par  $DP_PLAN"
   cat >"$name.plan" <<PLAN
 import "$ROOT/examples/models/gpt.plan"
 vocab = $vocab
@@ -61,7 +69,7 @@ d = $d
 heads = $heads
 layers = $layers
 residual_std = 0.02
-parallel { dp = $dp }
+parallel { $par }
 train {
   batch = $batch
   steps = $STEPS
@@ -106,7 +114,7 @@ run_config() {
   echo "$row"
 }
 
-HEADER="| config | planc 1 rank x $THREADS threads | planc $THREADS ranks x 1 thread | PyTorch $NEW_V (PyPI) eager, $THREADS threads | PyTorch $DEB_V (Debian) eager, $THREADS threads |"
+HEADER="| config | planc 1 rank x $THREADS threads | planc $THREADS ranks x 1 thread (dp $THREADS, $DP_PLAN) | PyTorch $NEW_V (PyPI) eager, $THREADS threads | PyTorch $DEB_V (Debian) eager, $THREADS threads |"
 echo "$HEADER"
 for c in "${CONFIGS[@]}"; do
   case "$c" in

@@ -11,6 +11,7 @@
 
 #include <array>
 #include <cmath>
+#include <numeric>
 
 using namespace mlir;
 using namespace planc;
@@ -609,12 +610,30 @@ Val Sema::callBuiltin(StringRef fn, Args &args, Location l,
       return out;
     }
     int64_t vocab = ts[0];
-    if (par.tp > 1 && vocab % par.tp != 0) {
-      int64_t multiple = 128 * par.tp;
-      int64_t padded = (vocab + multiple - 1) / multiple * multiple;
-      auto arg = dyn_cast<BlockArgument>(table);
-      if (par.padVocab && arg && arg.getOwner() == body &&
-          llvm::all_of(arg.getUsers(), [](Operation *) { return false; })) {
+    // tp must divide the rows (vocab-parallel); with ZeRO, dp dividing them
+    // too lets the optimizer state split by rows, in contiguous shards.
+    bool tpSplits = par.tp > 1 && vocab % par.tp != 0;
+    int64_t zeroDp = par.zeroStage >= 1 ? par.dp : 1;
+    bool zeroSplits = zeroDp > 1 && vocab % (par.tp * zeroDp) != 0;
+    auto arg = dyn_cast<BlockArgument>(table);
+    bool canPad =
+        par.padVocab && arg && arg.getOwner() == body &&
+        llvm::all_of(arg.getUsers(), [](Operation *) { return false; });
+    auto roundUp = [&](int64_t m) { return (vocab + m - 1) / m * m; };
+    int64_t multiple = 128 * par.tp; // Megatron-LM's
+    if (zeroSplits && canPad) {
+      // Rows for ZeRO only while they cost fewer padded rows than
+      // Megatron's rounding adds at most: the head's GEMM computes every
+      // padded row each step, where a column split copies its shard.
+      int64_t both = std::lcm(multiple, par.tp * zeroDp);
+      if (roundUp(both) - vocab < multiple)
+        multiple = both;
+      else
+        zeroSplits = false;
+    }
+    if (tpSplits || (zeroSplits && canPad)) {
+      int64_t padded = roundUp(multiple);
+      if (canPad) {
         // Pad the table as Megatron does; the extra rows are never looked
         // up, masked out of a tied head's loss, and not exported.
         arg.setType(f32Tensor({padded, ts[1]}, ctx));
@@ -622,9 +641,19 @@ Val Sema::callBuiltin(StringRef fn, Args &args, Location l,
         NamedAttrList attrs(argAttrs[arg.getArgNumber()]);
         attrs.set(kExportRowsAttr, b.getI64IntegerAttr(vocab));
         argAttrs[arg.getArgNumber()] = attrs.getDictionary(ctx);
-        mlir::emitRemark(l) << "the vocabulary is padded from " << vocab
-                            << " to " << padded << " rows (a multiple of 128 "
-                            << "* tp) so that tp = " << par.tp << " divides it";
+        auto r = mlir::emitRemark(l);
+        r << "the vocabulary is padded from " << vocab << " to " << padded
+          << " rows (a multiple of ";
+        if (multiple == 128 * par.tp)
+          r << "128 * tp";
+        else
+          r << multiple;
+        r << ") so that ";
+        if (tpSplits)
+          r << "tp = " << par.tp << " divides it";
+        if (zeroSplits)
+          r << (tpSplits ? " and " : "") << "ZeRO's split over dp = " << par.dp
+            << " shards it by rows";
         vocab = padded;
       } else {
         auto d = error(l) << "the vocabulary (" << vocab
