@@ -80,17 +80,29 @@ TEST_F(MixedPrecisionTest, ElementwiseOpsRoundTheFp32Result) {
 }
 
 TEST_F(MixedPrecisionTest, MatmulAccumulatesInFp32) {
-  // k = 256 products: a 16-bit accumulator would lose most of them.
-  auto [a, aw] = narrowed(random({6, 256}), BF16);
-  auto [b, bw] = narrowed(random({256, 5}), BF16);
-  Tensor *c = make16({6, 5}, BF16), *ref = make({6, 5});
-  matmul(ctx, a, b, c, false, false);
-  matmul(ctx, aw, bw, ref, false, false);
-  EXPECT_EQ(raw16(c), rounded(ref, BF16));
-  // An fp32 result of 16-bit operands (the weight gradient into fp32).
-  Tensor *c32 = make({6, 5});
-  matmul(ctx, a, b, c32, false, false);
-  EXPECT_EQ(internal::to_host(ctx, c32), internal::to_host(ctx, ref));
+  // k = 256 products: a 16-bit accumulator would lose most of them. Three
+  // tensors of one 16-bit type take the backend's 16-bit GEMM (gemm16),
+  // any other mix fp32 copies; both must be the fp32 product rounded once.
+  for (int dtype : {BF16, F16})
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        SCOPED_TRACE(std::string(dtype == BF16 ? "bf16" : "f16") +
+                     (ta ? " a^T" : "") + (tb ? " b^T" : ""));
+        auto [a, aw] = narrowed(random(ta ? std::vector<int64_t>{256, 6}
+                                          : std::vector<int64_t>{6, 256}),
+                                dtype);
+        auto [b, bw] = narrowed(random(tb ? std::vector<int64_t>{5, 256}
+                                          : std::vector<int64_t>{256, 5}),
+                                dtype);
+        Tensor *c = make16({6, 5}, dtype), *ref = make({6, 5});
+        matmul(ctx, a, b, c, ta, tb);
+        matmul(ctx, aw, bw, ref, ta, tb);
+        EXPECT_EQ(raw16(c), rounded(ref, dtype));
+        // An fp32 result of 16-bit operands (the weight gradient into fp32).
+        Tensor *c32 = make({6, 5});
+        matmul(ctx, a, b, c32, ta, tb);
+        EXPECT_EQ(internal::to_host(ctx, c32), internal::to_host(ctx, ref));
+      }
 }
 
 TEST_F(MixedPrecisionTest, LayerNormStatisticsInFp32) {

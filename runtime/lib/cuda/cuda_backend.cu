@@ -78,9 +78,9 @@ struct GemmPlan {
   cublasLtMatmulAlgo_t algo;
 };
 
-// (ta, tb, m, n, k, lda, ldb, ldc, alignment of a, b, c)
+// (ta, tb, m, n, k, lda, ldb, ldc, alignment of a, b, c, element type)
 using GemmKey = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t,
-                           int64_t, int64_t, int, int, int>;
+                           int64_t, int64_t, int, int, int, cudaDataType_t>;
 
 constexpr size_t kWorkspaceBytes = size_t(32) << 20;
 
@@ -207,7 +207,7 @@ void note_comm(CudaState *s, const char *name, int64_t axis_mask, int peer,
 int pointer_alignment(const void *p) {
   uintptr_t v = (uintptr_t)p;
   int align = 256;
-  while (align > 4 && v % align)
+  while (align > 2 && v % align) // 16-bit elements may sit at 2 bytes
     align /= 2;
   return align;
 }
@@ -421,16 +421,19 @@ template <class F> void launch(Context *ctx, int64_t n, const F &f) {
   CUDA_CHECK(cudaGetLastError());
 }
 
-/// Row-major c[m,n] = op(a) op(b). cuBLASLt is column-major: a row-major
-/// matrix is its transpose in column-major, so we compute
-/// c^T[n,m] = op(b)^T op(a)^T with b as the first operand.
-void gemm(Context *ctx, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
-          const float *a, int64_t lda, const float *b, int64_t ldb, float *c,
-          int64_t ldc) {
+namespace {
+/// Row-major c[m,n] = op(a) op(b), a, b and c of element type `type`, the
+/// products summed in fp32 (CUBLAS_COMPUTE_32F, fp32 alpha and beta).
+/// cuBLASLt is column-major: a row-major matrix is its transpose in
+/// column-major, so we compute c^T[n,m] = op(b)^T op(a)^T with b as the
+/// first operand.
+void gemm_lt(Context *ctx, cudaDataType_t type, bool ta, bool tb, int64_t m,
+             int64_t n, int64_t k, const void *a, int64_t lda, const void *b,
+             int64_t ldb, void *c, int64_t ldc) {
   CudaState *s = state(ctx);
   int al_a = pointer_alignment(a), al_b = pointer_alignment(b),
       al_c = pointer_alignment(c);
-  GemmKey key{ta, tb, m, n, k, lda, ldb, ldc, al_a, al_b, al_c};
+  GemmKey key{ta, tb, m, n, k, lda, ldb, ldc, al_a, al_b, al_c, type};
   auto it = s->gemms.find(key);
   if (it == s->gemms.end()) {
     GemmPlan p;
@@ -446,11 +449,9 @@ void gemm(Context *ctx, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
     uint64_t b_rows = tb ? k : n, b_cols = tb ? n : k;
     // Second operand: a's storage, column-major [cols(a) x rows(a)].
     uint64_t a_rows = ta ? m : k, a_cols = ta ? k : m;
-    CUBLAS_CHECK(
-        cublasLtMatrixLayoutCreate(&p.a, CUDA_R_32F, b_rows, b_cols, ldb));
-    CUBLAS_CHECK(
-        cublasLtMatrixLayoutCreate(&p.b, CUDA_R_32F, a_rows, a_cols, lda));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, n, m, ldc));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, type, b_rows, b_cols, ldb));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, type, a_rows, a_cols, lda));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, type, n, m, ldc));
 
     cublasLtMatmulPreference_t pref;
     CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
@@ -487,6 +488,25 @@ void gemm(Context *ctx, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
   CUBLAS_CHECK(cublasLtMatmul(s->lt, p.op, &alpha, b, p.a, a, p.b, &beta, c,
                               p.c, c, p.c, &p.algo, s->workspace,
                               kWorkspaceBytes, s->stream));
+}
+} // namespace
+
+void gemm(Context *ctx, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+          const float *a, int64_t lda, const float *b, int64_t ldb, float *c,
+          int64_t ldc) {
+  gemm_lt(ctx, CUDA_R_32F, ta, tb, m, n, k, a, lda, b, ldb, c, ldc);
+}
+
+/// Native 16-bit GEMM: cuBLASLt reads and writes bf16 (fp16) and
+/// accumulates in fp32, with no fp32 copies of the operands.
+void gemm16(Context *ctx, int dtype, bool ta, bool tb, int64_t m, int64_t n,
+            int64_t k, const void *a, int64_t lda, const void *b, int64_t ldb,
+            void *c, int64_t ldc) {
+  if (dtype != BF16 && dtype != F16)
+    fatal("matmul: the 16-bit GEMM takes bf16 or f16, got %s",
+          dtype_name(dtype));
+  gemm_lt(ctx, dtype == BF16 ? CUDA_R_16BF : CUDA_R_16F, ta, tb, m, n, k, a,
+          lda, b, ldb, c, ldc);
 }
 
 namespace {

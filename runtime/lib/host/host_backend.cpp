@@ -254,6 +254,27 @@ void gemm(Context *, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
           (int)st, (long long)m, (long long)n, (long long)k);
 }
 
+/// a and b widened to fp32 (exactly), one fp32 GEMM, c rounded to nearest
+/// even: a GPU's arithmetic (16-bit loads, fp32 sums, one rounding), in
+/// copies taken from the op's workspace (the memory plan reserves them).
+void gemm16(Context *ctx, int dtype, bool ta, bool tb, int64_t m, int64_t n,
+            int64_t k, const void *a, int64_t lda, const void *b, int64_t ldb,
+            void *c, int64_t ldc) {
+  if (dtype != BF16 && dtype != F16)
+    fatal("matmul: the 16-bit GEMM takes bf16 or f16, got %s",
+          dtype_name(dtype));
+  const int64_t na = (ta ? k : m) * lda, nb = (tb ? n : k) * ldb, nc = m * ldc;
+  auto widen = [&](const void *x, int64_t count) {
+    float *w = (float *)arena_alloc(ctx, (size_t)count * sizeof(float));
+    launch(ctx, count, kernels::CastFn{x, w, dtype, kernels::CastF32});
+    return w;
+  };
+  const float *a32 = widen(a, na), *b32 = widen(b, nb);
+  float *c32 = (float *)arena_alloc(ctx, (size_t)nc * sizeof(float));
+  gemm(ctx, ta, tb, m, n, k, a32, lda, b32, ldb, c32, ldc);
+  launch(ctx, nc, kernels::CastFn{c32, c, kernels::CastF32, dtype});
+}
+
 namespace {
 MPI_Comm group_comm(Context *ctx, const char *op, int64_t axis_mask) {
   if (!ctx->use_mpi)
