@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Host step times: planc (1 rank x 2 threads, and 2 ranks x 1 thread) next to
+# Host step times: planc (1 rank x 2 threads, and 2 ranks x 1 thread with
+# plain dp and with ZeRO-2) next to
 # PyTorch eager with 2 threads (the current release from PyPI, in a virtual
 # environment this script creates once, and Debian's python3-torch) on the
 # same GPT and batch, fp32, interleaved in one invocation; medians of steps
@@ -49,17 +50,18 @@ echo "$PEAK_LINE"
 mkdir -p data
 "$BUILD/bin/plan-tokenize" -o data/tiny "$ROOT/examples/data/tiny.txt" >/dev/null
 
-# The data-parallel plan of the multi-rank layout: ZeRO-2 (each rank updates
-# half the parameters, with the same traffic as an all-reduce: a
-# reduce-scatter of the gradients and an all-gather of the parameters), and
-# pad_vocab so that GPT-2's 50257-row table splits by rows (50304).
-DP_PLAN="zero = 2  pad_vocab = true"
+# The multi-rank layout runs two data-parallel plans: plain dp (every rank
+# updates all parameters after an all-reduce), and ZeRO-2 (each rank
+# updates half of them, with the same traffic: a reduce-scatter of the
+# gradients and an all-gather of the parameters) with pad_vocab, so that
+# GPT-2's 50257-row table splits by rows (50304).
+ZERO_PLAN="zero = 2  pad_vocab = true"
 
-# A plan: NAME VOCAB SEQ D HEADS LAYERS BATCH DP, from tiny-gpt's model.
+# A plan: NAME VOCAB SEQ D HEADS LAYERS BATCH DP [MORE], from tiny-gpt's
+# model; MORE is added to the parallel section.
 make_plan() {
   local name=$1 vocab=$2 seq=$3 d=$4 heads=$5 layers=$6 batch=$7 dp=$8
-  local par="dp = $dp"
-  [ "$dp" -eq 1 ] || par="$par  $DP_PLAN"
+  local par="dp = $dp  ${9:-}"
   cat >"$name.plan" <<PLAN
 import "$ROOT/examples/models/gpt.plan"
 vocab = $vocab
@@ -92,10 +94,12 @@ run_config() {
   local label=$1 vocab=$2 seq=$3 d=$4 heads=$5 layers=$6 batch=$7
   make_plan one "$vocab" "$seq" "$d" "$heads" "$layers" "$batch" 1
   make_plan two "$vocab" "$seq" "$d" "$heads" "$layers" "$batch" 2
-  local a=() b=() t=() u=() args=("$vocab" "$seq" "$d" "$heads" "$layers" "$batch" "$STEPS" "$THREADS")
+  make_plan twoz "$vocab" "$seq" "$d" "$heads" "$layers" "$batch" 2 "$ZERO_PLAN"
+  local a=() b=() z=() t=() u=() args=("$vocab" "$seq" "$d" "$heads" "$layers" "$batch" "$STEPS" "$THREADS")
   for round in 1 2; do # interleaved, so that a slow spell hits every system
     a+=("$(PLANRT_NUM_THREADS=$THREADS mpirun --bind-to none -np 1 ./one | median_ms)")
     b+=("$(PLANRT_NUM_THREADS=1 mpirun -np 2 ./two | median_ms)")
+    z+=("$(PLANRT_NUM_THREADS=1 mpirun -np 2 ./twoz | median_ms)")
     t+=("$("$TORCH_NEW" "$ROOT/bench/torch_gpt.py" "${args[@]}" | awk '{print $4}')")
     u+=("$("$TORCH_DEB" "$ROOT/bench/torch_gpt.py" "${args[@]}" | awk '{print $4}')")
   done
@@ -103,18 +107,20 @@ run_config() {
   # V d) per token, and attention's two products, 12 L T d per token.
   local row
   row=$(awk -v l="$label" -v a="$(best "${a[@]}")" -v b="$(best "${b[@]}")" \
-    -v t="$(best "${t[@]}")" -v u="$(best "${u[@]}")" -v V="$vocab" \
-    -v T="$seq" -v d="$d" -v L="$layers" -v B="$batch" 'BEGIN {
+    -v z="$(best "${z[@]}")" -v t="$(best "${t[@]}")" -v u="$(best "${u[@]}")" \
+    -v V="$vocab" -v T="$seq" -v d="$d" -v L="$layers" -v B="$batch" 'BEGIN {
       n = B * T
       f = n * (6 * (12 * L * d * d + V * d) + 12 * L * T * d)
-      printf "| %s | %.1f ms, %.0f tok/s, %.1f GFLOP/s, **%.2fx** | %.1f ms, %.0f tok/s, %.1f GFLOP/s, **%.2fx** | %.1f ms, %.0f tok/s, %.1f GFLOP/s | %.1f ms, %.0f tok/s, %.1f GFLOP/s |",
+      cell = "%.1f ms, %.0f tok/s, %.1f GFLOP/s"
+      printf "| %s | " cell ", **%.2fx** | " cell ", **%.2fx** | " cell ", **%.2fx** | " cell " | " cell " |",
         l, a, n / a * 1e3, f / a / 1e6, t / a, b, n / b * 1e3, f / b / 1e6, t / b,
+        z, n / z * 1e3, f / z / 1e6, t / z,
         t, n / t * 1e3, f / t / 1e6, u, n / u * 1e3, f / u / 1e6 }')
   rows+=("$row")
   echo "$row"
 }
 
-HEADER="| config | planc 1 rank x $THREADS threads | planc $THREADS ranks x 1 thread (dp $THREADS, $DP_PLAN) | PyTorch $NEW_V (PyPI) eager, $THREADS threads | PyTorch $DEB_V (Debian) eager, $THREADS threads |"
+HEADER="| config | planc 1 rank x $THREADS threads | planc $THREADS ranks x 1 thread, dp | planc $THREADS ranks x 1 thread, dp + ${ZERO_PLAN//  /, } | PyTorch $NEW_V (PyPI) eager, $THREADS threads | PyTorch $DEB_V (Debian) eager, $THREADS threads |"
 echo "$HEADER"
 for c in "${CONFIGS[@]}"; do
   case "$c" in
@@ -132,6 +138,6 @@ done
   echo "bench/host.sh $STEPS: fp32, AdamW with clipping, medians of steps 3..$STEPS, the best of two interleaved rounds; GFLOP/s are model FLOPs (6 per parameter of the GEMMs and 12 L T d per token for attention) over the step time; the ratio is the PyPI PyTorch's time over planc's (> 1: planc faster). $PEAK_LINE."
   echo
   echo "$HEADER"
-  echo "|---|---|---|---|---|"
+  echo "|---|---|---|---|---|---|"
   printf '%s\n' "${rows[@]}"
 } >>"$ROOT/bench/RESULTS.md"
