@@ -502,9 +502,6 @@ void gemm(Context *ctx, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
 void gemm16(Context *ctx, int dtype, bool ta, bool tb, int64_t m, int64_t n,
             int64_t k, const void *a, int64_t lda, const void *b, int64_t ldb,
             void *c, int64_t ldc) {
-  if (dtype != BF16 && dtype != F16)
-    fatal("matmul: the 16-bit GEMM takes bf16 or f16, got %s",
-          dtype_name(dtype));
   gemm_lt(ctx, dtype == BF16 ? CUDA_R_16BF : CUDA_R_16F, ta, tb, m, n, k, a,
           lda, b, ldb, c, ldc);
 }

@@ -260,9 +260,6 @@ void gemm(Context *, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
 void gemm16(Context *ctx, int dtype, bool ta, bool tb, int64_t m, int64_t n,
             int64_t k, const void *a, int64_t lda, const void *b, int64_t ldb,
             void *c, int64_t ldc) {
-  if (dtype != BF16 && dtype != F16)
-    fatal("matmul: the 16-bit GEMM takes bf16 or f16, got %s",
-          dtype_name(dtype));
   const int64_t na = (ta ? k : m) * lda, nb = (tb ? n : k) * ldb, nc = m * ldc;
   auto widen = [&](const void *x, int64_t count) {
     float *w = (float *)arena_alloc(ctx, (size_t)count * sizeof(float));
