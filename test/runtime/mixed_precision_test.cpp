@@ -124,6 +124,22 @@ TEST_F(MixedPrecisionTest, SixteenBitTensorsTakeTwoBytes) {
   EXPECT_EQ((char *)s->data - (char *)h->data, 7 * 2);
 }
 
+TEST_F(MixedPrecisionTest, SixteenBitMatmulChecksItsTensors) {
+  // The 16-bit GEMM path checks its tensors as the fp32 one does.
+  Tensor *a = make16({3, 4}, BF16), *b = make16({4, 5}, BF16);
+  Tensor *c = make16({3, 5}, BF16);
+  Tensor bad = *a;
+  bad.shape[0] = -3;
+  EXPECT_DEATH(matmul(ctx, &bad, b, c, false, false),
+               "matmul: a has a negative dimension");
+  bad = *c;
+  bad.ndim = 5;
+  EXPECT_DEATH(matmul(ctx, a, b, &bad, false, false),
+               "matmul: c has invalid rank 5");
+  Tensor *b5 = make16({5, 5}, BF16);
+  EXPECT_DEATH(matmul(ctx, a, b5, c, false, false), "matmul: shape mismatch");
+}
+
 TEST_F(MixedPrecisionTest, CastRefusesIds) {
   Tensor *i = ids({2}, {1, 2});
   Tensor *f = make({2});
