@@ -63,6 +63,20 @@ inline void with_tile_rows(int64_t n, F &&f) {
     with_tile_rows<N - 1>(n, f);
 }
 
+/// Splits indices [begin, end) of a space of heads of S rows each into tiles
+/// of up to kTileRows consecutive rows of one head, in order, calling
+/// f(first index, its row in the head, std::integral_constant<int, rows>).
+template <class F>
+inline void for_each_tile(int64_t begin, int64_t end, int64_t S, F &&f) {
+  for (int64_t i = begin; i < end;) {
+    int64_t t = i % S;
+    int64_t n = end - i < S - t ? end - i : S - t; // rows left in this head
+    n = n < kTileRows ? n : kTileRows;
+    with_tile_rows(n, [&](auto rows) { f(i, t, rows); });
+    i += n;
+  }
+}
+
 /// out[r][u] = dot(x[r], column u of xt) for r < R, u < n, where column u
 /// holds xt[d * ld + u], d < D. Works in whole blocks of kDotBlock
 /// columns: reads and writes up to kDotBlock - 1 columns past n (each

@@ -1080,20 +1080,14 @@ struct AttentionFn {
     const int64_t S = a.S, D = a.D, ld = attn_ld(S);
     std::vector<float> kt((size_t)(D * ld)), local((size_t)(kTileRows * ld));
     int64_t held = -1; // (b KV + g) of kt
-    for (int64_t i = begin; i < end;) {
-      int64_t t = i % S, h = (i / S) % a.H, b = i / (S * a.H);
-      int64_t g = h / (a.H / a.KV);
+    for_each_tile(begin, end, S, [&](int64_t i, int64_t t, auto rows) {
+      int64_t h = (i / S) % a.H, b = i / (S * a.H), g = h / (a.H / a.KV);
       if (b * a.KV + g != held) {
         transpose_rows(a.k(qkv, b, 0, g), a.width(), S, D, kt.data(), ld);
         held = b * a.KV + g;
       }
-      int64_t n = end - i < S - t ? end - i : S - t; // rows of this head
-      n = n < kTileRows ? n : kTileRows;
-      with_tile_rows(n, [&](auto rows) {
-        tile<decltype(rows)::value>(i, t, b, h, g, kt.data(), local.data());
-      });
-      i += n;
-    }
+      tile<decltype(rows)::value>(i, t, b, h, g, kt.data(), local.data());
+    });
   }
   /// Rows i + r (queries t + r) of head h, r < R.
   template <int R>
@@ -1208,24 +1202,18 @@ struct AttentionGradQFn {
     std::vector<float> dp((size_t)(kTileRows * ld)),
         e((size_t)(kTileRows * ld));
     int64_t held = -1;
-    for (int64_t i = begin; i < end;) {
-      int64_t t = i % S, h = (i / S) % a.H, b = i / (S * a.H);
-      int64_t g = h / (a.H / a.KV);
+    for_each_tile(begin, end, S, [&](int64_t i, int64_t t, auto rows) {
+      int64_t h = (i / S) % a.H, b = i / (S * a.H), g = h / (a.H / a.KV);
       if (b * a.KV + g != held) {
         transpose_rows(a.v(qkv, b, 0, g), a.width(), S, D, vt.data(), ld);
         if (scores)
           transpose_rows(a.k(qkv, b, 0, g), a.width(), S, D, kt.data(), ld);
         held = b * a.KV + g;
       }
-      int64_t n = end - i < S - t ? end - i : S - t; // rows of this head
-      n = n < kTileRows ? n : kTileRows;
-      with_tile_rows(n, [&](auto rows) {
-        tile<decltype(rows)::value>(i, t, b, h, g, vt.data(),
-                                    scores ? kt.data() : nullptr, dp.data(),
-                                    e.data());
-      });
-      i += n;
-    }
+      tile<decltype(rows)::value>(i, t, b, h, g, vt.data(),
+                                  scores ? kt.data() : nullptr, dp.data(),
+                                  e.data());
+    });
   }
   /// Rows i + r (queries t + r) of head h, r < R; kt is null where the
   /// scores are kept.
@@ -1341,8 +1329,8 @@ struct AttentionGradKVFn {
     std::vector<float> dp((size_t)(kTileRows * ld)),
         e((size_t)(kTileRows * ld));
     int64_t held = -1;
-    for (int64_t j = begin; j < end;) {
-      int64_t u = j % S, g = (j / S) % a.KV, b = j / (S * a.KV);
+    for_each_tile(begin, end, S, [&](int64_t j, int64_t u, auto keys) {
+      int64_t g = (j / S) % a.KV, b = j / (S * a.KV);
       if (b * a.KV + g != held) {
         for (int64_t r = 0; r < rep; ++r) {
           int64_t h = g * rep + r;
@@ -1354,14 +1342,9 @@ struct AttentionGradKVFn {
         }
         held = b * a.KV + g;
       }
-      int64_t n = end - j < S - u ? end - j : S - u; // keys of this head
-      n = n < kTileRows ? n : kTileRows;
-      with_tile_rows(n, [&](auto keys) {
-        tile<decltype(keys)::value>(u, b, g, dyt.data(), qt.data(), dp.data(),
-                                    e.data());
-      });
-      j += n;
-    }
+      tile<decltype(keys)::value>(u, b, g, dyt.data(), qt.data(), dp.data(),
+                                  e.data());
+    });
   }
   /// Keys u + k of kv head g, k < R. Buffer columns c are queries u + c;
   /// key k's terms are its columns c >= k.
