@@ -621,17 +621,14 @@ Val Sema::callBuiltin(StringRef fn, Args &args, Location l,
         llvm::all_of(arg.getUsers(), [](Operation *) { return false; });
     auto roundUp = [&](int64_t m) { return (vocab + m - 1) / m * m; };
     int64_t multiple = 128 * par.tp; // Megatron-LM's
-    if (zeroSplits && canPad) {
-      // Rows for ZeRO only while they cost fewer padded rows than
-      // Megatron's rounding adds at most: the head's GEMM computes every
-      // padded row each step, where a column split copies its shard.
-      int64_t both = std::lcm(multiple, par.tp * zeroDp);
-      if (roundUp(both) - vocab < multiple)
-        multiple = both;
-      else
-        zeroSplits = false;
-    }
-    if (tpSplits || (zeroSplits && canPad)) {
+    // Rows for ZeRO only with pad_vocab, and while they cost fewer padded
+    // rows than Megatron's rounding adds at most: the head's GEMM computes
+    // every padded row each step, where a column split copies its shard.
+    int64_t both = std::lcm(multiple, par.tp * zeroDp);
+    zeroSplits = zeroSplits && canPad && roundUp(both) - vocab < multiple;
+    if (zeroSplits)
+      multiple = both;
+    if (tpSplits || zeroSplits) {
       int64_t padded = roundUp(multiple);
       if (canPad) {
         // Pad the table as Megatron does; the extra rows are never looked
