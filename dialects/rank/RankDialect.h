@@ -15,6 +15,9 @@ struct WorkspaceEnv {
   llvm::function_ref<int64_t(llvm::StringRef)> axisSize;
   /// The program reports a classifier's accuracy (cross_entropy counts it).
   bool classifier = false;
+  /// The program is built for cuda (--target=cuda), whose 16-bit GEMMs
+  /// take no fp32 copies (planrt/workspace.h native::cuda_matmul).
+  bool cuda = false;
 };
 /// The classes of a classifier trained by `step` (a cross-entropy over class
 /// logits with class-id labels, no token input, data not token shards), 0
@@ -24,8 +27,10 @@ int64_t classifierClasses(mlir::ModuleOp module, mlir::Operation *step);
 void registerWorkspaceModels(mlir::MLIRContext *ctx);
 /// The fp32 copies planrt makes of an op's bf16/f16 buffers while it runs
 /// (planrt/workspace.h staging), taken before the op's own temporaries: 0
-/// for ops that convert (cast) or move bytes (p2p, stash) themselves.
-int64_t stagingBytes(mlir::Operation *op);
+/// for ops that convert (cast) or move bytes (p2p, stash) themselves, and
+/// for ops whose kernels read and write 16-bit buffers as they are
+/// (planrt/workspace.h native).
+int64_t stagingBytes(mlir::Operation *op, const WorkspaceEnv &env);
 } // namespace planc::rank
 
 #include "dialects/rank/RankInterfaces.h.inc"

@@ -46,18 +46,63 @@ int64_t groupOf(const WorkspaceEnv &env, ArrayAttr axes) {
 
 } // namespace
 
-int64_t planc::rank::stagingBytes(Operation *op) {
+namespace {
+/// planrt::DType of a buffer's elements: F32 0, I32 1, BF16 2, F16 3.
+int dtypeOf(Value v) {
+  Type t = cast<MemRefType>(v.getType()).getElementType();
+  return t.isF32() ? 0 : t.isBF16() ? 2 : t.isF16() ? 3 : 1;
+}
+bool isFloatBuffer(Value v) {
+  auto m = dyn_cast<MemRefType>(v.getType());
+  return m && isa<FloatType>(m.getElementType());
+}
+
+/// Whether planrt runs `op` on its 16-bit buffers as they are, without fp32
+/// copies: planrt/workspace.h's rules, which the runtime applies too.
+bool runsNative(Operation *op, const WorkspaceEnv &env) {
+  namespace nat = ws::native;
+  if (isa<AddOp, MulOp, SubOp, BiasAddOp, ReluOp, ReluGradOp, GeluOp,
+          GeluGradOp, GeluExactOp, GeluExactGradOp, SiluOp, SiluGradOp, CopyOp,
+          ScaleOp, PosEmbeddingOp, EmbeddingOp, LayerNormOp, LayerNormGradOp,
+          RmsNormOp, RmsNormGradOp, AllGatherOp, AllToAllOp, ShardSliceOp>(
+          op)) {
+    int first = -1;
+    for (Value v : op->getOperands())
+      if (isFloatBuffer(v)) {
+        if (first < 0)
+          first = dtypeOf(v);
+        else if (!nat::uniform(first, dtypeOf(v)))
+          return false;
+      }
+    return true;
+  }
+  if (auto g = dyn_cast<BiasGradOp>(op))
+    return nat::column_sum(dtypeOf(g.getInput()), dtypeOf(g.getOut()));
+  if (auto g = dyn_cast<PosEmbeddingGradOp>(op))
+    return nat::column_sum(dtypeOf(g.getInput()), dtypeOf(g.getOut()));
+  if (auto g = dyn_cast<EmbeddingGradOp>(op))
+    return nat::embedding_grad(dtypeOf(g.getGrad()), dtypeOf(g.getOut()));
+  if (auto g = dyn_cast<EmbeddingGradAddOp>(op))
+    return nat::embedding_grad(dtypeOf(g.getGrad()), dtypeOf(g.getOut()));
+  if (auto m = dyn_cast<MatmulOp>(op); m && env.cuda)
+    return nat::cuda_matmul(dtypeOf(m.getLhs()), dtypeOf(m.getRhs()),
+                            dtypeOf(m.getOut()));
+  return false;
+}
+} // namespace
+
+int64_t planc::rank::stagingBytes(Operation *op, const WorkspaceEnv &env) {
   bool staged = (isa<RuntimeCallOpInterface>(op) &&
                  !isa<CastOp, ReportLossOp, ReportGradNormOp>(op)) ||
                 isa<AllReduceOp, AllReduceStartOp, AllReduceMaxOp, AllGatherOp,
                     ReduceScatterOp, ShardSliceOp>(op);
-  if (!staged)
+  if (!staged || runsNative(op, env))
     return 0;
   int64_t bytes = 0;
   for (Value v : op->getOperands())
-    if (auto m = dyn_cast<MemRefType>(v.getType());
-        m && isa<FloatType>(m.getElementType()) && !m.getElementType().isF32())
-      bytes += ws::staging(m.getNumElements());
+    if (isFloatBuffer(v) &&
+        !cast<MemRefType>(v.getType()).getElementType().isF32())
+      bytes += ws::staging(cast<MemRefType>(v.getType()).getNumElements());
   return bytes;
 }
 
@@ -122,10 +167,19 @@ int64_t attentionGradKept(AttentionGradKeptOp op, const WorkspaceEnv &) {
   return ws::attention_grad(numel(qkv),
                             dim(qkv, 0) * dim(qkv, 1) * op.getNumHeads());
 }
+/// The bytes per element a moving collective stages in: its buffers' own
+/// width when they share a type (16-bit values move as they are), else 4
+/// (the op runs on fp32 copies).
+int64_t movedBytes(Value in, Value out) {
+  Type a = cast<MemRefType>(in.getType()).getElementType();
+  Type b = cast<MemRefType>(out.getType()).getElementType();
+  return a == b ? (a.getIntOrFloatBitWidth() + 7) / 8 : 4;
+}
 int64_t allGather(AllGatherOp op, const WorkspaceEnv &env) {
   return ws::all_gather(numel(op.getInput()), numel(op.getOut()),
                         outer(op.getInput(), op.getDim()),
-                        env.axisSize(op.getAxis()));
+                        env.axisSize(op.getAxis()),
+                        movedBytes(op.getInput(), op.getOut()));
 }
 int64_t reduceScatter(ReduceScatterOp op, const WorkspaceEnv &env) {
   return ws::reduce_scatter(numel(op.getInput()),
@@ -135,7 +189,8 @@ int64_t reduceScatter(ReduceScatterOp op, const WorkspaceEnv &env) {
 int64_t allToAll(AllToAllOp op, const WorkspaceEnv &env) {
   return ws::all_to_all(
       numel(op.getInput()), outer(op.getInput(), op.getSplitDim()),
-      outer(op.getOut(), op.getGatherDim()), env.axisSize(op.getAxis()));
+      outer(op.getOut(), op.getGatherDim()), env.axisSize(op.getAxis()),
+      movedBytes(op.getInput(), op.getOut()));
 }
 /// im2col rows (C * KH * KW) and columns (N * HO * WO) of a convolution.
 std::pair<int64_t, int64_t> convCols(Value input, Value filter, Value out) {

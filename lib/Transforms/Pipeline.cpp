@@ -9,29 +9,65 @@ using namespace mlir;
 namespace {
 struct Stage {
   llvm::StringLiteral name;
-  std::unique_ptr<Pass> (*create)();
+  std::unique_ptr<Pass> (*create)(const planc::PipelineOptions &);
 };
 // The order of the pipeline: seeds, the training step, layouts, their
 // collectives, then per-rank code and C++.
 const Stage kStages[] = {
-    {"plan-seed-sharding", [] { return planc::createSeedSharding(); }},
-    {"plan-mixed-precision", [] { return planc::createMixedPrecision(); }},
-    {"plan-autodiff", [] { return planc::createAutodiff(); }},
-    {"plan-fuse-casts", [] { return planc::createFuseCasts(); }},
-    {"plan-loss-scale", [] { return planc::createLossScale(); }},
-    {"plan-recompute", [] { return planc::createRecompute(); }},
+    {"plan-seed-sharding",
+     [](const planc::PipelineOptions &) {
+       return planc::createSeedSharding();
+     }},
+    {"plan-mixed-precision",
+     [](const planc::PipelineOptions &) {
+       return planc::createMixedPrecision();
+     }},
+    {"plan-autodiff",
+     [](const planc::PipelineOptions &) { return planc::createAutodiff(); }},
+    {"plan-fuse-casts",
+     [](const planc::PipelineOptions &) { return planc::createFuseCasts(); }},
+    {"plan-loss-scale",
+     [](const planc::PipelineOptions &) { return planc::createLossScale(); }},
+    {"plan-recompute",
+     [](const planc::PipelineOptions &) { return planc::createRecompute(); }},
     {"plan-propagate-sharding",
-     [] { return planc::createPropagateSharding(); }},
-    {"plan-insert-reshards", [] { return planc::createInsertReshards(); }},
-    {"plan-expand-reshards", [] { return planc::createExpandReshards(); }},
-    {"plan-partition-stages", [] { return planc::createPartitionStages(); }},
-    {"plan-lower-to-rank", [] { return planc::createLowerToRank(); }},
-    {"plan-shard-in-place", [] { return planc::createShardInPlace(); }},
-    {"plan-keep-attention", [] { return planc::createKeepAttention(); }},
-    {"plan-schedule-pipeline", [] { return planc::createSchedulePipeline(); }},
-    {"plan-memory", [] { return planc::createPlanMemory(); }},
+     [](const planc::PipelineOptions &) {
+       return planc::createPropagateSharding();
+     }},
+    {"plan-insert-reshards",
+     [](const planc::PipelineOptions &) {
+       return planc::createInsertReshards();
+     }},
+    {"plan-expand-reshards",
+     [](const planc::PipelineOptions &) {
+       return planc::createExpandReshards();
+     }},
+    {"plan-partition-stages",
+     [](const planc::PipelineOptions &) {
+       return planc::createPartitionStages();
+     }},
+    {"plan-lower-to-rank",
+     [](const planc::PipelineOptions &) { return planc::createLowerToRank(); }},
+    {"plan-shard-in-place",
+     [](const planc::PipelineOptions &) {
+       return planc::createShardInPlace();
+     }},
+    {"plan-keep-attention",
+     [](const planc::PipelineOptions &) {
+       return planc::createKeepAttention();
+     }},
+    {"plan-schedule-pipeline",
+     [](const planc::PipelineOptions &) {
+       return planc::createSchedulePipeline();
+     }},
+    {"plan-memory",
+     [](const planc::PipelineOptions &o) {
+       return planc::createPlanMemory({o.target});
+     }},
     {"plan-lower-rank-to-emitc",
-     [] { return planc::createLowerRankToEmitC(); }},
+     [](const planc::PipelineOptions &) {
+       return planc::createLowerRankToEmitC();
+     }},
 };
 } // namespace
 
@@ -51,7 +87,7 @@ LogicalResult planc::buildPipeline(OpPassManager &pm,
   if (!stop.empty() && !llvm::is_contained(pipelinePassNames(), stop))
     return failure();
   for (const Stage &s : kStages) {
-    pm.addPass(s.create());
+    pm.addPass(s.create(options));
     if (s.name == stop)
       break;
   }

@@ -187,7 +187,7 @@ int64_t Planner::planBlock(Block &block, int64_t stage) {
   DenseMap<Operation *, std::pair<size_t, size_t>> nestedRange;
   for (Operation &op : block) {
     int64_t opStage = stageOf(&op, stage);
-    int64_t wsBytes = rk::stagingBytes(&op);
+    int64_t wsBytes = rk::stagingBytes(&op, env);
     if (auto ws = dyn_cast<rk::WorkspaceOpInterface>(op))
       wsBytes += ws.getWorkspaceBytes(env);
     if (wsBytes > 0)
@@ -395,6 +395,11 @@ void PlanMemoryPass::runOnOperation() {
       return 1;
     return mesh.getAxisSize(axis);
   };
+  if (target != "host" && target != "cuda") {
+    module.emitError() << "plan-memory: target must be host or cuda, got '"
+                       << target << "'";
+    return signalPassFailure();
+  }
   int64_t pp = axisSize("pp");
   for (StringRef name : {"plan_step", "plan_forward"}) {
     auto fn = module.lookupSymbol<func::FuncOp>(name);
@@ -403,6 +408,7 @@ void PlanMemoryPass::runOnOperation() {
     Planner p;
     p.env.axisSize = axisSize;
     p.env.classifier = rk::classifierClasses(module, fn) > 0;
+    p.env.cuda = target == "cuda";
     // Each all_reduce_start's wait: the first wait on its slot after it.
     SmallVector<Operation *> order;
     fn.walk<WalkOrder::PreOrder>([&](Operation *op) { order.push_back(op); });

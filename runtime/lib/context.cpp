@@ -475,6 +475,10 @@ void *arena_alloc(Context *ctx, size_t bytes) {
   return p;
 }
 
+namespace internal {
+int64_t arena_used(const Context *ctx) { return (int64_t)ctx->arena_used; }
+} // namespace internal
+
 void arena_reset(Context *ctx) {
   ctx->scratch.clear();
   ctx->marks.clear();

@@ -2,7 +2,8 @@
 // 16-bit buffers (mixed precision): the arena places them at 2 bytes per
 // element and allocates them with their planrt::DType (2 = BF16); a cast
 // converts; an op reading a bf16 buffer gets, as temporaries, an fp32 copy
-// of it (256-byte rounded), before its own.
+// of it (256-byte rounded), before its own, unless planrt reads it in place
+// (gelu).
 
 module {
   plan.mesh @mesh axes = ["dp"] shape = [1]
@@ -16,8 +17,10 @@ module {
     rank.cast %x into %h : memref<8x64xf32> -> memref<8x64xbf16>
     %g = rank.alloc : memref<8x64xbf16>
     rank.gelu %h into %g : memref<8x64xbf16> -> memref<8x64xbf16>
+    %s = rank.alloc : memref<8x64xbf16>
+    rank.softmax %g into %s : memref<8x64xbf16> -> memref<8x64xbf16>
     %w = rank.alloc : memref<8x64xf32>
-    rank.cast %g into %w : memref<8x64xbf16> -> memref<8x64xf32>
+    rank.cast %s into %w : memref<8x64xbf16> -> memref<8x64xf32>
     %l = rank.alloc : memref<f32>
     rank.mse_loss %w, %y into %l {scale = 1.0 : f32} : memref<8x64xf32>, memref<8x64xf32> -> memref<f32>
     rank.report_loss %l : memref<f32>
@@ -32,9 +35,12 @@ module {
 // CHECK-NOT: op_workspace
 // CHECK: call_opaque "planrt::cast"(%{{.*}}, %{{.*}}, %[[H]])
 // CHECK: %[[G:.*]] = call_opaque "planrt::alloc_at"(%{{.*}}) {args = [0 : index, 1024, 0, 2, 8, 64, 1, 1, 2]}
-// gelu's input and output are bf16: two fp32 copies of 2048 bytes.
+// gelu reads and writes bf16 in place: no temporaries.
+// CHECK-NOT: op_workspace
+// CHECK: call_opaque "planrt::gelu"(%{{.*}}, %[[H]], %[[G]])
+// softmax's input and output are bf16: two fp32 copies of 2048 bytes.
 // CHECK: call_opaque "planrt::op_workspace"(%{{.*}}) {args = [0 : index, {{[0-9]+}}, 4096]}
-// CHECK-NEXT: call_opaque "planrt::gelu"(%{{.*}}, %[[H]], %[[G]])
+// CHECK-NEXT: call_opaque "planrt::softmax"(%{{.*}}, %[[G]], %{{.*}})
 // An f32 buffer is allocated as before (no dtype argument).
 // CHECK: call_opaque "planrt::alloc_at"(%{{.*}}) {args = [0 : index, {{[0-9]+}}, 0, 2, 8, 64, 1, 1]}
 // CHECK: call_opaque "planrt::cast"

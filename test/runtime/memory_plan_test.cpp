@@ -125,8 +125,12 @@ TEST(MemoryPlanWorkspace, FormulasRoundLikeTheArena) {
   EXPECT_EQ(ws::reduce_sum(1024), 256);
   EXPECT_EQ(ws::norm(true, 4, 8), 512);
   EXPECT_EQ(ws::norm(false, 0, 8), 0);
-  EXPECT_EQ(ws::all_gather(10, 20, 1, 2), 0); // contiguous blocks
-  EXPECT_EQ(ws::all_gather(10, 20, 2, 2), 256);
+  EXPECT_EQ(ws::all_gather(10, 20, 1, 2, 4), 0); // contiguous blocks
+  EXPECT_EQ(ws::all_gather(10, 20, 2, 2, 4), 256);
+  // 16-bit values staged as they are: 2 bytes each.
+  EXPECT_EQ(ws::all_gather(100, 200, 2, 2, 4), 1024);
+  EXPECT_EQ(ws::all_gather(100, 200, 2, 2, 2), 512);
+  EXPECT_EQ(ws::all_to_all(200, 2, 2, 2, 2), 1024);
   // (max, sum) of 100 rows: 800 B -> 1024; delta: 400 B -> 512.
   EXPECT_EQ(ws::attention_grad(8, 100), 1536);
 }

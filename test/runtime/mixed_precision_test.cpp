@@ -115,6 +115,169 @@ TEST_F(MixedPrecisionTest, LayerNormStatisticsInFp32) {
   EXPECT_EQ(raw16(out), rounded(ref, BF16));
 }
 
+// Every op that reads and writes 16-bit tensors in place (workspace.h
+// native) gives the bits of the same op on the widened fp32 values rounded
+// once, as staging does, and takes no more scratch memory than the fp32 op:
+// no fp32 copies. Widths above 256 cross the host's column blocks.
+class NativeOpsTest : public MixedPrecisionTest {
+protected:
+  /// Runs `op` on the 16-bit tensors and `ref` on their fp32 widenings;
+  /// the 16-bit run must take the fp32 run's scratch bytes.
+  template <class Op, class Ref> void run(const Op &op, const Ref &ref) {
+    int64_t before = internal::arena_used(ctx);
+    op();
+    int64_t native = internal::arena_used(ctx) - before;
+    before = internal::arena_used(ctx);
+    ref();
+    EXPECT_EQ(native, internal::arena_used(ctx) - before)
+        << "the 16-bit op took fp32 copies";
+  }
+  void expect_rounded(const Tensor *h, const Tensor *ref, int dtype) {
+    EXPECT_EQ(raw16(h), rounded(ref, dtype));
+  }
+  void expect_equal(const Tensor *a, const Tensor *b) {
+    EXPECT_EQ(internal::to_host(ctx, a), internal::to_host(ctx, b));
+  }
+  static const char *name(int dtype) { return dtype == BF16 ? "bf16" : "f16"; }
+};
+
+TEST_F(NativeOpsTest, ElementwiseOps) {
+  for (int dtype : {BF16, F16}) {
+    SCOPED_TRACE(name(dtype));
+    auto [a, aw] = narrowed(random({4, 300}, -3.0f, 3.0f), dtype);
+    auto [b, bw] = narrowed(random({4, 300}), dtype);
+    auto [bias, biasw] = narrowed(random({300}), dtype);
+    Tensor *out = make16({4, 300}, dtype), *ref = make({4, 300});
+    using Binary =
+        void (*)(Context *, const Tensor *, const Tensor *, Tensor *);
+    using Unary = void (*)(Context *, const Tensor *, Tensor *);
+    for (Binary f :
+         {Binary(add), Binary(mul), Binary(sub), Binary(relu_grad),
+          Binary(gelu_grad), Binary(gelu_exact_grad), Binary(silu_grad)}) {
+      run([&] { f(ctx, a, b, out); }, [&] { f(ctx, aw, bw, ref); });
+      expect_rounded(out, ref, dtype);
+    }
+    for (Unary f : {Unary(relu), Unary(gelu), Unary(gelu_exact), Unary(silu),
+                    Unary(copy)}) {
+      run([&] { f(ctx, a, out); }, [&] { f(ctx, aw, ref); });
+      expect_rounded(out, ref, dtype);
+    }
+    run([&] { scale(ctx, a, out, 0.37f); },
+        [&] { scale(ctx, aw, ref, 0.37f); });
+    expect_rounded(out, ref, dtype);
+    run([&] { bias_add(ctx, a, bias, out); },
+        [&] { bias_add(ctx, aw, biasw, ref); });
+    expect_rounded(out, ref, dtype);
+    // In place: out is one of the inputs.
+    Tensor *acc = make16({4, 300}, dtype);
+    copy(ctx, a, acc);
+    add(ctx, acc, b, acc);
+    add(ctx, aw, bw, ref);
+    expect_rounded(acc, ref, dtype);
+  }
+}
+
+TEST_F(NativeOpsTest, ColumnSums) {
+  for (int dtype : {BF16, F16}) {
+    SCOPED_TRACE(name(dtype));
+    // 40 rows of sums, in the input's type and in f32.
+    auto [dy, dyw] = narrowed(random({40, 300}), dtype);
+    Tensor *db = make16({300}, dtype), *db32 = make({300}), *ref = make({300});
+    run([&] { bias_grad(ctx, dy, db); }, [&] { bias_grad(ctx, dyw, ref); });
+    expect_rounded(db, ref, dtype);
+    run([&] { bias_grad(ctx, dy, db32); }, [&] { bias_grad(ctx, dyw, ref); });
+    expect_equal(db32, ref);
+    auto [dout, doutw] = narrowed(random({3, 5, 300}), dtype);
+    Tensor *dt = make16({7, 300}, dtype), *dt32 = make({7, 300}),
+           *tref = make({7, 300});
+    run([&] { pos_embedding_grad(ctx, dout, dt); },
+        [&] { pos_embedding_grad(ctx, doutw, tref); });
+    expect_rounded(dt, tref, dtype);
+    run([&] { pos_embedding_grad(ctx, dout, dt32); },
+        [&] { pos_embedding_grad(ctx, doutw, tref); });
+    expect_equal(dt32, tref);
+  }
+}
+
+TEST_F(NativeOpsTest, Embeddings) {
+  for (int dtype : {BF16, F16}) {
+    SCOPED_TRACE(name(dtype));
+    Tensor *tok = ids({3, 5}, {0, 6, 2, 2, 5, 1, 0, 3, 3, 3, 6, 4, 0, 1, 2});
+    auto [table, tablew] = narrowed(random({7, 300}), dtype);
+    Tensor *out = make16({3, 5, 300}, dtype), *ref = make({3, 5, 300});
+    run([&] { embedding(ctx, tok, table, out, -1); },
+        [&] { embedding(ctx, tok, tablew, ref, -1); });
+    expect_rounded(out, ref, dtype);
+    auto [x, xw] = narrowed(random({3, 5, 300}), dtype);
+    run([&] { pos_embedding(ctx, x, table, out); },
+        [&] { pos_embedding(ctx, xw, tablew, ref); });
+    expect_rounded(out, ref, dtype);
+    // Gradients into an f32 table: in place; a 16-bit table is staged (its
+    // sums are rounded once), with the same bits as the fp32 sums rounded.
+    auto [dout, doutw] = narrowed(random({3, 5, 300}), dtype);
+    Tensor *dt = make({7, 300}), *dtref = make({7, 300});
+    run([&] { embedding_grad(ctx, tok, dout, dt, -1); },
+        [&] { embedding_grad(ctx, tok, doutw, dtref, -1); });
+    expect_equal(dt, dtref);
+    run([&] { embedding_grad_add(ctx, tok, dout, dt, -1); },
+        [&] { embedding_grad_add(ctx, tok, doutw, dtref, -1); });
+    expect_equal(dt, dtref);
+    Tensor *dt16 = make16({7, 300}, dtype);
+    embedding_grad(ctx, tok, dout, dt16, -1);
+    embedding_grad(ctx, tok, doutw, dtref, -1);
+    expect_rounded(dt16, dtref, dtype);
+  }
+}
+
+TEST_F(NativeOpsTest, Norms) {
+  for (int dtype : {BF16, F16}) {
+    SCOPED_TRACE(name(dtype));
+    auto [x, xw] = narrowed(random({6, 300}, -2.0f, 3.0f), dtype);
+    auto [g, gw] = narrowed(random({300}), dtype);
+    auto [be, bew] = narrowed(random({300}), dtype);
+    auto [dy, dyw] = narrowed(random({6, 300}), dtype);
+    Tensor *out = make16({6, 300}, dtype), *ref = make({6, 300});
+    Tensor *dg = make16({300}, dtype), *dgref = make({300});
+    Tensor *dbe = make16({300}, dtype), *dberef = make({300});
+    run([&] { layernorm(ctx, x, g, be, out, 1e-5f); },
+        [&] { layernorm(ctx, xw, gw, bew, ref, 1e-5f); });
+    expect_rounded(out, ref, dtype);
+    run([&] { layernorm_grad(ctx, x, g, dy, out, dg, dbe, 1e-5f); },
+        [&] { layernorm_grad(ctx, xw, gw, dyw, ref, dgref, dberef, 1e-5f); });
+    expect_rounded(out, ref, dtype);
+    expect_rounded(dg, dgref, dtype);
+    expect_rounded(dbe, dberef, dtype);
+    run([&] { rmsnorm(ctx, x, g, out, 1e-5f); },
+        [&] { rmsnorm(ctx, xw, gw, ref, 1e-5f); });
+    expect_rounded(out, ref, dtype);
+    run([&] { rmsnorm_grad(ctx, x, g, dy, out, dg, 1e-5f); },
+        [&] { rmsnorm_grad(ctx, xw, gw, dyw, ref, dgref, 1e-5f); });
+    expect_rounded(out, ref, dtype);
+    expect_rounded(dg, dgref, dtype);
+  }
+}
+
+TEST_F(NativeOpsTest, MixedTypesAreStaged) {
+  // A mix the native rules do not cover still computes the fp32 result
+  // rounded once, on fp32 copies (it takes more scratch than fp32).
+  auto [a, aw] = narrowed(random({4, 8}), BF16);
+  Tensor *b = random({4, 8}), *out = make16({4, 8}, BF16), *ref = make({4, 8});
+  int64_t before = internal::arena_used(ctx);
+  add(ctx, a, b, out);
+  EXPECT_GT(internal::arena_used(ctx) - before, 0);
+  add(ctx, aw, b, ref);
+  expect_rounded(out, ref, BF16);
+}
+
+TEST_F(NativeOpsTest, NativeOpsRefuseIds) {
+  Tensor *i = ids({4}, {1, 2, 3, 4});
+  Tensor *f = make({4});
+  EXPECT_DEATH(add(ctx, i, i, i),
+               "add: output \\[4\\] must be f32, bf16 or f16, got i32");
+  EXPECT_DEATH(bias_grad(ctx, i, f),
+               "bias_grad: dy \\[4\\] must be f32, bf16 or f16, got i32");
+}
+
 TEST_F(MixedPrecisionTest, SixteenBitTensorsTakeTwoBytes) {
   Tensor *h = make16({10, 3}, F16);
   Tensor *v = rows(ctx, h, 1, 2);

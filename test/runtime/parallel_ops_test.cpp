@@ -48,8 +48,8 @@ TEST(BlockFunctors, SplitAndMergeAlongEveryDimOf3D) {
       for (int i = dim + 1; i < 3; ++i)
         inner *= shape[i];
       std::vector<float> packed(x.size()), merged(x.size());
-      kernels::SplitBlocksFn split{x.data(), packed.data(), outer, D,
-                                   Db,       inner,         0};
+      kernels::SplitBlocksFn<> split{x.data(), packed.data(), outer, D,
+                                     Db,       inner,         0};
       for (int64_t i = 0; i < (int64_t)x.size(); ++i)
         split(i);
       // Block k holds x restricted to [k*Db, (k+1)*Db) along dim, row-major.
@@ -66,15 +66,15 @@ TEST(BlockFunctors, SplitAndMergeAlongEveryDimOf3D) {
                         x[at3(shape, idx[0], idx[1], idx[2])])
                   << "G " << G << " dim " << dim << " block " << k;
             }
-      kernels::MergeBlocksFn merge{
+      kernels::MergeBlocksFn<> merge{
           packed.data(), merged.data(), outer, Db, inner, G};
       for (int64_t i = 0; i < (int64_t)x.size(); ++i)
         merge(i);
       EXPECT_EQ(merged, x) << "G " << G << " dim " << dim;
       // One block alone (shard_slice): block G - 1.
       std::vector<float> last((size_t)per);
-      kernels::SplitBlocksFn one{x.data(), last.data(), outer, D,
-                                 Db,       inner,       G - 1};
+      kernels::SplitBlocksFn<> one{x.data(), last.data(), outer, D,
+                                   Db,       inner,       G - 1};
       for (int64_t i = 0; i < per; ++i)
         one(i);
       EXPECT_EQ(last, std::vector<float>(packed.end() - per, packed.end()));

@@ -374,6 +374,7 @@ int main(int argc, char **argv) {
     PassManager pm(&context);
     PipelineOptions options;
     options.stopAfter = stopAfter;
+    options.target = target == Target::Cuda ? "cuda" : "host";
     if ((emit == Emit::Schedule || report != Report::None) && stopAfter.empty())
       options.stopAfter = "plan-memory";
     if (failed(buildPipeline(pm, options))) {

@@ -249,8 +249,14 @@ def PlanMemory : Pass<"plan-memory", "mlir::ModuleOp"> {
     unit are planned on their own and share one block of the arena. The
     function records `rank.arena_bytes` (the arena each pipeline coordinate
     needs, which the runtime checks against what it measures) and
-    `rank.buffer_bytes` (the same buffers without reuse).
+    `rank.buffer_bytes` (the same buffers without reuse). The workspace of
+    an op given bf16/f16 buffers depends on the target: a cuda 16-bit GEMM
+    takes no fp32 copies, the host's does.
   }];
+  let options = [
+    Option<"target", "target", "std::string", "\"host\"",
+           "host or cuda: the planrt backend the program links">,
+  ];
   let dependentDialects = ["::planc::rank::RankDialect"];
 }
 

@@ -17,6 +17,10 @@ struct PipelineOptions : public mlir::PassPipelineOptions<PipelineOptions> {
       *this, "stop-after",
       llvm::cl::desc("Stop after this pass (its argument, e.g. "
                      "plan-propagate-sharding); empty: run them all")};
+  Option<std::string> target{
+      *this, "target", llvm::cl::init("host"),
+      llvm::cl::desc("host or cuda: the backend the program links (the "
+                     "memory plan's 16-bit GEMM workspace depends on it)")};
 };
 
 /// The arguments of the pipeline's passes, in order.

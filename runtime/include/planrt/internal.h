@@ -73,6 +73,9 @@ std::vector<float> train(Context *ctx, void (*step)(Context *), int64_t steps,
 /// is pending; waits for outstanding sends; fatal if a unit is open, a
 /// microbatch still in flight or the stash not empty; frees the stash memory.
 void end_step(Context *ctx);
+/// Bytes of the step's scratch arena taken so far (scratch tensors and ops'
+/// temporaries, outside a memory plan).
+int64_t arena_used(const Context *ctx);
 /// Bytes of alloc_stash memory held now, and the number of allocations.
 int64_t stash_live_bytes(const Context *ctx);
 int64_t stash_allocations(const Context *ctx);

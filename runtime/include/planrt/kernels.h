@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #ifdef __CUDACC__
@@ -39,6 +40,48 @@ namespace kernels {
 /// Number of elements summed by one partial of a chunked reduction (the
 /// memory plan sizes the partials from the same constant).
 constexpr int64_t kReduceChunk = workspace::kReduceChunk;
+
+//===--- Storage types ----------------------------------------------------===//
+//
+// Functors templated on their tensors' storage type T read every value with
+// ld (widened exactly to fp32), compute in fp32 and write with st (rounded
+// once to nearest even). T = float is the fp32 code (plain loads and
+// stores); bf16_t and f16_t are mixed precision's 16-bit tensors, read and
+// written in place with the bits that staging them through fp32 copies
+// gives (ops_impl.inc; workspace.h native says which ops do).
+
+struct bf16_t {
+  uint16_t bits;
+};
+struct f16_t {
+  uint16_t bits;
+};
+PLANRT_HD inline float ld(float v) { return v; }
+PLANRT_HD inline float ld(bf16_t v) { return float_from_bf16(v.bits); }
+PLANRT_HD inline float ld(f16_t v) { return float_from_f16(v.bits); }
+PLANRT_HD inline void st(float &out, float v) { out = v; }
+PLANRT_HD inline void st(bf16_t &out, float v) {
+  out.bits = bf16_from_float(v);
+}
+PLANRT_HD inline void st(f16_t &out, float v) { out.bits = f16_from_float(v); }
+
+/// Host: columns [begin, end) of a sum over rows, into 16-bit outputs: each
+/// block of columns sums in fp32 registers of its own, in row order, and is
+/// stored once. add(r, j0, j1, acc) adds row r's columns [j0, j1) to acc[0..).
+template <class Add, class Store>
+void column_blocks(int64_t begin, int64_t end, int64_t rows, const Add &add,
+                   const Store &store) {
+  constexpr int64_t kBlock = 256;
+  float acc[kBlock];
+  for (int64_t j0 = begin; j0 < end; j0 += kBlock) {
+    int64_t j1 = end - j0 < kBlock ? end : j0 + kBlock;
+    for (int64_t j = 0; j < j1 - j0; ++j)
+      acc[j] = 0.0f;
+    for (int64_t r = 0; r < rows; ++r)
+      add(r, j0, j1, acc);
+    store(j0, j1, acc);
+  }
+}
 
 //===--- Scalar helpers ---------------------------------------------------===//
 
@@ -154,31 +197,35 @@ struct CastFn {
   }
 };
 
-struct BiasAddFn {
+template <class T = float> struct BiasAddFn {
   static constexpr bool kElementwise = true;
-  const float *x, *b;
-  float *out;
+  const T *x, *b;
+  T *out;
   int64_t n; // length of b
-  PLANRT_HD void operator()(int64_t i) const { out[i] = x[i] + b[i % n]; }
+  PLANRT_HD void operator()(int64_t i) const {
+    st(out[i], ld(x[i]) + ld(b[i % n]));
+  }
   /// Host: [begin, end) as rows of b, without a division per element.
   void range(int64_t begin, int64_t end) const {
-    const float *xs = x, *bs = b;
-    float *os = out;
+    const T *xs = x, *bs = b;
+    T *os = out;
     for (int64_t i = begin, j = begin % n; i < end; j = 0) {
       int64_t len = n - j < end - i ? n - j : end - i;
       PLANRT_SIMD
       for (int64_t k = 0; k < len; ++k)
-        os[i + k] = xs[i + k] + bs[j + k];
+        st(os[i + k], ld(xs[i + k]) + ld(bs[j + k]));
       i += len;
     }
   }
 };
 
-struct AddFn {
+template <class T = float> struct AddFn {
   static constexpr bool kElementwise = true;
-  const float *a, *b;
-  float *out;
-  PLANRT_HD void operator()(int64_t i) const { out[i] = a[i] + b[i]; }
+  const T *a, *b;
+  T *out;
+  PLANRT_HD void operator()(int64_t i) const {
+    st(out[i], ld(a[i]) + ld(b[i]));
+  }
 };
 
 /// GELU, exact form: x * Phi(x) = 0.5 x (1 + erf(x / sqrt(2))).
@@ -263,27 +310,43 @@ struct AdamWFn {
 
 /// db[j] = sum_r dy[r, j]; index space: the n columns. Rows are summed in
 /// order.
-struct BiasGradFn {
-  const float *dy;
-  float *db;
+/// dy of storage type T, db of G (T, or f32 for a fused widening).
+template <class T = float, class G = float> struct BiasGradFn {
+  const T *dy;
+  G *db;
   int64_t rows, n;
   PLANRT_HD void operator()(int64_t j) const {
     float acc = 0.0f;
     for (int64_t r = 0; r < rows; ++r)
-      acc += dy[r * n + j];
-    db[j] = acc;
+      acc += ld(dy[r * n + j]);
+    st(db[j], acc);
   }
   /// Host: columns [begin, end) row after row (contiguous reads, one vector
   /// loop per row); each column still sums its rows in order from 0.
   void range(int64_t begin, int64_t end) const {
-    float *out = db;
-    for (int64_t j = begin; j < end; ++j)
-      out[j] = 0.0f;
-    for (int64_t r = 0; r < rows; ++r) {
-      const float *row = dy + r * n;
-      PLANRT_SIMD
+    if constexpr (std::is_same<G, float>::value) {
+      float *out = db;
       for (int64_t j = begin; j < end; ++j)
-        out[j] += row[j];
+        out[j] = 0.0f;
+      for (int64_t r = 0; r < rows; ++r) {
+        const T *row = dy + r * n;
+        PLANRT_SIMD
+        for (int64_t j = begin; j < end; ++j)
+          out[j] += ld(row[j]);
+      }
+    } else {
+      column_blocks(
+          begin, end, rows,
+          [&](int64_t r, int64_t j0, int64_t j1, float *acc) {
+            const T *row = dy + r * n;
+            PLANRT_SIMD
+            for (int64_t j = j0; j < j1; ++j)
+              acc[j - j0] += ld(row[j]);
+          },
+          [&](int64_t j0, int64_t j1, const float *acc) {
+            for (int64_t j = j0; j < j1; ++j)
+              st(db[j], acc[j - j0]);
+          });
     }
   }
 };
@@ -333,19 +396,21 @@ PLANRT_HD inline float sigmoid(float x) {
 //===--- Activations: value and derivative, mapped elementwise ------------===//
 
 /// out = A::value(x), elementwise.
-template <class A> struct MapFn {
+template <class A, class T = float> struct MapFn {
   static constexpr bool kElementwise = true;
-  const float *x;
-  float *out;
-  PLANRT_HD void operator()(int64_t i) const { out[i] = A::value(x[i]); }
+  const T *x;
+  T *out;
+  PLANRT_HD void operator()(int64_t i) const { st(out[i], A::value(ld(x[i]))); }
 };
 
 /// dx = dy * A::deriv(x), elementwise.
-template <class A> struct MapGradFn {
+template <class A, class T = float> struct MapGradFn {
   static constexpr bool kElementwise = true;
-  const float *x, *dy;
-  float *dx;
-  PLANRT_HD void operator()(int64_t i) const { dx[i] = dy[i] * A::deriv(x[i]); }
+  const T *x, *dy;
+  T *dx;
+  PLANRT_HD void operator()(int64_t i) const {
+    st(dx[i], ld(dy[i]) * A::deriv(ld(x[i])));
+  }
 };
 
 struct Relu {
@@ -434,26 +499,30 @@ PLANRT_HD inline void flag_bad_index(int *flag, int32_t value) {
 
 //===--- More element-wise functors ---------------------------------------===//
 
-struct MulFn {
+template <class T = float> struct MulFn {
   static constexpr bool kElementwise = true;
-  const float *a, *b;
-  float *out;
-  PLANRT_HD void operator()(int64_t i) const { out[i] = a[i] * b[i]; }
+  const T *a, *b;
+  T *out;
+  PLANRT_HD void operator()(int64_t i) const {
+    st(out[i], ld(a[i]) * ld(b[i]));
+  }
 };
 
-struct SubFn {
+template <class T = float> struct SubFn {
   static constexpr bool kElementwise = true;
-  const float *a, *b;
-  float *out;
-  PLANRT_HD void operator()(int64_t i) const { out[i] = a[i] - b[i]; }
+  const T *a, *b;
+  T *out;
+  PLANRT_HD void operator()(int64_t i) const {
+    st(out[i], ld(a[i]) - ld(b[i]));
+  }
 };
 
-struct ScaleFn {
+template <class T = float> struct ScaleFn {
   static constexpr bool kElementwise = true;
-  const float *x;
-  float *out;
+  const T *x;
+  T *out;
   float factor;
-  PLANRT_HD void operator()(int64_t i) const { out[i] = factor * x[i]; }
+  PLANRT_HD void operator()(int64_t i) const { st(out[i], factor * ld(x[i])); }
 };
 
 struct FillFn {
@@ -471,14 +540,14 @@ struct FillI32Fn {
 };
 
 /// out[r, c] = x[r, c] + table[r % S, c] for x viewed as [B * S, C].
-struct PosEmbeddingFn {
+template <class T = float> struct PosEmbeddingFn {
   static constexpr bool kElementwise = true;
-  const float *x, *table;
-  float *out;
+  const T *x, *table;
+  T *out;
   int64_t S, C;
   PLANRT_HD void operator()(int64_t i) const {
     int64_t s = (i / C) % S;
-    out[i] = x[i] + table[s * C + i % C];
+    st(out[i], ld(x[i]) + ld(table[s * C + i % C]));
   }
 };
 
@@ -498,11 +567,11 @@ struct VocabSlice {
 
 /// out[r, :] = table[ids[r] - row0, :] if this rank owns ids[r], else 0;
 /// index space: rows * C.
-struct EmbeddingFn {
+template <class T = float> struct EmbeddingFn {
   static constexpr bool kCheap = true;
   const int32_t *ids;
-  const float *table;
-  float *out;
+  const T *table;
+  T *out;
   VocabSlice vocab;
   int64_t C;
   int *flag;
@@ -511,17 +580,17 @@ struct EmbeddingFn {
     if (!vocab.valid(id))
       flag_bad_index(flag, id);
     int64_t l = vocab.valid(id) ? vocab.local(id) : -1;
-    out[i] = l >= 0 ? table[l * C + i % C] : 0.0f;
+    st(out[i], l >= 0 ? ld(table[l * C + i % C]) : 0.0f);
   }
 };
 
 /// dtable[ids[r] - row0, c] += dout[r, c] with atomics for the owned ids;
 /// index space: rows * C. Order of the additions is unspecified (used by the
 /// cuda backend).
-struct EmbeddingGradAtomicFn {
+template <class T = float> struct EmbeddingGradAtomicFn {
   static constexpr bool kCheap = true;
   const int32_t *ids;
-  const float *dout;
+  const T *dout;
   float *dtable;
   VocabSlice vocab;
   int64_t C;
@@ -534,7 +603,7 @@ struct EmbeddingGradAtomicFn {
     }
     int64_t l = vocab.local(id);
     if (l >= 0)
-      atomic_add(&dtable[l * C + i % C], dout[i]);
+      atomic_add(&dtable[l * C + i % C], ld(dout[i]));
   }
 };
 
@@ -597,23 +666,23 @@ struct SoftmaxGradFn {
 
 /// Row statistics of a norm: mean (LayerNorm only; null for RMSNorm) and
 /// rstd = 1 / sqrt(var + eps) (var = mean of squares for RMSNorm).
-struct NormStatsFn {
-  const float *x;
+template <class T = float> struct NormStatsFn {
+  const T *x;
   float *mean, *rstd;
   int64_t C;
   float eps;
   PLANRT_HD void operator()(int64_t r) const {
-    const float *xr = x + r * C;
+    const T *xr = x + r * C;
     float mu = 0.0f;
     if (mean) {
       for (int64_t j = 0; j < C; ++j)
-        mu += xr[j];
+        mu += ld(xr[j]);
       mu /= (float)C;
       mean[r] = mu;
     }
     float var = 0.0f;
     for (int64_t j = 0; j < C; ++j) {
-      float d = xr[j] - mu;
+      float d = ld(xr[j]) - mu;
       var += d * d;
     }
     var /= (float)C;
@@ -623,15 +692,16 @@ struct NormStatsFn {
 
 /// out = (x - mean) * rstd * gamma + beta, with the statistics of NormStatsFn
 /// (mean and beta null for RMSNorm).
-struct NormFn {
-  const float *x, *gamma, *beta, *mean, *rstd;
-  float *out;
+template <class T = float> struct NormFn {
+  const T *x, *gamma, *beta;
+  const float *mean, *rstd;
+  T *out;
   int64_t C;
   PLANRT_HD void operator()(int64_t r) const {
     float mu = mean ? mean[r] : 0.0f, rs = rstd[r];
     for (int64_t j = 0; j < C; ++j) {
-      float y = (x[r * C + j] - mu) * rs * gamma[j];
-      out[r * C + j] = beta ? y + beta[j] : y;
+      float y = (ld(x[r * C + j]) - mu) * rs * ld(gamma[j]);
+      st(out[r * C + j], beta ? y + ld(beta[j]) : y);
     }
   }
 };
@@ -639,65 +709,95 @@ struct NormFn {
 /// dx of LayerNorm (mean non-null): rstd (g dy - mean(g dy) - xhat
 /// mean(g dy xhat)); of RMSNorm (mean null): rstd (g dy - xhat mean(g dy
 /// xhat)), xhat = (x - mean) * rstd.
-struct NormGradXFn {
-  const float *x, *gamma, *dout, *mean, *rstd;
-  float *dx;
+template <class T = float> struct NormGradXFn {
+  const T *x, *gamma, *dout;
+  const float *mean, *rstd;
+  T *dx;
   int64_t C;
   PLANRT_HD void operator()(int64_t r) const {
-    const float *xr = x + r * C, *dyr = dout + r * C;
+    const T *xr = x + r * C, *dyr = dout + r * C;
     float mu = mean ? mean[r] : 0.0f, rs = rstd[r];
     float a = 0.0f, b = 0.0f;
     for (int64_t j = 0; j < C; ++j) {
-      float gd = gamma[j] * dyr[j];
+      float gd = ld(gamma[j]) * ld(dyr[j]);
       a += gd;
-      b += gd * (xr[j] - mu) * rs;
+      b += gd * (ld(xr[j]) - mu) * rs;
     }
     a = mean ? a / (float)C : 0.0f;
     b /= (float)C;
     for (int64_t j = 0; j < C; ++j) {
-      float xhat = (xr[j] - mu) * rs;
-      dx[r * C + j] = rs * (gamma[j] * dyr[j] - a - xhat * b);
+      float xhat = (ld(xr[j]) - mu) * rs;
+      st(dx[r * C + j], rs * (ld(gamma[j]) * ld(dyr[j]) - a - xhat * b));
     }
   }
 };
 
 /// dgamma[j] = sum_r dout[r, j] xhat[r, j], dbeta[j] = sum_r dout[r, j]
 /// (dbeta may be null); index space: the C columns, rows summed in order.
-struct NormGradParamFn {
-  const float *x, *dout, *mean, *rstd;
-  float *dgamma, *dbeta;
+template <class T = float> struct NormGradParamFn {
+  const T *x, *dout;
+  const float *mean, *rstd;
+  T *dgamma, *dbeta;
   int64_t rows, C;
   PLANRT_HD void operator()(int64_t j) const {
     float dg = 0.0f, db = 0.0f;
     for (int64_t r = 0; r < rows; ++r) {
       float mu = mean ? mean[r] : 0.0f;
-      float dy = dout[r * C + j];
-      dg += dy * (x[r * C + j] - mu) * rstd[r];
+      float dy = ld(dout[r * C + j]);
+      dg += dy * (ld(x[r * C + j]) - mu) * rstd[r];
       db += dy;
     }
-    dgamma[j] = dg;
+    st(dgamma[j], dg);
     if (dbeta)
-      dbeta[j] = db;
+      st(dbeta[j], db);
   }
   /// Host: columns [begin, end) row after row, the same sums in the same
   /// order as the call operator.
   void range(int64_t begin, int64_t end) const {
-    float *dg = dgamma, *db = dbeta;
-    for (int64_t j = begin; j < end; ++j) {
-      dg[j] = 0.0f;
-      if (db)
-        db[j] = 0.0f;
-    }
-    for (int64_t r = 0; r < rows; ++r) {
-      float mu = mean ? mean[r] : 0.0f, rs = rstd[r];
-      const float *dyr = dout + r * C, *xr = x + r * C;
-      PLANRT_SIMD
-      for (int64_t j = begin; j < end; ++j)
-        dg[j] += dyr[j] * (xr[j] - mu) * rs;
-      if (db) {
+    if constexpr (!std::is_same<T, float>::value) {
+      // 16-bit outputs: the sums in fp32 blocks, stored once.
+      for (T *out : {dgamma, dbeta}) {
+        if (!out)
+          continue;
+        const bool gamma = out == dgamma;
+        column_blocks(
+            begin, end, rows,
+            [&](int64_t r, int64_t j0, int64_t j1, float *acc) {
+              float mu = mean ? mean[r] : 0.0f, rs = rstd[r];
+              const T *dyr = dout + r * C, *xr = x + r * C;
+              if (gamma) {
+                PLANRT_SIMD
+                for (int64_t j = j0; j < j1; ++j)
+                  acc[j - j0] += ld(dyr[j]) * (ld(xr[j]) - mu) * rs;
+              } else {
+                PLANRT_SIMD
+                for (int64_t j = j0; j < j1; ++j)
+                  acc[j - j0] += ld(dyr[j]);
+              }
+            },
+            [&](int64_t j0, int64_t j1, const float *acc) {
+              for (int64_t j = j0; j < j1; ++j)
+                st(out[j], acc[j - j0]);
+            });
+      }
+    } else {
+      float *dg = dgamma, *db = dbeta;
+      for (int64_t j = begin; j < end; ++j) {
+        dg[j] = 0.0f;
+        if (db)
+          db[j] = 0.0f;
+      }
+      for (int64_t r = 0; r < rows; ++r) {
+        float mu = mean ? mean[r] : 0.0f, rs = rstd[r];
+        const float *dyr = dout + r * C, *xr = x + r * C;
         PLANRT_SIMD
         for (int64_t j = begin; j < end; ++j)
-          db[j] += dyr[j];
+          dg[j] += dyr[j] * (xr[j] - mu) * rs;
+        if (db) {
+          PLANRT_SIMD
+          for (int64_t j = begin; j < end; ++j)
+            db[j] += dyr[j];
+        }
       }
     }
   }
@@ -882,7 +982,7 @@ struct CopyFn {
 
 /// Host: to[0..len) = from[0..len), one vector loop (the block copies'
 /// contiguous runs).
-inline void copy_run(float *to, const float *from, int64_t len) {
+template <class T> inline void copy_run(T *to, const T *from, int64_t len) {
   PLANRT_SIMD
   for (int64_t x = 0; x < len; ++x)
     to[x] = from[x];
@@ -890,11 +990,12 @@ inline void copy_run(float *to, const float *from, int64_t len) {
 
 /// dst = blocks first, first + 1, ... of src [outer, D, inner] along the
 /// middle dim, each stored contiguously as [outer, Db, inner]; index space:
-/// dst elements (a multiple of outer * Db * inner).
-struct SplitBlocksFn {
+/// dst elements (a multiple of outer * Db * inner). T: float, or uint16_t
+/// for 16-bit tensors (a move: no conversion).
+template <class T = float> struct SplitBlocksFn {
   static constexpr bool kElementwise = true;
-  const float *src;
-  float *dst;
+  const T *src;
+  T *dst;
   int64_t outer, D, Db, inner, first;
   PLANRT_HD void operator()(int64_t i) const {
     int64_t per = outer * Db * inner, k = i / per, r = i % per;
@@ -916,10 +1017,10 @@ struct SplitBlocksFn {
 
 /// dst [outer, G * Db, inner] from G contiguous blocks src[k] [outer, Db,
 /// inner] placed at k * Db along the middle dim; index space: dst elements.
-struct MergeBlocksFn {
+template <class T = float> struct MergeBlocksFn {
   static constexpr bool kElementwise = true;
-  const float *src;
-  float *dst;
+  const T *src;
+  T *dst;
   int64_t outer, Db, inner, G;
   PLANRT_HD void operator()(int64_t i) const {
     int64_t e = i % inner, t = i / inner;
@@ -944,9 +1045,9 @@ struct MergeBlocksFn {
 /// dtable[ids[r], c] += dout[r, c] for r in order; index space: the C
 /// columns, so every column is owned by one invocation (deterministic, no
 /// atomics; used by the host backend). dtable must be zero beforehand.
-struct EmbeddingGradColumnFn {
+template <class T = float> struct EmbeddingGradColumnFn {
   const int32_t *ids;
-  const float *dout;
+  const T *dout;
   float *dtable;
   int64_t rows;
   VocabSlice vocab;
@@ -966,28 +1067,29 @@ struct EmbeddingGradColumnFn {
       if (l < 0)
         continue;
       float *dst = dtable + l * C;
-      const float *src = dout + r * C;
+      const T *src = dout + r * C;
       PLANRT_SIMD
       for (int64_t c = begin; c < end; ++c)
-        dst[c] += src[c];
+        dst[c] += ld(src[c]);
     }
   }
 };
 
 /// dtable[s, c] = sum_b dout[b, s, c] for s < S, 0 for s >= S; index space:
 /// T * C (all of dtable).
-struct PosEmbeddingGradFn {
+/// dout of storage type T, dtable of G (T, or f32 for a fused widening).
+template <class T = float, class G = float> struct PosEmbeddingGradFn {
   static constexpr bool kElementwise = true;
-  const float *dout;
-  float *dtable;
+  const T *dout;
+  G *dtable;
   int64_t B, S, C;
   PLANRT_HD void operator()(int64_t i) const {
     int64_t s = i / C, c = i % C;
     float acc = 0.0f;
     if (s < S)
       for (int64_t b = 0; b < B; ++b)
-        acc += dout[(b * S + s) * C + c];
-    dtable[i] = acc;
+        acc += ld(dout[(b * S + s) * C + c]);
+    st(dtable[i], acc);
   }
 };
 

@@ -42,6 +42,44 @@ constexpr int64_t reduce_sum(int64_t n) {
   return floats((n + kReduceChunk - 1) / kReduceChunk);
 }
 
+//===--- 16-bit tensors read and written in place -------------------------===//
+//
+// An op given a bf16 or f16 tensor takes the fp32 copies above (staging)
+// unless its kernels read and write its 16-bit tensors as they are (fp32
+// arithmetic, each stored value rounded once: the bits of staging). Which
+// ops do, for which element types, is decided here from the tensors'
+// dtypes (planrt::DType numbers: F32 0, BF16 2, F16 3), by the runtime when
+// an op runs and by the compiler when it plans the op's workspace.
+namespace native {
+constexpr int kF32 = 0;
+constexpr bool is16(int dtype) { return dtype == 2 || dtype == 3; }
+/// Element-wise and row-wise ops (add, mul, sub, bias_add, activations and
+/// their gradients, pos_embedding, embedding's table and output, layer and
+/// RMS norms and their gradients) and the collectives that move values
+/// without adding them (all_gather, all_to_all, shard_slice: 16-bit values
+/// travel as 2 bytes): every float tensor of one type.
+constexpr bool uniform(int) { return true; }
+template <class... D> constexpr bool uniform(int first, int second, D... rest) {
+  return first == second && uniform(second, rest...);
+}
+/// bias_grad and pos_embedding_grad: the gradient in the input's type, or
+/// in f32 (plan-fuse-casts: a gradient whose only use widens it).
+constexpr bool column_sum(int in, int grad) {
+  return grad == in || grad == kF32;
+}
+/// embedding_grad(_add): into an f32 table. A 16-bit table is staged: its
+/// rows' additions are summed in the fp32 copy and rounded once.
+constexpr bool embedding_grad(int dout, int dtable) {
+  return (dout == kF32 || is16(dout)) && dtable == kF32;
+}
+/// matmul on cuda: cuBLASLt reads a and b of one 16-bit type and writes c
+/// in that type or in f32. (The host's 16-bit GEMM widens its operands in
+/// exactly the staging bytes.)
+constexpr bool cuda_matmul(int a, int b, int c) {
+  return is16(a) && b == a && (c == a || c == kF32);
+}
+} // namespace native
+
 //===--- Per op (arguments: the sizes the op sees) ------------------------===//
 
 /// mse_loss over n elements.
@@ -88,11 +126,12 @@ constexpr int64_t ce_loss_from_stats(int64_t rows, bool classifier) {
 }
 /// all_gather: staging of the gathered blocks unless they land contiguous
 /// (outer: the product of the dimensions before the gathered one; group: the
-/// axis size).
+/// axis size; elem_bytes: 4, or 2 for 16-bit tensors moved as they are).
 constexpr int64_t all_gather(int64_t in_elements, int64_t out_elements,
-                             int64_t outer, int64_t group) {
-  return in_elements == 0 || group == 1 || outer == 1 ? 0
-                                                      : floats(out_elements);
+                             int64_t outer, int64_t group, int64_t elem_bytes) {
+  return in_elements == 0 || group == 1 || outer == 1
+             ? 0
+             : round(out_elements * elem_bytes);
 }
 /// reduce_scatter: the blocks reordered before the sum unless contiguous.
 constexpr int64_t reduce_scatter(int64_t in_elements, int64_t outer,
@@ -102,11 +141,12 @@ constexpr int64_t reduce_scatter(int64_t in_elements, int64_t outer,
 /// all_to_all: staging of the sent blocks (split_outer != 1) and of the
 /// received ones (gather_outer != 1, outer of the output).
 constexpr int64_t all_to_all(int64_t elements, int64_t split_outer,
-                             int64_t gather_outer, int64_t group) {
+                             int64_t gather_outer, int64_t group,
+                             int64_t elem_bytes) {
   return elements == 0 || group == 1
              ? 0
-             : (split_outer != 1 ? floats(elements) : 0) +
-                   (gather_outer != 1 ? floats(elements) : 0);
+             : (split_outer != 1 ? round(elements * elem_bytes) : 0) +
+                   (gather_outer != 1 ? round(elements * elem_bytes) : 0);
 }
 /// conv2d / conv2d_grad: im2col columns [krows, cols] and the output (or
 /// output gradient) moved to [O, cols].

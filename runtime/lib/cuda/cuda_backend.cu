@@ -78,9 +78,11 @@ struct GemmPlan {
   cublasLtMatmulAlgo_t algo;
 };
 
-// (ta, tb, m, n, k, lda, ldb, ldc, alignment of a, b, c, element type)
-using GemmKey = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t,
-                           int64_t, int64_t, int, int, int, cudaDataType_t>;
+// (ta, tb, m, n, k, lda, ldb, ldc, alignment of a, b, c, element type of a
+// and b, of c)
+using GemmKey =
+    std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+               int, int, int, cudaDataType_t, cudaDataType_t>;
 
 constexpr size_t kWorkspaceBytes = size_t(32) << 20;
 
@@ -403,6 +405,10 @@ namespace detail {
 /// has only C threads, each walking every row.
 constexpr bool kAtomicScatter = true;
 
+/// gemm16 reads 16-bit operands as they are and takes no workspace
+/// (workspace.h native::cuda_matmul).
+constexpr bool kGemm16InPlace = true;
+
 template <class F> __global__ void map_kernel(int64_t n, F f) {
   int64_t stride = (int64_t)gridDim.x * blockDim.x;
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
@@ -422,18 +428,19 @@ template <class F> void launch(Context *ctx, int64_t n, const F &f) {
 }
 
 namespace {
-/// Row-major c[m,n] = op(a) op(b), a, b and c of element type `type`, the
-/// products summed in fp32 (CUBLAS_COMPUTE_32F, fp32 alpha and beta).
+/// Row-major c[m,n] = op(a) op(b), a and b of element type `type`, c of
+/// `c_type`, the products summed in fp32 (CUBLAS_COMPUTE_32F, fp32 alpha and
+/// beta).
 /// cuBLASLt is column-major: a row-major matrix is its transpose in
 /// column-major, so we compute c^T[n,m] = op(b)^T op(a)^T with b as the
 /// first operand.
-void gemm_lt(Context *ctx, cudaDataType_t type, bool ta, bool tb, int64_t m,
-             int64_t n, int64_t k, const void *a, int64_t lda, const void *b,
-             int64_t ldb, void *c, int64_t ldc) {
+void gemm_lt(Context *ctx, cudaDataType_t type, cudaDataType_t c_type, bool ta,
+             bool tb, int64_t m, int64_t n, int64_t k, const void *a,
+             int64_t lda, const void *b, int64_t ldb, void *c, int64_t ldc) {
   CudaState *s = state(ctx);
   int al_a = pointer_alignment(a), al_b = pointer_alignment(b),
       al_c = pointer_alignment(c);
-  GemmKey key{ta, tb, m, n, k, lda, ldb, ldc, al_a, al_b, al_c, type};
+  GemmKey key{ta, tb, m, n, k, lda, ldb, ldc, al_a, al_b, al_c, type, c_type};
   auto it = s->gemms.find(key);
   if (it == s->gemms.end()) {
     GemmPlan p;
@@ -451,7 +458,7 @@ void gemm_lt(Context *ctx, cudaDataType_t type, bool ta, bool tb, int64_t m,
     uint64_t a_rows = ta ? m : k, a_cols = ta ? k : m;
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, type, b_rows, b_cols, ldb));
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, type, a_rows, a_cols, lda));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, type, n, m, ldc));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, c_type, n, m, ldc));
 
     cublasLtMatmulPreference_t pref;
     CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
@@ -494,15 +501,16 @@ void gemm_lt(Context *ctx, cudaDataType_t type, bool ta, bool tb, int64_t m,
 void gemm(Context *ctx, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
           const float *a, int64_t lda, const float *b, int64_t ldb, float *c,
           int64_t ldc) {
-  gemm_lt(ctx, CUDA_R_32F, ta, tb, m, n, k, a, lda, b, ldb, c, ldc);
+  gemm_lt(ctx, CUDA_R_32F, CUDA_R_32F, ta, tb, m, n, k, a, lda, b, ldb, c, ldc);
 }
 
-/// Native 16-bit GEMM: cuBLASLt reads and writes bf16 (fp16) and
-/// accumulates in fp32, with no fp32 copies of the operands.
-void gemm16(Context *ctx, int dtype, bool ta, bool tb, int64_t m, int64_t n,
-            int64_t k, const void *a, int64_t lda, const void *b, int64_t ldb,
-            void *c, int64_t ldc) {
-  gemm_lt(ctx, dtype == BF16 ? CUDA_R_16BF : CUDA_R_16F, ta, tb, m, n, k, a,
+/// Native 16-bit GEMM: cuBLASLt reads bf16 (fp16) operands, accumulates in
+/// fp32 and writes c in that type or in fp32, with no fp32 copies.
+void gemm16(Context *ctx, int dtype, int c_dtype, bool ta, bool tb, int64_t m,
+            int64_t n, int64_t k, const void *a, int64_t lda, const void *b,
+            int64_t ldb, void *c, int64_t ldc) {
+  cudaDataType_t type = dtype == BF16 ? CUDA_R_16BF : CUDA_R_16F;
+  gemm_lt(ctx, type, c_dtype == F32 ? CUDA_R_32F : type, ta, tb, m, n, k, a,
           lda, b, ldb, c, ldc);
 }
 
@@ -580,12 +588,19 @@ void collective_wait(Context *ctx, int64_t slot) {
   CUDA_CHECK(cudaStreamWaitEvent(s->stream, s->slot_events.at(slot), 0));
 }
 
-void allgather(Context *ctx, const float *send, float *recv, int64_t count,
-               int64_t axis) {
+namespace {
+/// NCCL's type for elements of a planrt dtype (F32, BF16, F16).
+ncclDataType_t nccl_type(int dtype) {
+  return dtype == BF16 ? ncclBfloat16 : dtype == F16 ? ncclHalf : ncclFloat;
+}
+} // namespace
+
+void allgather(Context *ctx, const void *send, void *recv, int64_t count,
+               int64_t axis, int dtype) {
   CudaState *s = state(ctx);
   ncclComm_t comm = group_comm(ctx, "all_gather", int64_t(1) << axis);
   begin_comm(s);
-  NCCL_CHECK(ncclAllGather(send, recv, (size_t)count, ncclFloat, comm,
+  NCCL_CHECK(ncclAllGather(send, recv, (size_t)count, nccl_type(dtype), comm,
                            s->comm_stream));
   note_comm(s, "all_gather", int64_t(1) << axis, -1, false);
   settle(ctx, comm, s->last_comm);
@@ -604,19 +619,20 @@ void reduce_scatter(Context *ctx, const float *send, float *recv, int64_t count,
   end_comm(s);
 }
 
-void alltoall(Context *ctx, const float *send, float *recv, int64_t count,
-              int64_t axis) {
+void alltoall(Context *ctx, const void *send, void *recv, int64_t count,
+              int64_t axis, int dtype) {
   CudaState *s = state(ctx);
   ncclComm_t comm = group_comm(ctx, "all_to_all", int64_t(1) << axis);
   int members = (int)ctx->axis_sizes[axis];
   begin_comm(s);
   // Grouped point-to-point: every pair exchanges one block.
   NCCL_CHECK(ncclGroupStart());
+  const size_t block = (size_t)count * dtype_bytes(dtype);
   for (int k = 0; k < members; ++k) {
-    NCCL_CHECK(ncclSend(send + (size_t)k * count, (size_t)count, ncclFloat, k,
-                        comm, s->comm_stream));
-    NCCL_CHECK(ncclRecv(recv + (size_t)k * count, (size_t)count, ncclFloat, k,
-                        comm, s->comm_stream));
+    NCCL_CHECK(ncclSend((const char *)send + k * block, (size_t)count,
+                        nccl_type(dtype), k, comm, s->comm_stream));
+    NCCL_CHECK(ncclRecv((char *)recv + k * block, (size_t)count,
+                        nccl_type(dtype), k, comm, s->comm_stream));
   }
   NCCL_CHECK(ncclGroupEnd());
   note_comm(s, "all_to_all", int64_t(1) << axis, -1, false);

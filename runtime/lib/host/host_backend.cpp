@@ -183,6 +183,10 @@ namespace detail {
 /// embedding_grad walks the rows in order per column: deterministic.
 constexpr bool kAtomicScatter = false;
 
+/// gemm16 widens its operands in exactly the bytes staging would take
+/// (workspace.h native::cuda_matmul is the cuda rule, not this one).
+constexpr bool kGemm16InPlace = false;
+
 /// Below this many invocations a kernel runs on the calling thread (a
 /// parallel region costs a few microseconds): element-wise and cheap
 /// functors (kernels.h) from 4096 on, functors with a loop inside (rows,
@@ -257,9 +261,9 @@ void gemm(Context *, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
 /// a and b widened to fp32 (exactly), one fp32 GEMM, c rounded to nearest
 /// even: a GPU's arithmetic (16-bit loads, fp32 sums, one rounding), in
 /// copies taken from the op's workspace (the memory plan reserves them).
-void gemm16(Context *ctx, int dtype, bool ta, bool tb, int64_t m, int64_t n,
-            int64_t k, const void *a, int64_t lda, const void *b, int64_t ldb,
-            void *c, int64_t ldc) {
+void gemm16(Context *ctx, int dtype, int c_dtype, bool ta, bool tb, int64_t m,
+            int64_t n, int64_t k, const void *a, int64_t lda, const void *b,
+            int64_t ldb, void *c, int64_t ldc) {
   const int64_t na = (ta ? k : m) * lda, nb = (tb ? n : k) * ldb, nc = m * ldc;
   auto widen = [&](const void *x, int64_t count) {
     float *w = (float *)arena_alloc(ctx, (size_t)count * sizeof(float));
@@ -267,6 +271,10 @@ void gemm16(Context *ctx, int dtype, bool ta, bool tb, int64_t m, int64_t n,
     return w;
   };
   const float *a32 = widen(a, na), *b32 = widen(b, nb);
+  if (c_dtype == F32) {
+    gemm(ctx, ta, tb, m, n, k, a32, lda, b32, ldb, (float *)c, ldc);
+    return;
+  }
   float *c32 = (float *)arena_alloc(ctx, (size_t)nc * sizeof(float));
   gemm(ctx, ta, tb, m, n, k, a32, lda, b32, ldb, c32, ldc);
   launch(ctx, nc, kernels::CastFn{c32, c, kernels::CastF32, dtype});
@@ -396,21 +404,26 @@ void collective_wait(Context *ctx, int64_t slot) {
   s->request_masks.erase(slot);
 }
 
-void allgather(Context *ctx, const float *send, float *recv, int64_t count,
-               int64_t axis) {
+void allgather(Context *ctx, const void *send, void *recv, int64_t count,
+               int64_t axis, int dtype) {
   MPI_Comm comm = group_comm(ctx, "all_gather", int64_t(1) << axis);
-  if (count * group_size(ctx, int64_t(1) << axis) >= kRingMin) {
-    ring::all_gather(comm, send, recv, count, kPiece,
+  if (dtype == F32 && count * group_size(ctx, int64_t(1) << axis) >= kRingMin) {
+    ring::all_gather(comm, (const float *)send, (float *)recv, count, kPiece,
                      ring_wait(ctx, "all_gather", int64_t(1) << axis));
     return;
   }
   int n = block_count("all_gather", count);
   int g;
   MPI_Comm_rank(comm, &g);
+  // 16-bit values move as they are.
+  MPI_Datatype type = dtype == F32 ? MPI_FLOAT : MPI_UINT16_T;
   // MPI takes a send buffer inside the receive buffer only as MPI_IN_PLACE.
-  const void *from = send == recv + (int64_t)g * count ? MPI_IN_PLACE : send;
+  const void *from =
+      send == (const char *)recv + (int64_t)g * count * dtype_bytes(dtype)
+          ? MPI_IN_PLACE
+          : send;
   MPI_Request r;
-  check_mpi(MPI_Iallgather(from, n, MPI_FLOAT, recv, n, MPI_FLOAT, comm, &r),
+  check_mpi(MPI_Iallgather(from, n, type, recv, n, type, comm, &r),
             "MPI_Iallgather");
   wait_one(ctx, &r, "all_gather", axis);
 }
@@ -432,12 +445,13 @@ void reduce_scatter(Context *ctx, const float *send, float *recv, int64_t count,
   wait_one(ctx, &r, "reduce_scatter", axis);
 }
 
-void alltoall(Context *ctx, const float *send, float *recv, int64_t count,
-              int64_t axis) {
+void alltoall(Context *ctx, const void *send, void *recv, int64_t count,
+              int64_t axis, int dtype) {
   MPI_Comm comm = group_comm(ctx, "all_to_all", int64_t(1) << axis);
   int n = block_count("all_to_all", count);
+  MPI_Datatype type = dtype == F32 ? MPI_FLOAT : MPI_UINT16_T;
   MPI_Request r;
-  check_mpi(MPI_Ialltoall(send, n, MPI_FLOAT, recv, n, MPI_FLOAT, comm, &r),
+  check_mpi(MPI_Ialltoall(send, n, type, recv, n, type, comm, &r),
             "MPI_Ialltoall");
   wait_one(ctx, &r, "all_to_all", axis);
 }
