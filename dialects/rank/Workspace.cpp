@@ -84,6 +84,32 @@ bool runsNative(Operation *op, const WorkspaceEnv &env) {
     return nat::embedding_grad(dtypeOf(g.getGrad()), dtypeOf(g.getOut()));
   if (auto g = dyn_cast<EmbeddingGradAddOp>(op))
     return nat::embedding_grad(dtypeOf(g.getGrad()), dtypeOf(g.getOut()));
+  // Attention: the head dim from qkv's width; the kept tensors' common type
+  // (-1: none kept, -2: they differ), as planrt's attention ops compute them.
+  auto headDim = [](Value qkv, int64_t heads, int64_t kvHeads) {
+    return dim(qkv, 2) / (heads + 2 * kvHeads);
+  };
+  auto kept = [](Value keep, Value stats) {
+    return dtypeOf(keep) == dtypeOf(stats) ? dtypeOf(keep) : -2;
+  };
+  if (auto a = dyn_cast<AttentionOp>(op))
+    return nat::attention(
+        dtypeOf(a.getQkv()), dtypeOf(a.getOut()), -1,
+        headDim(a.getQkv(), a.getNumHeads(), a.getNumKvHeads()));
+  if (auto a = dyn_cast<AttentionKeepOp>(op))
+    return nat::attention(
+        dtypeOf(a.getQkv()), dtypeOf(a.getOut()),
+        kept(a.getKeep(), a.getStats()),
+        headDim(a.getQkv(), a.getNumHeads(), a.getNumKvHeads()));
+  if (auto a = dyn_cast<AttentionGradOp>(op))
+    return nat::attention_grad(
+        dtypeOf(a.getQkv()), dtypeOf(a.getGrad()), dtypeOf(a.getOut()), -1,
+        headDim(a.getQkv(), a.getNumHeads(), a.getNumKvHeads()));
+  if (auto a = dyn_cast<AttentionGradKeptOp>(op))
+    return nat::attention_grad(
+        dtypeOf(a.getQkv()), dtypeOf(a.getGrad()), dtypeOf(a.getOut()),
+        kept(a.getKeep(), a.getStats()),
+        headDim(a.getQkv(), a.getNumHeads(), a.getNumKvHeads()));
   if (auto m = dyn_cast<MatmulOp>(op); m && env.cuda)
     return nat::cuda_matmul(dtypeOf(m.getLhs()), dtypeOf(m.getRhs()),
                             dtypeOf(m.getOut()));

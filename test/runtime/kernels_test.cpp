@@ -448,12 +448,12 @@ TEST(HostRanges, AttentionRangesEqualTheIndexVersions) {
       std::vector<float> o1(dout.size()), o2(dout.size());
       std::vector<float> k1(kept ? rows * c.S : 0), k2(k1.size());
       std::vector<float> s1(kept ? 2 * rows : 0), s2(s1.size());
-      kernels::AttentionFn f1{qkv.data(), o1.data(), a,
-                              kept ? k1.data() : nullptr,
-                              kept ? s1.data() : nullptr};
-      kernels::AttentionFn f2{qkv.data(), o2.data(), a,
-                              kept ? k2.data() : nullptr,
-                              kept ? s2.data() : nullptr};
+      kernels::AttentionFn<> f1{qkv.data(), o1.data(), a,
+                                kept ? k1.data() : nullptr,
+                                kept ? s1.data() : nullptr};
+      kernels::AttentionFn<> f2{qkv.data(), o2.data(), a,
+                                kept ? k2.data() : nullptr,
+                                kept ? s2.data() : nullptr};
       by_index(f1, rows);
       f2.range(0, rows / 2);
       f2.range(rows / 2, rows);
@@ -465,21 +465,21 @@ TEST(HostRanges, AttentionRangesEqualTheIndexVersions) {
       std::vector<float> r1(2 * rows), r2(2 * rows), d1(rows), d2(rows);
       const float *keep = kept ? k1.data() : nullptr;
       const float *stats = kept ? s1.data() : nullptr;
-      kernels::AttentionGradQFn q1{qkv.data(), dout.data(), g1.data(),
-                                   r1.data(),  d1.data(),   a,
-                                   keep,       stats};
-      kernels::AttentionGradQFn q2{qkv.data(), dout.data(), g2.data(),
-                                   r2.data(),  d2.data(),   a,
-                                   keep,       stats};
+      kernels::AttentionGradQFn<> q1{qkv.data(), dout.data(), g1.data(),
+                                     r1.data(),  d1.data(),   a,
+                                     keep,       stats};
+      kernels::AttentionGradQFn<> q2{qkv.data(), dout.data(), g2.data(),
+                                     r2.data(),  d2.data(),   a,
+                                     keep,       stats};
       by_index(q1, rows);
       q2.range(0, rows / 3);
       q2.range(rows / 3, rows);
       expect_same_bits(r1, r2, "grad row stats");
       expect_same_bits(d1, d2, "grad delta");
       const int64_t keys = c.B * c.KV * c.S;
-      kernels::AttentionGradKVFn kv1{
+      kernels::AttentionGradKVFn<> kv1{
           qkv.data(), dout.data(), r1.data(), d1.data(), g1.data(), a, keep};
-      kernels::AttentionGradKVFn kv2{
+      kernels::AttentionGradKVFn<> kv2{
           qkv.data(), dout.data(), r2.data(), d2.data(), g2.data(), a, keep};
       by_index(kv1, keys);
       kv2.range(0, keys / 2);
@@ -487,6 +487,111 @@ TEST(HostRanges, AttentionRangesEqualTheIndexVersions) {
       expect_same_bits(g1, g2, "dqkv");
     }
   }
+}
+
+template <class T> std::vector<T> narrow(const std::vector<float> &x) {
+  std::vector<T> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i)
+    kernels::st(out[i], x[i]);
+  return out;
+}
+template <class T> std::vector<float> widen(const std::vector<T> &x) {
+  std::vector<float> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i)
+    out[i] = kernels::ld(x[i]);
+  return out;
+}
+/// The 16-bit values `ref` rounds to, widened back (to compare bits as
+/// floats).
+template <class T> std::vector<float> rounded(const std::vector<float> &ref) {
+  return widen(narrow<T>(ref));
+}
+
+/// Attention on 16-bit qkv, dout and outputs: the GPU's per-row code (sums
+/// in registers) and the host's ranges (each head widened, run by the fp32
+/// tiles) both give the fp32 attention of the widened values rounded once,
+/// and its fp32 statistics.
+template <class T> void check_attention16() {
+  struct Case {
+    int64_t B, S, H, KV, D;
+  };
+  for (Case c : {Case{2, 7, 2, 2, 16}, Case{1, 19, 4, 2, 5},
+                 Case{2, 13, 2, 1, 64}, Case{1, 9, 3, 3, 8}}) {
+    kernels::AttnShape a{c.B,  c.S, c.H,
+                         c.KV, c.D, 1.0f / std::sqrt((float)c.D)};
+    const int64_t rows = c.B * c.H * c.S, keys = c.B * c.KV * c.S;
+    auto qkv = narrow<T>(random_floats(c.B * c.S * a.width(), 7));
+    auto dout = narrow<T>(random_floats(c.B * c.S * c.H * c.D, 8));
+    auto qkvw = widen(qkv), doutw = widen(dout);
+    for (bool kept : {false, true}) {
+      SCOPED_TRACE(::testing::Message()
+                   << (kept ? "kept" : "recomputed") << " S " << c.S << " H "
+                   << c.H << " KV " << c.KV << " D " << c.D);
+      // The fp32 reference on the widened values.
+      std::vector<float> o(dout.size()), k(kept ? rows * c.S : 0),
+          s(kept ? 2 * rows : 0);
+      by_index(kernels::AttentionFn<>{qkvw.data(), o.data(), a,
+                                      kept ? k.data() : nullptr,
+                                      kept ? s.data() : nullptr},
+               rows);
+      std::vector<float> g(qkv.size()), r(2 * rows), d(rows);
+      const float *keep = kept ? k.data() : nullptr;
+      const float *stats = kept ? s.data() : nullptr;
+      by_index(kernels::AttentionGradQFn<>{qkvw.data(), doutw.data(), g.data(),
+                                           r.data(), d.data(), a, keep, stats},
+               rows);
+      by_index(kernels::AttentionGradKVFn<>{qkvw.data(), doutw.data(), r.data(),
+                                            d.data(), g.data(), a, keep},
+               keys);
+      for (bool host : {false, true}) {
+        SCOPED_TRACE(host ? "host ranges" : "per row");
+        std::vector<T> o16(dout.size()), g16(qkv.size());
+        std::vector<float> k16(k.size()), s16(s.size()), r16(r.size()),
+            d16(d.size());
+        kernels::AttentionFn<T> f{qkv.data(), o16.data(), a,
+                                  kept ? k16.data() : nullptr,
+                                  kept ? s16.data() : nullptr};
+        kernels::AttentionGradQFn<T> q{qkv.data(),
+                                       dout.data(),
+                                       g16.data(),
+                                       r16.data(),
+                                       d16.data(),
+                                       a,
+                                       kept ? k16.data() : nullptr,
+                                       kept ? s16.data() : nullptr};
+        kernels::AttentionGradKVFn<T> kv{qkv.data(),
+                                         dout.data(),
+                                         r16.data(),
+                                         d16.data(),
+                                         g16.data(),
+                                         a,
+                                         kept ? k16.data() : nullptr};
+        if (host) { // cut mid-head
+          f.range(0, rows / 3);
+          f.range(rows / 3, rows);
+          q.range(0, rows / 2 + 1);
+          q.range(rows / 2 + 1, rows);
+          kv.range(0, keys / 3);
+          kv.range(keys / 3, keys);
+        } else {
+          by_index(f, rows);
+          by_index(q, rows);
+          by_index(kv, keys);
+        }
+        expect_same_bits(widen(o16), rounded<T>(o), "out");
+        expect_same_bits(k16, k, "keep");
+        expect_same_bits(s16, s, "stats");
+        expect_same_bits(r16, r, "grad row stats");
+        expect_same_bits(d16, d, "grad delta");
+        expect_same_bits(widen(g16), rounded<T>(g), "dqkv");
+      }
+    }
+  }
+}
+
+TEST(HostRanges, AttentionIn16BitsRoundsTheFp32Result) {
+  check_attention16<kernels::bf16_t>();
+  check_attention16<kernels::f16_t>();
 }
 
 } // namespace

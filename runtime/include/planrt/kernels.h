@@ -459,9 +459,10 @@ template <class Term> PLANRT_HD inline float sum8(int64_t n, const Term &term) {
          ((acc[2] + acc[6]) + (acc[3] + acc[7]));
 }
 
-struct ProductTerm {
-  const float *a, *b;
-  PLANRT_HD float operator()(int64_t i) const { return a[i] * b[i]; }
+template <class A = float, class B = A> struct ProductTerm {
+  const A *a;
+  const B *b;
+  PLANRT_HD float operator()(int64_t i) const { return ld(a[i]) * ld(b[i]); }
 };
 struct ValueTerm {
   const float *a;
@@ -470,7 +471,12 @@ struct ValueTerm {
 
 /// sum_i a[i] b[i] in sum8's order.
 PLANRT_HD inline float dot(const float *a, const float *b, int64_t n) {
-  return sum8(n, ProductTerm{a, b});
+  return sum8(n, ProductTerm<>{a, b});
+}
+/// The same over values of storage types A and B, widened.
+template <class A, class B>
+PLANRT_HD inline float dot(const A *a, const B *b, int64_t n) {
+  return sum8(n, ProductTerm<A, B>{a, b});
 }
 
 PLANRT_HD inline float row_max(const float *x, int64_t n) {
@@ -1103,22 +1109,66 @@ struct AttnShape {
   int64_t B, S, H, KV, D;
   float scale; // 1 / sqrt(D)
   PLANRT_HD int64_t width() const { return (H + 2 * KV) * D; }
-  PLANRT_HD const float *q(const float *qkv, int64_t b, int64_t t,
-                           int64_t h) const {
+  template <class T>
+  PLANRT_HD const T *q(const T *qkv, int64_t b, int64_t t, int64_t h) const {
     return qkv + (b * S + t) * width() + h * D;
   }
-  PLANRT_HD const float *k(const float *qkv, int64_t b, int64_t t,
-                           int64_t g) const {
+  template <class T>
+  PLANRT_HD const T *k(const T *qkv, int64_t b, int64_t t, int64_t g) const {
     return qkv + (b * S + t) * width() + (H + g) * D;
   }
-  PLANRT_HD const float *v(const float *qkv, int64_t b, int64_t t,
-                           int64_t g) const {
+  template <class T>
+  PLANRT_HD const T *v(const T *qkv, int64_t b, int64_t t, int64_t g) const {
     return qkv + (b * S + t) * width() + (H + KV + g) * D;
   }
   PLANRT_HD int64_t o(int64_t b, int64_t t, int64_t h) const {
     return (b * S + t) * H * D + h * D;
   }
 };
+
+/// The largest head dim whose 16-bit attention runs in place: a GPU thread
+/// keeps its row's fp32 sums in registers (workspace.h native::attention).
+constexpr int64_t kAttnMaxHeadDim = workspace::native::kAttnMaxHeadDim;
+
+/// Host: the rows [begin, end) of an index space (r S + t), cut at the
+/// boundaries of its groups of S: f(r, t0, t1).
+template <class F>
+void for_each_group(int64_t begin, int64_t end, int64_t S, const F &f) {
+  for (int64_t i = begin; i < end;) {
+    int64_t r = i / S, t0 = i % S;
+    int64_t t1 = S - t0 < end - i ? S : t0 + (end - i);
+    f(r, t0, t1);
+    i += t1 - t0;
+  }
+}
+
+/// Host: dst[r, c] = src[r, c] widened, rows [r0, r1) of cols columns.
+template <class T>
+void widen_rows(const T *src, int64_t ld_src, int64_t r0, int64_t r1,
+                int64_t cols, float *dst, int64_t ld_dst) {
+  for (int64_t r = r0; r < r1; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      dst[r * ld_dst + c] = ld(src[r * ld_src + c]);
+}
+
+/// Host: dst[r, c] = src[r, c] rounded, rows [r0, r1) of cols columns.
+template <class T>
+void round_rows(const float *src, int64_t ld_src, int64_t r0, int64_t r1,
+                int64_t cols, T *dst, int64_t ld_dst) {
+  for (int64_t r = r0; r < r1; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      st(dst[r * ld_dst + c], src[r * ld_src + c]);
+}
+
+/// An attention head group as a problem of its own (B = 1, KV = 1, H =
+/// heads, widened to fp32 by the host's 16-bit ranges below).
+inline AttnShape one_group(const AttnShape &a, int64_t heads) {
+  AttnShape m = a;
+  m.B = 1;
+  m.H = heads;
+  m.KV = 1;
+  return m;
+}
 
 /// out[b, t, h] = sum_{t' <= t} softmax_t'(scale q.k) v; index space: B H S
 /// (i = (b H + h) S + t). Two passes: the row max m, then e = exp(s - m),
@@ -1127,15 +1177,16 @@ struct AttnShape {
 /// keep[i S + t'] and (m, sum) to stats[2 i], so that the backward reads them
 /// instead of recomputing q.k and exp: the same values either way, so the
 /// results are the same bits.
-struct AttentionFn {
-  const float *qkv;
-  float *out;
+template <class T = float> struct AttentionFn {
+  static constexpr bool kF32 = std::is_same<T, float>::value;
+  const T *qkv;
+  T *out;
   AttnShape a;
   float *keep = nullptr, *stats = nullptr;
   PLANRT_HD void operator()(int64_t i) const {
     int64_t t = i % a.S, h = (i / a.S) % a.H, b = i / (a.S * a.H);
     int64_t g = h / (a.H / a.KV), D = a.D;
-    const float *q = a.q(qkv, b, t, h);
+    const T *q = a.q(qkv, b, t, h);
     // With `keep`, the scores of the max pass wait there for the exp pass
     // (which overwrites them with e): q.k is computed once per key.
     float *row = keep ? keep + i * a.S : nullptr;
@@ -1148,7 +1199,11 @@ struct AttentionFn {
         row[u] = s;
       m = s > m ? s : m;
     }
-    float *o = out + a.o(b, t, h);
+    // The output row's sums: in place in fp32, in registers for 16 bits.
+    float local[kF32 ? 1 : kAttnMaxHeadDim];
+    float *o = local;
+    if constexpr (kF32)
+      o = out + a.o(b, t, h);
     for (int64_t d = 0; d < D; ++d)
       o[d] = 0.0f;
     float sum = 0.0f;
@@ -1158,11 +1213,14 @@ struct AttentionFn {
       if (row)
         row[u] = e;
       sum += e;
-      const float *v = a.v(qkv, b, u, g);
+      const T *v = a.v(qkv, b, u, g);
       for (int64_t d = 0; d < D; ++d)
-        o[d] += e * v[d];
+        o[d] += e * ld(v[d]);
     }
     finish(i, o, m, sum);
+    if constexpr (!kF32)
+      for (int64_t d = 0; d < D; ++d)
+        st(out[a.o(b, t, h) + d], o[d]);
   }
   /// Normalizes row i's output and keeps its statistics.
   PLANRT_HD void finish(int64_t i, float *o, float m, float sum) const {
@@ -1174,11 +1232,35 @@ struct AttentionFn {
       stats[2 * i + 1] = sum;
     }
   }
+  void range(int64_t begin, int64_t end) const {
+    if constexpr (kF32)
+      tiles(begin, end);
+    else
+      widened(begin, end);
+  }
+  /// Host, 16-bit tensors: each head's rows as a problem of its own on
+  /// widened copies of its q, k and v, run by the fp32 tiles below, its
+  /// output rows rounded once.
+  void widened(int64_t begin, int64_t end) const {
+    const int64_t S = a.S, D = a.D, W = 3 * D;
+    std::vector<float> x((size_t)(S * W)), o((size_t)(S * D));
+    for_each_group(begin, end, S, [&](int64_t bh, int64_t t0, int64_t t1) {
+      int64_t h = bh % a.H, b = bh / a.H, g = h / (a.H / a.KV);
+      widen_rows(a.q(qkv, b, 0, h), a.width(), 0, t1, D, x.data(), W);
+      widen_rows(a.k(qkv, b, 0, g), a.width(), 0, t1, D, x.data() + D, W);
+      widen_rows(a.v(qkv, b, 0, g), a.width(), 0, t1, D, x.data() + 2 * D, W);
+      AttentionFn<float> one{x.data(), o.data(), one_group(a, 1),
+                             keep ? keep + bh * S * S : nullptr,
+                             stats ? stats + 2 * bh * S : nullptr};
+      one.range(t0, t1);
+      round_rows(o.data(), D, t0, t1, D, out + a.o(b, 0, h), a.H * D);
+    });
+  }
   /// Host: tiles of up to kTileRows consecutive queries of one head. Their
   /// scores from a transposed copy of the kv head's keys, then per row the
   /// passes above in the same order, and the weighted values for all rows
   /// at once (host_dots.h).
-  void range(int64_t begin, int64_t end) const {
+  void tiles(int64_t begin, int64_t end) const {
     const int64_t S = a.S, D = a.D, ld = attn_ld(S);
     std::vector<float> kt((size_t)(D * ld)), local((size_t)(kTileRows * ld));
     int64_t held = -1; // (b KV + g) of kt
@@ -1234,10 +1316,11 @@ struct AttentionFn {
 
 /// e = exp(scale q.k - m) of query row i and key u: kept by the forward, or
 /// recomputed exactly as the forward computed it.
-struct AttnScores {
-  const float *qkv, *keep;
+template <class T = float> struct AttnScores {
+  const T *qkv;
+  const float *keep;
   AttnShape a;
-  PLANRT_HD float e(int64_t i, const float *q, int64_t b, int64_t u, int64_t g,
+  PLANRT_HD float e(int64_t i, const T *q, int64_t b, int64_t u, int64_t g,
                     float m) const {
     if (keep)
       return keep[i * a.S + u];
@@ -1249,17 +1332,19 @@ struct AttnScores {
 /// and sum (kept, or recomputed as the forward does), stores them with
 /// delta = sum_t' p dp (p = e / sum, dp = dout . v), and writes dq = scale
 /// sum_t' p (dp - delta) k.
-struct AttentionGradQFn {
-  const float *qkv, *dout;
-  float *dqkv, *rowstats, *delta; // rowstats: (m, sum) per row
+template <class T = float> struct AttentionGradQFn {
+  static constexpr bool kF32 = std::is_same<T, float>::value;
+  const T *qkv, *dout;
+  T *dqkv;
+  float *rowstats, *delta; // rowstats: (m, sum) per row
   AttnShape a;
   const float *keep = nullptr, *stats = nullptr;
   PLANRT_HD void operator()(int64_t i) const {
     int64_t t = i % a.S, h = (i / a.S) % a.H, b = i / (a.S * a.H);
     int64_t g = h / (a.H / a.KV), D = a.D;
-    const float *q = a.q(qkv, b, t, h);
-    const float *dy = dout + a.o(b, t, h);
-    AttnScores sc{qkv, keep, a};
+    const T *q = a.q(qkv, b, t, h);
+    const T *dy = dout + a.o(b, t, h);
+    AttnScores<T> sc{qkv, keep, a};
     float m, sum = 0.0f, pdp = 0.0f;
     if (stats) {
       m = stats[2 * i];
@@ -1282,22 +1367,61 @@ struct AttentionGradQFn {
     rowstats[2 * i] = m;
     rowstats[2 * i + 1] = sum;
     delta[i] = dl;
-    float *dq = dqkv + (a.q(qkv, b, t, h) - qkv);
+    // dq's sums: in place in fp32, in registers for 16 bits.
+    float local[kF32 ? 1 : kAttnMaxHeadDim];
+    float *dq = local;
+    if constexpr (kF32)
+      dq = dqkv + (a.q(qkv, b, t, h) - qkv);
     for (int64_t d = 0; d < D; ++d)
       dq[d] = 0.0f;
     for (int64_t u = 0; u <= t; ++u) {
-      const float *k = a.k(qkv, b, u, g);
+      const T *k = a.k(qkv, b, u, g);
       float p = sc.e(i, q, b, u, g, m) / sum;
       float ds = p * (dot(dy, a.v(qkv, b, u, g), D) - dl) * a.scale;
       for (int64_t d = 0; d < D; ++d)
-        dq[d] += ds * k[d];
+        dq[d] += ds * ld(k[d]);
     }
+    if constexpr (!kF32)
+      for (int64_t d = 0; d < D; ++d)
+        st(dqkv[(a.q(qkv, b, t, h) - qkv) + d], dq[d]);
+  }
+  void range(int64_t begin, int64_t end) const {
+    if constexpr (kF32)
+      tiles(begin, end);
+    else
+      widened(begin, end);
+  }
+  /// Host, 16-bit tensors: each head's rows as a problem of its own on
+  /// widened copies of its q, k, v and dout, run by the fp32 tiles below
+  /// (which write the row statistics in place), its dq rows rounded once.
+  void widened(int64_t begin, int64_t end) const {
+    const int64_t S = a.S, D = a.D, W = 3 * D;
+    std::vector<float> x((size_t)(S * W)), dy((size_t)(S * D)),
+        dx((size_t)(S * W));
+    for_each_group(begin, end, S, [&](int64_t bh, int64_t t0, int64_t t1) {
+      int64_t h = bh % a.H, b = bh / a.H, g = h / (a.H / a.KV);
+      widen_rows(a.q(qkv, b, 0, h), a.width(), 0, t1, D, x.data(), W);
+      widen_rows(a.k(qkv, b, 0, g), a.width(), 0, t1, D, x.data() + D, W);
+      widen_rows(a.v(qkv, b, 0, g), a.width(), 0, t1, D, x.data() + 2 * D, W);
+      widen_rows(dout + a.o(b, 0, h), a.H * D, t0, t1, D, dy.data(), D);
+      AttentionGradQFn<float> one{x.data(),
+                                  dy.data(),
+                                  dx.data(),
+                                  rowstats + 2 * bh * S,
+                                  delta + bh * S,
+                                  one_group(a, 1),
+                                  keep ? keep + bh * S * S : nullptr,
+                                  stats ? stats + 2 * bh * S : nullptr};
+      one.range(t0, t1);
+      T *dq = dqkv + (a.q(qkv, b, 0, h) - qkv);
+      round_rows(dx.data(), W, t0, t1, D, dq, a.width());
+    });
   }
   /// Host: tiles of up to kTileRows consecutive queries of one head. Their
   /// dout.v (and scores, unless kept) from transposed copies of the kv
   /// head's values (and keys); then per row the sums above in the same
   /// order, and dq for all rows at once (host_dots.h).
-  void range(int64_t begin, int64_t end) const {
+  void tiles(int64_t begin, int64_t end) const {
     const int64_t S = a.S, D = a.D, ld = attn_ld(S);
     const bool scores = !keep || !stats;
     std::vector<float> vt((size_t)(D * ld)), kt(scores ? (size_t)(D * ld) : 0);
@@ -1390,17 +1514,25 @@ struct AttentionGradQFn {
 /// value position t' of kv head g, sums over the group's query heads h and
 /// the queries t >= t' that see it: dv = sum p dout, dk = scale sum p (dp -
 /// delta) q. Each invocation owns its dk and dv rows: no races.
-struct AttentionGradKVFn {
-  const float *qkv, *dout, *rowstats, *delta;
-  float *dqkv;
+template <class T = float> struct AttentionGradKVFn {
+  static constexpr bool kF32 = std::is_same<T, float>::value;
+  const T *qkv, *dout;
+  const float *rowstats, *delta;
+  T *dqkv;
   AttnShape a;
   const float *keep = nullptr;
   PLANRT_HD void operator()(int64_t j) const {
     int64_t u = j % a.S, g = (j / a.S) % a.KV, b = j / (a.S * a.KV);
     int64_t rep = a.H / a.KV, D = a.D;
-    const float *k = a.k(qkv, b, u, g), *v = a.v(qkv, b, u, g);
-    float *dk = dqkv + (k - qkv), *dv = dqkv + (v - qkv);
-    AttnScores sc{qkv, keep, a};
+    const T *k = a.k(qkv, b, u, g), *v = a.v(qkv, b, u, g);
+    // dk's and dv's sums: in place in fp32, in registers for 16 bits.
+    float local[kF32 ? 1 : 2 * kAttnMaxHeadDim];
+    float *dk = local, *dv = local + (kF32 ? 0 : kAttnMaxHeadDim);
+    if constexpr (kF32) {
+      dk = dqkv + (k - qkv);
+      dv = dqkv + (v - qkv);
+    }
+    AttnScores<T> sc{qkv, keep, a};
     for (int64_t d = 0; d < D; ++d) {
       dk[d] = 0.0f;
       dv[d] = 0.0f;
@@ -1408,23 +1540,65 @@ struct AttentionGradKVFn {
     for (int64_t h = g * rep; h < (g + 1) * rep; ++h)
       for (int64_t t = u; t < a.S; ++t) {
         int64_t row = (b * a.H + h) * a.S + t;
-        const float *q = a.q(qkv, b, t, h);
-        const float *dy = dout + a.o(b, t, h);
+        const T *q = a.q(qkv, b, t, h);
+        const T *dy = dout + a.o(b, t, h);
         float p =
             sc.e(row, q, b, u, g, rowstats[2 * row]) / rowstats[2 * row + 1];
         float ds = p * (dot(dy, v, D) - delta[row]) * a.scale;
         for (int64_t d = 0; d < D; ++d) {
-          dv[d] += p * dy[d];
-          dk[d] += ds * q[d];
+          dv[d] += p * ld(dy[d]);
+          dk[d] += ds * ld(q[d]);
         }
       }
+    if constexpr (!kF32)
+      for (int64_t d = 0; d < D; ++d) {
+        st(dqkv[(k - qkv) + d], dk[d]);
+        st(dqkv[(v - qkv) + d], dv[d]);
+      }
+  }
+  void range(int64_t begin, int64_t end) const {
+    if constexpr (kF32)
+      tiles(begin, end);
+    else
+      widened(begin, end);
+  }
+  /// Host, 16-bit tensors: each kv head's keys as a problem of its own
+  /// (its group's query heads, the kv head, their dout rows, widened from
+  /// the first key on), run by the fp32 tiles below, its dk and dv rows
+  /// rounded once.
+  void widened(int64_t begin, int64_t end) const {
+    const int64_t S = a.S, D = a.D, rep = a.H / a.KV, W = (rep + 2) * D;
+    std::vector<float> x((size_t)(S * W)), dy((size_t)(S * rep * D)),
+        dx((size_t)(S * W));
+    for_each_group(begin, end, S, [&](int64_t bg, int64_t u0, int64_t u1) {
+      int64_t g = bg % a.KV, b = bg / a.KV, h0 = g * rep;
+      widen_rows(a.q(qkv, b, 0, h0), a.width(), u0, S, rep * D, x.data(), W);
+      widen_rows(a.k(qkv, b, 0, g), a.width(), u0, S, D, x.data() + rep * D, W);
+      widen_rows(a.v(qkv, b, 0, g), a.width(), u0, S, D,
+                 x.data() + (rep + 1) * D, W);
+      widen_rows(dout + a.o(b, 0, h0), a.H * D, u0, S, rep * D, dy.data(),
+                 rep * D);
+      int64_t row0 = (b * a.H + h0) * S; // the group's first row
+      AttentionGradKVFn<float> one{x.data(),
+                                   dy.data(),
+                                   rowstats + 2 * row0,
+                                   delta + row0,
+                                   dx.data(),
+                                   one_group(a, rep),
+                                   keep ? keep + row0 * S : nullptr};
+      one.range(u0, u1);
+      round_rows(dx.data() + rep * D, W, u0, u1, D,
+                 dqkv + (a.k(qkv, b, 0, g) - qkv), a.width());
+      round_rows(dx.data() + (rep + 1) * D, W, u0, u1, D,
+                 dqkv + (a.v(qkv, b, 0, g) - qkv), a.width());
+    });
   }
   /// Host: tiles of up to kTileRows consecutive keys of one kv head. Per
   /// query head of the group, the keys' dout.v (and q.k, unless kept) for
   /// every query t >= t' from transposed copies of the head's dout (and
   /// queries); then the sums above in the same order, for all keys of the
   /// tile at once (host_dots.h).
-  void range(int64_t begin, int64_t end) const {
+  void tiles(int64_t begin, int64_t end) const {
     const int64_t S = a.S, D = a.D, ld = attn_ld(S), rep = a.H / a.KV;
     std::vector<float> dyt((size_t)(rep * D * ld));
     std::vector<float> qt(keep ? 0 : (size_t)(rep * D * ld));

@@ -72,6 +72,21 @@ constexpr bool column_sum(int in, int grad) {
 constexpr bool embedding_grad(int dout, int dtable) {
   return (dout == kF32 || is16(dout)) && dtable == kF32;
 }
+/// The largest head dim of an attention on 16-bit tensors in place (a GPU
+/// thread keeps a row's sums in registers).
+constexpr int64_t kAttnMaxHeadDim = 256;
+/// attention(_keep): qkv and out of one type, the kept exponentials and
+/// statistics f32 (kept: their common dtype, -1 when the op keeps none, -2
+/// when they differ), a head dim up to kAttnMaxHeadDim.
+constexpr bool attention(int qkv, int out, int kept, int64_t head_dim) {
+  return qkv == out && (kept == -1 || kept == kF32) &&
+         head_dim <= kAttnMaxHeadDim;
+}
+/// attention_grad(_kept): qkv, dout and dqkv of one type, as above.
+constexpr bool attention_grad(int qkv, int dout, int dqkv, int kept,
+                              int64_t head_dim) {
+  return dqkv == qkv && attention(qkv, dout, kept, head_dim);
+}
 /// matmul on cuda: cuBLASLt reads a and b of one 16-bit type and writes c
 /// in that type or in f32. (The host's 16-bit GEMM widens its operands in
 /// exactly the staging bytes.)
