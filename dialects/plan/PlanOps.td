@@ -673,13 +673,19 @@ def Plan_SoftmaxGradOp : Plan_BinaryOp<"softmax_grad",
     "Input gradient of softmax from its output: `softmax_grad %y, %dy`">;
 
 def Plan_CrossEntropyGradOp : Plan_ComputeOp<"cross_entropy_grad",
-    [AllTypesMatch<["logits", "result"]>]> {
+    [AllShapesMatch<["logits", "result"]>]> {
   let summary = "Gradient of cross_entropy (mean over positions) with respect to the logits";
+  let description = [{
+    The result has the logits' shape and their element type, or the 16-bit
+    type its only user narrows it to (plan-fuse-casts: computed in fp32
+    either way, rounded once).
+  }];
   let arguments = (ins Plan_FloatTensor:$logits, Plan_I32Tensor:$targets,
                        OptionalAttr<I64Attr>:$valid_classes);
   let results = (outs Plan_FloatTensor:$result);
   let assemblyFormat = [{
-    $logits `,` $targets attr-dict `:` type($logits) `,` type($targets)
+    $logits `,` $targets attr-dict `:` type($logits) `,` type($targets) `->`
+    type($result)
   }];
 }
 

@@ -110,6 +110,10 @@ bool runsNative(Operation *op, const WorkspaceEnv &env) {
         dtypeOf(a.getQkv()), dtypeOf(a.getGrad()), dtypeOf(a.getOut()),
         kept(a.getKeep(), a.getStats()),
         headDim(a.getQkv(), a.getNumHeads(), a.getNumKvHeads()));
+  if (auto g = dyn_cast<CrossEntropyGradOp>(op))
+    return nat::loss_grad(dtypeOf(g.getLogits()), dtypeOf(g.getOut()));
+  if (auto g = dyn_cast<CeGradFromStatsOp>(op))
+    return nat::loss_grad(dtypeOf(g.getLogits()), dtypeOf(g.getOut()));
   if (auto m = dyn_cast<MatmulOp>(op); m && env.cuda)
     return nat::cuda_matmul(dtypeOf(m.getLhs()), dtypeOf(m.getRhs()),
                             dtypeOf(m.getOut()));

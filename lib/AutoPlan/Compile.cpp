@@ -38,6 +38,9 @@ CompiledReport planc::compilePlanText(llvm::StringRef path,
     PassManager pm(&context);
     PipelineOptions po;
     po.stopAfter = "plan-memory";
+    // The planner sizes plans for the cluster's GPUs: the cuda program's
+    // memory plan (its 16-bit GEMMs take no fp32 copies).
+    po.target = "cuda";
     if (succeeded(buildPipeline(pm, po)) && succeeded(pm.run(*module))) {
       FailureOr<StepReport> r = computeStepReport(*module);
       if (succeeded(r))

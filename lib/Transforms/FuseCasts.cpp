@@ -5,7 +5,8 @@
 // 16-bit result, so such a result widened by its only user is
 // the fp32 result rounded once for nothing. With mixed precision this is where
 // every weight gradient comes from (autodiff's cast back to the fp32
-// master weight) and where the logits meet the fp32 loss.
+// master weight) and where the logits meet the fp32 loss. Likewise the
+// cross-entropy gradient, narrowed to bf16 by its only user, writes bf16.
 //===----------------------------------------------------------------------===//
 #include "planc/Transforms/Passes.h"
 
@@ -89,6 +90,18 @@ void FuseCastsPass::runOnOperation() {
                         PosEmbeddingGradOp>(src) &&
         src->hasOneUse() && (from.isBF16() || (from.isF16() && wideSums)) &&
         c.getType().getElementType().isF32())
+      casts.push_back(c);
+  });
+  // The loss gradient narrowed to bf16 for the backward GEMMs: the
+  // cross-entropy gradient writes bf16 itself (fp32 math, rounded once), so
+  // no fp32 copy of the logits' size is kept. (fp16 keeps its fp32 loss
+  // gradient: plan-loss-scale scales it before it is narrowed.)
+  getOperation().walk([&](CastOp c) {
+    auto fn = c->getParentOfType<func::FuncOp>();
+    auto src = c.getInput().getDefiningOp<CrossEntropyGradOp>();
+    if (fn && fn->hasAttr(kTrainStepAttr) && src && src->hasOneUse() &&
+        c.getInput().getType().getElementType().isF32() &&
+        c.getType().getElementType().isBF16())
       casts.push_back(c);
   });
   for (CastOp c : casts) {

@@ -204,9 +204,11 @@ int64_t Planner::planBlock(Block &block, int64_t stage) {
     }
   }
 
+  // Two placements; the block keeps the smaller. In program order, a
+  // best-fit allocator (larger buffers first among those that start
+  // together: they are the hardest to fit later)...
   planrt::BestFit arena;
   for (int64_t t = 0; t < n; ++t) {
-    // Larger buffers first: they are the hardest to fit later.
     SmallVector<size_t> &s = starts[t];
     llvm::stable_sort(s, [&](size_t a, size_t b) {
       return records[a].bytes > records[b].bytes;
@@ -215,6 +217,55 @@ int64_t Planner::planBlock(Block &block, int64_t stage) {
       records[i].offset = arena.allocate(records[i].bytes);
     for (size_t i : ends[t])
       arena.release(records[i].offset, records[i].bytes);
+  }
+  // ... and by size over the whole block (TFLite's greedy-by-size): the
+  // largest buffers first, each in the smallest gap among the placed ones
+  // whose lifetimes overlap its own. Where one huge buffer's bytes are
+  // later reused by smaller ones (the logits, a staged GEMM's copies), the
+  // first is at the mercy of the order in which they come.
+  int64_t top = arena.highWater();
+  SmallVector<int64_t> from(records.size(), -1), to(records.size(), -1);
+  SmallVector<size_t> mine;
+  for (int64_t t = 0; t < n; ++t) {
+    for (size_t i : starts[t]) {
+      from[i] = t;
+      mine.push_back(i);
+    }
+    for (size_t i : ends[t])
+      to[i] = t;
+  }
+  SmallVector<size_t> order(mine);
+  llvm::stable_sort(order, [&](size_t a, size_t b) {
+    return records[a].bytes > records[b].bytes;
+  });
+  DenseMap<size_t, int64_t> bySize;
+  SmallVector<size_t> placed;
+  int64_t sizeTop = 0;
+  for (size_t i : order) {
+    SmallVector<std::pair<int64_t, int64_t>> busy; // (offset, end)
+    for (size_t j : placed)
+      if (from[j] <= to[i] && from[i] <= to[j])
+        busy.push_back({bySize[j], bySize[j] + records[j].bytes});
+    llvm::sort(busy);
+    int64_t cursor = 0, best = -1, bestGap = 0;
+    for (auto [b, e] : busy) {
+      int64_t gap = b - cursor;
+      if (gap >= records[i].bytes && (best < 0 || gap < bestGap)) {
+        best = cursor;
+        bestGap = gap;
+      }
+      cursor = std::max(cursor, e);
+    }
+    if (best < 0)
+      best = cursor;
+    bySize[i] = best;
+    placed.push_back(i);
+    sizeTop = std::max(sizeTop, best + records[i].bytes);
+  }
+  if (sizeTop < top) {
+    for (size_t i : mine)
+      records[i].offset = bySize[i];
+    top = sizeTop;
   }
   // Shift each nested block's records to where its block landed (the block
   // records themselves, stage -2, are skipped when the plan is written).
@@ -238,7 +289,7 @@ int64_t Planner::planBlock(Block &block, int64_t stage) {
     if (auto st = l.alloc->getAttr(rk::kRankStageAttr))
       d->setAttr(rk::kRankStageAttr, st);
   }
-  return arena.highWater();
+  return top;
 }
 
 /// The allocs whose buffers hold parameter gradients: what the optimizer

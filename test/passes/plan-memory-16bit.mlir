@@ -7,7 +7,8 @@
 // takes nothing; any other takes one fp32 copy per 16-bit operand
 // (softmax: 2 x 1024 B). A 16-bit matmul copies its operands on the host
 // (1024 + 16384 + 1024 B; a and b only for an f32 result) and not on cuda,
-// whose cuBLASLt reads them as they are.
+// whose cuBLASLt reads them as they are. (On cuda the placement by size
+// wins: 17408 B, where placing in program order takes 17920 B.)
 module {
   plan.mesh @mesh axes = ["dp"] shape = [1]
   func.func @plan_step() {
@@ -29,7 +30,7 @@ module {
 }
 
 // HOST: func.func @plan_step() attributes {rank.arena_bytes = array<i64: 27648>, rank.buffer_bytes = array<i64: 49408>, rank.workspace_bytes = array<i64: 18432>}
-// CUDA: func.func @plan_step() attributes {rank.arena_bytes = array<i64: 17920>, rank.buffer_bytes = array<i64: 28928>, rank.workspace_bytes = array<i64: 2048>}
+// CUDA: func.func @plan_step() attributes {rank.arena_bytes = array<i64: 17408>, rank.buffer_bytes = array<i64: 28928>, rank.workspace_bytes = array<i64: 2048>}
 // HOST: rank.matmul {{.*}} {rank.workspace = array<i64: {{[0-9]+}}, 18432>, transpose_lhs = false
 // CUDA: rank.matmul {{.*}} {transpose_lhs = false
 // CHECK: rank.add %{{.*}}, %{{.*}} into %{{.*}} : memref<4x64xbf16>

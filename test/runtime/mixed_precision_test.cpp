@@ -257,6 +257,35 @@ TEST_F(NativeOpsTest, Norms) {
   }
 }
 
+TEST_F(NativeOpsTest, LossGradientsWriteSixteenBits) {
+  // The cross-entropy gradient of fp32 logits written in 16 bits (the
+  // loss gradient the backward GEMMs read: plan-fuse-casts), whole and
+  // from split statistics, with padded classes and a masked-out tail.
+  for (int dtype : {BF16, F16}) {
+    SCOPED_TRACE(name(dtype));
+    Tensor *logits = random({3, 4, 300}, -4.0f, 4.0f);
+    std::vector<int32_t> t(12);
+    for (int i = 0; i < 12; ++i)
+      t[i] = (i * 37) % 290;
+    Tensor *tg = ids({3, 4}, t);
+    Tensor *d16 = make16({3, 4, 300}, dtype), *ref = make({3, 4, 300});
+    run([&] { cross_entropy_grad(ctx, logits, tg, d16, 0.25f, 290); },
+        [&] { cross_entropy_grad(ctx, logits, tg, ref, 0.25f, 290); });
+    expect_rounded(d16, ref, dtype);
+    Tensor *m = make({3, 4}), *st = make({3, 4, 2});
+    row_max(ctx, logits, m);
+    ce_local_stats(ctx, logits, tg, m, st, -1, 290);
+    run(
+        [&] {
+          ce_grad_from_stats(ctx, logits, tg, m, st, d16, 0.25f, -1, 290);
+        },
+        [&] {
+          ce_grad_from_stats(ctx, logits, tg, m, st, ref, 0.25f, -1, 290);
+        });
+    expect_rounded(d16, ref, dtype);
+  }
+}
+
 TEST_F(NativeOpsTest, MixedTypesAreStaged) {
   // A mix the native rules do not cover still computes the fp32 result
   // rounded once, on fp32 copies (it takes more scratch than fp32).
@@ -276,6 +305,11 @@ TEST_F(NativeOpsTest, NativeOpsRefuseIds) {
                "add: output \\[4\\] must be f32, bf16 or f16, got i32");
   EXPECT_DEATH(bias_grad(ctx, i, f),
                "bias_grad: dy \\[4\\] must be f32, bf16 or f16, got i32");
+  EXPECT_DEATH(bias_grad(ctx, f, nullptr), "bias_grad: db is a null tensor");
+  Tensor *t = ids({1}, {0});
+  EXPECT_DEATH(cross_entropy_grad(ctx, f, t, i, 1.0f),
+               "cross_entropy_grad: dlogits \\[4\\] must be f32, bf16 or "
+               "f16, got i32");
 }
 
 TEST_F(MixedPrecisionTest, SixteenBitTensorsTakeTwoBytes) {

@@ -75,7 +75,9 @@ def FuseCasts : Pass<"plan-fuse-casts", "mlir::ModuleOp"> {
     gradient is reduced once. The weight gradients of mixed precision come out of their GEMM
     in fp32, summed over microbatches and ranks in fp32 (Megatron's
     gradient-accumulation fusion), and the logits reach the loss in fp32
-    without a 16-bit copy.
+    without a 16-bit copy. With bf16, a `plan.cross_entropy_grad` whose only
+    use narrows it to bf16 writes bf16 itself (fp32 math, one rounding), so
+    no fp32 loss gradient of the logits' size is kept.
   }];
   let dependentDialects = ["::planc::plan::PlanDialect"];
 }

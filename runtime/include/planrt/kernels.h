@@ -850,35 +850,49 @@ struct ArgmaxCorrectFn {
 };
 
 /// dlogits[r] = scale * (softmax(logits[r]) - onehot(targets[r])).
-struct CrossEntropyGradFn {
+/// fp32 logits; dlogits of storage type G (f32, or the bf16 a fused
+/// narrowing wants: plan-fuse-casts).
+template <class G = float> struct CrossEntropyGradFn {
   const float *logits;
   const int32_t *targets;
-  float *dlogits;
+  G *dlogits;
   int64_t C, valid;
   float scale;
   int *flag;
   PLANRT_HD void operator()(int64_t r) const {
     int32_t t = targets[r];
     const float *xr = logits + r * C;
-    float *d = dlogits + r * C;
+    G *d = dlogits + r * C;
     for (int64_t j = valid; j < C; ++j)
-      d[j] = 0.0f;
+      st(d[j], 0.0f);
     if (t < 0 || t >= valid) {
       flag_bad_index(flag, t);
       for (int64_t j = 0; j < valid; ++j)
-        d[j] = 0.0f;
+        st(d[j], 0.0f);
       return;
     }
     float m = row_max(xr, valid), sum = 0.0f;
-    for (int64_t j = 0; j < valid; ++j) {
-      float e = exp_f32(xr[j] - m);
-      d[j] = e;
-      sum += e;
+    if constexpr (std::is_same<G, float>::value) {
+      for (int64_t j = 0; j < valid; ++j) {
+        float e = exp_f32(xr[j] - m);
+        d[j] = e;
+        sum += e;
+      }
+      float inv = scale / sum;
+      for (int64_t j = 0; j < valid; ++j)
+        d[j] *= inv;
+      d[t] -= scale;
+    } else {
+      // 16 bits: the exponentials again instead of re-reading rounded
+      // ones; each value as the fp32 code computes it, rounded once.
+      for (int64_t j = 0; j < valid; ++j)
+        sum += exp_f32(xr[j] - m);
+      float inv = scale / sum;
+      for (int64_t j = 0; j < valid; ++j) {
+        float v = exp_f32(xr[j] - m) * inv;
+        st(d[j], j == t ? v - scale : v);
+      }
     }
-    float inv = scale / sum;
-    for (int64_t j = 0; j < valid; ++j)
-      d[j] *= inv;
-    d[t] -= scale;
   }
 };
 
@@ -945,10 +959,11 @@ struct TargetIsMaxFn {
 
 /// dlogits[r] = scale * (exp(logits[r] - rowmax[r]) / stats[r, 0] -
 /// onehot(owned target)); index space: rows.
-struct CeGradFn {
+/// dlogits of storage type G, as CrossEntropyGradFn's.
+template <class G = float> struct CeGradFn {
   const float *logits, *rowmax, *stats;
   const int32_t *targets;
-  float *dlogits;
+  G *dlogits;
   VocabSlice vocab;
   int64_t valid; // global classes from `valid` on take no part
   float scale;
@@ -956,18 +971,18 @@ struct CeGradFn {
   PLANRT_HD void operator()(int64_t r) const {
     int64_t C = vocab.V;
     const float *xr = logits + r * C;
-    float *d = dlogits + r * C;
+    G *d = dlogits + r * C;
     float m = rowmax[r], inv = scale / stats[2 * r];
-    for (int64_t j = 0; j < C; ++j)
-      d[j] = vocab.row0 + j < valid ? exp_f32(xr[j] - m) * inv : 0.0f;
     int32_t t = targets[r];
-    if (!vocab.valid(t) || t >= valid) {
+    int64_t l = -1; // the target's local column, if this rank owns it
+    if (!vocab.valid(t) || t >= valid)
       flag_bad_index(flag, t);
-      return;
+    else
+      l = vocab.local(t);
+    for (int64_t j = 0; j < C; ++j) {
+      float v = vocab.row0 + j < valid ? exp_f32(xr[j] - m) * inv : 0.0f;
+      st(d[j], j == l ? v - scale : v);
     }
-    int64_t l = vocab.local(t);
-    if (l >= 0)
-      d[l] -= scale;
   }
 };
 
@@ -1170,6 +1185,17 @@ inline AttnShape one_group(const AttnShape &a, int64_t heads) {
   return m;
 }
 
+/// Host: rows [0, t1) of query head h and its kv head, widened into x as
+/// the qkv [S, 3 D] of one_group(a, 1).
+template <class T>
+void widen_head(const AttnShape &a, const T *qkv, int64_t b, int64_t h,
+                int64_t t1, float *x) {
+  const int64_t D = a.D, W = 3 * D, g = h / (a.H / a.KV);
+  widen_rows(a.q(qkv, b, 0, h), a.width(), 0, t1, D, x, W);
+  widen_rows(a.k(qkv, b, 0, g), a.width(), 0, t1, D, x + D, W);
+  widen_rows(a.v(qkv, b, 0, g), a.width(), 0, t1, D, x + 2 * D, W);
+}
+
 /// out[b, t, h] = sum_{t' <= t} softmax_t'(scale q.k) v; index space: B H S
 /// (i = (b H + h) S + t). Two passes: the row max m, then e = exp(s - m),
 /// the normalizer sum e and the weighted sum of values accumulated in the
@@ -1245,10 +1271,8 @@ template <class T = float> struct AttentionFn {
     const int64_t S = a.S, D = a.D, W = 3 * D;
     std::vector<float> x((size_t)(S * W)), o((size_t)(S * D));
     for_each_group(begin, end, S, [&](int64_t bh, int64_t t0, int64_t t1) {
-      int64_t h = bh % a.H, b = bh / a.H, g = h / (a.H / a.KV);
-      widen_rows(a.q(qkv, b, 0, h), a.width(), 0, t1, D, x.data(), W);
-      widen_rows(a.k(qkv, b, 0, g), a.width(), 0, t1, D, x.data() + D, W);
-      widen_rows(a.v(qkv, b, 0, g), a.width(), 0, t1, D, x.data() + 2 * D, W);
+      int64_t h = bh % a.H, b = bh / a.H;
+      widen_head(a, qkv, b, h, t1, x.data());
       AttentionFn<float> one{x.data(), o.data(), one_group(a, 1),
                              keep ? keep + bh * S * S : nullptr,
                              stats ? stats + 2 * bh * S : nullptr};
@@ -1399,10 +1423,8 @@ template <class T = float> struct AttentionGradQFn {
     std::vector<float> x((size_t)(S * W)), dy((size_t)(S * D)),
         dx((size_t)(S * W));
     for_each_group(begin, end, S, [&](int64_t bh, int64_t t0, int64_t t1) {
-      int64_t h = bh % a.H, b = bh / a.H, g = h / (a.H / a.KV);
-      widen_rows(a.q(qkv, b, 0, h), a.width(), 0, t1, D, x.data(), W);
-      widen_rows(a.k(qkv, b, 0, g), a.width(), 0, t1, D, x.data() + D, W);
-      widen_rows(a.v(qkv, b, 0, g), a.width(), 0, t1, D, x.data() + 2 * D, W);
+      int64_t h = bh % a.H, b = bh / a.H;
+      widen_head(a, qkv, b, h, t1, x.data());
       widen_rows(dout + a.o(b, 0, h), a.H * D, t0, t1, D, dy.data(), D);
       AttentionGradQFn<float> one{x.data(),
                                   dy.data(),

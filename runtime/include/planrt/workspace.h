@@ -87,6 +87,12 @@ constexpr bool attention_grad(int qkv, int dout, int dqkv, int kept,
                               int64_t head_dim) {
   return dqkv == qkv && attention(qkv, dout, kept, head_dim);
 }
+/// cross_entropy_grad and ce_grad_from_stats: f32 logits, dlogits in f32
+/// or 16 bits (plan-fuse-casts: the loss gradient narrowed for the backward
+/// GEMMs is written narrow).
+constexpr bool loss_grad(int logits, int dlogits) {
+  return logits == kF32 && (dlogits == kF32 || is16(dlogits));
+}
 /// matmul on cuda: cuBLASLt reads a and b of one 16-bit type and writes c
 /// in that type or in f32. (The host's 16-bit GEMM widens its operands in
 /// exactly the staging bytes.)
