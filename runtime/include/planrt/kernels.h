@@ -1011,8 +1011,8 @@ template <class T> inline void copy_run(T *to, const T *from, int64_t len) {
 
 /// dst = blocks first, first + 1, ... of src [outer, D, inner] along the
 /// middle dim, each stored contiguously as [outer, Db, inner]; index space:
-/// dst elements (a multiple of outer * Db * inner). T: float, or uint16_t
-/// for 16-bit tensors (a move: no conversion).
+/// dst elements (a multiple of outer * Db * inner). T: any storage type
+/// (a move: 16-bit values are copied as they are, never converted).
 template <class T = float> struct SplitBlocksFn {
   static constexpr bool kElementwise = true;
   const T *src;
