@@ -7,67 +7,38 @@
 using namespace mlir;
 
 namespace {
+using Create = std::unique_ptr<Pass> (*)(const planc::PipelineOptions &);
 struct Stage {
   llvm::StringLiteral name;
-  std::unique_ptr<Pass> (*create)(const planc::PipelineOptions &);
+  Create create;
 };
+/// A pass that takes none of the pipeline's options.
+template <std::unique_ptr<Pass> (*F)()>
+std::unique_ptr<Pass> plain(const planc::PipelineOptions &) {
+  return F();
+}
 // The order of the pipeline: seeds, the training step, layouts, their
 // collectives, then per-rank code and C++.
 const Stage kStages[] = {
-    {"plan-seed-sharding",
-     [](const planc::PipelineOptions &) {
-       return planc::createSeedSharding();
-     }},
-    {"plan-mixed-precision",
-     [](const planc::PipelineOptions &) {
-       return planc::createMixedPrecision();
-     }},
-    {"plan-autodiff",
-     [](const planc::PipelineOptions &) { return planc::createAutodiff(); }},
-    {"plan-fuse-casts",
-     [](const planc::PipelineOptions &) { return planc::createFuseCasts(); }},
-    {"plan-loss-scale",
-     [](const planc::PipelineOptions &) { return planc::createLossScale(); }},
-    {"plan-recompute",
-     [](const planc::PipelineOptions &) { return planc::createRecompute(); }},
-    {"plan-propagate-sharding",
-     [](const planc::PipelineOptions &) {
-       return planc::createPropagateSharding();
-     }},
-    {"plan-insert-reshards",
-     [](const planc::PipelineOptions &) {
-       return planc::createInsertReshards();
-     }},
-    {"plan-expand-reshards",
-     [](const planc::PipelineOptions &) {
-       return planc::createExpandReshards();
-     }},
-    {"plan-partition-stages",
-     [](const planc::PipelineOptions &) {
-       return planc::createPartitionStages();
-     }},
-    {"plan-lower-to-rank",
-     [](const planc::PipelineOptions &) { return planc::createLowerToRank(); }},
-    {"plan-shard-in-place",
-     [](const planc::PipelineOptions &) {
-       return planc::createShardInPlace();
-     }},
-    {"plan-keep-attention",
-     [](const planc::PipelineOptions &) {
-       return planc::createKeepAttention();
-     }},
-    {"plan-schedule-pipeline",
-     [](const planc::PipelineOptions &) {
-       return planc::createSchedulePipeline();
-     }},
+    {"plan-seed-sharding", plain<planc::createSeedSharding>},
+    {"plan-mixed-precision", plain<planc::createMixedPrecision>},
+    {"plan-autodiff", plain<planc::createAutodiff>},
+    {"plan-fuse-casts", plain<planc::createFuseCasts>},
+    {"plan-loss-scale", plain<planc::createLossScale>},
+    {"plan-recompute", plain<planc::createRecompute>},
+    {"plan-propagate-sharding", plain<planc::createPropagateSharding>},
+    {"plan-insert-reshards", plain<planc::createInsertReshards>},
+    {"plan-expand-reshards", plain<planc::createExpandReshards>},
+    {"plan-partition-stages", plain<planc::createPartitionStages>},
+    {"plan-lower-to-rank", plain<planc::createLowerToRank>},
+    {"plan-shard-in-place", plain<planc::createShardInPlace>},
+    {"plan-keep-attention", plain<planc::createKeepAttention>},
+    {"plan-schedule-pipeline", plain<planc::createSchedulePipeline>},
     {"plan-memory",
      [](const planc::PipelineOptions &o) {
        return planc::createPlanMemory({o.target});
      }},
-    {"plan-lower-rank-to-emitc",
-     [](const planc::PipelineOptions &) {
-       return planc::createLowerRankToEmitC();
-     }},
+    {"plan-lower-rank-to-emitc", plain<planc::createLowerRankToEmitC>},
 };
 } // namespace
 

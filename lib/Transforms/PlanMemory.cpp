@@ -238,7 +238,7 @@ int64_t Planner::planBlock(Block &block, int64_t stage) {
   llvm::stable_sort(order, [&](size_t a, size_t b) {
     return records[a].bytes > records[b].bytes;
   });
-  DenseMap<size_t, int64_t> bySize;
+  SmallVector<int64_t> bySize(records.size(), 0);
   SmallVector<size_t> placed;
   int64_t sizeTop = 0;
   for (size_t i : order) {
