@@ -2,11 +2,15 @@
 """PyTorch (eager) training steps of the GPT that planc compiles, written
 the way a PyTorch user would write it for speed today (nanoGPT's style).
 
-usage: torch_gpt.py VOCAB SEQ D HEADS LAYERS BATCH STEPS THREADS [DEVICE [DTYPE]]
+usage: torch_gpt.py VOCAB SEQ D HEADS LAYERS BATCH STEPS THREADS [DEVICE [DTYPE [MODE]]]
 
-DEVICE is cpu (default) or cuda; DTYPE float32 (default) or bfloat16
-(autocast to bf16 with fp32 weights, as mixed-precision training runs).
-Prints "torch VERSION: median X ms, Y tok/s, peak Z GB" (peak on cuda only):
+DEVICE is cpu (default) or cuda; DTYPE float32 (default), tf32 (float32
+with TF32 matrix products, on cuda) or bfloat16 (autocast to bf16 with fp32
+weights, as mixed-precision training runs); MODE eager (default) or compile
+(torch.compile of the model; its compilation happens in the first steps,
+which the median leaves out).
+Prints "torch VERSION: median X ms, Y tok/s, peak Z GB, MODE" (peak on cuda
+only):
 the median step time of steps 3..STEPS.
 
 The model is examples/models/gpt.plan's GPT-2 (tied head, tanh GELU, fp32
@@ -30,6 +34,10 @@ import torch.nn.functional as F
 vocab, seq, d, heads, layers, batch, steps, threads = map(int, sys.argv[1:9])
 device = sys.argv[9] if len(sys.argv) > 9 else "cpu"
 dtype = sys.argv[10] if len(sys.argv) > 10 else "float32"
+mode = sys.argv[11] if len(sys.argv) > 11 else "eager"
+if dtype == "tf32":
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
 torch.set_num_threads(threads)
 torch.manual_seed(0)
 HAS_SDPA = hasattr(F, "scaled_dot_product_attention")
@@ -103,6 +111,7 @@ class GPT(nn.Module):
 
 
 model = GPT().to(device)
+step_model = torch.compile(model) if mode == "compile" else model
 kw = {}
 params = inspect.signature(torch.optim.AdamW).parameters
 if "fused" in params and (device == "cuda" or torch.__version__ >= "2.4"):
@@ -128,15 +137,18 @@ for step in range(steps):
     opt.zero_grad(set_to_none=True)
     with torch.autocast(device_type=device, dtype=torch.bfloat16,
                         enabled=dtype == "bfloat16"):
-        loss = model(x, y)
+        loss = step_model(x, y)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     opt.step()
     sync()
     times.append((time.perf_counter() - t0) * 1e3)
-median = statistics.median(times[2:])
+# torch.compile compiles during the first steps (and again when autocast's
+# state differs); the median of the later steps is the steady state.
+median = statistics.median(times[2:] if mode == "eager" else times[3:])
 line = (f"torch {torch.__version__.split('+')[0]}: median {median:.2f} ms, "
         f"{batch * seq / median * 1e3:.0f} tok/s")
 if cuda:
     line += f", peak {torch.cuda.max_memory_allocated() / 1e9:.2f} GB"
+line += f", {mode}"
 print(line)

@@ -48,8 +48,6 @@ Toolchain Toolchain::fromBuild() {
   tc.hostCompiler = envOr("PLANC_CXX", PLANC_MPICXX);
   tc.nvcc = envOr("PLANC_NVCC", PLANC_NVCC);
   tc.cudaRoot = PLANC_CUDA_ROOT;
-  tc.mpiInclude = PLANC_MPI_INCLUDES;
-  tc.mpiLibs = PLANC_MPI_LIBS;
   tc.cudaArchs = PLANC_CUDA_ARCHS;
   return tc;
 }
@@ -215,18 +213,13 @@ static LogicalResult compileDirect(const std::string &src,
   for (StringRef a : archs)
     argv.push_back(("-gencode=arch=compute_" + a + ",code=sm_" + a).str());
   argv.push_back("-I" + tc.runtimeInclude);
-  SmallVector<StringRef> parts;
-  StringRef(tc.mpiInclude).split(parts, ';', -1, false);
-  for (StringRef inc : parts)
-    argv.push_back(("-I" + inc).str());
+  // No MPI: the cuda runtime's control plane is its own (TCP), so the
+  // program starts where no MPI is installed. cudart is linked statically
+  // (nvcc's default); cuBLASLt and NCCL are found at run time in a CUDA
+  // install or the nvidia wheels (docs/runtime.md).
   // The source is a .cu file, so nvcc compiles it as CUDA C++.
   argv.insert(argv.end(),
               {src, "-o", out, tc.runtimeLibDir + "/libplanrt_cuda.a",
-               "-L" + tc.cudaRoot + "/lib64", "-lcublasLt", "-lcublas",
-               "-lnccl", "-lcudart"});
-  parts.clear();
-  StringRef(tc.mpiLibs).split(parts, ';', -1, false);
-  for (StringRef lib : parts)
-    argv.push_back(lib.str());
+               "-L" + tc.cudaRoot + "/lib64", "-lcublasLt", "-lnccl"});
   return runCommand(argv, verbose);
 }

@@ -6,7 +6,7 @@
 
 #include <algorithm>
 
-#include <mpi.h>
+#include "control.h"
 
 #include "watchdog.h"
 

@@ -7,7 +7,7 @@
 #include "progress.h"
 #include "trace.h"
 
-#include <mpi.h>
+#include "control.h"
 
 #include "watchdog.h"
 
@@ -307,6 +307,20 @@ std::string launch_name(const char *argv0) {
   if (s.find('/') == std::string::npos)
     s = "./" + s;
   return s;
+}
+
+/// How to start `ranks` ranks of this program: the host target runs under
+/// mpirun; the cuda target also alone (one rank) or under any launcher of
+/// docs/runtime.md.
+std::string launch_command(int64_t ranks, const char *argv0) {
+  std::string prog = launch_name(argv0), n = std::to_string(ranks);
+  if (std::string(backend::name()) != "cuda")
+    return "'mpirun -np " + n + " " + prog + "'";
+  if (ranks == 1)
+    return "'" + prog + "'";
+  return "'torchrun --nproc-per-node " + n + " --no-python " + prog +
+         "', 'srun -n " + n + " " + prog + "' or 'mpirun -np " + n + " " +
+         prog + "'";
 }
 
 /// The "memory per rank" line (rank 0) and the check of the runtime's
@@ -1406,10 +1420,10 @@ int run(int argc, char **argv, const char *program_name,
       if (ctx->rank == 0) {
         std::printf("%s", usage(argv0).c_str());
         std::printf("Runs the training plan '%s' compiled for %lld rank(s) "
-                    "(%s): launch it with 'mpirun -np %lld %s'.\n",
+                    "(%s): launch it with %s.\n",
                     program_name, (long long)mesh_ranks(ctx),
-                    mesh_str(ctx).c_str(), (long long)mesh_ranks(ctx),
-                    launch_name(argv0).c_str());
+                    mesh_str(ctx).c_str(),
+                    launch_command(mesh_ranks(ctx), argv0).c_str());
         std::fflush(stdout);
       }
       delete ctx;
@@ -1546,11 +1560,10 @@ int run(int argc, char **argv, const char *program_name,
   if (need != ctx->world) {
     std::fprintf(stderr,
                  "%s: error: this program was compiled for %lld rank%s (%s) "
-                 "but was started with %d; launch it with 'mpirun -np %lld "
-                 "%s'\n",
+                 "but was started with %d; launch it with %s\n",
                  program_name, (long long)need, need == 1 ? "" : "s",
-                 mesh_str(ctx).c_str(), ctx->world, (long long)need,
-                 launch_name(argv0).c_str());
+                 mesh_str(ctx).c_str(), ctx->world,
+                 launch_command(need, argv0).c_str());
     std::fflush(stderr);
     delete ctx;
     MPI_Finalize();

@@ -10,7 +10,7 @@
 
 #include "planrt/internal.h"
 
-#include <mpi.h>
+#include "control.h"
 
 #include "watchdog.h"
 

@@ -17,7 +17,7 @@
 #include "planrt/workspace.h"
 #include "trace.h"
 
-#include <mpi.h>
+#include "control.h"
 
 #include "watchdog.h"
 

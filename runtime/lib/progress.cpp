@@ -5,7 +5,7 @@
 
 #include "progress.h"
 
-#include <mpi.h>
+#include "control.h"
 
 #include "watchdog.h"
 #include <sys/ioctl.h>

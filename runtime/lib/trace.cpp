@@ -7,7 +7,7 @@
 
 #include "trace.h"
 
-#include <mpi.h>
+#include "control.h"
 
 #include "watchdog.h"
 

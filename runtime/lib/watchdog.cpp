@@ -12,7 +12,7 @@
 // clock read and a sched_yield per 64 polls until it has lasted 10 ms.
 //===----------------------------------------------------------------------===//
 
-#include <mpi.h>
+#include "control.h"
 
 #include "watchdog.h"
 

@@ -22,8 +22,6 @@ struct Toolchain {
   std::string hostCompiler;   ///< MPI C++ compiler wrapper (mpicxx)
   std::string nvcc;
   std::string cudaRoot;
-  std::string mpiInclude; ///< for nvcc, which does not wrap MPI
-  std::string mpiLibs;    ///< semicolon-separated, for nvcc
   std::string cudaArchs;  ///< e.g. "80;90"
   /// Defaults from the build that produced this planc, overridable with the
   /// PLANC_RUNTIME_DIR (include and lib under it), PLANC_CXX and

@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# The GPU suite, step 2 of 2: runs on a bare GPU node, from the directory
+# bench/gpu/prepare.sh filled.
+#   DIR/run.sh OUT
+# Needs the NVIDIA driver, CUDA 13's cuBLASLt and NCCL (in /usr/local/cuda or
+# the nvidia-* wheels of python3's site-packages) and python3 with torch; no
+# MPI, cmake or build tree. Every step runs under a time limit and the suite
+# goes on after a failure. Writes under OUT (at most 8 files): table.md (the
+# table printed last), results.json, logs.tar.gz (every log and the GPU
+# runs' parameters). Exit code 0 when every correctness row holds.
+set -uo pipefail
+HERE="$(cd "$(dirname "$0")" && pwd)"
+OUT="${1:?usage: run.sh OUT}"
+mkdir -p "$OUT"
+OUT="$(cd "$OUT" && pwd)"
+LOGS="$(mktemp -d)"
+trap 'rm -rf "$LOGS"' EXIT
+PY="${PYTHON:-python3}"
+START=$(date +%s)
+
+# cuBLASLt and NCCL: a CUDA install first, then the wheels torch brings.
+WHEEL_LIBS="$("$PY" - <<'PY'
+import glob, os, site, sys
+roots = [p for p in sys.path if p.endswith("-packages")]
+try:
+    roots += site.getsitepackages()
+except AttributeError:
+    pass
+dirs = []
+for r in dict.fromkeys(roots):
+    dirs += sorted(glob.glob(os.path.join(r, "nvidia", "*", "lib")))
+print(":".join(dict.fromkeys(dirs)))
+PY
+)"
+export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${WHEEL_LIBS}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+
+cd "$HERE"
+"$PY" -c 'import tarfile; tarfile.open("bin.tar.xz").extractall(".")' || exit 1
+GPU="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
+echo "== $(date -u +%FT%TZ) GPU: ${GPU:-none found}; commit $(cat "$HERE/commit")"
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv >"$LOGS/nvidia-smi.txt" 2>&1
+if ldd "$HERE/bin/tiny-gpt-fp32" | grep 'not found'; then
+  echo "run.sh: the cuda programs miss libraries (above); LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+fi
+ldd "$HERE/bin/tiny-gpt-fp32" >"$LOGS/ldd.txt" 2>&1
+
+cd "$HERE"
+# step NAME LIMIT COMMAND...: runs with a time limit, output to LOGS/NAME.log,
+# status to LOGS/NAME.rc; prints one line.
+step() {
+  local name="$1" limit="$2"
+  shift 2
+  local t0=$(date +%s%N)
+  timeout -k 5 "$limit" "$@" >"$LOGS/$name.log" 2>&1
+  local rc=$?
+  echo "$rc" >"$LOGS/$name.rc"
+  local ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+  printf "%-28s rc %-3s %4d.%01d s\n" "$name" "$rc" $((ms / 1000)) $((ms % 1000 / 100))
+  [ "$rc" = 0 ] || tail -5 "$LOGS/$name.log" | sed 's/^/    /'
+}
+
+# 1. The small plans on the GPU (one process, no launcher), against the host.
+for p in tiny-gpt-fp32 tiny-gpt-bf16 tiny-gpt-fp16 tiny-llama-fp32 tiny-llama-bf16 resnet-small-fp32; do
+  step "$p" 90 "bin/$p" --save "$LOGS/$p.safetensors" --log-json "$LOGS/$p.json"
+done
+# 2. compute-sanitizer's memcheck over 2 steps of tiny-gpt.
+if command -v compute-sanitizer >/dev/null; then
+  step memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 9 \
+    bin/tiny-gpt-fp32 --steps 2 --quiet
+else
+  echo "compute-sanitizer not found" >"$LOGS/memcheck.log"; echo 127 >"$LOGS/memcheck.rc"
+fi
+# 3. GPT-2 124M, B 16, T 1024: planc, then PyTorch on the same GPU.
+for p in gpt2-bf16 gpt2-fp32; do
+  step "$p" 150 "bin/$p" --quiet --log-json "$LOGS/$p.json"
+done
+T="50257 1024 768 12 12 16 12 8 cuda"
+step torch-bf16-eager 120 "$PY" torch_gpt.py $T bfloat16 eager
+step torch-tf32-eager 120 "$PY" torch_gpt.py $T tf32 eager
+step torch-bf16-compile 240 "$PY" torch_gpt.py $T bfloat16 compile
+
+# 4. Where GPT-2 bf16's step goes, kernel by kernel (ncu, one step), while
+# the suite has time left: which kernels to write first.
+if command -v ncu >/dev/null && [ $(( $(date +%s) - START )) -lt "${NCU_UNTIL:-240}" ]; then
+  step ncu-gpt2-bf16 120 ncu --clock-control none --metrics gpu__time_duration.sum \
+    --csv --page raw --log-file "$LOGS/ncu.csv" bin/gpt2-bf16 --steps 1 --quiet
+  "$PY" kernels.py "$LOGS/ncu.csv" >"$LOGS/kernels.txt" 2>&1 && cp "$LOGS/kernels.txt" "$OUT/kernels.txt"
+  head -25 "$LOGS/kernels.txt"
+fi
+
+echo "== suite took $(( $(date +%s) - START )) s"
+"$PY" summarize.py "$HERE" "$LOGS" "$GPU" "$OUT"
+status=$?
+tar -czf "$OUT/logs.tar.gz" -C "$LOGS" .
+exit $status

@@ -1,0 +1,218 @@
+#!/usr/bin/env python3
+"""The GPU suite's table (bench/gpu/run.sh calls it on the GPU node).
+
+usage: summarize.py DIR LOGS GPU OUT
+
+DIR is what bench/gpu/prepare.sh made (ref/, plans/), LOGS the run's logs.
+Prints one markdown table and writes OUT/table.md and OUT/results.json.
+Exits 1 unless every correctness row holds. Standard library only.
+
+Correctness rows, against the host target's run of the same plan:
+  fp32: every step's loss within 1e-4 relative, every parameter tensor
+        within 1e-3 (||gpu - host|| / ||host||);
+  bf16, fp16: every step's loss within 2% of the host's fp32 run;
+  memory: the peak planc planned for the device (the report's) against the
+        peak planrt measured on the GPU (--log-json);
+  memcheck: compute-sanitizer finds no error in 2 steps of tiny-gpt.
+Speed rows: GPT-2 124M (B 16, T 1024), the median of the steps after the
+first two (tokens/s, step time, MFU against the card's dense peak for the
+plan's precision), next to PyTorch on the same GPU in the same run and the
+cost model's prediction for the same plan on that GPU."""
+import json
+import math
+import os
+import re
+import statistics
+import sys
+
+HERE, LOGS, GPU, OUT = sys.argv[1:5]
+sys.path.insert(0, HERE)
+from compare_runs import read_losses, read_safetensors  # noqa: E402
+
+# Dense peaks in TFLOP/s (docs/cost-model.md): bf16 on tensor cores, and
+# plain fp32 (planc's fp32 GEMMs compute in fp32 without TF32).
+PEAKS = {"H200": (989.0, 67.0), "H100": (989.0, 67.0), "A100": (312.0, 19.5)}
+gpu_key = next((k for k in PEAKS if k in GPU), None)
+rows, results, ok = [], {"gpu": GPU}, True
+
+
+def rc(name):
+    try:
+        return int(open(os.path.join(LOGS, name + ".rc")).read())
+    except (OSError, ValueError):
+        return None
+
+
+def last_error(name):
+    try:
+        lines = open(os.path.join(LOGS, name + ".log"),
+                     errors="replace").read().splitlines()
+    except OSError:
+        return "no log"
+    for line in reversed(lines):
+        if "error" in line.lower() or "fault" in line.lower():
+            return line.strip()[:160]
+    return (lines[-1].strip()[:160] if lines else "no output")
+
+
+def json_lines(path):
+    try:
+        return [json.loads(l) for l in open(path) if l.strip()]
+    except (OSError, ValueError):
+        return []
+
+
+def row(check, run, value, target, passed):
+    global ok
+    ok = ok and passed
+    rows.append((check, run, value, target, "yes" if passed else "**NO**"))
+    results.setdefault("rows", []).append(
+        {"check": check, "run": run, "value": value, "target": target,
+         "pass": passed})
+
+
+def loss_errors(ref_log, log):
+    a, b = read_losses(ref_log), read_losses(log)
+    if set(a) != set(b):
+        return None
+    return max(abs(a[s] - b[s]) / max(abs(a[s]), 1e-30) for s in a)
+
+
+def param_error(ref, mine):
+    a, b = read_safetensors(ref), read_safetensors(mine)
+    worst = 0.0
+    for name, (shape, x) in a.items():
+        if name not in b or b[name][0] != shape:
+            return math.inf
+        y = b[name][1]
+        num = math.sqrt(sum((p - q) ** 2 for p, q in zip(x, y)))
+        den = math.sqrt(sum(p * p for p in x)) or 1.0
+        worst = max(worst, num / den if num == num else math.inf)
+    return worst
+
+
+def parity(name, ref_name, loss_tol, param_tol):
+    log = os.path.join(LOGS, name + ".log")
+    ref_log = os.path.join(HERE, "ref", ref_name + ".log")
+    if rc(name) != 0:
+        row(f"{name} runs", "GPU", f"exit {rc(name)}: {last_error(name)}",
+            "exit 0", False)
+        return
+    try:
+        err = loss_errors(ref_log, log)
+    except SystemExit as e:
+        row(f"{name} losses", "GPU vs host", str(e), "", False)
+        return
+    if err is None:
+        row(f"{name} losses", "GPU vs host", "steps differ", "", False)
+        return
+    row(f"{name} loss per step", f"GPU vs host {ref_name}", f"{err:.2e}",
+        f"<= {loss_tol:g}", err <= loss_tol)
+    if param_tol is not None:
+        perr = param_error(os.path.join(HERE, "ref", ref_name + ".safetensors"),
+                           os.path.join(LOGS, name + ".safetensors"))
+        row(f"{name} parameters", f"GPU vs host {ref_name}", f"{perr:.2e}",
+            f"<= {param_tol:g}", perr <= param_tol)
+
+
+def memory(name):
+    """The report's planned peak against the measured device peak."""
+    if rc(name) != 0:
+        return
+    try:
+        report = json.load(open(os.path.join(HERE, "plans",
+                                             name + ".report.json")))
+    except (OSError, ValueError):
+        return
+    summary = next((r for r in json_lines(os.path.join(LOGS, name + ".json"))
+                    if r.get("type") == "summary"), None)
+    if not summary:
+        row(f"{name} memory", "planned vs measured", "no summary", "", False)
+        return
+    planned = report["memory_per_rank"]["peak"]
+    measured = summary["memory"]["max_over_ranks"]["device_peak_bytes"]
+    row(f"{name} memory", "planned vs measured",
+        f"{planned} vs {measured} B", "equal", planned == measured)
+
+
+for p in ("tiny-gpt", "tiny-llama"):
+    parity(f"{p}-fp32", f"{p}-fp32", 1e-4, 1e-3)
+parity("resnet-small-fp32", "resnet-small-fp32", 1e-4, 1e-3)
+for p in ("tiny-gpt-bf16", "tiny-gpt-fp16", "tiny-llama-bf16"):
+    parity(p, p.rsplit("-", 1)[0] + "-fp32", 0.02, None)
+for p in ("tiny-gpt-fp32", "tiny-gpt-bf16", "tiny-llama-fp32",
+          "resnet-small-fp32"):
+    memory(p)
+m = rc("memcheck")
+row("compute-sanitizer memcheck", "tiny-gpt fp32, 2 steps",
+    "clean" if m == 0 else f"exit {m}: {last_error('memcheck')}", "clean",
+    m == 0)
+
+# Speed.
+speed = []
+report_gpu = "h200" if "H200" in GPU else "h100"
+for prec in ("bf16", "fp32"):
+    name = f"gpt2-{prec}"
+    if rc(name) != 0:
+        speed.append((f"planc {prec}", f"exit {rc(name)}: {last_error(name)}",
+                      "", "", "", ""))
+        continue
+    recs = json_lines(os.path.join(LOGS, name + ".json"))
+    steps = [r for r in recs if r.get("type") == "step"][2:]
+    summary = next((r for r in recs if r.get("type") == "summary"), {})
+    if not steps:
+        speed.append((f"planc {prec}", "no steps", "", "", "", ""))
+        continue
+    ms = statistics.median(r["step_time_s"] for r in steps) * 1e3
+    tok = statistics.median(r["tokens_per_s"] for r in steps)
+    flops = summary.get("step_flops_per_rank") or 0
+    peak = PEAKS.get(gpu_key, (0, 0))[0 if prec == "bf16" else 1] * 1e12
+    mfu = flops / (ms / 1e3) / peak if flops and peak else float("nan")
+    mem = summary.get("memory", {}).get("max_over_ranks", {}).get(
+        "device_peak_bytes", 0)
+    try:
+        rep = json.load(open(os.path.join(
+            HERE, "plans", f"{name}.{report_gpu}.report.json")))
+        pred = f"{rep['step_time_s'] * 1e3:.1f} ms, {rep['memory_per_rank']['peak'] / 1e9:.2f} GB"
+    except (OSError, ValueError, KeyError):
+        pred = "no report"
+    speed.append((f"planc {prec}", f"{ms:.1f} ms", f"{tok:.0f}",
+                  f"{100 * mfu:.1f}%", f"{mem / 1e9:.2f} GB", pred))
+    results[name] = {"ms": ms, "tokens_per_s": tok, "mfu": mfu,
+                     "peak_bytes": mem, "predicted": pred}
+for name, label in (("torch-bf16-eager", "PyTorch eager bf16 autocast"),
+                    ("torch-tf32-eager", "PyTorch eager fp32 (TF32)"),
+                    ("torch-bf16-compile", "PyTorch compile bf16 autocast")):
+    text = ""
+    try:
+        text = open(os.path.join(LOGS, name + ".log")).read()
+    except OSError:
+        pass
+    m = re.search(r"median ([\d.]+) ms, (\d+) tok/s(?:, peak ([\d.]+) GB)?",
+                  text)
+    if rc(name) != 0 or not m:
+        speed.append((label, f"exit {rc(name)}: {last_error(name)}", "", "",
+                      "", ""))
+        continue
+    ms, tok = float(m.group(1)), int(m.group(2))
+    speed.append((label, f"{ms:.1f} ms", f"{tok}", "", f"{m.group(3)} GB",
+                  ""))
+    results[name] = {"ms": ms, "tokens_per_s": tok}
+
+lines = [f"GPU: {GPU}", "",
+         "| check | run | value | target | holds |", "|---|---|---|---|---|"]
+lines += ["| " + " | ".join(r) + " |" for r in rows]
+lines += ["", "GPT-2 124M, B 16, T 1024, one GPU; medians of the steps after "
+          "the first two. MFU: model FLOPs against the dense peak of the "
+          "run's precision (bf16 989, fp32 67 TFLOP/s).", "",
+          "| run | step | tokens/s | MFU | peak memory | planc --report "
+          "predicts |", "|---|---|---|---|---|---|"]
+lines += ["| " + " | ".join(r) + " |" for r in speed]
+table = "\n".join(lines)
+print(table)
+with open(os.path.join(OUT, "table.md"), "w") as f:
+    f.write(table + "\n")
+results["pass"] = ok
+with open(os.path.join(OUT, "results.json"), "w") as f:
+    json.dump(results, f, indent=1)
+sys.exit(0 if ok else 1)
