@@ -61,18 +61,22 @@ step() {
 
 # 1. The small plans on the GPU (one process, no launcher), against the host.
 for p in tiny-gpt-fp32 tiny-gpt-bf16 tiny-gpt-fp16 tiny-llama-fp32 tiny-llama-bf16 resnet-small-fp32; do
-  step "$p" 90 "bin/$p" --save "$LOGS/$p.safetensors" --log-json "$LOGS/$p.json"
+  step "$p" 45 "bin/$p" --save "$LOGS/$p.safetensors" --log-json "$LOGS/$p.json"
 done
-# 2. compute-sanitizer's memcheck over 2 steps of tiny-gpt.
+# 2. compute-sanitizer over tiny-gpt: memcheck (2 steps), racecheck (1).
 if command -v compute-sanitizer >/dev/null; then
-  step memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 9 \
+  step memcheck 90 compute-sanitizer --tool memcheck --error-exitcode 9 \
     bin/tiny-gpt-fp32 --steps 2 --quiet
+  # racecheck: the block kernels' shared memory (a missing barrier).
+  step racecheck 90 compute-sanitizer --tool racecheck --error-exitcode 9 \
+    bin/tiny-gpt-fp32 --steps 1 --quiet
 else
   echo "compute-sanitizer not found" >"$LOGS/memcheck.log"; echo 127 >"$LOGS/memcheck.rc"
+  echo "compute-sanitizer not found" >"$LOGS/racecheck.log"; echo 127 >"$LOGS/racecheck.rc"
 fi
 # 3. GPT-2 124M, B 16, T 1024: planc, then PyTorch on the same GPU.
 for p in gpt2-bf16 gpt2-fp32; do
-  step "$p" 150 "bin/$p" --quiet --log-json "$LOGS/$p.json"
+  step "$p" 90 "bin/$p" --quiet --log-json "$LOGS/$p.json"
 done
 T="50257 1024 768 12 12 16 12 8 cuda"
 step torch-bf16-eager 120 "$PY" torch_gpt.py $T bfloat16 eager
@@ -81,7 +85,7 @@ step torch-bf16-compile 240 "$PY" torch_gpt.py $T bfloat16 compile
 
 # 4. Where GPT-2 bf16's step goes, kernel by kernel (ncu, one step), while
 # the suite has time left: which kernels to write first.
-if command -v ncu >/dev/null && [ $(( $(date +%s) - START )) -lt "${NCU_UNTIL:-240}" ]; then
+if command -v ncu >/dev/null && [ $(( $(date +%s) - START )) -lt "${NCU_UNTIL:-200}" ]; then
   step ncu-gpt2-bf16 120 ncu --clock-control none --metrics gpu__time_duration.sum \
     --csv --page raw --log-file "$LOGS/ncu.csv" bin/gpt2-bf16 --steps 1 --quiet
   "$PY" kernels.py "$LOGS/ncu.csv" >"$LOGS/kernels.txt" 2>&1 && cp "$LOGS/kernels.txt" "$OUT/kernels.txt"

@@ -13,7 +13,7 @@ Correctness rows, against the host target's run of the same plan:
   bf16, fp16: every step's loss within 2% of the host's fp32 run;
   memory: the peak planc planned for the device (the report's) against the
         peak planrt measured on the GPU (--log-json);
-  memcheck: compute-sanitizer finds no error in 2 steps of tiny-gpt.
+  memcheck, racecheck: compute-sanitizer finds no error in tiny-gpt.
 Speed rows: GPT-2 124M (B 16, T 1024), the median of the steps after the
 first two (tokens/s, step time, MFU against the card's dense peak for the
 plan's precision), next to PyTorch on the same GPU in the same run and the
@@ -143,10 +143,11 @@ for p in ("tiny-gpt-bf16", "tiny-gpt-fp16", "tiny-llama-bf16"):
 for p in ("tiny-gpt-fp32", "tiny-gpt-bf16", "tiny-llama-fp32",
           "resnet-small-fp32"):
     memory(p)
-m = rc("memcheck")
-row("compute-sanitizer memcheck", "tiny-gpt fp32, 2 steps",
-    "clean" if m == 0 else f"exit {m}: {last_error('memcheck')}", "clean",
-    m == 0)
+for tool, steps in (("memcheck", 2), ("racecheck", 1)):
+    m = rc(tool)
+    row(f"compute-sanitizer {tool}", f"tiny-gpt fp32, {steps} step(s)",
+        "clean" if m == 0 else f"exit {m}: {last_error(tool)}", "clean",
+        m == 0)
 
 # Speed.
 speed = []

@@ -32,6 +32,8 @@
 
 #include "../context.h"
 #include "../watchdog.h"
+#include "attention.h"
+#include "column_sums.h"
 #include "planrt/kernels.h"
 
 #include <cublasLt.h>
@@ -416,7 +418,9 @@ template <class F> __global__ void map_kernel(int64_t n, F f) {
     f(i);
 }
 
-template <class F> void launch(Context *ctx, int64_t n, const F &f) {
+/// Runs f(i) for i in [0, n): one GPU thread per invocation (the
+/// functors of kernels.h as they are).
+template <class F> void launch_rows(Context *ctx, int64_t n, const F &f) {
   if (n <= 0)
     return;
   const int threads = 256;
@@ -425,6 +429,47 @@ template <class F> void launch(Context *ctx, int64_t n, const F &f) {
     blocks = 65536; // grid-stride loop covers the rest
   map_kernel<<<(unsigned)blocks, threads, 0, state(ctx)->stream>>>(n, f);
   CUDA_CHECK(cudaGetLastError());
+}
+
+// The kernels the ops launch (lib/ops_impl.inc calls detail::launch with a
+// functor of kernels.h): the functor's own GPU kernel where this backend has
+// one (its family's file under lib/cuda/), else the functor one thread per
+// invocation. One overload per functor with a kernel of its own.
+template <class F> void launch(Context *ctx, int64_t n, const F &f) {
+  launch_rows(ctx, n, f);
+}
+
+/// Attention (lib/cuda/attention.cu) for the head dims it is built for.
+/// Its tiles keep no exponentials: the forward writes only the row
+/// statistics, and the backward reads those (never `keep`), consistently,
+/// since all three parts take the tiled path for the same head dims.
+template <class T>
+void launch(Context *ctx, int64_t n, const kernels::AttentionFn<T> &f) {
+  if (!cuda_attention::forward(state(ctx)->stream, f.a, f.qkv, f.out,
+                               f.stats))
+    launch_rows(ctx, n, f);
+}
+template <class T>
+void launch(Context *ctx, int64_t n, const kernels::AttentionGradQFn<T> &f) {
+  if (!cuda_attention::grad_q(state(ctx)->stream, f.a, f.qkv, f.dout, f.dqkv,
+                              f.stats, f.rowstats, f.delta))
+    launch_rows(ctx, n, f);
+}
+template <class T>
+void launch(Context *ctx, int64_t n, const kernels::AttentionGradKVFn<T> &f) {
+  if (!cuda_attention::grad_kv(state(ctx)->stream, f.a, f.qkv, f.dout,
+                               f.dqkv, f.rowstats, f.delta))
+    launch_rows(ctx, n, f);
+}
+
+/// Column sums (lib/cuda/column_sums.cu): blocks of 16 columns.
+template <class T, class G>
+void launch(Context *ctx, int64_t, const kernels::BiasGradFn<T, G> &f) {
+  cuda_column_sums::bias_grad(state(ctx)->stream, f);
+}
+template <class T>
+void launch(Context *ctx, int64_t, const kernels::NormGradParamFn<T> &f) {
+  cuda_column_sums::norm_grad_param(state(ctx)->stream, f);
 }
 
 namespace {

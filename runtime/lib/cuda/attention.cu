@@ -1,0 +1,162 @@
+//===- attention.cu - Tiled causal attention: forward and backward --------===//
+//
+// The kernels of attention_blocks.h (read its essay first), one block per
+// 64 rows: forward (grid: query tiles x B H), the backward's query side
+// (query tiles x B H: rowstats, delta, dq) and key side (key tiles x B KV:
+// dk, dv), in that order on the compute stream. Head dims 16, 32, 64 and 128
+// are instantiated; others run the per-row functors (kernels.h). Shared
+// memory above 48 KB is asked for once per kernel (cudaFuncSetAttribute).
+//
+// recompute = none on the host keeps each row's exponentials (`keep`) for
+// the backward; these kernels recompute them from the row statistics
+// instead, tile by tile, as flash attention does: reading S x S floats back
+// from memory costs more than the FMAs that remake them. So the forward
+// writes only `stats`, and the backward reads `stats` (never `keep`).
+//===----------------------------------------------------------------------===//
+
+#include "../context.h"
+#include "attention.h"
+#include "attention_blocks.h"
+
+#include <cuda_runtime.h>
+
+#include <type_traits>
+
+namespace planrt {
+namespace cuda_attention {
+
+namespace {
+
+template <int D, class T>
+__global__ void __launch_bounds__(attn::kThreads)
+    forward_kernel(kernels::AttnShape a, const T *qkv, T *out, float *stats) {
+  extern __shared__ float smem[];
+  attn::forward_block<D>(block::this_lane(), smem, a, qkv, out, stats,
+                         (int64_t)blockIdx.y,
+                         (int64_t)blockIdx.x * attn::kRows);
+}
+
+template <int D, class T>
+__global__ void __launch_bounds__(attn::kThreads)
+    grad_q_kernel(kernels::AttnShape a, const T *qkv, const T *dout, T *dqkv,
+                  const float *stats, float *rowstats, float *delta) {
+  extern __shared__ float smem[];
+  attn::grad_q_block<D>(block::this_lane(), smem, a, qkv, dout, dqkv, stats,
+                        rowstats, delta, (int64_t)blockIdx.y,
+                        (int64_t)blockIdx.x * attn::kRows);
+}
+
+template <int D, class T>
+__global__ void __launch_bounds__(attn::kThreads)
+    grad_kv_kernel(kernels::AttnShape a, const T *qkv, const T *dout, T *dqkv,
+                   const float *rowstats, const float *delta) {
+  extern __shared__ float smem[];
+  attn::grad_kv_block<D>(block::this_lane(), smem, a, qkv, dout, dqkv, rowstats,
+                         delta, (int64_t)blockIdx.y,
+                         (int64_t)blockIdx.x * attn::kRows);
+}
+
+void check(cudaError_t e, const char *what) {
+  if (e != cudaSuccess)
+    fatal("CUDA error %s (%s) in %s", cudaGetErrorName(e),
+          cudaGetErrorString(e), what);
+}
+
+/// Raises `kernel`'s dynamic shared memory limit to `bytes` (once).
+template <class K> void allow_smem(K kernel, size_t bytes, bool &done) {
+  if (done)
+    return;
+  check(cudaFuncSetAttribute(kernel,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)bytes),
+        "cudaFuncSetAttribute (attention's shared memory)");
+  done = true;
+}
+
+dim3 grid(int64_t rows, int64_t groups) {
+  return dim3((unsigned)((rows + attn::kRows - 1) / attn::kRows),
+              (unsigned)groups);
+}
+
+/// f(std::integral_constant<int, D>) for the head dims with kernels.
+template <class F> bool with_head_dim(int64_t d, const F &f) {
+  switch (d) {
+  case 16:
+    f(std::integral_constant<int, 16>());
+    return true;
+  case 32:
+    f(std::integral_constant<int, 32>());
+    return true;
+  case 64:
+    f(std::integral_constant<int, 64>());
+    return true;
+  case 128:
+    f(std::integral_constant<int, 128>());
+    return true;
+  default:
+    return false;
+  }
+}
+
+} // namespace
+
+template <class T>
+bool forward(cudaStream_t s, const kernels::AttnShape &a, const T *qkv,
+             T *out, float *stats) {
+  return with_head_dim(a.D, [&](auto dim) {
+    constexpr int D = decltype(dim)::value;
+    static bool ready = false;
+    size_t bytes = attn::forward_floats<D>() * sizeof(float);
+    allow_smem(forward_kernel<D, T>, bytes, ready);
+    forward_kernel<D, T><<<grid(a.S, a.B * a.H), attn::kThreads, bytes, s>>>(
+        a, qkv, out, stats);
+    check(cudaGetLastError(), "attention forward kernel launch");
+  });
+}
+
+template <class T>
+bool grad_q(cudaStream_t s, const kernels::AttnShape &a, const T *qkv,
+            const T *dout, T *dqkv, const float *stats, float *rowstats,
+            float *delta) {
+  return with_head_dim(a.D, [&](auto dim) {
+    constexpr int D = decltype(dim)::value;
+    static bool ready = false;
+    size_t bytes = attn::grad_q_floats<D>() * sizeof(float);
+    allow_smem(grad_q_kernel<D, T>, bytes, ready);
+    grad_q_kernel<D, T><<<grid(a.S, a.B * a.H), attn::kThreads, bytes, s>>>(
+        a, qkv, dout, dqkv, stats, rowstats, delta);
+    check(cudaGetLastError(), "attention dq kernel launch");
+  });
+}
+
+template <class T>
+bool grad_kv(cudaStream_t s, const kernels::AttnShape &a, const T *qkv,
+             const T *dout, T *dqkv, const float *rowstats,
+             const float *delta) {
+  return with_head_dim(a.D, [&](auto dim) {
+    constexpr int D = decltype(dim)::value;
+    static bool ready = false;
+    size_t bytes = attn::grad_kv_floats<D>() * sizeof(float);
+    allow_smem(grad_kv_kernel<D, T>, bytes, ready);
+    grad_kv_kernel<D, T><<<grid(a.S, a.B * a.KV), attn::kThreads, bytes, s>>>(
+        a, qkv, dout, dqkv, rowstats, delta);
+    check(cudaGetLastError(), "attention dk/dv kernel launch");
+  });
+}
+
+#define PLANRT_ATTENTION_TYPES(T)                                              \
+  template bool forward<T>(cudaStream_t, const kernels::AttnShape &,          \
+                           const T *, T *, float *);                           \
+  template bool grad_q<T>(cudaStream_t, const kernels::AttnShape &,           \
+                          const T *, const T *, T *, const float *, float *,   \
+                          float *);                                            \
+  template bool grad_kv<T>(cudaStream_t, const kernels::AttnShape &,          \
+                           const T *, const T *, T *, const float *,           \
+                           const float *);
+PLANRT_ATTENTION_TYPES(float)
+PLANRT_ATTENTION_TYPES(kernels::bf16_t)
+PLANRT_ATTENTION_TYPES(kernels::f16_t)
+#undef PLANRT_ATTENTION_TYPES
+
+} // namespace cuda_attention
+} // namespace planrt

@@ -1,0 +1,387 @@
+//===- attention_blocks.h - Causal attention in tiles, one block each -----===//
+//
+// Attention on the GPU without an S x S matrix in memory (the flash
+// attention scheme): a block of 256 threads owns 64 rows (queries in the
+// forward and dq pass, keys in the dk/dv pass) and walks the other side in
+// tiles of 64, each tile staged in shared memory as fp32. Two block-level
+// products do all the arithmetic:
+//   dots:     C[64 x 64] = A[64 x D] B[64 x D]^T  (scores q.k, dout.v)
+//   weighted: O[64 x D] += P[64 x 64] V[64 x D]    (p v, ds k, p dout, ds q)
+// Thread (ty, tx) of the 16 x 16 block holds rows ty + 16 i (i < 4) and, of
+// a 64 x 64 tile, columns tx + 16 j (j < 4), or of a 64 x D result columns
+// tx + 16 k (k < D / 16): strided, so that a warp's 16 lanes read 16
+// different rows of a tile padded to D + 1 floats (16 banks, no conflict)
+// and the two rows of the warp's other half-lanes are broadcasts. A row's
+// max and sums are reduced over its 16 lanes with xor shuffles.
+//
+// Forward: the online softmax of one pass over the keys (row max m and
+// normalizer l rescaled as m grows), then out = o / l and stats (m, l), the
+// same statistics the host functors keep. Backward: per query tile, a pass
+// for (m, l) (unless the forward's stats are given) and delta = sum p dp
+// (dp = dout.v), then a pass for dq = scale sum p (dp - delta) k; per key
+// tile, dv = sum p dout and dk = scale sum p (dp - delta) q over the query
+// heads of its group and the queries that see it. Every sum has one owner:
+// no atomics, the same bits on every run. The products are fp32 FMAs on
+// the SIMT cores (no tensor cores yet): the step after this is mma on
+// 16-bit tiles.
+//
+// The same code runs on the host under OpenMP, a thread per GPU thread
+// (block.h; test/runtime/cuda/attention_blocks_test compares it there with
+// the host functors; the device suite compares the GPU with the host).
+//===----------------------------------------------------------------------===//
+#ifndef PLANRT_LIB_CUDA_ATTENTION_BLOCKS_H
+#define PLANRT_LIB_CUDA_ATTENTION_BLOCKS_H
+
+#include "block.h"
+#include "planrt/kernels.h"
+
+#include <cmath>
+
+namespace planrt {
+namespace attn {
+
+using kernels::exp_f32;
+using kernels::ld;
+using kernels::st;
+
+constexpr int kRows = 64; // a block's rows
+constexpr int kCols = 64; // a tile of the other side
+constexpr int kTX = block::kTX, kTY = 16, kThreads = kTX * kTY;
+constexpr int kRI = kRows / kTY; // rows per thread
+constexpr int kCJ = kCols / kTX; // tile columns per thread
+
+/// Head dims with tiled kernels (others run the per-row functors).
+constexpr bool supported_head_dim(int64_t d) {
+  return d == 16 || d == 32 || d == 64 || d == 128;
+}
+
+using block::Lane;
+using block::row_max16;
+using block::row_sum16;
+
+/// Shared-memory row stride of a [rows x D] tile (one float of padding).
+template <int D> constexpr int kStride = D + 1;
+constexpr int kPStride = kCols + 1;
+
+/// dst[r][d] = src row (row0 + r) widened, rows past `valid` zero.
+template <int D, class T>
+PLANRT_BLOCK_FN void load_tile(const Lane &l, float *dst, const T *src,
+                             int64_t src_stride, int64_t row0, int64_t valid) {
+  for (int idx = l.tid; idx < kRows * D; idx += kThreads) {
+    int r = idx / D, d = idx % D;
+    dst[r * kStride<D> + d] =
+        r < valid ? ld(src[(row0 + r) * src_stride + d]) : 0.0f;
+  }
+}
+
+/// c[i][j] = A[ty + 16 i] . B[tx + 16 j] over D.
+template <int D>
+PLANRT_BLOCK_FN void dots(const Lane &l, const float *A, const float *B,
+                        float (&c)[kRI][kCJ]) {
+  for (int i = 0; i < kRI; ++i)
+    for (int j = 0; j < kCJ; ++j)
+      c[i][j] = 0.0f;
+  for (int d = 0; d < D; ++d) {
+    float a[kRI], b[kCJ];
+    for (int i = 0; i < kRI; ++i)
+      a[i] = A[(l.ty + kTY * i) * kStride<D> + d];
+    for (int j = 0; j < kCJ; ++j)
+      b[j] = B[(l.tx + kTX * j) * kStride<D> + d];
+    for (int i = 0; i < kRI; ++i)
+      for (int j = 0; j < kCJ; ++j)
+        c[i][j] = fmaf(a[i], b[j], c[i][j]);
+  }
+}
+
+/// o[i][k] += sum_c P[ty + 16 i][c] V[c][tx + 16 k].
+template <int D>
+PLANRT_BLOCK_FN void weighted(const Lane &l, const float *P, const float *V,
+                            float (&o)[kRI][D / kTX]) {
+  for (int c = 0; c < kCols; ++c) {
+    float p[kRI];
+    for (int i = 0; i < kRI; ++i)
+      p[i] = P[(l.ty + kTY * i) * kPStride + c];
+    for (int k = 0; k < D / kTX; ++k) {
+      float v = V[c * kStride<D> + l.tx + kTX * k];
+      for (int i = 0; i < kRI; ++i)
+        o[i][k] = fmaf(p[i], v, o[i][k]);
+    }
+  }
+}
+
+/// P[ty + 16 i][tx + 16 j] = v[i][j].
+PLANRT_BLOCK_FN void store_p(const Lane &l, float *P,
+                           const float (&v)[kRI][kCJ]) {
+  for (int i = 0; i < kRI; ++i)
+    for (int j = 0; j < kCJ; ++j)
+      P[(l.ty + kTY * i) * kPStride + l.tx + kTX * j] = v[i][j];
+}
+
+/// Floats of shared memory each kernel takes.
+template <int D> constexpr int forward_floats() {
+  return 3 * kRows * kStride<D> + kRows * kPStride;
+}
+template <int D> constexpr int grad_q_floats() {
+  return 4 * kRows * kStride<D> + kRows * kPStride;
+}
+template <int D> constexpr int grad_kv_floats() {
+  return 4 * kRows * kStride<D> + kRows * kPStride + 3 * kCols;
+}
+
+/// The forward of query rows [q0, q0 + 64) of row group bh = b H + h: out,
+/// and with `stats` (m, l) per row.
+template <int D, class T>
+PLANRT_BLOCK_FN void forward_block(const Lane &l, float *smem,
+                                 const kernels::AttnShape &a, const T *qkv,
+                                 T *out, float *stats, int64_t bh,
+                                 int64_t q0) {
+  const int64_t S = a.S, b = bh / a.H, h = bh % a.H, g = h / (a.H / a.KV);
+  float *Qs = smem, *Ks = Qs + kRows * kStride<D>,
+        *Vs = Ks + kRows * kStride<D>, *Ps = Vs + kRows * kStride<D>;
+  const int64_t nq = S - q0 < kRows ? S - q0 : kRows;
+  load_tile<D>(l, Qs, a.q(qkv, b, 0, h), a.width(), q0, nq);
+  float m[kRI], lsum[kRI], o[kRI][D / kTX];
+  for (int i = 0; i < kRI; ++i) {
+    m[i] = -INFINITY;
+    lsum[i] = 0.0f;
+    for (int k = 0; k < D / kTX; ++k)
+      o[i][k] = 0.0f;
+  }
+  const int64_t last = q0 + nq - 1; // the last key any row here sees
+  for (int64_t k0 = 0; k0 <= last; k0 += kCols) {
+    const int64_t nk = S - k0 < kCols ? S - k0 : kCols;
+    PLANRT_BLOCK_BARRIER(); // the previous tile is used up
+    load_tile<D>(l, Ks, a.k(qkv, b, 0, g), a.width(), k0, nk);
+    load_tile<D>(l, Vs, a.v(qkv, b, 0, g), a.width(), k0, nk);
+    PLANRT_BLOCK_BARRIER();
+    float s[kRI][kCJ];
+    dots<D>(l, Qs, Ks, s);
+    for (int i = 0; i < kRI; ++i) {
+      const int64_t t = q0 + l.ty + kTY * i;
+      float mt = -INFINITY;
+      for (int j = 0; j < kCJ; ++j) {
+        const int64_t u = k0 + l.tx + kTX * j;
+        s[i][j] = (u <= t && t < S) ? a.scale * s[i][j] : -INFINITY;
+        mt = s[i][j] > mt ? s[i][j] : mt;
+      }
+      mt = row_max16(l, mt);
+      const float mn = mt > m[i] ? mt : m[i];
+      const float alpha = m[i] == -INFINITY ? 0.0f : exp_f32(m[i] - mn);
+      float ls = 0.0f;
+      for (int j = 0; j < kCJ; ++j) {
+        s[i][j] = s[i][j] == -INFINITY ? 0.0f : exp_f32(s[i][j] - mn);
+        ls += s[i][j];
+      }
+      lsum[i] = lsum[i] * alpha + row_sum16(l, ls);
+      for (int k = 0; k < D / kTX; ++k)
+        o[i][k] *= alpha;
+      m[i] = mn;
+    }
+    store_p(l, Ps, s);
+    PLANRT_BLOCK_BARRIER();
+    weighted<D>(l, Ps, Vs, o);
+  }
+  for (int i = 0; i < kRI; ++i) {
+    const int64_t t = q0 + l.ty + kTY * i;
+    if (t >= S)
+      continue;
+    const float inv = 1.0f / lsum[i];
+    T *row = out + a.o(b, t, h);
+    for (int k = 0; k < D / kTX; ++k)
+      st(row[l.tx + kTX * k], o[i][k] * inv);
+    if (stats && l.tx == 0) {
+      stats[2 * (bh * S + t)] = m[i];
+      stats[2 * (bh * S + t) + 1] = lsum[i];
+    }
+  }
+}
+
+/// The backward's query side for rows [q0, q0 + 64) of row group bh:
+/// rowstats (m, l) and delta per row, and dq.
+template <int D, class T>
+PLANRT_BLOCK_FN void grad_q_block(const Lane &l, float *smem,
+                                const kernels::AttnShape &a, const T *qkv,
+                                const T *dout, T *dqkv, const float *stats,
+                                float *rowstats, float *delta, int64_t bh,
+                                int64_t q0) {
+  const int64_t S = a.S, b = bh / a.H, h = bh % a.H, g = h / (a.H / a.KV);
+  float *Qs = smem, *Os = Qs + kRows * kStride<D>,
+        *Ks = Os + kRows * kStride<D>, *Vs = Ks + kRows * kStride<D>,
+        *Ps = Vs + kRows * kStride<D>;
+  const int64_t nq = S - q0 < kRows ? S - q0 : kRows;
+  load_tile<D>(l, Qs, a.q(qkv, b, 0, h), a.width(), q0, nq);
+  load_tile<D>(l, Os, dout + a.o(b, 0, h), a.H * D, q0, nq);
+  float m[kRI], lsum[kRI], pdp[kRI];
+  for (int i = 0; i < kRI; ++i) {
+    const int64_t t = q0 + l.ty + kTY * i;
+    bool valid = stats && t < S;
+    m[i] = valid ? stats[2 * (bh * S + t)] : -INFINITY;
+    lsum[i] = valid ? stats[2 * (bh * S + t) + 1] : 0.0f;
+    pdp[i] = 0.0f; // this lane's part until the end of the pass
+  }
+  const int64_t last = q0 + nq - 1;
+  // Pass 1: (m, l) unless kept, and sum e dp, rescaled as m grows.
+  float lpart[kRI] = {};
+  for (int64_t k0 = 0; k0 <= last; k0 += kCols) {
+    const int64_t nk = S - k0 < kCols ? S - k0 : kCols;
+    PLANRT_BLOCK_BARRIER();
+    load_tile<D>(l, Ks, a.k(qkv, b, 0, g), a.width(), k0, nk);
+    load_tile<D>(l, Vs, a.v(qkv, b, 0, g), a.width(), k0, nk);
+    PLANRT_BLOCK_BARRIER();
+    float s[kRI][kCJ], dp[kRI][kCJ];
+    dots<D>(l, Qs, Ks, s);
+    dots<D>(l, Os, Vs, dp);
+    for (int i = 0; i < kRI; ++i) {
+      const int64_t t = q0 + l.ty + kTY * i;
+      float mt = -INFINITY;
+      for (int j = 0; j < kCJ; ++j) {
+        const int64_t u = k0 + l.tx + kTX * j;
+        s[i][j] = (u <= t && t < S) ? a.scale * s[i][j] : -INFINITY;
+        mt = s[i][j] > mt ? s[i][j] : mt;
+      }
+      float mn = m[i];
+      if (!stats) {
+        mt = row_max16(l, mt);
+        mn = mt > m[i] ? mt : m[i];
+        const float alpha = m[i] == -INFINITY ? 0.0f : exp_f32(m[i] - mn);
+        lpart[i] *= alpha;
+        pdp[i] *= alpha;
+        m[i] = mn;
+      }
+      for (int j = 0; j < kCJ; ++j) {
+        float e = s[i][j] == -INFINITY ? 0.0f : exp_f32(s[i][j] - mn);
+        lpart[i] += e;
+        pdp[i] = fmaf(e, dp[i][j], pdp[i]);
+      }
+    }
+  }
+  float dl[kRI];
+  for (int i = 0; i < kRI; ++i) {
+    const int64_t t = q0 + l.ty + kTY * i;
+    float lt = row_sum16(l, lpart[i]);
+    if (!stats)
+      lsum[i] = lt;
+    float p = row_sum16(l, pdp[i]);
+    dl[i] = t < S ? p / lsum[i] : 0.0f;
+    if (t < S && l.tx == 0) {
+      rowstats[2 * (bh * S + t)] = m[i];
+      rowstats[2 * (bh * S + t) + 1] = lsum[i];
+      delta[bh * S + t] = dl[i];
+    }
+  }
+  // Pass 2: dq = scale sum p (dp - delta) k.
+  float dq[kRI][D / kTX];
+  for (int i = 0; i < kRI; ++i)
+    for (int k = 0; k < D / kTX; ++k)
+      dq[i][k] = 0.0f;
+  for (int64_t k0 = 0; k0 <= last; k0 += kCols) {
+    const int64_t nk = S - k0 < kCols ? S - k0 : kCols;
+    PLANRT_BLOCK_BARRIER();
+    load_tile<D>(l, Ks, a.k(qkv, b, 0, g), a.width(), k0, nk);
+    load_tile<D>(l, Vs, a.v(qkv, b, 0, g), a.width(), k0, nk);
+    PLANRT_BLOCK_BARRIER();
+    float s[kRI][kCJ], dp[kRI][kCJ];
+    dots<D>(l, Qs, Ks, s);
+    dots<D>(l, Os, Vs, dp);
+    for (int i = 0; i < kRI; ++i) {
+      const int64_t t = q0 + l.ty + kTY * i;
+      for (int j = 0; j < kCJ; ++j) {
+        const int64_t u = k0 + l.tx + kTX * j;
+        float p = (u <= t && t < S)
+                      ? exp_f32(a.scale * s[i][j] - m[i]) / lsum[i]
+                      : 0.0f;
+        s[i][j] = p * (dp[i][j] - dl[i]) * a.scale;
+      }
+    }
+    store_p(l, Ps, s);
+    PLANRT_BLOCK_BARRIER();
+    weighted<D>(l, Ps, Ks, dq);
+  }
+  for (int i = 0; i < kRI; ++i) {
+    const int64_t t = q0 + l.ty + kTY * i;
+    if (t >= S)
+      continue;
+    T *row = dqkv + (a.q(qkv, b, t, h) - qkv);
+    for (int k = 0; k < D / kTX; ++k)
+      st(row[l.tx + kTX * k], dq[i][k]);
+  }
+}
+
+/// The backward's key side for keys [u0, u0 + 64) of kv group bg = b KV +
+/// g: dk and dv, summed over the group's query heads and the queries t >= u
+/// (reads the rowstats and delta grad_q_block wrote).
+template <int D, class T>
+PLANRT_BLOCK_FN void grad_kv_block(const Lane &l, float *smem,
+                                 const kernels::AttnShape &a, const T *qkv,
+                                 const T *dout, T *dqkv,
+                                 const float *rowstats, const float *delta,
+                                 int64_t bg, int64_t u0) {
+  const int64_t S = a.S, b = bg / a.KV, g = bg % a.KV, rep = a.H / a.KV;
+  float *Ks = smem, *Vs = Ks + kRows * kStride<D>,
+        *Qs = Vs + kRows * kStride<D>, *Os = Qs + kRows * kStride<D>,
+        *Ps = Os + kRows * kStride<D>, *Ms = Ps + kRows * kPStride,
+        *Ls = Ms + kCols, *Dl = Ls + kCols;
+  const int64_t nk = S - u0 < kRows ? S - u0 : kRows;
+  load_tile<D>(l, Ks, a.k(qkv, b, 0, g), a.width(), u0, nk);
+  load_tile<D>(l, Vs, a.v(qkv, b, 0, g), a.width(), u0, nk);
+  float dk[kRI][D / kTX], dv[kRI][D / kTX];
+  for (int i = 0; i < kRI; ++i)
+    for (int k = 0; k < D / kTX; ++k) {
+      dk[i][k] = 0.0f;
+      dv[i][k] = 0.0f;
+    }
+  for (int64_t h = g * rep; h < (g + 1) * rep; ++h) {
+    const int64_t bh = b * a.H + h;
+    for (int64_t q0 = u0; q0 < S; q0 += kCols) {
+      const int64_t nq = S - q0 < kCols ? S - q0 : kCols;
+      PLANRT_BLOCK_BARRIER();
+      load_tile<D>(l, Qs, a.q(qkv, b, 0, h), a.width(), q0, nq);
+      load_tile<D>(l, Os, dout + a.o(b, 0, h), a.H * D, q0, nq);
+      for (int j = l.tid; j < kCols; j += kThreads) {
+        const int64_t t = q0 + j, row = bh * S + t;
+        Ms[j] = j < nq ? rowstats[2 * row] : 0.0f;
+        Ls[j] = j < nq ? rowstats[2 * row + 1] : 1.0f;
+        Dl[j] = j < nq ? delta[row] : 0.0f;
+      }
+      PLANRT_BLOCK_BARRIER();
+      float s[kRI][kCJ], dp[kRI][kCJ];
+      dots<D>(l, Ks, Qs, s); // [key][query]
+      dots<D>(l, Vs, Os, dp);
+      for (int i = 0; i < kRI; ++i) {
+        const int64_t u = u0 + l.ty + kTY * i;
+        for (int j = 0; j < kCJ; ++j) {
+          const int jj = l.tx + kTX * j;
+          const int64_t t = q0 + jj;
+          float p = (u <= t && t < S && u < S)
+                        ? exp_f32(a.scale * s[i][j] - Ms[jj]) / Ls[jj]
+                        : 0.0f;
+          s[i][j] = p;
+          dp[i][j] = p * (dp[i][j] - Dl[jj]) * a.scale;
+        }
+      }
+      store_p(l, Ps, s);
+      PLANRT_BLOCK_BARRIER();
+      weighted<D>(l, Ps, Os, dv);
+      PLANRT_BLOCK_BARRIER();
+      store_p(l, Ps, dp);
+      PLANRT_BLOCK_BARRIER();
+      weighted<D>(l, Ps, Qs, dk);
+    }
+  }
+  for (int i = 0; i < kRI; ++i) {
+    const int64_t u = u0 + l.ty + kTY * i;
+    if (u >= S)
+      continue;
+    T *krow = dqkv + (a.k(qkv, b, u, g) - qkv);
+    T *vrow = dqkv + (a.v(qkv, b, u, g) - qkv);
+    for (int k = 0; k < D / kTX; ++k) {
+      st(krow[l.tx + kTX * k], dk[i][k]);
+      st(vrow[l.tx + kTX * k], dv[i][k]);
+    }
+  }
+}
+
+} // namespace attn
+} // namespace planrt
+
+#endif // PLANRT_LIB_CUDA_ATTENTION_BLOCKS_H

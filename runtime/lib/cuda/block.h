@@ -1,0 +1,81 @@
+//===- block.h - A GPU thread block's primitives, also on the host --------===//
+//
+// The block-level kernels of lib/cuda (attention_blocks.h,
+// column_sums_blocks.h) are written once for both compilers: under nvcc a
+// Lane is a CUDA thread, the barrier is __syncthreads and shuffles are warp
+// shuffles; under a host compiler with OpenMP each GPU thread of a block is
+// an OpenMP thread of one parallel region (test/runtime/cuda runs the blocks
+// that way and compares them with the host functors), the barrier is an
+// OpenMP barrier and a shuffle goes through memory. So the tests here check
+// the kernels' indexing, masking and synchronization, not only their math.
+//===----------------------------------------------------------------------===//
+#ifndef PLANRT_LIB_CUDA_BLOCK_H
+#define PLANRT_LIB_CUDA_BLOCK_H
+
+#ifdef __CUDACC__
+#define PLANRT_BLOCK_FN __device__ __forceinline__
+#define PLANRT_BLOCK_BARRIER() __syncthreads()
+#else
+#define PLANRT_BLOCK_FN inline
+#define PLANRT_BLOCK_BARRIER() _Pragma("omp barrier")
+#endif
+
+namespace planrt {
+namespace block {
+
+/// Blocks are 2D, kTX threads wide (x fastest): a row of a block is half a
+/// warp.
+constexpr int kTX = 16;
+
+/// One thread of a block: its index and coordinates, and (host only) the
+/// buffer of the block's shuffles.
+struct Lane {
+  int tid, tx, ty;
+  float *xbuf; // host: one float per thread of the block
+};
+
+#ifdef __CUDACC__
+/// This CUDA thread's Lane (a 1D block of threads seen as kTX wide).
+__device__ __forceinline__ Lane this_lane() {
+  Lane l;
+  l.tid = (int)threadIdx.x;
+  l.tx = l.tid % kTX;
+  l.ty = l.tid / kTX;
+  l.xbuf = nullptr;
+  return l;
+}
+#endif
+
+/// v of lane tid ^ m, for m < 16 (within the 16 lanes of a half warp).
+PLANRT_BLOCK_FN float shuffle_xor(const Lane &l, float v, int m) {
+#ifdef __CUDACC__
+  (void)l;
+  return __shfl_xor_sync(0xffffffffu, v, m);
+#else
+  l.xbuf[l.tid] = v;
+  PLANRT_BLOCK_BARRIER();
+  float r = l.xbuf[l.tid ^ m];
+  PLANRT_BLOCK_BARRIER();
+  return r;
+#endif
+}
+
+/// The max and the sum of v over the 16 lanes tid & ~15 .. tid | 15.
+PLANRT_BLOCK_FN float row_max16(const Lane &l, float v) {
+  for (int m = 8; m > 0; m /= 2) {
+    float o = shuffle_xor(l, v, m);
+    v = o > v ? o : v;
+  }
+  return v;
+}
+
+PLANRT_BLOCK_FN float row_sum16(const Lane &l, float v) {
+  for (int m = 8; m > 0; m /= 2)
+    v += shuffle_xor(l, v, m);
+  return v;
+}
+
+} // namespace block
+} // namespace planrt
+
+#endif // PLANRT_LIB_CUDA_BLOCK_H

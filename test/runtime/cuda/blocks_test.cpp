@@ -1,0 +1,218 @@
+// The cuda backend's block kernels (runtime/lib/cuda/*_blocks.h: tiled
+// attention, column sums) run on the host: each block's 256 threads are OpenMP threads, its shared
+// memory a buffer poisoned with NaN before every block (a read of a float no
+// thread wrote shows up in the results), __syncthreads an OpenMP barrier and
+// the warp shuffle an exchange through memory. Compared with the per-row
+// functors of kernels.h, the host's reference and the GPU's former kernels:
+// forward (out and the row statistics), and backward from the forward's
+// statistics and without them, on shapes with a partial last tile, grouped
+// query heads and every head dim the kernels are built for.
+#include "cuda/attention_blocks.h"
+#include "cuda/column_sums_blocks.h"
+
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+using namespace planrt;
+
+namespace {
+
+/// Runs body(lane, smem, bx, by) as the blocks of a gx x gy grid of 256
+/// threads.
+static_assert(attn::kThreads == 256 && colsum::kThreads == 256, "");
+template <class F>
+void run_blocks(int64_t gx, int64_t gy, size_t smem_floats, const F &body) {
+  std::vector<float> smem(smem_floats), xbuf(attn::kThreads);
+  omp_set_dynamic(0);
+  for (int64_t by = 0; by < gy; ++by)
+    for (int64_t bx = 0; bx < gx; ++bx) {
+      std::fill(smem.begin(), smem.end(),
+                std::numeric_limits<float>::quiet_NaN());
+      int threads = 0;
+#pragma omp parallel num_threads(attn::kThreads)
+      {
+        attn::Lane l;
+        l.tid = omp_get_thread_num();
+        l.tx = l.tid % attn::kTX;
+        l.ty = l.tid / attn::kTX;
+        l.xbuf = xbuf.data();
+#pragma omp single
+        threads = omp_get_num_threads();
+        body(l, smem.data(), bx, by);
+      }
+      ASSERT_EQ(threads, attn::kThreads) << "OpenMP gave fewer threads";
+    }
+}
+
+double rel_err(const std::vector<float> &a, const std::vector<float> &b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    double d = (double)a[i] - b[i];
+    num += d * d;
+    den += (double)b[i] * b[i];
+  }
+  return std::sqrt(num / (den > 0 ? den : 1));
+}
+
+struct Case {
+  int64_t B, S, H, KV;
+};
+
+template <int D> void check_case(const Case &c, uint32_t seed) {
+  kernels::AttnShape a{c.B, c.S, c.H, c.KV, D, 1.0f / std::sqrt((float)D)};
+  const int64_t rows = a.B * a.H * a.S, n = a.B * a.S * a.width();
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> qkv((size_t)n), dout((size_t)(a.B * a.S * a.H * D));
+  for (float &x : qkv)
+    x = nd(gen);
+  for (float &x : dout)
+    x = nd(gen);
+  const int64_t gq = (a.S + attn::kRows - 1) / attn::kRows;
+
+  // Forward: the per-row functor against the tiles.
+  std::vector<float> out_ref(dout.size()), stats_ref((size_t)(2 * rows));
+  std::vector<float> keep((size_t)(rows * a.S));
+  kernels::AttentionFn<> ref{qkv.data(), out_ref.data(), a, keep.data(),
+                             stats_ref.data()};
+  for (int64_t i = 0; i < rows; ++i)
+    ref(i);
+  std::vector<float> out(dout.size(), NAN), stats((size_t)(2 * rows), NAN);
+  run_blocks(gq, a.B * a.H, attn::forward_floats<D>(),
+             [&](const attn::Lane &l, float *smem, int64_t bx, int64_t by) {
+               attn::forward_block<D>(l, smem, a, qkv.data(), out.data(),
+                                      stats.data(), by, bx * attn::kRows);
+             });
+  EXPECT_LT(rel_err(out, out_ref), 1e-5) << "out, D " << D;
+  EXPECT_LT(rel_err(stats, stats_ref), 1e-5) << "stats, D " << D;
+
+  // Backward from the forward's statistics and without them.
+  std::vector<float> rs_ref((size_t)(2 * rows)), dl_ref((size_t)rows);
+  std::vector<float> dq_ref((size_t)n, 0.0f);
+  kernels::AttentionGradQFn<> gq_ref{qkv.data(),    dout.data(), dq_ref.data(),
+                                     rs_ref.data(), dl_ref.data(), a};
+  for (int64_t i = 0; i < rows; ++i)
+    gq_ref(i);
+  kernels::AttentionGradKVFn<> gkv_ref{qkv.data(),   dout.data(),
+                                       rs_ref.data(), dl_ref.data(),
+                                       dq_ref.data(), a};
+  for (int64_t j = 0; j < a.B * a.KV * a.S; ++j)
+    gkv_ref(j);
+  for (bool kept : {true, false}) {
+    std::vector<float> dqkv((size_t)n, NAN), rs((size_t)(2 * rows), NAN),
+        dl((size_t)rows, NAN);
+    const float *st = kept ? stats.data() : nullptr;
+    run_blocks(gq, a.B * a.H, attn::grad_q_floats<D>(),
+               [&](const attn::Lane &l, float *smem, int64_t bx, int64_t by) {
+                 attn::grad_q_block<D>(l, smem, a, qkv.data(), dout.data(),
+                                       dqkv.data(), st, rs.data(), dl.data(),
+                                       by, bx * attn::kRows);
+               });
+    run_blocks(gq, a.B * a.KV, attn::grad_kv_floats<D>(),
+               [&](const attn::Lane &l, float *smem, int64_t bx, int64_t by) {
+                 attn::grad_kv_block<D>(l, smem, a, qkv.data(), dout.data(),
+                                        dqkv.data(), rs.data(), dl.data(), by,
+                                        bx * attn::kRows);
+               });
+    EXPECT_LT(rel_err(rs, rs_ref), 1e-5) << "rowstats, D " << D;
+    EXPECT_LT(rel_err(dl, dl_ref), 1e-4) << "delta, D " << D;
+    EXPECT_LT(rel_err(dqkv, dq_ref), 1e-5)
+        << "dqkv, D " << D << (kept ? ", from stats" : ", recomputed");
+  }
+}
+
+TEST(AttentionBlocks, TilesEqualTheRowFunctors) {
+  // S 70: one full tile and a partial one; 4 query heads on 2 kv heads.
+  check_case<16>({2, 70, 4, 2}, 1);
+  check_case<32>({1, 64, 2, 1}, 2);
+  check_case<64>({1, 130, 2, 2}, 3);
+  check_case<128>({1, 20, 2, 1}, 4);
+}
+
+TEST(AttentionBlocks, SixteenBitStorage) {
+  // bf16 qkv and dout: the tiles widen on load and round once on store, as
+  // the per-row 16-bit functors do; the sums differ in order only.
+  using kernels::bf16_t;
+  kernels::AttnShape a{1, 70, 4, 2, 16, 0.25f};
+  const int64_t rows = a.B * a.H * a.S, n = a.B * a.S * a.width();
+  std::mt19937 gen(5);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<bf16_t> qkv((size_t)n), out((size_t)(rows * a.D)),
+      out_ref(out.size());
+  for (bf16_t &x : qkv)
+    kernels::st(x, nd(gen));
+  kernels::AttentionFn<bf16_t> ref{qkv.data(), out_ref.data(), a};
+  for (int64_t i = 0; i < rows; ++i)
+    ref(i);
+  run_blocks(2, a.B * a.H, attn::forward_floats<16>(),
+             [&](const attn::Lane &l, float *smem, int64_t bx, int64_t by) {
+               attn::forward_block<16>(l, smem, a, qkv.data(), out.data(),
+                                       (float *)nullptr, by, bx * attn::kRows);
+             });
+  std::vector<float> o(out.size()), r(out.size());
+  for (size_t i = 0; i < o.size(); ++i) {
+    o[i] = kernels::ld(out[i]);
+    r[i] = kernels::ld(out_ref[i]);
+  }
+  EXPECT_LT(rel_err(o, r), 1e-2);
+}
+
+TEST(ColumnSums, BlocksEqualTheColumnFunctors) {
+  // 37 columns (two full blocks of 16 and a partial one), 300 rows.
+  const int64_t rows = 300, C = 37;
+  std::mt19937 gen(6);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> x((size_t)(rows * C)), dy(x.size()), mean((size_t)rows),
+      rstd((size_t)rows);
+  for (float &v : x)
+    v = nd(gen);
+  for (float &v : dy)
+    v = nd(gen);
+  for (int64_t r = 0; r < rows; ++r) {
+    mean[(size_t)r] = nd(gen);
+    rstd[(size_t)r] = 1.0f + 0.1f * nd(gen);
+  }
+  const int64_t gx = (C + colsum::kTX - 1) / colsum::kTX;
+  std::vector<float> db(C, NAN), db_ref(C);
+  kernels::BiasGradFn<> bias{dy.data(), db_ref.data(), rows, C};
+  for (int64_t j = 0; j < C; ++j)
+    bias(j);
+  kernels::BiasGradFn<> bias_gpu{dy.data(), db.data(), rows, C};
+  run_blocks(gx, 1, colsum::kFloats<1>,
+             [&](const attn::Lane &l, float *smem, int64_t bx, int64_t) {
+               colsum::bias_grad_block(l, smem, bias_gpu, bx * colsum::kTX);
+             });
+  EXPECT_LT(rel_err(db, db_ref), 1e-6);
+  for (bool layer : {true, false}) {
+    std::vector<float> dg(C, NAN), dbeta(C, NAN), dg_ref(C), dbeta_ref(C);
+    const float *mu = layer ? mean.data() : nullptr;
+    kernels::NormGradParamFn<> ref{x.data(),      dy.data(),
+                                   mu,            rstd.data(),
+                                   dg_ref.data(), layer ? dbeta_ref.data()
+                                                        : nullptr,
+                                   rows,          C};
+    for (int64_t j = 0; j < C; ++j)
+      ref(j);
+    kernels::NormGradParamFn<> gpu{x.data(),  dy.data(),
+                                   mu,        rstd.data(),
+                                   dg.data(), layer ? dbeta.data() : nullptr,
+                                   rows,      C};
+    run_blocks(gx, 1, colsum::kFloats<2>,
+               [&](const attn::Lane &l, float *smem, int64_t bx, int64_t) {
+                 colsum::norm_grad_param_block(l, smem, gpu,
+                                               bx * colsum::kTX);
+               });
+    EXPECT_LT(rel_err(dg, dg_ref), 1e-6) << (layer ? "layer" : "rms");
+    if (layer)
+      EXPECT_LT(rel_err(dbeta, dbeta_ref), 1e-6);
+    else
+      EXPECT_TRUE(std::isnan(dbeta[0])) << "rms norm wrote a beta gradient";
+  }
+}
+
+} // namespace
