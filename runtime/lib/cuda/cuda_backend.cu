@@ -33,7 +33,9 @@
 #include "../context.h"
 #include "../watchdog.h"
 #include "attention.h"
+#include "classifier.h"
 #include "column_sums.h"
+#include "norms.h"
 #include "planrt/kernels.h"
 
 #include <cublasLt.h>
@@ -470,6 +472,30 @@ void launch(Context *ctx, int64_t, const kernels::BiasGradFn<T, G> &f) {
 template <class T>
 void launch(Context *ctx, int64_t, const kernels::NormGradParamFn<T> &f) {
   cuda_column_sums::norm_grad_param(state(ctx)->stream, f);
+}
+
+/// Norms (lib/cuda/norms.cu): a half warp per row.
+template <class T>
+void launch(Context *ctx, int64_t n, const kernels::NormStatsFn<T> &f) {
+  cuda_norms::stats(state(ctx)->stream, n, f);
+}
+template <class T>
+void launch(Context *ctx, int64_t n, const kernels::NormFn<T> &f) {
+  cuda_norms::norm(state(ctx)->stream, n, f);
+}
+template <class T>
+void launch(Context *ctx, int64_t n, const kernels::NormGradXFn<T> &f) {
+  cuda_norms::grad_x(state(ctx)->stream, n, f);
+}
+
+/// Softmax cross-entropy (lib/cuda/classifier.cu): a block per row.
+inline void launch(Context *ctx, int64_t n, const kernels::CrossEntropyFn &f) {
+  cuda_classifier::forward(state(ctx)->stream, n, f);
+}
+template <class G>
+void launch(Context *ctx, int64_t n,
+            const kernels::CrossEntropyGradFn<G> &f) {
+  cuda_classifier::grad(state(ctx)->stream, n, f);
 }
 
 namespace {

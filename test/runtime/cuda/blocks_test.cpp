@@ -1,5 +1,5 @@
 // The cuda backend's block kernels (runtime/lib/cuda/*_blocks.h: tiled
-// attention, column sums) run on the host: each block's 256 threads are OpenMP threads, its shared
+// attention, column sums, norms, the classifier) run on the host: each block's 256 threads are OpenMP threads, its shared
 // memory a buffer poisoned with NaN before every block (a read of a float no
 // thread wrote shows up in the results), __syncthreads an OpenMP barrier and
 // the warp shuffle an exchange through memory. Compared with the per-row
@@ -8,7 +8,9 @@
 // statistics and without them, on shapes with a partial last tile, grouped
 // query heads and every head dim the kernels are built for.
 #include "cuda/attention_blocks.h"
+#include "cuda/classifier_blocks.h"
 #include "cuda/column_sums_blocks.h"
+#include "cuda/norms_blocks.h"
 
 #include <gtest/gtest.h>
 #include <omp.h>
@@ -24,7 +26,9 @@ namespace {
 
 /// Runs body(lane, smem, bx, by) as the blocks of a gx x gy grid of 256
 /// threads.
-static_assert(attn::kThreads == 256 && colsum::kThreads == 256, "");
+static_assert(attn::kThreads == 256 && colsum::kThreads == 256 &&
+                  norms::kThreads == 256 && classifier::kThreads == 256,
+              "");
 template <class F>
 void run_blocks(int64_t gx, int64_t gy, size_t smem_floats, const F &body) {
   std::vector<float> smem(smem_floats), xbuf(attn::kThreads);
@@ -208,11 +212,117 @@ TEST(ColumnSums, BlocksEqualTheColumnFunctors) {
                                                bx * colsum::kTX);
                });
     EXPECT_LT(rel_err(dg, dg_ref), 1e-6) << (layer ? "layer" : "rms");
-    if (layer)
+    if (layer) {
       EXPECT_LT(rel_err(dbeta, dbeta_ref), 1e-6);
-    else
+    } else {
       EXPECT_TRUE(std::isnan(dbeta[0])) << "rms norm wrote a beta gradient";
+    }
   }
+}
+
+TEST(Norms, HalfWarpRowsEqualTheRowFunctors) {
+  // 37 rows (two blocks of 16 and a partial one) of 100 columns.
+  const int64_t rows = 37, C = 100;
+  std::mt19937 gen(7);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> x((size_t)(rows * C)), dy(x.size()), gamma((size_t)C),
+      beta((size_t)C);
+  for (float &v : x)
+    v = 2.0f + nd(gen);
+  for (float &v : dy)
+    v = nd(gen);
+  for (int64_t j = 0; j < C; ++j) {
+    gamma[(size_t)j] = 1.0f + 0.1f * nd(gen);
+    beta[(size_t)j] = nd(gen);
+  }
+  const int64_t gx = (rows + norms::kRowsPerBlock - 1) / norms::kRowsPerBlock;
+  for (bool layer : {true, false}) {
+    std::vector<float> mean(rows, NAN), rstd(rows, NAN), mean_ref(rows),
+        rstd_ref(rows);
+    kernels::NormStatsFn<> st_ref{x.data(), layer ? mean_ref.data() : nullptr,
+                                  rstd_ref.data(), C, 1e-5f};
+    for (int64_t r = 0; r < rows; ++r)
+      st_ref(r);
+    kernels::NormStatsFn<> st{x.data(), layer ? mean.data() : nullptr,
+                              rstd.data(), C, 1e-5f};
+    run_blocks(gx, 1, 0,
+               [&](const attn::Lane &l, float *, int64_t bx, int64_t) {
+                 norms::stats_block(l, st, rows, bx * norms::kRowsPerBlock);
+               });
+    EXPECT_LT(rel_err(rstd, rstd_ref), 1e-6);
+    if (layer) {
+      EXPECT_LT(rel_err(mean, mean_ref), 1e-6);
+    }
+    // Output and input gradient from the reference statistics.
+    const float *mu = layer ? mean_ref.data() : nullptr;
+    const float *b = layer ? beta.data() : nullptr;
+    std::vector<float> out(x.size(), NAN), out_ref(x.size());
+    kernels::NormFn<> n_ref{x.data(), gamma.data(), b, mu, rstd_ref.data(),
+                            out_ref.data(), C};
+    for (int64_t r = 0; r < rows; ++r)
+      n_ref(r);
+    kernels::NormFn<> n{x.data(), gamma.data(), b, mu, rstd_ref.data(),
+                        out.data(), C};
+    run_blocks(gx, 1, 0,
+               [&](const attn::Lane &l, float *, int64_t bx, int64_t) {
+                 norms::norm_block(l, n, rows, bx * norms::kRowsPerBlock);
+               });
+    EXPECT_EQ(out, out_ref); // element-wise: the same arithmetic
+    std::vector<float> dx(x.size(), NAN), dx_ref(x.size());
+    kernels::NormGradXFn<> g_ref{x.data(), gamma.data(),    dy.data(), mu,
+                                 rstd_ref.data(), dx_ref.data(), C};
+    for (int64_t r = 0; r < rows; ++r)
+      g_ref(r);
+    kernels::NormGradXFn<> g{x.data(), gamma.data(), dy.data(), mu,
+                             rstd_ref.data(), dx.data(), C};
+    run_blocks(gx, 1, 0,
+               [&](const attn::Lane &l, float *, int64_t bx, int64_t) {
+                 norms::grad_x_block(l, g, rows, bx * norms::kRowsPerBlock);
+               });
+    EXPECT_LT(rel_err(dx, dx_ref), 1e-5) << (layer ? "layer" : "rms");
+  }
+}
+
+TEST(Classifier, BlockRowsEqualTheRowFunctors) {
+  // 5 rows of 1000 logits, 990 valid; row 3's target out of range.
+  const int64_t rows = 5, C = 1000, valid = 990;
+  std::mt19937 gen(8);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  std::vector<float> logits((size_t)(rows * C));
+  for (float &v : logits)
+    v = nd(gen);
+  std::vector<int32_t> targets = {0, 989, 500, 995, 17};
+  int flag[2] = {0, 0}, flag_ref[2] = {0, 0};
+  std::vector<float> loss(rows, NAN), loss_ref(rows);
+  kernels::CrossEntropyFn ref{logits.data(), targets.data(), loss_ref.data(),
+                              C, valid, flag_ref};
+  for (int64_t r = 0; r < rows; ++r)
+    ref(r);
+  kernels::CrossEntropyFn f{logits.data(), targets.data(), loss.data(),
+                            C, valid, flag};
+  run_blocks(rows, 1, classifier::kThreads,
+             [&](const attn::Lane &l, float *smem, int64_t bx, int64_t) {
+               classifier::forward_block(l, smem, f, bx);
+             });
+  EXPECT_LT(rel_err(loss, loss_ref), 1e-6);
+  EXPECT_EQ(flag[0], 1);
+  EXPECT_EQ(flag[1], 995);
+  std::vector<float> d(logits.size(), NAN), d_ref(logits.size());
+  kernels::CrossEntropyGradFn<> g_ref{logits.data(), targets.data(),
+                                      d_ref.data(),  C,
+                                      valid,         0.2f,
+                                      flag_ref};
+  for (int64_t r = 0; r < rows; ++r)
+    g_ref(r);
+  kernels::CrossEntropyGradFn<> g{logits.data(), targets.data(), d.data(), C,
+                                  valid,         0.2f,           flag};
+  run_blocks(rows, 1, classifier::kThreads,
+             [&](const attn::Lane &l, float *smem, int64_t bx, int64_t) {
+               classifier::grad_block(l, smem, g, bx);
+             });
+  EXPECT_LT(rel_err(d, d_ref), 1e-6);
+  for (int64_t j = 0; j < C; ++j)
+    ASSERT_EQ(d[(size_t)(3 * C + j)], 0.0f) << "the bad row is not zero";
 }
 
 } // namespace

@@ -1,0 +1,72 @@
+//===- classifier.cu - Softmax cross-entropy: loss and gradient -----------===//
+//
+// The kernels of classifier_blocks.h (its essay says how): a block of 256
+// threads per row of logits, forward (the per-row loss) and backward (the
+// logits' gradient, fp32 or 16-bit) side by side.
+//===----------------------------------------------------------------------===//
+
+#include "../context.h"
+#include "classifier.h"
+#include "classifier_blocks.h"
+
+namespace planrt {
+namespace cuda_classifier {
+
+namespace {
+
+__global__ void __launch_bounds__(classifier::kThreads)
+    forward_kernel(kernels::CrossEntropyFn f) {
+  __shared__ float smem[classifier::kThreads];
+  classifier::forward_block(block::this_lane(), smem, f, (int64_t)blockIdx.x);
+}
+
+template <class G>
+__global__ void __launch_bounds__(classifier::kThreads)
+    grad_kernel(kernels::CrossEntropyGradFn<G> f) {
+  __shared__ float smem[classifier::kThreads];
+  classifier::grad_block(block::this_lane(), smem, f, (int64_t)blockIdx.x);
+}
+
+void check_launch(const char *what) {
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess)
+    fatal("CUDA error %s (%s) in the launch of %s", cudaGetErrorName(e),
+          cudaGetErrorString(e), what);
+}
+
+/// One block per row: rows past the grid's limit would need a loop.
+void check_rows(int64_t rows) {
+  if (rows > 2147483647LL)
+    fatal("cross-entropy over %lld rows: more than a grid holds",
+          (long long)rows);
+}
+
+} // namespace
+
+void forward(cudaStream_t s, int64_t rows, const kernels::CrossEntropyFn &f) {
+  if (rows <= 0)
+    return;
+  check_rows(rows);
+  forward_kernel<<<(unsigned)rows, classifier::kThreads, 0, s>>>(f);
+  check_launch("cross-entropy");
+}
+
+template <class G>
+void grad(cudaStream_t s, int64_t rows,
+          const kernels::CrossEntropyGradFn<G> &f) {
+  if (rows <= 0)
+    return;
+  check_rows(rows);
+  grad_kernel<G><<<(unsigned)rows, classifier::kThreads, 0, s>>>(f);
+  check_launch("cross-entropy's gradient");
+}
+
+template void grad(cudaStream_t, int64_t,
+                   const kernels::CrossEntropyGradFn<float> &);
+template void grad(cudaStream_t, int64_t,
+                   const kernels::CrossEntropyGradFn<kernels::bf16_t> &);
+template void grad(cudaStream_t, int64_t,
+                   const kernels::CrossEntropyGradFn<kernels::f16_t> &);
+
+} // namespace cuda_classifier
+} // namespace planrt

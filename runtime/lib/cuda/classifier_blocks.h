@@ -1,0 +1,113 @@
+//===- classifier_blocks.h - Softmax cross-entropy, a block per row -------===//
+//
+// The classifier's loss and its gradient read rows of C logits (50257 for
+// GPT-2: 200 KB of fp32 a row). The per-row functors of kernels.h gave a row
+// one thread, which read it five times from its own address stream. Here a
+// row belongs to a block of 256 threads: each thread walks the row 256 apart
+// (the block reads contiguous memory), and the row's max and sum of
+// exponentials are reduced in shared memory in a fixed tree order (the same
+// bits every run). The loss reads the row twice (max, then sum); the
+// gradient three times (max, sum, write), each value computed as
+// kernels::CrossEntropyGradFn computes it and rounded once.
+//===----------------------------------------------------------------------===//
+#ifndef PLANRT_LIB_CUDA_CLASSIFIER_BLOCKS_H
+#define PLANRT_LIB_CUDA_CLASSIFIER_BLOCKS_H
+
+#include "block.h"
+#include "planrt/kernels.h"
+
+#include <cmath>
+#include <type_traits>
+
+namespace planrt {
+namespace classifier {
+
+using block::Lane;
+using kernels::exp_f32;
+using kernels::st;
+
+constexpr int kThreads = 256;
+
+/// The max (or sum) of every thread's v, on every thread; smem holds
+/// kThreads floats.
+template <bool Max>
+PLANRT_BLOCK_FN float block_reduce(const Lane &l, float *smem, float v) {
+  smem[l.tid] = v;
+  PLANRT_BLOCK_BARRIER();
+  for (int s = kThreads / 2; s > 0; s /= 2) {
+    if (l.tid < s) {
+      float o = smem[l.tid + s];
+      smem[l.tid] = Max ? (o > smem[l.tid] ? o : smem[l.tid]) : smem[l.tid] + o;
+    }
+    PLANRT_BLOCK_BARRIER();
+  }
+  float r = smem[0];
+  PLANRT_BLOCK_BARRIER(); // smem is free again
+  return r;
+}
+
+/// Row r's max and sum of exp(x - max) over its first `valid` logits.
+PLANRT_BLOCK_FN void row_stats(const Lane &l, float *smem, const float *xr,
+                               int64_t valid, float &m, float &sum) {
+  float v = -INFINITY;
+  for (int64_t j = l.tid; j < valid; j += kThreads)
+    v = xr[j] > v ? xr[j] : v;
+  m = block_reduce<true>(l, smem, v);
+  float s = 0.0f;
+  for (int64_t j = l.tid; j < valid; j += kThreads)
+    s += exp_f32(xr[j] - m);
+  sum = block_reduce<false>(l, smem, s);
+}
+
+/// loss[r] (kernels::CrossEntropyFn) for row r.
+PLANRT_BLOCK_FN void forward_block(const Lane &l, float *smem,
+                                   const kernels::CrossEntropyFn &f,
+                                   int64_t r) {
+  const int32_t t = f.targets[r];
+  if (t < 0 || t >= f.valid) { // uniform over the block
+    if (l.tid == 0) {
+      kernels::flag_bad_index(f.flag, t);
+      f.loss[r] = 0.0f;
+    }
+    return;
+  }
+  const float *xr = f.logits + r * f.C;
+  float m, sum;
+  row_stats(l, smem, xr, f.valid, m, sum);
+  if (l.tid == 0)
+    f.loss[r] = m + logf(sum) - xr[t];
+}
+
+/// dlogits of row r (kernels::CrossEntropyGradFn).
+template <class G>
+PLANRT_BLOCK_FN void grad_block(const Lane &l, float *smem,
+                                const kernels::CrossEntropyGradFn<G> &f,
+                                int64_t r) {
+  const int32_t t = f.targets[r];
+  const float *xr = f.logits + r * f.C;
+  G *d = f.dlogits + r * f.C;
+  for (int64_t j = f.valid + l.tid; j < f.C; j += kThreads)
+    st(d[j], 0.0f);
+  if (t < 0 || t >= f.valid) {
+    if (l.tid == 0)
+      kernels::flag_bad_index(f.flag, t);
+    for (int64_t j = l.tid; j < f.valid; j += kThreads)
+      st(d[j], 0.0f);
+    return;
+  }
+  float m, sum;
+  row_stats(l, smem, xr, f.valid, m, sum);
+  const float inv = f.scale / sum;
+  for (int64_t j = l.tid; j < f.valid; j += kThreads) {
+    float v = exp_f32(xr[j] - m) * inv;
+    if constexpr (std::is_same<G, float>::value)
+      d[j] = j == t ? v - f.scale : v; // fp32: e * inv, then d[t] -= scale
+    else
+      st(d[j], j == t ? v - f.scale : v);
+  }
+}
+
+} // namespace classifier
+} // namespace planrt
+
+#endif // PLANRT_LIB_CUDA_CLASSIFIER_BLOCKS_H

@@ -1,0 +1,80 @@
+//===- norms.cu - Layer and RMS norm: statistics, output, input gradient --===//
+//
+// The kernels of norms_blocks.h (its essay says how): 16 rows a block, a
+// half warp a row. The parameters' gradients are in column_sums.cu.
+//===----------------------------------------------------------------------===//
+
+#include "../context.h"
+#include "norms.h"
+#include "norms_blocks.h"
+
+namespace planrt {
+namespace cuda_norms {
+
+namespace {
+
+template <class T>
+__global__ void __launch_bounds__(norms::kThreads)
+    stats_kernel(kernels::NormStatsFn<T> f, int64_t rows) {
+  norms::stats_block(block::this_lane(), f, rows,
+                     (int64_t)blockIdx.x * norms::kRowsPerBlock);
+}
+template <class T>
+__global__ void __launch_bounds__(norms::kThreads)
+    norm_kernel(kernels::NormFn<T> f, int64_t rows) {
+  norms::norm_block(block::this_lane(), f, rows,
+                    (int64_t)blockIdx.x * norms::kRowsPerBlock);
+}
+template <class T>
+__global__ void __launch_bounds__(norms::kThreads)
+    grad_x_kernel(kernels::NormGradXFn<T> f, int64_t rows) {
+  norms::grad_x_block(block::this_lane(), f, rows,
+                      (int64_t)blockIdx.x * norms::kRowsPerBlock);
+}
+
+unsigned blocks(int64_t rows) {
+  return (unsigned)((rows + norms::kRowsPerBlock - 1) / norms::kRowsPerBlock);
+}
+
+void check_launch(const char *what) {
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess)
+    fatal("CUDA error %s (%s) in the launch of %s", cudaGetErrorName(e),
+          cudaGetErrorString(e), what);
+}
+
+} // namespace
+
+template <class T>
+void stats(cudaStream_t s, int64_t rows, const kernels::NormStatsFn<T> &f) {
+  if (rows <= 0)
+    return;
+  stats_kernel<T><<<blocks(rows), norms::kThreads, 0, s>>>(f, rows);
+  check_launch("the norm's statistics");
+}
+template <class T>
+void norm(cudaStream_t s, int64_t rows, const kernels::NormFn<T> &f) {
+  if (rows <= 0)
+    return;
+  norm_kernel<T><<<blocks(rows), norms::kThreads, 0, s>>>(f, rows);
+  check_launch("the norm");
+}
+template <class T>
+void grad_x(cudaStream_t s, int64_t rows, const kernels::NormGradXFn<T> &f) {
+  if (rows <= 0)
+    return;
+  grad_x_kernel<T><<<blocks(rows), norms::kThreads, 0, s>>>(f, rows);
+  check_launch("the norm's input gradient");
+}
+
+#define PLANRT_NORM_TYPES(T)                                                   \
+  template void stats(cudaStream_t, int64_t, const kernels::NormStatsFn<T> &); \
+  template void norm(cudaStream_t, int64_t, const kernels::NormFn<T> &);       \
+  template void grad_x(cudaStream_t, int64_t, const kernels::NormGradXFn<T> &);
+PLANRT_NORM_TYPES(float)
+PLANRT_NORM_TYPES(kernels::bf16_t)
+PLANRT_NORM_TYPES(kernels::f16_t)
+#undef PLANRT_NORM_TYPES
+
+} // namespace cuda_norms
+} // namespace planrt
