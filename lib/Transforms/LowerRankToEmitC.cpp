@@ -347,6 +347,11 @@ void LowerRankToEmitCPass::runOnOperation() {
     for (auto cluster : module.getOps<plan::ClusterOp>())
       c.call(cluster.getLoc(), "planrt::set_cluster_gpu", {},
              {c.str(cluster.getGpu())});
+    // Which of the GPU's peaks is the MFU's (fp32 is the default).
+    for (auto train : module.getOps<plan::TrainOp>())
+      if (train.getPrecision() != "fp32")
+        c.call(train.getLoc(), "planrt::set_compute_precision", {},
+               {c.str(train.getPrecision())});
     // The memory plan: the arena each function needs per pipeline
     // coordinate (plan-memory).
     for (auto [index, fnName] : llvm::enumerate(kPlanned)) {

@@ -313,6 +313,8 @@ struct Context {
   // and the GPU of the plan's cluster section (set_cluster_gpu).
   double step_flops = 0;
   std::string cluster_gpu;
+  // The plan's precision (set_compute_precision): which peak the MFU uses.
+  std::string compute_precision = "fp32";
   // Null unless --trace / the step report was set up (planrt::run).
   std::unique_ptr<trace::Trace, trace::TraceDeleter> trace;
   std::unique_ptr<Progress, ProgressDeleter> progress;

@@ -173,10 +173,14 @@ void report_open(Context *ctx, const ReportOptions &o) {
     p->peak_source = "PLANRT_PEAK_FLOPS";
   } else if (std::strcmp(backend::name(), "cuda") == 0 &&
              !ctx->cluster_gpu.empty()) {
-    // The runtime computes in fp32 (bf16 plans are refused by planc).
-    p->peak = gpu_peak_flops(ctx->cluster_gpu, "fp32");
+    // A 16-bit plan's GEMMs run on the tensor cores (bf16 and fp16 have
+    // the same dense peak); an fp32 plan's compute in fp32.
+    const char *column =
+        ctx->compute_precision == "fp32" ? "fp32" : "bf16";
+    p->peak = gpu_peak_flops(ctx->cluster_gpu, column);
     if (p->peak > 0)
-      p->peak_source = "cluster gpu " + ctx->cluster_gpu + " (fp32)";
+      p->peak_source =
+          "cluster gpu " + ctx->cluster_gpu + " (" + column + ")";
   }
   p->log_json = !o.log_json.empty();
   if (ctx->rank == 0) {
@@ -430,6 +434,15 @@ void set_cluster_gpu(Context *ctx, const char *gpu) {
   if (!ctx)
     fatal("set_cluster_gpu: null context");
   ctx->cluster_gpu = gpu ? gpu : "";
+}
+
+void set_compute_precision(Context *ctx, const char *precision) {
+  if (!ctx)
+    fatal("set_compute_precision: null context");
+  std::string p = precision ? precision : "";
+  if (p != "fp32" && p != "bf16" && p != "fp16")
+    fatal("set_compute_precision: '%s' is not fp32, bf16 or fp16", p.c_str());
+  ctx->compute_precision = p;
 }
 
 } // namespace planrt

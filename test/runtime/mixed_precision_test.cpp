@@ -298,6 +298,13 @@ TEST_F(NativeOpsTest, MixedTypesAreStaged) {
   expect_rounded(out, ref, BF16);
 }
 
+TEST_F(NativeOpsTest, ComputePrecisionIsOneOfThePlans) {
+  set_compute_precision(ctx, "bf16");
+  set_compute_precision(ctx, "fp32");
+  EXPECT_DEATH(set_compute_precision(ctx, "fp8"),
+               "set_compute_precision: 'fp8' is not fp32, bf16 or fp16");
+}
+
 TEST_F(NativeOpsTest, NativeOpsRefuseIds) {
   Tensor *i = ids({4}, {1, 2, 3, 4});
   Tensor *f = make({4});
