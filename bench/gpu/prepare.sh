@@ -43,6 +43,13 @@ tiny_gpt() { # PRECISION-LINES -> plan on stdout
     -e "s|^train {|train {\n$1|" "$ROOT/examples/tiny-gpt.plan"
 }
 tiny_gpt "" >tiny-gpt-fp32.plan
+# Attention over several tiles of 64 with a partial last one, head dim 64:
+# what the GPU's tiled attention does on GPT-2, at a size the host runs.
+sed -e 's/^max_seq = 64$/max_seq = 130/' -e 's/^seq = 64$/seq = 130/' \
+  -e 's/^d = 64$/d = 128/' -e 's/^heads = 4$/heads = 2/' -e 's/batch = 16/batch = 4/' \
+  tiny-gpt-fp32.plan >tiny-gpt-long-fp32.plan
+grep -q '^seq = 130$' tiny-gpt-long-fp32.plan && grep -q '^heads = 2$' tiny-gpt-long-fp32.plan &&
+  grep -q '^d = 128$' tiny-gpt-long-fp32.plan
 tiny_gpt "  precision = bf16" >tiny-gpt-bf16.plan
 tiny_gpt "  precision = fp16\n  loss_scale = dynamic" >tiny-gpt-fp16.plan
 tiny_llama() {
@@ -88,7 +95,7 @@ cp gpt2-bf16.h100.plan gpt2-bf16.plan
 # The cuda programs, and the host reference runs of the small plans (one
 # rank, the same plan, with --log-json for the memory comparison).
 cd "$DIR"
-SMALL=(tiny-gpt-fp32 tiny-gpt-bf16 tiny-gpt-fp16 tiny-llama-fp32 tiny-llama-bf16 resnet-small-fp32)
+SMALL=(tiny-gpt-fp32 tiny-gpt-long-fp32 tiny-gpt-bf16 tiny-gpt-fp16 tiny-llama-fp32 tiny-llama-bf16 resnet-small-fp32)
 for p in "${SMALL[@]}" gpt2-fp32 gpt2-bf16; do
   "$PLANC" "plans/$p.plan" --target=cuda -o "bin/$p"
   strip "bin/$p"

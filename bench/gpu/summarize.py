@@ -29,10 +29,21 @@ HERE, LOGS, GPU, OUT = sys.argv[1:5]
 sys.path.insert(0, HERE)
 from compare_runs import read_losses, read_safetensors  # noqa: E402
 
-# Dense peaks in TFLOP/s (docs/cost-model.md): bf16 on tensor cores, and
-# plain fp32 (planc's fp32 GEMMs compute in fp32 without TF32).
-PEAKS = {"H200": (989.0, 67.0), "H100": (989.0, 67.0), "A100": (312.0, 19.5)}
-gpu_key = next((k for k in PEAKS if k in GPU), None)
+# Dense peaks in TFLOP/s of the SXM parts (docs/cost-model.md): bf16 on
+# tensor cores, and plain fp32 (planc's fp32 GEMMs compute in fp32). Other
+# variants (PCIe, NVL) have other peaks and no cost-model entry: no MFU.
+def gpu_kind(name):
+    if "H200" in name:
+        return "h200"
+    if "H100" in name and not any(v in name for v in ("PCIe", "NVL")):
+        return "h100"
+    if "A100-SXM" in name or "A100 SXM" in name:
+        return "a100"
+    return None
+
+
+PEAKS = {"h200": (989.0, 67.0), "h100": (989.0, 67.0), "a100": (312.0, 19.5)}
+kind = gpu_kind(GPU)
 rows, results, ok = [], {"gpu": GPU}, True
 
 
@@ -119,11 +130,8 @@ def memory(name):
     """The report's planned peak against the measured device peak."""
     if rc(name) != 0:
         return
-    try:
-        report = json.load(open(os.path.join(HERE, "plans",
-                                             name + ".report.json")))
-    except (OSError, ValueError):
-        return
+    report = json.load(open(os.path.join(HERE, "plans",
+                                         name + ".report.json")))
     summary = next((r for r in json_lines(os.path.join(LOGS, name + ".json"))
                     if r.get("type") == "summary"), None)
     if not summary:
@@ -135,14 +143,23 @@ def memory(name):
         f"{planned} vs {measured} B", "equal", planned == measured)
 
 
-for p in ("tiny-gpt", "tiny-llama"):
-    parity(f"{p}-fp32", f"{p}-fp32", 1e-4, 1e-3)
-parity("resnet-small-fp32", "resnet-small-fp32", 1e-4, 1e-3)
+def guarded(f, name, *args):
+    """A row whose inputs are missing or malformed fails, naming why,
+    instead of ending the table."""
+    try:
+        f(name, *args)
+    except (OSError, ValueError, KeyError, SystemExit) as e:
+        row(f"{name}", "GPU vs host", f"could not compare: {e}", "", False)
+
+
+for p in ("tiny-gpt", "tiny-gpt-long", "tiny-llama"):
+    guarded(parity, f"{p}-fp32", f"{p}-fp32", 1e-4, 1e-3)
+guarded(parity, "resnet-small-fp32", "resnet-small-fp32", 1e-4, 1e-3)
 for p in ("tiny-gpt-bf16", "tiny-gpt-fp16", "tiny-llama-bf16"):
-    parity(p, p.rsplit("-", 1)[0] + "-fp32", 0.02, None)
-for p in ("tiny-gpt-fp32", "tiny-gpt-bf16", "tiny-llama-fp32",
-          "resnet-small-fp32"):
-    memory(p)
+    guarded(parity, p, p.rsplit("-", 1)[0] + "-fp32", 0.02, None)
+for p in ("tiny-gpt-fp32", "tiny-gpt-long-fp32", "tiny-gpt-bf16",
+          "tiny-llama-fp32", "resnet-small-fp32"):
+    guarded(memory, p)
 for tool, steps in (("memcheck", 2), ("racecheck", 1)):
     m = rc(tool)
     row(f"compute-sanitizer {tool}", f"tiny-gpt fp32, {steps} step(s)",
@@ -151,12 +168,12 @@ for tool, steps in (("memcheck", 2), ("racecheck", 1)):
 
 # Speed.
 speed = []
-report_gpu = "h200" if "H200" in GPU else "h100"
 for prec in ("bf16", "fp32"):
     name = f"gpt2-{prec}"
     if rc(name) != 0:
         speed.append((f"planc {prec}", f"exit {rc(name)}: {last_error(name)}",
                       "", "", "", ""))
+        ok = False  # a speed run that fails is a failure of the suite
         continue
     recs = json_lines(os.path.join(LOGS, name + ".json"))
     steps = [r for r in recs if r.get("type") == "step"][2:]
@@ -167,18 +184,19 @@ for prec in ("bf16", "fp32"):
     ms = statistics.median(r["step_time_s"] for r in steps) * 1e3
     tok = statistics.median(r["tokens_per_s"] for r in steps)
     flops = summary.get("step_flops_per_rank") or 0
-    peak = PEAKS.get(gpu_key, (0, 0))[0 if prec == "bf16" else 1] * 1e12
+    peak = PEAKS.get(kind, (0, 0))[0 if prec == "bf16" else 1] * 1e12
     mfu = flops / (ms / 1e3) / peak if flops and peak else float("nan")
     mem = summary.get("memory", {}).get("max_over_ranks", {}).get(
         "device_peak_bytes", 0)
     try:
         rep = json.load(open(os.path.join(
-            HERE, "plans", f"{name}.{report_gpu}.report.json")))
+            HERE, "plans", f"{name}.{kind}.report.json")))
         pred = f"{rep['step_time_s'] * 1e3:.1f} ms, {rep['memory_per_rank']['peak'] / 1e9:.2f} GB"
     except (OSError, ValueError, KeyError):
-        pred = "no report"
+        pred = f"no report for this GPU ({kind or 'unknown kind'})"
     speed.append((f"planc {prec}", f"{ms:.1f} ms", f"{tok:.0f}",
-                  f"{100 * mfu:.1f}%", f"{mem / 1e9:.2f} GB", pred))
+                  f"{100 * mfu:.1f}%" if mfu == mfu else "n/a",
+                  f"{mem / 1e9:.2f} GB", pred))
     results[name] = {"ms": ms, "tokens_per_s": tok, "mfu": mfu,
                      "peak_bytes": mem, "predicted": pred}
 for name, label in (("torch-bf16-eager", "PyTorch eager bf16 autocast"),
@@ -203,9 +221,12 @@ for name, label in (("torch-bf16-eager", "PyTorch eager bf16 autocast"),
 lines = [f"GPU: {GPU}", "",
          "| check | run | value | target | holds |", "|---|---|---|---|---|"]
 lines += ["| " + " | ".join(r) + " |" for r in rows]
+peaks = (f"bf16 {PEAKS[kind][0]:g}, fp32 {PEAKS[kind][1]:g} TFLOP/s of "
+         f"the {kind}" if kind in PEAKS else
+         "none known for this GPU: no MFU")
 lines += ["", "GPT-2 124M, B 16, T 1024, one GPU; medians of the steps after "
           "the first two. MFU: model FLOPs against the dense peak of the "
-          "run's precision (bf16 989, fp32 67 TFLOP/s).", "",
+          f"run's precision ({peaks}).", "",
           "| run | step | tokens/s | MFU | peak memory | planc --report "
           "predicts |", "|---|---|---|---|---|---|"]
 lines += ["| " + " | ".join(r) + " |" for r in speed]

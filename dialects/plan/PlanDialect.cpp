@@ -413,7 +413,7 @@ LogicalResult TrainOp::verify() {
                            << ")";
   }
   if (failed(expectOneOf(*this, "precision", getPrecision(),
-                         {"fp32", "bf16", "fp16"})) ||
+                         {"fp32", "tf32", "bf16", "fp16"})) ||
       failed(expectOneOf(*this, "loss_scale", getLossScale(),
                          {"none", "dynamic"})) ||
       failed(expectOneOf(*this, "lr_schedule", getLrSchedule(),

@@ -63,8 +63,9 @@ def Plan_TrainOp : Plan_Op<"train"> {
       `eps` and `weight_decay`. `lr` is the peak learning rate.
     - `micro_batch` (optional): samples per microbatch; divides
       `global_batch`.
-    - `precision`: `"fp32"` (default), `"bf16"` or `"fp16"`; `loss_scale`:
-      `"none"` (default) or `"dynamic"` (fp16 only).
+    - `precision`: `"fp32"` (default), `"tf32"` (fp32 values, the cuda
+      target's fp32 GEMMs on TF32 tensor cores), `"bf16"` or `"fp16"`;
+      `loss_scale`: `"none"` (default) or `"dynamic"` (fp16 only).
     - `grad_clip` (optional): clip the global gradient norm to this value.
     - `lr_schedule`: `"constant"` (default) or `"cosine"`, after
       `warmup_steps` of linear warmup (default 0); cosine decays to `min_lr`

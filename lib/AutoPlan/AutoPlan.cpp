@@ -185,6 +185,7 @@ struct Problem {
   bool hasCluster = false;
   ClusterModel cluster;
   bool lowPrecision = false;
+  bool tf32 = false; // precision = tf32
   double boundaryElemsPerSample = 0; // a layer's input, per sample
   int64_t maxTp = 1;                 // a node's GPUs
   std::map<std::vector<int64_t>, int64_t> paramShapes; // shape -> count
@@ -265,7 +266,8 @@ Problem readProblem(ModuleOp module, llvm::StringRef text) {
   }
   for (auto t : module.getOps<plan::TrainOp>()) {
     p.globalBatch = t.getGlobalBatch();
-    p.lowPrecision = t.getPrecision() != "fp32";
+    p.lowPrecision = t.getPrecision() == "bf16" || t.getPrecision() == "fp16";
+    p.tf32 = t.getPrecision() == "tf32";
     p.user.microBatch = t.getMicroBatch().value_or(
         p.globalBatch / std::max<int64_t>(1, p.user.dp * p.user.microbatches));
   }
@@ -388,6 +390,7 @@ struct Screen {
   Screen(const Problem &p) : p(p) {
     tm.c = p.cluster;
     tm.lowPrecision = p.lowPrecision;
+    tm.tf32 = p.tf32;
     actBytes = p.lowPrecision ? 2 : 4;
   }
 

@@ -337,7 +337,10 @@ FailureOr<StepReport> planc::computeStepReport(ModuleOp module,
     r.precision = t.getPrecision().str();
     globalBatch = t.getGlobalBatch();
   }
-  coster.tm.lowPrecision = r.precision != "fp32";
+  // 16-bit values; tf32 keeps fp32 values and runs the GEMMs on tensor
+  // cores.
+  coster.tm.lowPrecision = r.precision == "bf16" || r.precision == "fp16";
+  coster.tm.tf32 = r.precision == "tf32";
   coster.actBytes = coster.tm.lowPrecision ? 2 : 4;
   for (auto [a, n] : llvm::zip(mesh.getAxes(), mesh.getShape())) {
     StringRef name = cast<StringAttr>(a).getValue();
@@ -609,7 +612,7 @@ FailureOr<StepReport> planc::computeStepReport(ModuleOp module,
     inputBytes += in.getType().getNumElements() *
                   ((in.getType().getElementTypeBitWidth() + 7) / 8);
   auto held = [&](int64_t c) {
-    if (planned && r.precision == "fp32") // what the program holds
+    if (planned && !coster.tm.lowPrecision) // what the program holds
       return double(weightBytes[c] + stateBytes[c] + inputBytes +
                     planAt(rk::kArenaBytesAttr, c) +
                     planAt(rk::kStashBytesAttr, c));

@@ -8,15 +8,15 @@ using namespace planc;
 
 // Datasheet numbers (SXM parts where there are several; dense tensor-core
 // rates, no sparsity). fp32 is the non-tensor-core rate: fp32 plans run
-// fp32 GEMMs (no TF32).
+// fp32 GEMMs; tf32 is the tensor-core rate of `precision = tf32`.
 static const GpuSpec kGpus[] = {
-    // name        fp16/bf16  fp32   HBM GB/s  GB    SMs
-    {"a100", 312.0, 19.5, 2039.0, 80.0, 108}, // A100 80GB SXM
-    {"a100_40gb", 312.0, 19.5, 1555.0, 40.0, 108},
-    {"h100", 989.0, 67.0, 3350.0, 80.0, 132}, // H100 SXM5
-    {"h200", 989.0, 67.0, 4800.0, 141.0, 132},
-    {"b200", 2250.0, 75.0, 8000.0, 180.0, 148},
-    {"l40s", 362.0, 91.6, 864.0, 48.0, 142},
+    // name        fp16/bf16  fp32   HBM GB/s  GB    SMs  tf32
+    {"a100", 312.0, 19.5, 2039.0, 80.0, 108, 156.0}, // A100 80GB SXM
+    {"a100_40gb", 312.0, 19.5, 1555.0, 40.0, 108, 156.0},
+    {"h100", 989.0, 67.0, 3350.0, 80.0, 132, 494.7}, // H100 SXM5
+    {"h200", 989.0, 67.0, 4800.0, 141.0, 132, 494.7},
+    {"b200", 2250.0, 75.0, 8000.0, 180.0, 148, 1100.0},
+    {"l40s", 362.0, 91.6, 864.0, 48.0, 142, 183.0},
 };
 
 const GpuSpec *planc::findGpu(llvm::StringRef name) {
@@ -27,7 +27,10 @@ const GpuSpec *planc::findGpu(llvm::StringRef name) {
 }
 
 double TimeModel::peakFlops() const {
-  return (lowPrecision ? c.gpu->peak16Tflops : c.gpu->peak32Tflops) * 1e12;
+  return (lowPrecision ? c.gpu->peak16Tflops
+          : tf32       ? c.gpu->peakTf32Tflops
+                       : c.gpu->peak32Tflops) *
+         1e12;
 }
 
 double TimeModel::gemmEfficiency(double m, double n, double k,

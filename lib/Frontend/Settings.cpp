@@ -393,7 +393,7 @@ void Sema::readTrain() {
     train.microLoc = at("micro_batch");
   train.steps = intSetting(s, "steps", 0).value_or(0);
   train.seed = intSetting(s, "seed", 0).value_or(0);
-  if (auto v = nameSetting(s, "precision", {"fp32", "bf16", "fp16"}))
+  if (auto v = nameSetting(s, "precision", {"fp32", "tf32", "bf16", "fp16"}))
     train.precision = *v;
   if (auto v = nameSetting(s, "loss_scale", {"none", "dynamic"})) {
     train.lossScale = *v;

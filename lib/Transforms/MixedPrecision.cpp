@@ -52,12 +52,13 @@ void MixedPrecisionPass::runOnOperation() {
     for (auto train : module.getOps<TrainOp>())
       mode = train.getPrecision().str();
   }
-  if (mode != "fp32" && mode != "bf16" && mode != "fp16") {
+  if (mode != "fp32" && mode != "tf32" && mode != "bf16" && mode != "fp16") {
     module.emitError() << "unknown precision '" << mode
-                       << "'; expected fp32, bf16 or fp16";
+                       << "'; expected fp32, tf32, bf16 or fp16";
     return signalPassFailure();
   }
-  if (mode == "fp32")
+  // tf32 keeps every value in fp32: only the cuda target's GEMMs differ.
+  if (mode == "fp32" || mode == "tf32")
     return;
   OpBuilder b(module.getContext());
   Type half = mode == "bf16" ? Type(b.getBF16Type()) : Type(b.getF16Type());

@@ -141,19 +141,24 @@ double gpu_peak_flops(const std::string &gpu, const std::string &precision) {
   // with CUBLAS_COMPUTE_32F runs).
   struct Row {
     const char *gpu;
-    double bf16, fp32;
+    double bf16, fp32, tf32;
   };
   static const Row table[] = {
-      {"a100", 312e12, 19.5e12}, {"a100_40gb", 312e12, 19.5e12},
-      {"h100", 989e12, 67e12},   {"h200", 989e12, 67e12},
-      {"b200", 2250e12, 75e12},  {"l40s", 362e12, 91.6e12},
+      {"a100", 312e12, 19.5e12, 156e12},
+      {"a100_40gb", 312e12, 19.5e12, 156e12},
+      {"h100", 989e12, 67e12, 494.7e12},
+      {"h200", 989e12, 67e12, 494.7e12},
+      {"b200", 2250e12, 75e12, 1100e12},
+      {"l40s", 362e12, 91.6e12, 183e12},
   };
   std::string g = gpu;
   for (char &c : g)
     c = (char)std::tolower((unsigned char)c);
   for (const Row &r : table)
     if (g == r.gpu)
-      return precision == "bf16" ? r.bf16 : r.fp32;
+      return precision == "bf16"   ? r.bf16
+             : precision == "tf32" ? r.tf32
+                                   : r.fp32;
   return 0;
 }
 
@@ -174,9 +179,10 @@ void report_open(Context *ctx, const ReportOptions &o) {
   } else if (std::strcmp(backend::name(), "cuda") == 0 &&
              !ctx->cluster_gpu.empty()) {
     // A 16-bit plan's GEMMs run on the tensor cores (bf16 and fp16 have
-    // the same dense peak); an fp32 plan's compute in fp32.
-    const char *column =
-        ctx->compute_precision == "fp32" ? "fp32" : "bf16";
+    // the same dense peak), a tf32 plan's on them in TF32; an fp32 plan's
+    // compute in fp32.
+    const std::string &cp = ctx->compute_precision;
+    const char *column = cp == "fp32" ? "fp32" : cp == "tf32" ? "tf32" : "bf16";
     p->peak = gpu_peak_flops(ctx->cluster_gpu, column);
     if (p->peak > 0)
       p->peak_source =
@@ -440,8 +446,9 @@ void set_compute_precision(Context *ctx, const char *precision) {
   if (!ctx)
     fatal("set_compute_precision: null context");
   std::string p = precision ? precision : "";
-  if (p != "fp32" && p != "bf16" && p != "fp16")
-    fatal("set_compute_precision: '%s' is not fp32, bf16 or fp16", p.c_str());
+  if (p != "fp32" && p != "tf32" && p != "bf16" && p != "fp16")
+    fatal("set_compute_precision: '%s' is not fp32, tf32, bf16 or fp16",
+          p.c_str());
   ctx->compute_precision = p;
 }
 

@@ -28,7 +28,7 @@ plan.train {data = "synthetic", global_batch = 8 : i64, lr = 1.0e-01 : f64, opti
 
 // -----
 
-// expected-error @below {{unknown precision 'fp8'; expected "fp32", "bf16" or "fp16"}}
+// expected-error @below {{unknown precision 'fp8'; expected "fp32", "tf32", "bf16" or "fp16"}}
 plan.train {data = "synthetic", global_batch = 8 : i64, lr = 1.0e-01 : f64, optimizer = "sgd", seed = 3 : i64, steps = 5 : i64, precision = "fp8"}
 
 // -----

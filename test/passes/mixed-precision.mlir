@@ -58,4 +58,4 @@ func.func @m(%x: tensor<8x4xf32> {plan.kind = "input", plan.name = "x"},
 // fp32 changes nothing.
 // FP32-NOT: plan.cast
 
-// BAD: error: unknown precision 'fp8'; expected fp32, bf16 or fp16
+// BAD: error: unknown precision 'fp8'; expected fp32, tf32, bf16 or fp16

@@ -300,9 +300,10 @@ TEST_F(NativeOpsTest, MixedTypesAreStaged) {
 
 TEST_F(NativeOpsTest, ComputePrecisionIsOneOfThePlans) {
   set_compute_precision(ctx, "bf16");
+  set_compute_precision(ctx, "tf32");
   set_compute_precision(ctx, "fp32");
   EXPECT_DEATH(set_compute_precision(ctx, "fp8"),
-               "set_compute_precision: 'fp8' is not fp32, bf16 or fp16");
+               "set_compute_precision: 'fp8' is not fp32, tf32, bf16 or fp16");
 }
 
 TEST_F(NativeOpsTest, NativeOpsRefuseIds) {

@@ -95,12 +95,12 @@ struct StepReport {
   double mfu() const {
     return modelFlopsPerStep / double(ranks) / stepTime / peakFlops;
   }
-  /// An fp32 plan: what the program holds, as planrt allocates it (weights,
-  /// optimizer state, the planned arena and stash pool, the inputs); the
-  /// runtime measures the same. A 16-bit plan (not run yet): model states
+  /// An fp32 (or tf32) plan: what the program holds, as planrt allocates it
+  /// (weights, optimizer state, the planned arena and stash pool, the
+  /// inputs); the runtime measures the same. A 16-bit plan: model states
   /// and activations at the plan's precision, and the largest workspace.
   double memoryPeakBytes() const {
-    if (planned && precision == "fp32")
+    if (planned && (precision == "fp32" || precision == "tf32"))
       return double(weightBytes + optimizerBytes + arenaBytes + stashBytes +
                     inputBytes);
     return double(weightBytes + gradientBytes + optimizerBytes) +

@@ -28,6 +28,7 @@ struct GpuSpec {
   double hbmGBps;      // memory bandwidth
   double memoryGB;     // memory capacity
   int64_t sms;         // streaming multiprocessors (GEMM waves)
+  double peakTf32Tflops; // fp32 GEMMs on tensor cores (precision = tf32)
 };
 
 /// The kinds the cluster section accepts; nullptr when unknown.
@@ -67,6 +68,7 @@ struct Link {
 struct TimeModel {
   ClusterModel c;
   bool lowPrecision = false; // fp16/bf16 tensor cores
+  bool tf32 = false;         // fp32 values, TF32 tensor-core GEMMs
 
   double peakFlops() const;
   /// Fraction of peak a GEMM (batch of `batch` M x N x K products) reaches.

@@ -40,11 +40,11 @@ def MixedPrecision : Pass<"plan-mixed-precision", "mlir::ModuleOp"> {
     the model computes on 16-bit parameters and stores 16-bit activations.
     A loss reads f32 casts of its operands, so the loss and its first
     gradient are f32. The ops compute in fp32 and round their 16-bit results
-    (planrt). Nothing changes with precision = fp32.
+    (planrt). Nothing changes with precision = fp32 or tf32.
   }];
   let options = [
     Option<"precision", "precision", "std::string", "\"\"",
-           "fp32, bf16 or fp16 (default: plan.train's precision)">,
+           "fp32, tf32, bf16 or fp16 (default: plan.train's precision)">,
   ];
   let dependentDialects = ["::planc::plan::PlanDialect"];
 }

@@ -272,9 +272,11 @@ void set_step_flops(Context *ctx, double flops);
 /// device peak of the MFU unless --peak-flops or PLANRT_PEAK_FLOPS give one
 /// (ignored on the host backend). Call it from plan_setup.
 void set_cluster_gpu(Context *ctx, const char *gpu);
-/// The plan's precision ("fp32", "bf16" or "fp16"; fp32 unless called):
-/// a 16-bit plan's MFU is against the GPU's dense bf16 (tensor core) peak,
-/// an fp32 plan's against its fp32 peak. Call it from plan_setup.
+/// The plan's precision ("fp32", "tf32", "bf16" or "fp16"; fp32 unless
+/// called): a 16-bit plan's MFU is against the GPU's dense bf16 (tensor
+/// core) peak, a tf32 plan's against its TF32 peak, an fp32 plan's against
+/// its fp32 peak. With "tf32" the cuda backend's fp32 GEMMs run on TF32
+/// tensor cores (the host computes fp32). Call it from plan_setup.
 void set_compute_precision(Context *ctx, const char *precision);
 
 //===--- Step body: called from the generated plan_step() -----------------===//

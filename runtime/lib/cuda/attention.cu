@@ -4,8 +4,10 @@
 // 64 rows: forward (grid: query tiles x B H), the backward's query side
 // (query tiles x B H: rowstats, delta, dq) and key side (key tiles x B KV:
 // dk, dv), in that order on the compute stream. Head dims 16, 32, 64 and 128
-// are instantiated; others run the per-row functors (kernels.h). Shared
-// memory above 48 KB is asked for once per kernel (cudaFuncSetAttribute).
+// are instantiated; others, and shapes whose tiles need more shared memory
+// than the device gives a block (head dim 128 on sm_86/sm_89), run the
+// per-row functors (kernels.h). Shared memory above 48 KB is asked for once
+// per kernel (cudaFuncSetAttribute).
 //
 // recompute = none on the host keeps each row's exponentials (`keep`) for
 // the backward; these kernels recompute them from the row statistics
@@ -32,8 +34,8 @@ __global__ void __launch_bounds__(attn::kThreads)
     forward_kernel(kernels::AttnShape a, const T *qkv, T *out, float *stats) {
   extern __shared__ float smem[];
   attn::forward_block<D>(block::this_lane(), smem, a, qkv, out, stats,
-                         (int64_t)blockIdx.y,
-                         (int64_t)blockIdx.x * attn::kRows);
+                         (int64_t)blockIdx.x,
+                         (int64_t)blockIdx.y * attn::kRows);
 }
 
 template <int D, class T>
@@ -42,8 +44,8 @@ __global__ void __launch_bounds__(attn::kThreads)
                   const float *stats, float *rowstats, float *delta) {
   extern __shared__ float smem[];
   attn::grad_q_block<D>(block::this_lane(), smem, a, qkv, dout, dqkv, stats,
-                        rowstats, delta, (int64_t)blockIdx.y,
-                        (int64_t)blockIdx.x * attn::kRows);
+                        rowstats, delta, (int64_t)blockIdx.x,
+                        (int64_t)blockIdx.y * attn::kRows);
 }
 
 template <int D, class T>
@@ -52,8 +54,8 @@ __global__ void __launch_bounds__(attn::kThreads)
                    const float *rowstats, const float *delta) {
   extern __shared__ float smem[];
   attn::grad_kv_block<D>(block::this_lane(), smem, a, qkv, dout, dqkv, rowstats,
-                         delta, (int64_t)blockIdx.y,
-                         (int64_t)blockIdx.x * attn::kRows);
+                         delta, (int64_t)blockIdx.x,
+                         (int64_t)blockIdx.y * attn::kRows);
 }
 
 void check(cudaError_t e, const char *what) {
@@ -73,26 +75,52 @@ template <class K> void allow_smem(K kernel, size_t bytes, bool &done) {
   done = true;
 }
 
+/// Blocks: x the row groups (B H or B KV, up to 2^31 - 1), y the tiles of
+/// 64 rows (up to 65535: sequences up to 4M).
 dim3 grid(int64_t rows, int64_t groups) {
-  return dim3((unsigned)((rows + attn::kRows - 1) / attn::kRows),
-              (unsigned)groups);
+  return dim3((unsigned)groups,
+              (unsigned)((rows + attn::kRows - 1) / attn::kRows));
 }
 
-/// f(std::integral_constant<int, D>) for the head dims with kernels.
-template <class F> bool with_head_dim(int64_t d, const F &f) {
-  switch (d) {
+/// The most dynamic shared memory a block of this device may opt into
+/// (sm_80 and sm_90: 163 and 227 KB; sm_86 and sm_89: 99 KB).
+size_t smem_limit() {
+  static int limit = -1;
+  if (limit < 0) {
+    int device = 0;
+    check(cudaGetDevice(&device), "cudaGetDevice");
+    check(cudaDeviceGetAttribute(&limit,
+                                 cudaDevAttrMaxSharedMemoryPerBlockOptin,
+                                 device),
+          "cudaDeviceGetAttribute (shared memory per block)");
+  }
+  return (size_t)limit;
+}
+
+/// Whether all three kernels take head dim D on this device for shape `a`:
+/// the same answer for the forward and both backward parts, since the
+/// tiles keep no exponentials and the per-row functors read them.
+template <int D> bool fits(const kernels::AttnShape &a) {
+  size_t most = (size_t)attn::grad_kv_floats<D>() * sizeof(float);
+  if ((size_t)attn::grad_q_floats<D>() * sizeof(float) > most)
+    most = (size_t)attn::grad_q_floats<D>() * sizeof(float);
+  return most <= smem_limit() &&
+         (a.S + attn::kRows - 1) / attn::kRows <= 65535 &&
+         a.B * a.H <= 2147483647LL;
+}
+
+/// f(std::integral_constant<int, D>) for the head dims with kernels, when
+/// they fit (false: nothing launched, the functors run).
+template <class F> bool with_head_dim(const kernels::AttnShape &a, const F &f) {
+  switch (a.D) {
   case 16:
-    f(std::integral_constant<int, 16>());
-    return true;
+    return fits<16>(a) && (f(std::integral_constant<int, 16>()), true);
   case 32:
-    f(std::integral_constant<int, 32>());
-    return true;
+    return fits<32>(a) && (f(std::integral_constant<int, 32>()), true);
   case 64:
-    f(std::integral_constant<int, 64>());
-    return true;
+    return fits<64>(a) && (f(std::integral_constant<int, 64>()), true);
   case 128:
-    f(std::integral_constant<int, 128>());
-    return true;
+    return fits<128>(a) && (f(std::integral_constant<int, 128>()), true);
   default:
     return false;
   }
@@ -103,7 +131,7 @@ template <class F> bool with_head_dim(int64_t d, const F &f) {
 template <class T>
 bool forward(cudaStream_t s, const kernels::AttnShape &a, const T *qkv,
              T *out, float *stats) {
-  return with_head_dim(a.D, [&](auto dim) {
+  return with_head_dim(a, [&](auto dim) {
     constexpr int D = decltype(dim)::value;
     static bool ready = false;
     size_t bytes = attn::forward_floats<D>() * sizeof(float);
@@ -118,7 +146,7 @@ template <class T>
 bool grad_q(cudaStream_t s, const kernels::AttnShape &a, const T *qkv,
             const T *dout, T *dqkv, const float *stats, float *rowstats,
             float *delta) {
-  return with_head_dim(a.D, [&](auto dim) {
+  return with_head_dim(a, [&](auto dim) {
     constexpr int D = decltype(dim)::value;
     static bool ready = false;
     size_t bytes = attn::grad_q_floats<D>() * sizeof(float);
@@ -133,7 +161,7 @@ template <class T>
 bool grad_kv(cudaStream_t s, const kernels::AttnShape &a, const T *qkv,
              const T *dout, T *dqkv, const float *rowstats,
              const float *delta) {
-  return with_head_dim(a.D, [&](auto dim) {
+  return with_head_dim(a, [&](auto dim) {
     constexpr int D = decltype(dim)::value;
     static bool ready = false;
     size_t bytes = attn::grad_kv_floats<D>() * sizeof(float);

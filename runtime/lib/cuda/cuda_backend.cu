@@ -444,7 +444,8 @@ template <class F> void launch(Context *ctx, int64_t n, const F &f) {
 /// Attention (lib/cuda/attention.cu) for the head dims it is built for.
 /// Its tiles keep no exponentials: the forward writes only the row
 /// statistics, and the backward reads those (never `keep`), consistently,
-/// since all three parts take the tiled path for the same head dims.
+/// since all three parts take the tiled path for the same shapes
+/// (attention.cu: fits).
 template <class T>
 void launch(Context *ctx, int64_t n, const kernels::AttentionFn<T> &f) {
   if (!cuda_attention::forward(state(ctx)->stream, f.a, f.qkv, f.out,
@@ -501,7 +502,8 @@ void launch(Context *ctx, int64_t n,
 namespace {
 /// Row-major c[m,n] = op(a) op(b), a and b of element type `type`, c of
 /// `c_type`, the products summed in fp32 (CUBLAS_COMPUTE_32F, fp32 alpha and
-/// beta).
+/// beta); fp32 operands of a `precision = tf32` plan on the tensor cores
+/// (CUBLAS_COMPUTE_32F_FAST_TF32).
 /// cuBLASLt is column-major: a row-major matrix is its transpose in
 /// column-major, so we compute c^T[n,m] = op(b)^T op(a)^T with b as the
 /// first operand.
@@ -515,8 +517,11 @@ void gemm_lt(Context *ctx, cudaDataType_t type, cudaDataType_t c_type, bool ta,
   auto it = s->gemms.find(key);
   if (it == s->gemms.end()) {
     GemmPlan p;
-    CUBLAS_CHECK(
-        cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const bool tf32 =
+        type == CUDA_R_32F && ctx->compute_precision == "tf32";
+    CUBLAS_CHECK(cublasLtMatmulDescCreate(
+        &p.op, tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F,
+        CUDA_R_32F));
     cublasOperation_t op_first = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasOperation_t op_second = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(

@@ -80,6 +80,10 @@ struct Engine {
   std::unique_ptr<Transport> transport;
   std::deque<Message> unexpected;
   std::list<Request *> posted; // receives not matched yet, in posting order
+  // Collectives this process roots that are not complete: every progress()
+  // advances them, as MPI progresses all outstanding operations, so a root
+  // waiting on something else still fans out the results others wait for.
+  std::list<Request *> rooted;
 };
 
 Engine &engine() {
@@ -114,10 +118,14 @@ void complete_recv(Request *r, Message &m) {
   r->done = true;
 }
 
+bool advance(Request *r);
+
 void progress(int timeout_ms = 0) {
   Engine &e = engine();
   if (e.transport)
     e.transport->poll(timeout_ms);
+  for (auto it = e.rooted.begin(); it != e.rooted.end();)
+    it = advance(*it) ? e.rooted.erase(it) : std::next(it);
 }
 
 void check_comm(MPI_Comm c, const char *call) {
@@ -127,9 +135,22 @@ void check_comm(MPI_Comm c, const char *call) {
   }
 }
 
+/// MPI's error for a rank outside the communicator (fatal, as planrt runs
+/// MPI with MPI_ERRORS_ARE_FATAL).
+void check_rank(const Comm *comm, int rank, const char *what) {
+  if (rank >= 0 && rank < (int)comm->members.size())
+    return;
+  std::fprintf(stderr,
+               "planrt: error: control plane: %s rank %d outside a "
+               "communicator of %zu ranks\n",
+               what, rank, comm->members.size());
+  MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
 void send_message(const Comm *comm, uint64_t context, int dest_rank, int tag,
                   const void *data, size_t bytes) {
   Engine &e = engine();
+  check_rank(comm, dest_rank, "send to");
   Header h;
   h.context = context;
   h.source = e.launch.rank;
@@ -149,6 +170,8 @@ void send_message(const Comm *comm, uint64_t context, int dest_rank, int tag,
 Request *post_recv(const Comm *comm, uint64_t context, int src_rank, int tag,
                    void *buf, size_t capacity) {
   Engine &e = engine();
+  if (src_rank != MPI_ANY_SOURCE)
+    check_rank(comm, src_rank, "receive from");
   Request *r = new Request;
   r->kind = Request::Recv;
   r->context = context;
@@ -247,6 +270,7 @@ Request *start_collective(int coll, const void *send, void *out, size_t bytes,
         p->parts.push_back(q);
         r->parts[i] = p;
       }
+    engine().rooted.push_back(r);
   } else {
     send_message(c, ctx, root, r->seq, r->mine.data(), bytes);
     if (result_to_all) {
@@ -317,6 +341,7 @@ bool test(Request *r) {
 void release(Request *r) {
   if (!r)
     return;
+  engine().rooted.remove(r);
   if (r->kind == Request::Collective && r->coll != Bcast &&
       r->ccomm->rank == r->root) {
     for (Request *p : r->parts)
@@ -618,15 +643,17 @@ int MPI_Wait(MPI_Request *request, MPI_Status *status) {
 }
 
 int MPI_Request_free(MPI_Request *request) {
-  // Only completed sends are freed this way in planrt (the watchdog's
-  // replies at shutdown): an eager send has nothing left to do.
+  // planrt frees only completed sends this way (the watchdog's replies at
+  // shutdown; an eager send is complete when it returns). A receive or a
+  // collective still in flight would leave posted receives pointing at
+  // freed memory and, for a root, members waiting forever: refused.
   Request *r = *request;
-  if (r && (r->kind != Request::Recv || r->done))
-    release(r);
-  else if (r) {
-    engine().posted.remove(r);
-    release(r);
+  if (r && !test(r)) {
+    std::fprintf(stderr, "planrt: error: control plane: MPI_Request_free of "
+                         "a receive or collective still in flight\n");
+    MPI_Abort(MPI_COMM_WORLD, 1);
   }
+  release(r);
   *request = MPI_REQUEST_NULL;
   return MPI_SUCCESS;
 }

@@ -58,9 +58,10 @@ struct MPI_Status {
 #define MPI_UNDEFINED (-32766)
 #define MPI_COMM_TYPE_SHARED 1
 
-// Datatypes: the value is the element's size in bytes plus a kind.
+// Datatypes: kind << 8 | the element's size in bytes (type_size reads the
+// low byte).
 #define MPI_BYTE 0x101
-#define MPI_CHAR 0x102
+#define MPI_CHAR 0x801
 #define MPI_INT 0x204
 #define MPI_FLOAT 0x304
 #define MPI_DOUBLE 0x408

@@ -263,6 +263,28 @@ void test_collectives(int rank, int n) {
   MPI_Wait(&q[1], MPI_STATUS_IGNORE);
   MPI_Wait(&q[0], MPI_STATUS_IGNORE);
   CHECK(o1 == n - 1 && o2 == -(n - 1));
+
+  // Every datatype moves its own width: a broadcast of exactly `count`
+  // elements into a buffer with a guard after it (the driver broadcasts an
+  // error text as MPI_CHAR into a string of that length).
+  struct Width {
+    MPI_Datatype type;
+    size_t bytes;
+  };
+  for (Width w : {Width{MPI_BYTE, 1}, Width{MPI_CHAR, 1}, Width{MPI_INT, 4},
+                  Width{MPI_FLOAT, 4}, Width{MPI_DOUBLE, 8},
+                  Width{MPI_UINT16_T, 2}, Width{MPI_INT64_T, 8},
+                  Width{MPI_INT32_T, 4}}) {
+    const int count = 5;
+    std::vector<unsigned char> buf(count * w.bytes + 8, 0xee);
+    if (rank == 0)
+      std::fill(buf.begin(), buf.begin() + count * w.bytes, 0x11);
+    MPI_Request r;
+    MPI_Ibcast(buf.data(), count, w.type, 0, MPI_COMM_WORLD, &r);
+    MPI_Wait(&r, MPI_STATUS_IGNORE);
+    for (size_t i = 0; i < buf.size(); ++i)
+      CHECK(buf[i] == (i < count * w.bytes ? 0x11 : 0xee));
+  }
 }
 
 //===--- Communicators ----------------------------------------------------===//
