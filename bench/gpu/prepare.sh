@@ -86,7 +86,7 @@ for gpu in h100 h200; do
   gpt2 "" $gpu >gpt2-fp32.$gpu.plan
   gpt2 "  precision = bf16" $gpu >gpt2-bf16.$gpu.plan
   for p in fp32 bf16; do
-    "$PLANC" gpt2-$p.$gpu.plan --report=json >gpt2-$p.$gpu.report.json
+    "$PLANC" gpt2-$p.$gpu.plan --target=cuda --report=json >gpt2-$p.$gpu.report.json
   done
 done
 cp gpt2-fp32.h100.plan gpt2-fp32.plan
@@ -105,7 +105,7 @@ for p in "${SMALL[@]}"; do
   mpirun --oversubscribe -np 1 "ref/$p-host" --save "ref/$p.safetensors" \
     --log-json "ref/$p.json" >"ref/$p.log"
   rm "ref/$p-host"
-  "$PLANC" "plans/$p.plan" --report=json >"plans/$p.report.json"
+  "$PLANC" "plans/$p.plan" --target=cuda --report=json >"plans/$p.report.json"
 done
 
 if readelf -d bin/* | grep -i 'NEEDED.*mpi'; then

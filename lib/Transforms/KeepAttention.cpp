@@ -16,6 +16,10 @@
 //   three policies give the same bits.
 // A pipeline's forward and backward of a layer run in different units
 // (they would need the stash): there, `none` recomputes like `selective`.
+// The cuda target keeps nothing either: its tiled attention (runtime/lib/
+// cuda/attention.cu) recomputes the exponentials tile by tile from the row
+// statistics, as flash attention does, which is cheaper on a GPU than
+// writing and reading back S^2 floats per head, and it never reads `keep`.
 //===----------------------------------------------------------------------===//
 #include "planc/Transforms/Passes.h"
 
@@ -40,7 +44,7 @@ struct KeepAttentionPass
 
 void KeepAttentionPass::runOnOperation() {
   ModuleOp module = getOperation();
-  if (plan::recomputePolicy(module, policy) != "none")
+  if (plan::recomputePolicy(module, policy) != "none" || target == "cuda")
     return;
   auto step = module.lookupSymbol<func::FuncOp>("plan_step");
   if (!step)

@@ -32,7 +32,10 @@ const Stage kStages[] = {
     {"plan-partition-stages", plain<planc::createPartitionStages>},
     {"plan-lower-to-rank", plain<planc::createLowerToRank>},
     {"plan-shard-in-place", plain<planc::createShardInPlace>},
-    {"plan-keep-attention", plain<planc::createKeepAttention>},
+    {"plan-keep-attention",
+     [](const planc::PipelineOptions &o) {
+       return planc::createKeepAttention({/*policy=*/"", o.target});
+     }},
     {"plan-schedule-pipeline", plain<planc::createSchedulePipeline>},
     {"plan-memory",
      [](const planc::PipelineOptions &o) {

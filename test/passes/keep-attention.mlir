@@ -26,3 +26,11 @@ module {
 // SELECTIVE: rank.attention %
 // SELECTIVE: rank.attention_grad %
 // SELECTIVE-NOT: keep
+
+// RUN: plan-opt %s --plan-keep-attention="policy=none target=cuda" | FileCheck %s --check-prefix=CUDA
+// The cuda target's tiled attention recomputes from the row statistics:
+// nothing is kept, the ops stay as they are.
+// CUDA-NOT: rank.attention_keep
+// CUDA-NOT: rank.attention_grad_kept
+// CUDA: rank.attention %{{.*}} into
+// CUDA: rank.attention_grad %{{.*}} into

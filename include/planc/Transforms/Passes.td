@@ -209,11 +209,15 @@ def KeepAttention : Pass<"plan-keep-attention", "mlir::ModuleOp"> {
     `rank.attention_grad_kept`, which reads them instead of recomputing q.k
     and exp. `selective` (and `full`) recompute them. Same values, same
     results. In a pipeline the two run in different units and are left as
-    they are.
+    they are. On the cuda target nothing is kept: its tiled attention
+    recomputes the exponentials tile by tile from the row statistics (flash
+    attention), which costs less than reading S x S floats back.
   }];
   let options = [
     Option<"policy", "policy", "std::string", "\"\"",
            "none, selective or full (default: plan.parallel's recompute)">,
+    Option<"target", "target", "std::string", "\"host\"",
+           "host or cuda: the planrt backend the program links">,
   ];
   let dependentDialects = ["::planc::rank::RankDialect"];
 }
