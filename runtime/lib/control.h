@@ -1,4 +1,5 @@
-//===- control.h - The control plane's API: MPI's subset -------------------===//
+//===- control.h - The control plane's API: MPI's subset
+//-------------------===//
 //
 // What ranks tell each other outside the data plane is written against MPI's
 // API. The host target links Open MPI; the cuda target (PLANRT_TCP_CONTROL)

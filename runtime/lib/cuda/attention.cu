@@ -19,6 +19,7 @@
 #include "../context.h"
 #include "attention.h"
 #include "attention_blocks.h"
+#include "check.h"
 
 #include <cuda_runtime.h>
 
@@ -58,20 +59,14 @@ __global__ void __launch_bounds__(attn::kThreads)
                          (int64_t)blockIdx.y * attn::kRows);
 }
 
-void check(cudaError_t e, const char *what) {
-  if (e != cudaSuccess)
-    fatal("CUDA error %s (%s) in %s", cudaGetErrorName(e),
-          cudaGetErrorString(e), what);
-}
-
 /// Raises `kernel`'s dynamic shared memory limit to `bytes` (once).
 template <class K> void allow_smem(K kernel, size_t bytes, bool &done) {
   if (done)
     return;
-  check(cudaFuncSetAttribute(kernel,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             (int)bytes),
-        "cudaFuncSetAttribute (attention's shared memory)");
+  cuda_check::call(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           (int)bytes),
+      "cudaFuncSetAttribute (attention's shared memory)");
   done = true;
 }
 
@@ -88,11 +83,11 @@ size_t smem_limit() {
   static int limit = -1;
   if (limit < 0) {
     int device = 0;
-    check(cudaGetDevice(&device), "cudaGetDevice");
-    check(cudaDeviceGetAttribute(&limit,
-                                 cudaDevAttrMaxSharedMemoryPerBlockOptin,
-                                 device),
-          "cudaDeviceGetAttribute (shared memory per block)");
+    cuda_check::call(cudaGetDevice(&device), "cudaGetDevice");
+    cuda_check::call(
+        cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin,
+                               device),
+        "cudaDeviceGetAttribute (shared memory per block)");
   }
   return (size_t)limit;
 }
@@ -129,8 +124,8 @@ template <class F> bool with_head_dim(const kernels::AttnShape &a, const F &f) {
 } // namespace
 
 template <class T>
-bool forward(cudaStream_t s, const kernels::AttnShape &a, const T *qkv,
-             T *out, float *stats) {
+bool forward(cudaStream_t s, const kernels::AttnShape &a, const T *qkv, T *out,
+             float *stats) {
   return with_head_dim(a, [&](auto dim) {
     constexpr int D = decltype(dim)::value;
     static bool ready = false;
@@ -138,7 +133,7 @@ bool forward(cudaStream_t s, const kernels::AttnShape &a, const T *qkv,
     allow_smem(forward_kernel<D, T>, bytes, ready);
     forward_kernel<D, T><<<grid(a.S, a.B * a.H), attn::kThreads, bytes, s>>>(
         a, qkv, out, stats);
-    check(cudaGetLastError(), "attention forward kernel launch");
+    cuda_check::launch("attention's forward");
   });
 }
 
@@ -153,7 +148,7 @@ bool grad_q(cudaStream_t s, const kernels::AttnShape &a, const T *qkv,
     allow_smem(grad_q_kernel<D, T>, bytes, ready);
     grad_q_kernel<D, T><<<grid(a.S, a.B * a.H), attn::kThreads, bytes, s>>>(
         a, qkv, dout, dqkv, stats, rowstats, delta);
-    check(cudaGetLastError(), "attention dq kernel launch");
+    cuda_check::launch("attention's dq");
   });
 }
 
@@ -168,17 +163,16 @@ bool grad_kv(cudaStream_t s, const kernels::AttnShape &a, const T *qkv,
     allow_smem(grad_kv_kernel<D, T>, bytes, ready);
     grad_kv_kernel<D, T><<<grid(a.S, a.B * a.KV), attn::kThreads, bytes, s>>>(
         a, qkv, dout, dqkv, rowstats, delta);
-    check(cudaGetLastError(), "attention dk/dv kernel launch");
+    cuda_check::launch("attention's dk and dv");
   });
 }
 
 #define PLANRT_ATTENTION_TYPES(T)                                              \
-  template bool forward<T>(cudaStream_t, const kernels::AttnShape &,          \
+  template bool forward<T>(cudaStream_t, const kernels::AttnShape &,           \
                            const T *, T *, float *);                           \
-  template bool grad_q<T>(cudaStream_t, const kernels::AttnShape &,           \
-                          const T *, const T *, T *, const float *, float *,   \
-                          float *);                                            \
-  template bool grad_kv<T>(cudaStream_t, const kernels::AttnShape &,          \
+  template bool grad_q<T>(cudaStream_t, const kernels::AttnShape &, const T *, \
+                          const T *, T *, const float *, float *, float *);    \
+  template bool grad_kv<T>(cudaStream_t, const kernels::AttnShape &,           \
                            const T *, const T *, T *, const float *,           \
                            const float *);
 PLANRT_ATTENTION_TYPES(float)

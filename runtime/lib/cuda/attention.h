@@ -13,8 +13,8 @@ namespace cuda_attention {
 /// exponentials), on stream `s`; false (nothing launched) for a head dim
 /// without tiled kernels.
 template <class T>
-bool forward(cudaStream_t s, const kernels::AttnShape &a, const T *qkv,
-             T *out, float *stats);
+bool forward(cudaStream_t s, const kernels::AttnShape &a, const T *qkv, T *out,
+             float *stats);
 
 /// The backward's query side: rowstats [2 B H S] (max, sum) and delta
 /// [B H S] (sum p dp) per row, from `stats` (the forward's) or recomputed
@@ -28,8 +28,7 @@ bool grad_q(cudaStream_t s, const kernels::AttnShape &a, const T *qkv,
 /// delta. False for an unsupported head dim.
 template <class T>
 bool grad_kv(cudaStream_t s, const kernels::AttnShape &a, const T *qkv,
-             const T *dout, T *dqkv, const float *rowstats,
-             const float *delta);
+             const T *dout, T *dqkv, const float *rowstats, const float *delta);
 
 } // namespace cuda_attention
 } // namespace planrt

@@ -66,7 +66,8 @@ constexpr int kPStride = kCols + 1;
 /// dst[r][d] = src row (row0 + r) widened, rows past `valid` zero.
 template <int D, class T>
 PLANRT_BLOCK_FN void load_tile(const Lane &l, float *dst, const T *src,
-                             int64_t src_stride, int64_t row0, int64_t valid) {
+                               int64_t src_stride, int64_t row0,
+                               int64_t valid) {
   for (int idx = l.tid; idx < kRows * D; idx += kThreads) {
     int r = idx / D, d = idx % D;
     dst[r * kStride<D> + d] =
@@ -77,7 +78,7 @@ PLANRT_BLOCK_FN void load_tile(const Lane &l, float *dst, const T *src,
 /// c[i][j] = A[ty + 16 i] . B[tx + 16 j] over D.
 template <int D>
 PLANRT_BLOCK_FN void dots(const Lane &l, const float *A, const float *B,
-                        float (&c)[kRI][kCJ]) {
+                          float (&c)[kRI][kCJ]) {
   for (int i = 0; i < kRI; ++i)
     for (int j = 0; j < kCJ; ++j)
       c[i][j] = 0.0f;
@@ -96,7 +97,7 @@ PLANRT_BLOCK_FN void dots(const Lane &l, const float *A, const float *B,
 /// o[i][k] += sum_c P[ty + 16 i][c] V[c][tx + 16 k].
 template <int D>
 PLANRT_BLOCK_FN void weighted(const Lane &l, const float *P, const float *V,
-                            float (&o)[kRI][D / kTX]) {
+                              float (&o)[kRI][D / kTX]) {
   for (int c = 0; c < kCols; ++c) {
     float p[kRI];
     for (int i = 0; i < kRI; ++i)
@@ -111,10 +112,34 @@ PLANRT_BLOCK_FN void weighted(const Lane &l, const float *P, const float *V,
 
 /// P[ty + 16 i][tx + 16 j] = v[i][j].
 PLANRT_BLOCK_FN void store_p(const Lane &l, float *P,
-                           const float (&v)[kRI][kCJ]) {
+                             const float (&v)[kRI][kCJ]) {
   for (int i = 0; i < kRI; ++i)
     for (int j = 0; j < kCJ; ++j)
       P[(l.ty + kTY * i) * kPStride + l.tx + kTX * j] = v[i][j];
+}
+
+/// The key tile [k0, k0 + 64) of kv head (b, g) into Ks and Vs (after the
+/// previous tile's last use), and s = the scaled scores of the block's
+/// queries [q0, q0 + 64) (in Qs) against it, -inf where the causal mask or
+/// the end of the sequence hides a pair.
+template <int D, class T>
+PLANRT_BLOCK_FN void key_tile(const Lane &l, const kernels::AttnShape &a,
+                              const T *qkv, int64_t b, int64_t g, int64_t q0,
+                              int64_t k0, const float *Qs, float *Ks, float *Vs,
+                              float (&s)[kRI][kCJ]) {
+  const int64_t S = a.S, nk = S - k0 < kCols ? S - k0 : kCols;
+  PLANRT_BLOCK_BARRIER();
+  load_tile<D>(l, Ks, a.k(qkv, b, 0, g), a.width(), k0, nk);
+  load_tile<D>(l, Vs, a.v(qkv, b, 0, g), a.width(), k0, nk);
+  PLANRT_BLOCK_BARRIER();
+  dots<D>(l, Qs, Ks, s);
+  for (int i = 0; i < kRI; ++i) {
+    const int64_t t = q0 + l.ty + kTY * i;
+    for (int j = 0; j < kCJ; ++j) {
+      const int64_t u = k0 + l.tx + kTX * j;
+      s[i][j] = (u <= t && t < S) ? a.scale * s[i][j] : -INFINITY;
+    }
+  }
 }
 
 /// Floats of shared memory each kernel takes.
@@ -131,10 +156,9 @@ template <int D> constexpr int grad_kv_floats() {
 /// The forward of query rows [q0, q0 + 64) of row group bh = b H + h: out,
 /// and with `stats` (m, l) per row.
 template <int D, class T>
-PLANRT_BLOCK_FN void forward_block(const Lane &l, float *smem,
-                                 const kernels::AttnShape &a, const T *qkv,
-                                 T *out, float *stats, int64_t bh,
-                                 int64_t q0) {
+PLANRT_BLOCK_FN void
+forward_block(const Lane &l, float *smem, const kernels::AttnShape &a,
+              const T *qkv, T *out, float *stats, int64_t bh, int64_t q0) {
   const int64_t S = a.S, b = bh / a.H, h = bh % a.H, g = h / (a.H / a.KV);
   float *Qs = smem, *Ks = Qs + kRows * kStride<D>,
         *Vs = Ks + kRows * kStride<D>, *Ps = Vs + kRows * kStride<D>;
@@ -149,21 +173,12 @@ PLANRT_BLOCK_FN void forward_block(const Lane &l, float *smem,
   }
   const int64_t last = q0 + nq - 1; // the last key any row here sees
   for (int64_t k0 = 0; k0 <= last; k0 += kCols) {
-    const int64_t nk = S - k0 < kCols ? S - k0 : kCols;
-    PLANRT_BLOCK_BARRIER(); // the previous tile is used up
-    load_tile<D>(l, Ks, a.k(qkv, b, 0, g), a.width(), k0, nk);
-    load_tile<D>(l, Vs, a.v(qkv, b, 0, g), a.width(), k0, nk);
-    PLANRT_BLOCK_BARRIER();
     float s[kRI][kCJ];
-    dots<D>(l, Qs, Ks, s);
+    key_tile<D>(l, a, qkv, b, g, q0, k0, Qs, Ks, Vs, s);
     for (int i = 0; i < kRI; ++i) {
-      const int64_t t = q0 + l.ty + kTY * i;
       float mt = -INFINITY;
-      for (int j = 0; j < kCJ; ++j) {
-        const int64_t u = k0 + l.tx + kTX * j;
-        s[i][j] = (u <= t && t < S) ? a.scale * s[i][j] : -INFINITY;
+      for (int j = 0; j < kCJ; ++j)
         mt = s[i][j] > mt ? s[i][j] : mt;
-      }
       mt = row_max16(l, mt);
       const float mn = mt > m[i] ? mt : m[i];
       const float alpha = m[i] == -INFINITY ? 0.0f : exp_f32(m[i] - mn);
@@ -199,11 +214,10 @@ PLANRT_BLOCK_FN void forward_block(const Lane &l, float *smem,
 /// The backward's query side for rows [q0, q0 + 64) of row group bh:
 /// rowstats (m, l) and delta per row, and dq.
 template <int D, class T>
-PLANRT_BLOCK_FN void grad_q_block(const Lane &l, float *smem,
-                                const kernels::AttnShape &a, const T *qkv,
-                                const T *dout, T *dqkv, const float *stats,
-                                float *rowstats, float *delta, int64_t bh,
-                                int64_t q0) {
+PLANRT_BLOCK_FN void
+grad_q_block(const Lane &l, float *smem, const kernels::AttnShape &a,
+             const T *qkv, const T *dout, T *dqkv, const float *stats,
+             float *rowstats, float *delta, int64_t bh, int64_t q0) {
   const int64_t S = a.S, b = bh / a.H, h = bh % a.H, g = h / (a.H / a.KV);
   float *Qs = smem, *Os = Qs + kRows * kStride<D>,
         *Ks = Os + kRows * kStride<D>, *Vs = Ks + kRows * kStride<D>,
@@ -223,22 +237,13 @@ PLANRT_BLOCK_FN void grad_q_block(const Lane &l, float *smem,
   // Pass 1: (m, l) unless kept, and sum e dp, rescaled as m grows.
   float lpart[kRI] = {};
   for (int64_t k0 = 0; k0 <= last; k0 += kCols) {
-    const int64_t nk = S - k0 < kCols ? S - k0 : kCols;
-    PLANRT_BLOCK_BARRIER();
-    load_tile<D>(l, Ks, a.k(qkv, b, 0, g), a.width(), k0, nk);
-    load_tile<D>(l, Vs, a.v(qkv, b, 0, g), a.width(), k0, nk);
-    PLANRT_BLOCK_BARRIER();
     float s[kRI][kCJ], dp[kRI][kCJ];
-    dots<D>(l, Qs, Ks, s);
+    key_tile<D>(l, a, qkv, b, g, q0, k0, Qs, Ks, Vs, s);
     dots<D>(l, Os, Vs, dp);
     for (int i = 0; i < kRI; ++i) {
-      const int64_t t = q0 + l.ty + kTY * i;
       float mt = -INFINITY;
-      for (int j = 0; j < kCJ; ++j) {
-        const int64_t u = k0 + l.tx + kTX * j;
-        s[i][j] = (u <= t && t < S) ? a.scale * s[i][j] : -INFINITY;
+      for (int j = 0; j < kCJ; ++j)
         mt = s[i][j] > mt ? s[i][j] : mt;
-      }
       float mn = m[i];
       if (!stats) {
         mt = row_max16(l, mt);
@@ -275,24 +280,15 @@ PLANRT_BLOCK_FN void grad_q_block(const Lane &l, float *smem,
     for (int k = 0; k < D / kTX; ++k)
       dq[i][k] = 0.0f;
   for (int64_t k0 = 0; k0 <= last; k0 += kCols) {
-    const int64_t nk = S - k0 < kCols ? S - k0 : kCols;
-    PLANRT_BLOCK_BARRIER();
-    load_tile<D>(l, Ks, a.k(qkv, b, 0, g), a.width(), k0, nk);
-    load_tile<D>(l, Vs, a.v(qkv, b, 0, g), a.width(), k0, nk);
-    PLANRT_BLOCK_BARRIER();
     float s[kRI][kCJ], dp[kRI][kCJ];
-    dots<D>(l, Qs, Ks, s);
+    key_tile<D>(l, a, qkv, b, g, q0, k0, Qs, Ks, Vs, s);
     dots<D>(l, Os, Vs, dp);
-    for (int i = 0; i < kRI; ++i) {
-      const int64_t t = q0 + l.ty + kTY * i;
+    for (int i = 0; i < kRI; ++i)
       for (int j = 0; j < kCJ; ++j) {
-        const int64_t u = k0 + l.tx + kTX * j;
-        float p = (u <= t && t < S)
-                      ? exp_f32(a.scale * s[i][j] - m[i]) / lsum[i]
-                      : 0.0f;
+        float p =
+            s[i][j] == -INFINITY ? 0.0f : exp_f32(s[i][j] - m[i]) / lsum[i];
         s[i][j] = p * (dp[i][j] - dl[i]) * a.scale;
       }
-    }
     store_p(l, Ps, s);
     PLANRT_BLOCK_BARRIER();
     weighted<D>(l, Ps, Ks, dq);
@@ -311,11 +307,10 @@ PLANRT_BLOCK_FN void grad_q_block(const Lane &l, float *smem,
 /// g: dk and dv, summed over the group's query heads and the queries t >= u
 /// (reads the rowstats and delta grad_q_block wrote).
 template <int D, class T>
-PLANRT_BLOCK_FN void grad_kv_block(const Lane &l, float *smem,
-                                 const kernels::AttnShape &a, const T *qkv,
-                                 const T *dout, T *dqkv,
-                                 const float *rowstats, const float *delta,
-                                 int64_t bg, int64_t u0) {
+PLANRT_BLOCK_FN void
+grad_kv_block(const Lane &l, float *smem, const kernels::AttnShape &a,
+              const T *qkv, const T *dout, T *dqkv, const float *rowstats,
+              const float *delta, int64_t bg, int64_t u0) {
   const int64_t S = a.S, b = bg / a.KV, g = bg % a.KV, rep = a.H / a.KV;
   float *Ks = smem, *Vs = Ks + kRows * kStride<D>,
         *Qs = Vs + kRows * kStride<D>, *Os = Qs + kRows * kStride<D>,

@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "../context.h"
+#include "check.h"
 #include "classifier.h"
 #include "classifier_blocks.h"
 
@@ -27,13 +28,6 @@ __global__ void __launch_bounds__(classifier::kThreads)
   classifier::grad_block(block::this_lane(), smem, f, (int64_t)blockIdx.x);
 }
 
-void check_launch(const char *what) {
-  cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess)
-    fatal("CUDA error %s (%s) in the launch of %s", cudaGetErrorName(e),
-          cudaGetErrorString(e), what);
-}
-
 /// One block per row: rows past the grid's limit would need a loop.
 void check_rows(int64_t rows) {
   if (rows > 2147483647LL)
@@ -48,7 +42,7 @@ void forward(cudaStream_t s, int64_t rows, const kernels::CrossEntropyFn &f) {
     return;
   check_rows(rows);
   forward_kernel<<<(unsigned)rows, classifier::kThreads, 0, s>>>(f);
-  check_launch("cross-entropy");
+  cuda_check::launch("cross-entropy");
 }
 
 template <class G>
@@ -58,7 +52,7 @@ void grad(cudaStream_t s, int64_t rows,
     return;
   check_rows(rows);
   grad_kernel<G><<<(unsigned)rows, classifier::kThreads, 0, s>>>(f);
-  check_launch("cross-entropy's gradient");
+  cuda_check::launch("cross-entropy's gradient");
 }
 
 template void grad(cudaStream_t, int64_t,

@@ -5,6 +5,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "../context.h"
+#include "check.h"
 #include "column_sums.h"
 #include "column_sums_blocks.h"
 
@@ -35,13 +36,6 @@ unsigned blocks(int64_t columns) {
   return (unsigned)((columns + colsum::kTX - 1) / colsum::kTX);
 }
 
-void check_launch(const char *what) {
-  cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess)
-    fatal("CUDA error %s (%s) in the launch of %s", cudaGetErrorName(e),
-          cudaGetErrorString(e), what);
-}
-
 } // namespace
 
 template <class T, class G>
@@ -49,7 +43,7 @@ void bias_grad(cudaStream_t s, const kernels::BiasGradFn<T, G> &f) {
   if (f.n <= 0)
     return;
   bias_grad_kernel<T, G><<<blocks(f.n), colsum::kThreads, 0, s>>>(f);
-  check_launch("bias_grad's column sums");
+  cuda_check::launch("bias_grad's column sums");
 }
 
 template <class T>
@@ -57,23 +51,35 @@ void norm_grad_param(cudaStream_t s, const kernels::NormGradParamFn<T> &f) {
   if (f.C <= 0)
     return;
   norm_grad_param_kernel<T><<<blocks(f.C), colsum::kThreads, 0, s>>>(f);
-  check_launch("the norm's parameter gradients");
+  cuda_check::launch("the norm's parameter gradients");
 }
 
 using kernels::bf16_t;
 using kernels::f16_t;
-template void bias_grad(cudaStream_t, const kernels::BiasGradFn<float, float> &);
-template void bias_grad(cudaStream_t, const kernels::BiasGradFn<bf16_t, float> &);
-template void bias_grad(cudaStream_t, const kernels::BiasGradFn<f16_t, float> &);
-template void bias_grad(cudaStream_t, const kernels::BiasGradFn<bf16_t, bf16_t> &);
-template void bias_grad(cudaStream_t, const kernels::BiasGradFn<f16_t, f16_t> &);
-template void bias_grad(cudaStream_t, const kernels::BiasGradFn<float, bf16_t> &);
-template void bias_grad(cudaStream_t, const kernels::BiasGradFn<float, f16_t> &);
-template void bias_grad(cudaStream_t, const kernels::BiasGradFn<bf16_t, f16_t> &);
-template void bias_grad(cudaStream_t, const kernels::BiasGradFn<f16_t, bf16_t> &);
-template void norm_grad_param(cudaStream_t, const kernels::NormGradParamFn<float> &);
-template void norm_grad_param(cudaStream_t, const kernels::NormGradParamFn<bf16_t> &);
-template void norm_grad_param(cudaStream_t, const kernels::NormGradParamFn<f16_t> &);
+template void bias_grad(cudaStream_t,
+                        const kernels::BiasGradFn<float, float> &);
+template void bias_grad(cudaStream_t,
+                        const kernels::BiasGradFn<bf16_t, float> &);
+template void bias_grad(cudaStream_t,
+                        const kernels::BiasGradFn<f16_t, float> &);
+template void bias_grad(cudaStream_t,
+                        const kernels::BiasGradFn<bf16_t, bf16_t> &);
+template void bias_grad(cudaStream_t,
+                        const kernels::BiasGradFn<f16_t, f16_t> &);
+template void bias_grad(cudaStream_t,
+                        const kernels::BiasGradFn<float, bf16_t> &);
+template void bias_grad(cudaStream_t,
+                        const kernels::BiasGradFn<float, f16_t> &);
+template void bias_grad(cudaStream_t,
+                        const kernels::BiasGradFn<bf16_t, f16_t> &);
+template void bias_grad(cudaStream_t,
+                        const kernels::BiasGradFn<f16_t, bf16_t> &);
+template void norm_grad_param(cudaStream_t,
+                              const kernels::NormGradParamFn<float> &);
+template void norm_grad_param(cudaStream_t,
+                              const kernels::NormGradParamFn<bf16_t> &);
+template void norm_grad_param(cudaStream_t,
+                              const kernels::NormGradParamFn<f16_t> &);
 
 } // namespace cuda_column_sums
 } // namespace planrt

@@ -26,7 +26,7 @@ using kernels::st;
 
 constexpr int kTX = block::kTX, kTY = 16, kThreads = kTX * kTY;
 /// Shared memory floats for N sums per column.
-template <int N> constexpr int kFloats = N * kThreads;
+template <int N> constexpr int kFloats = N *kThreads;
 
 /// For the columns j0 + tx of one block: acc[n] = sum over rows r of the
 /// terms term(r, j, acc) adds, then out(j, acc) on one lane per column.
@@ -74,9 +74,9 @@ PLANRT_BLOCK_FN void bias_grad_block(const Lane &l, float *smem,
 /// dgamma[j] = sum_r dy (x - mean) rstd, dbeta[j] = sum_r dy
 /// (kernels::NormGradParamFn's sums; no mean for RMS norm, no dbeta).
 template <class T>
-PLANRT_BLOCK_FN void norm_grad_param_block(
-    const Lane &l, float *smem, const kernels::NormGradParamFn<T> &f,
-    int64_t j0) {
+PLANRT_BLOCK_FN void norm_grad_param_block(const Lane &l, float *smem,
+                                           const kernels::NormGradParamFn<T> &f,
+                                           int64_t j0) {
   column_sums<2>(
       l, smem, f.rows, f.C, j0,
       [&](int64_t r, int64_t j, float(&acc)[2]) {

@@ -448,8 +448,7 @@ template <class F> void launch(Context *ctx, int64_t n, const F &f) {
 /// (attention.cu: fits).
 template <class T>
 void launch(Context *ctx, int64_t n, const kernels::AttentionFn<T> &f) {
-  if (!cuda_attention::forward(state(ctx)->stream, f.a, f.qkv, f.out,
-                               f.stats))
+  if (!cuda_attention::forward(state(ctx)->stream, f.a, f.qkv, f.out, f.stats))
     launch_rows(ctx, n, f);
 }
 template <class T>
@@ -460,8 +459,8 @@ void launch(Context *ctx, int64_t n, const kernels::AttentionGradQFn<T> &f) {
 }
 template <class T>
 void launch(Context *ctx, int64_t n, const kernels::AttentionGradKVFn<T> &f) {
-  if (!cuda_attention::grad_kv(state(ctx)->stream, f.a, f.qkv, f.dout,
-                               f.dqkv, f.rowstats, f.delta))
+  if (!cuda_attention::grad_kv(state(ctx)->stream, f.a, f.qkv, f.dout, f.dqkv,
+                               f.rowstats, f.delta))
     launch_rows(ctx, n, f);
 }
 
@@ -494,8 +493,7 @@ inline void launch(Context *ctx, int64_t n, const kernels::CrossEntropyFn &f) {
   cuda_classifier::forward(state(ctx)->stream, n, f);
 }
 template <class G>
-void launch(Context *ctx, int64_t n,
-            const kernels::CrossEntropyGradFn<G> &f) {
+void launch(Context *ctx, int64_t n, const kernels::CrossEntropyGradFn<G> &f) {
   cuda_classifier::grad(state(ctx)->stream, n, f);
 }
 
@@ -517,8 +515,7 @@ void gemm_lt(Context *ctx, cudaDataType_t type, cudaDataType_t c_type, bool ta,
   auto it = s->gemms.find(key);
   if (it == s->gemms.end()) {
     GemmPlan p;
-    const bool tf32 =
-        type == CUDA_R_32F && ctx->compute_precision == "tf32";
+    const bool tf32 = type == CUDA_R_32F && ctx->compute_precision == "tf32";
     CUBLAS_CHECK(cublasLtMatmulDescCreate(
         &p.op, tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F,
         CUDA_R_32F));

@@ -5,6 +5,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "../context.h"
+#include "check.h"
 #include "norms.h"
 #include "norms_blocks.h"
 
@@ -36,13 +37,6 @@ unsigned blocks(int64_t rows) {
   return (unsigned)((rows + norms::kRowsPerBlock - 1) / norms::kRowsPerBlock);
 }
 
-void check_launch(const char *what) {
-  cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess)
-    fatal("CUDA error %s (%s) in the launch of %s", cudaGetErrorName(e),
-          cudaGetErrorString(e), what);
-}
-
 } // namespace
 
 template <class T>
@@ -50,21 +44,21 @@ void stats(cudaStream_t s, int64_t rows, const kernels::NormStatsFn<T> &f) {
   if (rows <= 0)
     return;
   stats_kernel<T><<<blocks(rows), norms::kThreads, 0, s>>>(f, rows);
-  check_launch("the norm's statistics");
+  cuda_check::launch("the norm's statistics");
 }
 template <class T>
 void norm(cudaStream_t s, int64_t rows, const kernels::NormFn<T> &f) {
   if (rows <= 0)
     return;
   norm_kernel<T><<<blocks(rows), norms::kThreads, 0, s>>>(f, rows);
-  check_launch("the norm");
+  cuda_check::launch("the norm");
 }
 template <class T>
 void grad_x(cudaStream_t s, int64_t rows, const kernels::NormGradXFn<T> &f) {
   if (rows <= 0)
     return;
   grad_x_kernel<T><<<blocks(rows), norms::kThreads, 0, s>>>(f, rows);
-  check_launch("the norm's input gradient");
+  cuda_check::launch("the norm's input gradient");
 }
 
 #define PLANRT_NORM_TYPES(T)                                                   \

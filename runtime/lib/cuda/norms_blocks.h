@@ -31,8 +31,8 @@ constexpr int kTX = block::kTX, kRowsPerBlock = 16,
 /// Row r = r0 + ty: mean (LayerNorm) and rstd.
 template <class T>
 PLANRT_BLOCK_FN void stats_block(const Lane &l,
-                                 const kernels::NormStatsFn<T> &f,
-                                 int64_t rows, int64_t r0) {
+                                 const kernels::NormStatsFn<T> &f, int64_t rows,
+                                 int64_t r0) {
   const int64_t r = r0 + l.ty;
   const bool live = r < rows; // every lane reaches the shuffles
   const T *xr = f.x + (live ? r : 0) * f.C;

@@ -105,8 +105,7 @@ void complete_recv(Request *r, Message &m) {
     std::fprintf(stderr,
                  "planrt: error: control plane: a message of %llu bytes "
                  "arrived for a receive of %zu (tag %d)\n",
-                 (unsigned long long)m.header.bytes, r->capacity,
-                 m.header.tag);
+                 (unsigned long long)m.header.bytes, r->capacity, m.header.tag);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
   if (n)
@@ -519,8 +518,7 @@ int MPI_Comm_split_type(MPI_Comm comm, int, int key, MPI_Info, MPI_Comm *out) {
   std::vector<char> all = allgather(comm, name, sizeof(name));
   int color = comm->rank;
   for (size_t i = 0; i < comm->members.size(); ++i)
-    if (std::strncmp(all.data() + i * sizeof(name), name, sizeof(name)) ==
-        0) {
+    if (std::strncmp(all.data() + i * sizeof(name), name, sizeof(name)) == 0) {
       color = (int)i;
       break;
     }
@@ -563,14 +561,13 @@ int MPI_Recv(void *buf, int count, MPI_Datatype type, int src, int tag,
   return MPI_Wait(&r, status);
 }
 
-int MPI_Iprobe(int src, int tag, MPI_Comm comm, int *flag,
-               MPI_Status *status) {
+int MPI_Iprobe(int src, int tag, MPI_Comm comm, int *flag, MPI_Status *status) {
   ready("MPI_Iprobe");
   check_comm(comm, "MPI_Iprobe");
   progress();
   Engine &e = engine();
-  int source = src == MPI_ANY_SOURCE ? MPI_ANY_SOURCE
-                                     : comm->members[(size_t)src];
+  int source =
+      src == MPI_ANY_SOURCE ? MPI_ANY_SOURCE : comm->members[(size_t)src];
   for (const Message &m : e.unexpected)
     if (matches(m.header, comm->context, source, tag)) {
       *flag = 1;
@@ -661,8 +658,8 @@ int MPI_Request_free(MPI_Request *request) {
 int MPI_Ibarrier(MPI_Comm comm, MPI_Request *request) {
   ready("MPI_Ibarrier");
   check_comm(comm, "MPI_Ibarrier");
-  *request =
-      start_collective(Barrier, nullptr, nullptr, 0, MPI_BYTE, MPI_SUM, 0, comm);
+  *request = start_collective(Barrier, nullptr, nullptr, 0, MPI_BYTE, MPI_SUM,
+                              0, comm);
   return MPI_SUCCESS;
 }
 
@@ -670,19 +667,19 @@ int MPI_Iallreduce(const void *send, void *recv, int count, MPI_Datatype type,
                    MPI_Op op, MPI_Comm comm, MPI_Request *request) {
   ready("MPI_Iallreduce");
   check_comm(comm, "MPI_Iallreduce");
-  *request = start_collective(Allreduce, send, recv,
-                              (size_t)count * type_size(type), type, op, 0,
-                              comm);
+  *request =
+      start_collective(Allreduce, send, recv, (size_t)count * type_size(type),
+                       type, op, 0, comm);
   return MPI_SUCCESS;
 }
 
-int MPI_Ibcast(void *buf, int count, MPI_Datatype type, int root,
-               MPI_Comm comm, MPI_Request *request) {
+int MPI_Ibcast(void *buf, int count, MPI_Datatype type, int root, MPI_Comm comm,
+               MPI_Request *request) {
   ready("MPI_Ibcast");
   check_comm(comm, "MPI_Ibcast");
-  *request = start_collective(Bcast, nullptr, buf,
-                              (size_t)count * type_size(type), type, MPI_SUM,
-                              root, comm);
+  *request =
+      start_collective(Bcast, nullptr, buf, (size_t)count * type_size(type),
+                       type, MPI_SUM, root, comm);
   return MPI_SUCCESS;
 }
 
@@ -690,9 +687,9 @@ int MPI_Ireduce(const void *send, void *recv, int count, MPI_Datatype type,
                 MPI_Op op, int root, MPI_Comm comm, MPI_Request *request) {
   ready("MPI_Ireduce");
   check_comm(comm, "MPI_Ireduce");
-  *request = start_collective(Reduce, send, recv,
-                              (size_t)count * type_size(type), type, op, root,
-                              comm);
+  *request =
+      start_collective(Reduce, send, recv, (size_t)count * type_size(type),
+                       type, op, root, comm);
   return MPI_SUCCESS;
 }
 

@@ -105,8 +105,8 @@ int MPI_Request_free(MPI_Request *request);
 int MPI_Ibarrier(MPI_Comm comm, MPI_Request *request);
 int MPI_Iallreduce(const void *send, void *recv, int count, MPI_Datatype type,
                    MPI_Op op, MPI_Comm comm, MPI_Request *request);
-int MPI_Ibcast(void *buf, int count, MPI_Datatype type, int root,
-               MPI_Comm comm, MPI_Request *request);
+int MPI_Ibcast(void *buf, int count, MPI_Datatype type, int root, MPI_Comm comm,
+               MPI_Request *request);
 int MPI_Ireduce(const void *send, void *recv, int count, MPI_Datatype type,
                 MPI_Op op, int root, MPI_Comm comm, MPI_Request *request);
 int MPI_Igather(const void *send, int send_count, MPI_Datatype send_type,

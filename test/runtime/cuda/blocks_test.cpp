@@ -1,12 +1,13 @@
 // The cuda backend's block kernels (runtime/lib/cuda/*_blocks.h: tiled
-// attention, column sums, norms, the classifier) run on the host: each block's 256 threads are OpenMP threads, its shared
-// memory a buffer poisoned with NaN before every block (a read of a float no
-// thread wrote shows up in the results), __syncthreads an OpenMP barrier and
-// the warp shuffle an exchange through memory. Compared with the per-row
-// functors of kernels.h, the host's reference and the GPU's former kernels:
-// forward (out and the row statistics), and backward from the forward's
-// statistics and without them, on shapes with a partial last tile, grouped
-// query heads and every head dim the kernels are built for.
+// attention, column sums, norms, the classifier) run on the host: each block's
+// 256 threads are OpenMP threads, its shared memory a buffer poisoned with NaN
+// before every block (a read of a float no thread wrote shows up in the
+// results), __syncthreads an OpenMP barrier and the warp shuffle an exchange
+// through memory. Compared with the per-row functors of kernels.h, the host's
+// reference and the GPU's former kernels: forward (out and the row statistics),
+// and backward from the forward's statistics and without them, on shapes with a
+// partial last tile, grouped query heads and every head dim the kernels are
+// built for.
 #include "cuda/attention_blocks.h"
 #include "cuda/classifier_blocks.h"
 #include "cuda/column_sums_blocks.h"
@@ -98,13 +99,12 @@ template <int D> void check_case(const Case &c, uint32_t seed) {
   // Backward from the forward's statistics and without them.
   std::vector<float> rs_ref((size_t)(2 * rows)), dl_ref((size_t)rows);
   std::vector<float> dq_ref((size_t)n, 0.0f);
-  kernels::AttentionGradQFn<> gq_ref{qkv.data(),    dout.data(), dq_ref.data(),
-                                     rs_ref.data(), dl_ref.data(), a};
+  kernels::AttentionGradQFn<> gq_ref{
+      qkv.data(), dout.data(), dq_ref.data(), rs_ref.data(), dl_ref.data(), a};
   for (int64_t i = 0; i < rows; ++i)
     gq_ref(i);
-  kernels::AttentionGradKVFn<> gkv_ref{qkv.data(),   dout.data(),
-                                       rs_ref.data(), dl_ref.data(),
-                                       dq_ref.data(), a};
+  kernels::AttentionGradKVFn<> gkv_ref{
+      qkv.data(), dout.data(), rs_ref.data(), dl_ref.data(), dq_ref.data(), a};
   for (int64_t j = 0; j < a.B * a.KV * a.S; ++j)
     gkv_ref(j);
   for (bool kept : {true, false}) {
@@ -195,11 +195,14 @@ TEST(ColumnSums, BlocksEqualTheColumnFunctors) {
   for (bool layer : {true, false}) {
     std::vector<float> dg(C, NAN), dbeta(C, NAN), dg_ref(C), dbeta_ref(C);
     const float *mu = layer ? mean.data() : nullptr;
-    kernels::NormGradParamFn<> ref{x.data(),      dy.data(),
-                                   mu,            rstd.data(),
-                                   dg_ref.data(), layer ? dbeta_ref.data()
-                                                        : nullptr,
-                                   rows,          C};
+    kernels::NormGradParamFn<> ref{x.data(),
+                                   dy.data(),
+                                   mu,
+                                   rstd.data(),
+                                   dg_ref.data(),
+                                   layer ? dbeta_ref.data() : nullptr,
+                                   rows,
+                                   C};
     for (int64_t j = 0; j < C; ++j)
       ref(j);
     kernels::NormGradParamFn<> gpu{x.data(),  dy.data(),
@@ -208,8 +211,7 @@ TEST(ColumnSums, BlocksEqualTheColumnFunctors) {
                                    rows,      C};
     run_blocks(gx, 1, colsum::kFloats<2>,
                [&](const attn::Lane &l, float *smem, int64_t bx, int64_t) {
-                 colsum::norm_grad_param_block(l, smem, gpu,
-                                               bx * colsum::kTX);
+                 colsum::norm_grad_param_block(l, smem, gpu, bx * colsum::kTX);
                });
     EXPECT_LT(rel_err(dg, dg_ref), 1e-6) << (layer ? "layer" : "rms");
     if (layer) {
@@ -257,24 +259,24 @@ TEST(Norms, HalfWarpRowsEqualTheRowFunctors) {
     const float *mu = layer ? mean_ref.data() : nullptr;
     const float *b = layer ? beta.data() : nullptr;
     std::vector<float> out(x.size(), NAN), out_ref(x.size());
-    kernels::NormFn<> n_ref{x.data(), gamma.data(), b, mu, rstd_ref.data(),
-                            out_ref.data(), C};
+    kernels::NormFn<> n_ref{x.data(),        gamma.data(),   b, mu,
+                            rstd_ref.data(), out_ref.data(), C};
     for (int64_t r = 0; r < rows; ++r)
       n_ref(r);
-    kernels::NormFn<> n{x.data(), gamma.data(), b, mu, rstd_ref.data(),
-                        out.data(), C};
+    kernels::NormFn<> n{x.data(),        gamma.data(), b, mu,
+                        rstd_ref.data(), out.data(),   C};
     run_blocks(gx, 1, 0,
                [&](const attn::Lane &l, float *, int64_t bx, int64_t) {
                  norms::norm_block(l, n, rows, bx * norms::kRowsPerBlock);
                });
     EXPECT_EQ(out, out_ref); // element-wise: the same arithmetic
     std::vector<float> dx(x.size(), NAN), dx_ref(x.size());
-    kernels::NormGradXFn<> g_ref{x.data(), gamma.data(),    dy.data(), mu,
+    kernels::NormGradXFn<> g_ref{x.data(),        gamma.data(),  dy.data(), mu,
                                  rstd_ref.data(), dx_ref.data(), C};
     for (int64_t r = 0; r < rows; ++r)
       g_ref(r);
-    kernels::NormGradXFn<> g{x.data(), gamma.data(), dy.data(), mu,
-                             rstd_ref.data(), dx.data(), C};
+    kernels::NormGradXFn<> g{x.data(),        gamma.data(), dy.data(), mu,
+                             rstd_ref.data(), dx.data(),    C};
     run_blocks(gx, 1, 0,
                [&](const attn::Lane &l, float *, int64_t bx, int64_t) {
                  norms::grad_x_block(l, g, rows, bx * norms::kRowsPerBlock);
@@ -294,12 +296,12 @@ TEST(Classifier, BlockRowsEqualTheRowFunctors) {
   std::vector<int32_t> targets = {0, 989, 500, 995, 17};
   int flag[2] = {0, 0}, flag_ref[2] = {0, 0};
   std::vector<float> loss(rows, NAN), loss_ref(rows);
-  kernels::CrossEntropyFn ref{logits.data(), targets.data(), loss_ref.data(),
-                              C, valid, flag_ref};
+  kernels::CrossEntropyFn ref{logits.data(), targets.data(), loss_ref.data(), C,
+                              valid,         flag_ref};
   for (int64_t r = 0; r < rows; ++r)
     ref(r);
-  kernels::CrossEntropyFn f{logits.data(), targets.data(), loss.data(),
-                            C, valid, flag};
+  kernels::CrossEntropyFn f{
+      logits.data(), targets.data(), loss.data(), C, valid, flag};
   run_blocks(rows, 1, classifier::kThreads,
              [&](const attn::Lane &l, float *smem, int64_t bx, int64_t) {
                classifier::forward_block(l, smem, f, bx);
@@ -308,10 +310,8 @@ TEST(Classifier, BlockRowsEqualTheRowFunctors) {
   EXPECT_EQ(flag[0], 1);
   EXPECT_EQ(flag[1], 995);
   std::vector<float> d(logits.size(), NAN), d_ref(logits.size());
-  kernels::CrossEntropyGradFn<> g_ref{logits.data(), targets.data(),
-                                      d_ref.data(),  C,
-                                      valid,         0.2f,
-                                      flag_ref};
+  kernels::CrossEntropyGradFn<> g_ref{
+      logits.data(), targets.data(), d_ref.data(), C, valid, 0.2f, flag_ref};
   for (int64_t r = 0; r < rows; ++r)
     g_ref(r);
   kernels::CrossEntropyGradFn<> g{logits.data(), targets.data(), d.data(), C,

@@ -271,10 +271,10 @@ void test_collectives(int rank, int n) {
     MPI_Datatype type;
     size_t bytes;
   };
-  for (Width w : {Width{MPI_BYTE, 1}, Width{MPI_CHAR, 1}, Width{MPI_INT, 4},
-                  Width{MPI_FLOAT, 4}, Width{MPI_DOUBLE, 8},
-                  Width{MPI_UINT16_T, 2}, Width{MPI_INT64_T, 8},
-                  Width{MPI_INT32_T, 4}}) {
+  for (Width w :
+       {Width{MPI_BYTE, 1}, Width{MPI_CHAR, 1}, Width{MPI_INT, 4},
+        Width{MPI_FLOAT, 4}, Width{MPI_DOUBLE, 8}, Width{MPI_UINT16_T, 2},
+        Width{MPI_INT64_T, 8}, Width{MPI_INT32_T, 4}}) {
     const int count = 5;
     std::vector<unsigned char> buf(count * w.bytes + 8, 0xee);
     if (rank == 0)
