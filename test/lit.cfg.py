@@ -25,6 +25,15 @@ config.environment["OMPI_MCA_rmaps_base_oversubscribe"] = "1"
 # Every generated program fills a buffer with NaN when the memory plan ends
 # its life, so a read past a planned lifetime shows in the results.
 config.environment["PLANRT_POISON"] = "1"
+# A hung test (a rank waiting for a dead one, a wait loop) fails after 600 s
+# instead of hanging CI; the slowest test takes about 100 s. lit needs psutil
+# to kill a test's processes: without it, say so and run unbounded.
+if lit_config.maxIndividualTestTime == 0:  # not given with --timeout
+    supported, why = lit_config.maxIndividualTestTimeIsSupported
+    if supported:
+        lit_config.maxIndividualTestTime = 600
+    else:
+        lit_config.warning("no per-test timeout: " + why)
 
 config.substitutions.append(("%examples", os.path.join(config.planc_src_root, "examples")))
 config.substitutions.append(("%mpirun", config.mpiexec + " --oversubscribe"))

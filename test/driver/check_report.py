@@ -14,9 +14,11 @@
       adds, embedding, loss, optimizer) at one FLOP per element written.
   check_report.py table1 PAPER_TFLOPS REPORT.json [TOL]
       tflops_per_gpu within TOL (default 0.10) of the paper's; prints the row.
-  check_report.py faster BEST.json INPUT.json
-      The plan --autoplan wrote (BEST) is predicted at least as fast as the
-      input's and fits; prints both step times.
+  check_report.py faster BEST.json INPUT.json [--or-equal]
+      The plan --autoplan wrote (BEST) fits and is predicted strictly faster
+      than the input's (a planner that returns its input fails); --or-equal
+      accepts equal times, for an input known to be the best already. Prints
+      both step times.
 """
 import json
 import sys
@@ -69,13 +71,19 @@ def table1(argv):
 
 
 def faster(argv):
+    """BEST.json INPUT.json [--or-equal]: the best plan fits and is strictly
+    faster, so that a planner returning its input fails; --or-equal only
+    where the input is known to be the best plan already."""
     best, given = (json.load(open(p)) for p in argv[:2])
+    or_equal = "--or-equal" in argv[2:]
     print(f"best {best['step_time_s']:.3f} s, input {given['step_time_s']:.3f} s,"
           f" {given['step_time_s'] / best['step_time_s']:.2f}x")
     if not best["fits"]:
         fail("the best plan does not fit")
     if best["step_time_s"] > given["step_time_s"]:
         fail("the best plan is slower than the input's")
+    if best["step_time_s"] == given["step_time_s"] and not or_equal:
+        fail("the best plan is no faster than the input's")
 
 
 if __name__ == "__main__":

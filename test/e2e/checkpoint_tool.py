@@ -103,6 +103,13 @@ def main():
         if k not in tb or ta[k].shape != tb[k].shape:
             errors.append(f"{k}: missing or another shape")
             continue
+        # NaN fails every comparison (num / den > rtol is False for it), so
+        # a poisoned or diverged tensor must be caught before the norms.
+        bad = [n for n, t in ((a.paths[0], ta[k]), (a.paths[1], tb[k]))
+               if not np.isfinite(t).all()]
+        if bad:
+            errors.append(f"{k}: non-finite values in {', '.join(bad)}")
+            continue
         num = float(np.linalg.norm((ta[k] - tb[k]).ravel()))
         den = max(float(np.linalg.norm(ta[k].ravel())), 1e-30)
         worst = max(worst, num / den)

@@ -4,6 +4,7 @@ by planrt and the final parameters written with --save (safetensors).
 
 usage: compare_runs.py REF_LOG REF_PARAMS OTHER_LOG OTHER_PARAMS
                        [--loss-rtol 1e-5] [--param-rtol 1e-4] [--losses-only]
+                       [--grad-norm-rtol R]
 
 --losses-only compares the losses alone (the PARAMS arguments are not
 read): for runs whose arithmetic differs on purpose, such as a bf16 run
@@ -14,7 +15,14 @@ Parameters (and batch norm's running statistics, which --save writes with
 them) are compared as ||a - b|| / ||a|| per tensor (relative error in the
 2-norm), losses step by step as |a - b| / |a|, and the evaluations
 (--eval-every lines) by their loss, like a step's, and accuracy. Exits 1 with a report of
-every mismatch. Uses only the standard library."""
+every mismatch. Uses only the standard library.
+
+The gradient norms ("| grad norm G |", before clipping) are compared step by
+step where both logs print them, at --grad-norm-rtol (default: the loss
+tolerance) plus one unit of the last printed digit (planrt prints 5
+significant digits, coarser than 1e-5): AdamW's first updates are about
+lr * sign(g), so a gradient with a wrong scale barely moves the losses and
+parameters of a short run, but it moves the norm."""
 import argparse, json, math, re, struct, sys
 
 
@@ -28,6 +36,25 @@ def read_losses(path):
     if not losses:
         sys.exit(f"error: no 'step N/M | loss X' lines in {path}")
     return losses
+
+
+def read_grad_norms(path):
+    """{step: (norm, resolution)} of the step lines that print a gradient
+    norm; resolution is one unit of the last printed digit."""
+    norms = {}
+    with open(path) as f:
+        for line in f:
+            m = re.match(r"step (\d+)/\d+ \| loss \S+ \| grad norm (\S+) \|", line)
+            if m:
+                text = m.group(2)
+                mant, _, exp = text.lower().partition("e")
+                digits = len(mant.partition(".")[2])
+                try:
+                    unit = 10.0 ** (int(exp or 0) - digits)
+                except ValueError:  # nan, inf
+                    unit = 0.0
+                norms[int(m.group(1))] = (float(text), unit)
+    return norms
 
 
 def read_evals(path):
@@ -68,6 +95,8 @@ def main():
     p.add_argument("--loss-rtol", type=float, default=1e-5)
     p.add_argument("--param-rtol", type=float, default=1e-4)
     p.add_argument("--losses-only", action="store_true")
+    p.add_argument("--grad-norm-rtol", type=float,
+                   help="default: --loss-rtol")
     a = p.parse_args()
     errors = []
     ref, got = read_losses(a.ref_log), read_losses(a.log)
@@ -83,6 +112,18 @@ def main():
         worst_loss = max(worst_loss, rel)
         if rel > a.loss_rtol:
             errors.append(f"step {step}: loss {r!r} vs {g!r} (rel {rel:.2e})")
+    gref, ggot = read_grad_norms(a.ref_log), read_grad_norms(a.log)
+    gn_rtol = a.loss_rtol if a.grad_norm_rtol is None else a.grad_norm_rtol
+    worst_gn = 0.0
+    for step in sorted(gref.keys() & ggot.keys()):
+        (r, ur), (g, ug) = gref[step], ggot[step]
+        if not (math.isfinite(r) and math.isfinite(g)):
+            errors.append(f"step {step}: non-finite grad norm {r} vs {g}")
+            continue
+        rel = abs(r - g) / max(abs(r), 1e-30)
+        worst_gn = max(worst_gn, rel)
+        if abs(r - g) > gn_rtol * abs(r) + max(ur, ug):
+            errors.append(f"step {step}: grad norm {r!r} vs {g!r} (rel {rel:.2e})")
     # Evaluations (--eval-every): losses like the steps', accuracies as
     # printed (4 decimals).
     eref, egot = read_evals(a.ref_log), read_evals(a.log)
@@ -123,7 +164,9 @@ def main():
     print(f"compared {len(ref)} steps and {len(pr)} parameters: worst loss "
           f"rel diff {worst_loss:.2e}, worst parameter rel diff {worst_param:.2e}"
           + (f"; {len(eref)} evaluations: worst loss rel diff {worst_eval:.2e}"
-             if eref else ""))
+             if eref else "")
+          + (f"; {len(gref.keys() & ggot.keys())} grad norms: worst rel diff "
+             f"{worst_gn:.2e}" if gref.keys() & ggot.keys() else ""))
     for e in errors:
         print("MISMATCH:", e)
     sys.exit(1 if errors else 0)

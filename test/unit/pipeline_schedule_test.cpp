@@ -430,7 +430,8 @@ TEST(PipelineExport, SvgHasOneRectPerStep) {
   EXPECT_EQ(text.find("weight gradient"), std::string::npos);
 }
 
-// Prints the bubble table (not an assertion; the numbers for the report).
+// Prints the bubble table (the numbers for the report) and checks each row
+// against its schedule's closed form.
 TEST(PipelineReport, BubbleTable) {
   std::printf("%-18s %3s %2s %3s %10s %10s\n", "schedule", "p", "v", "m",
               "makespan", "bubble");
@@ -447,6 +448,21 @@ TEST(PipelineReport, BubbleTable) {
         std::printf("%-18s %3lld %2lld %3lld %10.3f %10.4f\n",
                     kindName(k).str().c_str(), (long long)p, (long long)v,
                     (long long)m, run->tl.makespan, run->tl.bubbleFraction);
+        // Each row is its schedule's closed form (F = B = W = 1 per stage):
+        // the table is what docs and reviews quote, so it must not drift.
+        double fill = double(p - 1), makespan, bubble;
+        switch (k) {
+        case Kind::ZeroBubble:
+          makespan = 3.0 * m + fill, bubble = fill / (3.0 * m);
+          break;
+        case Kind::Interleaved:
+          makespan = 3.0 * m + 3.0 * fill / v, bubble = fill / double(v * m);
+          break;
+        default: // GPipe, 1F1B
+          makespan = 3.0 * (m + fill), bubble = fill / m;
+        }
+        EXPECT_NEAR(run->tl.makespan, makespan, 1e-9) << kindName(k).str();
+        EXPECT_NEAR(run->tl.bubbleFraction, bubble, 1e-9) << kindName(k).str();
       }
     }
 }

@@ -250,6 +250,16 @@ TEST(NonBlocking, AllReducesOverlapALocalKernel) {
   Context *ctx = mesh();
   for (int64_t step = 1; step <= 3; ++step) {
     internal::begin_step(ctx, step);
+    // In step 2 rank 0 starts its sums kLate late: on the other ranks the
+    // starts and the local kernel must return before it arrives (a blocking
+    // start would wait for it), and only the waits may wait for it. Not in
+    // step 1: a group's communicator is split at its first collective, which
+    // waits for every rank. The margins are wide for 4 ranks on 2 cores.
+    const double kLate = 0.5;
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (step == 2 && world_rank() == 0)
+      usleep((useconds_t)(kLate * 1e6));
+    const double t0 = MPI_Wtime();
     const int64_t na = 64 * 33, nb = 1000;
     std::vector<float> a(na), b(nb);
     for (int64_t i = 0; i < na; ++i)
@@ -268,8 +278,14 @@ TEST(NonBlocking, AllReducesOverlapALocalKernel) {
     Tensor *x = tensor(ctx, {16, 8}, xv), *w = tensor(ctx, {8, 4}, wv);
     Tensor *y = make(ctx, {16, 4});
     matmul(ctx, x, w, y, false, false);
+    const double t1 = MPI_Wtime();
     collective_wait(ctx, 9);
     collective_wait(ctx, 5);
+    const double t2 = MPI_Wtime();
+    if (step == 2 && world_rank() != 0) {
+      EXPECT_LT(t1 - t0, kLate / 2) << "the starts or the kernel waited";
+      EXPECT_GT(t2 - t0, kLate / 2) << "the waits did not wait for rank 0";
+    }
 
     auto ga = internal::to_host(ctx, ta), gb = internal::to_host(ctx, tb);
     // tp partner of rank r: r ^ 1; ranks r and r ^ 1 have factors r + 1 and
