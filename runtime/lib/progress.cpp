@@ -144,12 +144,9 @@ double gpu_peak_flops(const std::string &gpu, const std::string &precision) {
     double bf16, fp32, tf32;
   };
   static const Row table[] = {
-      {"a100", 312e12, 19.5e12, 156e12},
-      {"a100_40gb", 312e12, 19.5e12, 156e12},
-      {"h100", 989e12, 67e12, 494.7e12},
-      {"h200", 989e12, 67e12, 494.7e12},
-      {"b200", 2250e12, 75e12, 1100e12},
-      {"l40s", 362e12, 91.6e12, 183e12},
+      {"a100", 312e12, 19.5e12, 156e12}, {"a100_40gb", 312e12, 19.5e12, 156e12},
+      {"h100", 989e12, 67e12, 494.7e12}, {"h200", 989e12, 67e12, 494.7e12},
+      {"b200", 2250e12, 75e12, 1100e12}, {"l40s", 362e12, 91.6e12, 183e12},
   };
   std::string g = gpu;
   for (char &c : g)
@@ -185,8 +182,7 @@ void report_open(Context *ctx, const ReportOptions &o) {
     const char *column = cp == "fp32" ? "fp32" : cp == "tf32" ? "tf32" : "bf16";
     p->peak = gpu_peak_flops(ctx->cluster_gpu, column);
     if (p->peak > 0)
-      p->peak_source =
-          "cluster gpu " + ctx->cluster_gpu + " (" + column + ")";
+      p->peak_source = "cluster gpu " + ctx->cluster_gpu + " (" + column + ")";
   }
   p->log_json = !o.log_json.empty();
   if (ctx->rank == 0) {

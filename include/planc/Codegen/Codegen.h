@@ -22,7 +22,7 @@ struct Toolchain {
   std::string hostCompiler;   ///< MPI C++ compiler wrapper (mpicxx)
   std::string nvcc;
   std::string cudaRoot;
-  std::string cudaArchs;  ///< e.g. "80;90"
+  std::string cudaArchs; ///< e.g. "80;90"
   /// Defaults from the build that produced this planc, overridable with the
   /// PLANC_RUNTIME_DIR (include and lib under it), PLANC_CXX and
   /// PLANC_NVCC environment variables.

@@ -22,12 +22,12 @@ namespace planc {
 
 /// A GPU kind's datasheet numbers (dense, no sparsity).
 struct GpuSpec {
-  const char *name;    // as the cluster section spells it
-  double peak16Tflops; // fp16/bf16 tensor cores, dense
-  double peak32Tflops; // fp32 (no TF32): what an fp32 plan computes at
-  double hbmGBps;      // memory bandwidth
-  double memoryGB;     // memory capacity
-  int64_t sms;         // streaming multiprocessors (GEMM waves)
+  const char *name;      // as the cluster section spells it
+  double peak16Tflops;   // fp16/bf16 tensor cores, dense
+  double peak32Tflops;   // fp32 (no TF32): what an fp32 plan computes at
+  double hbmGBps;        // memory bandwidth
+  double memoryGB;       // memory capacity
+  int64_t sms;           // streaming multiprocessors (GEMM waves)
   double peakTf32Tflops; // fp32 GEMMs on tensor cores (precision = tf32)
 };
 
