@@ -185,7 +185,7 @@ struct Problem {
   bool hasCluster = false;
   ClusterModel cluster;
   bool lowPrecision = false;
-  bool tf32 = false; // precision = tf32
+  bool tf32 = false;                 // precision = tf32
   double boundaryElemsPerSample = 0; // a layer's input, per sample
   int64_t maxTp = 1;                 // a node's GPUs
   std::map<std::vector<int64_t>, int64_t> paramShapes; // shape -> count
