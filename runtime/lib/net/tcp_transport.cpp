@@ -653,6 +653,9 @@ private:
   void parse(int r);
   void on_header(int r, const Header &h);
   void write_link(int r);
+  /// Writes what link r has queued, without blocking.
+  enum class Write { Sent, Blocked, Broken };
+  Write send_queued(int r);
   void link_broken(int r);
   void link_closed(int r);
   void accept_ready(Accepting &acc, const std::vector<pollfd> &p, size_t first);
@@ -852,7 +855,7 @@ void TcpTransport::on_header(int r, const Header &h) {
       r, hosts_[r].c_str(), h.kind, (unsigned long long)h.bytes);
 }
 
-void TcpTransport::write_link(int r) {
+TcpTransport::Write TcpTransport::send_queued(int r) {
   Link &k = links_[r];
   while (!k.out.empty()) {
     OutBuf &b = k.out.front();
@@ -868,10 +871,15 @@ void TcpTransport::write_link(int r) {
     if (n < 0 && errno == EINTR)
       continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-      return;
-    link_broken(r);
-    return;
+      return Write::Blocked;
+    return Write::Broken;
   }
+  return Write::Sent;
+}
+
+void TcpTransport::write_link(int r) {
+  if (send_queued(r) == Write::Broken)
+    link_broken(r);
 }
 
 /// A write failed: the peer is gone. What it sent before (a goodbye, an
@@ -955,22 +963,8 @@ void TcpTransport::linger(Clock::time_point until) {
       Link &k = links_[r];
       if (k.fd < 0 || done[r])
         continue;
-      while (!k.out.empty()) {
-        OutBuf &b = k.out.front();
-        ssize_t n = ::send(k.fd, b.bytes.data() + b.off, b.bytes.size() - b.off,
-                           MSG_NOSIGNAL);
-        if (n > 0) {
-          b.off += (size_t)n;
-          if (b.off == b.bytes.size())
-            k.out.pop_front();
-        } else if (n < 0 && errno == EINTR) {
-          continue;
-        } else {
-          if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK))
-            done[r] = 1; // the peer is gone
-          break;
-        }
-      }
+      if (send_queued(r) == Write::Broken)
+        done[r] = 1; // the peer is gone
       int unsent = 0;
 #ifdef SIOCOUTQ
       if (ioctl(k.fd, SIOCOUTQ, &unsent) < 0)
