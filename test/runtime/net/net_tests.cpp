@@ -46,6 +46,14 @@ int g_rank = 0;
       check_failed(#cond, __LINE__);                                           \
   } while (0)
 
+/// MPI_Init, and this rank's place in the world (g_rank for messages).
+void start(int &rank, int &n) {
+  MPI_Init(nullptr, nullptr);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  g_rank = rank;
+}
+
 void barrier(MPI_Comm c = MPI_COMM_WORLD) {
   MPI_Request r;
   MPI_Ibarrier(c, &r);
@@ -381,11 +389,8 @@ void test_communicators(int rank, int n) {
 //===--- Scenarios --------------------------------------------------------===//
 
 int basic() {
-  MPI_Init(nullptr, nullptr);
   int rank = -1, n = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  g_rank = rank;
+  start(rank, n);
   test_point_to_point(rank, n);
   test_collectives(rank, n);
   test_communicators(rank, n);
@@ -400,11 +405,8 @@ uint32_t pattern(int rank, size_t i) {
 
 /// Ranks 0 and 1 send each other 200 MB at once, then receive.
 int big() {
-  MPI_Init(nullptr, nullptr);
   int rank = -1, n = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  g_rank = rank;
+  start(rank, n);
   CHECK(n >= 2);
   if (rank < 2) {
     const size_t count = 50u << 20; // 200 MiB of int32
@@ -434,11 +436,8 @@ int big() {
 /// Rank n-2 exits after the first barrier, without a word; rank n-1 then
 /// waits for a message from it, the others in a barrier.
 int die() {
-  MPI_Init(nullptr, nullptr);
   int rank = -1, n = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  g_rank = rank;
+  start(rank, n);
   CHECK(n >= 3);
   barrier();
   if (rank == n - 2) {
@@ -458,11 +457,8 @@ int die() {
 /// Rank 1 aborts with code 3 while rank 0 waits for a message from it and
 /// the others wait in a barrier.
 int abort_scenario() {
-  MPI_Init(nullptr, nullptr);
   int rank = -1, n = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  g_rank = rank;
+  start(rank, n);
   CHECK(n >= 2);
   barrier();
   if (rank == 1) {
