@@ -13,7 +13,7 @@ PLANC_BUILD_TARGETS=(planc plan-tokenize planrt_host)
 source "$ROOT/scripts/setup.sh"
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-DEMO="$BUILD/demo"
+DEMO="${PLANC_DEMO_DIR:-$BUILD/demo}"
 mkdir -p "$DEMO/data"
 cd "$DEMO"
 echo "== plan-tokenize -o data/tiny examples/data/tiny.txt"

@@ -35,6 +35,8 @@ if lit_config.maxIndividualTestTime == 0:  # not given with --timeout
     else:
         lit_config.warning("no per-test timeout: " + why)
 
+config.substitutions.append(("%planc_src", config.planc_src_root))
+config.substitutions.append(("%planc_build", config.planc_obj_root))
 config.substitutions.append(("%examples", os.path.join(config.planc_src_root, "examples")))
 config.substitutions.append(("%mpirun", config.mpiexec + " --oversubscribe"))
 config.substitutions.append(("%python", "/usr/bin/python3"))

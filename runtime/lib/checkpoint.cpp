@@ -33,6 +33,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <map>
 #include <memory>
 
@@ -667,6 +668,16 @@ void prune(Context *ctx, const std::string &root) {
   fsync_dir(root);
 }
 
+/// The step's loss for the manifest: enough digits to read back the same
+/// float (the closing line of a run resumed at its last step prints it).
+std::string loss_json(float loss) {
+  if (!std::isfinite(loss))
+    return "null";
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.9g", (double)loss);
+  return buf;
+}
+
 std::string ranges_json(const Ranges &rs) {
   std::string s = "[";
   for (size_t d = 0; d < rs.size(); ++d) {
@@ -709,6 +720,7 @@ std::string manifest_json(Context *ctx, int64_t step,
        ", \"next_step\": " + std::to_string(step + 1) +
        ", \"seed\": " + std::to_string(ctx->seed) +
        ", \"global_batch\": " + std::to_string(ctx->global_batch) +
+       ", \"loss\": " + loss_json(ctx->final_loss) +
        ", \"rng\": \"counter-based: values are functions of (seed, step, "
        "index); no state\"";
   j += ", \"lr_schedule\": {\"kind\": \"" +
@@ -975,6 +987,10 @@ bool parse_checkpoint_option(Context *ctx, CheckpointOptions &opts,
     }
     return true;
   }
+  if (arg == "--fresh" && !opt.has_value) {
+    opts.fresh = true;
+    return true;
+  }
   if (arg == "--init-from") {
     if (opt.take() && value.empty())
       opt.error = "empty path for --init-from";
@@ -1005,25 +1021,36 @@ std::string checkpoint_usage() {
   return "  --checkpoint-dir DIR\n"
          "                     write checkpoints to DIR/step-NNNNNN/ (default: "
          "the plan's\n"
-         "                     train { checkpoint = \"DIR\" })\n"
+         "                     train { checkpoint = \"DIR\" }); when DIR "
+         "already holds a\n"
+         "                     complete checkpoint, the run continues from "
+         "the newest one\n"
+         "                     (the same command starts and requeues a job)\n"
          "  --checkpoint-every N\n"
          "                     a checkpoint every N steps (0: only when "
          "stopped by\n"
          "                     SIGTERM or SIGUSR1; default: checkpoint_every)\n"
          "  --keep N           keep only the N newest complete checkpoints\n"
+         "  --fresh            start at step 1 even if the checkpoint "
+         "directory holds\n"
+         "                     checkpoints; they are moved to "
+         "DIR/superseded-<time>/\n"
          "  --resume [DIR]     continue from the newest complete checkpoint "
          "in DIR (default:\n"
          "                     the checkpoint directory) or from DIR itself "
          "if it holds a\n"
-         "                     manifest.json; --steps N is still the last "
-         "step. Works across\n"
-         "                     plans (dp, tp, pp, ZeRO): each rank reads the "
-         "slices it needs\n"
+         "                     manifest.json; an error if there is none. "
+         "--steps N is still\n"
+         "                     the last step. Works across plans (dp, tp, pp, "
+         "ZeRO): each\n"
+         "                     rank reads the slices it needs\n"
          "  --init-from FILE   before step 1, load the parameters from FILE "
          "(safetensors, whole\n"
          "                     tensors by name: --save's names or Hugging "
          "Face GPT-2's, e.g.\n"
-         "                     transformer.h.0.attn.c_attn.weight)\n"
+         "                     transformer.h.0.attn.c_attn.weight); not read "
+         "when the run\n"
+         "                     continues from a checkpoint\n"
          "SIGTERM or SIGUSR1 (Slurm before preemption) stops training after "
          "the current\n"
          "step, writes a checkpoint if a checkpoint directory is set, and "
@@ -1034,6 +1061,9 @@ std::string check_checkpoint_usage(const Context *ctx,
                                    const CheckpointOptions &opts, int64_t steps,
                                    bool dump_step0) {
   (void)steps;
+  if (opts.resume && opts.fresh)
+    return "--resume continues from a checkpoint and --fresh starts at step "
+           "1; use one";
   if (opts.resume && !opts.init_from.empty())
     return "--resume and --init-from both set the starting weights; use one";
   if (opts.resume && dump_step0)
@@ -1705,49 +1735,129 @@ std::string load_init_from(Context *ctx, const std::string &path) {
 
 } // namespace
 
+namespace {
+
+/// --fresh: moves the step-NNNNNN directories of `root` into
+/// root/superseded-YYYYmmdd-HHMMSS/, so that the new run's checkpoints are
+/// the only ones a later start continues from, and nothing is deleted.
+/// Rank 0. "" or why not.
+std::string supersede(const std::string &root, CheckpointOptions &opts) {
+  std::map<int64_t, bool> all = list_checkpoints(root);
+  if (all.empty())
+    return "";
+  char stamp[32];
+  std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&now, &tm);
+  std::strftime(stamp, sizeof(stamp), "superseded-%Y%m%d-%H%M%S", &tm);
+  std::string to = join(root, stamp);
+  for (int n = 2; ::access(to.c_str(), F_OK) == 0; ++n)
+    to = join(root, std::string(stamp) + "-" + std::to_string(n));
+  if (::mkdir(to.c_str(), 0777) != 0)
+    return "--fresh: cannot create '" + to + "': " + std::strerror(errno);
+  for (auto &kv : all) {
+    std::string name = step_dir_name(kv.first);
+    if (::rename(join(root, name).c_str(), join(to, name).c_str()) != 0)
+      return "--fresh: cannot move '" + join(root, name) + "' to '" + to +
+             "/': " + std::strerror(errno);
+    opts.superseded += kv.second;
+  }
+  fsync_dir(to);
+  fsync_dir(root);
+  opts.superseded_dir = to;
+  return "";
+}
+
+/// Whether every rank sees the same (min == max); collective.
+bool same_on_every_rank(Context *ctx, int64_t v) {
+  int64_t lo = v, hi = v;
+  if (multi(ctx)) {
+    watchdog::allreduce(ctx, &v, &lo, 1, MPI_INT64_T, MPI_MIN, MPI_COMM_WORLD,
+                        watchdog::group_op("the checkpoint checks", -1));
+    watchdog::allreduce(ctx, &v, &hi, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD,
+                        watchdog::group_op("the checkpoint checks", -1));
+  }
+  return lo == hi;
+}
+
+} // namespace
+
 void prepare_checkpoints(Context *ctx, CheckpointOptions &opts, int64_t steps) {
   check_layouts(ctx);
   std::string error;
+  std::string root = strip_slashes(ctx->checkpoint_dir);
   // The directory checkpoints go to: created now, so that a run learns at
   // once, not at its first checkpoint, that it cannot write there.
   if (!ctx->checkpoint_dir.empty() && steps > 0) {
-    std::string dir = strip_slashes(ctx->checkpoint_dir);
-    error = make_dirs(dir);
-    if (error.empty() && ::access(dir.c_str(), W_OK | X_OK) != 0)
-      error = "the directory '" + dir + "' is not writable (" +
+    error = make_dirs(root);
+    if (error.empty() && ::access(root.c_str(), W_OK | X_OK) != 0)
+      error = "the directory '" + root + "' is not writable (" +
               std::strerror(errno) + ")";
     if (!error.empty())
       error = "checkpoint directory: " + error;
+    if (error.empty() && opts.fresh && ctx->rank == 0)
+      error = supersede(root, opts);
+  }
+  agree_or_exit(ctx, error, "preparing the checkpoint directory");
+  // Without --resume or --fresh, a complete checkpoint in the directory
+  // means this is the same job started again (requeued, resubmitted): it
+  // continues from the newest one (--init-from gave its step-1 weights).
+  if (!opts.resume && !opts.fresh && !ctx->checkpoint_dir.empty() &&
+      steps > 0) {
+    std::map<int64_t, bool> all = list_checkpoints(root);
+    int64_t newest = 0;
+    for (auto &kv : all)
+      if (kv.second)
+        newest = kv.first;
+      else
+        ++opts.incomplete;
+    if (!same_on_every_rank(ctx, newest))
+      error = "the ranks see different checkpoints in '" + root +
+              "'; the checkpoint directory must be one directory shared by "
+              "every node";
+    agree_or_exit(ctx, error, "checking the checkpoint directory");
+    if (newest > 0) {
+      opts.resume = opts.automatic = true;
+      opts.incomplete = 0;
+      if (opts.dump_step0)
+        error = "--dump-step0 writes what step 1 observed, but '" + root +
+                "' holds the checkpoint of step " + std::to_string(newest) +
+                " and the run would continue from it; add --fresh to start "
+                "at step 1";
+    }
   }
   if (error.empty() && opts.resume) {
-    std::string root = strip_slashes(
-        opts.resume_dir.empty() ? ctx->checkpoint_dir : opts.resume_dir);
-    error = find_checkpoint(root, opts.resume_step_dir);
+    std::string from =
+        opts.automatic || opts.resume_dir.empty() ? root
+                                                  : strip_slashes(
+                                                        opts.resume_dir);
+    error = find_checkpoint(from, opts.resume_step_dir);
     if (error.empty())
       error = read_manifest(opts.resume_step_dir, g_manifest);
     if (error.empty())
       error = check_resume(ctx, opts.resume_step_dir, g_manifest, steps);
+    if (!error.empty() && opts.automatic)
+      error += " (the run continues from the newest checkpoint of its "
+               "checkpoint directory; --fresh starts at step 1 instead)";
   }
-  if (error.empty() && !opts.init_from.empty())
+  if (error.empty() && !opts.init_from.empty() && !opts.resume)
     error = check_init_from(ctx, opts.init_from);
   agree_or_exit(ctx, error, "checking the checkpoint options");
   if (!opts.resume)
     return;
   // Every rank must have picked the same checkpoint.
-  int64_t step = g_manifest.step, lo = step, hi = step;
-  if (multi(ctx)) {
-    watchdog::allreduce(ctx, &step, &lo, 1, MPI_INT64_T, MPI_MIN,
-                        MPI_COMM_WORLD, watchdog::group_op("--resume", -1));
-    watchdog::allreduce(ctx, &step, &hi, 1, MPI_INT64_T, MPI_MAX,
-                        MPI_COMM_WORLD, watchdog::group_op("--resume", -1));
-  }
-  if (lo != hi)
-    error = "--resume: the ranks found different newest checkpoints (steps " +
-            std::to_string(lo) + " to " + std::to_string(hi) +
-            "); is the checkpoint directory shared by all nodes?";
+  int64_t step = g_manifest.step;
+  if (!same_on_every_rank(ctx, step))
+    error = "--resume: the ranks found different newest checkpoints; is "
+            "the checkpoint directory shared by all nodes?";
   agree_or_exit(ctx, error, "checking the checkpoint options");
   opts.resume_step = step;
   ctx->first_step = step + 1;
+  ctx->final_step = step;
+  const Json *tr = g_manifest.training;
+  const Json *loss = tr ? tr->get("loss") : nullptr;
+  if (loss && loss->kind == Json::Number)
+    ctx->final_loss = (float)loss->num;
 }
 
 void load_checkpoints(Context *ctx, const CheckpointOptions &opts) {
@@ -1757,8 +1867,6 @@ void load_checkpoints(Context *ctx, const CheckpointOptions &opts) {
     error = load_resume(ctx, opts.resume_step_dir, g_manifest);
   else if (!opts.init_from.empty())
     error = load_init_from(ctx, opts.init_from);
-  else
-    return;
   agree_or_exit(ctx, error, opts.resume ? "--resume" : "--init-from");
   if (ctx->use_mpi)
     backend::synchronize(ctx);
@@ -1767,12 +1875,30 @@ void load_checkpoints(Context *ctx, const CheckpointOptions &opts) {
   double ms = std::chrono::duration<double, std::milli>(
                   std::chrono::steady_clock::now() - t0)
                   .count();
-  if (!opts.resume) {
-    std::printf("init-from: %zu parameters loaded from %s", g_init.found.size(),
-                opts.init_from.c_str());
-    if (g_init.ignored > 0)
-      std::printf(" (%lld other tensors ignored)", (long long)g_init.ignored);
+  std::string root = strip_slashes(ctx->checkpoint_dir);
+  if (!opts.resume && !root.empty()) { // a fresh start, and why
+    std::printf("start: step 1");
+    if (opts.superseded_dir.size())
+      std::printf(" (--fresh): the checkpoints of %s/ moved to %s/",
+                  root.c_str(), opts.superseded_dir.c_str());
+    else if (opts.fresh)
+      std::printf(" (--fresh): no checkpoint in %s/", root.c_str());
+    else if (opts.incomplete)
+      std::printf("; no complete checkpoint in %s/ (%lld incomplete: a run "
+                  "stopped while writing them)",
+                  root.c_str(), (long long)opts.incomplete);
+    else
+      std::printf("; no checkpoint in %s/ yet", root.c_str());
     std::printf("\n");
+  }
+  if (!opts.resume) {
+    if (!opts.init_from.empty()) {
+      std::printf("init-from: %zu parameters loaded from %s",
+                  g_init.found.size(), opts.init_from.c_str());
+      if (g_init.ignored > 0)
+        std::printf(" (%lld other tensors ignored)", (long long)g_init.ignored);
+      std::printf("\n");
+    }
     std::fflush(stdout);
     return;
   }
@@ -1784,6 +1910,9 @@ void load_checkpoints(Context *ctx, const CheckpointOptions &opts) {
     mesh = "one rank";
   std::printf("resume: step %lld from %s/ (%.0f ms)",
               (long long)opts.resume_step, opts.resume_step_dir.c_str(), ms);
+  if (opts.automatic)
+    std::printf(", the newest checkpoint of %s/%s", root.c_str(),
+                opts.init_from.empty() ? "" : " (--init-from not read)");
   if (g_manifest.plan_hash != plan_hash(ctx))
     std::printf("; written under another plan (mesh %s; this run: %s), "
                 "read by global slices",
@@ -1795,13 +1924,13 @@ void load_checkpoints(Context *ctx, const CheckpointOptions &opts) {
   int64_t v = 0;
   if (tr && get_int(tr->get("seed"), v) && v != ctx->seed)
     std::fprintf(stderr,
-                 "planrt: warning: --resume: the checkpoint was "
+                 "planrt: warning: resuming: the checkpoint was "
                  "trained with seed %lld, this program uses %lld: the data "
                  "from here on differs\n",
                  (long long)v, (long long)ctx->seed);
   if (tr && get_int(tr->get("global_batch"), v) && v != ctx->global_batch)
     std::fprintf(stderr,
-                 "planrt: warning: --resume: the checkpoint was "
+                 "planrt: warning: resuming: the checkpoint was "
                  "trained with a global batch of %lld, this program uses "
                  "%lld\n",
                  (long long)v, (long long)ctx->global_batch);
@@ -1809,7 +1938,7 @@ void load_checkpoints(Context *ctx, const CheckpointOptions &opts) {
   if (data && ctx->tokens_open && get_int(data->get("tokens"), v) &&
       v != ctx->tokens.total)
     std::fprintf(stderr,
-                 "planrt: warning: --resume: the checkpoint was "
+                 "planrt: warning: resuming: the checkpoint was "
                  "trained on %lld tokens, the data files now hold %lld: the "
                  "batches from here on differ\n",
                  (long long)v, (long long)ctx->tokens.total);
@@ -1819,7 +1948,7 @@ void load_checkpoints(Context *ctx, const CheckpointOptions &opts) {
       ctx->lr_schedule_set && ctx->lr_kind == LrCosine && ctx->lr_decay <= 0 &&
       get_int(lr->get("decay_steps"), v) && v != ctx->run_steps)
     std::fprintf(stderr,
-                 "planrt: warning: --resume: the cosine schedule "
+                 "planrt: warning: resuming: the cosine schedule "
                  "decayed over %lld steps (the --steps of that run) and now "
                  "decays over %lld; set decay_steps in the plan to keep it\n",
                  (long long)v, (long long)ctx->run_steps);
@@ -1866,8 +1995,8 @@ bool after_step(Context *ctx, int64_t step, int64_t steps) {
   if (!ctx->checkpoint_dir.empty()) {
     std::string dir = write_checkpoint(ctx, step);
     if (ctx->rank == 0)
-      std::printf("stopped by %s after step %lld/%lld; continue with "
-                  "--resume (checkpoint %s/)\n",
+      std::printf("stopped by %s after step %lld/%lld; checkpoint %s/: "
+                  "the same command continues from it\n",
                   signal_name(any), (long long)step, (long long)steps,
                   dir.c_str());
   } else if (ctx->rank == 0) {

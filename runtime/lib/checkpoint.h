@@ -19,9 +19,17 @@ struct CheckpointOptions {
   std::string resume_dir; // --resume DIR ("" = the plan's directory)
   std::string init_from;  // --init-from FILE
   bool dir_set = false, every_set = false, keep_set = false;
-  // Filled by prepare_checkpoints: the checkpoint --resume reads.
+  bool fresh = false;      // --fresh: step 1 whatever the directory holds
+  bool dump_step0 = false; // --dump-step0 is set (needs step 1)
+  // Filled by prepare_checkpoints: the checkpoint the run continues from
+  // (--resume, or found in the checkpoint directory: `automatic`), and
+  // what a fresh start says about the directory.
+  bool automatic = false;
   std::string resume_step_dir;
   int64_t resume_step = 0;
+  int64_t incomplete = 0;  // incomplete checkpoints seen at a fresh start
+  int64_t superseded = 0;  // --fresh: checkpoints moved aside, and where
+  std::string superseded_dir;
 };
 
 /// Parses the checkpoint option `opt`; returns false if it is not one (a
@@ -36,13 +44,16 @@ std::string check_checkpoint_usage(const Context *ctx,
                                    bool dump_step0);
 
 /// Before start() (after the world-size check): creates the checkpoint
-/// directory, finds and checks the checkpoint --resume reads (manifest,
-/// names, global shapes, files and their sizes) and the --init-from file
-/// (header, names, shapes). Sets ctx->first_step. On a problem every rank
-/// prints one line and the program exits with code 1 (collective).
+/// directory, finds and checks the checkpoint the run continues from
+/// (--resume DIR, or the newest complete one of the checkpoint directory
+/// unless --fresh: manifest, names, global shapes, files and their sizes)
+/// or the --init-from file (header, names, shapes). --fresh moves the
+/// directory's checkpoints aside. Sets ctx->first_step. On a problem every
+/// rank prints one line and the program exits with code 1 (collective).
 void prepare_checkpoints(Context *ctx, CheckpointOptions &opts, int64_t steps);
-/// After start(): reads the parameters and state of --resume (checksums
-/// verified) or the parameters of --init-from into this rank's tensors.
+/// After start(): reads the parameters and state of the checkpoint
+/// (checksums verified) or the parameters of --init-from into this rank's
+/// tensors, and prints the run's first line: where it starts and why.
 /// Errors as for prepare_checkpoints (collective).
 void load_checkpoints(Context *ctx, const CheckpointOptions &opts);
 

@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <limits>
 #include <map>
 #include <memory>
 #include <set>
@@ -308,6 +309,11 @@ struct Context {
   int64_t checkpoint_every = 0; // 0: only on SIGTERM / SIGUSR1
   int64_t checkpoint_keep = 0;  // --keep N (0: keep every checkpoint)
   int64_t first_step = 1;       // a resumed run starts after its checkpoint
+  // The last trained step and its loss, for the closing line and the
+  // summary: a step of this run, or the checkpoint's when the run resumed at
+  // its last step (generation and evaluation do not change them).
+  int64_t final_step = 0;
+  float final_loss = std::numeric_limits<float>::quiet_NaN();
   int stop_signal = 0;          // the signal that stopped training (0: none)
   // Model FLOPs of one training step per rank (set_step_flops; 0: unknown)
   // and the GPU of the plan's cluster section (set_cluster_gpu).

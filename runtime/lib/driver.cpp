@@ -131,7 +131,7 @@ std::string usage(const char *program) {
   return std::string("usage: ") + program +
          " [--steps N] [--save PATH [--save-every N]] [--save-init PATH]"
          " [--save-dtype f32|bf16]"
-         " [--dump-step0 PATH] [--resume [DIR]] [--init-from FILE]"
+         " [--dump-step0 PATH] [--resume [DIR] | --fresh] [--init-from FILE]"
          " [--checkpoint-dir DIR] [--checkpoint-every N] [--keep N]"
          " [--generate N [--prompt TEXT] [--temperature T]]"
          " [--eval-every N [--eval-batches K] [--eval-data PATTERN]"
@@ -1026,6 +1026,8 @@ std::vector<float> train(Context *ctx, void (*step)(Context *), int64_t steps,
     auto t1 = std::chrono::steady_clock::now();
     double ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
     losses.push_back(ctx->last_loss);
+    ctx->final_step = s;
+    ctx->final_loss = ctx->last_loss;
     if (ctx->trace) {
       trace::slice(ctx, "data", "data", tb, t0,
                    "\"step\":" + std::to_string(s));
@@ -1628,6 +1630,8 @@ int run(int argc, char **argv, const char *program_name,
 
   // Checkpoint directory, --resume and --init-from: checked on every rank
   // before step 1 (collective; exits 1 on a problem), loaded after start.
+  ckpt.dump_step0 = !dump_path.empty();
+  ctx->run_steps = steps; // the lr schedule's default decay (checkpoints)
   internal::prepare_checkpoints(ctx, ckpt, steps);
   internal::start(ctx);
   if (!report.trace.empty()) { // collective: the ranks agree on a time base
@@ -1678,10 +1682,14 @@ int run(int argc, char **argv, const char *program_name,
     MPI_Finalize();
     return 1;
   }
-  if (ctx->rank == 0) {
-    std::printf("done: %d steps, final loss %.9e\n", (int)steps,
-                (double)(steps > 0 ? ctx->last_loss
-                                   : std::numeric_limits<float>::quiet_NaN()));
+  if (ctx->rank == 0) { // the last trained step's loss, whatever followed
+    std::printf("done: %d steps, final loss %.9e", (int)steps,
+                (double)ctx->final_loss);
+    if (ctx->first_step > steps && steps > 0)
+      std::printf(" (of step %lld, from the checkpoint: nothing was left to "
+                  "train)",
+                  (long long)ctx->final_step);
+    std::printf("\n");
     std::fflush(stdout);
   }
   internal::destroy_context(ctx);

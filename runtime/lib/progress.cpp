@@ -381,7 +381,7 @@ void report_summary(Context *ctx, int64_t steps) {
   int64_t tokens = global_batch_tokens(ctx);
   std::string line =
       "{\"type\":\"summary\",\"steps\":" + std::to_string(steps) +
-      ",\"final_loss\":" + num(steps > 0 ? ctx->last_loss : std::nan("")) +
+      ",\"final_loss\":" + num(ctx->final_loss) +
       ",\"elapsed_s\":" + num(elapsed, "%.3f") + ",\"mean_step_time_s\":" +
       num(p->steps_done ? p->step_seconds / p->steps_done : std::nan(""),
           "%.6f") +
