@@ -68,11 +68,31 @@ void precreate_comms(Context *ctx) {
 }
 } // namespace
 
+/// The ranks on this node: MPI's shared-memory group, which every launcher
+/// gives (mpirun, srun with PMIx, ...); OMPI_COMM_WORLD_LOCAL_SIZE is set by
+/// mpirun only, so srun's ranks each took every core. Collective.
+static int node_ranks() {
+  int init = 0;
+  MPI_Initialized(&init);
+  if (!init)
+    return 1;
+  MPI_Comm node = MPI_COMM_NULL;
+  int n = 1;
+  if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0,
+                          MPI_INFO_NULL, &node) == MPI_SUCCESS &&
+      node != MPI_COMM_NULL) {
+    MPI_Comm_size(node, &n);
+    MPI_Comm_free(&node);
+  }
+  return std::max(1, n);
+}
+
 /// The threads of one rank (docs/runtime.md): PLANRT_NUM_THREADS, else
 /// OMP_NUM_THREADS, else the cores this process may run on divided among
 /// the ranks of this node, at least 1. mpirun binds each rank to one core
 /// by default (1 thread); `--bind-to none` leaves the node's cores to share.
 static int host_threads() {
+  int local = node_ranks(); // collective: before any early return
   for (const char *var : {"PLANRT_NUM_THREADS", "OMP_NUM_THREADS"})
     if (const char *v = std::getenv(var)) {
       char *end = nullptr;
@@ -84,9 +104,6 @@ static int host_threads() {
   cpu_set_t set;
   int cores =
       sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
-  int local = 1;
-  if (const char *v = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE"))
-    local = std::max(1, std::atoi(v));
   return std::max(1, cores / local);
 }
 
