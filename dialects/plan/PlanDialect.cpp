@@ -496,9 +496,9 @@ LogicalResult ClusterOp::verify() {
     return emitOpError() << "gpus_per_node must be >= 1";
   if (getGpu().empty())
     return emitOpError() << "gpu must name the accelerator (e.g. \"H100\")";
-  if (!(getIntraNodeGbps().convertToDouble() > 0))
+  if (getIntraNodeGbps() && !(getIntraNodeGbps()->convertToDouble() > 0))
     return emitOpError() << "intra_node_gbps must be > 0";
-  if (!(getInterNodeGbps().convertToDouble() > 0))
+  if (getInterNodeGbps() && !(getInterNodeGbps()->convertToDouble() > 0))
     return emitOpError() << "inter_node_gbps must be > 0";
   return success();
 }

@@ -164,10 +164,12 @@ def Plan_ClusterOp : Plan_Op<"cluster"> {
                   intra_node_gbps = 450.0 : f64, inter_node_gbps = 50.0 : f64}
     ```
     `nodes` and `gpus_per_node` are at least 1; the bandwidths (GB/s, one
-    direction, per GPU) are positive.
+    direction, per GPU) are positive. A bandwidth left out is the GPU
+    kind's usual one (the cost model's table).
   }];
   let arguments = (ins I64Attr:$nodes, I64Attr:$gpus_per_node, StrAttr:$gpu,
-                       F64Attr:$intra_node_gbps, F64Attr:$inter_node_gbps);
+                       OptionalAttr<F64Attr>:$intra_node_gbps,
+                       OptionalAttr<F64Attr>:$inter_node_gbps);
   let assemblyFormat = "attr-dict";
   let hasVerifier = 1;
 }

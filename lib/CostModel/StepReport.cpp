@@ -10,6 +10,7 @@
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/ErrorHandling.h"
 #include "llvm/Support/Format.h"
+#include "llvm/Support/FormatVariadic.h"
 
 #include <functional>
 
@@ -308,8 +309,11 @@ ClusterModel planc::clusterModelOf(ModuleOp module) {
       llvm::report_fatal_error("planc: the cluster's GPU '" + cl.getGpu() +
                                "' has no entry in the time model");
     c.gpusPerNode = cl.getGpusPerNode();
-    c.intraGBps = cl.getIntraNodeGbps().convertToDouble();
-    c.interGBps = cl.getInterNodeGbps().convertToDouble();
+    auto intra = cl.getIntraNodeGbps(), inter = cl.getInterNodeGbps();
+    c.intraAssumed = !intra;
+    c.interAssumed = !inter;
+    c.intraGBps = intra ? intra->convertToDouble() : c.gpu->intraGBps;
+    c.interGBps = inter ? inter->convertToDouble() : c.gpu->interGBps;
     c.assumed = false;
   }
   return c;
@@ -351,6 +355,10 @@ FailureOr<StepReport> planc::computeStepReport(ModuleOp module,
   }
   r.gpu = coster.tm.c.gpu->name;
   r.clusterAssumed = coster.tm.c.assumed;
+  r.intraGBps = coster.tm.c.intraGBps;
+  r.interGBps = coster.tm.c.interGBps;
+  r.intraAssumed = coster.tm.c.intraAssumed;
+  r.interAssumed = coster.tm.c.interAssumed;
   r.peakFlops = coster.tm.peakFlops();
   r.gpuMemoryBytes = coster.tm.c.gpu->memoryGB * 1e9;
 
@@ -703,6 +711,17 @@ void planc::printStepReport(const StepReport &r, llvm::raw_ostream &os) {
   os << llvm::format("  time on %s%s, %s\n", r.gpu.c_str(),
                      r.clusterAssumed ? " (assumed: no cluster section)" : "",
                      r.precision.c_str());
+  if (r.intraAssumed || r.interAssumed) {
+    std::string links;
+    if (r.intraAssumed)
+      links += llvm::formatv("intra_bw = {0:F0} GB/s", r.intraGBps).str();
+    if (r.interAssumed)
+      links += (links.empty() ? "" : ", ") +
+               llvm::formatv("inter_bw = {0:F0} GB/s", r.interGBps).str();
+    os << "    links assumed from the gpu kind (the cluster section does not "
+          "set them): "
+       << links << "\n";
+  }
   os << llvm::format("    step %.4g s, %.4g tokens/s, %.1f TFLOP/s per GPU, "
                      "MFU %.1f%%, bubble %.1f%%\n",
                      r.stepTime, r.tokensPerSecond(), r.tflopsPerGpu(),
@@ -769,6 +788,18 @@ llvm::json::Object planc::stepReportJson(const StepReport &r) {
       {"comm", std::move(lines)},
       {"gpu", r.gpu},
       {"cluster_assumed", r.clusterAssumed},
+      {"intra_bw_gbps", r.intraGBps},
+      {"inter_bw_gbps", r.interGBps},
+      {"bandwidth_assumed",
+       llvm::json::Array(
+           [&] {
+             std::vector<llvm::json::Value> v;
+             if (r.intraAssumed)
+               v.push_back("intra_bw");
+             if (r.interAssumed)
+               v.push_back("inter_bw");
+             return v;
+           }())},
       {"precision", r.precision},
       {"peak_flops_per_gpu", r.peakFlops},
       {"step_time_s", r.stepTime},

@@ -8,15 +8,19 @@ using namespace planc;
 
 // Datasheet numbers (SXM parts where there are several; dense tensor-core
 // rates, no sparsity). fp32 is the non-tensor-core rate: fp32 plans run
-// fp32 GEMMs; tf32 is the tensor-core rate of `precision = tf32`.
+// fp32 GEMMs; tf32 is the tensor-core rate of `precision = tf32`. The
+// links are those of the vendor's reference node (DGX / HGX), per GPU and
+// one direction: NVLink 3 / 4 / 5 (300 / 450 / 900 GB/s) and one 200 Gb/s
+// (A100) or 400 Gb/s (H100, H200, B200) NIC per GPU; the L40S has no
+// NVLink (PCIe 4.0 x16, 32 GB/s) and is assumed with 200 Gb/s per GPU.
 static const GpuSpec kGpus[] = {
-    // name        fp16/bf16  fp32   HBM GB/s  GB    SMs  tf32
-    {"a100", 312.0, 19.5, 2039.0, 80.0, 108, 156.0}, // A100 80GB SXM
-    {"a100_40gb", 312.0, 19.5, 1555.0, 40.0, 108, 156.0},
-    {"h100", 989.0, 67.0, 3350.0, 80.0, 132, 494.7}, // H100 SXM5
-    {"h200", 989.0, 67.0, 4800.0, 141.0, 132, 494.7},
-    {"b200", 2250.0, 75.0, 8000.0, 180.0, 148, 1100.0},
-    {"l40s", 362.0, 91.6, 864.0, 48.0, 142, 183.0},
+    // name   fp16/bf16  fp32  HBM GB/s  GB   SMs  tf32  intra inter
+    {"a100", 312.0, 19.5, 2039.0, 80.0, 108, 156.0, 300, 25}, // A100 80GB SXM
+    {"a100_40gb", 312.0, 19.5, 1555.0, 40.0, 108, 156.0, 300, 25},
+    {"h100", 989.0, 67.0, 3350.0, 80.0, 132, 494.7, 450, 50}, // H100 SXM5
+    {"h200", 989.0, 67.0, 4800.0, 141.0, 132, 494.7, 450, 50},
+    {"b200", 2250.0, 75.0, 8000.0, 180.0, 148, 1100.0, 900, 50},
+    {"l40s", 362.0, 91.6, 864.0, 48.0, 142, 183.0, 32, 25},
 };
 
 const GpuSpec *planc::findGpu(llvm::StringRef name) {

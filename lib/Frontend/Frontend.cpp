@@ -473,17 +473,19 @@ OwningOpRef<ModuleOp> Sema::run(ArrayRef<SourceFile> files) {
   }
   if (clusterSec) {
     b.setInsertionPoint(trainOp);
-    ClusterOp::create(
-        b, *cluster.loc, TypeRange(), ValueRange(),
-        {b.getNamedAttr(
-             "nodes", b.getI64IntegerAttr(std::max<int64_t>(cluster.nodes, 1))),
-         b.getNamedAttr("gpus_per_node", b.getI64IntegerAttr(std::max<int64_t>(
-                                             cluster.gpusPerNode, 1))),
-         b.getNamedAttr("gpu", b.getStringAttr(cluster.gpu)),
-         b.getNamedAttr("intra_node_gbps",
-                        b.getF64FloatAttr(cluster.intraGBps)),
-         b.getNamedAttr("inter_node_gbps",
-                        b.getF64FloatAttr(cluster.interGBps))});
+    SmallVector<NamedAttribute> attrs = {
+        b.getNamedAttr(
+            "nodes", b.getI64IntegerAttr(std::max<int64_t>(cluster.nodes, 1))),
+        b.getNamedAttr("gpus_per_node", b.getI64IntegerAttr(std::max<int64_t>(
+                                            cluster.gpusPerNode, 1))),
+        b.getNamedAttr("gpu", b.getStringAttr(cluster.gpu))};
+    if (cluster.intraGBps)
+      attrs.push_back(b.getNamedAttr("intra_node_gbps",
+                                     b.getF64FloatAttr(*cluster.intraGBps)));
+    if (cluster.interGBps)
+      attrs.push_back(b.getNamedAttr("inter_node_gbps",
+                                     b.getF64FloatAttr(*cluster.interGBps)));
+    ClusterOp::create(b, *cluster.loc, TypeRange(), ValueRange(), attrs);
   }
   if (errors)
     return nullptr;

@@ -229,7 +229,8 @@ private:
   struct Cluster {
     int64_t nodes = 0, gpusPerNode = 0;
     std::string gpu;
-    double intraGBps = 0, interGBps = 0;
+    // Unset: the GPU kind's usual links (CostModel/TimeModel.cpp).
+    std::optional<double> intraGBps, interGBps;
     std::optional<mlir::Location> loc;
   } cluster;
 

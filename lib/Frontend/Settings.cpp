@@ -476,8 +476,8 @@ void Sema::readCluster() {
   readSettings(clusterSec,
                {"nodes", "gpus_per_node", "gpu", "intra_bw", "inter_bw"}, s);
   cluster.loc = loc(clusterSec);
-  for (StringRef key :
-       {"nodes", "gpus_per_node", "gpu", "intra_bw", "inter_bw"})
+  // The bandwidths default to the GPU kind's usual links.
+  for (StringRef key : {"nodes", "gpus_per_node", "gpu"})
     if (!s.count(key))
       error(*cluster.loc) << "the cluster section must set '" << key << "'";
   cluster.nodes = intSetting(s, "nodes", 1, kMaxCount).value_or(0);
@@ -486,10 +486,8 @@ void Sema::readCluster() {
   if (auto v = nameSetting(
           s, "gpu", {"a100", "a100_40gb", "h100", "h200", "b200", "l40s"}))
     cluster.gpu = *v;
-  cluster.intraGBps =
-      numberSetting(s, "intra_bw", 0, /*inclusive=*/false).value_or(0);
-  cluster.interGBps =
-      numberSetting(s, "inter_bw", 0, /*inclusive=*/false).value_or(0);
+  cluster.intraGBps = numberSetting(s, "intra_bw", 0, /*inclusive=*/false);
+  cluster.interGBps = numberSetting(s, "inter_bw", 0, /*inclusive=*/false);
   int64_t gpus = cluster.nodes * cluster.gpusPerNode;
   if (cluster.nodes && cluster.gpusPerNode && gpus != par.world()) {
     auto d = error(*cluster.loc)

@@ -72,6 +72,10 @@ struct StepReport {
   // Time on the cluster (the slowest pipeline coordinate).
   std::string gpu;
   bool clusterAssumed = false;
+  // The links (GB/s per GPU, one direction) and whether each came from the
+  // GPU kind because the cluster section did not set it.
+  double intraGBps = 0, interGBps = 0;
+  bool intraAssumed = false, interAssumed = false;
   std::string precision;
   double peakFlops = 0;
   double stepTime = 0;

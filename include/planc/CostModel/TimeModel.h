@@ -29,6 +29,10 @@ struct GpuSpec {
   double memoryGB;       // memory capacity
   int64_t sms;           // streaming multiprocessors (GEMM waves)
   double peakTf32Tflops; // fp32 GEMMs on tensor cores (precision = tf32)
+  // The usual links of a node built around it (GB/s per GPU, one
+  // direction): the cluster section's intra_bw / inter_bw when not given.
+  double intraGBps; // NVLink (PCIe where it has none)
+  double interGBps; // the node's NICs divided among its GPUs
 };
 
 /// The kinds the cluster section accepts; nullptr when unknown.
@@ -54,6 +58,8 @@ struct ClusterModel {
   int64_t gpusPerNode = 8;
   double intraGBps = 300, interGBps = 25;
   bool assumed = false;
+  // The bandwidths taken from the GPU kind (the section did not set them).
+  bool intraAssumed = false, interAssumed = false;
   TimeConstants k;
 };
 
