@@ -8,7 +8,9 @@
 #     `scancel --signal=TERM`, leaves a complete checkpoint, exits cleanly and
 #     requeues its job; the requeued run (same command line) continues from
 #     that checkpoint and ends with the losses and the `--save` bytes of an
-#     uninterrupted run.
+#     uninterrupted run;
+#   - the cuda target's launch code (no MPI) starts 4 ranks under the real
+#     srun and mpirun.
 # On exit, also after a failed check or an interrupt, it cancels its jobs,
 # stops the daemons it started and removes the temporary directory.
 #
@@ -261,6 +263,30 @@ for n in 2 4; do
     fail "srun -n $n ($prog) differs from mpirun -np $n (above)"
   fi
 done
+
+# --- the cuda target's launch, without MPI ----------------------------------
+# A cuda program starts with planrt's own TCP control plane (runtime/lib/net),
+# which reads the launcher's variables; its test program needs no GPU. Under
+# the real srun (SLURM_PROCID, SLURM_STEP_NODELIST, the port from the job and
+# step ids) and the real mpirun (OMPI_COMM_WORLD_*), 4 ranks exchange
+# messages and run every collective.
+if [ -x "$BIN/planrt_net_tests" ]; then
+  # --mpi=none: only Slurm's own variables (no PMIx ones) reach the ranks.
+  for launch in "srun --mpi=none -n 4" "mpirun --oversubscribe -np 4"; do
+    log="net-${launch%% *}.log"
+    timeout 60 $launch "$BIN/planrt_net_tests" basic > "$log" 2>&1
+    rc=$?
+    oks=$(grep -c '^rank [0-3] of 4: ok$' "$log")
+    if [ $rc -eq 0 ] && [ "$oks" -eq 4 ]; then
+      pass "the cuda target's TCP launch under $launch: 4 ranks, point to point, every collective"
+    else
+      tail -n 5 "$log"
+      fail "the cuda target's TCP launch under $launch: exit code $rc, $oks of 4 ranks ok (log above)"
+    fi
+  done
+else
+  fail "$BIN/planrt_net_tests is missing (built with the runtime's tests)"
+fi
 
 # --- sbatch: stop, requeue, continue ----------------------------------------
 # The batch script of docs/runtime.md, on this one node with 2 tasks.
