@@ -17,6 +17,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include <zlib.h>
+
 namespace planrt {
 namespace internal {
 namespace ckpt {
@@ -598,23 +600,11 @@ void to_f32(const std::string &dtype, const char *src, int64_t n, float *out) {
 
 using namespace ckpt;
 
+// zlib's: the polynomial and the values docs/checkpoints.md promises, so
+// that any tool (Python's zlib.crc32, checkpoint_tool.py) checks the files.
+// crc32_z takes a size_t (crc32's length is 32-bit).
 uint32_t crc32(uint32_t crc, const void *data, size_t bytes) {
-  static uint32_t table[256];
-  static bool ready = false;
-  if (!ready) {
-    for (uint32_t i = 0; i < 256; ++i) {
-      uint32_t c = i;
-      for (int k = 0; k < 8; ++k)
-        c = c & 1 ? 0xedb88320u ^ (c >> 1) : c >> 1;
-      table[i] = c;
-    }
-    ready = true;
-  }
-  const unsigned char *p = (const unsigned char *)data;
-  crc = ~crc;
-  for (size_t i = 0; i < bytes; ++i)
-    crc = table[(crc ^ p[i]) & 0xff] ^ (crc >> 8);
-  return ~crc;
+  return (uint32_t)::crc32_z(crc, static_cast<const Bytef *>(data), bytes);
 }
 
 std::string plan_hash(const Context *ctx) {
