@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 
 #include <zlib.h>
 
@@ -40,199 +41,14 @@ std::string shape_list(const std::vector<int64_t> &shape) {
 
 namespace {
 
-std::string json_str(const std::string &s) { return internal::json_quote(s); }
+/// Written JSON keeps its members' order.
+using OJson = nlohmann::ordered_json;
 
-//===--- JSON (manifests, safetensors headers) ----------------------------===//
-
-class JsonParser {
-public:
-  JsonParser(const char *p, const char *end) : p(p), end(end) {}
-  /// Parses one value followed only by whitespace; "" or the error.
-  std::string parse(Json &out) {
-    if (!value(out, 0))
-      return err;
-    ws();
-    if (p != end)
-      return "unexpected text after the JSON value";
-    return "";
-  }
-
-private:
-  const char *p, *end;
-  std::string err;
-  bool fail(const std::string &what) {
-    if (err.empty())
-      err = what;
-    return false;
-  }
-  void ws() {
-    while (p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t'))
-      ++p;
-  }
-  /// The items of an object or array after its opening bracket (at *p):
-  /// `item` parses one; they are separated by ',' and end with `close`.
-  template <typename Item> bool items(char close, const char *what, Item item) {
-    ++p;
-    ws();
-    if (p < end && *p == close) {
-      ++p;
-      return true;
-    }
-    for (;;) {
-      ws();
-      if (!item())
-        return false;
-      ws();
-      if (p < end && *p == ',') {
-        ++p;
-        continue;
-      }
-      if (p < end && *p == close) {
-        ++p;
-        return true;
-      }
-      return fail(std::string("expected ',' or '") + close + "' in a JSON " +
-                  what);
-    }
-  }
-
-  bool value(Json &out, int depth) {
-    if (depth > 64)
-      return fail("JSON nested too deeply");
-    ws();
-    if (p >= end)
-      return fail("truncated JSON");
-    char c = *p;
-    if (c == '{') {
-      out.kind = Json::Object;
-      return items('}', "object", [&] {
-        std::string key;
-        if (p >= end || *p != '"' || !string(key))
-          return fail("expected a string key in a JSON object");
-        ws();
-        if (p >= end || *p != ':')
-          return fail("expected ':' in a JSON object");
-        ++p;
-        out.obj.emplace_back(key, Json());
-        return value(out.obj.back().second, depth + 1);
-      });
-    }
-    if (c == '[') {
-      out.kind = Json::Array;
-      return items(']', "array", [&] {
-        out.arr.emplace_back();
-        return value(out.arr.back(), depth + 1);
-      });
-    }
-    if (c == '"') {
-      out.kind = Json::String;
-      return string(out.str) || fail("bad JSON string");
-    }
-    if (literal("true")) {
-      out.kind = Json::Bool;
-      out.b = true;
-      return true;
-    }
-    if (literal("false")) {
-      out.kind = Json::Bool;
-      return true;
-    }
-    if (literal("null"))
-      return true;
-    const char *start = p;
-    if (p < end && (*p == '-' || *p == '+'))
-      ++p;
-    bool integer = true;
-    while (p < end && ((*p >= '0' && *p <= '9') || *p == '.' || *p == 'e' ||
-                       *p == 'E' || *p == '-' || *p == '+')) {
-      if (*p == '.' || *p == 'e' || *p == 'E')
-        integer = false;
-      ++p;
-    }
-    if (p == start)
-      return fail("unexpected character in JSON");
-    std::string text(start, p);
-    char *stop = nullptr;
-    out.kind = Json::Number;
-    out.num = std::strtod(text.c_str(), &stop);
-    if (!stop || *stop)
-      return fail("bad JSON number '" + text + "'");
-    out.integer = integer;
-    if (integer) {
-      errno = 0;
-      out.inum = std::strtoll(text.c_str(), &stop, 10);
-      if (errno)
-        return fail("JSON integer out of range '" + text + "'");
-    }
-    return true;
-  }
-  bool literal(const char *word) {
-    size_t n = std::strlen(word);
-    if ((size_t)(end - p) >= n && std::strncmp(p, word, n) == 0) {
-      p += n;
-      return true;
-    }
-    return false;
-  }
-  bool string(std::string &out) {
-    ++p; // '"'
-    while (p < end && *p != '"') {
-      if (*p != '\\') {
-        out += *p++;
-        continue;
-      }
-      if (++p >= end)
-        return false;
-      char e = *p++;
-      switch (e) {
-      case '"':
-      case '\\':
-      case '/':
-        out += e;
-        break;
-      case 'b':
-        out += '\b';
-        break;
-      case 'f':
-        out += '\f';
-        break;
-      case 'n':
-        out += '\n';
-        break;
-      case 'r':
-        out += '\r';
-        break;
-      case 't':
-        out += '\t';
-        break;
-      case 'u': {
-        if (end - p < 4)
-          return false;
-        unsigned v =
-            (unsigned)std::strtoul(std::string(p, p + 4).c_str(), nullptr, 16);
-        p += 4;
-        if (v < 0x80) {
-          out += (char)v;
-        } else if (v < 0x800) {
-          out += (char)(0xc0 | (v >> 6));
-          out += (char)(0x80 | (v & 0x3f));
-        } else {
-          out += (char)(0xe0 | (v >> 12));
-          out += (char)(0x80 | ((v >> 6) & 0x3f));
-          out += (char)(0x80 | (v & 0x3f));
-        }
-        break;
-      }
-      default:
-        return false;
-      }
-    }
-    if (p >= end)
-      return false;
-    ++p; // '"'
-    return true;
-  }
-};
+/// Compact text (no spaces); a string that is not UTF-8 (a path) gets
+/// U+FFFD instead of an exception.
+std::string dump_json(const OJson &v) {
+  return v.dump(-1, ' ', false, OJson::error_handler_t::replace);
+}
 
 uint64_t fnv1a(const std::string &s) {
   uint64_t h = 1469598103934665603ull;
@@ -243,26 +59,49 @@ uint64_t fnv1a(const std::string &s) {
   return h;
 }
 
-/// The step's loss for the manifest: enough digits to read back the same
-/// float (the closing line of a run resumed at its last step prints it).
-std::string loss_json(float loss) {
-  if (!std::isfinite(loss))
-    return "null";
+/// A float as the JSON number of its "%.9g" text: enough digits to read
+/// back the same float (the closing line of a run resumed at its last step
+/// prints the loss), printed as 4.88741493 rather than as the double's 17
+/// digits. Not finite: null.
+OJson float_json(float v) {
+  if (!std::isfinite(v))
+    return nullptr;
   char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.9g", (double)loss);
-  return buf;
+  std::snprintf(buf, sizeof(buf), "%.9g", (double)v);
+  return std::strtod(buf, nullptr);
 }
 
-std::string ranges_json(const Ranges &rs) {
-  std::string s = "[";
-  for (size_t d = 0; d < rs.size(); ++d) {
-    s += d ? ", [" : "[";
-    for (size_t k = 0; k < rs[d].size(); ++k)
-      s += (k ? ", [" : "[") + std::to_string(rs[d][k].first) + ", " +
-           std::to_string(rs[d][k].second) + "]";
-    s += "]";
+OJson ranges_json(const Ranges &rs) {
+  OJson out = OJson::array();
+  for (const auto &dim : rs) {
+    OJson d = OJson::array();
+    for (const auto &r : dim)
+      d.push_back(OJson::array({r.first, r.second}));
+    out.push_back(std::move(d));
   }
-  return s + "]";
+  return out;
+}
+
+/// manifest.json's text: each top-level member, and each entry of a list
+/// of objects ("files", "tensors"), on a line of its own as nlohmann's
+/// compact dump, so that the file reads, greps and diffs by tensor.
+std::string manifest_text(const OJson &m) {
+  std::string out = "{\n";
+  size_t i = 0;
+  for (auto it = m.begin(); it != m.end(); ++it) {
+    const OJson &v = it.value();
+    out += "  " + dump_json(OJson(it.key())) + ":";
+    if (v.is_array() && !v.empty() && v.front().is_object()) {
+      out += "[\n";
+      for (size_t k = 0; k < v.size(); ++k)
+        out += "    " + dump_json(v[k]) + (k + 1 < v.size() ? ",\n" : "\n");
+      out += "  ]";
+    } else {
+      out += dump_json(v);
+    }
+    out += ++i < m.size() ? ",\n" : "\n";
+  }
+  return out + "}\n";
 }
 
 } // namespace
@@ -283,51 +122,49 @@ std::string model_hash(Context *ctx) {
 
 std::string manifest_json(Context *ctx, int64_t step,
                           const std::vector<FileInfo> &files) {
-  std::string j = "{\n";
-  j += "  \"format\": \"planrt-checkpoint\",\n  \"version\": 1,\n";
-  j += "  \"program\": " + json_str(ctx->program) + ",\n";
-  j += "  \"plan_hash\": " + json_str(plan_hash(ctx)) + ",\n";
-  j += "  \"model_hash\": " + json_str(model_hash(ctx)) + ",\n";
-  j += "  \"step\": " + std::to_string(step) + ",\n";
-  j += "  \"mesh\": {\"axes\": [";
+  OJson m = OJson::object();
+  m["format"] = "planrt-checkpoint";
+  m["version"] = 1;
+  m["program"] = ctx->program;
+  m["plan_hash"] = plan_hash(ctx);
+  m["model_hash"] = model_hash(ctx);
+  m["step"] = step;
+  OJson axes = OJson::array();
   for (size_t a = 0; a < ctx->axis_names.size(); ++a)
-    j += (a ? ", " : "") + std::string("{\"name\": ") +
-         json_str(ctx->axis_names[a]) +
-         ", \"size\": " + std::to_string(ctx->axis_sizes[a]) + "}";
-  j += "], \"world\": " + std::to_string(ctx->world);
+    axes.push_back(OJson::object(
+        {{"name", ctx->axis_names[a]}, {"size", ctx->axis_sizes[a]}}));
+  OJson mesh =
+      OJson::object({{"axes", std::move(axes)}, {"world", ctx->world}});
   if (ctx->pipeline_axis >= 0)
-    j += ", \"pipeline\": {\"axis\": " +
-         json_str(ctx->axis_names[(size_t)ctx->pipeline_axis]) +
-         ", \"stages\": " + std::to_string(ctx->pipeline_stages) + "}";
-  j += "},\n";
+    mesh["pipeline"] =
+        OJson::object({{"axis", ctx->axis_names[(size_t)ctx->pipeline_axis]},
+                       {"stages", ctx->pipeline_stages}});
+  m["mesh"] = std::move(mesh);
   // The training position: everything else is a pure function of (seed,
   // step): data windows, synthetic data, initialization. There is no other
   // RNG state.
-  j += "  \"training\": {\"step\": " + std::to_string(step) +
-       ", \"next_step\": " + std::to_string(step + 1) +
-       ", \"seed\": " + std::to_string(ctx->seed) +
-       ", \"global_batch\": " + std::to_string(ctx->global_batch) +
-       ", \"loss\": " + loss_json(ctx->final_loss) +
-       ", \"rng\": \"counter-based: values are functions of (seed, step, "
-       "index); no state\"";
-  j += ", \"lr_schedule\": {\"kind\": \"" +
-       std::string(!ctx->lr_schedule_set      ? "constant"
-                   : ctx->lr_kind == LrCosine ? "cosine"
-                                              : "constant") +
-       "\", \"warmup_steps\": " + std::to_string(ctx->lr_warmup) +
-       ", \"decay_steps\": " +
-       std::to_string(ctx->lr_decay > 0 ? ctx->lr_decay : ctx->run_steps) +
-       ", \"run_steps\": " + std::to_string(ctx->run_steps) + "}";
+  OJson training = OJson::object(
+      {{"step", step},
+       {"next_step", step + 1},
+       {"seed", ctx->seed},
+       {"global_batch", ctx->global_batch},
+       {"loss", float_json(ctx->final_loss)},
+       {"rng", "counter-based: values are functions of (seed, step, index); "
+               "no state"}});
+  training["lr_schedule"] = OJson::object(
+      {{"kind", !ctx->lr_schedule_set      ? "constant"
+                : ctx->lr_kind == LrCosine ? "cosine"
+                                           : "constant"},
+       {"warmup_steps", ctx->lr_warmup},
+       {"decay_steps", ctx->lr_decay > 0 ? ctx->lr_decay : ctx->run_steps},
+       {"run_steps", ctx->run_steps}});
   // Dynamic loss scaling: the scale for the next step and its counters
   // (skipped steps also count in AdamW's bias correction).
-  if (ctx->dynamic_loss_scale) {
-    char scale[64];
-    std::snprintf(scale, sizeof(scale), "%.9g", (double)ctx->loss_scale);
-    j += std::string(", \"loss_scale\": {\"scale\": ") + scale +
-         ", \"clean_steps\": " + std::to_string(ctx->loss_scale_clean) +
-         ", \"skipped_steps\": " + std::to_string(ctx->loss_scale_skipped) +
-         "}";
-  }
+  if (ctx->dynamic_loss_scale)
+    training["loss_scale"] =
+        OJson::object({{"scale", float_json(ctx->loss_scale)},
+                       {"clean_steps", ctx->loss_scale_clean},
+                       {"skipped_steps", ctx->loss_scale_skipped}});
   if (ctx->data_kind == DataTokenShards && ctx->tokens_open) {
     int64_t seq = 0;
     for (const InputDesc &in : ctx->inputs)
@@ -340,65 +177,97 @@ std::string manifest_json(Context *ctx, int64_t step,
       int64_t per_epoch = (total - 1 - room) / per_step;
       epoch = step / per_epoch; // of step + 1
     }
-    j += ", \"data\": {\"kind\": \"tokens\", \"pattern\": " +
-         json_str(ctx->tokens.pattern) +
-         ", \"tokens\": " + std::to_string(total) +
-         ", \"seq\": " + std::to_string(seq) + ", \"next_position\": " +
-         std::to_string(
-             token_step_position(total, ctx->global_batch, seq, step + 1)) +
-         ", \"next_epoch\": " + std::to_string(epoch) + "}";
+    training["data"] = OJson::object(
+        {{"kind", "tokens"},
+         {"pattern", ctx->tokens.pattern},
+         {"tokens", total},
+         {"seq", seq},
+         {"next_position",
+          token_step_position(total, ctx->global_batch, seq, step + 1)},
+         {"next_epoch", epoch}});
   } else {
-    j += ", \"data\": {\"kind\": \"synthetic\"}";
+    training["data"] = OJson::object({{"kind", "synthetic"}});
   }
-  j += "},\n  \"files\": [";
-  bool first = true;
-  for (size_t r = 0; r < files.size(); ++r) {
-    if (!files[r].wrote)
-      continue;
-    j += std::string(first ? "\n" : ",\n") +
-         "    {\"file\": " + json_str(rank_file_name((int64_t)r)) +
-         ", \"rank\": " + std::to_string(r) +
-         ", \"bytes\": " + std::to_string(files[r].bytes) + ", \"crc32\": \"" +
-         hex((uint32_t)files[r].crc, 8) + "\"}";
-    first = false;
-  }
-  j += "\n  ],\n  \"tensors\": [";
-  std::vector<TensorRef> refs = tensor_refs(ctx);
-  for (size_t i = 0; i < refs.size(); ++i) {
-    const TensorRef &r = refs[i];
+  m["training"] = std::move(training);
+  OJson list = OJson::array();
+  for (size_t r = 0; r < files.size(); ++r)
+    if (files[r].wrote)
+      list.push_back(
+          OJson::object({{"file", rank_file_name((int64_t)r)},
+                         {"rank", (int64_t)r},
+                         {"bytes", files[r].bytes},
+                         {"crc32", hex((uint32_t)files[r].crc, 8)}}));
+  m["files"] = std::move(list);
+  OJson tensors = OJson::array();
+  for (const TensorRef &r : tensor_refs(ctx)) {
     int nd = r.t->ndim;
     std::vector<int64_t> zero(ctx->axis_sizes.size(), 0);
     ParamLayout l0 = param_layout(ctx, r.layout_desc, zero);
-    j += std::string(i ? ",\n" : "\n") + "    {\"name\": " + json_str(r.name) +
-         ", \"kind\": \"" + r.kind + "\", \"dtype\": \"F32\", \"shape\": " +
-         shape_list(global_shape(l0, nd)) +
-         ", \"stage\": " + std::to_string(r.stage);
+    OJson t = OJson::object({{"name", r.name},
+                             {"kind", r.kind},
+                             {"dtype", "F32"},
+                             {"shape", global_shape(l0, nd)},
+                             {"stage", r.stage}});
     if (r.export_rows > 0)
-      j += ", \"export_rows\": " + std::to_string(r.export_rows);
-    j += ", \"shards\": [";
-    bool firstShard = true;
+      t["export_rows"] = r.export_rows;
+    OJson shards = OJson::array();
     for (int64_t rank = 0; rank < ctx->world; ++rank) {
       std::vector<int64_t> c = rank_coords(ctx, rank);
       if (!writes(ctx, r, c))
         continue;
       ParamLayout l = param_layout(ctx, r.layout_desc, c);
-      j += std::string(firstShard ? "" : ", ") +
-           "{\"file\": " + json_str(rank_file_name(rank)) +
-           ", \"ranges\": " + ranges_json(ranges_of(l, nd)) + "}";
-      firstShard = false;
+      shards.push_back(
+          OJson::object({{"file", rank_file_name(rank)},
+                         {"ranges", ranges_json(ranges_of(l, nd))}}));
     }
-    j += "]}";
+    t["shards"] = std::move(shards);
+    tensors.push_back(std::move(t));
   }
-  j += "\n  ]\n}\n";
-  return j;
+  m["tensors"] = std::move(tensors);
+  return manifest_text(m);
 }
 
 //===--- Reading ----------------------------------------------------------===//
 
+std::string parse_json(const char *begin, const char *end, Json &out) {
+  // nlohmann reports what it could not parse with an exception (the
+  // runtime is compiled with exceptions); none leaves this function.
+  auto words = [](const char *what) {
+    // Without the "[json.exception.parse_error.101] " prefix.
+    const char *text = std::strstr(what, "] ");
+    return std::string(text ? text + 2 : what);
+  };
+  try {
+    out = Json::parse(begin, end);
+    return "";
+  } catch (const Json::parse_error &e) {
+    // Its byte is one past the input when the input ended first.
+    if (e.byte > (size_t)(end - begin))
+      return "truncated JSON";
+    return words(e.what());
+  } catch (const Json::exception &e) { // a number out of range
+    return words(e.what());
+  }
+}
+
+const Json *member(const Json *j, const std::string &key) {
+  if (!j || !j->is_object())
+    return nullptr;
+  auto it = j->find(key);
+  return it == j->end() ? nullptr : &*it;
+}
+
+const std::string *string_of(const Json *j) {
+  return j && j->is_string() ? j->get_ptr<const std::string *>() : nullptr;
+}
+
 bool get_int(const Json *j, int64_t &out) {
-  if (!j || !j->is_int())
+  if (!j || !j->is_number_integer())
     return false;
-  out = j->inum;
+  if (j->is_number_unsigned() &&
+      j->get<uint64_t>() > (uint64_t)std::numeric_limits<int64_t>::max())
+    return false;
+  out = j->get<int64_t>();
   return true;
 }
 
@@ -409,7 +278,7 @@ std::string read_manifest(const std::string &dir, Manifest &m) {
   std::string error = read_whole(path, text);
   if (!error.empty())
     return error;
-  error = JsonParser(text.data(), text.data() + text.size()).parse(m.root);
+  error = parse_json(text.data(), text.data() + text.size(), m.root);
   auto bad = [&](const std::string &what) {
     return path + ": " + what +
            "; the manifest is damaged (resume from another checkpoint with "
@@ -417,83 +286,82 @@ std::string read_manifest(const std::string &dir, Manifest &m) {
   };
   if (!error.empty())
     return bad("not valid JSON (" + error + ")");
-  const Json &r = m.root;
-  const Json *fmt = r.get("format");
-  if (!fmt || fmt->kind != Json::String || fmt->str != "planrt-checkpoint")
+  const Json *r = &m.root;
+  const std::string *fmt = string_of(member(r, "format"));
+  if (!fmt || *fmt != "planrt-checkpoint")
     return bad("not a planrt checkpoint manifest (\"format\" is not "
                "\"planrt-checkpoint\")");
   int64_t version = 0;
-  if (!get_int(r.get("version"), version) || version != 1)
+  if (!get_int(member(r, "version"), version) || version != 1)
     return bad("unsupported manifest version (this runtime reads version 1)");
-  if (!get_int(r.get("step"), m.step) || m.step < 0)
+  if (!get_int(member(r, "step"), m.step) || m.step < 0)
     return bad("no valid \"step\"");
-  if (const Json *h = r.get("plan_hash"); h && h->kind == Json::String)
-    m.plan_hash = h->str;
-  if (const Json *mesh = r.get("mesh"))
-    if (const Json *axes = mesh->get("axes"); axes && axes->kind == Json::Array)
-      for (const Json &a : axes->arr) {
-        const Json *n = a.get("name");
-        int64_t size = 0;
-        if (n && n->kind == Json::String && get_int(a.get("size"), size))
-          m.mesh += (m.mesh.empty() ? "" : ", ") + n->str + "=" +
-                    std::to_string(size);
-      }
+  if (const std::string *h = string_of(member(r, "plan_hash")))
+    m.plan_hash = *h;
+  if (const Json *axes = member(member(r, "mesh"), "axes");
+      axes && axes->is_array())
+    for (const Json &a : *axes) {
+      const std::string *n = string_of(member(&a, "name"));
+      int64_t size = 0;
+      if (n && get_int(member(&a, "size"), size))
+        m.mesh +=
+            (m.mesh.empty() ? "" : ", ") + *n + "=" + std::to_string(size);
+    }
   if (m.mesh.empty())
     m.mesh = "one rank";
-  m.training = r.get("training");
-  const Json *files = r.get("files");
-  if (!files || files->kind != Json::Array)
+  m.training = member(r, "training");
+  const Json *files = member(r, "files");
+  if (!files || !files->is_array())
     return bad("no \"files\" list");
-  for (const Json &f : files->arr) {
-    const Json *name = f.get("file"), *crc = f.get("crc32");
+  for (const Json &f : *files) {
+    const std::string *name = string_of(member(&f, "file")),
+                      *crc = string_of(member(&f, "crc32"));
     int64_t bytes = 0;
-    if (!name || name->kind != Json::String || !crc ||
-        crc->kind != Json::String || !get_int(f.get("bytes"), bytes) ||
-        name->str.find('/') != std::string::npos)
+    if (!name || !crc || !get_int(member(&f, "bytes"), bytes) ||
+        name->find('/') != std::string::npos)
       return bad("a malformed entry in \"files\"");
-    m.files[name->str] = {
-        bytes, (uint32_t)std::strtoul(crc->str.c_str(), nullptr, 16)};
+    m.files[*name] = {bytes, (uint32_t)std::strtoul(crc->c_str(), nullptr, 16)};
   }
-  const Json *tensors = r.get("tensors");
-  if (!tensors || tensors->kind != Json::Array)
+  const Json *tensors = member(r, "tensors");
+  if (!tensors || !tensors->is_array())
     return bad("no \"tensors\" list");
-  for (const Json &t : tensors->arr) {
+  for (const Json &t : *tensors) {
     ManifestTensor mt;
-    const Json *name = t.get("name"), *kind = t.get("kind"),
-               *shape = t.get("shape"), *shards = t.get("shards");
-    if (!name || name->kind != Json::String || !kind ||
-        kind->kind != Json::String || !shape || shape->kind != Json::Array ||
-        shape->arr.size() > 4 || !shards || shards->kind != Json::Array)
+    const std::string *name = string_of(member(&t, "name")),
+                      *kind = string_of(member(&t, "kind"));
+    const Json *shape = member(&t, "shape"), *shards = member(&t, "shards");
+    if (!name || !kind || !shape || !shape->is_array() || shape->size() > 4 ||
+        !shards || !shards->is_array())
       return bad("a malformed entry in \"tensors\"");
-    mt.name = name->str;
-    mt.kind = kind->str;
-    for (const Json &d : shape->arr) {
-      if (!d.is_int() || d.inum < 0)
+    mt.name = *name;
+    mt.kind = *kind;
+    for (const Json &d : *shape) {
+      int64_t v = 0;
+      if (!get_int(&d, v) || v < 0)
         return bad("tensor '" + mt.name + "': a malformed shape");
-      mt.shape.push_back(d.inum);
+      mt.shape.push_back(v);
     }
-    for (const Json &s : shards->arr) {
+    for (const Json &s : *shards) {
       ShardRef sr;
-      const Json *file = s.get("file"), *ranges = s.get("ranges");
-      if (!file || file->kind != Json::String || !m.files.count(file->str) ||
-          !ranges || ranges->kind != Json::Array ||
-          ranges->arr.size() != mt.shape.size())
+      const std::string *file = string_of(member(&s, "file"));
+      const Json *ranges = member(&s, "ranges");
+      if (!file || !m.files.count(*file) || !ranges || !ranges->is_array() ||
+          ranges->size() != mt.shape.size())
         return bad("tensor '" + mt.name + "': a malformed shard entry");
-      sr.file = file->str;
-      for (size_t d = 0; d < ranges->arr.size(); ++d) {
-        const Json &dim = ranges->arr[d];
-        if (dim.kind != Json::Array)
+      sr.file = *file;
+      for (size_t d = 0; d < ranges->size(); ++d) {
+        const Json &dim = (*ranges)[d];
+        if (!dim.is_array())
           return bad("tensor '" + mt.name + "': malformed ranges");
         sr.ranges.emplace_back();
         int64_t len = 0;
-        for (const Json &rg : dim.arr) {
-          if (rg.kind != Json::Array || rg.arr.size() != 2 ||
-              !rg.arr[0].is_int() || !rg.arr[1].is_int() ||
-              rg.arr[0].inum < 0 || rg.arr[1].inum < rg.arr[0].inum ||
-              rg.arr[1].inum > mt.shape[d])
+        for (const Json &rg : dim) {
+          int64_t b = 0, e = 0;
+          if (!rg.is_array() || rg.size() != 2 || !get_int(&rg[0], b) ||
+              !get_int(&rg[1], e) || b < 0 || e < b || e > mt.shape[d])
             return bad("tensor '" + mt.name + "': a range outside its shape");
-          sr.ranges.back().push_back({rg.arr[0].inum, rg.arr[1].inum});
-          len += rg.arr[1].inum - rg.arr[0].inum;
+          sr.ranges.back().push_back({b, e});
+          len += e - b;
         }
         sr.local_shape.push_back(len);
       }
@@ -519,8 +387,8 @@ std::string parse_safetensors_header(const std::string &path, const char *bytes,
     return path + ": truncated or not a safetensors file (its header claims " +
            std::to_string(n) + " bytes, the file has " +
            std::to_string(size - 8) + " after the length)";
-  std::string error = JsonParser(bytes + 8, bytes + 8 + n).parse(header);
-  if (!error.empty() || header.kind != Json::Object)
+  std::string error = parse_json(bytes + 8, bytes + 8 + n, header);
+  if (!error.empty() || !header.is_object())
     return path + ": not a safetensors file (its header is not a JSON object" +
            (error.empty() ? "" : ": " + error) + ")";
   data_start = 8 + (int64_t)n;
@@ -529,20 +397,20 @@ std::string parse_safetensors_header(const std::string &path, const char *bytes,
 
 std::string st_entry(const std::string &path, const Json &info,
                      const std::string &name, StEntry &e) {
-  const Json *dt = info.get("dtype"), *shape = info.get("shape"),
-             *off = info.get("data_offsets");
-  if (!dt || dt->kind != Json::String || !shape || shape->kind != Json::Array ||
-      !off || off->kind != Json::Array || off->arr.size() != 2 ||
-      !off->arr[0].is_int() || !off->arr[1].is_int())
+  const std::string *dt = string_of(member(&info, "dtype"));
+  const Json *shape = member(&info, "shape"),
+             *off = member(&info, "data_offsets");
+  if (!dt || !shape || !shape->is_array() || !off || !off->is_array() ||
+      off->size() != 2 || !get_int(&(*off)[0], e.begin) ||
+      !get_int(&(*off)[1], e.end))
     return path + ": tensor '" + name + "' has a malformed header entry";
-  e.dtype = dt->str;
-  for (const Json &d : shape->arr) {
-    if (!d.is_int() || d.inum < 0)
+  e.dtype = *dt;
+  for (const Json &d : *shape) {
+    int64_t v = 0;
+    if (!get_int(&d, v) || v < 0)
       return path + ": tensor '" + name + "' has a malformed shape";
-    e.shape.push_back(d.inum);
+    e.shape.push_back(v);
   }
-  e.begin = off->arr[0].inum;
-  e.end = off->arr[1].inum;
   return "";
 }
 

@@ -16,6 +16,8 @@
 #include "checkpoint.h"
 #include "context.h"
 
+#include <nlohmann/json.hpp>
+
 #include <cstdint>
 #include <map>
 #include <string>
@@ -72,26 +74,16 @@ std::vector<TensorRef> held(Context *ctx);
 std::string hex(uint64_t v, int digits);
 std::string shape_list(const std::vector<int64_t> &shape);
 
-struct Json {
-  enum Kind { Null, Bool, Number, String, Array, Object } kind = Null;
-  bool b = false;
-  double num = 0;
-  int64_t inum = 0;
-  bool integer = false;
-  std::string str;
-  std::vector<Json> arr;
-  std::vector<std::pair<std::string, Json>> obj;
+/// Parsed JSON (manifests, safetensors headers): nlohmann's.
+using Json = nlohmann::json;
 
-  const Json *get(const std::string &key) const {
-    if (kind != Object)
-      return nullptr;
-    for (auto &kv : obj)
-      if (kv.first == key)
-        return &kv.second;
-    return nullptr;
-  }
-  bool is_int() const { return kind == Number && integer; }
-};
+/// Parses [begin, end), one value and only whitespace after it; "" or the
+/// error ("truncated JSON" when the input ends first).
+std::string parse_json(const char *begin, const char *end, Json &out);
+/// j's member `key`, or null when j is null, not an object or has none.
+const Json *member(const Json *j, const std::string &key);
+/// j's string, or null when j is null or not a string.
+const std::string *string_of(const Json *j);
 
 std::string model_hash(Context *ctx);
 
@@ -123,6 +115,7 @@ struct Manifest {
   Json root;
 };
 
+/// An integer that fits int64_t; false for anything else.
 bool get_int(const Json *j, int64_t &out);
 /// Parses and checks manifest.json of `dir`.
 std::string read_manifest(const std::string &dir, Manifest &m);

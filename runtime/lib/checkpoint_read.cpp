@@ -92,17 +92,17 @@ std::string check_resume(Context *ctx, const std::string &dir,
 std::string load_resume(Context *ctx, const std::string &dir,
                         const Manifest &m) {
   if (ctx->dynamic_loss_scale) {
-    const Json *ls = m.training ? m.training->get("loss_scale") : nullptr;
-    const Json *scale = ls ? ls->get("scale") : nullptr;
+    const Json *ls = member(m.training, "loss_scale");
+    const Json *scale = member(ls, "scale");
     int64_t clean = 0, skipped = 0;
-    if (!scale || scale->kind != Json::Number || !(scale->num > 0) ||
-        !get_int(ls->get("clean_steps"), clean) ||
-        !get_int(ls->get("skipped_steps"), skipped) || clean < 0 ||
+    if (!scale || !scale->is_number() || !(scale->get<double>() > 0) ||
+        !get_int(member(ls, "clean_steps"), clean) ||
+        !get_int(member(ls, "skipped_steps"), skipped) || clean < 0 ||
         skipped < 0 || skipped > m.step)
       return dir + "/manifest.json: no valid \"loss_scale\" in \"training\" "
                    "(the program scales its loss dynamically; the checkpoint "
                    "was written by a program that does not)";
-    ctx->loss_scale = (float)scale->num;
+    ctx->loss_scale = (float)scale->get<double>();
     ctx->loss_scale_clean = clean;
     ctx->loss_scale_skipped = skipped;
   }
@@ -144,16 +144,15 @@ std::string load_resume(Context *ctx, const std::string &dir,
                                      header, data_start);
     if (!error.empty())
       return error;
-    const Json *meta = header.get("__metadata__");
-    const Json *step = meta ? meta->get("step") : nullptr;
-    if (!step || step->kind != Json::String ||
-        step->str != std::to_string(m.step))
+    const std::string *step =
+        string_of(member(member(&header, "__metadata__"), "step"));
+    if (!step || *step != std::to_string(m.step))
       return path + ": the file belongs to another checkpoint (its step is " +
-             (step && step->kind == Json::String ? step->str : "missing") +
-             ", the manifest's " + std::to_string(m.step) + ")";
+             (step ? *step : "missing") + ", the manifest's " +
+             std::to_string(m.step) + ")";
     for (auto &[i, shard] : uses) {
       const TensorRef &r = mine[i];
-      const Json *info = header.get(r.key());
+      const Json *info = member(&header, r.key());
       if (!info)
         return path + ": no tensor '" + r.key() +
                "', which the manifest says it holds";
@@ -245,7 +244,7 @@ std::string check_init_from(Context *ctx, const std::string &path,
     const char *what = index++ < num_params ? "parameter" : "running statistic";
     std::string key;
     for (const std::string &cand : init_names(p.name))
-      if (init.header.get(cand)) {
+      if (member(&init.header, cand)) {
         key = cand;
         break;
       }
@@ -260,7 +259,7 @@ std::string check_init_from(Context *ctx, const std::string &path,
     }
     used[key] = true;
     StEntry e;
-    error = st_entry(path, *init.header.get(key), key, e);
+    error = st_entry(path, *member(&init.header, key), key, e);
     if (!error.empty()) {
       problems.push_back("--init-from: " + error);
       continue;
@@ -294,8 +293,8 @@ std::string check_init_from(Context *ctx, const std::string &path,
     }
     init.found[p.name] = key;
   }
-  for (auto &kv : init.header.obj)
-    if (kv.first != "__metadata__" && !used.count(kv.first))
+  for (auto &kv : init.header.items())
+    if (kv.key() != "__metadata__" && !used.count(kv.key()))
       ++init.ignored;
   if (problems.empty())
     return "";
@@ -318,7 +317,7 @@ std::string load_init_from(Context *ctx, const std::string &path,
       continue; // another pipeline rank's stage
     const std::string &key = init.found.at(p.name);
     StEntry e;
-    st_entry(path, *init.header.get(key), key, e);
+    st_entry(path, *member(&init.header, key), key, e);
     int64_t es = dtype_size(e.dtype), elems = (e.end - e.begin) / es;
     std::vector<char> raw((size_t)(e.end - e.begin));
     if (std::fseek(f, (long)(init.data_start + e.begin), SEEK_SET) != 0 ||

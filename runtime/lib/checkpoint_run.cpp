@@ -294,9 +294,9 @@ void prepare_checkpoints(Context *ctx, CheckpointOptions &opts, int64_t steps) {
   ctx->first_step = step + 1;
   ctx->final_step = step;
   const Json *tr = g_manifest.training;
-  const Json *loss = tr ? tr->get("loss") : nullptr;
-  if (loss && loss->kind == Json::Number)
-    ctx->final_loss = (float)loss->num;
+  const Json *loss = member(tr, "loss");
+  if (loss && loss->is_number())
+    ctx->final_loss = (float)loss->get<double>();
 }
 
 void load_checkpoints(Context *ctx, const CheckpointOptions &opts) {
@@ -361,31 +361,31 @@ void load_checkpoints(Context *ctx, const CheckpointOptions &opts) {
   // What makes the continuation differ from an uninterrupted run.
   const Json *tr = g_manifest.training;
   int64_t v = 0;
-  if (tr && get_int(tr->get("seed"), v) && v != ctx->seed)
+  if (get_int(member(tr, "seed"), v) && v != ctx->seed)
     std::fprintf(stderr,
                  "planrt: warning: resuming: the checkpoint was "
                  "trained with seed %lld, this program uses %lld: the data "
                  "from here on differs\n",
                  (long long)v, (long long)ctx->seed);
-  if (tr && get_int(tr->get("global_batch"), v) && v != ctx->global_batch)
+  if (get_int(member(tr, "global_batch"), v) && v != ctx->global_batch)
     std::fprintf(stderr,
                  "planrt: warning: resuming: the checkpoint was "
                  "trained with a global batch of %lld, this program uses "
                  "%lld\n",
                  (long long)v, (long long)ctx->global_batch);
-  const Json *data = tr ? tr->get("data") : nullptr;
-  if (data && ctx->tokens_open && get_int(data->get("tokens"), v) &&
+  const Json *data = member(tr, "data");
+  if (data && ctx->tokens_open && get_int(member(data, "tokens"), v) &&
       v != ctx->tokens.total)
     std::fprintf(stderr,
                  "planrt: warning: resuming: the checkpoint was "
                  "trained on %lld tokens, the data files now hold %lld: the "
                  "batches from here on differ\n",
                  (long long)v, (long long)ctx->tokens.total);
-  const Json *lr = tr ? tr->get("lr_schedule") : nullptr;
-  const Json *kind = lr ? lr->get("kind") : nullptr;
-  if (kind && kind->kind == Json::String && kind->str == "cosine" &&
-      ctx->lr_schedule_set && ctx->lr_kind == LrCosine && ctx->lr_decay <= 0 &&
-      get_int(lr->get("decay_steps"), v) && v != ctx->run_steps)
+  const Json *lr = member(tr, "lr_schedule");
+  const std::string *kind = string_of(member(lr, "kind"));
+  if (kind && *kind == "cosine" && ctx->lr_schedule_set &&
+      ctx->lr_kind == LrCosine && ctx->lr_decay <= 0 &&
+      get_int(member(lr, "decay_steps"), v) && v != ctx->run_steps)
     std::fprintf(stderr,
                  "planrt: warning: resuming: the cosine schedule "
                  "decayed over %lld steps (the --steps of that run) and now "
