@@ -198,6 +198,7 @@ static LogicalResult compileDirect(const std::string &src,
             tc.runtimeLibDir + "/libplanrt_host.a",
             "-fopenmp", // the runtime's kernels use OpenMP
             "-ldnnl",   // GEMM
+            "-lz",      // the checkpoints' crc32
             "-lm"};
     return runCommand(argv, verbose);
   }
@@ -216,10 +217,11 @@ static LogicalResult compileDirect(const std::string &src,
   // No MPI: the cuda runtime's control plane is its own (TCP), so the
   // program starts where no MPI is installed. cudart is linked statically
   // (nvcc's default); cuBLASLt and NCCL are found at run time in a CUDA
-  // install or the nvidia wheels (docs/runtime.md).
+  // install or the nvidia wheels (docs/runtime.md); zlib (the checkpoints'
+  // crc32) is the system's libz.so.1.
   // The source is a .cu file, so nvcc compiles it as CUDA C++.
   argv.insert(argv.end(),
               {src, "-o", out, tc.runtimeLibDir + "/libplanrt_cuda.a",
-               "-L" + tc.cudaRoot + "/lib64", "-lcublasLt", "-lnccl"});
+               "-L" + tc.cudaRoot + "/lib64", "-lcublasLt", "-lnccl", "-lz"});
   return runCommand(argv, verbose);
 }

@@ -1,7 +1,17 @@
 //===- checkpoint.h - Checkpoints, --resume, --init-from, stop signals ----===//
 //
+// A checkpoint is a directory DIR/step-NNNNNN/ holding one safetensors file
+// per rank that holds a distinct block of some tensor (rank-RRRRR.safetensors:
+// its local shards of parameters and optimizer state, as they are in
+// memory) and manifest.json, written by rank 0 last, after every rank's file
+// is on disk: a directory without a manifest is incomplete and ignored. The
+// manifest gives every tensor's global shape and which global index ranges
+// each file holds, so a run under another plan (other dp / tp / pp / ZeRO)
+// reads the slices overlapping its own shards.
+//
 // Private to the runtime. planrt::run (driver.cpp) calls these; the format
-// is described in docs/checkpoints.md.
+// is described in docs/checkpoints.md, the code is in checkpoint_*.cpp
+// (checkpoint_impl.h lists the pieces).
 //===----------------------------------------------------------------------===//
 #ifndef PLANRT_LIB_CHECKPOINT_H
 #define PLANRT_LIB_CHECKPOINT_H
@@ -27,8 +37,8 @@ struct CheckpointOptions {
   bool automatic = false;
   std::string resume_step_dir;
   int64_t resume_step = 0;
-  int64_t incomplete = 0;  // incomplete checkpoints seen at a fresh start
-  int64_t superseded = 0;  // --fresh: checkpoints moved aside, and where
+  int64_t incomplete = 0; // incomplete checkpoints seen at a fresh start
+  int64_t superseded = 0; // --fresh: checkpoints moved aside, and where
   std::string superseded_dir;
 };
 

@@ -304,7 +304,7 @@ struct Context {
 
   void *backend = nullptr; // backend state
 
-  // Checkpoints (lib/checkpoint.cpp): set_checkpoint and the options.
+  // Checkpoints (lib/checkpoint_*.cpp): set_checkpoint and the options.
   std::string checkpoint_dir;   // "" = none
   int64_t checkpoint_every = 0; // 0: only on SIGTERM / SIGUSR1
   int64_t checkpoint_keep = 0;  // --keep N (0: keep every checkpoint)

@@ -19,6 +19,8 @@
 #include <cstring>
 #include <initializer_list>
 
+#include <nlohmann/json.hpp>
+
 namespace planrt {
 namespace {
 
@@ -271,23 +273,10 @@ void fill_synthetic_images(Context *ctx, int64_t step, bool eval) {
 //===--- safetensors ------------------------------------------------------===//
 
 std::string internal::json_quote(const std::string &s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += (char)c;
-    } else if (c < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-      out += buf;
-    } else {
-      out += (char)c;
-    }
-  }
-  return out + "\"";
-}
-static std::string json_string(const std::string &s) {
-  return internal::json_quote(s);
+  // nlohmann escapes; a string that is not UTF-8 (a path) gets U+FFFD
+  // instead of an exception.
+  return nlohmann::json(s).dump(-1, ' ', false,
+                                nlohmann::json::error_handler_t::replace);
 }
 
 namespace {
@@ -337,34 +326,29 @@ void remove_on_signal(const std::string &path) {
 std::string internal::safetensors_header(
     const std::vector<NamedTensor> &tensors,
     const std::vector<std::pair<std::string, std::string>> &metadata) {
-  std::string header = "{";
+  // ordered_json: "__metadata__" first, then the tensors in data order.
+  nlohmann::ordered_json h = nlohmann::ordered_json::object();
   if (!metadata.empty()) {
-    header += "\"__metadata__\":{";
-    for (size_t i = 0; i < metadata.size(); ++i)
-      header += (i ? "," : "") + json_string(metadata[i].first) + ":" +
-                json_string(metadata[i].second);
-    header += "}";
+    nlohmann::ordered_json meta = nlohmann::ordered_json::object();
+    for (const auto &kv : metadata)
+      meta[kv.first] = kv.second;
+    h["__metadata__"] = std::move(meta);
   }
   uint64_t offset = 0;
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    const NamedTensor &t = tensors[i];
+  for (const NamedTensor &t : tensors) {
     uint64_t n = 1;
-    std::string shape = "[";
-    for (size_t d = 0; d < t.shape.size(); ++d) {
-      n *= (uint64_t)t.shape[d];
-      shape += (d ? "," : "") + std::to_string(t.shape[d]);
-    }
-    shape += "]";
+    for (int64_t d : t.shape)
+      n *= (uint64_t)d;
     uint64_t bytes = n * (t.bf16 ? 2 : sizeof(float));
-    if (i || !metadata.empty())
-      header += ",";
-    header += json_string(t.name) + ":{\"dtype\":\"" +
-              (t.bf16 ? "BF16" : "F32") + "\",\"shape\":" + shape +
-              ",\"data_offsets\":[" + std::to_string(offset) + "," +
-              std::to_string(offset + bytes) + "]}";
+    h[t.name] = nlohmann::ordered_json::object(
+        {{"dtype", t.bf16 ? "BF16" : "F32"},
+         {"shape", t.shape},
+         {"data_offsets",
+          nlohmann::ordered_json::array({offset, offset + bytes})}});
     offset += bytes;
   }
-  header += "}";
+  std::string header =
+      h.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
   while (header.size() % 8)
     header += ' ';
   std::string out(8, '\0');

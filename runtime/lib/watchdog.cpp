@@ -378,7 +378,7 @@ void Wait::slow_tick() {
 //===--- Non-finite loss or gradient norm ---------------------------------===//
 
 std::string last_good_checkpoint(const Context *ctx) {
-  // The newest complete checkpoint (lib/checkpoint.cpp: DIR/step-NNNNNN/
+  // The newest complete checkpoint (lib/checkpoint_*.cpp: DIR/step-NNNNNN/
   // with a manifest.json) of a step before this one: checkpoints are
   // written after check_finite passed, so its step had a finite loss and
   // gradient norm. (--save-every files are not checkpoints.)

@@ -53,16 +53,16 @@ TEST(Checkpoint, WritesShardsThenManifest) {
   char crc[16];
   std::snprintf(crc, sizeof(crc), "%08x",
                 internal::crc32(0, shard.data(), shard.size()));
-  EXPECT_NE(manifest.find("\"bytes\": " + std::to_string(shard.size()) +
-                          ", \"crc32\": \"" + crc + "\""),
+  EXPECT_NE(manifest.find("\"bytes\":" + std::to_string(shard.size()) +
+                          ",\"crc32\":\"" + crc + "\""),
             std::string::npos)
       << manifest;
-  EXPECT_NE(manifest.find("\"step\": 3,"), std::string::npos);
-  EXPECT_NE(manifest.find("{\"name\": \"w.exp_avg\", \"kind\": \"state\", "
-                          "\"dtype\": \"F32\", \"shape\": [4, 6], \"stage\": "
-                          "-1, \"shards\": [{\"file\": "
-                          "\"rank-00000.safetensors\", \"ranges\": [[[0, 4]], "
-                          "[[0, 6]]]}]}"),
+  EXPECT_NE(manifest.find("\n  \"step\":3,\n"), std::string::npos);
+  // One tensor per line.
+  EXPECT_NE(manifest.find("\n    {\"name\":\"w.exp_avg\",\"kind\":\"state\","
+                          "\"dtype\":\"F32\",\"shape\":[4,6],\"stage\":-1,"
+                          "\"shards\":[{\"file\":\"rank-00000.safetensors\","
+                          "\"ranges\":[[[0,4]],[[0,6]]]}]}\n"),
             std::string::npos)
       << manifest;
   EXPECT_NE(shard.find("\"param/w\":{\"dtype\":\"F32\",\"shape\":[4,6]"),

@@ -184,7 +184,7 @@ std::string token_batch(const TokenShards &shards, int64_t step,
 /// Opens the shards into the Context. Empty for other data kinds.
 std::string open_training_data(Context *ctx);
 
-/// Checkpoints (lib/checkpoint.cpp, docs/checkpoints.md). write_checkpoint
+/// Checkpoints (lib/checkpoint_*.cpp, docs/checkpoints.md). write_checkpoint
 /// writes DIR/step-NNNNNN/ for `step` into the directory of set_checkpoint
 /// (every rank calls it; on an error every rank prints one line and the
 /// program exits 1) and returns that directory. crc32 is zlib's (the
