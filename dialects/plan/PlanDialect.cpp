@@ -640,6 +640,25 @@ int64_t AttentionOp::getHeadDim() {
   return getQkv().getType().getDimSize(2) / heads;
 }
 
+LogicalResult RopeOp::verify() {
+  auto qkv = getQkv().getType();
+  int64_t h = getNumHeads(), kv = getNumKvHeads();
+  if (h < 1 || kv < 1 || h % kv != 0)
+    return emitOpError() << "num_heads (" << h << ") must be a positive "
+                         << "multiple of num_kv_heads (" << kv << ")";
+  if (qkv.getRank() != 3 || qkv.getDimSize(2) % (h + 2 * kv) != 0)
+    return emitOpError() << "expects qkv [batch, seq, (num_heads + 2 * "
+                            "num_kv_heads) * head_dim], got "
+                         << qkv;
+  int64_t dh = qkv.getDimSize(2) / (h + 2 * kv);
+  if (dh % 2 != 0)
+    return emitOpError() << "the head dimension (" << dh
+                         << ") must be even: rotate-half pairs its halves";
+  if (!(getTheta().convertToDouble() > 0))
+    return emitOpError() << "theta must be > 0";
+  return success();
+}
+
 LogicalResult AttentionOp::verify() {
   auto qkv = getQkv().getType();
   int64_t h = getNumHeads(), kv = getNumKvHeads();

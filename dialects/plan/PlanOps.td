@@ -469,6 +469,33 @@ def Plan_AttentionOp : Plan_ComputeOp<"attention"> {
   }];
 }
 
+def Plan_RopeOp : Plan_ComputeOp<"rope", [SameOperandsAndResultType]> {
+  let summary = "Rotary position embedding of the query and key heads of packed qkv";
+  let description = [{
+    `qkv` is packed as for `plan.attention`: `[B, S, (H + 2 * KV) * Dh]`.
+    Each query and key head vector `x` (Dh wide, even) at sequence position
+    `p` is rotated in Llama's rotate-half convention: for `i < Dh / 2`, with
+    `a = p * theta^(-2i / Dh)`,
+    `y[i] = x[i] cos a - x[i + Dh/2] sin a` and
+    `y[i + Dh/2] = x[i + Dh/2] cos a + x[i] sin a`; the value heads pass
+    through. `inverse` rotates by `-a`: the transpose, which is the
+    gradient. Positions are the sequence index, so the sequence stays whole
+    (like attention's); the batch and the heads may be split, as for
+    `plan.attention`. Linear.
+
+    ```mlir
+    %r = plan.rope %qkv {num_heads = 8 : i64, num_kv_heads = 2 : i64,
+                         theta = 1.0e+04 : f64} : tensor<4x64x768xf32>
+    ```
+  }];
+  let arguments = (ins Plan_FloatTensor:$qkv, I64Attr:$num_heads,
+                       I64Attr:$num_kv_heads, F64Attr:$theta,
+                       UnitAttr:$inverse);
+  let results = (outs Plan_FloatTensor:$result);
+  let assemblyFormat = "$qkv attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
 def Plan_CrossEntropyOp : Plan_ComputeOp<"cross_entropy", []> {
   let summary = "Mean softmax cross-entropy over all positions (a scalar)";
   let description = [{

@@ -394,6 +394,16 @@ Rule AttentionGradOp::getShardingRule() {
   return attentionRule(*this, getNumHeads(), getNumKvHeads(), 2);
 }
 
+/// rope rotates each query / key head by its sequence position: laid out
+/// like attention's packed input (whole sequence, heads split as three
+/// segments), result alike; a rotation is linear.
+Rule RopeOp::getShardingRule() {
+  Rule r = attentionRule(*this, getNumHeads(), getNumKvHeads(), 2);
+  r.operands.pop_back(); // attention_grad's output gradient
+  r.setLinear(Lin::Each, {0});
+  return r;
+}
+
 //===--- Convolutional networks -------------------------------------------===//
 
 /// A factor for a dimension of `size` (none for size 1).

@@ -203,6 +203,11 @@ LogicalResult ShardSliceOp::verify() {
                              getDim(), false);
 }
 
+// planrt::rope takes the head counts, then the base, then the direction.
+SmallVector<StringRef> RopeOp::getRuntimeAttrNames() {
+  return {"num_heads", "num_kv_heads", "theta", "inverse"};
+}
+
 // planrt takes the vocabulary axis before the number of valid classes
 // (which defaults to all of them).
 SmallVector<StringRef> CeLocalStatsOp::getRuntimeAttrNames() {

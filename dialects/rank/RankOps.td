@@ -585,6 +585,16 @@ def Rank_AttentionOp : Rank_CallOp<"attention"> {
   let assemblyFormat = "$qkv `into` $out attr-dict `:` type($qkv) `->` type($out)";
 }
 
+def Rank_RopeOp : Rank_CallOp<"rope",
+    [DeclareOpInterfaceMethods<RuntimeCallOpInterface, ["getRuntimeAttrNames"]>]> {
+  let summary = "rotary position embedding of packed qkv's query and key heads (plan.rope)";
+  let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$qkv,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$out,
+                       I64Attr:$num_heads, I64Attr:$num_kv_heads, F64Attr:$theta,
+                       BoolAttr:$inverse);
+  let assemblyFormat = "$qkv `into` $out attr-dict `:` type($qkv) `->` type($out)";
+}
+
 def Rank_AttentionGradOp : Rank_CallOp<"attention_grad"> {
   let summary = "d qkv of causal attention (probabilities recomputed)";
   let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$qkv,

@@ -63,7 +63,7 @@ bool runsNative(Operation *op, const WorkspaceEnv &env) {
   namespace nat = ws::native;
   if (isa<AddOp, MulOp, SubOp, BiasAddOp, ReluOp, ReluGradOp, GeluOp,
           GeluGradOp, GeluExactOp, GeluExactGradOp, SiluOp, SiluGradOp, CopyOp,
-          ScaleOp, PosEmbeddingOp, EmbeddingOp, LayerNormOp, LayerNormGradOp,
+          ScaleOp, RopeOp, PosEmbeddingOp, EmbeddingOp, LayerNormOp, LayerNormGradOp,
           RmsNormOp, RmsNormGradOp, AllGatherOp, AllToAllOp, ShardSliceOp>(
           op)) {
     int first = -1;

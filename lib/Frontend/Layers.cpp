@@ -739,6 +739,10 @@ Val Sema::callBuiltin(StringRef fn, Args &args, Location l,
           bout = namedTensor("out_bias", false);
     double heads = namedNumber("heads", 0);
     double kvHeads = namedNumber("kv_heads", heads);
+    // NaN: no rotary embeddings (any given value is checked below).
+    double ropeTheta =
+        namedNumber("rope_theta", std::numeric_limits<double>::quiet_NaN());
+    bool rope = !std::isnan(ropeTheta);
     if (!leftovers() || !x || !wqkv || !wout)
       return out;
     // Head counts are compared with a weight's width, so 2^20 is plenty and
@@ -772,6 +776,19 @@ Val Sema::callBuiltin(StringRef fn, Args &args, Location l,
       return out;
     }
     int64_t headDim = ws[1] / (H + 2 * KV);
+    if (rope && !(ropeTheta > 0 && std::isfinite(ropeTheta))) {
+      error(l) << "'rope_theta' must be a number > 0 (the rotary base, e.g. "
+                  "10000.0 as in Llama 2 or 500000.0 as in Llama 3), got "
+               << ropeTheta;
+      return out;
+    }
+    if (rope && headDim % 2 != 0) {
+      error(l) << "rotary position embeddings pair the two halves of each "
+                  "head, so the head dimension must be even; it is "
+               << headDim << " (qkv " << shapeStr(wqkv.getType()) << ", "
+               << H << " + 2 * " << KV << " heads)";
+      return out;
+    }
     bool ok = checkTpDivides(H, "the attention heads", l) &&
               checkTpDivides(KV, "the key/value heads", l);
     if (!ok)
@@ -783,6 +800,11 @@ Val Sema::callBuiltin(StringRef fn, Args &args, Location l,
     Value qkv = linear(l, x, wqkv, bqkv, false, "'attention' (qkv)");
     if (!qkv)
       return out;
+    if (rope) // positions rotate the query and key heads
+      qkv = generic(RopeOp(), qkv.getType(), {qkv},
+                    {b.getNamedAttr("num_heads", b.getI64IntegerAttr(H)),
+                     b.getNamedAttr("num_kv_heads", b.getI64IntegerAttr(KV)),
+                     b.getNamedAttr("theta", b.getF64FloatAttr(ropeTheta))});
     Value a = generic(
         AttentionOp(), f32Tensor({xs[0], xs[1], H * headDim}, ctx), {qkv},
         {b.getNamedAttr("num_heads", b.getI64IntegerAttr(H)),

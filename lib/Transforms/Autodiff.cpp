@@ -284,6 +284,20 @@ static LogicalResult backprop(Operation *op, Value dy, OpBuilder &b,
           adj.add(loc, rn.getGamma(), g.getGammaGrad());
         return success();
       })
+      .Case<RopeOp>([&](RopeOp r) {
+        // A rotation's gradient is the inverse rotation.
+        if (!needs(r.getQkv()))
+          return success();
+        SmallVector<NamedAttribute> attrs = {
+            b.getNamedAttr("num_heads", r.getNumHeadsAttr()),
+            b.getNamedAttr("num_kv_heads", r.getNumKvHeadsAttr()),
+            b.getNamedAttr("theta", r.getThetaAttr())};
+        if (!r.getInverse())
+          attrs.push_back(b.getNamedAttr("inverse", b.getUnitAttr()));
+        adj.add(loc, r.getQkv(),
+                gen(RopeOp(), r.getQkv().getType(), {dy}, attrs)->getResult(0));
+        return success();
+      })
       .Case<AttentionOp>([&](AttentionOp at) {
         if (needs(at.getQkv()))
           adj.add(loc, at.getQkv(),

@@ -1285,6 +1285,13 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
               rk::AttentionOp::create(b, loc, in(0), out, h, kv);
               return true;
             })
+            .Case<RopeOp>([&](RopeOp r) {
+              auto [h, kv] =
+                  localHeads(r.getQkv(), r.getNumHeads(), r.getNumKvHeads());
+              rk::RopeOp::create(b, loc, in(0), out, h, kv, r.getThetaAttr(),
+                                 b.getBoolAttr(r.getInverse()));
+              return true;
+            })
             .Case<AttentionGradOp>([&](AttentionGradOp a) {
               auto [h, kv] =
                   localHeads(a.getQkv(), a.getNumHeads(), a.getNumKvHeads());

@@ -86,6 +86,8 @@ struct SeedShardingPass
 
   /// The matmul that produces `v`, looking through a bias.
   static MatmulOp producer(Value v) {
+    if (auto rope = v.getDefiningOp<RopeOp>()) // attention's rotated qkv
+      v = rope.getQkv();
     if (auto ba = v.getDefiningOp<BiasAddOp>())
       v = ba.getInput();
     return v.getDefiningOp<MatmulOp>();

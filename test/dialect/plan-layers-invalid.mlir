@@ -416,3 +416,35 @@ func.func @f(%x: tensor<2x8x16xf32>, %t: tensor<4x16xf32>) {
   %0 = plan.pos_embedding %x, %t : tensor<2x8x16xf32>, tensor<4x16xf32>
   return
 }
+
+// -----
+
+func.func @f(%x: tensor<2x8x36xf32>) {
+  // expected-error @below {{the head dimension (3) must be even: rotate-half pairs its halves}}
+  %0 = plan.rope %x {num_heads = 4 : i64, num_kv_heads = 4 : i64, theta = 1.0e+04 : f64} : tensor<2x8x36xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<2x8x48xf32>) {
+  // expected-error @below {{theta must be > 0}}
+  %0 = plan.rope %x {num_heads = 4 : i64, num_kv_heads = 4 : i64, theta = 0.0 : f64} : tensor<2x8x48xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<2x8x48xf32>) {
+  // expected-error @below {{num_heads (4) must be a positive multiple of num_kv_heads (3)}}
+  %0 = plan.rope %x {num_heads = 4 : i64, num_kv_heads = 3 : i64, theta = 1.0e+04 : f64} : tensor<2x8x48xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<8x48xf32>) {
+  // expected-error @below {{expects qkv [batch, seq, (num_heads + 2 * num_kv_heads) * head_dim], got 'tensor<8x48xf32>'}}
+  %0 = plan.rope %x {num_heads = 4 : i64, num_kv_heads = 4 : i64, theta = 1.0e+04 : f64} : tensor<8x48xf32>
+  return
+}

@@ -54,6 +54,11 @@ func.func @layers(%ids: tensor<2x8xi32>, %wte: tensor<64x16xf32>,
   // Grouped-query attention: 4 query heads, 2 key/value heads, 6 wide.
   // CHECK: plan.attention %{{.*}} {num_heads = 4 : i64, num_kv_heads = 2 : i64} : tensor<2x8x48xf32> -> tensor<2x8x24xf32>
   %a = plan.attention %qkv {num_heads = 4 : i64, num_kv_heads = 2 : i64} : tensor<2x8x48xf32> -> tensor<2x8x24xf32>
+  // Rotary position embeddings of its query and key heads, and back.
+  // CHECK: plan.rope %{{.*}} {num_heads = 4 : i64, num_kv_heads = 2 : i64, theta = 1.000000e+04 : f64} : tensor<2x8x48xf32>
+  %rq = plan.rope %qkv {num_heads = 4 : i64, num_kv_heads = 2 : i64, theta = 1.0e+04 : f64} : tensor<2x8x48xf32>
+  // CHECK: plan.rope %{{.*}} {inverse, num_heads = 4 : i64, num_kv_heads = 2 : i64, theta = 1.000000e+04 : f64} : tensor<2x8x48xf32>
+  %rb = plan.rope %rq {inverse, num_heads = 4 : i64, num_kv_heads = 2 : i64, theta = 1.0e+04 : f64} : tensor<2x8x48xf32>
   // Batched lhs and rhs.
   // CHECK: plan.matmul %{{.*}}, %{{.*}} {transpose_rhs} : tensor<2x8x16xf32>, tensor<2x8x16xf32> -> tensor<2x8x8xf32>
   %s = plan.matmul %h, %h {transpose_rhs} : tensor<2x8x16xf32>, tensor<2x8x16xf32> -> tensor<2x8x8xf32>

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Checks a planc-compiled GPT against an independent PyTorch model.
+"""Checks a planc-compiled GPT or Llama against an independent PyTorch model.
 
 usage: gpt_reference.py PLAN INIT STEP0 LOG [--data GLOB]
+                        [--model gpt|llama] [--rope-theta 10000]
                         [--logits-rtol 5e-6] [--loss0-rtol 1e-5]
                         [--grad-rtol 1e-5] [--loss-rtol 1e-5]
 
@@ -20,6 +21,14 @@ projection (Conv1D convention, y = x @ W + b) split into q, k, v of width d
 and heads of d / heads, GELU in its tanh form, a final layernorm and an LM
 head tied to the token embedding; layernorm eps 1e-5. It runs in float64, so
 the differences measured are planc's (float32) own.
+
+With --model llama (the default for a plan importing models/llama.plan) the
+model is a Llama written from its definition instead: token embeddings,
+pre-norm blocks with RMSNorm (eps 1e-5, a weight, no bias), grouped-query
+causal attention without biases whose query and key heads are rotated by
+rotary position embeddings (rotate-half convention, base --rope-theta, the
+angles from the sequence position), a SwiGLU MLP (silu(x W_gate) * x W_up)
+W_down, a final RMSNorm and an untied LM head.
 
 Checks, each as a relative error in the 2-norm (||a - b|| / ||b||, b the
 reference):
@@ -73,6 +82,8 @@ def plan_settings(path):
         if k not in consts:
             sys.exit(f"error: {path}: no '{k} = <integer>' setting")
         s[k] = int(consts[k])
+    for k in ["kv_heads", "hidden"]:  # Llama's
+        s[k] = int(consts[k]) if k in consts else None
     s["grad_clip"] = consts.get("grad_clip")
     m = re.search(r"adamw\(\s*lr\s*=\s*" + num + r"\s*,\s*betas\s*=\s*\[\s*" +
                   num + r"\s*,\s*" + num + r"\s*\]\s*,\s*eps\s*=\s*" + num +
@@ -249,6 +260,91 @@ class GPT(nn.Module):
         return logits, loss
 
 
+# --- Llama ---------------------------------------------------------------------
+
+
+def rmsnorm(x, weight, eps=1e-5):
+    return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + eps) * weight
+
+
+def rotary(x, theta):
+    """x [B, heads, T, hd] rotated by position: the pair (i, i + hd/2) by
+    t * theta^(-2i / hd) for position t (rotate-half)."""
+    T, hd = x.shape[2], x.shape[3]
+    inv_freq = 1.0 / theta**(torch.arange(0, hd, 2, dtype=DTYPE) / hd)
+    angles = torch.arange(T, dtype=DTYPE)[:, None] * inv_freq[None, :]
+    cos = torch.cat([angles.cos(), angles.cos()], dim=-1)
+    sin = torch.cat([angles.sin(), angles.sin()], dim=-1)
+    x1, x2 = x[..., :hd // 2], x[..., hd // 2:]
+    return x * cos + torch.cat([-x2, x1], dim=-1) * sin
+
+
+class LlamaLayer(nn.Module):
+
+    def __init__(self, d, heads, kv_heads, hidden, theta):
+        super().__init__()
+        self.heads, self.kv_heads, self.theta = heads, kv_heads, theta
+        hd = d // heads
+        p = lambda *shape: nn.Parameter(torch.zeros(*shape, dtype=DTYPE))
+        self.attn_norm, self.mlp_norm = p(d), p(d)
+        self.wqkv = p(d, (heads + 2 * kv_heads) * hd)
+        self.wo = p(heads * hd, d)
+        self.w_gate, self.w_up, self.w_down = p(d, hidden), p(d, hidden), \
+            p(hidden, d)
+
+    def attention(self, x):
+        B, T, _ = x.shape
+        H, KV = self.heads, self.kv_heads
+        hd = self.wqkv.shape[1] // (H + 2 * KV)
+        q, k, v = (x @ self.wqkv).split([H * hd, KV * hd, KV * hd], dim=2)
+        q = rotary(q.view(B, T, H, hd).transpose(1, 2), self.theta)
+        k = rotary(k.view(B, T, KV, hd).transpose(1, 2), self.theta)
+        v = v.view(B, T, KV, hd).transpose(1, 2)
+        # Query head h attends with key/value head h // (H / KV).
+        k = k.repeat_interleave(H // KV, dim=1)
+        v = v.repeat_interleave(H // KV, dim=1)
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(hd)
+        causal = torch.tril(torch.ones(T, T, dtype=torch.bool))
+        att = F.softmax(att.masked_fill(~causal, float("-inf")), dim=-1)
+        return (att @ v).transpose(1, 2).reshape(B, T, H * hd) @ self.wo
+
+    def forward(self, x):
+        x = x + self.attention(rmsnorm(x, self.attn_norm))
+        h = rmsnorm(x, self.mlp_norm)
+        return x + (F.silu(h @ self.w_gate) * (h @ self.w_up)) @ self.w_down
+
+
+class Llama(nn.Module):
+
+    def __init__(self, vocab, d, heads, kv_heads, hidden, layers, theta):
+        super().__init__()
+        self.embed = nn.Parameter(torch.zeros(vocab, d, dtype=DTYPE))
+        self.layers = nn.ModuleList([
+            LlamaLayer(d, heads, kv_heads, hidden, theta)
+            for _ in range(layers)])
+        self.norm = nn.Parameter(torch.zeros(d, dtype=DTYPE))
+        self.lm_head = nn.Parameter(torch.zeros(d, vocab, dtype=DTYPE))
+
+    def forward(self, idx, targets):
+        B, T = idx.shape
+        x = self.embed[idx]
+        for layer in self.layers:
+            x = layer(x)
+        logits = rmsnorm(x, self.norm) @ self.lm_head
+        loss = F.cross_entropy(logits.reshape(B * T, -1), targets.reshape(-1))
+        return logits, loss
+
+
+def llama_names(layers):
+    """planc's names (examples/models/llama.plan) -> this model's."""
+    names = {"embed": "embed", "norm": "norm", "lm_head": "lm_head"}
+    for i in range(layers):
+        for n in ["attn_norm", "wqkv", "wo", "mlp_norm", "w_gate", "w_up",
+                  "w_down"]:
+            names[f"llama_layer.{i}.{n}"] = f"layers.{i}.{n}"
+    return names
+
+
 def planc_names(layers):
     """planc's parameter name -> this model's parameter name. The plan
     (examples/models/gpt.plan) exports Hugging Face GPT-2's names, which are
@@ -283,6 +379,10 @@ def main():
     p.add_argument("log")
     p.add_argument("--data", help="shard glob (default: the plan's, relative "
                    "to the current directory)")
+    p.add_argument("--model", choices=["gpt", "llama"],
+                   help="default: llama when the plan imports "
+                   "models/llama.plan, else gpt")
+    p.add_argument("--rope-theta", type=float, default=10000.0)
     p.add_argument("--logits-rtol", type=float, default=5e-6)
     p.add_argument("--loss0-rtol", type=float, default=1e-5)
     p.add_argument("--grad-rtol", type=float, default=1e-5)
@@ -306,15 +406,22 @@ def main():
     steps = len(log_losses)
     errors = []
 
-    max_seq = init["wpe"].shape[0] if "wpe" in init else S
-    model = GPT(s["vocab"], max_seq, s["d"], s["heads"], s["layers"])
-    names = planc_names(s["layers"])
+    kind = a.model or ("llama" if "llama.plan" in open(a.plan).read() else
+                       "gpt")
+    if kind == "llama":
+        model = Llama(s["vocab"], s["d"], s["heads"], s.get("kv_heads") or
+                      s["heads"], s["hidden"], s["layers"], a.rope_theta)
+        names = llama_names(s["layers"])
+    else:
+        max_seq = init["wpe"].shape[0] if "wpe" in init else S
+        model = GPT(s["vocab"], max_seq, s["d"], s["heads"], s["layers"])
+        names = planc_names(s["layers"])
     params = dict(model.named_parameters())
     if sorted(names.values()) != sorted(params):
         sys.exit("error: the name map does not cover the model: "
                  f"{sorted(set(params) ^ set(names.values()))}")
     if sorted(init) != sorted(names):
-        errors.append("the program's parameters differ from GPT-2's: "
+        errors.append("the program's parameters differ from the reference model's: "
                       f"only in planc {sorted(set(init) - set(names))}, "
                       f"only here {sorted(set(names) - set(init))}")
     with torch.no_grad():
@@ -322,7 +429,7 @@ def main():
             if pn not in init:
                 continue
             if tuple(init[pn].shape) != tuple(params[tn].shape):
-                errors.append(f"{pn}: shape {list(init[pn].shape)}, GPT-2 "
+                errors.append(f"{pn}: shape {list(init[pn].shape)}, the reference "
                               f"has {list(params[tn].shape)}")
                 continue
             params[tn].copy_(torch.from_numpy(init[pn]).to(DTYPE))
@@ -425,7 +532,7 @@ def main():
             errors.append(f"step {i} loss: {got!r} vs reference {ref!r} "
                           f"(rel error {e:.2e} > {a.loss_rtol:g})")
 
-    print(f"gpt_reference: {len(names)} parameters, {steps} steps: logits rel "
+    print(f"{kind}_reference: {len(names)} parameters, {steps} steps: logits rel "
           f"err {err_logits:.2e}, step-1 loss rel err {err_loss0:.2e}, worst "
           f"gradient rel err {worst_grad:.2e} ({worst_grad_name}), worst loss "
           f"rel err {worst_loss:.2e} (step {worst_loss_step}); losses "

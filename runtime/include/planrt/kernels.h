@@ -531,6 +531,39 @@ template <class T = float> struct ScaleFn {
   PLANRT_HD void operator()(int64_t i) const { st(out[i], factor * ld(x[i])); }
 };
 
+/// Rotary position embedding (plan.rope) of packed qkv viewed as rows of
+/// `width` = (H + 2 KV) Dh, `seq` rows per sequence: the first `rotated` =
+/// (H + KV) Dh columns (query and key heads) are rotated in Llama's
+/// rotate-half convention by a = pos theta^(-2k / Dh), k the index within
+/// the head's half; value heads are copied. `sign` -1 rotates by -a (the
+/// gradient). The angle is computed in double from (pos, k) alone, so every
+/// plan and both backends use the same rotation. out must not alias x.
+template <class T = float> struct RopeFn {
+  static constexpr bool kElementwise = true;
+  const T *x;
+  T *out;
+  int64_t seq, width, head_dim, rotated;
+  double log_theta;
+  float sign;
+  PLANRT_HD void operator()(int64_t i) const {
+    int64_t col = i % width;
+    if (col >= rotated) {
+      st(out[i], ld(x[i]));
+      return;
+    }
+    int64_t pos = (i / width) % seq, half = head_dim / 2;
+    int64_t j = col % head_dim, k = j % half;
+    double a = double(pos) *
+               exp(-log_theta * double(2 * k) / double(head_dim));
+    float c = float(cos(a)), s = sign * float(sin(a));
+    float v = ld(x[i]);
+    if (j < half)
+      st(out[i], v * c - ld(x[i + half]) * s);
+    else
+      st(out[i], v * c + ld(x[i - half]) * s);
+  }
+};
+
 struct FillFn {
   static constexpr bool kElementwise = true;
   float *t;

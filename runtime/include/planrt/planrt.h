@@ -565,6 +565,13 @@ void rmsnorm_grad(Context *ctx, const Tensor *x, const Tensor *gamma,
 /// H query heads, then the KV key heads, then the KV value heads along the
 /// last dim; out [B, S, H * D]. Query head h uses kv head h / (H / KV); scores
 /// are scaled by 1/sqrt(D) and position t attends to positions 0..t.
+/// Rotary position embedding of packed qkv [B, S, (H + 2 KV) Dh] (this
+/// rank's heads; Dh even): query and key heads rotated by their sequence
+/// position (Llama's rotate-half convention, base `theta`), value heads
+/// copied; `inverse` rotates back (the gradient). out has qkv's shape and
+/// must be another buffer.
+void rope(Context *ctx, const Tensor *qkv, Tensor *out, int64_t num_heads,
+          int64_t num_kv_heads, double theta, bool inverse);
 void attention(Context *ctx, const Tensor *qkv, Tensor *out, int64_t num_heads,
                int64_t num_kv_heads);
 /// Recomputes the probabilities; dqkv (shape of qkv) is overwritten.
