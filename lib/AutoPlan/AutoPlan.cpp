@@ -729,9 +729,14 @@ llvm::Expected<AutoPlanResult> planc::autoPlan(llvm::StringRef path,
   };
   // Up to `verify` compiled plans that fit; a few more rounds when the
   // estimate let through plans that do not. The input's plan compiles with
-  // the first round.
+  // the first round. The screening's memory model is coarse (per-layer
+  // probes), so each round learns from the compiled reports: the largest
+  // ratio of compiled to estimated memory scales the estimates of the plans
+  // still to pick, which skips those that would not fit either.
   size_t from = 0;
-  for (unsigned round = 0; round < 3 && r.ranked.size() < opts.verify;
+  double calibration = 1.0;
+  const double gpuBytes = p.cluster.gpu->memoryGB * 1e9;
+  for (unsigned round = 0; round < 6 && r.ranked.size() < opts.verify;
        ++round) {
     size_t want = opts.verify - r.ranked.size(), picked = 0;
     while (picked < want && next < fit.size()) {
@@ -739,6 +744,11 @@ llvm::Expected<AutoPlanResult> planc::autoPlan(llvm::StringRef path,
       // memory: a mesh order that changes no link, a ZeRO stage that splits
       // almost nothing) are one plan: compile the first only.
       const Scored &f = fit[next++];
+      if (f.est.memory * calibration > gpuBytes) {
+        reject("does not fit in GPU memory (estimated, calibrated by the "
+               "compiled plans)");
+        continue;
+      }
       if (llvm::any_of(work, [&](const Verified &w) {
             return std::abs(w.estimatedStepTime - f.est.time) <=
                        1e-3 * f.est.time &&
@@ -756,6 +766,11 @@ llvm::Expected<AutoPlanResult> planc::autoPlan(llvm::StringRef path,
     if (from == work.size())
       break;
     compileBatch(from);
+    for (size_t i = from; i < work.size(); ++i)
+      if (work[i].report && work[i].estimatedMemory > 0)
+        calibration =
+            std::max(calibration, work[i].report->memoryPeakBytes() /
+                                      work[i].estimatedMemory);
     for (size_t i = std::max<size_t>(from, 1); i < work.size(); ++i) {
       Verified &w = work[i];
       if (w.report && !w.report->fits())

@@ -620,7 +620,7 @@ FailureOr<StepReport> planc::computeStepReport(ModuleOp module,
     inputBytes += in.getType().getNumElements() *
                   ((in.getType().getElementTypeBitWidth() + 7) / 8);
   auto held = [&](int64_t c) {
-    if (planned && !coster.tm.lowPrecision) // what the program holds
+    if (planned) // what the program holds, at any precision
       return double(weightBytes[c] + stateBytes[c] + inputBytes +
                     planAt(rk::kArenaBytesAttr, c) +
                     planAt(rk::kStashBytesAttr, c));

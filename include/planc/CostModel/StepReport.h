@@ -99,12 +99,13 @@ struct StepReport {
   double mfu() const {
     return modelFlopsPerStep / double(ranks) / stepTime / peakFlops;
   }
-  /// An fp32 (or tf32) plan: what the program holds, as planrt allocates it
-  /// (weights, optimizer state, the planned arena and stash pool, the
-  /// inputs); the runtime measures the same. A 16-bit plan: model states
-  /// and activations at the plan's precision, and the largest workspace.
+  /// What the program holds, as planrt allocates it: the fp32 weights and
+  /// optimizer state, the planned arena (16-bit activations, copies and
+  /// workspace at their own widths) and stash pool, the inputs; the runtime
+  /// measures the same at every precision. Without a memory plan (IR before
+  /// plan-memory): model states and activations, and the largest workspace.
   double memoryPeakBytes() const {
-    if (planned && (precision == "fp32" || precision == "tf32"))
+    if (planned)
       return double(weightBytes + optimizerBytes + arenaBytes + stashBytes +
                     inputBytes);
     return double(weightBytes + gradientBytes + optimizerBytes) +
