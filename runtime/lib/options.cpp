@@ -29,42 +29,38 @@ std::string long_name(const CLI::Option *opt) {
   return "--" + opt->get_lnames().front();
 }
 
-/// Words of `text` from column `indent` to `width`; the first line continues
-/// a line already at column `column`. '\n' in `text` starts a new line.
-std::string wrap(const std::string &text, size_t column, size_t indent,
-                 size_t width = 80) {
+/// `text` word-wrapped to `width` columns, its lines indented to column
+/// `indent` but the first (the caller put it there); '\n' in `text` starts a
+/// new line.
+std::string wrap(const std::string &text, size_t indent, size_t width = 80) {
   std::string out;
   size_t pos = 0;
   while (pos <= text.size()) {
     size_t end = std::min(text.find('\n', pos), text.size());
-    std::string line = text.substr(pos, end - pos);
-    size_t i = 0;
-    bool first = true;
-    while (i < line.size()) {
-      size_t j = line.find(' ', i);
-      if (j == std::string::npos)
-        j = line.size();
-      std::string word = line.substr(i, j - i);
+    size_t column = indent;
+    bool line_empty = true;
+    for (size_t i = pos; i < end;) {
+      size_t j = std::min(text.find(' ', i), end);
+      std::string word = text.substr(i, j - i);
       i = j + 1;
       if (word.empty())
         continue;
-      if (!first && column + 1 + word.size() > width) {
+      if (!line_empty && column + 1 + word.size() > width) {
         out += "\n" + std::string(indent, ' ');
         column = indent;
-        first = true;
+        line_empty = true;
       }
-      if (!first) {
+      if (!line_empty) {
         out += ' ';
         ++column;
       }
       out += word;
       column += word.size();
-      first = false;
+      line_empty = false;
     }
     out += '\n';
-    column = indent;
     pos = end + 1;
-    if (end < text.size())
+    if (pos < text.size())
       out += std::string(indent, ' ');
   }
   return out;
@@ -82,7 +78,7 @@ public:
         out += option_lines(opt);
     }
     if (!app->get_footer().empty())
-      out += "\n" + wrap(app->get_footer(), 0, 0);
+      out += "\n" + wrap(app->get_footer(), 0);
     return out;
   }
 
@@ -105,10 +101,10 @@ private:
     if (opt->get_items_expected_min() > 0 && !opt->get_default_str().empty())
       text += " (default: " + opt->get_default_str() + ")";
     if (head.size() + 2 > kColumn)
-      return head + "\n" + std::string(kColumn, ' ') +
-             wrap(text, kColumn, kColumn);
-    return head + std::string(kColumn - head.size(), ' ') +
-           wrap(text, kColumn, kColumn);
+      head += "\n" + std::string(kColumn, ' ');
+    else
+      head += std::string(kColumn - head.size(), ' ');
+    return head + wrap(text, kColumn);
   }
 };
 
