@@ -20,6 +20,10 @@
 
 #include <string>
 
+namespace CLI {
+class App;
+} // namespace CLI
+
 namespace planrt {
 namespace internal {
 
@@ -42,12 +46,11 @@ struct CheckpointOptions {
   std::string superseded_dir;
 };
 
-/// Parses the checkpoint option `opt`; returns false if it is not one (a
-/// malformed value sets opt.error).
-bool parse_checkpoint_option(Context *ctx, CheckpointOptions &opts,
-                             OptionArg &opt);
-/// The lines of --help for these options.
-std::string checkpoint_usage();
+/// Declares the checkpoint options (group "Checkpoints"), parsed into `opts`
+/// and ctx's checkpoint_dir, checkpoint_every and checkpoint_keep, whose
+/// values from the plan are the defaults.
+void add_checkpoint_options(CLI::App &app, Context *ctx,
+                            CheckpointOptions &opts);
 /// Usage errors (exit code 2): conflicting options. "" if none.
 std::string check_checkpoint_usage(const Context *ctx,
                                    const CheckpointOptions &opts, int64_t steps,

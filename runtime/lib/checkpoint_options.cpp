@@ -1,11 +1,12 @@
 //===- checkpoint_options.cpp - The checkpoint options --------------------===//
 //
 // --checkpoint-dir, --checkpoint-every, --keep, --fresh, --resume and
-// --init-from: parsing them, their lines of --help, and the usage errors of
+// --init-from: their declarations (options.h) and the usage errors of
 // conflicting ones (exit code 2). docs/checkpoints.md describes them.
 //===----------------------------------------------------------------------===//
 
 #include "checkpoint.h"
+#include "options.h"
 
 #include <string>
 
@@ -14,88 +15,65 @@ namespace internal {
 
 //===--- Options ----------------------------------------------------------===//
 
-bool parse_checkpoint_option(Context *ctx, CheckpointOptions &opts,
-                             OptionArg &opt) {
-  const std::string &arg = opt.name;
-  std::string &value = opt.value;
-  if (arg == "--resume") {
-    opts.resume = true;
-    // The directory is optional: the next argument if it is not an option.
-    if (opt.take_optional()) {
-      opts.resume_dir = value;
-      if (value.empty())
-        opt.error = "empty directory for --resume";
-    }
-    return true;
-  }
-  if (arg == "--fresh" && !opt.has_value) {
-    opts.fresh = true;
-    return true;
-  }
-  if (arg == "--init-from") {
-    if (opt.take() && value.empty())
-      opt.error = "empty path for --init-from";
-    opts.init_from = value;
-    return true;
-  }
-  if (arg == "--checkpoint-dir") {
-    if (opt.take() && value.empty())
-      opt.error = "empty path for --checkpoint-dir";
-    ctx->checkpoint_dir = value;
-    opts.dir_set = true;
-    return true;
-  }
-  if (arg == "--checkpoint-every") {
-    opt.take_int(0, ctx->checkpoint_every);
-    opts.every_set = true;
-    return true;
-  }
-  if (arg == "--keep") {
-    opt.take_int(1, ctx->checkpoint_keep);
-    opts.keep_set = true;
-    return true;
-  }
-  return false;
-}
-
-std::string checkpoint_usage() {
-  return "  --checkpoint-dir DIR\n"
-         "                     write checkpoints to DIR/step-NNNNNN/ (default: "
-         "the plan's\n"
-         "                     train { checkpoint = \"DIR\" }); when DIR "
-         "already holds a\n"
-         "                     complete checkpoint, the run continues from "
-         "the newest one\n"
-         "                     (the same command starts and requeues a job)\n"
-         "  --checkpoint-every N\n"
-         "                     a checkpoint every N steps (0: only when "
-         "stopped by\n"
-         "                     SIGTERM or SIGUSR1; default: checkpoint_every)\n"
-         "  --keep N           keep only the N newest complete checkpoints\n"
-         "  --fresh            start at step 1 even if the checkpoint "
-         "directory holds\n"
-         "                     checkpoints; they are moved to "
-         "DIR/superseded-<time>/\n"
-         "  --resume [DIR]     continue from the newest complete checkpoint "
-         "in DIR (default:\n"
-         "                     the checkpoint directory) or from DIR itself "
-         "if it holds a\n"
-         "                     manifest.json; an error if there is none. "
-         "--steps N is still\n"
-         "                     the last step. Works across plans (dp, tp, pp, "
-         "ZeRO): each\n"
-         "                     rank reads the slices it needs\n"
-         "  --init-from FILE   before step 1, load the parameters from FILE "
-         "(safetensors, whole\n"
-         "                     tensors by name: --save's names or Hugging "
-         "Face GPT-2's, e.g.\n"
-         "                     transformer.h.0.attn.c_attn.weight); not read "
-         "when the run\n"
-         "                     continues from a checkpoint\n"
-         "SIGTERM or SIGUSR1 (Slurm before preemption) stops training after "
-         "the current\n"
-         "step, writes a checkpoint if a checkpoint directory is set, and "
-         "exits with 0.\n";
+void add_checkpoint_options(CLI::App &app, Context *ctx,
+                            CheckpointOptions &opts) {
+  const char *group = "Checkpoints";
+  add_value_option(app, "--checkpoint-dir", "DIR",
+                   "write checkpoints to DIR/step-NNNNNN/; when DIR already "
+                   "holds a complete checkpoint, the run continues from the "
+                   "newest one (the same command starts and requeues a job)",
+                   [ctx, &opts](const std::string &v) {
+                     ctx->checkpoint_dir = v;
+                     opts.dir_set = true;
+                     return v.empty() ? "empty path for --checkpoint-dir"
+                                      : std::string();
+                   })
+      ->default_str(ctx->checkpoint_dir.empty()
+                        ? "none; a plan sets one with train { checkpoint = "
+                          "\"DIR\" }"
+                        : "'" + ctx->checkpoint_dir + "', the plan's")
+      ->group(group);
+  add_int_option(app, "--checkpoint-every", "N",
+                 "a checkpoint every N steps (0: only when stopped by "
+                 "SIGTERM or SIGUSR1)",
+                 ctx->checkpoint_every, 0)
+      ->default_str(std::to_string(ctx->checkpoint_every) +
+                    ", the plan's checkpoint_every")
+      ->each([&opts](const std::string &) { opts.every_set = true; })
+      ->group(group);
+  add_int_option(app, "--keep", "N",
+                 "keep only the N newest complete checkpoints",
+                 ctx->checkpoint_keep, 1)
+      ->each([&opts](const std::string &) { opts.keep_set = true; })
+      ->group(group);
+  add_flag_option(app, "--fresh",
+                  "start at step 1 even if the checkpoint directory holds "
+                  "checkpoints; they are moved to DIR/superseded-<time>/",
+                  [&opts] { opts.fresh = true; })
+      ->group(group);
+  add_optional_value_option(
+      app, "--resume", "DIR",
+      "continue from the newest complete checkpoint in DIR (default: the "
+      "checkpoint directory) or from DIR itself if it holds a "
+      "manifest.json; an error if there is none. --steps N is still the "
+      "last step. Works across plans (dp, tp, pp, ZeRO): each rank reads the "
+      "slices it needs",
+      [&opts](const std::string *dir) {
+        opts.resume = true;
+        if (!dir)
+          return std::string();
+        opts.resume_dir = *dir;
+        return dir->empty() ? "empty directory for --resume" : std::string();
+      })
+      ->group(group);
+  add_path_option(app, "--init-from", "FILE",
+                  "before step 1, load the parameters from FILE "
+                  "(safetensors, whole tensors by name: --save's names or "
+                  "Hugging Face GPT-2's, e.g. "
+                  "transformer.h.0.attn.c_attn.weight); not read when the "
+                  "run continues from a checkpoint",
+                  opts.init_from)
+      ->group(group);
 }
 
 std::string check_checkpoint_usage(const Context *ctx,

@@ -45,28 +45,6 @@ namespace internal {
 /// tensor's layout; `what` names the kind in the message) are consistent.
 void validate_layout(Context *ctx, const ParamDesc &p, const char *what);
 
-/// The option at argv[i] of the generated program's command line, as the
-/// driver and the checkpoint options read it: `name` and, for `--name=v`,
-/// its value. The take functions read the value (advancing `i` past a
-/// separate one) and set `error` for people when it is missing or malformed.
-struct OptionArg {
-  std::string name, value;
-  bool has_value = false;
-  int argc;
-  char **argv;
-  int &i;
-  std::string &error;
-  /// The value: `--name=v` or the next argument.
-  bool take();
-  /// A value only if one was given: `--name=v`, or a next argument that is
-  /// not an option.
-  bool take_optional();
-  /// An integer in [min, max] into `out`.
-  bool take_int(int64_t min, int64_t &out, int64_t max = INT64_MAX);
-  /// A number in [min, max] into `out`; `want` describes it in the error.
-  bool take_number(double min, double &out, double max, const char *want);
-};
-
 /// The memory plan's arena (memory_plan.cpp): allocated by start() for this
 /// rank's pipeline coordinate, freed with the context.
 void allocate_plan_arena(Context *ctx);

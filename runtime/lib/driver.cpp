@@ -2,6 +2,7 @@
 
 #include "checkpoint.h"
 #include "context.h"
+#include "options.h"
 #include "planrt/dtype.h"
 #include "planrt/internal.h"
 #include "progress.h"
@@ -127,117 +128,26 @@ void allocate_tensor(Context *ctx, Tensor *t) {
       ctx, (size_t)t->numel() * sizeof(float) + (t->numel() ? 0 : 4));
 }
 
-std::string usage(const char *program) {
-  return std::string("usage: ") + program +
-         " [--steps N] [--save PATH [--save-every N]] [--save-init PATH]"
-         " [--save-dtype f32|bf16]"
-         " [--dump-step0 PATH] [--resume [DIR] | --fresh] [--init-from FILE]"
-         " [--checkpoint-dir DIR] [--checkpoint-every N] [--keep N]"
-         " [--generate N [--prompt TEXT] [--temperature T]]"
-         " [--eval-every N [--eval-batches K] [--eval-data PATTERN]"
-         " [--dump-eval PATH]]"
-         " [--log-json PATH] [--trace PATH] [--peak-flops F]"
-         " [--progress auto|always|never] [--timeout S] [--loss-scale S]"
-         " [--quiet] [--help]\n"
-         "  --steps N          run N training steps instead of the compiled "
-         "number\n"
-         "  --save PATH        after the last step, write all parameters to "
-         "PATH\n"
-         "                     (safetensors)\n"
-         "  --save-every N     also write them every N steps, to PATH with "
-         "-stepNNNNNN\n"
-         "                     before its extension (needs --save)\n"
-         "  --save-init PATH   before step 1, write the initial parameters to "
-         "PATH\n"
-         "                     (safetensors)\n"
-         "  --loss-scale S     initial loss scale of a plan with loss_scale = "
-         "dynamic\n"
-         "                     (default 65536; halved on an overflow, which "
-         "skips the\n"
-         "                     step, doubled after 2000 clean steps)\n"
-         "  --save-dtype T     element type of --save, --save-every and "
-         "--save-init:\n"
-         "                     f32 (default, the trained values) or bf16 "
-         "(rounded to\n"
-         "                     nearest even, half the bytes); checkpoints stay "
-         "f32\n"
-         "  --dump-step0 PATH  after step 1, write the tensors the program "
-         "observed in\n"
-         "                     it to PATH (safetensors): 'logits' (rank 0's "
-         "rows of the\n"
-         "                     batch) and 'grad/<param>' (gradients before "
-         "clipping);\n"
-         "                     whole tensors on one rank only: run it with "
-         "one rank\n"
-         "  --generate N       after training, sample N tokens (at most "
-         "1000000) with the\n"
-         "                     model's forward function and print them "
-         "(byte-level\n"
-         "                     models); progress goes to stderr\n"
-         "  --prompt TEXT      the text generation starts from (default: "
-         "\"The \")\n"
-         "  --temperature T    sampling temperature, 0 = greedy (default "
-         "0.8)\n"
-         "  --eval-every N     after every N-th step, evaluate the model "
-         "(batch norm with its\n"
-         "                     running statistics, no dropout) on held-out "
-         "batches and print\n"
-         "                     their loss and accuracy (image classifiers)\n"
-         "  --eval-batches K   held-out batches per evaluation, each of the "
-         "global batch size\n"
-         "                     (default 4)\n"
-         "  --eval-data PAT    CIFAR-10 files to evaluate on (a glob, e.g. "
-         "cifar/test_batch.bin);\n"
-         "                     generated images evaluate on samples training "
-         "never draws\n"
-         "  --dump-eval PATH   write the first evaluation's first batch to "
-         "PATH (safetensors):\n"
-         "                     'input/<x>', 'label/<y>' and 'logits' (rank 0's "
-         "rows)\n" +
-         internal::checkpoint_usage() +
-         "  --log-json PATH    write one JSON object per step to PATH (rank "
-         "0; step, loss,\n"
-         "                     lr, grad_norm, tokens_per_s, step_time_s, "
-         "mfu, elapsed_s)\n"
-         "                     and a summary object at the end (memory "
-         "per rank by kind)\n"
-         "  --trace PATH       write a Chrome trace of what ran per rank to "
-         "PATH with\n"
-         "                     .rankR before its extension (steps, pipeline "
-         "units,\n"
-         "                     collectives, send/recv); merge them with "
-         "scripts/merge-traces.py\n"
-         "  --peak-flops F     peak FLOP/s of one device for the MFU (also "
-         "PLANRT_PEAK_FLOPS;\n"
-         "                     default: the plan's cluster GPU on cuda, none "
-         "on the host)\n"
-         "  --progress MODE    auto (default): one line updated in place when "
-         "stdout is a\n"
-         "                     terminal, one line per step otherwise; always; "
-         "never\n"
-         "  --timeout S        abort the job when a rank waits more than S "
-         "seconds for the\n"
-         "                     others (a collective, a receive): one line "
-         "names the rank,\n"
-         "                     the step, what it waited for and who is "
-         "missing; exit code\n"
-         "                     3; 0 = wait forever (default 300)\n"
-         "  --quiet            do not print one line per step\n"
-         "  --help             print this help and exit\n"
-         "--save, --save-every, --save-init, --dump-step0 and checkpoint files "
-         "are written\n"
-         "to a temporary name in the same directory and renamed when complete: "
-         "an error or\n"
-         "a kill never leaves a partial file in their place. --log-json and "
-         "--trace files\n"
-         "are written as the run goes (flushed every step).\n"
-         "Exit codes: 0 success (also after a stop by SIGTERM/SIGUSR1), 1 an "
-         "error (output\n"
-         "paths, checkpoints and --init-from are checked before step 1; a NaN "
-         "or Inf loss\n"
-         "or gradient norm stops every rank after that step), 2 a usage "
-         "error, 3 the\n"
-         "--timeout watchdog aborted the job.\n";
+/// The end of --help: what the options do not say.
+const char *kHelpFooter =
+    "--save, --save-every, --save-init, --dump-step0 and checkpoint files are "
+    "written to a temporary name in the same directory and renamed when "
+    "complete: an error or a kill never leaves a partial file in their place. "
+    "--log-json and --trace files are written as the run goes (flushed every "
+    "step).\n"
+    "SIGTERM or SIGUSR1 (Slurm before preemption) stops training after the "
+    "current step, writes a checkpoint if a checkpoint directory is set, and "
+    "exits with 0.\n"
+    "Exit codes: 0 success (also after a stop by SIGTERM/SIGUSR1), 1 an error "
+    "(output paths, checkpoints and --init-from are checked before step 1; a "
+    "NaN or Inf loss or gradient norm stops every rank after that step), 2 a "
+    "usage error, 3 the --timeout watchdog aborted the job.";
+
+/// A number for "(default: X)" in --help: 300, 0.8, 65536.
+std::string number_str(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", v);
+  return buf;
 }
 
 /// Problems with the options that would otherwise show only after training:
@@ -421,56 +331,6 @@ void pipeline_report(Context *ctx) {
 }
 
 } // namespace
-
-bool internal::OptionArg::take() {
-  if (has_value)
-    return true;
-  if (i + 1 >= argc) {
-    error = "option '" + name + "' needs a value";
-    return false;
-  }
-  value = argv[++i];
-  return true;
-}
-
-bool internal::OptionArg::take_optional() {
-  if (!has_value && i + 1 < argc && std::strncmp(argv[i + 1], "--", 2) != 0) {
-    value = argv[++i];
-    has_value = true;
-  }
-  return has_value;
-}
-
-bool internal::OptionArg::take_int(int64_t min, int64_t &out, int64_t max) {
-  if (!take())
-    return false;
-  char *end = nullptr;
-  errno = 0;
-  long long n = std::strtoll(value.c_str(), &end, 10);
-  if (value.empty() || *end || errno || n < min || n > max) {
-    error = "invalid value '" + value + "' for " + name +
-            " (want an integer >= " + std::to_string(min) + ")";
-    return false;
-  }
-  out = n;
-  return true;
-}
-
-bool internal::OptionArg::take_number(double min, double &out, double max,
-                                      const char *want) {
-  if (!take())
-    return false;
-  char *end = nullptr;
-  errno = 0;
-  double v = std::strtod(value.c_str(), &end);
-  if (value.empty() || *end || errno || !(v >= min && v <= max)) {
-    error =
-        "invalid value '" + value + "' for " + name + " (want " + want + ")";
-    return false;
-  }
-  out = v;
-  return true;
-}
 
 /// Fatal unless `p`'s shard axes are declared and its segments split evenly
 /// and sum to the global dimension (a code generator bug otherwise).
@@ -1393,7 +1253,9 @@ int run(int argc, char **argv, const char *program_name,
   Context *ctx = internal::create_context(program_name, /*use_mpi=*/true);
   setup(ctx);
 
-  // Options. Errors are reported by every rank, with no collective.
+  // Options (options.h), each declared once: --help lists them by group.
+  // Every rank parses the same arguments and reports the same errors, with
+  // no collective.
   int64_t steps = ctx->steps;
   std::string save_path, init_path, dump_path;
   int64_t save_every = 0;
@@ -1406,116 +1268,183 @@ int run(int argc, char **argv, const char *program_name,
   float temperature = 0.8f;
   bool quiet = false, prompt_set = false, temperature_set = false;
   internal::ReportOptions report; // --log-json, --trace, ... (progress.cpp)
-  std::string error;
   internal::CheckpointOptions ckpt;
-  for (int i = 1; i < argc && error.empty(); ++i) {
-    internal::OptionArg opt{argv[i], "", false, argc, argv, i, error};
-    size_t eq = opt.name.find('=');
-    if (opt.name.rfind("--", 0) == 0 && eq != std::string::npos) {
-      opt.value = opt.name.substr(eq + 1);
-      opt.name = opt.name.substr(0, eq);
-      opt.has_value = true;
-    }
-    const std::string &arg = opt.name;
-    std::string &value = opt.value;
-    bool has_value = opt.has_value;
-    auto take_value = [&] { return opt.take(); };
-    if (arg == "--help" || arg == "-h") {
-      if (ctx->rank == 0) {
-        std::printf("%s", usage(argv0).c_str());
-        std::printf("Runs the training plan '%s' compiled for %lld rank(s) "
-                    "(%s): launch it with %s.\n",
-                    program_name, (long long)mesh_ranks(ctx),
-                    mesh_str(ctx).c_str(),
-                    launch_command(mesh_ranks(ctx), argv0).c_str());
-        std::fflush(stdout);
-      }
-      delete ctx;
-      MPI_Finalize();
-      return 0;
-    } else if (arg == "--steps") {
-      opt.take_int(0, steps, 1000000000LL);
-    } else if (arg == "--save" || arg == "--save-init" ||
-               arg == "--dump-step0" || arg == "--dump-eval") {
-      if (!take_value())
-        break;
-      if (value.empty())
-        error = "empty path for " + arg;
-      if (arg == "--save")
-        save_path = value;
-      else if (arg == "--save-init")
-        init_path = value;
-      else if (arg == "--dump-eval")
-        dump_eval_path = value;
-      else
-        dump_path = value;
-    } else if (arg == "--generate" || arg == "--temperature") {
-      if (!take_value())
-        break;
-      char *end = nullptr;
-      errno = 0;
-      double v = std::strtod(value.c_str(), &end);
-      bool isCount = arg == "--generate";
-      if (value.empty() || *end || errno || v < 0 ||
-          (isCount && (v != std::floor(v) || v > kMaxGenerate)) ||
-          (!isCount && !(v <= 100)))
-        error = "invalid value '" + value + "' for " + arg +
-                (isCount ? " (want an integer from 0 to " +
-                               std::to_string(kMaxGenerate) +
-                               ", the most tokens one run samples: each "
-                               "token is one forward pass)"
-                         : " (want a number from 0 to 100)");
-      else if (isCount)
-        generate = int64_t(v);
-      else {
-        temperature = float(v);
+  using internal::add_int_option, internal::add_number_option,
+      internal::add_path_option, internal::add_value_option,
+      internal::invalid_value, internal::to_number;
+  CLI::App app("", argv0);
+  // No CLI11 help flag: it would act only after every value was checked.
+  // Ours (-h, --help, below) acts where it comes on the command line.
+  app.set_help_flag();
+  app.formatter(internal::help_formatter());
+  app.footer(kHelpFooter);
+
+  const char *group = "Training";
+  add_int_option(app, "--steps", "N",
+                 "run N training steps instead of the compiled number", steps,
+                 0, 1000000000LL)
+      ->default_str(std::to_string(ctx->steps))
+      ->group(group);
+  add_number_option(app, "--timeout", "S",
+                    "abort the job when a rank waits more than S seconds for "
+                    "the others (a collective, a receive): one line names the "
+                    "rank, the step, what it waited for and who is missing; "
+                    "exit code 3; 0 = wait forever",
+                    ctx->timeout_s, 0, 1e9, "seconds >= 0; 0 = no timeout")
+      ->default_str(number_str(ctx->timeout_s))
+      ->group(group);
+  add_value_option(
+      app, "--loss-scale", "S",
+      std::string("initial loss scale of a plan with loss_scale = dynamic "
+                  "(halved on an overflow, which skips the step, doubled "
+                  "after 2000 clean steps)") +
+          (ctx->dynamic_loss_scale ? "" : "; not this program's plan"),
+      [ctx](const std::string &v) {
+        double x = 0;
+        if (!ctx->dynamic_loss_scale)
+          return std::string("--loss-scale: this program has no dynamic loss "
+                             "scaling (compile a plan with 'loss_scale = "
+                             "dynamic')");
+        if (!to_number(v, x) || !(x >= 1e-30 && x <= 1e30))
+          return invalid_value(v, "--loss-scale", "a number in [1e-30, 1e30]");
+        ctx->loss_scale = (float)x;
+        return std::string();
+      })
+      ->default_str(ctx->dynamic_loss_scale ? number_str(ctx->loss_scale) : "")
+      ->group(group);
+
+  group = "Outputs";
+  add_path_option(app, "--save", "PATH",
+                  "after the last step, write all parameters to PATH "
+                  "(safetensors)",
+                  save_path)
+      ->group(group);
+  add_int_option(app, "--save-every", "N",
+                 "also write them every N steps, to PATH with -stepNNNNNN "
+                 "before its extension (needs --save)",
+                 save_every, 1)
+      ->group(group);
+  add_path_option(app, "--save-init", "PATH",
+                  "before step 1, write the initial parameters to PATH "
+                  "(safetensors)",
+                  init_path)
+      ->group(group);
+  add_value_option(app, "--save-dtype", "f32|bf16",
+                   "element type of --save, --save-every and --save-init: f32 "
+                   "(the trained values) or bf16 (rounded to nearest even, "
+                   "half the bytes); checkpoints stay f32",
+                   [&save_bf16](const std::string &v) {
+                     if (v != "bf16" && v != "f32")
+                       return invalid_value(v, "--save-dtype", "f32 or bf16");
+                     save_bf16 = v == "bf16";
+                     return std::string();
+                   })
+      ->default_str("f32")
+      ->group(group);
+  add_path_option(app, "--dump-step0", "PATH",
+                  "after step 1, write the tensors the program observed in it "
+                  "to PATH (safetensors): 'logits' (rank 0's rows of the "
+                  "batch) and 'grad/<param>' (gradients before clipping); "
+                  "whole tensors on one rank only: run it with one rank",
+                  dump_path)
+      ->group(group);
+
+  internal::add_checkpoint_options(app, ctx, ckpt);
+
+  group = "Evaluation";
+  add_int_option(app, "--eval-every", "N",
+                 "after every N-th step, evaluate the model (batch norm with "
+                 "its running statistics, no dropout) on held-out batches and "
+                 "print their loss and accuracy (image classifiers)",
+                 eval_every, 1)
+      ->group(group);
+  add_int_option(app, "--eval-batches", "K",
+                 "held-out batches per evaluation, each of the global batch "
+                 "size",
+                 eval_batches, 1, 1000000)
+      ->each([&](const std::string &) { eval_batches_set = true; })
+      ->default_str(std::to_string(eval_batches))
+      ->group(group);
+  add_path_option(app, "--eval-data", "PATTERN",
+                  "CIFAR-10 files to evaluate on (a glob, e.g. "
+                  "cifar/test_batch.bin); generated images evaluate on "
+                  "samples training never draws",
+                  eval_data, "pattern")
+      ->group(group);
+  add_path_option(app, "--dump-eval", "PATH",
+                  "write the first evaluation's first batch to PATH "
+                  "(safetensors): 'input/<x>', 'label/<y>' and 'logits' "
+                  "(rank 0's rows)",
+                  dump_eval_path)
+      ->group(group);
+
+  group = "Generation";
+  add_value_option(
+      app, "--generate", "N",
+      "after training, sample N tokens (at most " +
+          std::to_string(kMaxGenerate) +
+          ") with the model's forward function and print them "
+          "(byte-level models); progress goes to stderr",
+      [&generate](const std::string &v) {
+        double x = 0;
+        if (!to_number(v, x) || x < 0 || x != std::floor(x) || x > kMaxGenerate)
+          return invalid_value(v, "--generate",
+                               "an integer from 0 to " +
+                                   std::to_string(kMaxGenerate) +
+                                   ", the most tokens one run samples: each "
+                                   "token is one forward pass");
+        generate = int64_t(x);
+        return std::string();
+      })
+      ->group(group);
+  add_value_option(app, "--prompt", "TEXT",
+                   "the text generation starts from (one token per byte)",
+                   [&](const std::string &v) {
+                     prompt = v;
+                     prompt_set = true;
+                     return std::string();
+                   })
+      ->default_str("\"" + prompt + "\"")
+      ->group(group);
+  add_value_option(
+      app, "--temperature", "T", "sampling temperature, 0 = greedy",
+      [&](const std::string &v) {
+        double x = 0;
+        if (!to_number(v, x) || x < 0 || !(x <= 100))
+          return invalid_value(v, "--temperature", "a number from 0 to 100");
+        temperature = float(x);
         temperature_set = true;
-      }
-    } else if (arg == "--save-every") {
-      opt.take_int(1, save_every);
-    } else if (arg == "--save-dtype") {
-      if (!take_value())
-        break;
-      if (value == "bf16" || value == "f32")
-        save_bf16 = value == "bf16";
-      else
-        error =
-            "invalid value '" + value + "' for --save-dtype (want f32 or bf16)";
-    } else if (arg == "--eval-every") {
-      opt.take_int(1, eval_every);
-    } else if (arg == "--eval-batches") {
-      opt.take_int(1, eval_batches, 1000000);
-      eval_batches_set = true;
-    } else if (arg == "--eval-data") {
-      if (!take_value())
-        break;
-      if (value.empty())
-        error = "empty pattern for --eval-data";
-      eval_data = value;
-    } else if (arg == "--loss-scale") {
-      double v = 0;
-      if (!ctx->dynamic_loss_scale)
-        error = "--loss-scale: this program has no dynamic loss scaling "
-                "(compile a plan with 'loss_scale = dynamic')";
-      else if (opt.take_number(1e-30, v, 1e30, "a number in [1e-30, 1e30]"))
-        ctx->loss_scale = (float)v;
-    } else if (arg == "--timeout") {
-      opt.take_number(0, ctx->timeout_s, 1e9, "seconds >= 0; 0 = no timeout");
-    } else if (arg == "--prompt") {
-      if (!take_value())
-        break;
-      prompt = value;
-      prompt_set = true;
-    } else if (internal::is_report_option(arg)) {
-      if (!take_value())
-        break;
-      error = internal::set_report_option(report, arg, value);
-    } else if (arg == "--quiet" && !has_value) {
-      quiet = true;
-    } else if (internal::parse_checkpoint_option(ctx, ckpt, opt)) {
-    } else {
-      error = "unknown option '" + std::string(argv[i]) + "'";
+        return std::string();
+      })
+      ->default_str(number_str(temperature))
+      ->group(group);
+
+  internal::add_flag_option(app, "--quiet",
+                            "do not print one line per step (nor the "
+                            "progress line)",
+                            [&quiet] { quiet = true; })
+      ->group("Reporting");
+  internal::add_report_options(app, report);
+  internal::add_flag_option(app, "-h,--help", "print this help and exit", [] {
+    throw CLI::CallForHelp();
+  })->group("Help");
+
+  std::string error;
+  internal::ParseResult parsed =
+      internal::parse_options(app, argc, argv, error);
+  if (parsed == internal::ParseResult::Help) {
+    if (ctx->rank == 0) {
+      std::printf("%s", app.help().c_str());
+      std::printf("Runs the training plan '%s' compiled for %lld rank(s) "
+                  "(%s): launch it with %s.\n",
+                  program_name, (long long)mesh_ranks(ctx),
+                  mesh_str(ctx).c_str(),
+                  launch_command(mesh_ranks(ctx), argv0).c_str());
+      std::fflush(stdout);
     }
+    delete ctx;
+    MPI_Finalize();
+    return 0;
   }
   if (error.empty() && save_every > 0 && save_path.empty())
     error = "--save-every needs --save PATH to name the files";
@@ -1551,8 +1480,11 @@ int run(int argc, char **argv, const char *program_name,
     error = "--dump-step0 writes what step 1 observed but the run has no "
             "step (--steps 0); run at least one step";
   if (!error.empty()) {
-    std::fprintf(stderr, "%s: error: %s\n%s", program_name, error.c_str(),
-                 usage(argv0).c_str());
+    // The error, then the usage line of --help and where the options are.
+    std::string help = app.help();
+    std::fprintf(stderr, "%s: error: %s\n%sRun '%s --help' for the options.\n",
+                 program_name, error.c_str(),
+                 help.substr(0, help.find('\n') + 1).c_str(), argv0);
     std::fflush(stderr);
     delete ctx;
     MPI_Finalize();

@@ -6,6 +6,7 @@
 #include "progress.h"
 
 #include "control.h"
+#include "options.h"
 
 #include "watchdog.h"
 #include <sys/ioctl.h>
@@ -105,34 +106,47 @@ int terminal_columns() {
 
 } // namespace
 
-bool is_report_option(const std::string &arg) {
-  return arg == "--progress" || arg == "--log-json" || arg == "--trace" ||
-         arg == "--peak-flops";
-}
-
-std::string set_report_option(ReportOptions &o, const std::string &arg,
-                              const std::string &value) {
-  if (arg == "--progress") {
-    if (value != "auto" && value != "always" && value != "never")
-      return "invalid value '" + value +
-             "' for --progress (want auto, always or never)";
-    o.progress = value;
-  } else if (arg == "--peak-flops") {
-    char *end = nullptr;
-    errno = 0;
-    double v = std::strtod(value.c_str(), &end);
-    if (value.empty() || *end || errno || !(v > 0) || !std::isfinite(v))
-      return "invalid value '" + value +
-             "' for --peak-flops (want FLOP/s of one device, e.g. 19.5e12)";
-    o.peak_flops = v;
-  } else if (value.empty()) {
-    return "empty path for " + arg;
-  } else if (arg == "--log-json") {
-    o.log_json = value;
-  } else {
-    o.trace = value;
-  }
-  return "";
+void add_report_options(CLI::App &app, ReportOptions &o) {
+  add_value_option(app, "--progress", "MODE",
+                   "auto: one line updated in place when stdout is a "
+                   "terminal, one line per step otherwise; always; never",
+                   [&o](const std::string &v) {
+                     if (v != "auto" && v != "always" && v != "never")
+                       return invalid_value(v, "--progress",
+                                            "auto, always or never");
+                     o.progress = v;
+                     return std::string();
+                   })
+      ->default_str(o.progress)
+      ->group("Reporting");
+  add_path_option(app, "--log-json", "PATH",
+                  "write one JSON object per step to PATH (rank 0; step, "
+                  "loss, lr, grad_norm, tokens_per_s, step_time_s, mfu, "
+                  "elapsed_s) and a summary object at the end (memory per "
+                  "rank by kind)",
+                  o.log_json)
+      ->group("Reporting");
+  add_path_option(app, "--trace", "PATH",
+                  "write a Chrome trace of what ran per rank to PATH with "
+                  ".rankR before its extension (steps, pipeline units, "
+                  "collectives, send/recv); merge them with "
+                  "scripts/merge-traces.py",
+                  o.trace)
+      ->group("Reporting");
+  add_value_option(app, "--peak-flops", "F",
+                   "peak FLOP/s of one device for the MFU (also "
+                   "PLANRT_PEAK_FLOPS; default: the plan's cluster GPU on "
+                   "cuda, none on the host)",
+                   [&o](const std::string &v) {
+                     double x = 0;
+                     if (!to_number(v, x) || !(x > 0) || !std::isfinite(x))
+                       return invalid_value(
+                           v, "--peak-flops",
+                           "FLOP/s of one device, e.g. 19.5e12");
+                     o.peak_flops = x;
+                     return std::string();
+                   })
+      ->group("Reporting");
 }
 
 double gpu_peak_flops(const std::string &gpu, const std::string &precision) {

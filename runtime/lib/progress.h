@@ -19,6 +19,10 @@
 
 #include <string>
 
+namespace CLI {
+class App;
+} // namespace CLI
+
 namespace planrt {
 namespace internal {
 
@@ -30,11 +34,8 @@ struct ReportOptions {
   double peak_flops = 0;         // --peak-flops F (0: not given)
 };
 
-/// True for the options ReportOptions holds (they all take a value).
-bool is_report_option(const std::string &arg);
-/// Stores one of them; "" or what is wrong with the value.
-std::string set_report_option(ReportOptions &o, const std::string &arg,
-                              const std::string &value);
+/// Declares these options (group "Reporting"), parsed into `o`.
+void add_report_options(CLI::App &app, ReportOptions &o);
 
 /// Dense peak FLOP/s of one GPU of a kind of the plan's cluster section
 /// ("a100", "a100_40gb", "h100", "h200", "b200", "l40s") for `precision`
