@@ -78,7 +78,7 @@ chmod 755 "$T/munge"
 for v in $(compgen -e | grep '^SLURM_'); do unset "$v"; done
 export SLURM_CONF="$T/slurm.conf"
 # No PLANRT_NUM_THREADS: each rank's thread count is the node's cores over
-# the ranks MPI finds on the node, under srun as under mpirun (srun's ranks
+# the ranks srun puts on the node, under srun as under mpirun (srun's ranks
 # once took every core each and ran 20-250x slower).
 unset PLANRT_NUM_THREADS OMP_NUM_THREADS
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1

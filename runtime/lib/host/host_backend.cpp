@@ -68,23 +68,44 @@ void precreate_comms(Context *ctx) {
 }
 } // namespace
 
-/// The ranks on this node: MPI's shared-memory group, which every launcher
-/// gives (mpirun, srun with PMIx, ...); OMPI_COMM_WORLD_LOCAL_SIZE is set by
-/// mpirun only, so srun's ranks each took every core. Collective.
-static int node_ranks() {
-  int init = 0;
-  MPI_Initialized(&init);
-  if (!init)
-    return 1;
-  MPI_Comm node = MPI_COMM_NULL;
-  int n = 1;
-  if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0,
-                          MPI_INFO_NULL, &node) == MPI_SUCCESS &&
-      node != MPI_COMM_NULL) {
-    MPI_Comm_size(node, &n);
-    MPI_Comm_free(&node);
+/// Slurm's task count on this node: SLURM_STEP_TASKS_PER_NODE ("2(x3),1":
+/// per node of the step, runs compressed) at index SLURM_NODEID; 0 if unset.
+static int slurm_node_tasks() {
+  const char *list = std::getenv("SLURM_STEP_TASKS_PER_NODE");
+  const char *id = std::getenv("SLURM_NODEID");
+  if (!list || !id)
+    return 0;
+  long node = std::strtol(id, nullptr, 10), at = 0;
+  for (const char *p = list; *p;) {
+    char *end = nullptr;
+    long tasks = std::strtol(p, &end, 10), times = 1;
+    if (end == p)
+      return 0;
+    p = end;
+    if (std::strncmp(p, "(x", 2) == 0) {
+      times = std::strtol(p + 2, &end, 10);
+      p = *end == ')' ? end + 1 : end;
+    }
+    if (node < at + times)
+      return (int)tasks;
+    at += times;
+    if (*p == ',')
+      ++p;
   }
-  return std::max(1, n);
+  return 0;
+}
+
+/// The ranks on this node, from the launcher: mpirun (Open MPI, MPICH),
+/// torchrun-style and srun (which sets no OMPI_COMM_WORLD_LOCAL_SIZE: its
+/// ranks each took every core). Not a collective: a context may start on
+/// some ranks only (tests).
+static int node_ranks() {
+  for (const char *var :
+       {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "LOCAL_WORLD_SIZE"})
+    if (const char *v = std::getenv(var))
+      if (int n = std::atoi(v); n > 0)
+        return n;
+  return std::max(1, slurm_node_tasks());
 }
 
 /// The threads of one rank (docs/runtime.md): PLANRT_NUM_THREADS, else
@@ -92,7 +113,6 @@ static int node_ranks() {
 /// the ranks of this node, at least 1. mpirun binds each rank to one core
 /// by default (1 thread); `--bind-to none` leaves the node's cores to share.
 static int host_threads() {
-  int local = node_ranks(); // collective: before any early return
   for (const char *var : {"PLANRT_NUM_THREADS", "OMP_NUM_THREADS"})
     if (const char *v = std::getenv(var)) {
       char *end = nullptr;
@@ -104,7 +124,7 @@ static int host_threads() {
   cpu_set_t set;
   int cores =
       sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
-  return std::max(1, cores / local);
+  return std::max(1, cores / node_ranks());
 }
 
 namespace backend {
