@@ -63,9 +63,9 @@ bool runsNative(Operation *op, const WorkspaceEnv &env) {
   namespace nat = ws::native;
   if (isa<AddOp, MulOp, SubOp, BiasAddOp, ReluOp, ReluGradOp, GeluOp,
           GeluGradOp, GeluExactOp, GeluExactGradOp, SiluOp, SiluGradOp, CopyOp,
-          ScaleOp, RopeOp, PosEmbeddingOp, EmbeddingOp, LayerNormOp, LayerNormGradOp,
-          RmsNormOp, RmsNormGradOp, AllGatherOp, AllToAllOp, ShardSliceOp>(
-          op)) {
+          ScaleOp, RopeOp, PosEmbeddingOp, EmbeddingOp, LayerNormOp,
+          LayerNormGradOp, RmsNormOp, RmsNormGradOp, AllGatherOp, AllToAllOp,
+          ShardSliceOp>(op)) {
     int first = -1;
     for (Value v : op->getOperands())
       if (isFloatBuffer(v)) {

@@ -768,9 +768,8 @@ llvm::Expected<AutoPlanResult> planc::autoPlan(llvm::StringRef path,
     compileBatch(from);
     for (size_t i = from; i < work.size(); ++i)
       if (work[i].report && work[i].estimatedMemory > 0)
-        calibration =
-            std::max(calibration, work[i].report->memoryPeakBytes() /
-                                      work[i].estimatedMemory);
+        calibration = std::max(calibration, work[i].report->memoryPeakBytes() /
+                                                work[i].estimatedMemory);
     for (size_t i = std::max<size_t>(from, 1); i < work.size(); ++i) {
       Verified &w = work[i];
       if (w.report && !w.report->fits())

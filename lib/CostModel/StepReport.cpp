@@ -790,16 +790,14 @@ llvm::json::Object planc::stepReportJson(const StepReport &r) {
       {"cluster_assumed", r.clusterAssumed},
       {"intra_bw_gbps", r.intraGBps},
       {"inter_bw_gbps", r.interGBps},
-      {"bandwidth_assumed",
-       llvm::json::Array(
-           [&] {
-             std::vector<llvm::json::Value> v;
-             if (r.intraAssumed)
-               v.push_back("intra_bw");
-             if (r.interAssumed)
-               v.push_back("inter_bw");
-             return v;
-           }())},
+      {"bandwidth_assumed", llvm::json::Array([&] {
+         std::vector<llvm::json::Value> v;
+         if (r.intraAssumed)
+           v.push_back("intra_bw");
+         if (r.interAssumed)
+           v.push_back("inter_bw");
+         return v;
+       }())},
       {"precision", r.precision},
       {"peak_flops_per_gpu", r.peakFlops},
       {"step_time_s", r.stepTime},

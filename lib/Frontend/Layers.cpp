@@ -785,8 +785,8 @@ Val Sema::callBuiltin(StringRef fn, Args &args, Location l,
     if (rope && headDim % 2 != 0) {
       error(l) << "rotary position embeddings pair the two halves of each "
                   "head, so the head dimension must be even; it is "
-               << headDim << " (qkv " << shapeStr(wqkv.getType()) << ", "
-               << H << " + 2 * " << KV << " heads)";
+               << headDim << " (qkv " << shapeStr(wqkv.getType()) << ", " << H
+               << " + 2 * " << KV << " heads)";
       return out;
     }
     bool ok = checkTpDivides(H, "the attention heads", l) &&

@@ -553,8 +553,7 @@ template <class T = float> struct RopeFn {
     }
     int64_t pos = (i / width) % seq, half = head_dim / 2;
     int64_t j = col % head_dim, k = j % half;
-    double a = double(pos) *
-               exp(-log_theta * double(2 * k) / double(head_dim));
+    double a = double(pos) * exp(-log_theta * double(2 * k) / double(head_dim));
     float c = float(cos(a)), s = sign * float(sin(a));
     float v = ld(x[i]);
     if (j < half)
