@@ -25,6 +25,16 @@ namespace ckpt {
 
 //===--- --resume ---------------------------------------------------------===//
 
+/// The first of `problems` and how many more there are; "" if none.
+static std::string first_of(const std::vector<std::string> &problems) {
+  if (problems.empty())
+    return "";
+  std::string out = problems.front();
+  if (problems.size() > 1)
+    out += " (and " + std::to_string(problems.size() - 1) + " more problems)";
+  return out;
+}
+
 /// Checks the manifest against this rank's tensors and the files it needs.
 std::string check_resume(Context *ctx, const std::string &dir,
                          const Manifest &m, int64_t steps) {
@@ -80,12 +90,7 @@ std::string check_resume(Context *ctx, const std::string &dir,
   }
   std::sort(problems.begin(), problems.end());
   problems.erase(std::unique(problems.begin(), problems.end()), problems.end());
-  if (problems.empty())
-    return "";
-  std::string out = problems.front();
-  if (problems.size() > 1)
-    out += " (and " + std::to_string(problems.size() - 1) + " more problems)";
-  return out;
+  return first_of(problems);
 }
 
 /// Reads this rank's tensors from the checkpoint (after start).
@@ -296,12 +301,7 @@ std::string check_init_from(Context *ctx, const std::string &path,
   for (auto &kv : init.header.items())
     if (kv.key() != "__metadata__" && !used.count(kv.key()))
       ++init.ignored;
-  if (problems.empty())
-    return "";
-  std::string out = problems.front();
-  if (problems.size() > 1)
-    out += " (and " + std::to_string(problems.size() - 1) + " more problems)";
-  return out;
+  return first_of(problems);
 }
 
 std::string load_init_from(Context *ctx, const std::string &path,

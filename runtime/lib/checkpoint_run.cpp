@@ -107,6 +107,20 @@ bool same_on_every_rank(Context *ctx, int64_t v) {
 
 } // namespace
 
+/// Rank 0's outcome of a step of writing checkpoint `step` reaches every
+/// rank: the others' `error` names what rank 0 could not `do`. Collective.
+static void share_rank0_error(Context *ctx, std::string &error, int64_t step,
+                              const std::string &what) {
+  if (!multi(ctx))
+    return;
+  int bad = error.empty() ? 0 : 1;
+  watchdog::bcast(ctx, &bad, 1, MPI_INT, 0, MPI_COMM_WORLD,
+                  watchdog::group_op("a checkpoint", -1));
+  if (bad && ctx->rank != 0)
+    error = "checkpoint of step " + std::to_string(step) +
+            ": rank 0 could not " + what + " (see its message)";
+}
+
 //===--- Writing ----------------------------------------------------------===//
 
 std::string write_checkpoint(Context *ctx, int64_t step) {
@@ -129,14 +143,7 @@ std::string write_checkpoint(Context *ctx, int64_t step) {
     if (!error.empty())
       error = "checkpoint of step " + std::to_string(step) + ": " + error;
   }
-  if (multi(ctx)) {
-    int bad = error.empty() ? 0 : 1;
-    watchdog::bcast(ctx, &bad, 1, MPI_INT, 0, MPI_COMM_WORLD,
-                    watchdog::group_op("a checkpoint", -1));
-    if (bad && ctx->rank != 0)
-      error = "checkpoint of step " + std::to_string(step) +
-              ": rank 0 could not prepare '" + dir + "' (see its message)";
-  }
+  share_rank0_error(ctx, error, step, "prepare '" + dir + "'");
   agree_or_exit(ctx, error, "writing the checkpoint");
 
   // This rank's blocks: host copies in the file's order.
@@ -192,15 +199,8 @@ std::string write_checkpoint(Context *ctx, int64_t step) {
     else if (ctx->checkpoint_keep > 0)
       prune(ctx, root);
   }
-  if (multi(ctx)) {
-    int bad = error.empty() ? 0 : 1;
-    watchdog::bcast(ctx, &bad, 1, MPI_INT, 0, MPI_COMM_WORLD,
-                    watchdog::group_op("a checkpoint", -1));
-    if (bad && ctx->rank != 0)
-      error = "checkpoint of step " + std::to_string(step) +
-              ": rank 0 could not write '" + join(dir, "manifest.json") +
-              "' (see its message)";
-  }
+  share_rank0_error(ctx, error, step,
+                    "write '" + join(dir, "manifest.json") + "'");
   agree_or_exit(ctx, error, "writing the checkpoint");
   if (ctx->rank == 0) {
     int64_t bytes = 0, count = 0;
