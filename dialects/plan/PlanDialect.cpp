@@ -455,7 +455,9 @@ LogicalResult ParallelOp::verify() {
       failed(expectOneOf(*this, "recompute", getRecompute(),
                          {"none", "selective", "full"})) ||
       failed(expectOneOf(*this, "tensor_policy", getTensorPolicy(),
-                         {"none", "megatron"})))
+                         {"none", "megatron"})) ||
+      (getCpComm() && failed(expectOneOf(*this, "cp_comm", *getCpComm(),
+                                         {"all_to_all"}))))
     return failure();
   int64_t microbatches = getMicrobatches();
   if (microbatches < 1)
@@ -528,6 +530,10 @@ LogicalResult MatmulOp::verify() {
     return emitOpError() << "expects a 2-D rhs or one of the lhs's rank "
                          << rank << ", got " << rt;
   ArrayRef<int64_t> batch = lt.getShape().drop_back(2);
+  if (getSumLeading() && rt.getRank() != rank)
+    return emitOpError() << "sums over the leading dimensions of both "
+                            "operands, but the lhs "
+                         << lt << " and the rhs " << rt << " differ in rank";
   if (rt.getRank() == rank && rt.getShape().drop_back(2) != batch)
     return emitOpError() << "batch dimensions of the lhs " << lt
                          << " and the rhs " << rt << " differ";
@@ -536,7 +542,9 @@ LogicalResult MatmulOp::verify() {
   if (k != k2)
     return emitOpError() << "contracts a dimension of size " << k
                          << " with one of size " << k2;
-  SmallVector<int64_t> expected(batch);
+  SmallVector<int64_t> expected;
+  if (!getSumLeading())
+    expected.append(batch.begin(), batch.end());
   expected.append({m, n});
   if (ot.getShape() != ArrayRef<int64_t>(expected))
     return emitOpError() << "result must be " << shapeString(expected)

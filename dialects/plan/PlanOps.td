@@ -141,6 +141,9 @@ def Plan_ParallelOp : Plan_Op<"parallel"> {
       `"none"` (default) or `"megatron"` (column- then row-parallel pairs).
     - `stage_boundaries` (optional): the layer indices at which pipeline
       stages 1, 2, ... start, strictly increasing and > 0.
+    - `cp_comm` (optional): how context parallelism (the mesh axis `cp`)
+      exchanges what attention needs: `"all_to_all"` (Ulysses: sequence
+      for heads). Left out, the compiler chooses.
   }];
   let arguments = (ins
       DefaultValuedAttr<StrAttr, "\"1f1b\"">:$schedule,
@@ -151,7 +154,8 @@ def Plan_ParallelOp : Plan_Op<"parallel"> {
       DefaultValuedAttr<StrAttr, "\"none\"">:$recompute,
       DefaultValuedAttr<BoolAttr, "false">:$sequence_parallel,
       DefaultValuedAttr<StrAttr, "\"none\"">:$tensor_policy,
-      OptionalAttr<DenseI64ArrayAttr>:$stage_boundaries);
+      OptionalAttr<DenseI64ArrayAttr>:$stage_boundaries,
+      OptionalAttr<StrAttr>:$cp_comm);
   let assemblyFormat = "attr-dict";
   let hasVerifier = 1;
 }
@@ -197,6 +201,12 @@ def Plan_MatmulOp : Plan_ComputeOp<"matmul", []> {
     batch dimensions as `lhs`. The result is `[..., M, N]` with the batch
     dimensions of `lhs`.
 
+    With `sum_leading`, both operands have the same leading dimensions and
+    they are summed over as well: the result is `[M, N]`, the sum of the
+    batch's products (a weight's gradient over every position). Splitting a
+    leading dimension leaves each rank a summand, whichever dimension it is
+    (the batch over dp, the sequence over cp).
+
     ```mlir
     %y = plan.matmul %x, %w : tensor<8x16x32xf32>, tensor<32x64xf32> -> tensor<8x16x64xf32>
     %s = plan.matmul %q, %k {transpose_rhs}
@@ -204,7 +214,8 @@ def Plan_MatmulOp : Plan_ComputeOp<"matmul", []> {
     ```
   }];
   let arguments = (ins Plan_FloatTensor:$lhs, Plan_FloatTensor:$rhs,
-                       UnitAttr:$transpose_lhs, UnitAttr:$transpose_rhs);
+                       UnitAttr:$transpose_lhs, UnitAttr:$transpose_rhs,
+                       UnitAttr:$sum_leading);
   let results = (outs Plan_FloatTensor:$result);
   let assemblyFormat = [{
     $lhs `,` $rhs attr-dict `:` type($lhs) `,` type($rhs) `->` type($result)

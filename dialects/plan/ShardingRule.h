@@ -28,7 +28,14 @@ struct OpShardingRule {
     /// axes what it needs (vocab-parallel cross-entropy): results that lack
     /// the factor are whole over those axes, not pending sums.
     bool exchangedByOp = false;
+    /// The sequence of position-dependent ops (attention, rope, position
+    /// embeddings): it may be split over the context-parallel mesh axis
+    /// only (a split over other axes is gathered first), and the op's
+    /// lowering tells its kernel which positions the rank's rows are.
+    bool positional = false;
   };
+  /// The mesh axis that splits the sequence for context parallelism.
+  static constexpr const char *kContextAxis = "cp";
   /// A tensor dimension: its factors, major to minor (size-1 factors are
   /// left out; no factor: the dimension is never split), and, when the
   /// dimension is the concatenation of segments that are each split on

@@ -127,7 +127,8 @@ Rule ShardingConstraintOp::getShardingRule() {
 
 //===--- Linear algebra ---------------------------------------------------===//
 
-// [..., m, k] x [k, n] (or [..., k, n]) -> [..., m, n]; k is summed over.
+// [..., m, k] x [k, n] (or [..., k, n]) -> [..., m, n]; k is summed over,
+// and with sum_leading the leading dimensions too (the result is [m, n]).
 Rule MatmulOp::getShardingRule() {
   Rule r;
   ArrayRef<int64_t> a = shapeOf(getLhs()), b = shapeOf(getRhs());
@@ -143,6 +144,8 @@ Rule MatmulOp::getShardingRule() {
   if (b.size() == a.size())
     rhs.append(batch);
   rhs.append(tb ? SmallVector<int64_t>{fn, fk} : SmallVector<int64_t>{fk, fn});
+  if (getSumLeading())
+    out.clear();
   out.append({fm, fn});
   r.operands = {Rule::tensor(lhs), Rule::tensor(rhs)};
   r.results = {Rule::tensor(out)};
@@ -310,13 +313,14 @@ Rule EmbeddingGradOp::getShardingRule() {
   return r;
 }
 
-// [b, s, d] + table[0..s) : the positions and the table's rows stay whole.
+// [b, s, d] + table[0..s): the table's rows stay whole; the positions may
+// be split over cp (each rank adds its positions' rows).
 Rule PosEmbeddingOp::getShardingRule() {
   Rule r;
   SmallVector<int64_t> fs = addFactors(r, shapeOf(getInput()));
   int64_t t = r.addFactor(shapeOf(getTable())[0], /*needsReplication=*/true);
   if (fs[1] >= 0)
-    r.factors[fs[1]].needsReplication = true;
+    r.factors[fs[1]].positional = true;
   r.operands = {Rule::tensor(fs), Rule::tensor({t, fs[2]})};
   r.results = {Rule::tensor(fs)};
   return r;
@@ -326,8 +330,9 @@ Rule PosEmbeddingGradOp::getShardingRule() {
   Rule r;
   SmallVector<int64_t> fs = addFactors(r, shapeOf(getGrad()));
   int64_t t = r.addFactor(shapeOf(getResult())[0], /*needsReplication=*/true);
+  // Split over cp, each rank writes its positions' rows: a pending sum.
   if (fs[1] >= 0)
-    r.factors[fs[1]].needsReplication = true;
+    r.factors[fs[1]].positional = true;
   r.operands = {Rule::tensor(fs)};
   r.results = {Rule::tensor({t, fs[2]})};
   r.setLinear(Lin::Each, {0});
@@ -366,15 +371,18 @@ Rule RmsNormGradOp::getShardingRule() { return normRule(*this, 1, true); }
 /// Attention over packed [b, s, (H + 2 KV) * Dh]: the heads are a factor
 /// (of size KV, so that a split keeps query heads with their key/value
 /// head), the packed dimension is three segments split by it, and the
-/// output [b, s, H * Dh] is split by it plainly. Causal attention needs
-/// the whole sequence.
+/// output [b, s, H * Dh] is split by it plainly. The sequence is
+/// positional: split over cp only, where the lowering exchanges what causal
+/// attention needs (context parallelism); any other split is gathered.
 static Rule attentionRule(Operation *op, int64_t h, int64_t kv,
                           unsigned numInputs) {
   Rule r;
   ArrayRef<int64_t> qkv = shapeOf(op->getOperand(0));
   int64_t dh = qkv[2] / (h + 2 * kv);
   int64_t b = qkv[0] == 1 ? -1 : r.addFactor(qkv[0]);
-  int64_t s = qkv[1] == 1 ? -1 : r.addFactor(qkv[1], true);
+  int64_t s = qkv[1] == 1 ? -1 : r.addFactor(qkv[1]);
+  if (s >= 0)
+    r.factors[s].positional = true;
   int64_t heads = r.addFactor(kv);
   Rule::TensorDims packed = Rule::tensor({b, s, heads});
   packed[2].segments = {h * dh, kv * dh, kv * dh};
@@ -395,7 +403,7 @@ Rule AttentionGradOp::getShardingRule() {
 }
 
 /// rope rotates each query / key head by its sequence position: laid out
-/// like attention's packed input (whole sequence, heads split as three
+/// like attention's packed input (sequence positional, heads split as three
 /// segments), result alike; a rotation is linear.
 Rule RopeOp::getShardingRule() {
   Rule r = attentionRule(*this, getNumHeads(), getNumKvHeads(), 2);

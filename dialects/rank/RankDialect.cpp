@@ -205,7 +205,42 @@ LogicalResult ShardSliceOp::verify() {
 
 // planrt::rope takes the head counts, then the base, then the direction.
 SmallVector<StringRef> RopeOp::getRuntimeAttrNames() {
-  return {"num_heads", "num_kv_heads", "theta", "inverse"};
+  return {"num_heads", "num_kv_heads", "theta", "inverse", "seq_axis"};
+}
+
+/// seq_to_heads / heads_to_seq: `seq` is the sequence-split side [B, S/G,
+/// W], `heads` the head-split one [B, S, W/G]; W is q_width (+ 2 kv_width).
+static LogicalResult verifySeqHeads(Operation *op, MemRefType seq,
+                                    MemRefType heads, int64_t q, int64_t kv) {
+  if (seq.getRank() != 3 || heads.getRank() != 3 ||
+      seq.getDimSize(0) != heads.getDimSize(0) || q < 1 || kv < 0 ||
+      seq.getDimSize(2) != q + 2 * kv ||
+      seq.getDimSize(2) % heads.getDimSize(2) != 0 ||
+      heads.getDimSize(1) % seq.getDimSize(1) != 0 ||
+      heads.getDimSize(1) / seq.getDimSize(1) !=
+          seq.getDimSize(2) / heads.getDimSize(2) ||
+      seq.getElementType() != heads.getElementType())
+    return op->emitOpError()
+           << "expects a sequence-split [B, S/G, q_width + 2 kv_width] and a "
+              "head-split [B, S, W/G] buffer of one element type, got "
+           << seq << " and " << heads << " with q_width " << q
+           << " and kv_width " << kv;
+  return success();
+}
+// planrt takes the widths, then the axis.
+SmallVector<StringRef> SeqToHeadsOp::getRuntimeAttrNames() {
+  return {"q_width", "kv_width", "axis"};
+}
+SmallVector<StringRef> HeadsToSeqOp::getRuntimeAttrNames() {
+  return {"q_width", "kv_width", "axis"};
+}
+LogicalResult SeqToHeadsOp::verify() {
+  return verifySeqHeads(*this, getInput().getType(), getOut().getType(),
+                        getQWidth(), getKvWidth());
+}
+LogicalResult HeadsToSeqOp::verify() {
+  return verifySeqHeads(*this, getOut().getType(), getInput().getType(),
+                        getQWidth(), getKvWidth());
 }
 
 // planrt takes the vocabulary axis before the number of valid classes

@@ -110,11 +110,16 @@ def Rank_InputDeclOp : Rank_Op<"input_decl", [Symbol]> {
   let description = [{
     When `batch_axis` is set, dimension 0 is split over that mesh axis and
     this rank reads rows `[coord * n, (coord + 1) * n)` of the global batch.
+    When `seq_axis` is set (context parallelism), dimension 1 is split over
+    that axis: the sequence is cut into 2 G chunks and the rank with
+    coordinate g reads chunks g and 2 G - 1 - g.
   }];
   let arguments = (ins SymbolNameAttr:$sym_name, TypeAttrOf<Rank_DataBuffer>:$type,
-                       StrAttr:$role, OptionalAttr<StrAttr>:$batch_axis);
+                       StrAttr:$role, OptionalAttr<StrAttr>:$batch_axis,
+                       OptionalAttr<StrAttr>:$seq_axis);
   let assemblyFormat = [{
-    $sym_name `:` $type `role` $role (`batch_axis` $batch_axis^)? attr-dict
+    $sym_name `:` $type `role` $role (`batch_axis` $batch_axis^)?
+    (`seq_axis` $seq_axis^)? attr-dict
   }];
   let hasVerifier = 1;
 }
@@ -480,8 +485,25 @@ def Rank_LossScaleCheckOp : Rank_CallOp<"loss_scale_check"> {
   }];
   let assemblyFormat = "attr-dict";
 }
-def Rank_PosEmbeddingOp : Rank_BinaryCallOp<"pos_embedding", "out[b, s] = x[b, s] + table[s]">;
-def Rank_PosEmbeddingGradOp : Rank_UnaryCallOp<"pos_embedding_grad", "dtable[s] = sum over b of dy[b, s]; 0 past S">;
+// With a `seq_axis` (context parallelism), the rows are this rank's part of
+// the sequence split over that axis (planrt::seq_position: two chunks).
+def Rank_PosEmbeddingOp : Rank_CallOp<"pos_embedding"> {
+  let summary = "out[b, s] = x[b, s] + table[position of s]";
+  let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$lhs,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$rhs,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$out,
+                       DefaultValuedStrAttr<StrAttr, "">:$seq_axis);
+  let assemblyFormat = [{
+    $lhs `,` $rhs `into` $out attr-dict `:` type($lhs) `,` type($rhs) `->` type($out)
+  }];
+}
+def Rank_PosEmbeddingGradOp : Rank_CallOp<"pos_embedding_grad"> {
+  let summary = "dtable[position of s] = sum over b of dy[b, s]; 0 elsewhere";
+  let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$input,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$out,
+                       DefaultValuedStrAttr<StrAttr, "">:$seq_axis);
+  let assemblyFormat = "$input `into` $out attr-dict `:` type($input) `->` type($out)";
+}
 
 def Rank_EmbeddingOp : Rank_CallOp<"embedding"> {
   let summary = "out[...] = table[ids[...]]";
@@ -591,8 +613,37 @@ def Rank_RopeOp : Rank_CallOp<"rope",
   let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$qkv,
                        Arg<Rank_FloatBuffer, "", [MemWrite]>:$out,
                        I64Attr:$num_heads, I64Attr:$num_kv_heads, F64Attr:$theta,
-                       BoolAttr:$inverse);
+                       BoolAttr:$inverse,
+                       DefaultValuedStrAttr<StrAttr, "">:$seq_axis);
   let assemblyFormat = "$qkv `into` $out attr-dict `:` type($qkv) `->` type($out)";
+}
+
+// Context parallelism by all-to-all (Ulysses). Along the last dimension,
+// the seq-split side holds segments (q_width wide, then two of kv_width when
+// kv_width > 0: packed q/k/v), each split into G blocks of whole heads over
+// `axis`; the other side holds every position of block g of each segment,
+// in position order.
+def Rank_SeqToHeadsOp : Rank_CallOp<"seq_to_heads",
+    [DeclareOpInterfaceMethods<RuntimeCallOpInterface, ["getRuntimeAttrNames"]>]> {
+  let summary = "[B, S/G, W] split by sequence -> [B, S, W/G] split by heads";
+  let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$input,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$out,
+                       I64Attr:$q_width, I64Attr:$kv_width, StrAttr:$axis);
+  let assemblyFormat = [{
+    $input `into` $out `over` $axis attr-dict `:` type($input) `->` type($out)
+  }];
+  let hasVerifier = 1;
+}
+def Rank_HeadsToSeqOp : Rank_CallOp<"heads_to_seq",
+    [DeclareOpInterfaceMethods<RuntimeCallOpInterface, ["getRuntimeAttrNames"]>]> {
+  let summary = "[B, S, W/G] split by heads -> [B, S/G, W] split by sequence";
+  let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$input,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$out,
+                       I64Attr:$q_width, I64Attr:$kv_width, StrAttr:$axis);
+  let assemblyFormat = [{
+    $input `into` $out `over` $axis attr-dict `:` type($input) `->` type($out)
+  }];
+  let hasVerifier = 1;
 }
 
 def Rank_AttentionGradOp : Rank_CallOp<"attention_grad"> {

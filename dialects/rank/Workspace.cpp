@@ -65,7 +65,7 @@ bool runsNative(Operation *op, const WorkspaceEnv &env) {
           GeluGradOp, GeluExactOp, GeluExactGradOp, SiluOp, SiluGradOp, CopyOp,
           ScaleOp, RopeOp, PosEmbeddingOp, EmbeddingOp, LayerNormOp,
           LayerNormGradOp, RmsNormOp, RmsNormGradOp, AllGatherOp, AllToAllOp,
-          ShardSliceOp>(op)) {
+          ShardSliceOp, SeqToHeadsOp, HeadsToSeqOp>(op)) {
     int first = -1;
     for (Value v : op->getOperands())
       if (isFloatBuffer(v)) {
@@ -222,6 +222,10 @@ int64_t allToAll(AllToAllOp op, const WorkspaceEnv &env) {
       outer(op.getOut(), op.getGatherDim()), env.axisSize(op.getAxis()),
       movedBytes(op.getInput(), op.getOut()));
 }
+template <class Op> int64_t seqHeads(Op op, const WorkspaceEnv &env) {
+  return ws::seq_heads(numel(op.getInput()), env.axisSize(op.getAxis()),
+                       movedBytes(op.getInput(), op.getOut()));
+}
 /// im2col rows (C * KH * KW) and columns (N * HO * WO) of a convolution.
 std::pair<int64_t, int64_t> convCols(Value input, Value filter, Value out) {
   return {dim(input, 1) * dim(filter, 2) * dim(filter, 3),
@@ -280,6 +284,10 @@ void planc::rank::registerWorkspaceModels(MLIRContext *ctx) {
   AllGatherOp::attachInterface<Model<AllGatherOp, allGather>>(*ctx);
   ReduceScatterOp::attachInterface<Model<ReduceScatterOp, reduceScatter>>(*ctx);
   AllToAllOp::attachInterface<Model<AllToAllOp, allToAll>>(*ctx);
+  SeqToHeadsOp::attachInterface<Model<SeqToHeadsOp, seqHeads<SeqToHeadsOp>>>(
+      *ctx);
+  HeadsToSeqOp::attachInterface<Model<HeadsToSeqOp, seqHeads<HeadsToSeqOp>>>(
+      *ctx);
   Conv2dOp::attachInterface<Model<Conv2dOp, conv2d>>(*ctx);
   Conv2dGradOp::attachInterface<Model<Conv2dGradOp, conv2dGrad>>(*ctx);
   BatchNormOp::attachInterface<Model<BatchNormOp, batchNorm>>(*ctx);

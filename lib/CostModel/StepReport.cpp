@@ -77,6 +77,12 @@ struct Counter {
     else if (auto a2a = dyn_cast<rk::AllToAllOp>(op))
       add("all_to_all", {a2a.getAxis()}, bufferBytes(a2a.getInput().getType()),
           1, times);
+    else if (auto s = dyn_cast<rk::SeqToHeadsOp>(op))
+      add("all_to_all", {s.getAxis()}, bufferBytes(s.getInput().getType()), 1,
+          times);
+    else if (auto s = dyn_cast<rk::HeadsToSeqOp>(op))
+      add("all_to_all", {s.getAxis()}, bufferBytes(s.getInput().getType()), 1,
+          times);
     else if (auto s = dyn_cast<rk::SendOp>(op))
       add("send", {"pp"}, bufferBytes(s.getBuffer().getType()), 1, times);
   }
@@ -216,6 +222,12 @@ struct OpCoster {
     if (auto a2a = dyn_cast<rk::AllToAllOp>(op))
       return collective("all_to_all", {a2a.getAxis().str()},
                         bytes(a2a.getInput()));
+    if (auto s = dyn_cast<rk::SeqToHeadsOp>(op))
+      return collective("all_to_all", {s.getAxis().str()},
+                        bytes(s.getInput()));
+    if (auto s = dyn_cast<rk::HeadsToSeqOp>(op))
+      return collective("all_to_all", {s.getAxis().str()},
+                        bytes(s.getInput()));
     // Sends are asynchronous (the pipeline simulation delays their message
     // by the transfer time); receives wait there too.
     if (isa<rk::SendOp, rk::RecvOp, rk::ShardSliceOp>(op) ||

@@ -395,9 +395,15 @@ OwningOpRef<ModuleOp> Sema::run(ArrayRef<SourceFile> files) {
   // inputs are always split over it.
   SmallVector<int64_t> sizes;
   for (const std::string &axis : par.order) {
-    int64_t size = axis == "dp" ? par.dp : axis == "tp" ? par.tp : par.pp;
+    int64_t size = axis == "dp"   ? par.dp
+                   : axis == "tp" ? par.tp
+                   : axis == "cp" ? par.cp
+                                  : par.pp;
     if (axis == "dp" || size > 1) {
-      meshAxes.push_back(axis == "dp" ? "dp" : axis == "tp" ? "tp" : "pp");
+      meshAxes.push_back(axis == "dp"   ? "dp"
+                         : axis == "tp" ? "tp"
+                         : axis == "cp" ? "cp"
+                                        : "pp");
       sizes.push_back(size);
     }
   }
@@ -464,6 +470,7 @@ OwningOpRef<ModuleOp> Sema::run(ArrayRef<SourceFile> files) {
     add("bucket_mb", par.bucketMB != 25.0, b.getF64FloatAttr(par.bucketMB));
     add("recompute", par.recompute != "none", b.getStringAttr(par.recompute));
     add("sequence_parallel", par.sequenceParallel, b.getBoolAttr(true));
+    add("cp_comm", !par.cpComm.empty(), b.getStringAttr(par.cpComm));
     add("tensor_policy", par.tensorPolicy != "none",
         b.getStringAttr(par.tensorPolicy));
     add("stage_boundaries", !par.stageBoundaries.empty(),

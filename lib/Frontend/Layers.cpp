@@ -265,6 +265,42 @@ bool Sema::checkTpDivides(int64_t n, StringRef what, Location l) {
   return false;
 }
 
+bool Sema::checkCp(int64_t seq, int64_t kv, Location l) {
+  if (par.cp <= 1)
+    return true;
+  auto note = [&](InFlightDiagnostic &d) {
+    if (par.cpLoc)
+      d.attachNote(*par.cpLoc) << "cp is set here";
+  };
+  if (seq % (2 * par.cp) != 0) {
+    auto d = error(l) << "context parallelism cuts the sequence (" << seq
+                      << " positions) into 2 * cp = " << 2 * par.cp
+                      << " equal chunks (rank r holds chunks r and "
+                      << 2 * par.cp - 1
+                      << " - r, which balances causal attention); choose a "
+                         "sequence length that "
+                      << 2 * par.cp << " divides";
+    note(d);
+    return false;
+  }
+  int64_t local = kv / std::max<int64_t>(par.tp, 1);
+  if (local % par.cp != 0) {
+    auto d = error(l) << "cp = " << par.cp << " does not divide the "
+                      << (par.tp > 1 ? "key/value heads per tensor-parallel "
+                                       "rank ("
+                                     : "key/value heads (")
+                      << local
+                      << "): the all-to-all exchange (cp_comm = all_to_all, "
+                         "the only one implemented yet) gives each rank of "
+                         "the cp group whole key/value heads; choose a cp "
+                         "that divides "
+                      << local;
+    note(d);
+    return false;
+  }
+  return true;
+}
+
 void Sema::seedSharding(Value param, int64_t dim, Location use) {
   // The split itself is made by plan-seed-sharding; the frontend checks here
   // what it can report at the layer's location.
@@ -790,7 +826,8 @@ Val Sema::callBuiltin(StringRef fn, Args &args, Location l,
       return out;
     }
     bool ok = checkTpDivides(H, "the attention heads", l) &&
-              checkTpDivides(KV, "the key/value heads", l);
+              checkTpDivides(KV, "the key/value heads", l) &&
+              checkCp(xs[1], KV, l);
     if (!ok)
       return out;
     seedSharding(wqkv, 1, l);

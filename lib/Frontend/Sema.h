@@ -74,8 +74,11 @@ using Settings = llvm::StringMap<Setting>;
 
 /// Parallel settings (section `parallel`), after checking.
 struct ParallelPlan {
-  int64_t dp = 1, tp = 1, pp = 1;
-  std::vector<std::string> order = {"pp", "dp", "tp"};
+  int64_t dp = 1, tp = 1, pp = 1, cp = 1;
+  /// Context parallelism's exchange: "" (the compiler chooses),
+  /// "all_to_all", "all_gather" or "ring".
+  std::string cpComm;
+  std::vector<std::string> order = {"pp", "dp", "cp", "tp"};
   bool sequenceParallel = false;
   std::string schedule = "1f1b";
   int64_t microbatches = 1;
@@ -87,8 +90,8 @@ struct ParallelPlan {
   std::string recompute = "none";
   std::string tensorPolicy = "none";
   bool padVocab = false;
-  int64_t world() const { return dp * tp * pp; }
-  std::optional<mlir::Location> tpLoc, ppLoc, dpLoc, virtualLoc, zeroLoc,
+  int64_t world() const { return dp * cp * tp * pp; }
+  std::optional<mlir::Location> tpLoc, ppLoc, dpLoc, cpLoc, cpCommLoc, virtualLoc, zeroLoc,
       microLoc, boundariesLoc;
 };
 
@@ -209,6 +212,10 @@ private:
   /// (plan-seed-sharding makes the split).
   void seedSharding(mlir::Value param, int64_t dim, mlir::Location use);
   bool checkTpDivides(int64_t n, llvm::StringRef what, mlir::Location l);
+  /// Context parallelism's constraints on an attention layer: the sequence
+  /// (seq positions) splits into 2 cp chunks, and each rank's key/value
+  /// heads (kv, before tp) split over cp (the all-to-all exchange).
+  bool checkCp(int64_t seq, int64_t kv, mlir::Location l);
   /// Padded vocabulary sizes (pad_vocab) -> the real vocabulary.
   llvm::DenseMap<int64_t, int64_t> paddedVocab;
   /// Dropout ops made so far: each gets its own mask (uid).

@@ -20,7 +20,7 @@ static std::string num(double x) {
 /// Settings whose value is a name or a call: evaluated by their reader.
 static bool takesRawValue(StringRef key) {
   return llvm::is_contained({"order", "schedule", "recompute", "tensor",
-                             "sequence_parallel", "pad_vocab", "optimizer",
+                             "sequence_parallel", "pad_vocab", "optimizer", "cp_comm",
                              "lr_schedule", "data", "precision", "loss_scale",
                              "gpu"},
                             key);
@@ -146,7 +146,8 @@ void Sema::readParallel() {
     return;
   Settings s;
   readSettings(parallelSec,
-               {"dp", "tp", "pp", "world", "order", "sequence_parallel",
+               {"dp", "tp", "pp", "cp", "cp_comm", "world", "order",
+                "sequence_parallel",
                 "schedule", "microbatches", "virtual_stages",
                 "stage_boundaries", "zero", "bucket_mb", "recompute", "tensor",
                 "pad_vocab"},
@@ -164,11 +165,35 @@ void Sema::readParallel() {
     par.pp = *v;
     par.ppLoc = at("pp");
   }
-  if (auto w = intSetting(s, "world", 1); w && *w != par.world())
-    error(at("world")) << "world = " << *w << " but dp * tp * pp = " << par.dp
-                       << " * " << par.tp << " * " << par.pp << " = "
-                       << par.world()
-                       << "; the mesh must use every rank exactly once";
+  if (auto v = intSetting(s, "cp", 1, kMaxCount)) {
+    par.cp = *v;
+    par.cpLoc = at("cp");
+  }
+  if (auto v = nameSetting(s, "cp_comm", {"all_to_all", "all_gather", "ring"})) {
+    par.cpComm = *v;
+    par.cpCommLoc = at("cp_comm");
+    if (*v != "all_to_all")
+      error(at("cp_comm"))
+          << "cp_comm = " << *v
+          << " is not implemented yet; context parallelism exchanges by "
+             "all_to_all (Ulysses: cp must divide the key/value heads): set "
+             "cp_comm = all_to_all or leave it out";
+  }
+  if (par.cp == 1 && par.cpCommLoc)
+    error(*par.cpCommLoc) << "cp_comm chooses how context parallelism "
+                             "exchanges keys and values, but cp = 1; set "
+                             "cp > 1 or remove cp_comm";
+  if (auto w = intSetting(s, "world", 1); w && *w != par.world()) {
+    auto diag = error(at("world"));
+    diag << "world = " << *w << " but dp * ";
+    if (par.cp > 1)
+      diag << "cp * ";
+    diag << "tp * pp = " << par.dp << " * ";
+    if (par.cp > 1)
+      diag << par.cp << " * ";
+    diag << par.tp << " * " << par.pp << " = " << par.world()
+         << "; the mesh must use every rank exactly once";
+  }
   if (auto it = s.find("order"); it != s.end()) {
     auto *list =
         dynamic_cast<PlanParser::ListExprContext *>(it->second.ctx->expr());
@@ -179,13 +204,21 @@ void Sema::readParallel() {
           order.push_back(*n);
     std::vector<std::string> sorted = order;
     llvm::sort(sorted);
-    if (!list || sorted != std::vector<std::string>{"dp", "pp", "tp"})
+    // cp may be left out: it then sits just outside tp.
+    bool withCp = llvm::is_contained(sorted, "cp");
+    std::vector<std::string> want = {"dp", "pp", "tp"};
+    if (withCp)
+      want = {"cp", "dp", "pp", "tp"};
+    if (!list || sorted != want) {
       error(it->second.val.loc)
-          << "'order' lists the mesh axes dp, tp and pp once each, outermost "
-             "first, e.g. 'order = [pp, dp, tp]' (the last one varies "
-             "fastest and stays within a node)";
-    else
+          << "'order' lists the mesh axes dp, tp and pp (and optionally cp) "
+             "once each, outermost first, e.g. 'order = [pp, dp, cp, tp]' "
+             "(the last one varies fastest and stays within a node)";
+    } else {
+      if (!withCp)
+        order.insert(llvm::find(order, "tp"), "cp");
       par.order = order;
+    }
   }
   if (auto v = boolSetting(s, "sequence_parallel"))
     par.sequenceParallel = *v;
@@ -509,6 +542,16 @@ void Sema::readCluster() {
 //===----------------------------------------------------------------------===//
 
 void Sema::checkPlan(Location modelLoc) {
+  // Context parallelism splits sequences, which only attention models have.
+  if (par.cp > 1) {
+    bool attention = false;
+    module.walk([&](plan::AttentionOp) { attention = true; });
+    if (!attention)
+      error(*par.cpLoc) << "cp = " << par.cp
+                        << " splits the sequence of attention layers over "
+                           "ranks (context parallelism), but the model has "
+                           "none; remove cp or use dp";
+  }
   // Batches: global = micro * microbatches * dp.
   if (train.batch) {
     int64_t B = *train.batch, dp = par.dp;

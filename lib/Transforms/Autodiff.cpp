@@ -46,19 +46,6 @@ struct AutodiffPass : public planc::impl::AutodiffBase<AutodiffPass> {
 
 } // namespace
 
-/// `v` viewed as 2-D [rows, last dim] (itself when already 2-D).
-static Value rows2d(OpBuilder &b, Location loc, Value v) {
-  auto t = cast<RankedTensorType>(v.getType());
-  if (t.getRank() == 2)
-    return v;
-  int64_t last = t.getDimSize(t.getRank() - 1);
-  auto flat = RankedTensorType::get({t.getNumElements() / last, last},
-                                    t.getElementType());
-  return ReshapeOp::create(b, loc, TypeRange(flat), ValueRange(v),
-                           ArrayRef<NamedAttribute>())
-      ->getResult(0);
-}
-
 /// The gradients of C = op(A) op(B).
 static LogicalResult backpropMatmul(MatmulOp mm, Value dy, OpBuilder &b,
                                     Adjoints &adj,
@@ -89,14 +76,17 @@ static LogicalResult backpropMatmul(MatmulOp mm, Value dy, OpBuilder &b,
                              "batched or transposed left operand and a "
                              "batched right operand yet";
   // Leading dims of A are batch dims: dA is a batched product, dB sums over
-  // all rows, so both sides are viewed as [rows, features].
+  // them (sum_leading: no reshape to [rows, features], so that any leading
+  // dimension, the sequence too, may stay split).
   if (needs(a))
     adj.add(loc, a, mk(a.getType(), dy, w, false, !tb));
   if (needs(w)) {
-    Value a2 = rows2d(b, loc, a), dy2 = rows2d(b, loc, dy);
-    adj.add(loc, w,
-            tb ? mk(w.getType(), dy2, a2, true, false)
-               : mk(w.getType(), a2, dy2, true, false));
+    auto sum = [&](Value l, Value r) {
+      auto op = MatmulOp::create(b, loc, w.getType(), l, r, true, false);
+      op.setSumLeading(true);
+      return op.getResult();
+    };
+    adj.add(loc, w, tb ? sum(dy, a) : sum(a, dy));
   }
   return success();
 }

@@ -280,6 +280,9 @@ void LowerRankToEmitCPass::runOnOperation() {
       if (in.getType().getElementType().isInteger(32))
         c.call(in.getLoc(), "planrt::set_input_dtype", {},
                {c.i64(index), c.i64(1)});
+      if (auto seq = in.getSeqAxis())
+        c.call(in.getLoc(), "planrt::set_input_seq_axis", {},
+               {c.i64(index), c.i64(mesh.getAxisIndex(*seq))});
     }
     // Data sources: 0 = synthetic regression, 1 = token shards, 2 =
     // synthetic classification (class-id labels without an embedding: the

@@ -265,12 +265,21 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
           type->getElementType());
       seqInputs.push_back(arg);
     }
-    for (int64_t d = 1; d < s.getRank(); ++d)
-      if (!s.getDimAxes(d).empty()) {
-        src.emitError() << "input '" << name.getValue()
-                        << "' may only be split along its batch dimension";
-        return failure();
+    // Context parallelism splits sequences (dimension 1) over cp.
+    StringAttr cpOfInput;
+    for (int64_t d = 1; d < s.getRank(); ++d) {
+      SmallVector<StringRef> axes = s.getDimAxes(d);
+      if (axes.empty())
+        continue;
+      if (d == 1 && axes.size() == 1 && axes[0] == OpShardingRule::kContextAxis) {
+        cpOfInput = StringAttr::get(ctx, axes[0]);
+        continue;
       }
+      src.emitError() << "input '" << name.getValue()
+                      << "' may only be split along its batch dimension "
+                         "(and its sequence over cp)";
+      return failure();
+    }
     if (batchAxes.size() > 1) {
       src.emitError() << "input '" << name.getValue()
                       << "' is split over several axes; not supported yet";
@@ -280,7 +289,8 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
       rk::InputDeclOp::create(declB, loc, name, *type, kind,
                               batchAxes.empty()
                                   ? StringAttr()
-                                  : StringAttr::get(ctx, batchAxes[0]));
+                                  : StringAttr::get(ctx, batchAxes[0]),
+                              cpOfInput);
     buf[arg] = rk::InputOp::create(b, loc, *type, ref);
     // What a reference implementation needs to replay step 1 (or an
     // evaluation batch, with the forward function).
@@ -315,6 +325,51 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
     for (StringRef a : getSharding(qkv).getDimAxes(2))
       n *= mesh.getAxisSize(a);
     return {b.getI64IntegerAttr(h / n), b.getI64IntegerAttr(kv / n)};
+  };
+  // Context parallelism: "cp" when it splits the sequence (dimension 1) of
+  // `v`, else "" (the runtime's "no axis").
+  auto contextAxis = [&](Value v) {
+    ShardingAttr s = getSharding(v);
+    bool split = s && s.getRank() > 1 &&
+                 llvm::is_contained(s.getDimAxes(1),
+                                    StringRef(OpShardingRule::kContextAxis));
+    return b.getStringAttr(split ? OpShardingRule::kContextAxis : "");
+  };
+  // A buffer like `local` [B, S/G, W] as every position of 1/G of W.
+  auto headSplitType = [&](Value local, int64_t G) {
+    auto t = cast<MemRefType>(local.getType());
+    return MemRefType::get(
+        {t.getDimSize(0), t.getDimSize(1) * G, t.getDimSize(2) / G},
+        t.getElementType());
+  };
+  // Ulysses: attention's packed qkv, split by sequence over cp, exchanged
+  // for every position of 1/G of the heads. A backward in the same block as
+  // its forward reuses the forward's exchanged buffer (kept instead of the
+  // local qkv, the same bytes); elsewhere (pipeline units, recomputed
+  // layers) it exchanges again.
+  DenseMap<Value, std::pair<Block *, Value>> headSplitQkv;
+  auto headSplit = [&](Value qkv, Value local, int64_t h, int64_t kv,
+                       StringAttr axis, Operation *user) -> FailureOr<Value> {
+    auto it = headSplitQkv.find(qkv);
+    if (it != headSplitQkv.end() &&
+        it->second.first == b.getInsertionBlock())
+      return it->second.second;
+    int64_t G = mesh.getAxisSize(axis.getValue());
+    int64_t d = cast<MemRefType>(local.getType()).getDimSize(2) / (h + 2 * kv);
+    if (h % G != 0 || kv % G != 0) {
+      user->emitError() << "context parallelism by all-to-all gives each of "
+                        << "the cp = " << G
+                        << " ranks whole key/value heads, but this rank has "
+                        << kv << " (and " << h
+                        << " query heads); choose a cp that divides " << kv;
+      return failure();
+    }
+    Value out =
+        rk::AllocOp::create(b, user->getLoc(), headSplitType(local, G));
+    rk::SeqToHeadsOp::create(b, user->getLoc(), local, out, h * d, kv * d,
+                             axis);
+    headSplitQkv[qkv] = {b.getInsertionBlock(), out};
+    return out;
   };
   // The mesh axes that split a value's batch (dimension 0) across ranks:
   // not the sequential (microbatch) axis, whose parts a loop visits.
@@ -1165,10 +1220,16 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
                                           *axis ? *axis : b.getStringAttr(""));
               return true;
             })
-            .Case<PosEmbeddingOp>(
-                [&](auto) { return same(rk::PosEmbeddingOp()); })
-            .Case<PosEmbeddingGradOp>(
-                [&](auto) { return same(rk::PosEmbeddingGradOp()); })
+            .Case<PosEmbeddingOp>([&](PosEmbeddingOp p) {
+              rk::PosEmbeddingOp::create(b, loc, in(0), in(1), out,
+                                         contextAxis(p.getInput()));
+              return true;
+            })
+            .Case<PosEmbeddingGradOp>([&](PosEmbeddingGradOp p) {
+              rk::PosEmbeddingGradOp::create(b, loc, in(0), out,
+                                             contextAxis(p.getGrad()));
+              return true;
+            })
             .Case<LayerNormOp>([&](LayerNormOp ln) {
               rk::LayerNormOp::create(b, loc, in(0), in(1), in(2), out,
                                       ln.getEpsAttr());
@@ -1282,20 +1343,55 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
             .Case<AttentionOp>([&](AttentionOp a) {
               auto [h, kv] =
                   localHeads(a.getQkv(), a.getNumHeads(), a.getNumKvHeads());
-              rk::AttentionOp::create(b, loc, in(0), out, h, kv);
+              StringAttr cp = contextAxis(a.getQkv());
+              if (cp.getValue().empty()) {
+                rk::AttentionOp::create(b, loc, in(0), out, h, kv);
+                return true;
+              }
+              int64_t G = mesh.getAxisSize(cp.getValue());
+              FailureOr<Value> qkv =
+                  headSplit(a.getQkv(), in(0), h.getInt(), kv.getInt(), cp, &op);
+              if (failed(qkv))
+                return false;
+              Value o = rk::AllocOp::create(b, loc, headSplitType(out, G));
+              rk::AttentionOp::create(b, loc, *qkv, o,
+                                      b.getI64IntegerAttr(h.getInt() / G),
+                                      b.getI64IntegerAttr(kv.getInt() / G));
+              rk::HeadsToSeqOp::create(
+                  b, loc, o, out,
+                  cast<MemRefType>(out.getType()).getDimSize(2), 0, cp);
               return true;
             })
             .Case<RopeOp>([&](RopeOp r) {
               auto [h, kv] =
                   localHeads(r.getQkv(), r.getNumHeads(), r.getNumKvHeads());
               rk::RopeOp::create(b, loc, in(0), out, h, kv, r.getThetaAttr(),
-                                 b.getBoolAttr(r.getInverse()));
+                                 b.getBoolAttr(r.getInverse()),
+                                 contextAxis(r.getQkv()));
               return true;
             })
             .Case<AttentionGradOp>([&](AttentionGradOp a) {
               auto [h, kv] =
                   localHeads(a.getQkv(), a.getNumHeads(), a.getNumKvHeads());
-              rk::AttentionGradOp::create(b, loc, in(0), in(1), out, h, kv);
+              StringAttr cp = contextAxis(a.getQkv());
+              if (cp.getValue().empty()) {
+                rk::AttentionGradOp::create(b, loc, in(0), in(1), out, h, kv);
+                return true;
+              }
+              int64_t G = mesh.getAxisSize(cp.getValue());
+              FailureOr<Value> qkv =
+                  headSplit(a.getQkv(), in(0), h.getInt(), kv.getInt(), cp, &op);
+              if (failed(qkv))
+                return false;
+              int64_t width = cast<MemRefType>(in(1).getType()).getDimSize(2);
+              int64_t kvWidth = width / h.getInt() * kv.getInt();
+              Value dy = rk::AllocOp::create(b, loc, headSplitType(in(1), G));
+              rk::SeqToHeadsOp::create(b, loc, in(1), dy, width, 0, cp);
+              Value dx = rk::AllocOp::create(b, loc, headSplitType(out, G));
+              rk::AttentionGradOp::create(
+                  b, loc, *qkv, dy, dx, b.getI64IntegerAttr(h.getInt() / G),
+                  b.getI64IntegerAttr(kv.getInt() / G));
+              rk::HeadsToSeqOp::create(b, loc, dx, out, width, kvWidth, cp);
               return true;
             })
             .Case<CrossEntropyOp>([&](CrossEntropyOp ce) {

@@ -225,6 +225,14 @@ FailureOr<SmallVector<Choice>> Propagator::resolve(Operation *op,
       if (rule.factors[f].needsReplication || st.prio >= kOpen ||
           st.axes.empty())
         continue;
+      // A positional factor (the sequence of attention and rope) keeps only
+      // a leading context-parallel split; the rest is gathered.
+      SmallVector<StringRef, 2> axes(st.axes);
+      if (rule.factors[f].positional) {
+        if (axes.front() != Rule::kContextAxis)
+          continue;
+        axes.resize(1);
+      }
       // Where the rule gives a dimension segments (attention's packed
       // q/k/v), the tensor must be split by them; elsewhere the op passes
       // the dimension on and its segments travel with the factor.
@@ -235,19 +243,19 @@ FailureOr<SmallVector<Choice>> Propagator::resolve(Operation *op,
       } else {
         carried = st.segments;
       }
-      if (!divides(rule.factors[f].size, rd.segments, st.axes) ||
-          !divides(rule.factors[f].size, carried, st.axes))
+      if (!divides(rule.factors[f].size, rd.segments, axes) ||
+          !divides(rule.factors[f].size, carried, axes))
         continue;
       Choice &c = choice[f];
       if (c.prio == 0 && st.prio == 0 &&
-          (c.axes != st.axes || c.segments != carried)) {
+          (c.axes != axes || c.segments != carried)) {
         InFlightDiagnostic diag = op->emitError()
                                   << "conflicting shardings from two "
                                      "annotations: one dimension is split "
                                      "over [";
         llvm::interleaveComma(c.axes, diag);
         diag << "] by one and over [";
-        llvm::interleaveComma(st.axes, diag);
+        llvm::interleaveComma(axes, diag);
         diag << "] by the other; make the shard(...) annotations agree or "
                 "remove one";
         if (c.origin)
@@ -259,12 +267,12 @@ FailureOr<SmallVector<Choice>> Propagator::resolve(Operation *op,
       bool better =
           st.prio < c.prio || (st.prio == c.prio && st.anchored && !c.anchored);
       Choice cand;
-      cand.axes = st.axes;
+      cand.axes = axes;
       cand.segments = carried;
       cand.prio = st.prio;
       cand.anchored = st.anchored;
       cand.origin = st.origin;
-      cand.weakFrom = std::min(st.weakFrom, st.axes.size());
+      cand.weakFrom = std::min(st.weakFrom, axes.size());
       cand.weakPrio = st.weakPrio;
       if (better) {
         if (c.prio < kOpen)

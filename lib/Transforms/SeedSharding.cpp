@@ -35,7 +35,8 @@ struct SeedShardingPass
   /// argument already has a layout.
   void seed(func::FuncOp f, BlockArgument arg, int64_t dim,
             ArrayRef<StringRef> axis, StringRef origin,
-            ArrayRef<int64_t> segments = {}) {
+            ArrayRef<int64_t> segments = {},
+            ArrayRef<StringRef> seqAxis = {}) {
     unsigned i = arg.getArgNumber();
     if (hasLayout(arg))
       return;
@@ -52,6 +53,9 @@ struct SeedShardingPass
     Builder b(f.getContext());
     SmallVector<Attribute> dims(type.getRank(), b.getArrayAttr({}));
     dims[dim] = b.getStrArrayAttr(axis);
+    if (!seqAxis.empty() && type.getRank() >= 2 &&
+        type.getDimSize(1) % mesh.getAxisSize(seqAxis[0]) == 0)
+      dims[1] = b.getStrArrayAttr(seqAxis);
     SmallVector<Attribute> seg;
     if (!segments.empty()) {
       seg.assign(type.getRank(), b.getDenseI64ArrayAttr({}));
@@ -109,6 +113,10 @@ struct SeedShardingPass
   LogicalResult seedSequence(func::FuncOp f) {
     LogicalResult result = success();
     int64_t tp = mesh.getAxisSize("tp");
+    // With context parallelism, each cp rank's part of the sequence is
+    // split further over tp.
+    bool cp = mesh.getAxisIndex(OpShardingRule::kContextAxis) >= 0;
+    int64_t cpSize = cp ? mesh.getAxisSize(OpShardingRule::kContextAxis) : 1;
     f.walk([&](Operation *op) {
       if (!isa<LayerNormOp, RmsNormOp>(op))
         return;
@@ -116,12 +124,15 @@ struct SeedShardingPass
       auto type = cast<RankedTensorType>(x.getType());
       if (type.getRank() != 3)
         return;
-      if (type.getDimSize(1) % tp != 0) {
-        result = op->emitError()
-                 << "sequence parallelism splits the sequence ("
-                 << type.getDimSize(1) << " positions) over tp = " << tp
-                 << ", which does not divide it; choose a sequence length "
-                    "that tp divides";
+      if (type.getDimSize(1) % (tp * cpSize) != 0) {
+        InFlightDiagnostic d = op->emitError();
+        d << "sequence parallelism splits the sequence ("
+          << type.getDimSize(1) << " positions) over tp = " << tp;
+        if (cp)
+          d << " within each of the cp = " << cpSize << " parts";
+        d << ", which does not divide it; choose a sequence length that "
+          << tp * cpSize << " divides";
+        result = failure();
         return;
       }
       OpBuilder b(op);
@@ -132,7 +143,8 @@ struct SeedShardingPass
       if (mesh.isSequential("mb"))
         batch.push_back("mb");
       dims[0] = b.getStrArrayAttr(batch);
-      dims[1] = b.getStrArrayAttr({"tp"});
+      dims[1] = cp ? b.getStrArrayAttr({OpShardingRule::kContextAxis, "tp"})
+                   : b.getStrArrayAttr({"tp"});
       auto sharding = ShardingAttr::get(
           f.getContext(), FlatSymbolRefAttr::get(mesh.getSymNameAttr()),
           b.getArrayAttr(dims), b.getArrayAttr({}));
@@ -208,12 +220,16 @@ void SeedShardingPass::runOnOperation() {
       batchAxes.push_back("dp");
     if (mesh.isSequential("mb"))
       batchAxes.push_back("mb");
+    // Context parallelism: sequences (dimension 1) over cp.
+    SmallVector<StringRef> seqAxis;
+    if (mesh.getAxisIndex(OpShardingRule::kContextAxis) >= 0)
+      seqAxis.push_back(OpShardingRule::kContextAxis);
     if (!batchAxes.empty())
       for (BlockArgument arg : f.getArguments()) {
         auto kind =
             f.getArgAttrOfType<StringAttr>(arg.getArgNumber(), kKindAttr);
         if (kind && (kind.getValue() == "input" || kind.getValue() == "label"))
-          seed(f, arg, 0, batchAxes, "data");
+          seed(f, arg, 0, batchAxes, "data", {}, seqAxis);
       }
     if (!megatron)
       continue;

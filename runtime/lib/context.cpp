@@ -202,6 +202,22 @@ void set_input_dtype(Context *ctx, int64_t input_index, int64_t dtype) {
   in.t.dtype = (int)dtype;
 }
 
+void set_input_seq_axis(Context *ctx, int64_t input_index, int64_t axis) {
+  check_ctx(ctx, "set_input_seq_axis");
+  if (ctx->started)
+    fatal("set_input_seq_axis: called after the program started");
+  if (input_index < 0 || input_index >= (int64_t)ctx->inputs.size())
+    fatal("set_input_seq_axis: input index %lld out of range (%zu inputs "
+          "declared)",
+          (long long)input_index, ctx->inputs.size());
+  InputDesc &in = ctx->inputs[input_index];
+  if (in.t.ndim < 2 || axis < 0)
+    fatal("set_input_seq_axis '%s': needs a [rows, sequence] input and a "
+          "mesh axis, got %s and axis %lld",
+          in.name.c_str(), shape_str(&in.t).c_str(), (long long)axis);
+  in.seq_axis = axis;
+}
+
 void set_data_path(Context *ctx, const char *pattern) {
   check_ctx(ctx, "set_data_path");
   if (ctx->started)

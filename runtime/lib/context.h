@@ -74,6 +74,7 @@ struct InputDesc {
   std::string name;
   int64_t role = RoleInput;
   int64_t batch_axis = -1;
+  int64_t seq_axis = -1;      // context parallelism: dimension 1's axis
   Tensor t;                   // device buffer, refilled every step
   std::vector<float> staging; // host staging buffer
 };

@@ -52,11 +52,16 @@ void validate(Context *ctx) {
   int64_t naxes = (int64_t)ctx->axis_sizes.size();
   for (auto &p : ctx->params)
     internal::validate_layout(ctx, p, "parameter");
-  for (auto &in : ctx->inputs)
+  for (auto &in : ctx->inputs) {
     if (in.batch_axis >= naxes)
       fatal("input '%s': batch axis %lld is not a declared mesh axis (%lld "
             "axes)",
             in.name.c_str(), (long long)in.batch_axis, (long long)naxes);
+    if (in.seq_axis >= naxes)
+      fatal("input '%s': sequence axis %lld is not a declared mesh axis "
+            "(%lld axes)",
+            in.name.c_str(), (long long)in.seq_axis, (long long)naxes);
+  }
   if (ctx->inputs.empty())
     return; // nothing to generate (tests, or programs without data)
   if (ctx->data_kind < DataSynthetic || ctx->data_kind > DataCifar10)
@@ -90,11 +95,20 @@ void validate(Context *ctx) {
                  : "a 2-D input and a 2-D label",
           x->name.c_str(), shape_str(&x->t).c_str(), y->name.c_str(),
           shape_str(&y->t).c_str());
-  if (x->t.shape[0] != y->t.shape[0] || x->batch_axis != y->batch_axis)
-    fatal("%s: input '%s' %s and label '%s' %s must have the same rows and "
-          "batch axis",
+  if (x->t.shape[0] != y->t.shape[0] || x->batch_axis != y->batch_axis ||
+      x->seq_axis != y->seq_axis)
+    fatal("%s: input '%s' %s and label '%s' %s must have the same rows, "
+          "batch axis and sequence axis",
           kind, x->name.c_str(), shape_str(&x->t).c_str(), y->name.c_str(),
           shape_str(&y->t).c_str());
+  if (x->seq_axis >= 0 && ctx->data_kind != DataTokenShards)
+    fatal("%s: input '%s' is split along its sequence (context "
+          "parallelism), which only token shards support",
+          kind, x->name.c_str());
+  if (x->seq_axis >= 0 && x->t.shape[1] % 2 != 0)
+    fatal("%s: input '%s' %s: a sequence split over an axis has two equal "
+          "chunks per rank",
+          kind, x->name.c_str(), shape_str(&x->t).c_str());
   int want_x = ctx->data_kind == DataTokenShards ? I32 : F32;
   int want_y = ctx->data_kind == DataSynthetic ? F32 : I32;
   for (auto [in, want] : {std::pair{x, want_x}, std::pair{y, want_y}})

@@ -10,6 +10,7 @@
 
 #include "context.h"
 #include "planrt/internal.h"
+#include "planrt/kernels.h"
 
 #include <glob.h>
 #include <sys/stat.h>
@@ -206,7 +207,10 @@ namespace {
 
 struct TokenIO {
   InputDesc *x = nullptr, *y = nullptr;
-  int64_t rows = 0, seq = 0, global_rows = 0;
+  /// seq: the whole sequence; local_seq: this rank's positions of it (all
+  /// of them unless context parallelism splits it).
+  int64_t rows = 0, seq = 0, local_seq = 0, global_rows = 0;
+  kernels::SeqPart part;
 };
 
 TokenIO token_io(Context *ctx) {
@@ -214,7 +218,11 @@ TokenIO token_io(Context *ctx) {
   for (auto &in : ctx->inputs)
     (in.role == RoleInput ? io.x : io.y) = &in;
   io.rows = io.x->t.shape[0];
-  io.seq = io.x->t.shape[1];
+  io.local_seq = io.x->t.shape[1];
+  if (io.x->seq_axis >= 0) // the coordinate only matters once filling
+    io.part = {ctx->coords.empty() ? 0 : ctx->coords[io.x->seq_axis],
+               ctx->axis_sizes[io.x->seq_axis]};
+  io.seq = io.local_seq * io.part.G;
   io.global_rows =
       io.rows * (io.x->batch_axis >= 0 ? ctx->axis_sizes[io.x->batch_axis] : 1);
   return io;
@@ -290,6 +298,17 @@ void fill_tokens(Context *ctx, int64_t step) {
               file->path.c_str(), (long long)(at - file->first), (int)id,
               (long long)ctx->token_vocab, (long long)step, ctx->rank);
       }
+  }
+  if (io.part.G > 1) {
+    // Context parallelism: this rank's positions of each row, in place
+    // (position(t) >= t, so row r's local columns never overwrite what a
+    // later one reads).
+    for (std::vector<int32_t> *v : {&ctx->token_inputs, &ctx->token_labels})
+      for (int64_t r = 0; r < io.rows; ++r)
+        for (int64_t t = 0; t < io.local_seq; ++t)
+          (*v)[(size_t)(r * io.local_seq + t)] =
+              (*v)[(size_t)(r * io.seq + io.part.position(t, io.local_seq))];
+    n = (size_t)(io.rows * io.local_seq);
   }
   backend::to_device(ctx, io.x->t.data, ctx->token_inputs.data(),
                      n * sizeof(int32_t));

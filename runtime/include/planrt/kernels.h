@@ -531,6 +531,40 @@ template <class T = float> struct ScaleFn {
   PLANRT_HD void operator()(int64_t i) const { st(out[i], factor * ld(x[i])); }
 };
 
+/// Context parallelism's layout of a sequence split over G ranks: it is cut
+/// into 2 G chunks of c = local / 2 positions and rank g holds chunks g and
+/// 2 G - 1 - g, so that every rank has as much causal-attention work (early
+/// positions attend to few keys, late ones to many). G = 1: the whole
+/// sequence in order.
+struct SeqPart {
+  int64_t g = 0, G = 1;
+  /// The global position of local row t of `local` rows.
+  PLANRT_HD int64_t position(int64_t t, int64_t local) const {
+    if (G <= 1)
+      return t;
+    int64_t c = local / 2;
+    return t < c ? g * c + t : (2 * G - 1 - g) * c + (t - c);
+  }
+  /// The rank holding position p (of parts of `local` rows) and its row.
+  PLANRT_HD void owner(int64_t p, int64_t local, int64_t *rank,
+                       int64_t *row) const {
+    if (G <= 1) {
+      *rank = 0;
+      *row = p;
+      return;
+    }
+    int64_t c = local / 2, k = p / c;
+    *rank = k < G ? k : 2 * G - 1 - k;
+    *row = k < G ? p - k * c : c + p - k * c;
+  }
+  /// This rank's row of position p, or -1 when another rank holds it.
+  PLANRT_HD int64_t local_row(int64_t p, int64_t local) const {
+    int64_t r, t;
+    owner(p, local, &r, &t);
+    return r == g ? t : -1;
+  }
+};
+
 /// Rotary position embedding (plan.rope) of packed qkv viewed as rows of
 /// `width` = (H + 2 KV) Dh, `seq` rows per sequence: the first `rotated` =
 /// (H + KV) Dh columns (query and key heads) are rotated in Llama's
@@ -545,13 +579,14 @@ template <class T = float> struct RopeFn {
   int64_t seq, width, head_dim, rotated;
   double log_theta;
   float sign;
+  SeqPart part = {}; // the rows' positions (context parallelism)
   PLANRT_HD void operator()(int64_t i) const {
     int64_t col = i % width;
     if (col >= rotated) {
       st(out[i], ld(x[i]));
       return;
     }
-    int64_t pos = (i / width) % seq, half = head_dim / 2;
+    int64_t pos = part.position((i / width) % seq, seq), half = head_dim / 2;
     int64_t j = col % head_dim, k = j % half;
     double a = double(pos) * exp(-log_theta * double(2 * k) / double(head_dim));
     float c = float(cos(a)), s = sign * float(sin(a));
@@ -577,14 +612,16 @@ struct FillI32Fn {
   PLANRT_HD void operator()(int64_t i) const { t[i] = value; }
 };
 
-/// out[r, c] = x[r, c] + table[r % S, c] for x viewed as [B * S, C].
+/// out[r, c] = x[r, c] + table[position of r % S, c] for x viewed as
+/// [B * S, C].
 template <class T = float> struct PosEmbeddingFn {
   static constexpr bool kElementwise = true;
   const T *x, *table;
   T *out;
   int64_t S, C;
+  SeqPart part = {};
   PLANRT_HD void operator()(int64_t i) const {
-    int64_t s = (i / C) % S;
+    int64_t s = part.position((i / C) % S, S);
     st(out[i], ld(x[i]) + ld(table[s * C + i % C]));
   }
 };
@@ -1128,21 +1165,116 @@ template <class T = float> struct EmbeddingGradColumnFn {
   }
 };
 
-/// dtable[s, c] = sum_b dout[b, s, c] for s < S, 0 for s >= S; index space:
-/// T * C (all of dtable).
+/// dtable[p, c] = sum_b dout[b, s, c] for the local row s at position p,
+/// 0 for positions no local row holds; index space: T * C (all of dtable).
 /// dout of storage type T, dtable of G (T, or f32 for a fused widening).
 template <class T = float, class G = float> struct PosEmbeddingGradFn {
   static constexpr bool kElementwise = true;
   const T *dout;
   G *dtable;
   int64_t B, S, C;
+  SeqPart part = {};
   PLANRT_HD void operator()(int64_t i) const {
-    int64_t s = i / C, c = i % C;
+    int64_t p = i / C, c = i % C;
+    int64_t s = p < S * part.G ? part.local_row(p, S) : -1;
     float acc = 0.0f;
-    if (s < S)
+    if (s >= 0)
       for (int64_t b = 0; b < B; ++b)
         acc += ld(dout[(b * S + s) * C + c]);
     st(dtable[i], acc);
+  }
+};
+
+//===--- Context parallelism by all-to-all (Ulysses) ----------------------===//
+//
+// The sequence-split side is [B, L, W] per rank (L = S / G rows at the
+// positions SeqPart gives); W is q_width, then two segments of kv_width when
+// kv_width > 0 (packed q/k/v). The head-split side is [B, S, W / G]: every
+// position, in order, of block k of each segment (whole heads). Member k of
+// the all-to-all gets block k; messages are [B, L, W / G] per member.
+
+struct HeadBlocks {
+  int64_t B, L, q_width, kv_width, G;
+  PLANRT_HD int64_t W() const { return q_width + 2 * kv_width; }
+  PLANRT_HD int64_t Wg() const { return W() / G; }
+  /// The column of the full width that is column c of member k's block.
+  PLANRT_HD int64_t column(int64_t k, int64_t c) const {
+    int64_t q = q_width / G, kv = kv_width / G;
+    if (c < q)
+      return k * q + c;
+    c -= q;
+    int64_t seg = c / (kv > 0 ? kv : 1);
+    return q_width + seg * kv_width + k * kv + (c - seg * kv);
+  }
+  /// Inverse of column(): the member and its block's column for `col`.
+  PLANRT_HD void block(int64_t col, int64_t *k, int64_t *c) const {
+    int64_t q = q_width / G, kv = kv_width / G;
+    if (col < q_width) {
+      *k = col / q;
+      *c = col % q;
+      return;
+    }
+    col -= q_width;
+    int64_t seg = col / kv_width, r = col % kv_width;
+    *k = r / kv;
+    *c = q + seg * kv + r % kv;
+  }
+};
+
+/// seq_to_heads, step 1: the message for member k, [k][B][L][Wg], from this
+/// rank's rows.
+template <class T = float> struct PackHeadsFn {
+  static constexpr bool kElementwise = true;
+  const T *in;
+  T *send;
+  HeadBlocks h;
+  PLANRT_HD void operator()(int64_t i) const {
+    int64_t Wg = h.Wg(), c = i % Wg, row = (i / Wg) % (h.B * h.L),
+            k = i / (Wg * h.B * h.L);
+    send[i] = in[row * h.W() + h.column(k, c)];
+  }
+};
+
+/// seq_to_heads, step 2: out [B, S, Wg] in position order from the messages
+/// [j][B][L][Wg] of every member j.
+template <class T = float> struct UnpackSeqFn {
+  static constexpr bool kElementwise = true;
+  const T *recv;
+  T *out;
+  HeadBlocks h;
+  PLANRT_HD void operator()(int64_t i) const {
+    int64_t Wg = h.Wg(), S = h.L * h.G, c = i % Wg, p = (i / Wg) % S,
+            b = i / (Wg * S), j, t;
+    SeqPart{0, h.G}.owner(p, h.L, &j, &t);
+    out[i] = recv[((j * h.B + b) * h.L + t) * Wg + c];
+  }
+};
+
+/// heads_to_seq, step 1: the message for member j, [j][B][L][Wg]: the rows
+/// of its positions, from in [B, S, Wg].
+template <class T = float> struct PackSeqFn {
+  static constexpr bool kElementwise = true;
+  const T *in;
+  T *send;
+  HeadBlocks h;
+  PLANRT_HD void operator()(int64_t i) const {
+    int64_t Wg = h.Wg(), S = h.L * h.G, c = i % Wg, t = (i / Wg) % h.L,
+            b = (i / (Wg * h.L)) % h.B, j = i / (Wg * h.L * h.B);
+    int64_t p = SeqPart{j, h.G}.position(t, h.L);
+    send[i] = in[(b * S + p) * Wg + c];
+  }
+};
+
+/// heads_to_seq, step 2: out [B, L, W] from member k's blocks [k][B][L][Wg].
+template <class T = float> struct UnpackHeadsFn {
+  static constexpr bool kElementwise = true;
+  const T *recv;
+  T *out;
+  HeadBlocks h;
+  PLANRT_HD void operator()(int64_t i) const {
+    int64_t W = h.W(), col = i % W, row = i / W, k, c;
+    h.block(col, &k, &c);
+    out[i] = recv[(k * h.B * h.L + row) * h.Wg() + c];
   }
 };
 

@@ -89,6 +89,12 @@ void declare_input(Context *ctx, const char *name, int64_t role, int64_t ndim,
 /// the default; 1 = I32, token ids). Call it right after declare_input.
 void set_input_dtype(Context *ctx, int64_t input_index, int64_t dtype);
 
+/// Context parallelism: dimension 1 (the sequence) of per-step input
+/// `input_index` is split over mesh axis `axis` (G ranks): the sequence is
+/// cut into 2 G chunks and the rank with coordinate g holds chunks g and
+/// 2 G - 1 - g, in that order (see rope). Token shards only.
+void set_input_seq_axis(Context *ctx, int64_t input_index, int64_t axis);
+
 /// Kinds of training data (values of `data_kind`).
 enum DataKind : int {
   DataSynthetic = 0,
@@ -543,10 +549,13 @@ void embedding_grad(Context *ctx, const Tensor *ids, const Tensor *dout,
 void embedding_grad_add(Context *ctx, const Tensor *ids, const Tensor *dout,
                         Tensor *dtable, int64_t vocab_axis);
 /// x, out [B,S,C], table [T,C] with S <= T: out[b,s,:] = x[b,s,:] + table[s,:].
+/// With `seq_axis` >= 0, local row s is at its position as for rope.
 void pos_embedding(Context *ctx, const Tensor *x, const Tensor *table,
-                   Tensor *out);
-/// dtable[s,:] = sum_b dout[b,s,:] for s < S; rows s >= S are zero.
-void pos_embedding_grad(Context *ctx, const Tensor *dout, Tensor *dtable);
+                   Tensor *out, int64_t seq_axis = -1);
+/// dtable[s,:] = sum_b dout[b,s,:] for s < S; rows s >= S are zero. With
+/// `seq_axis` >= 0: the rows of this rank's positions, the others zero.
+void pos_embedding_grad(Context *ctx, const Tensor *dout, Tensor *dtable,
+                        int64_t seq_axis = -1);
 
 /// LayerNorm over the last dim (biased variance): gamma, beta [C].
 void layernorm(Context *ctx, const Tensor *x, const Tensor *gamma,
@@ -570,8 +579,22 @@ void rmsnorm_grad(Context *ctx, const Tensor *x, const Tensor *gamma,
 /// position (Llama's rotate-half convention, base `theta`), value heads
 /// copied; `inverse` rotates back (the gradient). out has qkv's shape and
 /// must be another buffer.
+/// With `seq_axis` >= 0 (context parallelism) the rows are this rank's
+/// part of a sequence split over that axis: two chunks, at the positions
+/// of kernels::SeqPart (rank g of G holds chunks g and 2 G - 1 - g).
 void rope(Context *ctx, const Tensor *qkv, Tensor *out, int64_t num_heads,
-          int64_t num_kv_heads, double theta, bool inverse);
+          int64_t num_kv_heads, double theta, bool inverse,
+          int64_t seq_axis = -1);
+/// Context parallelism by all-to-all (Ulysses) over `axis` (G ranks).
+/// seq_to_heads: in [B, L, W], this rank's L = S / G positions (as for
+/// rope's seq_axis), W = q_width, then two segments of kv_width when
+/// kv_width > 0 (packed q/k/v); out [B, S, W / G]: every position, in
+/// order, of block g of each segment (whole heads). heads_to_seq is its
+/// inverse (in [B, S, W / G], out [B, L, W]; the widths describe out).
+void seq_to_heads(Context *ctx, const Tensor *in, Tensor *out,
+                  int64_t q_width, int64_t kv_width, int64_t axis);
+void heads_to_seq(Context *ctx, const Tensor *in, Tensor *out,
+                  int64_t q_width, int64_t kv_width, int64_t axis);
 void attention(Context *ctx, const Tensor *qkv, Tensor *out, int64_t num_heads,
                int64_t num_kv_heads);
 /// Recomputes the probabilities; dqkv (shape of qkv) is overwritten.

@@ -169,6 +169,12 @@ constexpr int64_t all_to_all(int64_t elements, int64_t split_outer,
              : (split_outer != 1 ? round(elements * elem_bytes) : 0) +
                    (gather_outer != 1 ? round(elements * elem_bytes) : 0);
 }
+/// seq_to_heads / heads_to_seq (context parallelism's all-to-all): the
+/// blocks packed for sending and those received, each the whole tensor.
+constexpr int64_t seq_heads(int64_t elements, int64_t group,
+                            int64_t elem_bytes) {
+  return elements == 0 || group == 1 ? 0 : 2 * round(elements * elem_bytes);
+}
 /// conv2d / conv2d_grad: im2col columns [krows, cols] and the output (or
 /// output gradient) moved to [O, cols].
 constexpr int64_t conv2d(int64_t krows, int64_t cols, int64_t out_channels) {
