@@ -30,6 +30,8 @@ std::string ParallelConfig::describe() const {
   std::string s;
   llvm::raw_string_ostream os(s);
   os << "dp " << dp << " tp " << tp << " pp " << pp;
+  if (cp > 1)
+    os << " cp " << cp;
   if (pp > 1) {
     os << " " << schedule;
     if (virtualStages > 1)
@@ -43,9 +45,12 @@ std::string ParallelConfig::describe() const {
   os << " " << recompute;
   // The order of the axes that split the mesh (size 1 moves nothing).
   std::vector<std::string> split;
-  for (const std::string &a : order)
+  for (const std::string &a : order) {
+    if (a == "tp" && cp > 1)
+      split.push_back("cp");
     if ((a == "dp" ? dp : a == "tp" ? tp : pp) > 1)
       split.push_back(a);
+  }
   if (split.size() > 1)
     os << " [" << llvm::join(split, ",") << "]";
   return s;
@@ -173,11 +178,16 @@ struct ProbeKey {
   bool sp;
   std::string recompute;
   int64_t microBatch;
+  int64_t cp = 1;
   bool operator<(const ProbeKey &o) const {
-    return std::tie(tp, sp, recompute, microBatch) <
-           std::tie(o.tp, o.sp, o.recompute, o.microBatch);
+    return std::tie(tp, sp, recompute, microBatch, cp) <
+           std::tie(o.tp, o.sp, o.recompute, o.microBatch, o.cp);
   }
 };
+
+/// Sequences at least this long are searched with context parallelism
+/// (shorter ones fit without it, and it would only add all-to-alls).
+constexpr int64_t kLongSequence = 8192;
 
 /// The input's model, batch and cluster, read from its parsed module.
 struct Problem {
@@ -191,6 +201,10 @@ struct Problem {
   std::map<std::vector<int64_t>, int64_t> paramShapes; // shape -> count
   ParallelConfig user;
   std::string parallelKeep; // bucket_mb, pad_vocab of the user's section
+  // Attention's sequence and its fewest key/value heads (0: no attention);
+  // context parallelism needs 2 cp to divide the one and cp the other's
+  // share per tp rank.
+  int64_t seq = 0, kvHeads = 0;
 };
 
 /// Micro batches above this (and above the input's) are not searched:
@@ -243,9 +257,13 @@ Problem readProblem(ModuleOp module, llvm::StringRef text) {
       p.user.tp = n;
     else if (name == "pp")
       p.user.pp = n;
+    else if (name == "cp")
+      p.user.cp = n;
   }
   // Axes of size 1 are not in the mesh: they keep their default places,
-  // the others fill the remaining places in the mesh's order.
+  // the others fill the remaining places in the mesh's order. (cp is not
+  // an order of its own: it sits just outside tp.)
+  llvm::erase(p.user.order, "cp");
   {
     std::vector<std::string> present = p.user.order, order;
     size_t k = 0;
@@ -284,6 +302,11 @@ Problem readProblem(ModuleOp module, llvm::StringRef text) {
         ++p.paramShapes[std::vector<int64_t>(t.getShape().begin(),
                                              t.getShape().end())];
     }
+    f.walk([&](plan::AttentionOp a) {
+      p.seq = a.getQkv().getType().getDimSize(1);
+      int64_t kv = a.getNumKvHeads();
+      p.kvHeads = p.kvHeads ? std::min(p.kvHeads, kv) : kv;
+    });
     f.walk([&](Operation *op) {
       auto l = op->getAttrOfType<IntegerAttr>(plan::kLayerAttr);
       if (!l)
@@ -310,6 +333,8 @@ std::string parallelSection(const ParallelConfig &c, llvm::StringRef keep,
     os << "  // " << comment << "\n";
   os << "  order = [" << llvm::join(c.order, ", ") << "]\n";
   os << "  dp = " << c.dp << "\n  tp = " << c.tp << "\n  pp = " << c.pp << "\n";
+  if (c.cp > 1)
+    os << "  cp = " << c.cp << "\n";
   if (c.tp > 1)
     os << "  tensor = megatron\n";
   if (c.sequenceParallel)
@@ -326,8 +351,9 @@ std::string parallelSection(const ParallelConfig &c, llvm::StringRef keep,
   return s;
 }
 
-/// The user's file cut to a probe: tp ranks only (dp = pp = 1), one
-/// microbatch of `microBatch` samples, a cluster of one node of tp GPUs.
+/// The user's file cut to a probe: tp x cp ranks only (dp = pp = 1), one
+/// microbatch of `microBatch` samples, a cluster of one node of tp x cp
+/// GPUs.
 /// With pp = 2: two pipeline ranks and two microbatches of `microBatch`
 /// samples, both in flight on stage 0 at its peak.
 std::string probeText(llvm::StringRef text, const ProbeKey &k,
@@ -337,6 +363,7 @@ std::string probeText(llvm::StringRef text, const ProbeKey &k,
   c.pp = pp;
   c.schedule = schedule.str();
   c.tp = k.tp;
+  c.cp = k.cp;
   c.sequenceParallel = k.sp;
   c.recompute = k.recompute;
   c.microbatches = pp; // stage 0 then holds pp microbatches at its peak
@@ -349,7 +376,7 @@ std::string probeText(llvm::StringRef text, const ProbeKey &k,
        {"micro_batch", mb}});
   return setSettings(out, "cluster",
                      {{"nodes", std::to_string(c.pp * c.dp)},
-                      {"gpus_per_node", std::to_string(k.tp)}});
+                      {"gpus_per_node", std::to_string(k.tp * k.cp)}});
 }
 
 /// The screening estimate of one plan.
@@ -395,10 +422,17 @@ struct Screen {
   }
 
   Link link(const ParallelConfig &c, llvm::StringRef axis) const {
+    std::vector<std::string> order;
     std::vector<int64_t> sizes;
-    for (const std::string &a : c.order)
+    for (const std::string &a : c.order) {
+      if (a == "tp") {
+        order.push_back("cp");
+        sizes.push_back(c.cp);
+      }
+      order.push_back(a);
       sizes.push_back(a == "dp" ? c.dp : a == "tp" ? c.tp : c.pp);
-    return linkOf(tm.c, c.order, sizes, {axis.str()});
+    }
+    return linkOf(tm.c, order, sizes, {axis.str()});
   }
 
   Estimate estimate(const ParallelConfig &c, const LayerCosts &lc) const {
@@ -431,11 +465,15 @@ struct Screen {
       compute += fill + 2 * (pp - 1) * transfer;
     }
     double comm = 0;
-    if (c.dp > 1) {
-      Link l = link(c, "dp");
+    if (c.dp * c.cp > 1) {
+      // Gradients are summed over dp and cp (whose ranks see other tokens
+      // of the same weights); ZeRO splits over dp. (The slower link of the
+      // two stands for both.)
+      Link l = link(c, c.dp > 1 ? "dp" : "cp");
       double g = params * actBytes;
       auto t = [&](llvm::StringRef kind) {
-        return tm.collectiveTime(kind, g, c.dp, l);
+        return tm.collectiveTime(kind, g,
+                                 kind == "all_reduce" ? c.dp * c.cp : c.dp, l);
       };
       switch (c.zero) {
       case 0:
@@ -507,6 +545,8 @@ const std::vector<std::vector<std::string>> &orders() {
 std::string meshKey(const ParallelConfig &c) {
   std::string k;
   for (const std::string &a : c.order) {
+    if (a == "tp" && c.cp > 1)
+      k += "cp,";
     int64_t n = a == "dp" ? c.dp : a == "tp" ? c.tp : c.pp;
     if (n > 1)
       k += a + ",";
@@ -517,27 +557,33 @@ const char *const kRecomputes[] = {"none", "selective", "full"};
 
 /// Calls fn for every plan of the search space (microbatches not yet set):
 /// dp x tp x pp = the GPUs, one mesh order per distinct mesh (orders that
-/// differ only in axes of size 1 are one), micro batches `mbs`, up to 8
+/// differ only in axes of size 1 are one), context parallelism `cps` (cp
+/// just outside tp), micro batches `mbs`, up to 8
 /// virtual stages (interleaved_1f1b exactly when more than 1), the
 /// schedules with a pipeline, ZeRO 0-3 with dp, sequence parallelism with
 /// tp, and the recompute levels (`none` not in a pipeline, which runs it as
 /// `selective`: docs/language.md).
 void forEachPlan(const Problem &p, llvm::ArrayRef<int64_t> mbs,
+                 llvm::ArrayRef<int64_t> cps,
                  llvm::function_ref<void(ParallelConfig &)> fn) {
   std::set<std::string> seenMesh;
   const char *const schedules[] = {"1f1b", "gpipe", "zero_bubble",
                                    "interleaved_1f1b"};
+  for (int64_t cp : cps)
   for (int64_t tp : divisors(p.gpus))
     for (int64_t pp : divisors(p.gpus / tp))
       for (const auto &order : orders()) {
+        if ((p.gpus / tp / pp) % cp)
+          continue;
         ParallelConfig c;
         c.tp = tp;
         c.pp = pp;
-        c.dp = p.gpus / tp / pp;
+        c.cp = cp;
+        c.dp = p.gpus / tp / pp / cp;
         c.order = order;
         if (!seenMesh
                  .insert(std::to_string(tp) + "/" + std::to_string(pp) + "/" +
-                         meshKey(c))
+                         std::to_string(cp) + "/" + meshKey(c))
                  .second)
           continue;
         for (int64_t mb : mbs)
@@ -571,6 +617,11 @@ std::optional<std::string> invalidPlan(ParallelConfig &c, const Problem &p,
     return "tp spans nodes (more than a node's GPUs)";
   if (c.tp > 1 && screen.link(c, "tp").interNode)
     return "tp's ranks span nodes in this mesh order";
+  if (c.cp > 1 &&
+      (p.seq % (2 * c.cp * (c.sequenceParallel ? c.tp : 1)) ||
+       (p.kvHeads / c.tp) % c.cp))
+    return "cp does not divide the sequence's chunks or a rank's key/value "
+           "heads";
   if (p.globalBatch % (c.dp * c.microBatch))
     return "the batch does not divide into dp x micro batch";
   c.microbatches = p.globalBatch / (c.dp * c.microBatch);
@@ -615,15 +666,24 @@ llvm::Expected<AutoPlanResult> planc::autoPlan(llvm::StringRef path,
   for (int64_t b : divisors(p.globalBatch))
     if (b <= std::max(kMaxMicroBatch, p.user.microBatch))
       mbs.push_back(b);
+  // Context parallelism for long sequences (and the input's cp): the
+  // degrees whose chunks and key/value heads divide.
+  std::vector<int64_t> cps = {1};
+  if (p.seq >= kLongSequence || p.user.cp > 1)
+    for (int64_t c : divisors(p.gpus))
+      if (c > 1 && p.seq % (2 * c) == 0 && p.kvHeads % c == 0)
+        cps.push_back(c);
   std::vector<ProbeKey> keys;
-  for (int64_t t : tps)
-    for (bool sp : {false, true}) {
-      if (sp && t == 1)
-        continue;
-      for (const char *rc : kRecomputes)
-        for (int64_t b : mbs)
-          keys.push_back({t, sp, rc, b});
-    }
+  for (int64_t cp : cps)
+    for (int64_t t : tps)
+      for (bool sp : {false, true}) {
+        if ((sp && t == 1) || t * cp > p.gpus ||
+            (cp > 1 && (p.kvHeads / t) % cp))
+          continue;
+        for (const char *rc : kRecomputes)
+          for (int64_t b : mbs)
+            keys.push_back({t, sp, rc, b, cp});
+      }
   // Per key: one and two layers without a pipeline; two layers on pp = 2
   // when the model can be piped (not for `none`, which a pipeline runs as
   // `selective`).
@@ -673,11 +733,12 @@ llvm::Expected<AutoPlanResult> planc::autoPlan(llvm::StringRef path,
   t0 = Clock::now();
   Screen screen(p);
   std::vector<Scored> fit;
-  forEachPlan(p, mbs, [&](ParallelConfig &c) {
+  forEachPlan(p, mbs, cps, [&](ParallelConfig &c) {
     ++r.considered;
     if (std::optional<std::string> why = invalidPlan(c, p, screen))
       return reject(*why);
-    auto it = costs.find({c.tp, c.sequenceParallel, c.recompute, c.microBatch});
+    auto it = costs.find(
+        {c.tp, c.sequenceParallel, c.recompute, c.microBatch, c.cp});
     if (it == costs.end() || !it->second.problem.empty())
       return reject("does not compile: " + (it == costs.end()
                                                 ? std::string("not probed")
@@ -706,7 +767,7 @@ llvm::Expected<AutoPlanResult> planc::autoPlan(llvm::StringRef path,
     Verified u;
     u.config = p.user;
     auto it = costs.find({p.user.tp, p.user.sequenceParallel, p.user.recompute,
-                          p.user.microBatch});
+                          p.user.microBatch, p.user.cp});
     if (it != costs.end() && it->second.problem.empty()) {
       Estimate e = screen.estimate(p.user, it->second);
       u.estimatedStepTime = e.time;

@@ -380,7 +380,10 @@ FailureOr<StepReport> planc::computeStepReport(ModuleOp module,
   for (auto in : module.getOps<rk::InputDeclOp>()) {
     auto t = cast<MemRefType>(in.getType());
     if (t.getElementType().isInteger(32) && t.getRank() >= 2) {
-      r.tokensPerStep = double(globalBatch) * double(t.getDimSize(1));
+      // The local sequence times the ranks that split it (context
+      // parallelism).
+      int64_t parts = in.getSeqAxis() ? mesh.getAxisSize(*in.getSeqAxis()) : 1;
+      r.tokensPerStep = double(globalBatch) * double(t.getDimSize(1) * parts);
       break;
     }
   }

@@ -526,7 +526,8 @@ void Sema::readCluster() {
     auto d = error(*cluster.loc)
              << "the cluster has " << cluster.nodes << " x "
              << cluster.gpusPerNode << " = " << gpus
-             << " GPUs but the plan uses dp * tp * pp = " << par.world();
+             << " GPUs but the plan uses dp * "
+             << (par.cp > 1 ? "cp * " : "") << "tp * pp = " << par.world();
     if (parallelSec)
       d.attachNote(loc(parallelSec)) << "the parallel plan is here";
   }

@@ -445,8 +445,9 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
   DenseMap<Value, SmallVector<Value>> valuesOf;
   for (BlockArgument arg : src.getArguments())
     valuesOf[rootOf(buf.lookup(arg))].push_back(arg);
-  // Gradient buckets (data parallelism): consecutive reductions over dp are
-  // grouped until a bucket holds bucket_mb; their values are computed into
+  // Gradient buckets (data parallelism): consecutive reductions over dp (and
+  // cp) are grouped until a bucket holds bucket_mb; their values are
+  // computed into
   // one buffer, whose all-reduce starts as soon as the last of them is
   // final, without waiting, so that it overlaps the rest of backward; the
   // first use of any of them waits for it. A bucket closes early where a
@@ -525,9 +526,12 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
       openElems = openBytes = 0;
     };
     for (Operation &o : src.getBody().front()) {
+      // Over dp, and over cp (context parallelism's ranks are data
+      // parallel for every weight).
       auto ar = dyn_cast<AllReduceOp>(o);
       if (!ar || !llvm::all_of(ar.getAxes(), [](Attribute a) {
-            return cast<StringAttr>(a).getValue() == "dp";
+            StringRef axis = cast<StringAttr>(a).getValue();
+            return axis == "dp" || axis == OpShardingRule::kContextAxis;
           }))
         continue;
       Operation *def = ar.getInput().getDefiningOp();
@@ -545,8 +549,9 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
                        [&](AllReduceOp m) {
                          return firstUse(m.getResult()) < pos[&o];
                        }) ||
-          (!open.empty() && open.front().getType().getElementType() !=
-                                ar.getType().getElementType()))
+          (!open.empty() && (open.front().getType().getElementType() !=
+                                     ar.getType().getElementType() ||
+                                 open.front().getAxes() != ar.getAxes())))
         close();
       open.push_back(ar);
       openElems += localElems(ar.getInput());

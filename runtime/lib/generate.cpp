@@ -9,6 +9,7 @@
 #include "context.h"
 
 #include "planrt/internal.h"
+#include "planrt/kernels.h"
 
 #include "control.h"
 
@@ -65,7 +66,14 @@ std::string generate(Context *ctx, const std::string &prompt, int64_t count,
     fatal("--generate needs a model with token inputs and a forward "
           "function; this program has %s",
           ctx->forward ? "no token input" : "no forward function");
-  int64_t rows = tokens->t.shape[0], seq = tokens->t.shape[1];
+  // With context parallelism each rank holds two chunks of every sequence
+  // (kernels::SeqPart): it feeds its positions of the context, and the rank
+  // holding the last one samples.
+  int64_t rows = tokens->t.shape[0], local = tokens->t.shape[1];
+  kernels::SeqPart part;
+  if (tokens->seq_axis >= 0)
+    part = {ctx->coords[tokens->seq_axis], ctx->axis_sizes[tokens->seq_axis]};
+  int64_t seq = local * part.G;
   // Bytes are token ids 0..255 (read unsigned: "é" is 0xc3 0xa9, not
   // negative ids); planrt::run checked them against the vocabulary.
   std::vector<int32_t> context;
@@ -104,9 +112,15 @@ std::string generate(Context *ctx, const std::string &prompt, int64_t count,
     // positions after them do not affect causal attention at `last`.
     int64_t n = std::min<int64_t>(seq, int64_t(context.size()));
     int64_t last = n - 1;
-    std::vector<int32_t> ids(size_t(rows * seq), 0);
+    std::vector<int32_t> whole(size_t(rows * seq), 0);
     for (int64_t r = 0; r < rows; ++r)
-      std::copy(context.end() - n, context.end(), ids.begin() + r * seq);
+      std::copy(context.end() - n, context.end(), whole.begin() + r * seq);
+    std::vector<int32_t> ids(size_t(rows * local));
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t t = 0; t < local; ++t)
+        ids[size_t(r * local + t)] =
+            whole[size_t(r * seq + part.position(t, local))];
+    int64_t lastRow = part.local_row(last, local); // -1: another rank's
     arena_reset(ctx);
     from_host_ids(ctx, &tokens->t, ids);
     if (labels)
@@ -118,27 +132,36 @@ std::string generate(Context *ctx, const std::string &prompt, int64_t count,
     ctx->in_flight.clear(); // forward units only: nothing to wait for
     pipeline_end_step(ctx, "--generate");
     int32_t next = 0;
-    // With a pipeline the logits are observed on the last stage's ranks:
+    // The draw is the same whichever rank samples (the sampler may change
+    // from token to token): every rank advances its generator alike.
+    uint64_t draw = rng;
+    if (temperature > 0)
+      uniform(rng);
+    // With a pipeline the logits are observed on the last stage's ranks,
+    // with context parallelism the last position's on the ranks holding it:
     // the lowest rank that captured them samples.
     int sampler = 0;
-    if (ctx->pipeline_axis >= 0 && ctx->use_mpi && ctx->world > 1) {
-      int mine = ctx->captured_shape.empty() ? ctx->world : ctx->rank;
+    if ((ctx->pipeline_axis >= 0 || part.G > 1) && ctx->use_mpi &&
+        ctx->world > 1) {
+      int mine =
+          ctx->captured_shape.empty() || lastRow < 0 ? ctx->world : ctx->rank;
       watchdog::allreduce(ctx, &mine, &sampler, 1, MPI_INT, MPI_MIN,
                           MPI_COMM_WORLD, watchdog::group_op("--generate", -1));
       if (sampler == ctx->world)
         sampler = 0; // nobody captured: rank 0 reports it below
     }
     if (ctx->rank == sampler) {
-      if (ctx->captured_shape.size() != 3 || ctx->captured_shape[1] != seq)
+      if (ctx->captured_shape.size() != 3 ||
+          ctx->captured_shape[1] != local || lastRow < 0)
         fatal("--generate: the forward function did not observe [rows, %lld, "
               "vocab] logits",
-              (long long)seq);
+              (long long)local);
       int64_t vocab = ctx->captured_shape[2];
       int64_t classes = ctx->generation_classes > 0
                             ? std::min(ctx->generation_classes, vocab)
                             : vocab;
-      next = sample(ctx->captured.data() + last * vocab, classes, temperature,
-                    rng);
+      next = sample(ctx->captured.data() + lastRow * vocab, classes,
+                    temperature, draw);
     }
     if (ctx->use_mpi)
       watchdog::bcast(ctx, &next, 1, MPI_INT32_T, sampler, MPI_COMM_WORLD,

@@ -143,11 +143,10 @@ func.func @gpt(%ids: tensor<2x4xi32> {plan.kind = "input", plan.name = "ids"},
 // CHECK: %[[H:.*]] = plan.add
 // CHECK: %[[LOGITS:.*]] = plan.matmul %[[H]], %arg2 {transpose_rhs}
 // CHECK: %[[DL:.*]] = plan.cross_entropy_grad %[[LOGITS]], %arg1 : tensor<2x4x16xf32>, tensor<2x4xi32>
-// Tied head: dh = dlogits @ wte; d wte (head) = dlogits^T @ h over all rows.
+// Tied head: dh = dlogits @ wte; d wte (head) = dlogits^T @ h over all rows
+// (sum_leading: summed over batch and sequence, without a reshape).
 // CHECK: %[[DH:.*]] = plan.matmul %[[DL]], %arg2 : tensor<2x4x16xf32>, tensor<16x8xf32> -> tensor<2x4x8xf32>
-// CHECK: %[[H2:.*]] = plan.reshape %[[H]] : tensor<2x4x8xf32> -> tensor<8x8xf32>
-// CHECK: %[[DL2:.*]] = plan.reshape %[[DL]] : tensor<2x4x16xf32> -> tensor<8x16xf32>
-// CHECK: %[[DWTE1:.*]] = plan.matmul %[[DL2]], %[[H2]] {transpose_lhs} : tensor<8x16xf32>, tensor<8x8xf32> -> tensor<16x8xf32>
+// CHECK: %[[DWTE1:.*]] = plan.matmul %[[DL]], %[[H]] {sum_leading, transpose_lhs} : tensor<2x4x16xf32>, tensor<2x4x8xf32> -> tensor<16x8xf32>
 // CHECK: %[[DQKV:.*]] = plan.attention_grad %[[QKV]], %[[DH]] {num_heads = 2 : i64, num_kv_heads = 2 : i64}
 // CHECK: plan.matmul %[[DQKV]], %arg5 {transpose_rhs}
 // CHECK: %[[LNX:[^,]*]], %{{.*}}, %{{.*}} = plan.layernorm_grad %[[X]], %arg3, %{{.*}} : tensor<2x4x8xf32>, tensor<8xf32>
