@@ -457,7 +457,7 @@ LogicalResult ParallelOp::verify() {
       failed(expectOneOf(*this, "tensor_policy", getTensorPolicy(),
                          {"none", "megatron"})) ||
       (getCpComm() && failed(expectOneOf(*this, "cp_comm", *getCpComm(),
-                                         {"all_to_all"}))))
+                                         {"all_to_all", "all_gather"}))))
     return failure();
   int64_t microbatches = getMicrobatches();
   if (microbatches < 1)

@@ -227,7 +227,19 @@ static LogicalResult verifySeqHeads(Operation *op, MemRefType seq,
            << " and kv_width " << kv;
   return success();
 }
-// planrt takes the widths, then the axis.
+// planrt takes the widths (or head counts), then the axis.
+SmallVector<StringRef> KvGatherOp::getRuntimeAttrNames() {
+  return {"q_width", "kv_width", "axis"};
+}
+SmallVector<StringRef> KvReduceScatterOp::getRuntimeAttrNames() {
+  return {"q_width", "kv_width", "axis"};
+}
+SmallVector<StringRef> AttentionCpOp::getRuntimeAttrNames() {
+  return {"num_heads", "num_kv_heads", "axis"};
+}
+SmallVector<StringRef> AttentionCpGradOp::getRuntimeAttrNames() {
+  return {"num_heads", "num_kv_heads", "axis"};
+}
 SmallVector<StringRef> SeqToHeadsOp::getRuntimeAttrNames() {
   return {"q_width", "kv_width", "axis"};
 }

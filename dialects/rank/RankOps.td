@@ -634,6 +634,53 @@ def Rank_SeqToHeadsOp : Rank_CallOp<"seq_to_heads",
   }];
   let hasVerifier = 1;
 }
+// Context parallelism by all-gather: this rank's queries against every
+// position's keys and values (planrt/context_parallel.h).
+def Rank_KvGatherOp : Rank_CallOp<"kv_gather",
+    [DeclareOpInterfaceMethods<RuntimeCallOpInterface, ["getRuntimeAttrNames"]>]> {
+  let summary = "kv [B, S, 2 kv_width] = every position's keys and values of the ranks' qkv [B, S/G, W]";
+  let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$qkv,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$kv,
+                       I64Attr:$q_width, I64Attr:$kv_width, StrAttr:$axis);
+  let assemblyFormat = [{
+    $qkv `into` $kv `over` $axis attr-dict `:` type($qkv) `->` type($kv)
+  }];
+}
+def Rank_AttentionCpOp : Rank_CallOp<"attention_cp",
+    [DeclareOpInterfaceMethods<RuntimeCallOpInterface, ["getRuntimeAttrNames"]>]> {
+  let summary = "causal attention of this rank's queries (qkv's rows, split over `axis`) over every position's kv";
+  let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$qkv,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$kv,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$out,
+                       I64Attr:$num_heads, I64Attr:$num_kv_heads, StrAttr:$axis);
+  let assemblyFormat = [{
+    $qkv `,` $kv `into` $out `over` $axis attr-dict `:` type($qkv) `,` type($kv) `->` type($out)
+  }];
+}
+def Rank_AttentionCpGradOp : Rank_CallOp<"attention_cp_grad",
+    [DeclareOpInterfaceMethods<RuntimeCallOpInterface, ["getRuntimeAttrNames"]>]> {
+  let summary = "dqkv's query columns and the keys' and values' partial gradients (f32) of attention_cp";
+  let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$qkv,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$kv,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$grad,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$out,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$dkv,
+                       I64Attr:$num_heads, I64Attr:$num_kv_heads, StrAttr:$axis);
+  let assemblyFormat = [{
+    $qkv `,` $kv `,` $grad `into` $out `,` $dkv `over` $axis attr-dict `:`
+    type($qkv) `,` type($kv) `,` type($grad) `->` type($out) `,` type($dkv)
+  }];
+}
+def Rank_KvReduceScatterOp : Rank_CallOp<"kv_reduce_scatter",
+    [DeclareOpInterfaceMethods<RuntimeCallOpInterface, ["getRuntimeAttrNames"]>]> {
+  let summary = "dqkv's key and value columns = this rank's positions of the sum over `axis` of dkv";
+  let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$dkv,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$out,
+                       I64Attr:$q_width, I64Attr:$kv_width, StrAttr:$axis);
+  let assemblyFormat = [{
+    $dkv `into` $out `over` $axis attr-dict `:` type($dkv) `->` type($out)
+  }];
+}
 def Rank_HeadsToSeqOp : Rank_CallOp<"heads_to_seq",
     [DeclareOpInterfaceMethods<RuntimeCallOpInterface, ["getRuntimeAttrNames"]>]> {
   let summary = "[B, S, W/G] split by heads -> [B, S/G, W] split by sequence";

@@ -65,7 +65,8 @@ bool runsNative(Operation *op, const WorkspaceEnv &env) {
           GeluGradOp, GeluExactOp, GeluExactGradOp, SiluOp, SiluGradOp, CopyOp,
           ScaleOp, RopeOp, PosEmbeddingOp, EmbeddingOp, LayerNormOp,
           LayerNormGradOp, RmsNormOp, RmsNormGradOp, AllGatherOp, AllToAllOp,
-          ShardSliceOp, SeqToHeadsOp, HeadsToSeqOp>(op)) {
+          ShardSliceOp, SeqToHeadsOp, HeadsToSeqOp, KvGatherOp,
+          AttentionCpOp>(op)) {
     int first = -1;
     for (Value v : op->getOperands())
       if (isFloatBuffer(v)) {
@@ -76,6 +77,12 @@ bool runsNative(Operation *op, const WorkspaceEnv &env) {
       }
     return true;
   }
+  // The keys' and values' partial gradients are f32 whatever the rest.
+  if (auto a = dyn_cast<AttentionCpGradOp>(op))
+    return nat::uniform(dtypeOf(a.getQkv()), dtypeOf(a.getKv()),
+                        dtypeOf(a.getGrad()), dtypeOf(a.getOut()));
+  if (auto r = dyn_cast<KvReduceScatterOp>(op))
+    return nat::kv_reduce_scatter(dtypeOf(r.getDkv()));
   if (auto g = dyn_cast<BiasGradOp>(op))
     return nat::column_sum(dtypeOf(g.getInput()), dtypeOf(g.getOut()));
   if (auto g = dyn_cast<PosEmbeddingGradOp>(op))
@@ -222,6 +229,20 @@ int64_t allToAll(AllToAllOp op, const WorkspaceEnv &env) {
       outer(op.getOut(), op.getGatherDim()), env.axisSize(op.getAxis()),
       movedBytes(op.getInput(), op.getOut()));
 }
+int64_t kvGather(KvGatherOp op, const WorkspaceEnv &env) {
+  return ws::kv_gather(numel(op.getKv()) / env.axisSize(op.getAxis()),
+                       env.axisSize(op.getAxis()),
+                       movedBytes(op.getQkv(), op.getKv()));
+}
+int64_t kvReduceScatter(KvReduceScatterOp op, const WorkspaceEnv &env) {
+  int64_t g = env.axisSize(op.getAxis());
+  return ws::kv_reduce_scatter(numel(op.getDkv()) / g, g);
+}
+int64_t attentionCpGrad(AttentionCpGradOp op, const WorkspaceEnv &) {
+  Value qkv = op.getQkv();
+  return ws::attention_grad(numel(qkv),
+                            dim(qkv, 0) * dim(qkv, 1) * op.getNumHeads());
+}
 template <class Op> int64_t seqHeads(Op op, const WorkspaceEnv &env) {
   return ws::seq_heads(numel(op.getInput()), env.axisSize(op.getAxis()),
                        movedBytes(op.getInput(), op.getOut()));
@@ -284,6 +305,11 @@ void planc::rank::registerWorkspaceModels(MLIRContext *ctx) {
   AllGatherOp::attachInterface<Model<AllGatherOp, allGather>>(*ctx);
   ReduceScatterOp::attachInterface<Model<ReduceScatterOp, reduceScatter>>(*ctx);
   AllToAllOp::attachInterface<Model<AllToAllOp, allToAll>>(*ctx);
+  KvGatherOp::attachInterface<Model<KvGatherOp, kvGather>>(*ctx);
+  KvReduceScatterOp::attachInterface<Model<KvReduceScatterOp, kvReduceScatter>>(
+      *ctx);
+  AttentionCpGradOp::attachInterface<Model<AttentionCpGradOp, attentionCpGrad>>(
+      *ctx);
   SeqToHeadsOp::attachInterface<Model<SeqToHeadsOp, seqHeads<SeqToHeadsOp>>>(
       *ctx);
   HeadsToSeqOp::attachInterface<Model<HeadsToSeqOp, seqHeads<HeadsToSeqOp>>>(

@@ -201,10 +201,9 @@ struct Problem {
   std::map<std::vector<int64_t>, int64_t> paramShapes; // shape -> count
   ParallelConfig user;
   std::string parallelKeep; // bucket_mb, pad_vocab of the user's section
-  // Attention's sequence and its fewest key/value heads (0: no attention);
-  // context parallelism needs 2 cp to divide the one and cp the other's
-  // share per tp rank.
-  int64_t seq = 0, kvHeads = 0;
+  // Attention's sequence (0: no attention): context parallelism needs 2 cp
+  // to divide it.
+  int64_t seq = 0;
 };
 
 /// Micro batches above this (and above the input's) are not searched:
@@ -304,8 +303,6 @@ Problem readProblem(ModuleOp module, llvm::StringRef text) {
     }
     f.walk([&](plan::AttentionOp a) {
       p.seq = a.getQkv().getType().getDimSize(1);
-      int64_t kv = a.getNumKvHeads();
-      p.kvHeads = p.kvHeads ? std::min(p.kvHeads, kv) : kv;
     });
     f.walk([&](Operation *op) {
       auto l = op->getAttrOfType<IntegerAttr>(plan::kLayerAttr);
@@ -617,11 +614,9 @@ std::optional<std::string> invalidPlan(ParallelConfig &c, const Problem &p,
     return "tp spans nodes (more than a node's GPUs)";
   if (c.tp > 1 && screen.link(c, "tp").interNode)
     return "tp's ranks span nodes in this mesh order";
-  if (c.cp > 1 &&
-      (p.seq % (2 * c.cp * (c.sequenceParallel ? c.tp : 1)) ||
-       (p.kvHeads / c.tp) % c.cp))
-    return "cp does not divide the sequence's chunks or a rank's key/value "
-           "heads";
+  if (c.cp > 1 && p.seq % (2 * c.cp * (c.sequenceParallel ? c.tp : 1)))
+    return "cp does not divide the sequence into 2 cp chunks (with sequence "
+           "parallelism, 2 cp tp)";
   if (p.globalBatch % (c.dp * c.microBatch))
     return "the batch does not divide into dp x micro batch";
   c.microbatches = p.globalBatch / (c.dp * c.microBatch);
@@ -671,14 +666,13 @@ llvm::Expected<AutoPlanResult> planc::autoPlan(llvm::StringRef path,
   std::vector<int64_t> cps = {1};
   if (p.seq >= kLongSequence || p.user.cp > 1)
     for (int64_t c : divisors(p.gpus))
-      if (c > 1 && p.seq % (2 * c) == 0 && p.kvHeads % c == 0)
+      if (c > 1 && p.seq % (2 * c) == 0)
         cps.push_back(c);
   std::vector<ProbeKey> keys;
   for (int64_t cp : cps)
     for (int64_t t : tps)
       for (bool sp : {false, true}) {
-        if ((sp && t == 1) || t * cp > p.gpus ||
-            (cp > 1 && (p.kvHeads / t) % cp))
+        if ((sp && t == 1) || t * cp > p.gpus)
           continue;
         for (const char *rc : kRecomputes)
           for (int64_t b : mbs)

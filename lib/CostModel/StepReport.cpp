@@ -80,6 +80,12 @@ struct Counter {
     else if (auto s = dyn_cast<rk::SeqToHeadsOp>(op))
       add("all_to_all", {s.getAxis()}, bufferBytes(s.getInput().getType()), 1,
           times);
+    else if (auto g = dyn_cast<rk::KvGatherOp>(op))
+      add("all_gather", {g.getAxis()}, bufferBytes(g.getKv().getType()), 1,
+          times);
+    else if (auto rs = dyn_cast<rk::KvReduceScatterOp>(op))
+      add("reduce_scatter", {rs.getAxis()},
+          bufferBytes(rs.getDkv().getType()), 1, times);
     else if (auto s = dyn_cast<rk::HeadsToSeqOp>(op))
       add("all_to_all", {s.getAxis()}, bufferBytes(s.getInput().getType()), 1,
           times);
@@ -162,7 +168,8 @@ struct OpCoster {
       return c;
     }
     if (isa<rk::AttentionOp, rk::AttentionGradOp, rk::AttentionKeepOp,
-            rk::AttentionGradKeptOp>(op)) {
+            rk::AttentionGradKeptOp, rk::AttentionCpOp, rk::AttentionCpGradOp>(
+            op)) {
       // Costed as Megatron-LM (2021) runs it: batched GEMMs over the heads
       // and a materialized score matrix for the softmax; the backward keeps
       // the probabilities (dV, dP, dQ, dK: four GEMMs, twice the forward's
@@ -172,21 +179,27 @@ struct OpCoster {
       auto qkv = cast<MemRefType>(op->getOperand(0).getType());
       int64_t heads = op->getAttrOfType<IntegerAttr>("num_heads").getInt();
       int64_t kv = op->getAttrOfType<IntegerAttr>("num_kv_heads").getInt();
-      double b = qkv.getDimSize(0), sq = qkv.getDimSize(1);
+      // Context parallelism by all-gather: this rank's sq queries over
+      // every position's sk keys.
+      double b = qkv.getDimSize(0), sq = qkv.getDimSize(1), sk = sq;
+      if (isa<rk::AttentionCpOp, rk::AttentionCpGradOp>(op))
+        sk = double(
+            cast<MemRefType>(op->getOperand(1).getType()).getDimSize(1));
       double d = double(qkv.getDimSize(2)) / double(heads + 2 * kv);
-      double bh = b * double(heads), scores = bh * sq * sq * actBytes;
+      double bh = b * double(heads), scores = bh * sq * sk * actBytes;
       c.kind = OpCost::Attention;
-      c.flops = 4 * bh * sq * sq * d;
-      if (isa<rk::AttentionOp, rk::AttentionKeepOp>(op)) {
-        c.time = tm.gemmTime(sq, sq, d, bh, actBytes) + // Q K^T
+      c.flops = 4 * bh * sq * sk * d;
+      if (isa<rk::AttentionOp, rk::AttentionKeepOp, rk::AttentionCpOp>(op)) {
+        c.time = tm.gemmTime(sq, sk, d, bh, actBytes) + // Q K^T
                  tm.memoryTime(2 * scores) +            // softmax
-                 tm.gemmTime(sq, d, sq, bh, actBytes);  // P V
+                 tm.gemmTime(sq, d, sk, bh, actBytes);  // P V
       } else {
         c.flops *= 2;
-        c.time = tm.gemmTime(sq, d, sq, bh, actBytes) +    // dV = P^T dO
-                 tm.gemmTime(sq, sq, d, bh, actBytes) +    // dP = dO V^T
+        c.time = tm.gemmTime(sk, d, sq, bh, actBytes) +    // dV = P^T dO
+                 tm.gemmTime(sq, sk, d, bh, actBytes) +    // dP = dO V^T
                  tm.memoryTime(3 * scores) +               // dS
-                 2 * tm.gemmTime(sq, d, sq, bh, actBytes); // dQ, dK
+                 tm.gemmTime(sq, d, sk, bh, actBytes) +    // dQ
+                 tm.gemmTime(sk, d, sq, bh, actBytes);     // dK
       }
       return c;
     }
@@ -225,6 +238,11 @@ struct OpCoster {
     if (auto s = dyn_cast<rk::SeqToHeadsOp>(op))
       return collective("all_to_all", {s.getAxis().str()},
                         bytes(s.getInput()));
+    if (auto g = dyn_cast<rk::KvGatherOp>(op))
+      return collective("all_gather", {g.getAxis().str()}, bytes(g.getKv()));
+    if (auto rs = dyn_cast<rk::KvReduceScatterOp>(op))
+      return collective("reduce_scatter", {rs.getAxis().str()},
+                        bytes(rs.getDkv()));
     if (auto s = dyn_cast<rk::HeadsToSeqOp>(op))
       return collective("all_to_all", {s.getAxis().str()},
                         bytes(s.getInput()));

@@ -284,17 +284,16 @@ bool Sema::checkCp(int64_t seq, int64_t kv, Location l) {
     return false;
   }
   int64_t local = kv / std::max<int64_t>(par.tp, 1);
-  if (local % par.cp != 0) {
+  if (par.cpComm == "all_to_all" && local % par.cp != 0) {
     auto d = error(l) << "cp = " << par.cp << " does not divide the "
                       << (par.tp > 1 ? "key/value heads per tensor-parallel "
                                        "rank ("
                                      : "key/value heads (")
                       << local
-                      << "): the all-to-all exchange (cp_comm = all_to_all, "
-                         "the only one implemented yet) gives each rank of "
-                         "the cp group whole key/value heads; choose a cp "
-                         "that divides "
-                      << local;
+                      << "): the all-to-all exchange (cp_comm = all_to_all) "
+                         "gives each rank of the cp group whole key/value "
+                         "heads; choose a cp that divides "
+                      << local << " or cp_comm = all_gather";
     note(d);
     return false;
   }

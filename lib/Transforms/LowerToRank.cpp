@@ -335,6 +335,43 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
                                     StringRef(OpShardingRule::kContextAxis));
     return b.getStringAttr(split ? OpShardingRule::kContextAxis : "");
   };
+  // How context parallelism exchanges for attention: the plan's cp_comm, or
+  // else all_to_all where G divides the heads and moves fewer bytes in the
+  // forward than gathering the keys and values ((q/k/v + output) (G - 1) /
+  // G against keys and values (G - 1) per position), all_gather otherwise.
+  std::string cpComm;
+  for (auto par : src->getParentOfType<ModuleOp>().getOps<ParallelOp>())
+    if (std::optional<StringRef> c = par.getCpComm())
+      cpComm = c->str();
+  auto cpExchange = [&](int64_t h, int64_t kv, int64_t G) -> std::string {
+    if (!cpComm.empty())
+      return cpComm;
+    if (h % G != 0 || kv % G != 0)
+      return "all_gather";
+    double a2a = double(2 * h + 2 * kv) * double(G - 1) / double(G);
+    double gather = double(2 * kv) * double(G - 1);
+    return gather < a2a ? "all_gather" : "all_to_all";
+  };
+  // All-gather: every position's keys and values of attention's packed
+  // q/k/v, in position order; a backward in its forward's block reuses
+  // them (as for headSplit).
+  DenseMap<Value, std::pair<Block *, Value>> gatheredKv;
+  auto kvGather = [&](Value qkv, Value local, int64_t h, int64_t kv,
+                      StringAttr axis, Location loc) -> Value {
+    auto it = gatheredKv.find(qkv);
+    if (it != gatheredKv.end() && it->second.first == b.getInsertionBlock())
+      return it->second.second;
+    auto t = cast<MemRefType>(local.getType());
+    int64_t G = mesh.getAxisSize(axis.getValue());
+    int64_t d = t.getDimSize(2) / (h + 2 * kv);
+    Value out = rk::AllocOp::create(
+        b, loc,
+        MemRefType::get({t.getDimSize(0), t.getDimSize(1) * G, 2 * kv * d},
+                        t.getElementType()));
+    rk::KvGatherOp::create(b, loc, local, out, h * d, kv * d, axis);
+    gatheredKv[qkv] = {b.getInsertionBlock(), out};
+    return out;
+  };
   // A buffer like `local` [B, S/G, W] as every position of 1/G of W.
   auto headSplitType = [&](Value local, int64_t G) {
     auto t = cast<MemRefType>(local.getType());
@@ -1354,6 +1391,12 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
                 return true;
               }
               int64_t G = mesh.getAxisSize(cp.getValue());
+              if (cpExchange(h.getInt(), kv.getInt(), G) == "all_gather") {
+                Value kvs = kvGather(a.getQkv(), in(0), h.getInt(),
+                                     kv.getInt(), cp, loc);
+                rk::AttentionCpOp::create(b, loc, in(0), kvs, out, h, kv, cp);
+                return true;
+              }
               FailureOr<Value> qkv =
                   headSplit(a.getQkv(), in(0), h.getInt(), kv.getInt(), cp, &op);
               if (failed(qkv))
@@ -1384,6 +1427,21 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
                 return true;
               }
               int64_t G = mesh.getAxisSize(cp.getValue());
+              if (cpExchange(h.getInt(), kv.getInt(), G) == "all_gather") {
+                Value kvs = kvGather(a.getQkv(), in(0), h.getInt(),
+                                     kv.getInt(), cp, loc);
+                auto kt = cast<MemRefType>(kvs.getType());
+                Value dkv = rk::AllocOp::create(
+                    b, loc, MemRefType::get(kt.getShape(), b.getF32Type()));
+                rk::AttentionCpGradOp::create(b, loc, in(0), kvs, in(1), out,
+                                              dkv, h, kv, cp);
+                int64_t kvWidth = kt.getDimSize(2) / 2;
+                rk::KvReduceScatterOp::create(
+                    b, loc, dkv, out,
+                    cast<MemRefType>(out.getType()).getDimSize(2) - 2 * kvWidth,
+                    kvWidth, cp);
+                return true;
+              }
               FailureOr<Value> qkv =
                   headSplit(a.getQkv(), in(0), h.getInt(), kv.getInt(), cp, &op);
               if (failed(qkv))

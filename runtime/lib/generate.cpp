@@ -9,7 +9,7 @@
 #include "context.h"
 
 #include "planrt/internal.h"
-#include "planrt/kernels.h"
+#include "planrt/context_parallel.h"
 
 #include "control.h"
 

@@ -10,7 +10,7 @@
 
 #include "context.h"
 #include "planrt/internal.h"
-#include "planrt/kernels.h"
+#include "planrt/context_parallel.h"
 
 #include <glob.h>
 #include <sys/stat.h>

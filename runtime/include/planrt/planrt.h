@@ -595,6 +595,26 @@ void seq_to_heads(Context *ctx, const Tensor *in, Tensor *out,
                   int64_t q_width, int64_t kv_width, int64_t axis);
 void heads_to_seq(Context *ctx, const Tensor *in, Tensor *out,
                   int64_t q_width, int64_t kv_width, int64_t axis);
+/// Context parallelism by all-gather over `axis` (G ranks). kv_gather:
+/// kv [B, L G, 2 kv_width] = every position's keys and values (the columns
+/// after q_width of each rank's qkv [B, L, q_width + 2 kv_width]), in
+/// position order. attention_cp: causal attention of this rank's queries
+/// (qkv's rows, at their positions) over kv; out as for attention.
+/// attention_cp_grad: dqkv's query columns (its other columns are left for
+/// kv_reduce_scatter), and dkv (f32, kv's shape): the keys' and values'
+/// gradients from this rank's queries. kv_reduce_scatter: the sum of every
+/// rank's dkv, this rank's positions of it, into dqkv's key and value
+/// columns.
+void kv_gather(Context *ctx, const Tensor *qkv, Tensor *kv, int64_t q_width,
+               int64_t kv_width, int64_t axis);
+void attention_cp(Context *ctx, const Tensor *qkv, const Tensor *kv,
+                  Tensor *out, int64_t num_heads, int64_t num_kv_heads,
+                  int64_t axis);
+void attention_cp_grad(Context *ctx, const Tensor *qkv, const Tensor *kv,
+                       const Tensor *dout, Tensor *dqkv, Tensor *dkv,
+                       int64_t num_heads, int64_t num_kv_heads, int64_t axis);
+void kv_reduce_scatter(Context *ctx, const Tensor *dkv, Tensor *dqkv,
+                       int64_t q_width, int64_t kv_width, int64_t axis);
 void attention(Context *ctx, const Tensor *qkv, Tensor *out, int64_t num_heads,
                int64_t num_kv_heads);
 /// Recomputes the probabilities; dqkv (shape of qkv) is overwritten.

@@ -87,6 +87,9 @@ constexpr bool attention_grad(int qkv, int dout, int dqkv, int kept,
                               int64_t head_dim) {
   return dqkv == qkv && attention(qkv, dout, kept, head_dim);
 }
+/// kv_reduce_scatter: the keys' and values' partial gradients are f32 (any
+/// dqkv type).
+constexpr bool kv_reduce_scatter(int dkv) { return dkv == kF32; }
 /// cross_entropy_grad and ce_grad_from_stats: f32 logits, dlogits in f32
 /// or 16 bits (plan-fuse-casts: the loss gradient narrowed for the backward
 /// GEMMs is written narrow).
@@ -129,6 +132,17 @@ constexpr int64_t norm_grad(bool layer, int64_t rows, int64_t c) {
 /// (batch, head, position) row.
 constexpr int64_t attention_grad(int64_t qkv_elements, int64_t bhs_rows) {
   return qkv_elements == 0 ? 0 : floats(2 * bhs_rows) + floats(bhs_rows);
+}
+/// kv_gather: this rank's keys and values packed (local elements) and
+/// every rank's gathered (G times as many).
+constexpr int64_t kv_gather(int64_t local, int64_t group, int64_t elem_bytes) {
+  return local == 0 ? 0
+                    : round(local * elem_bytes) + round(local * group * elem_bytes);
+}
+/// kv_reduce_scatter: the partial gradients ordered by owner (G times the
+/// local elements) and their sum (f32).
+constexpr int64_t kv_reduce_scatter(int64_t local, int64_t group) {
+  return local == 0 ? 0 : floats(local * group) + floats(local);
 }
 /// cross_entropy over `rows` rows; a classifier also counts correct rows.
 constexpr int64_t cross_entropy(int64_t rows, bool classifier) {

@@ -37,6 +37,7 @@
 #include "column_sums.h"
 #include "norms.h"
 #include "planrt/kernels.h"
+#include "planrt/context_parallel.h"
 
 #include <cublasLt.h>
 #include <cuda_runtime.h>

@@ -11,6 +11,7 @@
 
 #include "../context.h"
 #include "planrt/kernels.h"
+#include "planrt/context_parallel.h"
 #include "ring.h"
 
 #include <malloc.h>

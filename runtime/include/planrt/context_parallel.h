@@ -1,0 +1,324 @@
+//===- context_parallel.h - Context parallelism's kernels ------*- C++ -*-===//
+//
+// Context parallelism (parallel { cp = G }) splits each sequence over G
+// ranks: cut into 2 G chunks, rank g holds chunks g and 2 G - 1 - g
+// (kernels::SeqPart), so that causal attention costs every rank the same.
+// Everything per token runs on those rows as it is; attention needs the
+// other ranks' keys and values, exchanged one of two ways:
+//
+// - all_to_all (DeepSpeed Ulysses): the packed q/k/v is traded, sequence
+//   for heads (PackHeadsFn / UnpackSeqFn), ordinary causal attention runs
+//   over every position of 1/G of the heads, and the output goes back
+//   (PackSeqFn / UnpackHeadsFn). Needs G to divide the key/value heads.
+// - all_gather (Megatron-Core's, torchtitan's): each rank gathers every
+//   position's keys and values in position order (PackKvFn /
+//   UnpackKvFn) and attends with its own queries, causal by global
+//   position (AttentionCpFn). The backward computes dq for its queries and
+//   each key's and value's gradient from its queries only
+//   (AttentionCpGradQFn, AttentionCpGradKVFn): partial sums that a
+//   reduce-scatter adds up and returns to the keys' owners (PackDkvFn,
+//   UnpackDkvFn).
+//
+// The all_gather kernels are plain loops over a row's keys (or a key's
+// queries), in fp32 with 16-bit tensors read and written as they are: the
+// reference, not tiled yet. Every functor runs on both backends.
+//===----------------------------------------------------------------------===//
+#ifndef PLANRT_CONTEXT_PARALLEL_H
+#define PLANRT_CONTEXT_PARALLEL_H
+
+#include "planrt/kernels.h"
+
+namespace planrt {
+namespace kernels {
+
+//===--- Context parallelism by all-to-all (Ulysses) ----------------------===//
+//
+// The sequence-split side is [B, L, W] per rank (L = S / G rows at the
+// positions SeqPart gives); W is q_width, then two segments of kv_width when
+// kv_width > 0 (packed q/k/v). The head-split side is [B, S, W / G]: every
+// position, in order, of block k of each segment (whole heads). Member k of
+// the all-to-all gets block k; messages are [B, L, W / G] per member.
+
+struct HeadBlocks {
+  int64_t B, L, q_width, kv_width, G;
+  PLANRT_HD int64_t W() const { return q_width + 2 * kv_width; }
+  PLANRT_HD int64_t Wg() const { return W() / G; }
+  /// The column of the full width that is column c of member k's block.
+  PLANRT_HD int64_t column(int64_t k, int64_t c) const {
+    int64_t q = q_width / G, kv = kv_width / G;
+    if (c < q)
+      return k * q + c;
+    c -= q;
+    int64_t seg = c / (kv > 0 ? kv : 1);
+    return q_width + seg * kv_width + k * kv + (c - seg * kv);
+  }
+  /// Inverse of column(): the member and its block's column for `col`.
+  PLANRT_HD void block(int64_t col, int64_t *k, int64_t *c) const {
+    int64_t q = q_width / G, kv = kv_width / G;
+    if (col < q_width) {
+      *k = col / q;
+      *c = col % q;
+      return;
+    }
+    col -= q_width;
+    int64_t seg = col / kv_width, r = col % kv_width;
+    *k = r / kv;
+    *c = q + seg * kv + r % kv;
+  }
+};
+
+/// seq_to_heads, step 1: the message for member k, [k][B][L][Wg], from this
+/// rank's rows.
+template <class T = float> struct PackHeadsFn {
+  static constexpr bool kElementwise = true;
+  const T *in;
+  T *send;
+  HeadBlocks h;
+  PLANRT_HD void operator()(int64_t i) const {
+    int64_t Wg = h.Wg(), c = i % Wg, row = (i / Wg) % (h.B * h.L),
+            k = i / (Wg * h.B * h.L);
+    send[i] = in[row * h.W() + h.column(k, c)];
+  }
+};
+
+/// seq_to_heads, step 2: out [B, S, Wg] in position order from the messages
+/// [j][B][L][Wg] of every member j.
+template <class T = float> struct UnpackSeqFn {
+  static constexpr bool kElementwise = true;
+  const T *recv;
+  T *out;
+  HeadBlocks h;
+  PLANRT_HD void operator()(int64_t i) const {
+    int64_t Wg = h.Wg(), S = h.L * h.G, c = i % Wg, p = (i / Wg) % S,
+            b = i / (Wg * S), j, t;
+    SeqPart{0, h.G}.owner(p, h.L, &j, &t);
+    out[i] = recv[((j * h.B + b) * h.L + t) * Wg + c];
+  }
+};
+
+/// heads_to_seq, step 1: the message for member j, [j][B][L][Wg]: the rows
+/// of its positions, from in [B, S, Wg].
+template <class T = float> struct PackSeqFn {
+  static constexpr bool kElementwise = true;
+  const T *in;
+  T *send;
+  HeadBlocks h;
+  PLANRT_HD void operator()(int64_t i) const {
+    int64_t Wg = h.Wg(), S = h.L * h.G, c = i % Wg, t = (i / Wg) % h.L,
+            b = (i / (Wg * h.L)) % h.B, j = i / (Wg * h.L * h.B);
+    int64_t p = SeqPart{j, h.G}.position(t, h.L);
+    send[i] = in[(b * S + p) * Wg + c];
+  }
+};
+
+/// heads_to_seq, step 2: out [B, L, W] from member k's blocks [k][B][L][Wg].
+template <class T = float> struct UnpackHeadsFn {
+  static constexpr bool kElementwise = true;
+  const T *recv;
+  T *out;
+  HeadBlocks h;
+  PLANRT_HD void operator()(int64_t i) const {
+    int64_t W = h.W(), col = i % W, row = i / W, k, c;
+    h.block(col, &k, &c);
+    out[i] = recv[(k * h.B * h.L + row) * h.Wg() + c];
+  }
+};
+
+//===--- Context parallelism by all-gather --------------------------------===//
+//
+// qkv is this rank's [B, L, W] (its L = S / G positions, SeqPart), W = (H +
+// 2 KV) D as for attention; kv is every position's keys then values in
+// position order, [B, S, 2 KV D]. Query row t (position p = position(t))
+// attends to keys 0..p.
+
+struct AttnCp {
+  AttnShape a; // a.S = L, this rank's rows
+  int64_t S;   // every position
+  SeqPart part;
+  PLANRT_HD int64_t kvWidth() const { return 2 * a.KV * a.D; }
+  template <class T>
+  PLANRT_HD const T *k(const T *kv, int64_t b, int64_t u, int64_t g) const {
+    return kv + (b * S + u) * kvWidth() + g * a.D;
+  }
+  template <class T>
+  PLANRT_HD const T *v(const T *kv, int64_t b, int64_t u, int64_t g) const {
+    return kv + (b * S + u) * kvWidth() + (a.KV + g) * a.D;
+  }
+};
+
+/// kv_gather, step 1: this rank's keys and values [B, L, 2 KV D] (the
+/// columns after the query heads of its qkv rows).
+template <class T = float> struct PackKvFn {
+  static constexpr bool kElementwise = true;
+  const T *qkv;
+  T *send;
+  int64_t W, q_width, kv2; // kv2 = 2 kv_width
+  PLANRT_HD void operator()(int64_t i) const {
+    send[i] = qkv[(i / kv2) * W + q_width + i % kv2];
+  }
+};
+
+/// kv_gather, step 2: kv [B, S, kv2] in position order from every member
+/// j's [B, L, kv2] (gathered as [j][B][L][kv2]).
+template <class T = float> struct UnpackKvFn {
+  static constexpr bool kElementwise = true;
+  const T *recv;
+  T *kv;
+  int64_t B, L, kv2, G;
+  PLANRT_HD void operator()(int64_t i) const {
+    int64_t S = L * G, c = i % kv2, p = (i / kv2) % S, b = i / (kv2 * S), j,
+            t;
+    SeqPart{0, G}.owner(p, L, &j, &t);
+    kv[i] = recv[((j * B + b) * L + t) * kv2 + c];
+  }
+};
+
+/// Forward; index space B H L. The row's maximum score, then its
+/// exponentials' sum and weighted values, over keys 0..p.
+template <class T = float> struct AttentionCpFn {
+  const T *qkv, *kv;
+  T *out;
+  AttnCp c;
+  PLANRT_HD void operator()(int64_t i) const {
+    const AttnShape &a = c.a;
+    int64_t t = i % a.S, h = (i / a.S) % a.H, b = i / (a.S * a.H);
+    int64_t g = h / (a.H / a.KV), D = a.D, p = c.part.position(t, a.S);
+    const T *q = a.q(qkv, b, t, h);
+    float m = a.scale * dot(q, c.k(kv, b, 0, g), D);
+    for (int64_t u = 1; u <= p; ++u) {
+      float s = a.scale * dot(q, c.k(kv, b, u, g), D);
+      m = s > m ? s : m;
+    }
+    float o[kAttnMaxHeadDim];
+    for (int64_t d = 0; d < D; ++d)
+      o[d] = 0.0f;
+    float sum = 0.0f;
+    for (int64_t u = 0; u <= p; ++u) {
+      float e = exp_f32(a.scale * dot(q, c.k(kv, b, u, g), D) - m);
+      sum += e;
+      const T *v = c.v(kv, b, u, g);
+      for (int64_t d = 0; d < D; ++d)
+        o[d] += e * ld(v[d]);
+    }
+    float inv = 1.0f / sum;
+    for (int64_t d = 0; d < D; ++d)
+      st(out[a.o(b, t, h) + d], o[d] * inv);
+  }
+};
+
+/// Backward, part 1; index space B H L. The row's (m, sum) and delta =
+/// sum_u p dp (p = e / sum, dp = dout . v), kept for part 2, and dq =
+/// scale sum_u p (dp - delta) k into dqkv's query columns.
+template <class T = float> struct AttentionCpGradQFn {
+  const T *qkv, *kv, *dout;
+  T *dqkv;
+  float *rowstats, *delta;
+  AttnCp c;
+  PLANRT_HD void operator()(int64_t i) const {
+    const AttnShape &a = c.a;
+    int64_t t = i % a.S, h = (i / a.S) % a.H, b = i / (a.S * a.H);
+    int64_t g = h / (a.H / a.KV), D = a.D, p = c.part.position(t, a.S);
+    const T *q = a.q(qkv, b, t, h);
+    const T *dy = dout + a.o(b, t, h);
+    float m = a.scale * dot(q, c.k(kv, b, 0, g), D);
+    for (int64_t u = 1; u <= p; ++u) {
+      float s = a.scale * dot(q, c.k(kv, b, u, g), D);
+      m = s > m ? s : m;
+    }
+    float sum = 0.0f, pdp = 0.0f;
+    for (int64_t u = 0; u <= p; ++u) {
+      float e = exp_f32(a.scale * dot(q, c.k(kv, b, u, g), D) - m);
+      sum += e;
+      pdp += e * dot(dy, c.v(kv, b, u, g), D);
+    }
+    float dl = pdp / sum;
+    rowstats[2 * i] = m;
+    rowstats[2 * i + 1] = sum;
+    delta[i] = dl;
+    float dq[kAttnMaxHeadDim];
+    for (int64_t d = 0; d < D; ++d)
+      dq[d] = 0.0f;
+    for (int64_t u = 0; u <= p; ++u) {
+      const T *k = c.k(kv, b, u, g);
+      float pr = exp_f32(a.scale * dot(q, k, D) - m) / sum;
+      float ds = pr * (dot(dy, c.v(kv, b, u, g), D) - dl) * a.scale;
+      for (int64_t d = 0; d < D; ++d)
+        dq[d] += ds * ld(k[d]);
+    }
+    T *dst = dqkv + (q - qkv);
+    for (int64_t d = 0; d < D; ++d)
+      st(dst[d], dq[d]);
+  }
+};
+
+/// Backward, part 2; index space B KV S (every position's key row u of kv
+/// head g). dk = scale sum ds q and dv = sum p dout over this rank's query
+/// rows at positions >= u of g's query heads: partial sums (f32) of dkv
+/// [B, S, 2 KV D], zero where no local query sees the key.
+template <class T = float> struct AttentionCpGradKVFn {
+  const T *qkv, *kv, *dout;
+  const float *rowstats, *delta;
+  float *dkv;
+  AttnCp c;
+  PLANRT_HD void operator()(int64_t i) const {
+    const AttnShape &a = c.a;
+    int64_t u = i % c.S, g = (i / c.S) % a.KV, b = i / (c.S * a.KV);
+    int64_t D = a.D, group = a.H / a.KV;
+    const T *k = c.k(kv, b, u, g), *v = c.v(kv, b, u, g);
+    float dk[kAttnMaxHeadDim], dv[kAttnMaxHeadDim];
+    for (int64_t d = 0; d < D; ++d)
+      dk[d] = dv[d] = 0.0f;
+    for (int64_t h = g * group; h < (g + 1) * group; ++h)
+      for (int64_t t = 0; t < a.S; ++t) {
+        if (c.part.position(t, a.S) < u)
+          continue;
+        int64_t r = (b * a.H + h) * a.S + t;
+        const T *q = a.q(qkv, b, t, h);
+        const T *dy = dout + a.o(b, t, h);
+        float pr = exp_f32(a.scale * dot(q, k, D) - rowstats[2 * r]) /
+                   rowstats[2 * r + 1];
+        float ds = pr * (dot(dy, v, D) - delta[r]) * a.scale;
+        for (int64_t d = 0; d < D; ++d) {
+          dv[d] += pr * ld(dy[d]);
+          dk[d] += ds * ld(q[d]);
+        }
+      }
+    float *row = dkv + (b * c.S + u) * c.kvWidth();
+    for (int64_t d = 0; d < D; ++d) {
+      row[g * D + d] = dk[d];
+      row[(a.KV + g) * D + d] = dv[d];
+    }
+  }
+};
+
+/// kv_reduce_scatter, step 1: dkv [B, S, kv2] as the blocks of every member
+/// j, [j][B][L][kv2]: the rows of j's positions, in j's order.
+struct PackDkvFn {
+  static constexpr bool kElementwise = true;
+  const float *dkv;
+  float *send;
+  int64_t B, L, kv2, G;
+  PLANRT_HD void operator()(int64_t i) const {
+    int64_t S = L * G, c = i % kv2, t = (i / kv2) % L, b = (i / (kv2 * L)) % B,
+            j = i / (kv2 * L * B);
+    int64_t p = SeqPart{j, G}.position(t, L);
+    send[i] = dkv[(b * S + p) * kv2 + c];
+  }
+};
+
+/// kv_reduce_scatter, step 2: the summed block [B, L, kv2] into the key
+/// and value columns of dqkv [B, L, W].
+template <class T = float> struct UnpackDkvFn {
+  static constexpr bool kElementwise = true;
+  const float *sum;
+  T *dqkv;
+  int64_t W, q_width, kv2;
+  PLANRT_HD void operator()(int64_t i) const {
+    st(dqkv[(i / kv2) * W + q_width + i % kv2], sum[i]);
+  }
+};
+
+} // namespace kernels
+} // namespace planrt
+
+#endif // PLANRT_CONTEXT_PARALLEL_H
