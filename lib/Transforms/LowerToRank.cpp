@@ -353,13 +353,17 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
     return gather < a2a ? "all_gather" : "all_to_all";
   };
   // All-gather: every position's keys and values of attention's packed
-  // q/k/v, in position order; a backward in its forward's block reuses
-  // them (as for headSplit).
+  // q/k/v, in position order. They are G times the rank's own: the backward
+  // gathers them again (as Megatron-Core does), unless recompute = none
+  // keeps everything, where a backward in its forward's block reuses them.
   DenseMap<Value, std::pair<Block *, Value>> gatheredKv;
+  bool keepGathered =
+      plan::recomputePolicy(src->getParentOfType<ModuleOp>(), "") == "none";
   auto kvGather = [&](Value qkv, Value local, int64_t h, int64_t kv,
                       StringAttr axis, Location loc) -> Value {
     auto it = gatheredKv.find(qkv);
-    if (it != gatheredKv.end() && it->second.first == b.getInsertionBlock())
+    if (keepGathered && it != gatheredKv.end() &&
+        it->second.first == b.getInsertionBlock())
       return it->second.second;
     auto t = cast<MemRefType>(local.getType());
     int64_t G = mesh.getAxisSize(axis.getValue());
