@@ -457,7 +457,8 @@ LogicalResult ParallelOp::verify() {
       failed(expectOneOf(*this, "tensor_policy", getTensorPolicy(),
                          {"none", "megatron"})) ||
       (getCpComm() && failed(expectOneOf(*this, "cp_comm", *getCpComm(),
-                                         {"all_to_all", "all_gather"}))))
+                                         {"all_to_all", "all_gather",
+                                          "ring"}))))
     return failure();
   int64_t microbatches = getMicrobatches();
   if (microbatches < 1)

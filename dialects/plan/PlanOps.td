@@ -143,8 +143,9 @@ def Plan_ParallelOp : Plan_Op<"parallel"> {
       stages 1, 2, ... start, strictly increasing and > 0.
     - `cp_comm` (optional): how context parallelism (the mesh axis `cp`)
       exchanges what attention needs: `"all_to_all"` (Ulysses: sequence
-      for heads) or `"all_gather"` (every position's keys and values). Left
-      out, the compiler chooses.
+      for heads), `"all_gather"` (every position's keys and values) or
+      `"ring"` (the keys and values passed round). Left out, the compiler
+      chooses.
   }];
   let arguments = (ins
       DefaultValuedAttr<StrAttr, "\"1f1b\"">:$schedule,

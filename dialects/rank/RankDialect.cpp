@@ -234,6 +234,12 @@ SmallVector<StringRef> KvGatherOp::getRuntimeAttrNames() {
 SmallVector<StringRef> KvReduceScatterOp::getRuntimeAttrNames() {
   return {"q_width", "kv_width", "axis"};
 }
+SmallVector<StringRef> AttentionRingOp::getRuntimeAttrNames() {
+  return {"num_heads", "num_kv_heads", "axis"};
+}
+SmallVector<StringRef> AttentionRingGradOp::getRuntimeAttrNames() {
+  return {"num_heads", "num_kv_heads", "axis"};
+}
 SmallVector<StringRef> AttentionCpOp::getRuntimeAttrNames() {
   return {"num_heads", "num_kv_heads", "axis"};
 }

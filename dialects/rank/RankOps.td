@@ -681,6 +681,29 @@ def Rank_KvReduceScatterOp : Rank_CallOp<"kv_reduce_scatter",
     $dkv `into` $out `over` $axis attr-dict `:` type($dkv) `->` type($out)
   }];
 }
+// Context parallelism by ring: the keys and values go round the ranks of
+// `axis`, one rank's block per step (planrt/context_parallel.h).
+def Rank_AttentionRingOp : Rank_CallOp<"attention_ring",
+    [DeclareOpInterfaceMethods<RuntimeCallOpInterface, ["getRuntimeAttrNames"]>]> {
+  let summary = "causal attention of this rank's queries over every rank's keys and values, passed round a ring";
+  let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$qkv,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$out,
+                       I64Attr:$num_heads, I64Attr:$num_kv_heads, StrAttr:$axis);
+  let assemblyFormat = [{
+    $qkv `into` $out `over` $axis attr-dict `:` type($qkv) `->` type($out)
+  }];
+}
+def Rank_AttentionRingGradOp : Rank_CallOp<"attention_ring_grad",
+    [DeclareOpInterfaceMethods<RuntimeCallOpInterface, ["getRuntimeAttrNames"]>]> {
+  let summary = "d qkv of attention_ring (its rows' statistics recomputed by one more ring)";
+  let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$qkv,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$grad,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$out,
+                       I64Attr:$num_heads, I64Attr:$num_kv_heads, StrAttr:$axis);
+  let assemblyFormat = [{
+    $qkv `,` $grad `into` $out `over` $axis attr-dict `:` type($qkv) `,` type($grad) `->` type($out)
+  }];
+}
 def Rank_HeadsToSeqOp : Rank_CallOp<"heads_to_seq",
     [DeclareOpInterfaceMethods<RuntimeCallOpInterface, ["getRuntimeAttrNames"]>]> {
   let summary = "[B, S, W/G] split by heads -> [B, S/G, W] split by sequence";

@@ -66,7 +66,7 @@ bool runsNative(Operation *op, const WorkspaceEnv &env) {
           ScaleOp, RopeOp, PosEmbeddingOp, EmbeddingOp, LayerNormOp,
           LayerNormGradOp, RmsNormOp, RmsNormGradOp, AllGatherOp, AllToAllOp,
           ShardSliceOp, SeqToHeadsOp, HeadsToSeqOp, KvGatherOp,
-          AttentionCpOp>(op)) {
+          AttentionCpOp, AttentionRingOp, AttentionRingGradOp>(op)) {
     int first = -1;
     for (Value v : op->getOperands())
       if (isFloatBuffer(v)) {
@@ -238,6 +238,26 @@ int64_t kvReduceScatter(KvReduceScatterOp op, const WorkspaceEnv &env) {
   int64_t g = env.axisSize(op.getAxis());
   return ws::kv_reduce_scatter(numel(op.getDkv()) / g, g);
 }
+/// attention_ring(_grad): a block (this rank's keys and values), the rows
+/// (batch x heads x positions) and the head dim.
+template <class Op>
+std::tuple<int64_t, int64_t, int64_t> ringShape(Op op) {
+  Value qkv = op.getQkv();
+  int64_t h = op.getNumHeads(), kv = op.getNumKvHeads();
+  int64_t d = dim(qkv, 2) / (h + 2 * kv);
+  return {dim(qkv, 0) * dim(qkv, 1) * 2 * kv * d,
+          dim(qkv, 0) * dim(qkv, 1) * h, d};
+}
+int64_t attentionRing(AttentionRingOp op, const WorkspaceEnv &) {
+  auto [block, rows, d] = ringShape(op);
+  return ws::attention_ring(block, rows, d,
+                            movedBytes(op.getQkv(), op.getOut()));
+}
+int64_t attentionRingGrad(AttentionRingGradOp op, const WorkspaceEnv &) {
+  auto [block, rows, d] = ringShape(op);
+  return ws::attention_ring_grad(block, rows, d,
+                                 movedBytes(op.getQkv(), op.getOut()));
+}
 int64_t attentionCpGrad(AttentionCpGradOp op, const WorkspaceEnv &) {
   Value qkv = op.getQkv();
   return ws::attention_grad(numel(qkv),
@@ -306,6 +326,10 @@ void planc::rank::registerWorkspaceModels(MLIRContext *ctx) {
   ReduceScatterOp::attachInterface<Model<ReduceScatterOp, reduceScatter>>(*ctx);
   AllToAllOp::attachInterface<Model<AllToAllOp, allToAll>>(*ctx);
   KvGatherOp::attachInterface<Model<KvGatherOp, kvGather>>(*ctx);
+  AttentionRingOp::attachInterface<Model<AttentionRingOp, attentionRing>>(
+      *ctx);
+  AttentionRingGradOp::attachInterface<
+      Model<AttentionRingGradOp, attentionRingGrad>>(*ctx);
   KvReduceScatterOp::attachInterface<Model<KvReduceScatterOp, kvReduceScatter>>(
       *ctx);
   AttentionCpGradOp::attachInterface<Model<AttentionCpGradOp, attentionCpGrad>>(

@@ -51,8 +51,9 @@ struct Counter {
     l.calls += (int64_t)times;
     l.payloadBytes += payload * times;
     double ring = kind == "all_reduce" ? 2.0 * double(n - 1) / double(n)
-                  : kind == "send"     ? 1.0
-                                       : double(n - 1) / double(n);
+                  : kind == "send" || kind == "ring_shift"
+                      ? 1.0
+                      : double(n - 1) / double(n);
     l.sentBytes += payload * ring * factor * times;
   }
   void visit(Operation *op, double times) {
@@ -80,7 +81,23 @@ struct Counter {
     else if (auto s = dyn_cast<rk::SeqToHeadsOp>(op))
       add("all_to_all", {s.getAxis()}, bufferBytes(s.getInput().getType()), 1,
           times);
-    else if (auto g = dyn_cast<rk::KvGatherOp>(op))
+    else if (isa<rk::AttentionRingOp, rk::AttentionRingGradOp>(op)) {
+      // The keys and values go round: G - 1 shifts of a rank's block (the
+      // gradient: twice, and G shifts of their f32 gradients).
+      StringRef axis = op->getAttrOfType<StringAttr>("axis").getValue();
+      auto qkv = cast<MemRefType>(op->getOperand(0).getType());
+      int64_t heads = op->getAttrOfType<IntegerAttr>("num_heads").getInt();
+      int64_t kv = op->getAttrOfType<IntegerAttr>("num_kv_heads").getInt();
+      double block = double(qkv.getNumElements()) / double(heads + 2 * kv) *
+                     double(2 * kv);
+      double width = bufferBytes(qkv) / double(qkv.getNumElements());
+      double G = double(groupOf({axis}));
+      bool grad = isa<rk::AttentionRingGradOp>(op);
+      add("ring_shift", {axis}, block * width, 1,
+          times * (grad ? 2 : 1) * (G - 1));
+      if (grad)
+        add("ring_shift", {axis}, block * 4, 1, times * G);
+    } else if (auto g = dyn_cast<rk::KvGatherOp>(op))
       add("all_gather", {g.getAxis()}, bufferBytes(g.getKv().getType()), 1,
           times);
     else if (auto rs = dyn_cast<rk::KvReduceScatterOp>(op))
@@ -168,8 +185,8 @@ struct OpCoster {
       return c;
     }
     if (isa<rk::AttentionOp, rk::AttentionGradOp, rk::AttentionKeepOp,
-            rk::AttentionGradKeptOp, rk::AttentionCpOp, rk::AttentionCpGradOp>(
-            op)) {
+            rk::AttentionGradKeptOp, rk::AttentionCpOp, rk::AttentionCpGradOp,
+            rk::AttentionRingOp, rk::AttentionRingGradOp>(op)) {
       // Costed as Megatron-LM (2021) runs it: batched GEMMs over the heads
       // and a materialized score matrix for the softmax; the backward keeps
       // the probabilities (dV, dP, dQ, dK: four GEMMs, twice the forward's
@@ -185,14 +202,22 @@ struct OpCoster {
       if (isa<rk::AttentionCpOp, rk::AttentionCpGradOp>(op))
         sk = double(
             cast<MemRefType>(op->getOperand(1).getType()).getDimSize(1));
+      bool ring = isa<rk::AttentionRingOp, rk::AttentionRingGradOp>(op);
+      std::vector<std::string> ringAxis;
+      if (ring) {
+        ringAxis = {op->getAttrOfType<StringAttr>("axis").getValue().str()};
+        sk = sq * double(group(ringAxis));
+      }
       double d = double(qkv.getDimSize(2)) / double(heads + 2 * kv);
       double bh = b * double(heads), scores = bh * sq * sk * actBytes;
       c.kind = OpCost::Attention;
       c.flops = 4 * bh * sq * sk * d;
-      if (isa<rk::AttentionOp, rk::AttentionKeepOp, rk::AttentionCpOp>(op)) {
-        c.time = tm.gemmTime(sq, sk, d, bh, actBytes) + // Q K^T
-                 tm.memoryTime(2 * scores) +            // softmax
-                 tm.gemmTime(sq, d, sk, bh, actBytes);  // P V
+      double forward = tm.gemmTime(sq, sk, d, bh, actBytes) + // Q K^T
+                       tm.memoryTime(2 * scores) +            // softmax
+                       tm.gemmTime(sq, d, sk, bh, actBytes);  // P V
+      if (isa<rk::AttentionOp, rk::AttentionKeepOp, rk::AttentionCpOp,
+              rk::AttentionRingOp>(op)) {
+        c.time = forward;
       } else {
         c.flops *= 2;
         c.time = tm.gemmTime(sk, d, sq, bh, actBytes) +    // dV = P^T dO
@@ -200,6 +225,21 @@ struct OpCoster {
                  tm.memoryTime(3 * scores) +               // dS
                  tm.gemmTime(sq, d, sk, bh, actBytes) +    // dQ
                  tm.gemmTime(sk, d, sq, bh, actBytes);     // dK
+      }
+      if (ring) {
+        // The shifts overlap the blocks' compute; the gradient runs the
+        // forward's ring again first (its rows' statistics).
+        double G = double(group(ringAxis));
+        double block = b * sq * 2 * double(kv) * d;
+        double shift = tm.p2pTime(block * actBytes, link(ringAxis));
+        if (isa<rk::AttentionRingOp>(op)) {
+          c.time = std::max(c.time, (G - 1) * shift);
+        } else {
+          c.flops += 4 * bh * sq * sk * d;
+          double back = tm.p2pTime(block * 4, link(ringAxis));
+          c.time = std::max(forward, (G - 1) * shift) +
+                   std::max(c.time, (G - 1) * shift + G * back);
+        }
       }
       return c;
     }

@@ -172,12 +172,6 @@ void Sema::readParallel() {
   if (auto v = nameSetting(s, "cp_comm", {"all_to_all", "all_gather", "ring"})) {
     par.cpComm = *v;
     par.cpCommLoc = at("cp_comm");
-    if (*v == "ring")
-      error(at("cp_comm"))
-          << "cp_comm = ring is not implemented yet; context parallelism "
-             "exchanges by all_to_all (Ulysses: cp must divide the key/value "
-             "heads) or all_gather (of every position's keys and values): set "
-             "one of them or leave cp_comm out to let the compiler choose";
   }
   if (par.cp == 1 && par.cpCommLoc)
     error(*par.cpCommLoc) << "cp_comm chooses how context parallelism "

@@ -1395,7 +1395,12 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
                 return true;
               }
               int64_t G = mesh.getAxisSize(cp.getValue());
-              if (cpExchange(h.getInt(), kv.getInt(), G) == "all_gather") {
+              std::string how = cpExchange(h.getInt(), kv.getInt(), G);
+              if (how == "ring") {
+                rk::AttentionRingOp::create(b, loc, in(0), out, h, kv, cp);
+                return true;
+              }
+              if (how == "all_gather") {
                 Value kvs = kvGather(a.getQkv(), in(0), h.getInt(),
                                      kv.getInt(), cp, loc);
                 rk::AttentionCpOp::create(b, loc, in(0), kvs, out, h, kv, cp);
@@ -1431,7 +1436,13 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
                 return true;
               }
               int64_t G = mesh.getAxisSize(cp.getValue());
-              if (cpExchange(h.getInt(), kv.getInt(), G) == "all_gather") {
+              std::string how = cpExchange(h.getInt(), kv.getInt(), G);
+              if (how == "ring") {
+                rk::AttentionRingGradOp::create(b, loc, in(0), in(1), out, h,
+                                                kv, cp);
+                return true;
+              }
+              if (how == "all_gather") {
                 Value kvs = kvGather(a.getQkv(), in(0), h.getInt(),
                                      kv.getInt(), cp, loc);
                 auto kt = cast<MemRefType>(kvs.getType());

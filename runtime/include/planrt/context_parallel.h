@@ -18,8 +18,17 @@
 //   (AttentionCpGradQFn, AttentionCpGradKVFn): partial sums that a
 //   reduce-scatter adds up and returns to the keys' owners (PackDkvFn,
 //   UnpackDkvFn).
+// - ring (ring attention): the keys and values go around the ring of the G
+//   ranks, one rank's block per step, each shifted on while the block in
+//   hand is computed; every query row keeps a running maximum, normalizer
+//   and weighted sum (online softmax, AttentionRingStepFn) and divides at
+//   the end. The backward runs the ring twice: once to recompute each
+//   row's statistics and output (for delta = dout . out), once for the
+//   gradients, the keys' and values' gradients travelling with their block
+//   and returning to its owner after a last shift (AttentionRingGradQFn,
+//   AttentionRingGradKVFn).
 //
-// The all_gather kernels are plain loops over a row's keys (or a key's
+// The all_gather and ring kernels are plain loops over a row's keys (or a key's
 // queries), in fp32 with 16-bit tensors read and written as they are: the
 // reference, not tiled yet. Every functor runs on both backends.
 //===----------------------------------------------------------------------===//
@@ -315,6 +324,169 @@ template <class T = float> struct UnpackDkvFn {
   int64_t W, q_width, kv2;
   PLANRT_HD void operator()(int64_t i) const {
     st(dqkv[(i / kv2) * W + q_width + i % kv2], sum[i]);
+  }
+};
+
+//===--- Context parallelism by ring --------------------------------------===//
+//
+// A block is rank `src`'s keys and values [B, L, 2 KV D] (its rows, at its
+// positions). Running statistics per query row i (index space B H L): acc
+// [B H L, D] (f32) and ml [B H L, 2] = (maximum, normalizer), starting at
+// (-inf, 0).
+
+template <class T>
+PLANRT_HD inline const T *ring_k(const AttnCp &c, const T *blk, int64_t b,
+                                 int64_t u, int64_t g) {
+  return blk + (b * c.a.S + u) * c.kvWidth() + g * c.a.D;
+}
+template <class T>
+PLANRT_HD inline const T *ring_v(const AttnCp &c, const T *blk, int64_t b,
+                                 int64_t u, int64_t g) {
+  return blk + (b * c.a.S + u) * c.kvWidth() + (c.a.KV + g) * c.a.D;
+}
+
+/// One step of the forward: row i's scores against the block's keys at
+/// positions <= the row's, merged into its running statistics.
+template <class T = float> struct AttentionRingStepFn {
+  const T *qkv, *blk;
+  float *acc, *ml;
+  AttnCp c;
+  int64_t src;
+  PLANRT_HD void operator()(int64_t i) const {
+    const AttnShape &a = c.a;
+    int64_t t = i % a.S, h = (i / a.S) % a.H, b = i / (a.S * a.H);
+    int64_t g = h / (a.H / a.KV), D = a.D, p = c.part.position(t, a.S);
+    SeqPart from{src, c.part.G};
+    const T *q = a.q(qkv, b, t, h);
+    bool any = false;
+    float bm = 0.0f;
+    for (int64_t u = 0; u < a.S; ++u) {
+      if (from.position(u, a.S) > p)
+        continue;
+      float s = a.scale * dot(q, ring_k(c, blk, b, u, g), D);
+      bm = !any || s > bm ? s : bm;
+      any = true;
+    }
+    if (!any)
+      return;
+    float m = ml[2 * i], l = ml[2 * i + 1];
+    float mn = l > 0.0f && m > bm ? m : bm;
+    float keep = l > 0.0f ? exp_f32(m - mn) : 0.0f;
+    float *o = acc + i * D;
+    for (int64_t d = 0; d < D; ++d)
+      o[d] *= keep;
+    l *= keep;
+    for (int64_t u = 0; u < a.S; ++u) {
+      if (from.position(u, a.S) > p)
+        continue;
+      float e = exp_f32(a.scale * dot(q, ring_k(c, blk, b, u, g), D) - mn);
+      l += e;
+      const T *v = ring_v(c, blk, b, u, g);
+      for (int64_t d = 0; d < D; ++d)
+        o[d] += e * ld(v[d]);
+    }
+    ml[2 * i] = mn;
+    ml[2 * i + 1] = l;
+  }
+};
+
+/// The forward's end: out = acc / normalizer, and with `delta`, delta =
+/// dout . out (the backward's first ring).
+template <class T = float> struct AttentionRingFinishFn {
+  const float *acc, *ml;
+  T *out;
+  const T *dout = nullptr;
+  float *delta = nullptr;
+  AttnShape a;
+  PLANRT_HD void operator()(int64_t i) const {
+    int64_t t = i % a.S, h = (i / a.S) % a.H, b = i / (a.S * a.H);
+    float inv = 1.0f / ml[2 * i + 1], dl = 0.0f;
+    for (int64_t d = 0; d < a.D; ++d) {
+      float o = acc[i * a.D + d] * inv;
+      if (out)
+        st(out[a.o(b, t, h) + d], o);
+      if (dout)
+        dl += ld(dout[a.o(b, t, h) + d]) * o;
+    }
+    if (delta)
+      delta[i] = dl;
+  }
+};
+
+/// Backward, one step, queries; index space B H L: dq (f32, [B H L, D])
+/// += scale sum_u p (dout . v - delta) k over the block's keys at
+/// positions <= the row's, p = exp(score - m) / normalizer.
+template <class T = float> struct AttentionRingGradQFn {
+  const T *qkv, *blk, *dout;
+  const float *ml, *delta;
+  float *dq;
+  AttnCp c;
+  int64_t src;
+  PLANRT_HD void operator()(int64_t i) const {
+    const AttnShape &a = c.a;
+    int64_t t = i % a.S, h = (i / a.S) % a.H, b = i / (a.S * a.H);
+    int64_t g = h / (a.H / a.KV), D = a.D, p = c.part.position(t, a.S);
+    SeqPart from{src, c.part.G};
+    const T *q = a.q(qkv, b, t, h);
+    const T *dy = dout + a.o(b, t, h);
+    float *dqi = dq + i * D;
+    for (int64_t u = 0; u < a.S; ++u) {
+      if (from.position(u, a.S) > p)
+        continue;
+      const T *k = ring_k(c, blk, b, u, g);
+      float pr = exp_f32(a.scale * dot(q, k, D) - ml[2 * i]) / ml[2 * i + 1];
+      float ds =
+          pr * (dot(dy, ring_v(c, blk, b, u, g), D) - delta[i]) * a.scale;
+      for (int64_t d = 0; d < D; ++d)
+        dqi[d] += ds * ld(k[d]);
+    }
+  }
+};
+
+/// Backward, one step, keys; index space B KV L (the block's key row u of
+/// kv head g): dkv (f32, the block's [B, L, 2 KV D]) += this rank's
+/// queries' share, dk = scale sum ds q and dv = sum p dout.
+template <class T = float> struct AttentionRingGradKVFn {
+  const T *qkv, *blk, *dout;
+  const float *ml, *delta;
+  float *dkv;
+  AttnCp c;
+  int64_t src;
+  PLANRT_HD void operator()(int64_t i) const {
+    const AttnShape &a = c.a;
+    int64_t u = i % a.S, g = (i / a.S) % a.KV, b = i / (a.S * a.KV);
+    int64_t D = a.D, group = a.H / a.KV;
+    int64_t pu = SeqPart{src, c.part.G}.position(u, a.S);
+    const T *k = ring_k(c, blk, b, u, g), *v = ring_v(c, blk, b, u, g);
+    float *row = dkv + (b * a.S + u) * c.kvWidth();
+    for (int64_t h = g * group; h < (g + 1) * group; ++h)
+      for (int64_t t = 0; t < a.S; ++t) {
+        if (c.part.position(t, a.S) < pu)
+          continue;
+        int64_t r = (b * a.H + h) * a.S + t;
+        const T *q = a.q(qkv, b, t, h);
+        const T *dy = dout + a.o(b, t, h);
+        float pr = exp_f32(a.scale * dot(q, k, D) - ml[2 * r]) / ml[2 * r + 1];
+        float ds = pr * (dot(dy, v, D) - delta[r]) * a.scale;
+        for (int64_t d = 0; d < D; ++d) {
+          row[(a.KV + g) * D + d] += pr * ld(dy[d]);
+          row[g * D + d] += ds * ld(q[d]);
+        }
+      }
+  }
+};
+
+/// The backward's end, queries: dq (f32 [B H L, D]) into dqkv's query
+/// columns; index space B H L D.
+template <class T = float> struct RingDqFn {
+  static constexpr bool kElementwise = true;
+  const float *dq;
+  T *dqkv;
+  AttnShape a;
+  PLANRT_HD void operator()(int64_t i) const {
+    int64_t d = i % a.D, r = i / a.D, t = r % a.S, h = (r / a.S) % a.H,
+            b = r / (a.S * a.H);
+    st(dqkv[(b * a.S + t) * a.width() + h * a.D + d], dq[i]);
   }
 };
 

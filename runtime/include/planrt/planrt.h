@@ -615,6 +615,18 @@ void attention_cp_grad(Context *ctx, const Tensor *qkv, const Tensor *kv,
                        int64_t num_heads, int64_t num_kv_heads, int64_t axis);
 void kv_reduce_scatter(Context *ctx, const Tensor *dkv, Tensor *dqkv,
                        int64_t q_width, int64_t kv_width, int64_t axis);
+/// Context parallelism by ring over `axis`: attention of this rank's
+/// queries (qkv's rows, as for attention_cp) over every rank's keys and
+/// values, which go round the ring one rank's block per step, each shifted
+/// on while the one in hand is computed (online softmax). The gradient runs
+/// the ring twice (the rows' statistics again, then the gradients, the
+/// keys' and values' travelling with their block back to its owner); dqkv
+/// (shape of qkv) is overwritten.
+void attention_ring(Context *ctx, const Tensor *qkv, Tensor *out,
+                    int64_t num_heads, int64_t num_kv_heads, int64_t axis);
+void attention_ring_grad(Context *ctx, const Tensor *qkv, const Tensor *dout,
+                         Tensor *dqkv, int64_t num_heads, int64_t num_kv_heads,
+                         int64_t axis);
 void attention(Context *ctx, const Tensor *qkv, Tensor *out, int64_t num_heads,
                int64_t num_kv_heads);
 /// Recomputes the probabilities; dqkv (shape of qkv) is overwritten.

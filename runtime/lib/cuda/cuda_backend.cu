@@ -100,6 +100,7 @@ struct CudaState {
   cudaEvent_t ready = nullptr;        // compute work before a collective
   cudaEvent_t done = nullptr;         // end of a blocking collective
   std::map<int64_t, cudaEvent_t> slot_events; // slot -> end of its collective
+  cudaEvent_t shifted = nullptr; // end of the ring shifts started
   std::set<int64_t> started;                  // slots with a collective
   ncclComm_t world = nullptr;
   std::map<int64_t, ncclComm_t> comms; // axis mask -> communicator
@@ -318,6 +319,8 @@ void finalize(Context *ctx) {
     CUDA_CHECK(cudaEventDestroy(kv.second));
   CUDA_CHECK(cudaEventDestroy(s->ready));
   CUDA_CHECK(cudaEventDestroy(s->done));
+  if (s->shifted)
+    CUDA_CHECK(cudaEventDestroy(s->shifted));
   for (auto it = s->comms.begin(); it != s->comms.end();) {
     ncclComm_t c = it->second;
     it = s->comms.erase(it); // not aborted by the watchdog once destroyed
@@ -691,6 +694,34 @@ void reduce_scatter(Context *ctx, const float *send, float *recv, int64_t count,
   note_comm(s, "reduce_scatter", int64_t(1) << axis, -1, false);
   settle(ctx, comm, s->last_comm);
   end_comm(s);
+}
+
+// The shift runs on the collective stream while the compute stream goes
+// on (context parallelism's ring overlaps it with the block in hand); the
+// wait orders later compute after every shift started.
+void ring_shift_start(Context *ctx, const void *send, void *recv,
+                      int64_t count, int64_t axis, int dtype) {
+  CudaState *s = state(ctx);
+  ncclComm_t comm = group_comm(ctx, "ring_shift", int64_t(1) << axis);
+  int G = (int)ctx->axis_sizes[axis], g = (int)ctx->coords[axis];
+  if (!s->shifted)
+    CUDA_CHECK(cudaEventCreateWithFlags(&s->shifted, cudaEventDisableTiming));
+  begin_comm(s);
+  NCCL_CHECK(ncclGroupStart());
+  NCCL_CHECK(ncclSend(send, (size_t)count, nccl_type(dtype), (g + 1) % G, comm,
+                      s->comm_stream));
+  NCCL_CHECK(ncclRecv(recv, (size_t)count, nccl_type(dtype), (g + G - 1) % G,
+                      comm, s->comm_stream));
+  NCCL_CHECK(ncclGroupEnd());
+  note_comm(s, "ring_shift", int64_t(1) << axis, -1, false);
+  settle(ctx, comm, s->last_comm);
+  CUDA_CHECK(cudaEventRecord(s->shifted, s->comm_stream));
+}
+
+void ring_shift_wait(Context *ctx) {
+  CudaState *s = state(ctx);
+  if (s->shifted)
+    CUDA_CHECK(cudaStreamWaitEvent(s->stream, s->shifted, 0));
 }
 
 void alltoall(Context *ctx, const void *send, void *recv, int64_t count,

@@ -46,6 +46,8 @@ struct HostState {
   std::map<int64_t, int64_t> request_masks;             // slot -> axis mask
   std::map<int64_t, DeferredSum> deferred;              // slot -> ring sum
   std::vector<float> ring_scratch; // received blocks, reused
+  std::vector<MPI_Request> shifts; // ring_shift_start's, until the wait
+  int64_t shift_axis = -1;
 };
 HostState *state(Context *ctx) { return (HostState *)ctx->backend; }
 } // namespace
@@ -481,6 +483,38 @@ void reduce_scatter(Context *ctx, const float *send, float *recv, int64_t count,
       MPI_Ireduce_scatter_block(send, recv, n, MPI_FLOAT, MPI_SUM, comm, &r),
       "MPI_Ireduce_scatter_block");
   wait_one(ctx, &r, "reduce_scatter", axis);
+}
+
+void ring_shift_start(Context *ctx, const void *send, void *recv,
+                      int64_t count, int64_t axis, int dtype) {
+  MPI_Comm comm = group_comm(ctx, "ring_shift", int64_t(1) << axis);
+  int g, G;
+  MPI_Comm_rank(comm, &g);
+  MPI_Comm_size(comm, &G);
+  int n = block_count("ring_shift", count);
+  MPI_Datatype type = dtype == F32 ? MPI_FLOAT : MPI_UINT16_T;
+  HostState *s = state(ctx);
+  s->shift_axis = axis;
+  // Point-to-point on the group's communicator: matched apart from its
+  // collectives. Started in order, received in order (MPI keeps it).
+  s->shifts.emplace_back();
+  check_mpi(MPI_Irecv(recv, n, type, (g + G - 1) % G, 1, comm,
+                      &s->shifts.back()),
+            "MPI_Irecv");
+  s->shifts.emplace_back();
+  check_mpi(
+      MPI_Isend(send, n, type, (g + 1) % G, 1, comm, &s->shifts.back()),
+      "MPI_Isend");
+}
+
+void ring_shift_wait(Context *ctx) {
+  HostState *s = state(ctx);
+  if (s->shifts.empty())
+    return;
+  watchdog::wait_all(ctx, (int)s->shifts.size(), s->shifts.data(),
+                     watchdog::group_op("ring_shift",
+                                        int64_t(1) << s->shift_axis));
+  s->shifts.clear();
 }
 
 void alltoall(Context *ctx, const void *send, void *recv, int64_t count,
