@@ -394,8 +394,9 @@ def Plan_PosEmbeddingOp : Plan_ComputeOp<"pos_embedding",
     ```mlir
     %x = plan.pos_embedding %h, %wpe : tensor<8x128x768xf32>, tensor<1024x768xf32>
     ```
-    Sharding: the result is laid out like `input`; the positions and the
-    table's rows stay whole (a split is gathered first).
+    Sharding: the result is laid out like `input`; the table's rows stay
+    whole, and the positions may be split over `cp` only (each rank adds
+    its positions' rows; its gradient is then a sum over cp).
   }];
   let arguments = (ins Plan_FloatTensor:$input, Plan_FloatTensor:$table);
   let results = (outs Plan_FloatTensor:$result);
@@ -469,7 +470,10 @@ def Plan_AttentionOp : Plan_ComputeOp<"attention"> {
     Sharding: the batch may be split, and the heads (a factor of size
     `num_kv_heads`): the packed dimension is then split as three segments,
     so that each rank holds whole query heads with their key/value heads.
-    The sequence stays whole (causal attention needs all earlier positions).
+    The sequence is positional: it may be split over the context-parallel
+    axis `cp` only (each rank holding two chunks of it), where the lowering
+    exchanges what causal attention needs (`plan.parallel`'s `cp_comm`);
+    a split over any other axis is gathered first.
   }];
   let arguments = (ins Plan_FloatTensor:$qkv, I64Attr:$num_heads,
                        I64Attr:$num_kv_heads);
@@ -492,8 +496,9 @@ def Plan_RopeOp : Plan_ComputeOp<"rope", [SameOperandsAndResultType]> {
     `y[i] = x[i] cos a - x[i + Dh/2] sin a` and
     `y[i + Dh/2] = x[i + Dh/2] cos a + x[i] sin a`; the value heads pass
     through. `inverse` rotates by `-a`: the transpose, which is the
-    gradient. Positions are the sequence index, so the sequence stays whole
-    (like attention's); the batch and the heads may be split, as for
+    gradient. Positions are global: a sequence split over `cp` rotates each
+    rank's rows by their positions (like attention's, the sequence may be
+    split over cp only); the batch and the heads may be split, as for
     `plan.attention`. Linear.
 
     ```mlir

@@ -2,7 +2,9 @@
 //
 // Propagation needs only a few layouts to start from; this pass writes them
 // on the model's arguments, each with its origin (which sets its priority):
-//  - data:   inputs and labels split along the batch over `dp`;
+//  - data:   inputs and labels split along the batch over `dp` and, with
+//            context parallelism, along the sequence (dimension 1) over
+//            `cp`;
 //  - policy: with `tensor = megatron` and tp > 1, the first linear of each
 //            layer split by columns over `tp` (the packed q/k/v projection
 //            by heads: three segments), embedding tables by rows and the
