@@ -1,4 +1,5 @@
-// Tests run with `mpirun -np 2`: all-reduce over mesh groups, and a 2-rank
+// Tests run with `mpirun -np 2`: all-reduce over mesh groups, context
+// parallelism's exchanges and attentions, and a 2-rank
 // data-parallel run against a 1-rank run of the same plan.
 #include "../mlp_plan.h"
 #include "mpi_main.h"
@@ -239,6 +240,136 @@ TEST(TokenShards, EachRankReadsItsRowsOfTheGlobalBatch) {
     std::remove(path.c_str());
     rmdir(dir.c_str());
   }
+}
+
+//===--- Context parallelism (cp = 2) --------------------------------------===//
+//
+// Each rank holds positions of a global [B, S, W] packed q/k/v: chunks g and
+// 2G - 1 - g of S / 2G rows. The exchanges must move exactly the right
+// values, and the three attentions (all-to-all around the ordinary kernel,
+// all-gather, ring) must give, on the rank's rows, what one rank's
+// attention over the whole sequence gives, forward and backward.
+
+constexpr int64_t kB = 2, kS = 8, kH = 4, kKV = 2, kD = 4, kW = (kH + 2 * kKV) * kD;
+
+std::vector<float> global_values(int64_t n, float salt) {
+  std::vector<float> v(n);
+  for (int64_t i = 0; i < n; ++i)
+    v[i] = std::sin(0.37f * float(i) + salt) * 0.8f;
+  return v;
+}
+
+/// The position of local row t of rank g (of G) with L local rows.
+int64_t position(int64_t g, int64_t G, int64_t L, int64_t t) {
+  int64_t c = L / 2;
+  return t < c ? g * c + t : (2 * G - 1 - g) * c + (t - c);
+}
+
+/// This rank's rows of a global [B, S, W] tensor.
+std::vector<float> local_rows(const std::vector<float> &all, int64_t W,
+                              int64_t g, int64_t G) {
+  int64_t L = kS / G;
+  std::vector<float> out;
+  for (int64_t b = 0; b < kB; ++b)
+    for (int64_t t = 0; t < L; ++t) {
+      int64_t p = position(g, G, L, t);
+      out.insert(out.end(), all.begin() + (b * kS + p) * W,
+                 all.begin() + (b * kS + p + 1) * W);
+    }
+  return out;
+}
+
+Tensor *tensor3(Context *ctx, int64_t d0, int64_t d1, int64_t d2,
+                const std::vector<float> &v) {
+  Tensor *t = alloc(ctx, 3, d0, d1, d2, 1);
+  if (!v.empty())
+    internal::from_host(ctx, t, v);
+  return t;
+}
+
+void expect_near(const std::vector<float> &got, const std::vector<float> &want,
+                 float tol, const char *what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_NEAR(got[i], want[i], tol) << what << " at " << i;
+}
+
+TEST(ContextParallel, ExchangesMoveTheRightValues) {
+  Context *ctx = mesh_context({{"cp", 2}});
+  int64_t g = world_rank(), G = 2, L = kS / G;
+  auto all = global_values(kB * kS * kW, 0.1f);
+  Tensor *qkv = tensor3(ctx, kB, L, kW, local_rows(all, kW, g, G));
+  // seq_to_heads: every position, in order, of this rank's half of each
+  // segment's heads; heads_to_seq brings the rows back exactly.
+  Tensor *heads = tensor3(ctx, kB, kS, kW / G, {});
+  seq_to_heads(ctx, qkv, heads, kH * kD, kKV * kD, 0);
+  auto h = internal::to_host(ctx, heads);
+  int64_t q = kH * kD / G, kv = kKV * kD / G;
+  for (int64_t b = 0; b < kB; ++b)
+    for (int64_t p = 0; p < kS; ++p)
+      for (int64_t c = 0; c < kW / G; ++c) {
+        int64_t col = c < q        ? g * q + c
+                      : c < q + kv ? kH * kD + g * kv + (c - q)
+                                   : kH * kD + kKV * kD + g * kv + (c - q - kv);
+        ASSERT_EQ(h[(b * kS + p) * (kW / G) + c], all[(b * kS + p) * kW + col])
+            << b << " " << p << " " << c;
+      }
+  Tensor *back = tensor3(ctx, kB, L, kW, {});
+  heads_to_seq(ctx, heads, back, kH * kD, kKV * kD, 0);
+  EXPECT_EQ(internal::to_host(ctx, back), local_rows(all, kW, g, G));
+  // kv_gather: every position's keys and values, in position order.
+  Tensor *kvs = tensor3(ctx, kB, kS, 2 * kKV * kD, {});
+  kv_gather(ctx, qkv, kvs, kH * kD, kKV * kD, 0);
+  auto k = internal::to_host(ctx, kvs);
+  for (int64_t r = 0; r < kB * kS; ++r)
+    for (int64_t c = 0; c < 2 * kKV * kD; ++c)
+      ASSERT_EQ(k[r * 2 * kKV * kD + c], all[r * kW + kH * kD + c]);
+  internal::destroy_context(ctx);
+}
+
+TEST(ContextParallel, AttentionEqualsOneRank) {
+  Context *ctx = mesh_context({{"cp", 2}});
+  int64_t g = world_rank(), G = 2, L = kS / G;
+  auto all = global_values(kB * kS * kW, 0.3f);
+  auto dy = global_values(kB * kS * kH * kD, 1.7f);
+  // One rank's attention over the whole sequence (no collective).
+  Tensor *whole = tensor3(ctx, kB, kS, kW, all);
+  Tensor *ref = tensor3(ctx, kB, kS, kH * kD, {});
+  attention(ctx, whole, ref, kH, kKV);
+  Tensor *dref = tensor3(ctx, kB, kS, kW, {});
+  attention_grad(ctx, whole, tensor3(ctx, kB, kS, kH * kD, dy), dref, kH, kKV);
+  auto want = local_rows(internal::to_host(ctx, ref), kH * kD, g, G);
+  auto dwant = local_rows(internal::to_host(ctx, dref), kW, g, G);
+
+  Tensor *qkv = tensor3(ctx, kB, L, kW, local_rows(all, kW, g, G));
+  Tensor *dout = tensor3(ctx, kB, L, kH * kD, local_rows(dy, kH * kD, g, G));
+  // all_gather.
+  Tensor *kvs = tensor3(ctx, kB, kS, 2 * kKV * kD, {});
+  kv_gather(ctx, qkv, kvs, kH * kD, kKV * kD, 0);
+  Tensor *out = tensor3(ctx, kB, L, kH * kD, {});
+  attention_cp(ctx, qkv, kvs, out, kH, kKV, 0);
+  expect_near(internal::to_host(ctx, out), want, 1e-5f, "attention_cp");
+  Tensor *dqkv = tensor3(ctx, kB, L, kW, {});
+  Tensor *dkv = tensor3(ctx, kB, kS, 2 * kKV * kD, {});
+  attention_cp_grad(ctx, qkv, kvs, dout, dqkv, dkv, kH, kKV, 0);
+  kv_reduce_scatter(ctx, dkv, dqkv, kH * kD, kKV * kD, 0);
+  expect_near(internal::to_host(ctx, dqkv), dwant, 1e-5f, "attention_cp_grad");
+  // ring.
+  Tensor *rout = tensor3(ctx, kB, L, kH * kD, {});
+  attention_ring(ctx, qkv, rout, kH, kKV, 0);
+  expect_near(internal::to_host(ctx, rout), want, 1e-5f, "attention_ring");
+  Tensor *rd = tensor3(ctx, kB, L, kW, {});
+  attention_ring_grad(ctx, qkv, dout, rd, kH, kKV, 0);
+  expect_near(internal::to_host(ctx, rd), dwant, 1e-5f, "attention_ring_grad");
+  // all_to_all: the ordinary kernel on every position of half the heads.
+  Tensor *heads = tensor3(ctx, kB, kS, kW / G, {});
+  seq_to_heads(ctx, qkv, heads, kH * kD, kKV * kD, 0);
+  Tensor *hout = tensor3(ctx, kB, kS, kH * kD / G, {});
+  attention(ctx, heads, hout, kH / G, kKV / G);
+  Tensor *aout = tensor3(ctx, kB, L, kH * kD, {});
+  heads_to_seq(ctx, hout, aout, kH * kD, 0, 0);
+  expect_near(internal::to_host(ctx, aout), want, 1e-5f, "all_to_all");
+  internal::destroy_context(ctx);
 }
 
 } // namespace
