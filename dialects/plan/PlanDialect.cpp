@@ -456,9 +456,9 @@ LogicalResult ParallelOp::verify() {
                          {"none", "selective", "full"})) ||
       failed(expectOneOf(*this, "tensor_policy", getTensorPolicy(),
                          {"none", "megatron"})) ||
-      (getCpComm() && failed(expectOneOf(*this, "cp_comm", *getCpComm(),
-                                         {"all_to_all", "all_gather",
-                                          "ring"}))))
+      (getCpComm() &&
+       failed(expectOneOf(*this, "cp_comm", *getCpComm(),
+                          {"all_to_all", "all_gather", "ring"}))))
     return failure();
   int64_t microbatches = getMicrobatches();
   if (microbatches < 1)

@@ -65,8 +65,8 @@ bool runsNative(Operation *op, const WorkspaceEnv &env) {
           GeluGradOp, GeluExactOp, GeluExactGradOp, SiluOp, SiluGradOp, CopyOp,
           ScaleOp, RopeOp, PosEmbeddingOp, EmbeddingOp, LayerNormOp,
           LayerNormGradOp, RmsNormOp, RmsNormGradOp, AllGatherOp, AllToAllOp,
-          ShardSliceOp, SeqToHeadsOp, HeadsToSeqOp, KvGatherOp,
-          AttentionCpOp, AttentionRingOp, AttentionRingGradOp>(op)) {
+          ShardSliceOp, SeqToHeadsOp, HeadsToSeqOp, KvGatherOp, AttentionCpOp,
+          AttentionRingOp, AttentionRingGradOp>(op)) {
     int first = -1;
     for (Value v : op->getOperands())
       if (isFloatBuffer(v)) {
@@ -240,13 +240,12 @@ int64_t kvReduceScatter(KvReduceScatterOp op, const WorkspaceEnv &env) {
 }
 /// attention_ring(_grad): a block (this rank's keys and values), the rows
 /// (batch x heads x positions) and the head dim.
-template <class Op>
-std::tuple<int64_t, int64_t, int64_t> ringShape(Op op) {
+template <class Op> std::tuple<int64_t, int64_t, int64_t> ringShape(Op op) {
   Value qkv = op.getQkv();
   int64_t h = op.getNumHeads(), kv = op.getNumKvHeads();
   int64_t d = dim(qkv, 2) / (h + 2 * kv);
-  return {dim(qkv, 0) * dim(qkv, 1) * 2 * kv * d,
-          dim(qkv, 0) * dim(qkv, 1) * h, d};
+  return {dim(qkv, 0) * dim(qkv, 1) * 2 * kv * d, dim(qkv, 0) * dim(qkv, 1) * h,
+          d};
 }
 int64_t attentionRing(AttentionRingOp op, const WorkspaceEnv &) {
   auto [block, rows, d] = ringShape(op);
@@ -326,8 +325,7 @@ void planc::rank::registerWorkspaceModels(MLIRContext *ctx) {
   ReduceScatterOp::attachInterface<Model<ReduceScatterOp, reduceScatter>>(*ctx);
   AllToAllOp::attachInterface<Model<AllToAllOp, allToAll>>(*ctx);
   KvGatherOp::attachInterface<Model<KvGatherOp, kvGather>>(*ctx);
-  AttentionRingOp::attachInterface<Model<AttentionRingOp, attentionRing>>(
-      *ctx);
+  AttentionRingOp::attachInterface<Model<AttentionRingOp, attentionRing>>(*ctx);
   AttentionRingGradOp::attachInterface<
       Model<AttentionRingGradOp, attentionRingGrad>>(*ctx);
   KvReduceScatterOp::attachInterface<Model<KvReduceScatterOp, kvReduceScatter>>(

@@ -567,43 +567,43 @@ void forEachPlan(const Problem &p, llvm::ArrayRef<int64_t> mbs,
   const char *const schedules[] = {"1f1b", "gpipe", "zero_bubble",
                                    "interleaved_1f1b"};
   for (int64_t cp : cps)
-  for (int64_t tp : divisors(p.gpus))
-    for (int64_t pp : divisors(p.gpus / tp))
-      for (const auto &order : orders()) {
-        if ((p.gpus / tp / pp) % cp)
-          continue;
-        ParallelConfig c;
-        c.tp = tp;
-        c.pp = pp;
-        c.cp = cp;
-        c.dp = p.gpus / tp / pp / cp;
-        c.order = order;
-        if (!seenMesh
-                 .insert(std::to_string(tp) + "/" + std::to_string(pp) + "/" +
-                         std::to_string(cp) + "/" + meshKey(c))
-                 .second)
-          continue;
-        for (int64_t mb : mbs)
-          for (int64_t v = 1; v <= (pp > 1 ? 8 : 1); ++v)
-            for (llvm::StringRef sched : schedules) {
-              if ((pp == 1 && sched != "1f1b") ||
-                  ((sched == "interleaved_1f1b") != (v > 1)))
-                continue;
-              for (int64_t zero = 0; zero <= (c.dp > 1 ? 3 : 0); ++zero)
-                for (bool sp : {false, true})
-                  for (llvm::StringRef rc : kRecomputes) {
-                    if ((sp && tp == 1) || (pp > 1 && rc == "none"))
-                      continue;
-                    c.microBatch = mb;
-                    c.virtualStages = v;
-                    c.schedule = sched.str();
-                    c.zero = zero;
-                    c.sequenceParallel = sp;
-                    c.recompute = rc.str();
-                    fn(c);
-                  }
-            }
-      }
+    for (int64_t tp : divisors(p.gpus))
+      for (int64_t pp : divisors(p.gpus / tp))
+        for (const auto &order : orders()) {
+          if ((p.gpus / tp / pp) % cp)
+            continue;
+          ParallelConfig c;
+          c.tp = tp;
+          c.pp = pp;
+          c.cp = cp;
+          c.dp = p.gpus / tp / pp / cp;
+          c.order = order;
+          if (!seenMesh
+                   .insert(std::to_string(tp) + "/" + std::to_string(pp) + "/" +
+                           std::to_string(cp) + "/" + meshKey(c))
+                   .second)
+            continue;
+          for (int64_t mb : mbs)
+            for (int64_t v = 1; v <= (pp > 1 ? 8 : 1); ++v)
+              for (llvm::StringRef sched : schedules) {
+                if ((pp == 1 && sched != "1f1b") ||
+                    ((sched == "interleaved_1f1b") != (v > 1)))
+                  continue;
+                for (int64_t zero = 0; zero <= (c.dp > 1 ? 3 : 0); ++zero)
+                  for (bool sp : {false, true})
+                    for (llvm::StringRef rc : kRecomputes) {
+                      if ((sp && tp == 1) || (pp > 1 && rc == "none"))
+                        continue;
+                      c.microBatch = mb;
+                      c.virtualStages = v;
+                      c.schedule = sched.str();
+                      c.zero = zero;
+                      c.sequenceParallel = sp;
+                      c.recompute = rc.str();
+                      fn(c);
+                    }
+              }
+        }
 }
 
 /// Why `c` cannot run (or is not searched), or nothing; sets its
@@ -731,8 +731,8 @@ llvm::Expected<AutoPlanResult> planc::autoPlan(llvm::StringRef path,
     ++r.considered;
     if (std::optional<std::string> why = invalidPlan(c, p, screen))
       return reject(*why);
-    auto it = costs.find(
-        {c.tp, c.sequenceParallel, c.recompute, c.microBatch, c.cp});
+    auto it =
+        costs.find({c.tp, c.sequenceParallel, c.recompute, c.microBatch, c.cp});
     if (it == costs.end() || !it->second.problem.empty())
       return reject("does not compile: " + (it == costs.end()
                                                 ? std::string("not probed")

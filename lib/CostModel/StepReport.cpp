@@ -101,8 +101,8 @@ struct Counter {
       add("all_gather", {g.getAxis()}, bufferBytes(g.getKv().getType()), 1,
           times);
     else if (auto rs = dyn_cast<rk::KvReduceScatterOp>(op))
-      add("reduce_scatter", {rs.getAxis()},
-          bufferBytes(rs.getDkv().getType()), 1, times);
+      add("reduce_scatter", {rs.getAxis()}, bufferBytes(rs.getDkv().getType()),
+          1, times);
     else if (auto s = dyn_cast<rk::HeadsToSeqOp>(op))
       add("all_to_all", {s.getAxis()}, bufferBytes(s.getInput().getType()), 1,
           times);
@@ -200,8 +200,8 @@ struct OpCoster {
       // every position's sk keys.
       double b = qkv.getDimSize(0), sq = qkv.getDimSize(1), sk = sq;
       if (isa<rk::AttentionCpOp, rk::AttentionCpGradOp>(op))
-        sk = double(
-            cast<MemRefType>(op->getOperand(1).getType()).getDimSize(1));
+        sk =
+            double(cast<MemRefType>(op->getOperand(1).getType()).getDimSize(1));
       bool ring = isa<rk::AttentionRingOp, rk::AttentionRingGradOp>(op);
       std::vector<std::string> ringAxis;
       if (ring) {
@@ -220,11 +220,11 @@ struct OpCoster {
         c.time = forward;
       } else {
         c.flops *= 2;
-        c.time = tm.gemmTime(sk, d, sq, bh, actBytes) +    // dV = P^T dO
-                 tm.gemmTime(sq, sk, d, bh, actBytes) +    // dP = dO V^T
-                 tm.memoryTime(3 * scores) +               // dS
-                 tm.gemmTime(sq, d, sk, bh, actBytes) +    // dQ
-                 tm.gemmTime(sk, d, sq, bh, actBytes);     // dK
+        c.time = tm.gemmTime(sk, d, sq, bh, actBytes) + // dV = P^T dO
+                 tm.gemmTime(sq, sk, d, bh, actBytes) + // dP = dO V^T
+                 tm.memoryTime(3 * scores) +            // dS
+                 tm.gemmTime(sq, d, sk, bh, actBytes) + // dQ
+                 tm.gemmTime(sk, d, sq, bh, actBytes);  // dK
       }
       if (ring) {
         // The shifts overlap the blocks' compute; the gradient runs the
@@ -276,16 +276,14 @@ struct OpCoster {
       return collective("all_to_all", {a2a.getAxis().str()},
                         bytes(a2a.getInput()));
     if (auto s = dyn_cast<rk::SeqToHeadsOp>(op))
-      return collective("all_to_all", {s.getAxis().str()},
-                        bytes(s.getInput()));
+      return collective("all_to_all", {s.getAxis().str()}, bytes(s.getInput()));
     if (auto g = dyn_cast<rk::KvGatherOp>(op))
       return collective("all_gather", {g.getAxis().str()}, bytes(g.getKv()));
     if (auto rs = dyn_cast<rk::KvReduceScatterOp>(op))
       return collective("reduce_scatter", {rs.getAxis().str()},
                         bytes(rs.getDkv()));
     if (auto s = dyn_cast<rk::HeadsToSeqOp>(op))
-      return collective("all_to_all", {s.getAxis().str()},
-                        bytes(s.getInput()));
+      return collective("all_to_all", {s.getAxis().str()}, bytes(s.getInput()));
     // Sends are asynchronous (the pipeline simulation delays their message
     // by the transfer time); receives wait there too.
     if (isa<rk::SendOp, rk::RecvOp, rk::ShardSliceOp>(op) ||

@@ -91,8 +91,8 @@ struct ParallelPlan {
   std::string tensorPolicy = "none";
   bool padVocab = false;
   int64_t world() const { return dp * cp * tp * pp; }
-  std::optional<mlir::Location> tpLoc, ppLoc, dpLoc, cpLoc, cpCommLoc, virtualLoc, zeroLoc,
-      microLoc, boundariesLoc;
+  std::optional<mlir::Location> tpLoc, ppLoc, dpLoc, cpLoc, cpCommLoc,
+      virtualLoc, zeroLoc, microLoc, boundariesLoc;
 };
 
 /// Training settings (section `train`), after checking.

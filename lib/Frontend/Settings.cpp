@@ -20,9 +20,9 @@ static std::string num(double x) {
 /// Settings whose value is a name or a call: evaluated by their reader.
 static bool takesRawValue(StringRef key) {
   return llvm::is_contained({"order", "schedule", "recompute", "tensor",
-                             "sequence_parallel", "pad_vocab", "optimizer", "cp_comm",
-                             "lr_schedule", "data", "precision", "loss_scale",
-                             "gpu"},
+                             "sequence_parallel", "pad_vocab", "optimizer",
+                             "cp_comm", "lr_schedule", "data", "precision",
+                             "loss_scale", "gpu"},
                             key);
 }
 
@@ -147,10 +147,9 @@ void Sema::readParallel() {
   Settings s;
   readSettings(parallelSec,
                {"dp", "tp", "pp", "cp", "cp_comm", "world", "order",
-                "sequence_parallel",
-                "schedule", "microbatches", "virtual_stages",
-                "stage_boundaries", "zero", "bucket_mb", "recompute", "tensor",
-                "pad_vocab"},
+                "sequence_parallel", "schedule", "microbatches",
+                "virtual_stages", "stage_boundaries", "zero", "bucket_mb",
+                "recompute", "tensor", "pad_vocab"},
                s);
   auto at = [&](StringRef key) { return s.find(key)->second.val.loc; };
   if (auto v = intSetting(s, "dp", 1, kMaxCount)) {
@@ -169,7 +168,8 @@ void Sema::readParallel() {
     par.cp = *v;
     par.cpLoc = at("cp");
   }
-  if (auto v = nameSetting(s, "cp_comm", {"all_to_all", "all_gather", "ring"})) {
+  if (auto v =
+          nameSetting(s, "cp_comm", {"all_to_all", "all_gather", "ring"})) {
     par.cpComm = *v;
     par.cpCommLoc = at("cp_comm");
   }
@@ -520,8 +520,8 @@ void Sema::readCluster() {
     auto d = error(*cluster.loc)
              << "the cluster has " << cluster.nodes << " x "
              << cluster.gpusPerNode << " = " << gpus
-             << " GPUs but the plan uses dp * "
-             << (par.cp > 1 ? "cp * " : "") << "tp * pp = " << par.world();
+             << " GPUs but the plan uses dp * " << (par.cp > 1 ? "cp * " : "")
+             << "tp * pp = " << par.world();
     if (parallelSec)
       d.attachNote(loc(parallelSec)) << "the parallel plan is here";
   }

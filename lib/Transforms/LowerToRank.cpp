@@ -271,7 +271,8 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
       SmallVector<StringRef> axes = s.getDimAxes(d);
       if (axes.empty())
         continue;
-      if (d == 1 && axes.size() == 1 && axes[0] == OpShardingRule::kContextAxis) {
+      if (d == 1 && axes.size() == 1 &&
+          axes[0] == OpShardingRule::kContextAxis) {
         cpOfInput = StringAttr::get(ctx, axes[0]);
         continue;
       }
@@ -286,11 +287,10 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
       return failure();
     }
     if (isStep)
-      rk::InputDeclOp::create(declB, loc, name, *type, kind,
-                              batchAxes.empty()
-                                  ? StringAttr()
-                                  : StringAttr::get(ctx, batchAxes[0]),
-                              cpOfInput);
+      rk::InputDeclOp::create(
+          declB, loc, name, *type, kind,
+          batchAxes.empty() ? StringAttr() : StringAttr::get(ctx, batchAxes[0]),
+          cpOfInput);
     buf[arg] = rk::InputOp::create(b, loc, *type, ref);
     // What a reference implementation needs to replay step 1 (or an
     // evaluation batch, with the forward function).
@@ -392,8 +392,7 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
   auto headSplit = [&](Value qkv, Value local, int64_t h, int64_t kv,
                        StringAttr axis, Operation *user) -> FailureOr<Value> {
     auto it = headSplitQkv.find(qkv);
-    if (it != headSplitQkv.end() &&
-        it->second.first == b.getInsertionBlock())
+    if (it != headSplitQkv.end() && it->second.first == b.getInsertionBlock())
       return it->second.second;
     int64_t G = mesh.getAxisSize(axis.getValue());
     int64_t d = cast<MemRefType>(local.getType()).getDimSize(2) / (h + 2 * kv);
@@ -405,8 +404,7 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
                         << " query heads); choose a cp that divides " << kv;
       return failure();
     }
-    Value out =
-        rk::AllocOp::create(b, user->getLoc(), headSplitType(local, G));
+    Value out = rk::AllocOp::create(b, user->getLoc(), headSplitType(local, G));
     rk::SeqToHeadsOp::create(b, user->getLoc(), local, out, h * d, kv * d,
                              axis);
     headSplitQkv[qkv] = {b.getInsertionBlock(), out};
@@ -591,8 +589,8 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
                          return firstUse(m.getResult()) < pos[&o];
                        }) ||
           (!open.empty() && (open.front().getType().getElementType() !=
-                                     ar.getType().getElementType() ||
-                                 open.front().getAxes() != ar.getAxes())))
+                                 ar.getType().getElementType() ||
+                             open.front().getAxes() != ar.getAxes())))
         close();
       open.push_back(ar);
       openElems += localElems(ar.getInput());
@@ -1401,13 +1399,13 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
                 return true;
               }
               if (how == "all_gather") {
-                Value kvs = kvGather(a.getQkv(), in(0), h.getInt(),
-                                     kv.getInt(), cp, loc);
+                Value kvs = kvGather(a.getQkv(), in(0), h.getInt(), kv.getInt(),
+                                     cp, loc);
                 rk::AttentionCpOp::create(b, loc, in(0), kvs, out, h, kv, cp);
                 return true;
               }
-              FailureOr<Value> qkv =
-                  headSplit(a.getQkv(), in(0), h.getInt(), kv.getInt(), cp, &op);
+              FailureOr<Value> qkv = headSplit(a.getQkv(), in(0), h.getInt(),
+                                               kv.getInt(), cp, &op);
               if (failed(qkv))
                 return false;
               Value o = rk::AllocOp::create(b, loc, headSplitType(out, G));
@@ -1415,8 +1413,8 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
                                       b.getI64IntegerAttr(h.getInt() / G),
                                       b.getI64IntegerAttr(kv.getInt() / G));
               rk::HeadsToSeqOp::create(
-                  b, loc, o, out,
-                  cast<MemRefType>(out.getType()).getDimSize(2), 0, cp);
+                  b, loc, o, out, cast<MemRefType>(out.getType()).getDimSize(2),
+                  0, cp);
               return true;
             })
             .Case<RopeOp>([&](RopeOp r) {
@@ -1443,8 +1441,8 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
                 return true;
               }
               if (how == "all_gather") {
-                Value kvs = kvGather(a.getQkv(), in(0), h.getInt(),
-                                     kv.getInt(), cp, loc);
+                Value kvs = kvGather(a.getQkv(), in(0), h.getInt(), kv.getInt(),
+                                     cp, loc);
                 auto kt = cast<MemRefType>(kvs.getType());
                 Value dkv = rk::AllocOp::create(
                     b, loc, MemRefType::get(kt.getShape(), b.getF32Type()));
@@ -1457,8 +1455,8 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
                     kvWidth, cp);
                 return true;
               }
-              FailureOr<Value> qkv =
-                  headSplit(a.getQkv(), in(0), h.getInt(), kv.getInt(), cp, &op);
+              FailureOr<Value> qkv = headSplit(a.getQkv(), in(0), h.getInt(),
+                                               kv.getInt(), cp, &op);
               if (failed(qkv))
                 return false;
               int64_t width = cast<MemRefType>(in(1).getType()).getDimSize(2);
@@ -1466,9 +1464,9 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
               Value dy = rk::AllocOp::create(b, loc, headSplitType(in(1), G));
               rk::SeqToHeadsOp::create(b, loc, in(1), dy, width, 0, cp);
               Value dx = rk::AllocOp::create(b, loc, headSplitType(out, G));
-              rk::AttentionGradOp::create(
-                  b, loc, *qkv, dy, dx, b.getI64IntegerAttr(h.getInt() / G),
-                  b.getI64IntegerAttr(kv.getInt() / G));
+              rk::AttentionGradOp::create(b, loc, *qkv, dy, dx,
+                                          b.getI64IntegerAttr(h.getInt() / G),
+                                          b.getI64IntegerAttr(kv.getInt() / G));
               rk::HeadsToSeqOp::create(b, loc, dx, out, width, kvWidth, cp);
               return true;
             })

@@ -37,8 +37,7 @@ struct SeedShardingPass
   /// argument already has a layout.
   void seed(func::FuncOp f, BlockArgument arg, int64_t dim,
             ArrayRef<StringRef> axis, StringRef origin,
-            ArrayRef<int64_t> segments = {},
-            ArrayRef<StringRef> seqAxis = {}) {
+            ArrayRef<int64_t> segments = {}, ArrayRef<StringRef> seqAxis = {}) {
     unsigned i = arg.getArgNumber();
     if (hasLayout(arg))
       return;
@@ -128,8 +127,8 @@ struct SeedShardingPass
         return;
       if (type.getDimSize(1) % (tp * cpSize) != 0) {
         InFlightDiagnostic d = op->emitError();
-        d << "sequence parallelism splits the sequence ("
-          << type.getDimSize(1) << " positions) over tp = " << tp;
+        d << "sequence parallelism splits the sequence (" << type.getDimSize(1)
+          << " positions) over tp = " << tp;
         if (cp)
           d << " within each of the cp = " << cpSize << " parts";
         d << ", which does not divide it; choose a sequence length that "

@@ -8,8 +8,8 @@
 //===----------------------------------------------------------------------===//
 #include "context.h"
 
-#include "planrt/internal.h"
 #include "planrt/context_parallel.h"
+#include "planrt/internal.h"
 
 #include "control.h"
 
@@ -151,8 +151,8 @@ std::string generate(Context *ctx, const std::string &prompt, int64_t count,
         sampler = 0; // nobody captured: rank 0 reports it below
     }
     if (ctx->rank == sampler) {
-      if (ctx->captured_shape.size() != 3 ||
-          ctx->captured_shape[1] != local || lastRow < 0)
+      if (ctx->captured_shape.size() != 3 || ctx->captured_shape[1] != local ||
+          lastRow < 0)
         fatal("--generate: the forward function did not observe [rows, %lld, "
               "vocab] logits",
               (long long)local);

@@ -9,8 +9,8 @@
 //===----------------------------------------------------------------------===//
 
 #include "context.h"
-#include "planrt/internal.h"
 #include "planrt/context_parallel.h"
+#include "planrt/internal.h"
 
 #include <glob.h>
 #include <sys/stat.h>

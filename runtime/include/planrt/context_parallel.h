@@ -175,8 +175,7 @@ template <class T = float> struct UnpackKvFn {
   T *kv;
   int64_t B, L, kv2, G;
   PLANRT_HD void operator()(int64_t i) const {
-    int64_t S = L * G, c = i % kv2, p = (i / kv2) % S, b = i / (kv2 * S), j,
-            t;
+    int64_t S = L * G, c = i % kv2, p = (i / kv2) % S, b = i / (kv2 * S), j, t;
     SeqPart{0, G}.owner(p, L, &j, &t);
     kv[i] = recv[((j * B + b) * L + t) * kv2 + c];
   }

@@ -591,10 +591,10 @@ void rope(Context *ctx, const Tensor *qkv, Tensor *out, int64_t num_heads,
 /// kv_width > 0 (packed q/k/v); out [B, S, W / G]: every position, in
 /// order, of block g of each segment (whole heads). heads_to_seq is its
 /// inverse (in [B, S, W / G], out [B, L, W]; the widths describe out).
-void seq_to_heads(Context *ctx, const Tensor *in, Tensor *out,
-                  int64_t q_width, int64_t kv_width, int64_t axis);
-void heads_to_seq(Context *ctx, const Tensor *in, Tensor *out,
-                  int64_t q_width, int64_t kv_width, int64_t axis);
+void seq_to_heads(Context *ctx, const Tensor *in, Tensor *out, int64_t q_width,
+                  int64_t kv_width, int64_t axis);
+void heads_to_seq(Context *ctx, const Tensor *in, Tensor *out, int64_t q_width,
+                  int64_t kv_width, int64_t axis);
 /// Context parallelism by all-gather over `axis` (G ranks). kv_gather:
 /// kv [B, L G, 2 kv_width] = every position's keys and values (the columns
 /// after q_width of each rank's qkv [B, L, q_width + 2 kv_width]), in

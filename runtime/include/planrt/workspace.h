@@ -136,8 +136,9 @@ constexpr int64_t attention_grad(int64_t qkv_elements, int64_t bhs_rows) {
 /// kv_gather: this rank's keys and values packed (local elements) and
 /// every rank's gathered (G times as many).
 constexpr int64_t kv_gather(int64_t local, int64_t group, int64_t elem_bytes) {
-  return local == 0 ? 0
-                    : round(local * elem_bytes) + round(local * group * elem_bytes);
+  return local == 0
+             ? 0
+             : round(local * elem_bytes) + round(local * group * elem_bytes);
 }
 /// kv_reduce_scatter: the partial gradients ordered by owner (G times the
 /// local elements) and their sum (f32).

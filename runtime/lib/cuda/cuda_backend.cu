@@ -36,8 +36,8 @@
 #include "classifier.h"
 #include "column_sums.h"
 #include "norms.h"
-#include "planrt/kernels.h"
 #include "planrt/context_parallel.h"
+#include "planrt/kernels.h"
 
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -100,7 +100,7 @@ struct CudaState {
   cudaEvent_t ready = nullptr;        // compute work before a collective
   cudaEvent_t done = nullptr;         // end of a blocking collective
   std::map<int64_t, cudaEvent_t> slot_events; // slot -> end of its collective
-  cudaEvent_t shifted = nullptr; // end of the ring shifts started
+  cudaEvent_t shifted = nullptr;              // end of the ring shifts started
   std::set<int64_t> started;                  // slots with a collective
   ncclComm_t world = nullptr;
   std::map<int64_t, ncclComm_t> comms; // axis mask -> communicator
@@ -699,8 +699,8 @@ void reduce_scatter(Context *ctx, const float *send, float *recv, int64_t count,
 // The shift runs on the collective stream while the compute stream goes
 // on (context parallelism's ring overlaps it with the block in hand); the
 // wait orders later compute after every shift started.
-void ring_shift_start(Context *ctx, const void *send, void *recv,
-                      int64_t count, int64_t axis, int dtype) {
+void ring_shift_start(Context *ctx, const void *send, void *recv, int64_t count,
+                      int64_t axis, int dtype) {
   CudaState *s = state(ctx);
   ncclComm_t comm = group_comm(ctx, "ring_shift", int64_t(1) << axis);
   int G = (int)ctx->axis_sizes[axis], g = (int)ctx->coords[axis];

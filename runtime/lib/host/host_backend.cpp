@@ -10,8 +10,8 @@
 //===----------------------------------------------------------------------===//
 
 #include "../context.h"
-#include "planrt/kernels.h"
 #include "planrt/context_parallel.h"
+#include "planrt/kernels.h"
 #include "ring.h"
 
 #include <malloc.h>
@@ -485,8 +485,8 @@ void reduce_scatter(Context *ctx, const float *send, float *recv, int64_t count,
   wait_one(ctx, &r, "reduce_scatter", axis);
 }
 
-void ring_shift_start(Context *ctx, const void *send, void *recv,
-                      int64_t count, int64_t axis, int dtype) {
+void ring_shift_start(Context *ctx, const void *send, void *recv, int64_t count,
+                      int64_t axis, int dtype) {
   MPI_Comm comm = group_comm(ctx, "ring_shift", int64_t(1) << axis);
   int g, G;
   MPI_Comm_rank(comm, &g);
@@ -498,22 +498,21 @@ void ring_shift_start(Context *ctx, const void *send, void *recv,
   // Point-to-point on the group's communicator: matched apart from its
   // collectives. Started in order, received in order (MPI keeps it).
   s->shifts.emplace_back();
-  check_mpi(MPI_Irecv(recv, n, type, (g + G - 1) % G, 1, comm,
-                      &s->shifts.back()),
-            "MPI_Irecv");
-  s->shifts.emplace_back();
   check_mpi(
-      MPI_Isend(send, n, type, (g + 1) % G, 1, comm, &s->shifts.back()),
-      "MPI_Isend");
+      MPI_Irecv(recv, n, type, (g + G - 1) % G, 1, comm, &s->shifts.back()),
+      "MPI_Irecv");
+  s->shifts.emplace_back();
+  check_mpi(MPI_Isend(send, n, type, (g + 1) % G, 1, comm, &s->shifts.back()),
+            "MPI_Isend");
 }
 
 void ring_shift_wait(Context *ctx) {
   HostState *s = state(ctx);
   if (s->shifts.empty())
     return;
-  watchdog::wait_all(ctx, (int)s->shifts.size(), s->shifts.data(),
-                     watchdog::group_op("ring_shift",
-                                        int64_t(1) << s->shift_axis));
+  watchdog::wait_all(
+      ctx, (int)s->shifts.size(), s->shifts.data(),
+      watchdog::group_op("ring_shift", int64_t(1) << s->shift_axis));
   s->shifts.clear();
 }
 

@@ -242,7 +242,8 @@ TEST(TokenShards, EachRankReadsItsRowsOfTheGlobalBatch) {
   }
 }
 
-//===--- Context parallelism (cp = 2) --------------------------------------===//
+//===--- Context parallelism (cp = 2)
+//--------------------------------------===//
 //
 // Each rank holds positions of a global [B, S, W] packed q/k/v: chunks g and
 // 2G - 1 - g of S / 2G rows. The exchanges must move exactly the right
@@ -250,7 +251,8 @@ TEST(TokenShards, EachRankReadsItsRowsOfTheGlobalBatch) {
 // all-gather, ring) must give, on the rank's rows, what one rank's
 // attention over the whole sequence gives, forward and backward.
 
-constexpr int64_t kB = 2, kS = 8, kH = 4, kKV = 2, kD = 4, kW = (kH + 2 * kKV) * kD;
+constexpr int64_t kB = 2, kS = 8, kH = 4, kKV = 2, kD = 4,
+                  kW = (kH + 2 * kKV) * kD;
 
 std::vector<float> global_values(int64_t n, float salt) {
   std::vector<float> v(n);
