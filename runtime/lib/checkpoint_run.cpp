@@ -399,11 +399,19 @@ void load_checkpoints(Context *ctx, const CheckpointOptions &opts) {
 void begin_training(Context *ctx) {
   (void)ctx;
   g_stop_signal = 0;
+  // The handler runs on a stack of its own: the main thread runs GEMM
+  // kernels too, and a signal frame must not land where they keep data.
+  static char altstack[64 * 1024];
+  stack_t ss;
+  std::memset(&ss, 0, sizeof(ss));
+  ss.ss_sp = altstack;
+  ss.ss_size = sizeof(altstack);
+  sigaltstack(&ss, nullptr);
   struct sigaction sa;
   std::memset(&sa, 0, sizeof(sa));
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;
+  sa.sa_flags = SA_RESTART | SA_ONSTACK;
   sigaction(SIGTERM, &sa, &g_prev_term);
   sigaction(SIGUSR1, &sa, &g_prev_usr1);
   g_handlers_installed = true;

@@ -18,7 +18,9 @@
 #include <mpi.h>
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
+#include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 
 #include "../watchdog.h"
 
@@ -141,6 +143,20 @@ void init(Context *ctx) {
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
   int threads = host_threads();
   omp_set_num_threads(threads);
+  // The stop signals (SIGTERM, SIGUSR1) are for the main thread, never for
+  // a worker inside a GEMM: a signal frame pushed on a worker's stack in
+  // the middle of oneDNN's JIT kernels corrupted the heap (about 1 stop in
+  // 10). The workers are created here and keep the mask.
+#pragma omp parallel num_threads(threads)
+  {
+    if (omp_get_thread_num() != 0) {
+      sigset_t stop;
+      sigemptyset(&stop);
+      sigaddset(&stop, SIGTERM);
+      sigaddset(&stop, SIGUSR1);
+      pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+    }
+  }
   watchdog::init(ctx);
   precreate_comms(ctx);
 }
