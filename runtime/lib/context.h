@@ -293,7 +293,7 @@ struct Context {
   // its last step (generation and evaluation do not change them).
   int64_t final_step = 0;
   float final_loss = std::numeric_limits<float>::quiet_NaN();
-  int stop_signal = 0;          // the signal that stopped training (0: none)
+  int stop_signal = 0; // the signal that stopped training (0: none)
   // Model FLOPs of one training step per rank (set_step_flops; 0: unknown)
   // and the GPU of the plan's cluster section (set_cluster_gpu).
   double step_flops = 0;
