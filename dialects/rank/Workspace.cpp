@@ -238,9 +238,10 @@ int64_t kvReduceScatter(KvReduceScatterOp op, const WorkspaceEnv &env) {
   int64_t g = env.axisSize(op.getAxis());
   return ws::kv_reduce_scatter(numel(op.getDkv()) / g, g);
 }
-/// attention_ring(_grad): a block (this rank's keys and values), the rows
-/// (batch x heads x positions) and the head dim.
-template <class Op> std::tuple<int64_t, int64_t, int64_t> ringShape(Op op) {
+/// Context parallelism's attentions: a block of this rank's keys and
+/// values, the query rows (batch x heads x positions) and the head dim.
+template <class Op>
+std::tuple<int64_t, int64_t, int64_t> cpAttentionShape(Op op) {
   Value qkv = op.getQkv();
   int64_t h = op.getNumHeads(), kv = op.getNumKvHeads();
   int64_t d = dim(qkv, 2) / (h + 2 * kv);
@@ -248,19 +249,22 @@ template <class Op> std::tuple<int64_t, int64_t, int64_t> ringShape(Op op) {
           d};
 }
 int64_t attentionRing(AttentionRingOp op, const WorkspaceEnv &) {
-  auto [block, rows, d] = ringShape(op);
+  auto [block, rows, d] = cpAttentionShape(op);
   return ws::attention_ring(block, rows, d,
                             movedBytes(op.getQkv(), op.getOut()));
 }
 int64_t attentionRingGrad(AttentionRingGradOp op, const WorkspaceEnv &) {
-  auto [block, rows, d] = ringShape(op);
+  auto [block, rows, d] = cpAttentionShape(op);
   return ws::attention_ring_grad(block, rows, d,
                                  movedBytes(op.getQkv(), op.getOut()));
 }
+int64_t attentionCp(AttentionCpOp op, const WorkspaceEnv &) {
+  auto [block, rows, d] = cpAttentionShape(op);
+  return ws::attention_cp(rows, d);
+}
 int64_t attentionCpGrad(AttentionCpGradOp op, const WorkspaceEnv &) {
-  Value qkv = op.getQkv();
-  return ws::attention_grad(numel(qkv),
-                            dim(qkv, 0) * dim(qkv, 1) * op.getNumHeads());
+  auto [block, rows, d] = cpAttentionShape(op);
+  return ws::attention_cp_grad(rows, d);
 }
 template <class Op> int64_t seqHeads(Op op, const WorkspaceEnv &env) {
   return ws::seq_heads(numel(op.getInput()), env.axisSize(op.getAxis()),
@@ -330,6 +334,7 @@ void planc::rank::registerWorkspaceModels(MLIRContext *ctx) {
       Model<AttentionRingGradOp, attentionRingGrad>>(*ctx);
   KvReduceScatterOp::attachInterface<Model<KvReduceScatterOp, kvReduceScatter>>(
       *ctx);
+  AttentionCpOp::attachInterface<Model<AttentionCpOp, attentionCp>>(*ctx);
   AttentionCpGradOp::attachInterface<Model<AttentionCpGradOp, attentionCpGrad>>(
       *ctx);
   SeqToHeadsOp::attachInterface<Model<SeqToHeadsOp, seqHeads<SeqToHeadsOp>>>(

@@ -13,20 +13,20 @@
 // - all_gather (Megatron-Core's, torchtitan's): each rank gathers every
 //   position's keys and values in position order (PackKvFn /
 //   UnpackKvFn) and attends with its own queries, causal by global
-//   position (AttentionCpFn). The backward computes dq for its queries and
-//   each key's and value's gradient from its queries only
-//   (AttentionCpGradQFn, AttentionCpGradKVFn): partial sums that a
-//   reduce-scatter adds up and returns to the keys' owners (PackDkvFn,
+//   position: one block of keys (AttentionBlockFn). The backward computes
+//   dq for its queries and each key's and value's gradient from its queries
+//   only (AttentionBlockGradQFn, AttentionBlockGradKVFn): partial sums that
+//   a reduce-scatter adds up and returns to the keys' owners (PackDkvFn,
 //   UnpackDkvFn).
 // - ring (ring attention): the keys and values go around the ring of the G
 //   ranks, one rank's block per step, each shifted on while the block in
 //   hand is computed; every query row keeps a running maximum, normalizer
-//   and weighted sum (online softmax, AttentionRingStepFn) and divides at
-//   the end. The backward runs the ring twice: once to recompute each
-//   row's statistics and output (for delta = dout . out), once for the
-//   gradients, the keys' and values' gradients travelling with their block
-//   and returning to its owner after a last shift (AttentionRingGradQFn,
-//   AttentionRingGradKVFn).
+//   and weighted sum (online softmax, the same block functors as
+//   all_gather's, one block per step) and divides at the end. The backward
+//   runs the ring twice: once to recompute each row's statistics and
+//   output (for delta = dout . out), once for the gradients, the keys' and
+//   values' gradients travelling with their block and returning to its
+//   owner after a last shift.
 //
 // The all_gather and ring kernels are plain loops over a row's keys (or a key's
 // queries), in fp32 with 16-bit tensors read and written as they are: the
@@ -145,14 +145,6 @@ struct AttnCp {
   int64_t S;   // every position
   SeqPart part;
   PLANRT_HD int64_t kvWidth() const { return 2 * a.KV * a.D; }
-  template <class T>
-  PLANRT_HD const T *k(const T *kv, int64_t b, int64_t u, int64_t g) const {
-    return kv + (b * S + u) * kvWidth() + g * a.D;
-  }
-  template <class T>
-  PLANRT_HD const T *v(const T *kv, int64_t b, int64_t u, int64_t g) const {
-    return kv + (b * S + u) * kvWidth() + (a.KV + g) * a.D;
-  }
 };
 
 /// kv_gather, step 1: this rank's keys and values [B, L, 2 KV D] (the
@@ -178,124 +170,6 @@ template <class T = float> struct UnpackKvFn {
     int64_t S = L * G, c = i % kv2, p = (i / kv2) % S, b = i / (kv2 * S), j, t;
     SeqPart{0, G}.owner(p, L, &j, &t);
     kv[i] = recv[((j * B + b) * L + t) * kv2 + c];
-  }
-};
-
-/// Forward; index space B H L. The row's maximum score, then its
-/// exponentials' sum and weighted values, over keys 0..p.
-template <class T = float> struct AttentionCpFn {
-  const T *qkv, *kv;
-  T *out;
-  AttnCp c;
-  PLANRT_HD void operator()(int64_t i) const {
-    const AttnShape &a = c.a;
-    int64_t t = i % a.S, h = (i / a.S) % a.H, b = i / (a.S * a.H);
-    int64_t g = h / (a.H / a.KV), D = a.D, p = c.part.position(t, a.S);
-    const T *q = a.q(qkv, b, t, h);
-    float m = a.scale * dot(q, c.k(kv, b, 0, g), D);
-    for (int64_t u = 1; u <= p; ++u) {
-      float s = a.scale * dot(q, c.k(kv, b, u, g), D);
-      m = s > m ? s : m;
-    }
-    float o[kAttnMaxHeadDim];
-    for (int64_t d = 0; d < D; ++d)
-      o[d] = 0.0f;
-    float sum = 0.0f;
-    for (int64_t u = 0; u <= p; ++u) {
-      float e = exp_f32(a.scale * dot(q, c.k(kv, b, u, g), D) - m);
-      sum += e;
-      const T *v = c.v(kv, b, u, g);
-      for (int64_t d = 0; d < D; ++d)
-        o[d] += e * ld(v[d]);
-    }
-    float inv = 1.0f / sum;
-    for (int64_t d = 0; d < D; ++d)
-      st(out[a.o(b, t, h) + d], o[d] * inv);
-  }
-};
-
-/// Backward, part 1; index space B H L. The row's (m, sum) and delta =
-/// sum_u p dp (p = e / sum, dp = dout . v), kept for part 2, and dq =
-/// scale sum_u p (dp - delta) k into dqkv's query columns.
-template <class T = float> struct AttentionCpGradQFn {
-  const T *qkv, *kv, *dout;
-  T *dqkv;
-  float *rowstats, *delta;
-  AttnCp c;
-  PLANRT_HD void operator()(int64_t i) const {
-    const AttnShape &a = c.a;
-    int64_t t = i % a.S, h = (i / a.S) % a.H, b = i / (a.S * a.H);
-    int64_t g = h / (a.H / a.KV), D = a.D, p = c.part.position(t, a.S);
-    const T *q = a.q(qkv, b, t, h);
-    const T *dy = dout + a.o(b, t, h);
-    float m = a.scale * dot(q, c.k(kv, b, 0, g), D);
-    for (int64_t u = 1; u <= p; ++u) {
-      float s = a.scale * dot(q, c.k(kv, b, u, g), D);
-      m = s > m ? s : m;
-    }
-    float sum = 0.0f, pdp = 0.0f;
-    for (int64_t u = 0; u <= p; ++u) {
-      float e = exp_f32(a.scale * dot(q, c.k(kv, b, u, g), D) - m);
-      sum += e;
-      pdp += e * dot(dy, c.v(kv, b, u, g), D);
-    }
-    float dl = pdp / sum;
-    rowstats[2 * i] = m;
-    rowstats[2 * i + 1] = sum;
-    delta[i] = dl;
-    float dq[kAttnMaxHeadDim];
-    for (int64_t d = 0; d < D; ++d)
-      dq[d] = 0.0f;
-    for (int64_t u = 0; u <= p; ++u) {
-      const T *k = c.k(kv, b, u, g);
-      float pr = exp_f32(a.scale * dot(q, k, D) - m) / sum;
-      float ds = pr * (dot(dy, c.v(kv, b, u, g), D) - dl) * a.scale;
-      for (int64_t d = 0; d < D; ++d)
-        dq[d] += ds * ld(k[d]);
-    }
-    T *dst = dqkv + (q - qkv);
-    for (int64_t d = 0; d < D; ++d)
-      st(dst[d], dq[d]);
-  }
-};
-
-/// Backward, part 2; index space B KV S (every position's key row u of kv
-/// head g). dk = scale sum ds q and dv = sum p dout over this rank's query
-/// rows at positions >= u of g's query heads: partial sums (f32) of dkv
-/// [B, S, 2 KV D], zero where no local query sees the key.
-template <class T = float> struct AttentionCpGradKVFn {
-  const T *qkv, *kv, *dout;
-  const float *rowstats, *delta;
-  float *dkv;
-  AttnCp c;
-  PLANRT_HD void operator()(int64_t i) const {
-    const AttnShape &a = c.a;
-    int64_t u = i % c.S, g = (i / c.S) % a.KV, b = i / (c.S * a.KV);
-    int64_t D = a.D, group = a.H / a.KV;
-    const T *k = c.k(kv, b, u, g), *v = c.v(kv, b, u, g);
-    float dk[kAttnMaxHeadDim], dv[kAttnMaxHeadDim];
-    for (int64_t d = 0; d < D; ++d)
-      dk[d] = dv[d] = 0.0f;
-    for (int64_t h = g * group; h < (g + 1) * group; ++h)
-      for (int64_t t = 0; t < a.S; ++t) {
-        if (c.part.position(t, a.S) < u)
-          continue;
-        int64_t r = (b * a.H + h) * a.S + t;
-        const T *q = a.q(qkv, b, t, h);
-        const T *dy = dout + a.o(b, t, h);
-        float pr = exp_f32(a.scale * dot(q, k, D) - rowstats[2 * r]) /
-                   rowstats[2 * r + 1];
-        float ds = pr * (dot(dy, v, D) - delta[r]) * a.scale;
-        for (int64_t d = 0; d < D; ++d) {
-          dv[d] += pr * ld(dy[d]);
-          dk[d] += ds * ld(q[d]);
-        }
-      }
-    float *row = dkv + (b * c.S + u) * c.kvWidth();
-    for (int64_t d = 0; d < D; ++d) {
-      row[g * D + d] = dk[d];
-      row[(a.KV + g) * D + d] = dv[d];
-    }
   }
 };
 
@@ -326,43 +200,59 @@ template <class T = float> struct UnpackDkvFn {
   }
 };
 
-//===--- Context parallelism by ring --------------------------------------===//
+//===--- Attention over blocks of keys and values
+//--------------------------===//
 //
-// A block is rank `src`'s keys and values [B, L, 2 KV D] (its rows, at its
-// positions). Running statistics per query row i (index space B H L): acc
-// [B H L, D] (f32) and ml [B H L, 2] = (maximum, normalizer), starting at
-// (-inf, 0).
+// all_gather and ring attend with this rank's queries to blocks of keys and
+// values [B, rows, 2 KV D] whose row u is at position from.position(u,
+// rows): all_gather's one block of every position (identity positions),
+// ring's blocks of one rank each (that rank's positions). Running
+// statistics per query row i (index space B H L): acc [B H L, D] (f32) and
+// ml [B H L, 2] = (maximum, normalizer), starting at (-, 0).
 
-template <class T>
-PLANRT_HD inline const T *ring_k(const AttnCp &c, const T *blk, int64_t b,
-                                 int64_t u, int64_t g) {
-  return blk + (b * c.a.S + u) * c.kvWidth() + g * c.a.D;
-}
-template <class T>
-PLANRT_HD inline const T *ring_v(const AttnCp &c, const T *blk, int64_t b,
-                                 int64_t u, int64_t g) {
-  return blk + (b * c.a.S + u) * c.kvWidth() + (c.a.KV + g) * c.a.D;
-}
+struct KvBlock {
+  int64_t rows;
+  SeqPart from; // {0, 1}: positions 0..rows-1 in order
+  PLANRT_HD int64_t position(int64_t u) const { return from.position(u, rows); }
+  template <class T>
+  PLANRT_HD const T *k(const AttnCp &c, const T *blk, int64_t b, int64_t u,
+                       int64_t g) const {
+    return blk + (b * rows + u) * c.kvWidth() + g * c.a.D;
+  }
+  template <class T>
+  PLANRT_HD const T *v(const AttnCp &c, const T *blk, int64_t b, int64_t u,
+                       int64_t g) const {
+    return blk + (b * rows + u) * c.kvWidth() + (c.a.KV + g) * c.a.D;
+  }
+};
 
-/// One step of the forward: row i's scores against the block's keys at
+/// A query row of the index space B H L: its batch, head, kv head, local
+/// row and position.
+struct CpRow {
+  int64_t b, h, g, t, p;
+  PLANRT_HD CpRow(const AttnCp &c, int64_t i)
+      : b(i / (c.a.S * c.a.H)), h((i / c.a.S) % c.a.H), g(h / (c.a.H / c.a.KV)),
+        t(i % c.a.S), p(c.part.position(t, c.a.S)) {}
+};
+
+/// Forward, one block: row i's scores against the block's keys at
 /// positions <= the row's, merged into its running statistics.
-template <class T = float> struct AttentionRingStepFn {
+template <class T = float> struct AttentionBlockFn {
   const T *qkv, *blk;
   float *acc, *ml;
   AttnCp c;
-  int64_t src;
+  KvBlock kb;
   PLANRT_HD void operator()(int64_t i) const {
     const AttnShape &a = c.a;
-    int64_t t = i % a.S, h = (i / a.S) % a.H, b = i / (a.S * a.H);
-    int64_t g = h / (a.H / a.KV), D = a.D, p = c.part.position(t, a.S);
-    SeqPart from{src, c.part.G};
-    const T *q = a.q(qkv, b, t, h);
+    CpRow r(c, i);
+    const int64_t D = a.D;
+    const T *q = a.q(qkv, r.b, r.t, r.h);
     bool any = false;
     float bm = 0.0f;
-    for (int64_t u = 0; u < a.S; ++u) {
-      if (from.position(u, a.S) > p)
+    for (int64_t u = 0; u < kb.rows; ++u) {
+      if (kb.position(u) > r.p)
         continue;
-      float s = a.scale * dot(q, ring_k(c, blk, b, u, g), D);
+      float s = a.scale * dot(q, kb.k(c, blk, r.b, u, r.g), D);
       bm = !any || s > bm ? s : bm;
       any = true;
     }
@@ -375,12 +265,12 @@ template <class T = float> struct AttentionRingStepFn {
     for (int64_t d = 0; d < D; ++d)
       o[d] *= keep;
     l *= keep;
-    for (int64_t u = 0; u < a.S; ++u) {
-      if (from.position(u, a.S) > p)
+    for (int64_t u = 0; u < kb.rows; ++u) {
+      if (kb.position(u) > r.p)
         continue;
-      float e = exp_f32(a.scale * dot(q, ring_k(c, blk, b, u, g), D) - mn);
+      float e = exp_f32(a.scale * dot(q, kb.k(c, blk, r.b, u, r.g), D) - mn);
       l += e;
-      const T *v = ring_v(c, blk, b, u, g);
+      const T *v = kb.v(c, blk, r.b, u, r.g);
       for (int64_t d = 0; d < D; ++d)
         o[d] += e * ld(v[d]);
     }
@@ -391,7 +281,7 @@ template <class T = float> struct AttentionRingStepFn {
 
 /// The forward's end: out = acc / normalizer, and with `delta`, delta =
 /// dout . out (the backward's first ring).
-template <class T = float> struct AttentionRingFinishFn {
+template <class T = float> struct AttentionFinishFn {
   const float *acc, *ml;
   T *out;
   const T *dout = nullptr;
@@ -412,52 +302,51 @@ template <class T = float> struct AttentionRingFinishFn {
   }
 };
 
-/// Backward, one step, queries; index space B H L: dq (f32, [B H L, D])
+/// Backward, one block, queries; index space B H L: dq (f32, [B H L, D])
 /// += scale sum_u p (dout . v - delta) k over the block's keys at
 /// positions <= the row's, p = exp(score - m) / normalizer.
-template <class T = float> struct AttentionRingGradQFn {
+template <class T = float> struct AttentionBlockGradQFn {
   const T *qkv, *blk, *dout;
   const float *ml, *delta;
   float *dq;
   AttnCp c;
-  int64_t src;
+  KvBlock kb;
   PLANRT_HD void operator()(int64_t i) const {
     const AttnShape &a = c.a;
-    int64_t t = i % a.S, h = (i / a.S) % a.H, b = i / (a.S * a.H);
-    int64_t g = h / (a.H / a.KV), D = a.D, p = c.part.position(t, a.S);
-    SeqPart from{src, c.part.G};
-    const T *q = a.q(qkv, b, t, h);
-    const T *dy = dout + a.o(b, t, h);
+    CpRow r(c, i);
+    const int64_t D = a.D;
+    const T *q = a.q(qkv, r.b, r.t, r.h);
+    const T *dy = dout + a.o(r.b, r.t, r.h);
     float *dqi = dq + i * D;
-    for (int64_t u = 0; u < a.S; ++u) {
-      if (from.position(u, a.S) > p)
+    for (int64_t u = 0; u < kb.rows; ++u) {
+      if (kb.position(u) > r.p)
         continue;
-      const T *k = ring_k(c, blk, b, u, g);
+      const T *k = kb.k(c, blk, r.b, u, r.g);
       float pr = exp_f32(a.scale * dot(q, k, D) - ml[2 * i]) / ml[2 * i + 1];
       float ds =
-          pr * (dot(dy, ring_v(c, blk, b, u, g), D) - delta[i]) * a.scale;
+          pr * (dot(dy, kb.v(c, blk, r.b, u, r.g), D) - delta[i]) * a.scale;
       for (int64_t d = 0; d < D; ++d)
         dqi[d] += ds * ld(k[d]);
     }
   }
 };
 
-/// Backward, one step, keys; index space B KV L (the block's key row u of
-/// kv head g): dkv (f32, the block's [B, L, 2 KV D]) += this rank's
-/// queries' share, dk = scale sum ds q and dv = sum p dout.
-template <class T = float> struct AttentionRingGradKVFn {
+/// Backward, one block, keys; index space B KV rows (the block's key row u
+/// of kv head g): dkv (f32, the block's [B, rows, 2 KV D]) += this rank's
+/// queries' share, dk = scale sum ds q and dv = sum p dout, over the query
+/// rows at positions >= u's of g's query heads.
+template <class T = float> struct AttentionBlockGradKVFn {
   const T *qkv, *blk, *dout;
   const float *ml, *delta;
   float *dkv;
   AttnCp c;
-  int64_t src;
+  KvBlock kb;
   PLANRT_HD void operator()(int64_t i) const {
     const AttnShape &a = c.a;
-    int64_t u = i % a.S, g = (i / a.S) % a.KV, b = i / (a.S * a.KV);
-    int64_t D = a.D, group = a.H / a.KV;
-    int64_t pu = SeqPart{src, c.part.G}.position(u, a.S);
-    const T *k = ring_k(c, blk, b, u, g), *v = ring_v(c, blk, b, u, g);
-    float *row = dkv + (b * a.S + u) * c.kvWidth();
+    int64_t u = i % kb.rows, g = (i / kb.rows) % a.KV, b = i / (kb.rows * a.KV);
+    int64_t D = a.D, group = a.H / a.KV, pu = kb.position(u);
+    const T *k = kb.k(c, blk, b, u, g), *v = kb.v(c, blk, b, u, g);
+    float *row = dkv + (b * kb.rows + u) * c.kvWidth();
     for (int64_t h = g * group; h < (g + 1) * group; ++h)
       for (int64_t t = 0; t < a.S; ++t) {
         if (c.part.position(t, a.S) < pu)
@@ -477,7 +366,7 @@ template <class T = float> struct AttentionRingGradKVFn {
 
 /// The backward's end, queries: dq (f32 [B H L, D]) into dqkv's query
 /// columns; index space B H L D.
-template <class T = float> struct RingDqFn {
+template <class T = float> struct DqIntoQkvFn {
   static constexpr bool kElementwise = true;
   const float *dq;
   T *dqkv;

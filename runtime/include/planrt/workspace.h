@@ -145,22 +145,30 @@ constexpr int64_t kv_gather(int64_t local, int64_t group, int64_t elem_bytes) {
 constexpr int64_t kv_reduce_scatter(int64_t local, int64_t group) {
   return local == 0 ? 0 : floats(local * group) + floats(local);
 }
+/// attention_cp (all_gather): the rows' running sums [rows, head_dim] and
+/// (max, sum); its gradient also delta per row and dq [rows, head_dim].
+constexpr int64_t attention_cp(int64_t rows, int64_t head_dim) {
+  return rows == 0 ? 0 : floats(rows * head_dim) + floats(2 * rows);
+}
+constexpr int64_t attention_cp_grad(int64_t rows, int64_t head_dim) {
+  return rows == 0 ? 0
+                   : attention_cp(rows, head_dim) + floats(rows) +
+                         floats(rows * head_dim);
+}
 /// attention_ring: two blocks of keys and values (elements each, of
-/// elem_bytes), the rows' running sums [rows, head_dim] and (max, sum).
+/// elem_bytes) and attention_cp's; its gradient two f32 blocks of their
+/// gradients too, and attention_cp_grad's.
 constexpr int64_t attention_ring(int64_t block, int64_t rows, int64_t head_dim,
                                  int64_t elem_bytes) {
-  return block == 0 ? 0
-                    : 2 * round(block * elem_bytes) + floats(rows * head_dim) +
-                          floats(2 * rows);
+  return block == 0
+             ? 0
+             : 2 * round(block * elem_bytes) + attention_cp(rows, head_dim);
 }
-/// attention_ring_grad: the same, two f32 blocks of the keys' and values'
-/// gradients, delta per row and dq [rows, head_dim].
 constexpr int64_t attention_ring_grad(int64_t block, int64_t rows,
                                       int64_t head_dim, int64_t elem_bytes) {
   return block == 0 ? 0
                     : 2 * round(block * elem_bytes) + 2 * floats(block) +
-                          floats(rows * head_dim) + floats(2 * rows) +
-                          floats(rows) + floats(rows * head_dim);
+                          attention_cp_grad(rows, head_dim);
 }
 /// cross_entropy over `rows` rows; a classifier also counts correct rows.
 constexpr int64_t cross_entropy(int64_t rows, bool classifier) {
