@@ -103,6 +103,9 @@ static LogicalResult expand(ReshardOp rs) {
   Type type = rs.getType();
   auto record = [&](Operation *op) {
     setSharding(op, cur.get(ctx, mesh));
+    // A reshard rebuilt for the backward (plan-rematerialize) stays backward.
+    if (rs->hasAttr("plan.recompute"))
+      op->setAttr("plan.recompute", UnitAttr::get(ctx));
     v = op->getResult(0);
   };
   // Splitting or unsplitting a segmented dimension would need the segments

@@ -28,6 +28,7 @@ const Stage kStages[] = {
     {"plan-recompute", plain<planc::createRecompute>},
     {"plan-propagate-sharding", plain<planc::createPropagateSharding>},
     {"plan-insert-reshards", plain<planc::createInsertReshards>},
+    {"plan-rematerialize", plain<planc::createRematerialize>},
     {"plan-expand-reshards", plain<planc::createExpandReshards>},
     {"plan-partition-stages", plain<planc::createPartitionStages>},
     {"plan-lower-to-rank", plain<planc::createLowerToRank>},

@@ -88,10 +88,12 @@ struct Record {
   int64_t bytes;
   int64_t offset = 0; // relative to the block being planned, then absolute
   int64_t stage = -1; // the pipeline stage it belongs to; -1: every rank
+  bool nested = false; // a nested block (stage: its pipeline coordinate)
 };
 
 struct Planner {
   rk::WorkspaceEnv env;
+  int64_t pp = 1;
   /// For all_reduce_start: the position (function order) of its wait.
   DenseMap<Operation *, Operation *> waitOf;
   std::vector<Record> records;
@@ -103,26 +105,108 @@ struct Planner {
     return inherited;
   }
 
+  /// The pipeline coordinate a stage runs on (-1: every rank).
+  int64_t coordOf(int64_t stage) const { return stage < 0 ? -1 : stage % pp; }
+
   /// Plans `block`; its records' offsets are relative to the block's base.
   /// Returns the block's size (the highest byte its plan reaches).
   int64_t planBlock(Block &block, int64_t stage);
   /// Plans the regions of `op` (each block on its own, sharing one base);
-  /// returns their largest size.
-  int64_t planRegions(Operation *op, int64_t stage) {
-    int64_t size = 0;
+  /// returns their largest size per pipeline coordinate: a pipeline's units
+  /// of one coordinate share a block (they run one at a time), other
+  /// regions are one block at the holder's coordinate.
+  std::map<int64_t, int64_t> planRegions(Operation *op, int64_t stage) {
+    std::map<int64_t, int64_t> sizes;
+    if (auto pipe = dyn_cast<rk::PipelineOp>(op)) {
+      for (auto unit : pipe.getBody().front().getOps<rk::UnitOp>()) {
+        int64_t &size = sizes[coordOf(unit.getStage())];
+        size =
+            std::max(size, planBlock(unit.getBody().front(), unit.getStage()));
+      }
+      return sizes;
+    }
     for (Region &r : op->getRegions())
       for (Block &b : r) {
-        if (auto pipe = dyn_cast<rk::PipelineOp>(op)) {
-          for (auto unit : pipe.getBody().front().getOps<rk::UnitOp>())
-            size = std::max(size,
-                            planBlock(unit.getBody().front(), unit.getStage()));
-          continue;
-        }
+        int64_t &size = sizes[coordOf(stage)];
         size = std::max(size, planBlock(b, stage));
       }
-    return size;
+    return sizes;
   }
+  /// Places `group` (records of one block, live from `from` to `to` in its
+  /// order) at offsets from 0; returns the highest byte.
+  int64_t place(ArrayRef<size_t> group, ArrayRef<int64_t> from,
+                ArrayRef<int64_t> to);
 };
+
+int64_t Planner::place(ArrayRef<size_t> group, ArrayRef<int64_t> from,
+                       ArrayRef<int64_t> to) {
+  // Two placements; the group keeps the smaller. In program order, a
+  // best-fit allocator (larger buffers first among those that start
+  // together: they are the hardest to fit later)...
+  std::map<int64_t, std::pair<SmallVector<size_t>, SmallVector<size_t>>>
+      events; // time -> (starting, ending)
+  for (size_t i : group) {
+    events[from[i]].first.push_back(i);
+    events[to[i]].second.push_back(i);
+  }
+  planrt::BestFit arena;
+  for (auto &[t, ev] : events) {
+    SmallVector<size_t> &s = ev.first;
+    llvm::stable_sort(s, [&](size_t a, size_t b) {
+      return records[a].bytes > records[b].bytes;
+    });
+    for (size_t i : s)
+      records[i].offset = arena.allocate(records[i].bytes);
+    for (size_t i : ev.second)
+      arena.release(records[i].offset, records[i].bytes);
+  }
+  // ... and by size over the whole group (TFLite's greedy-by-size): the
+  // largest buffers first, each in the smallest gap among the placed ones
+  // whose lifetimes overlap its own. Where one huge buffer's bytes are
+  // later reused by smaller ones (the logits, a staged GEMM's copies), the
+  // first is at the mercy of the order in which they come. Its scan is
+  // quadratic in the group's buffers, so a group of more than
+  // kBySizeLimit keeps the program-order plan: there the many layers'
+  // buffers dominate and by-size saved under 0.1% (GPT, 100 and 1000
+  // layers), while it took 70% of the compile time at 1000 layers.
+  int64_t top = arena.highWater();
+  if (group.size() > kBySizeLimit)
+    return top;
+  SmallVector<size_t> order(group);
+  llvm::stable_sort(order, [&](size_t a, size_t b) {
+    return records[a].bytes > records[b].bytes;
+  });
+  DenseMap<size_t, int64_t> bySize;
+  SmallVector<size_t> placed;
+  int64_t sizeTop = 0;
+  for (size_t i : order) {
+    SmallVector<std::pair<int64_t, int64_t>> busy; // (offset, end)
+    for (size_t j : placed)
+      if (from[j] <= to[i] && from[i] <= to[j])
+        busy.push_back({bySize[j], bySize[j] + records[j].bytes});
+    llvm::sort(busy);
+    int64_t cursor = 0, best = -1, bestGap = 0;
+    for (auto [b, e] : busy) {
+      int64_t gap = b - cursor;
+      if (gap >= records[i].bytes && (best < 0 || gap < bestGap)) {
+        best = cursor;
+        bestGap = gap;
+      }
+      cursor = std::max(cursor, e);
+    }
+    if (best < 0)
+      best = cursor;
+    bySize[i] = best;
+    placed.push_back(i);
+    sizeTop = std::max(sizeTop, best + records[i].bytes);
+  }
+  if (sizeTop < top) {
+    for (size_t i : group)
+      records[i].offset = bySize[i];
+    top = sizeTop;
+  }
+  return top;
+}
 
 int64_t Planner::planBlock(Block &block, int64_t stage) {
   // Move each planned alloc to its first use, so that it is live from there.
@@ -200,99 +284,58 @@ int64_t Planner::planBlock(Block &block, int64_t stage) {
     if (op.getNumRegions() == 0)
       continue;
     size_t begin = records.size();
-    int64_t size = planRegions(&op, opStage);
+    std::map<int64_t, int64_t> sizes = planRegions(&op, opStage);
     size_t end = records.size();
-    if (size > 0) {
-      nestedRange[&op] = {begin, end};
-      // The nested block itself, as one record (op = the region holder).
-      add({&op, false, size, 0, -2}, pos[&op], pos[&op]);
-    }
+    nestedRange[&op] = {begin, end};
+    // The nested block itself, as one record per pipeline coordinate (op =
+    // the region holder).
+    for (auto [coord, size] : sizes)
+      if (size > 0)
+        add({&op, false, size, 0, coord, /*nested=*/true}, pos[&op], pos[&op]);
   }
 
-  // Two placements; the block keeps the smaller. In program order, a
-  // best-fit allocator (larger buffers first among those that start
-  // together: they are the hardest to fit later)...
-  planrt::BestFit arena;
+  // Buffers of different pipeline coordinates live on different ranks and
+  // may share bytes: the buffers every rank has (stage -1) are placed first,
+  // then each coordinate's above them, on its own.
+  SmallVector<int64_t> from(records.size(), -1), to(records.size(), -1);
+  std::map<int64_t, SmallVector<size_t>> groups; // coordinate -> records
   for (int64_t t = 0; t < n; ++t) {
-    SmallVector<size_t> &s = starts[t];
-    llvm::stable_sort(s, [&](size_t a, size_t b) {
-      return records[a].bytes > records[b].bytes;
-    });
-    for (size_t i : s)
-      records[i].offset = arena.allocate(records[i].bytes);
+    for (size_t i : starts[t]) {
+      from[i] = t;
+      groups[coordOf(records[i].stage)].push_back(i);
+    }
     for (size_t i : ends[t])
-      arena.release(records[i].offset, records[i].bytes);
+      to[i] = t;
   }
-  // ... and by size over the whole block (TFLite's greedy-by-size): the
-  // largest buffers first, each in the smallest gap among the placed ones
-  // whose lifetimes overlap its own. Where one huge buffer's bytes are
-  // later reused by smaller ones (the logits, a staged GEMM's copies), the
-  // first is at the mercy of the order in which they come. Its scan is
-  // quadratic in the block's buffers, so a block of more than
-  // kBySizeLimit keeps the program-order plan: there the many layers'
-  // buffers dominate and by-size saved under 0.1% (GPT, 100 and 1000
-  // layers), while it took 70% of the compile time at 1000 layers.
-  int64_t top = arena.highWater();
-  size_t blockRecords = 0;
-  for (int64_t t = 0; t < n; ++t)
-    blockRecords += starts[t].size();
-  if (blockRecords <= kBySizeLimit) {
-    SmallVector<int64_t> from(records.size(), -1), to(records.size(), -1);
-    SmallVector<size_t> mine;
-    for (int64_t t = 0; t < n; ++t) {
-      for (size_t i : starts[t]) {
-        from[i] = t;
-        mine.push_back(i);
-      }
-      for (size_t i : ends[t])
-        to[i] = t;
-    }
-    SmallVector<size_t> order(mine);
-    llvm::stable_sort(order, [&](size_t a, size_t b) {
-      return records[a].bytes > records[b].bytes;
-    });
-    SmallVector<int64_t> bySize(records.size(), 0);
-    SmallVector<size_t> placed;
-    int64_t sizeTop = 0;
-    for (size_t i : order) {
-      SmallVector<std::pair<int64_t, int64_t>> busy; // (offset, end)
-      for (size_t j : placed)
-        if (from[j] <= to[i] && from[i] <= to[j])
-          busy.push_back({bySize[j], bySize[j] + records[j].bytes});
-      llvm::sort(busy);
-      int64_t cursor = 0, best = -1, bestGap = 0;
-      for (auto [b, e] : busy) {
-        int64_t gap = b - cursor;
-        if (gap >= records[i].bytes && (best < 0 || gap < bestGap)) {
-          best = cursor;
-          bestGap = gap;
-        }
-        cursor = std::max(cursor, e);
-      }
-      if (best < 0)
-        best = cursor;
-      bySize[i] = best;
-      placed.push_back(i);
-      sizeTop = std::max(sizeTop, best + records[i].bytes);
-    }
-    if (sizeTop < top) {
-      for (size_t i : mine)
-        records[i].offset = bySize[i];
-      top = sizeTop;
-    }
+  int64_t common = groups.count(-1) ? place(groups[-1], from, to) : 0;
+  int64_t top = common;
+  for (auto &[coord, group] : groups) {
+    if (coord < 0)
+      continue;
+    top = std::max(top, common + place(group, from, to));
+    for (size_t i : group)
+      records[i].offset += common;
   }
-  // Shift each nested block's records to where its block landed (the block
-  // records themselves, stage -2, are skipped when the plan is written).
+
+  // Shift each nested block's records to where its block landed: a
+  // pipeline's units to their coordinate's block, other regions to theirs.
   for (Operation &op : block) {
     auto it = nestedRange.find(&op);
     if (it == nestedRange.end())
       continue;
-    int64_t base = -1;
+    std::map<int64_t, int64_t> base;
     for (size_t i = it->second.second; i < records.size(); ++i)
-      if (records[i].op == &op && records[i].stage == -2)
-        base = records[i].offset;
-    for (size_t i = it->second.first; i < it->second.second; ++i)
-      records[i].offset += base;
+      if (records[i].op == &op && records[i].nested)
+        base[records[i].stage] = records[i].offset;
+    if (base.empty())
+      continue; // nothing planned inside
+    bool pipeline = isa<rk::PipelineOp>(op);
+    for (size_t i = it->second.first; i < it->second.second; ++i) {
+      auto b = pipeline ? base.find(coordOf(records[i].stage)) : base.begin();
+      if (b == base.end())
+        b = base.begin();
+      records[i].offset += b->second;
+    }
   }
 
   // Lifetimes end after the last use.
@@ -471,6 +514,7 @@ void PlanMemoryPass::runOnOperation() {
     if (!fn || fn.isExternal())
       continue;
     Planner p;
+    p.pp = pp;
     p.env.axisSize = axisSize;
     p.env.classifier = rk::classifierClasses(module, fn) > 0;
     p.env.cuda = target == "cuda";
@@ -495,7 +539,7 @@ void PlanMemoryPass::runOnOperation() {
     SmallVector<int64_t> arena(pp, 0), buffers(pp, 0), workspace(pp, 0);
     Builder b(&getContext());
     for (const Record &r : p.records) {
-      if (r.stage == -2)
+      if (r.nested)
         continue; // a nested block: its contents are recorded
       for (int64_t c = 0; c < pp; ++c)
         if (r.stage < 0 || r.stage % pp == c) {

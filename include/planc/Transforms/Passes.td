@@ -142,6 +142,24 @@ def InsertReshards : Pass<"plan-insert-reshards", "mlir::ModuleOp"> {
   let dependentDialects = ["::planc::plan::PlanDialect"];
 }
 
+def Rematerialize : Pass<"plan-rematerialize", "mlir::ModuleOp"> {
+  let summary = "Rebuild cheap forward values in the backward instead of keeping them";
+  let description = [{
+    A forward value the backward reads is kept from the forward to the
+    backward (with a pipeline, in the stash of every microbatch in flight).
+    Two kinds are cheaper to rebuild than to keep, and each is cloned
+    (`plan.recompute`) right before its first backward use:
+    a gathered activation (a `plan.reshard` that only undoes splits, such as
+    sequence parallelism's all-gather before a column-parallel matmul) keeps
+    its shard and is gathered again, as Megatron-LM does; a parameter's
+    16-bit copy (`plan.cast` of an argument, also after a ZeRO-3 gather) is
+    cast again from the fp32 parameter, which is kept anyway (without
+    microbatches: with them the copy is made once per step for all of
+    them). The clones compute the same bits.
+  }];
+  let dependentDialects = ["::planc::plan::PlanDialect"];
+}
+
 def ExpandReshards : Pass<"plan-expand-reshards", "mlir::ModuleOp"> {
   let summary = "Lower each plan.reshard to the cheapest collectives";
   let description = [{
