@@ -39,7 +39,7 @@ bool is16BitFloat(Value v) {
 }
 
 /// Losses read fp32: their statistics (log-sum-exp, squared errors) and the
-/// loss itself are kept in fp32.
+/// loss itself are kept in fp32. So does batch norm (below).
 bool isLoss(Operation *op) { return isa<CrossEntropyOp, MseLossOp>(op); }
 
 } // namespace
@@ -84,10 +84,22 @@ void MixedPrecisionPass::runOnOperation() {
              model.getBody().front().without_terminator())) {
       if (isa<CastOp>(op))
         continue;
-      if (isLoss(&op)) {
+      if (isLoss(&op) || isa<BatchNormOp>(op)) {
         for (OpOperand &use : op.getOpOperands())
           if (is16BitFloat(use.get()))
             use.set(castTo(&op, use.get(), b.getF32Type()));
+        // Batch norm runs in fp32 (its running statistics are fp32 state,
+        // and gamma must have their type) and hands a 16-bit copy on, as
+        // cuDNN's batch norm takes 16-bit activations with fp32 parameters.
+        if (isa<BatchNormOp>(op)) {
+          b.setInsertionPointAfter(&op);
+          Value y = op.getResult(0);
+          auto t = cast<RankedTensorType>(y.getType());
+          auto c = CastOp::create(b, op.getLoc(), t.clone(half), y);
+          if (Attribute layer = op.getAttr(kLayerAttr))
+            c->setAttr(kLayerAttr, layer);
+          y.replaceAllUsesExcept(c.getResult(), c);
+        }
         continue;
       }
       for (OpOperand &use : op.getOpOperands()) {
