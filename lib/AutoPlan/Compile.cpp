@@ -7,6 +7,7 @@
 
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/Verifier.h"
 #include "mlir/Pass/PassManager.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/SourceMgr.h"
@@ -41,7 +42,9 @@ CompiledReport planc::compilePlanText(llvm::StringRef path,
     // The planner sizes plans for the cluster's GPUs: the cuda program's
     // memory plan (its 16-bit GEMMs take no fp32 copies).
     po.target = "cuda";
-    if (succeeded(buildPipeline(pm, po)) && succeeded(pm.run(*module))) {
+    pm.enableVerifier(false); // once, after the last pass
+    if (succeeded(buildPipeline(pm, po)) && succeeded(pm.run(*module)) &&
+        succeeded(verify(*module))) {
       FailureOr<StepReport> r = computeStepReport(*module);
       if (succeeded(r))
         out.report = std::move(*r);

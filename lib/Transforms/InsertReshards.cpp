@@ -31,9 +31,13 @@ struct InsertReshardsPass
 };
 } // namespace
 
-/// The layout each operand of `op` must have, or none where anything goes.
+/// The layout each operand of `op` must have (none where anything goes),
+/// after checking that the recorded result layouts are what the op computes
+/// from the layouts its operands will have: anything else would be a
+/// miscompile. One rule, one reading of the factor axes for both.
 static LogicalResult requiredShardings(Operation *op,
-                                       SmallVectorImpl<ShardingAttr> &out) {
+                                       SmallVectorImpl<ShardingAttr> &out,
+                                       ShardingCache &cache) {
   MLIRContext *ctx = op->getContext();
   out.assign(op->getNumOperands(), ShardingAttr());
   if (auto c = dyn_cast<ShardingConstraintOp>(op)) {
@@ -77,28 +81,17 @@ static LogicalResult requiredShardings(Operation *op,
                              << " has no sharding; run "
                                 "plan-propagate-sharding first";
     out[i] = projectSharding(ctx, actual[i].getMesh(), rule.operands[i], *axes,
-                             passed[i]);
+                             passed[i], &cache);
   }
-  return success();
-}
-
-/// The recorded result layouts must be what the op computes from the
-/// layouts its operands will have; anything else would be a miscompile.
-static LogicalResult checkResults(Operation *op) {
-  auto ruleOp = dyn_cast<ShardingRuleOpInterface>(op);
-  if (!ruleOp || isa<ShardingConstraintOp>(op))
-    return success();
-  std::optional<FactorAxes> axes = readFactorAxes(op);
-  OpShardingRule rule = ruleOp.getShardingRule();
-  auto passed = acceptedPartials(op, rule, *axes);
   llvm::SmallSetVector<StringRef, 4> through;
   for (auto &p : passed)
     through.insert(p.begin(), p.end());
+  SmallVector<StringRef> sequential = sequentialAxes(op);
   for (unsigned i = 0; i < op->getNumResults(); ++i) {
     ShardingAttr want = getSharding(op->getResult(i));
     ShardingAttr got =
-        resultSharding(op->getContext(), want ? want.getMesh() : nullptr, rule,
-                       i, *axes, through.getArrayRef(), sequentialAxes(op));
+        resultSharding(ctx, want ? want.getMesh() : nullptr, rule, i, *axes,
+                       through.getArrayRef(), sequential, &cache);
     if (want != got)
       return op->emitError() << "result " << i << " is recorded as " << want
                              << " but the op computes " << got
@@ -165,8 +158,9 @@ void InsertReshardsPass::runOnOperation() {
     // Every op's needs are computed before any use is rewired: what an op
     // accepts depends on the other uses of its operands as they are now.
     SmallVector<SmallVector<ShardingAttr>> needs(ops.size());
+    ShardingCache cache;
     for (auto [op, need] : llvm::zip(ops, needs)) {
-      if (failed(requiredShardings(op, need)) || failed(checkResults(op)))
+      if (failed(requiredShardings(op, need, cache)))
         return signalPassFailure();
     }
     for (auto [op, need] : llvm::zip(ops, needs)) {

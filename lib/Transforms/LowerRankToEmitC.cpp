@@ -30,7 +30,7 @@ public:
     args.append(operands.begin(), operands.end());
     SmallVector<Attribute> argAttrs;
     for (unsigned i = 0; i < args.size(); ++i)
-      argAttrs.push_back(b.getIndexAttr(i));
+      argAttrs.push_back(index(i));
     argAttrs.append(attrs.begin(), attrs.end());
     TypeRange results = resultType ? TypeRange(resultType) : TypeRange();
     auto op = ec::CallOpaqueOp::create(b, loc, results, callee, args,
@@ -44,10 +44,10 @@ public:
                   ArrayRef<Attribute> args, Type resultType = {}) {
     SmallVector<Value> values{ctx};
     values.append(operands.begin(), operands.end());
-    SmallVector<Attribute> argAttrs{b.getIndexAttr(0)};
+    SmallVector<Attribute> argAttrs{index(0)};
     for (Attribute a : args)
       if (auto i = dyn_cast<IntegerAttr>(a); i && i.getType().isIndex())
-        argAttrs.push_back(b.getIndexAttr(i.getInt() + 1));
+        argAttrs.push_back(index(i.getInt() + 1));
       else
         argAttrs.push_back(a);
     TypeRange results = resultType ? TypeRange(resultType) : TypeRange();
@@ -55,7 +55,13 @@ public:
                                        b.getArrayAttr(argAttrs));
     return resultType ? op.getResult(0) : Value();
   }
-  Attribute operand(int64_t i) { return b.getIndexAttr(i); }
+  Attribute operand(int64_t i) { return index(i); }
+  /// Index attributes, made once (a large step makes millions of calls).
+  Attribute index(unsigned i) {
+    while (indices.size() <= i)
+      indices.push_back(b.getIndexAttr(indices.size()));
+    return indices[i];
+  }
 
   Attribute str(StringRef s) {
     std::string quoted = "\"";
@@ -91,6 +97,7 @@ public:
 private:
   OpBuilder &b;
   Value ctx;
+  SmallVector<Attribute> indices;
 };
 } // namespace
 

@@ -545,6 +545,7 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
     };
     SmallVector<AllReduceOp> open;
     int64_t openElems = 0, openBytes = 0;
+    unsigned openFirstUse = ~0u; // the earliest use of an open reduction
     auto close = [&]() {
       if (open.empty())
         return;
@@ -563,6 +564,7 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
       buckets.push_back(bk);
       open.clear();
       openElems = openBytes = 0;
+      openFirstUse = ~0u;
     };
     for (Operation &o : src.getBody().front()) {
       // Over dp, and over cp (context parallelism's ranks are data
@@ -584,15 +586,13 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
           isa<ReshapeOp, CrossEntropyOp, CrossEntropyGradOp,
               ShardingConstraintOp, SgdUpdateOp, AdamWUpdateOp>(def))
         continue;
-      if (llvm::any_of(open,
-                       [&](AllReduceOp m) {
-                         return firstUse(m.getResult()) < pos[&o];
-                       }) ||
+      if (openFirstUse < pos[&o] ||
           (!open.empty() && (open.front().getType().getElementType() !=
                                  ar.getType().getElementType() ||
                              open.front().getAxes() != ar.getAxes())))
         close();
       open.push_back(ar);
+      openFirstUse = std::min(openFirstUse, firstUse(ar.getResult()));
       openElems += localElems(ar.getInput());
       openBytes +=
           localElems(ar.getInput()) *

@@ -143,22 +143,25 @@ int64_t Planner::place(ArrayRef<size_t> group, ArrayRef<int64_t> from,
   // Two placements; the group keeps the smaller. In program order, a
   // best-fit allocator (larger buffers first among those that start
   // together: they are the hardest to fit later)...
-  std::map<int64_t, std::pair<SmallVector<size_t>, SmallVector<size_t>>>
-      events; // time -> (starting, ending)
-  for (size_t i : group) {
-    events[from[i]].first.push_back(i);
-    events[to[i]].second.push_back(i);
-  }
+  // `group` is in the order buffers start; ends are taken in time order.
+  SmallVector<size_t> starting(group), ending(group);
+  llvm::stable_sort(ending, [&](size_t a, size_t b) { return to[a] < to[b]; });
   planrt::BestFit arena;
-  for (auto &[t, ev] : events) {
-    SmallVector<size_t> &s = ev.first;
-    llvm::stable_sort(s, [&](size_t a, size_t b) {
+  size_t e = 0;
+  for (size_t k = 0; k < starting.size();) {
+    int64_t t = from[starting[k]];
+    for (; e < ending.size() && to[ending[e]] < t; ++e)
+      arena.release(records[ending[e]].offset, records[ending[e]].bytes);
+    size_t next = k;
+    while (next < starting.size() && from[starting[next]] == t)
+      ++next;
+    auto at = MutableArrayRef<size_t>(starting).slice(k, next - k);
+    llvm::stable_sort(at, [&](size_t a, size_t b) {
       return records[a].bytes > records[b].bytes;
     });
-    for (size_t i : s)
+    for (size_t i : at)
       records[i].offset = arena.allocate(records[i].bytes);
-    for (size_t i : ev.second)
-      arena.release(records[i].offset, records[i].bytes);
+    k = next;
   }
   // ... and by size over the whole group (TFLite's greedy-by-size): the
   // largest buffers first, each in the smallest gap among the placed ones

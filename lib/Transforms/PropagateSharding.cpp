@@ -22,7 +22,7 @@
 #include "ShardingAnalysis.h"
 #include "planc/Transforms/Passes.h"
 
-#include "llvm/ADT/StringSet.h"
+#include <deque>
 
 namespace planc {
 #define GEN_PASS_DEF_PROPAGATESHARDING
@@ -110,8 +110,25 @@ class Propagator {
 public:
   explicit Propagator(MeshOp mesh) : mesh(mesh) {}
 
+  /// Sizes the tables for `f`'s values and builds each op's rule once (the
+  /// sweeps visit every op several times).
+  void prepare(func::FuncOp f) {
+    size_t values = f.getNumArguments();
+    f.walk([&](Operation *op) {
+      values += op->getNumResults();
+      if (auto r = dyn_cast<ShardingRuleOpInterface>(op);
+          r && !ruleIndex.count(op)) {
+        ruleIndex[op] = rules.size();
+        rules.push_back(r.getShardingRule());
+      }
+    });
+    index.reserve(values);
+  }
+  /// The rule of an op `prepare` saw.
+  const Rule &ruleOf(Operation *op) { return rules[ruleIndex.lookup(op)]; }
+
   SmallVector<DimState> &dims(Value v) {
-    SmallVector<DimState> &d = states[v];
+    SmallVector<DimState> &d = state(v).dims;
     if (auto t = dyn_cast<RankedTensorType>(v.getType()))
       if ((int64_t)d.size() != t.getRank())
         d.resize(t.getRank());
@@ -205,8 +222,39 @@ private:
   void unify(Value a, Value b);
   LogicalResult visit(Operation *op);
 
+  /// A value's layout changed: record when (a clock of changes), so that a
+  /// sweep skips the ops none of whose values changed since their visit.
+  void touch(Value v) {
+    state(v).changedAt = ++clock;
+    changed = true;
+  }
+
   MeshOp mesh;
-  DenseMap<Value, SmallVector<DimState>> states;
+  /// A value's layout so far, and when it last changed.
+  struct ValueState {
+    SmallVector<DimState> dims;
+    uint64_t changedAt = 0;
+  };
+  ValueState &state(Value v) {
+    auto [it, fresh] = index.try_emplace(v, store.size());
+    if (fresh)
+      store.emplace_back();
+    return store[it->second];
+  }
+  uint64_t changedAt(Value v) {
+    auto it = index.find(v);
+    return it == index.end() ? 0 : store[it->second].changedAt;
+  }
+  // The states live in a deque (they do not move as it grows), found by a
+  // small map: probing a map of whole states was a tenth of the pass.
+  std::deque<ValueState> store;
+  DenseMap<Value, unsigned> index;
+  // A deque: rules do not move as it grows (SmallVector's move may throw,
+  // so a vector would copy every rule on each reallocation).
+  std::deque<Rule> rules;
+  DenseMap<Operation *, size_t> ruleIndex;
+
+  uint64_t clock = 0;
   bool changed = false;
 };
 } // namespace
@@ -322,7 +370,7 @@ FailureOr<SmallVector<Choice>> Propagator::resolve(Operation *op,
     return std::make_tuple(a.prio, !choice[a.factor].anchored, a.weak) <
            std::make_tuple(b.prio, !choice[b.factor].anchored, b.weak);
   });
-  llvm::StringSet<> used;
+  SmallVector<StringRef, 8> used; // few axes: a set would allocate
   SmallVector<bool> cut(choice.size(), false);
   for (const Part &part : parts) {
     Choice &c = choice[part.factor];
@@ -332,10 +380,10 @@ FailureOr<SmallVector<Choice>> Propagator::resolve(Operation *op,
     size_t end =
         part.weak ? c.axes.size() : std::min(c.weakFrom, c.axes.size());
     size_t keep = begin;
-    while (keep < end && !used.contains(c.axes[keep]))
+    while (keep < end && !llvm::is_contained(used, c.axes[keep]))
       ++keep;
     for (size_t k = begin; k < keep; ++k)
-      used.insert(c.axes[k]);
+      used.push_back(c.axes[k]);
     if (keep < end) {
       c.axes.truncate(keep);
       cut[part.factor] = true;
@@ -378,7 +426,7 @@ void Propagator::push(Operation *op, const Rule &rule,
         st.weakFrom = std::min(st.weakFrom, st.axes.size());
         st.weakPrio = c.weakFrom < c.axes.size() ? c.weakPrio : c.prio;
         st.axes = c.axes;
-        changed = true;
+        touch(s.value);
         continue;
       }
       st.axes = c.axes;
@@ -389,7 +437,7 @@ void Propagator::push(Operation *op, const Rule &rule,
       st.origin = c.origin;
       st.weakFrom = c.weakFrom;
       st.weakPrio = c.weakPrio;
-      changed = true;
+      touch(s.value);
     }
   }
 }
@@ -409,19 +457,19 @@ void Propagator::unify(Value a, Value b) {
     if (x.prio < y.prio && !y.closed && !axisTaken(db, d, x.axes, x.prio)) {
       y = x;
       y.closed = false;
-      changed = true;
+      touch(b);
     } else if (y.prio < x.prio && !x.closed &&
                !axisTaken(da, d, y.axes, y.prio)) {
       x = y;
       x.closed = false;
-      changed = true;
+      touch(a);
     }
   }
 }
 
 LogicalResult Propagator::visit(Operation *op) {
-  if (auto rule = dyn_cast<ShardingRuleOpInterface>(op)) {
-    Rule r = rule.getShardingRule();
+  if (isa<ShardingRuleOpInterface>(op)) {
+    const Rule &r = ruleOf(op);
     FailureOr<SmallVector<Choice>> choice = resolve(op, r);
     if (failed(choice))
       return failure();
@@ -504,13 +552,30 @@ LogicalResult Propagator::propagate(func::FuncOp f) {
   f.walk([&](Operation *op) { ops.push_back(op); });
   // Each sweep can only strengthen a claim, and priorities are few, so this
   // ends; the bound is a guard against a rule that oscillates.
+  // A visit reads and writes only the op's own values (and a return's
+  // arguments), and writing what it wrote before changes nothing: an op
+  // none of whose values changed since its last visit is skipped, which
+  // gives the same layouts as visiting it (most of the second and later
+  // sweeps, and of the backward half of the first, are such ops).
+  DenseMap<Operation *, uint64_t> visitedAt;
+  auto step = [&](Operation *op) -> LogicalResult {
+    auto it = visitedAt.find(op);
+    if (it != visitedAt.end() && !isa<func::ReturnOp>(op) &&
+        llvm::none_of(op->getOperands(),
+                      [&](Value v) { return changedAt(v) > it->second; }) &&
+        llvm::none_of(op->getResults(),
+                      [&](Value v) { return changedAt(v) > it->second; }))
+      return success();
+    visitedAt[op] = clock;
+    return visit(op);
+  };
   for (int iter = 0; iter < 64; ++iter) {
     changed = false;
     for (Operation *op : ops)
-      if (failed(visit(op)))
+      if (failed(step(op)))
         return failure();
     for (Operation *op : llvm::reverse(ops))
-      if (failed(visit(op)))
+      if (failed(step(op)))
         return failure();
     if (!changed)
       return success();
@@ -523,6 +588,7 @@ LogicalResult Propagator::materialize(func::FuncOp f) {
   MLIRContext *ctx = f.getContext();
   auto meshRef = FlatSymbolRefAttr::get(mesh.getSymNameAttr());
   SmallVector<StringRef> sequential = sequentialAxes(f);
+  ShardingCache cache;
   auto toAttr = [&](Value v) {
     SmallVector<Attribute> d, seg;
     bool anySeg = false;
@@ -568,8 +634,7 @@ LogicalResult Propagator::materialize(func::FuncOp f) {
   // First every op's factors, so that each op can see how its results'
   // users will take them; then the results' layouts, in program order.
   WalkResult r = f.walk([&](ShardingRuleOpInterface ruleOp) -> WalkResult {
-    Rule rule = ruleOp.getShardingRule();
-    FailureOr<SmallVector<Choice>> choice = resolve(ruleOp, rule);
+    FailureOr<SmallVector<Choice>> choice = resolve(ruleOp, ruleOf(ruleOp));
     if (failed(choice))
       return WalkResult::interrupt();
     FactorAxes axes;
@@ -596,10 +661,9 @@ LogicalResult Propagator::materialize(func::FuncOp f) {
     }
     if (auto rs = dyn_cast<ReshardOp>(op))
       return setSharding(op, rs.getSharding());
-    auto ruleOp = dyn_cast<ShardingRuleOpInterface>(op);
-    if (!ruleOp)
+    if (!isa<ShardingRuleOpInterface>(op))
       return;
-    Rule rule = ruleOp.getShardingRule();
+    const Rule &rule = ruleOf(op);
     FactorAxes axes = *readFactorAxes(op);
     // A sum of pending sums alike stays pending: one reduction after the
     // sum instead of one per summand, even where the result is wanted split.
@@ -634,7 +698,8 @@ LogicalResult Propagator::materialize(func::FuncOp f) {
     SmallVector<ShardingAttr> results;
     for (unsigned i = 0; i < op->getNumResults(); ++i)
       results.push_back(resultSharding(ctx, meshRef, rule, i, axes,
-                                       through.getArrayRef(), sequential));
+                                       through.getArrayRef(), sequential,
+                                       &cache));
     setShardings(op, results);
   });
   return success();
@@ -677,6 +742,7 @@ struct PropagateShardingPass
                             : funcs[0];
     for (func::FuncOp f : funcs) {
       Propagator p(mesh);
+      p.prepare(f);
       for (BlockArgument arg : f.getArguments()) {
         unsigned i = arg.getArgNumber();
         auto kind = f.getArgAttrOfType<StringAttr>(i, kKindAttr);

@@ -45,32 +45,57 @@ static ArrayAttr names(MLIRContext *ctx, ArrayRef<StringRef> axes) {
   return ArrayAttr::get(ctx, out);
 }
 
-ShardingAttr
-planc::plan::projectSharding(MLIRContext *ctx, FlatSymbolRefAttr mesh,
-                             const OpShardingRule::TensorDims &dims,
-                             const FactorAxes &factors,
-                             ArrayRef<StringRef> partial) {
-  SmallVector<Attribute> dimAttrs, segAttrs;
-  bool anySegments = false;
-  for (const OpShardingRule::Dim &d : dims) {
+ShardingAttr planc::plan::projectSharding(
+    MLIRContext *ctx, FlatSymbolRefAttr mesh,
+    const OpShardingRule::TensorDims &dims, const FactorAxes &factors,
+    ArrayRef<StringRef> partial, ShardingCache *cache) {
+  struct Split {
     ArrayRef<StringRef> axes;
     ArrayRef<int64_t> segments;
+  };
+  SmallVector<Split, 4> splits;
+  for (const OpShardingRule::Dim &d : dims) {
+    Split s;
     if (!d.factors.empty()) {
       const FactorSharding &f = factors[d.factors.front()];
-      axes = f.axes;
-      segments =
+      s.axes = f.axes;
+      s.segments =
           d.segments.empty() ? ArrayRef(f.segments) : ArrayRef(d.segments);
     }
-    if (axes.empty())
-      segments = {};
-    dimAttrs.push_back(names(ctx, axes));
-    anySegments |= !segments.empty();
-    segAttrs.push_back(DenseI64ArrayAttr::get(ctx, segments));
+    if (s.axes.empty())
+      s.segments = {};
+    splits.push_back(s);
+  }
+  std::string key;
+  if (cache) {
+    llvm::raw_string_ostream os(key);
+    os << mesh.getValue() << '|';
+    for (const Split &s : splits) {
+      llvm::interleave(s.axes, os, ",");
+      os << ':';
+      llvm::interleave(s.segments, os, ",");
+      os << ';';
+    }
+    os << '|';
+    llvm::interleave(partial, os, ",");
+    if (ShardingAttr hit = cache->lookup(key))
+      return hit;
+  }
+  SmallVector<Attribute> dimAttrs, segAttrs;
+  bool anySegments = false;
+  for (const Split &s : splits) {
+    dimAttrs.push_back(names(ctx, s.axes));
+    anySegments |= !s.segments.empty();
+    segAttrs.push_back(DenseI64ArrayAttr::get(ctx, s.segments));
   }
   if (!anySegments)
     segAttrs.clear();
-  return ShardingAttr::get(ctx, mesh, ArrayAttr::get(ctx, dimAttrs),
-                           names(ctx, partial), ArrayAttr::get(ctx, segAttrs));
+  ShardingAttr out =
+      ShardingAttr::get(ctx, mesh, ArrayAttr::get(ctx, dimAttrs),
+                        names(ctx, partial), ArrayAttr::get(ctx, segAttrs));
+  if (cache)
+    (*cache)[key] = out;
+  return out;
 }
 
 SmallVector<ShardingAttr>
@@ -123,8 +148,9 @@ planc::plan::effectiveOperandShardings(Operation *op,
   SmallVector<ShardingAttr> operands;
   for (Value v : op->getOperands()) {
     ShardingAttr s = getSharding(v);
+    // Only a pending sum asks its uses (each use's rule is built anew).
     bool allTake =
-        s && llvm::all_of(v.getUses(), [&](OpOperand &use) {
+        s && s.isPartial() && llvm::all_of(v.getUses(), [&](OpOperand &use) {
           return takesPending(use.getOwner(), use.getOperandNumber(), s);
         });
     operands.push_back(s && s.isPartial() && !allTake ? dropPartial(s) : s);
@@ -159,12 +185,10 @@ planc::plan::acceptedPartials(Operation *op, const OpShardingRule &rule,
   return out;
 }
 
-ShardingAttr planc::plan::resultSharding(MLIRContext *ctx,
-                                         FlatSymbolRefAttr mesh,
-                                         const OpShardingRule &rule, unsigned i,
-                                         const FactorAxes &factors,
-                                         ArrayRef<StringRef> passed,
-                                         ArrayRef<StringRef> sequential) {
+ShardingAttr planc::plan::resultSharding(
+    MLIRContext *ctx, FlatSymbolRefAttr mesh, const OpShardingRule &rule,
+    unsigned i, const FactorAxes &factors, ArrayRef<StringRef> passed,
+    ArrayRef<StringRef> sequential, ShardingCache *cache) {
   llvm::SmallSetVector<int64_t, 8> inResult, inOperands;
   for (const OpShardingRule::Dim &d : rule.results[i])
     inResult.insert(d.factors.begin(), d.factors.end());
@@ -183,7 +207,7 @@ ShardingAttr planc::plan::resultSharding(MLIRContext *ctx,
   }
   partial.insert(passed.begin(), passed.end());
   return projectSharding(ctx, mesh, rule.results[i], factors,
-                         partial.getArrayRef());
+                         partial.getArrayRef(), cache);
 }
 
 SmallVector<StringRef> planc::plan::sequentialAxes(Operation *op) {

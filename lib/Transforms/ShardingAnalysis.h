@@ -9,6 +9,7 @@
 #define PLANC_LIB_TRANSFORMS_SHARDINGANALYSIS_H
 
 #include "dialects/plan/PlanDialect.h"
+#include "llvm/ADT/StringMap.h"
 
 namespace planc::plan {
 
@@ -31,6 +32,11 @@ using FactorAxes = llvm::SmallVector<FactorSharding>;
 std::optional<FactorAxes> readFactorAxes(mlir::Operation *op);
 void writeFactorAxes(mlir::Operation *op, const FactorAxes &axes);
 
+/// Layouts made by projectSharding, by what they describe (within one pass
+/// and context): a pass makes the same few layouts for millions of values,
+/// and each made anew is a dozen uniqued attributes.
+using ShardingCache = llvm::StringMap<ShardingAttr>;
+
 /// The layout of a tensor with dimensions `dims` under `factors`: each
 /// dimension is split over the axes of its major factor (with the segments
 /// the rule gives the dimension, else the factor's), and pending over
@@ -39,7 +45,8 @@ ShardingAttr projectSharding(mlir::MLIRContext *ctx,
                              mlir::FlatSymbolRefAttr mesh,
                              const OpShardingRule::TensorDims &dims,
                              const FactorAxes &factors,
-                             llvm::ArrayRef<llvm::StringRef> partial);
+                             llvm::ArrayRef<llvm::StringRef> partial,
+                             ShardingCache *cache = nullptr);
 
 /// The operands' shardings as `op` (with factor axes `factors`) may take
 /// them: a pending sum that some use of the value needs whole is resolved
@@ -67,7 +74,8 @@ ShardingAttr resultSharding(mlir::MLIRContext *ctx,
                             const OpShardingRule &rule, unsigned i,
                             const FactorAxes &factors,
                             llvm::ArrayRef<llvm::StringRef> passed,
-                            llvm::ArrayRef<llvm::StringRef> sequential);
+                            llvm::ArrayRef<llvm::StringRef> sequential,
+                            ShardingCache *cache = nullptr);
 /// The sequential axes of `op`'s module's mesh.
 llvm::SmallVector<llvm::StringRef> sequentialAxes(mlir::Operation *op);
 
