@@ -10,7 +10,8 @@
 //  - a 16-bit copy of a parameter (a cast of an argument, possibly gathered
 //    by ZeRO-3 after it): the fp32 parameter is alive anyway, so the copy is
 //    cast (and gathered) again. Not with microbatches: there the copy is
-//    made once per step for every microbatch.
+//    made once per step for every microbatch, and identical copies (the
+//    forward's, and recompute = full's for the backward) become one.
 // Each such op is cloned (`plan.recompute`, so later passes treat it as
 // backward) right before its first backward user, which reads the clone.
 // Clones are the same ops on the same values: the bits do not change.
@@ -73,6 +74,27 @@ void RematerializePass::runOnOperation() {
   bool microbatched =
       mesh && mesh.getAxisIndex("mb") >= 0 && mesh.getAxisSize("mb") > 1;
   Block &body = step.getBody().front();
+
+  // With microbatches, every copy of a parameter is made once per step, so
+  // two identical copies (the forward's and the one recompute = full made
+  // for the backward) would both live through the step: keep the first.
+  if (microbatched) {
+    DenseMap<std::tuple<Value, Type, Attribute>, Value> first;
+    for (Operation &op :
+         llvm::make_early_inc_range(body.without_terminator())) {
+      auto c = dyn_cast<CastOp>(op);
+      if (!c || !isa<BlockArgument>(c->getOperand(0)))
+        continue;
+      auto [it, fresh] = first.try_emplace(
+          {c->getOperand(0), c.getType(), getSharding(c.getResult())},
+          c.getResult());
+      if (fresh)
+        continue;
+      c.getResult().replaceAllUsesWith(it->second);
+      c->erase();
+    }
+  }
+
   llvm::DenseSet<Operation *> backward = backwardOps(body);
 
   // Rebuildable forward ops: gathers of anything, and casts of arguments or
