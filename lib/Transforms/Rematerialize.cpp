@@ -76,17 +76,20 @@ void RematerializePass::runOnOperation() {
   Block &body = step.getBody().front();
 
   // With microbatches, every copy of a parameter is made once per step, so
-  // two identical copies (the forward's and the one recompute = full made
-  // for the backward) would both live through the step: keep the first.
+  // two identical copies of one layer (the forward's and the one recompute
+  // = full made for the backward) would both live through the step: keep
+  // the first. Only within a layer: copies for different layers or stages
+  // (a tied embedding's) stay where their users are.
   if (microbatched) {
-    DenseMap<std::tuple<Value, Type, Attribute>, Value> first;
+    DenseMap<std::tuple<Value, Type, Attribute, Attribute>, Value> first;
     for (Operation &op :
          llvm::make_early_inc_range(body.without_terminator())) {
       auto c = dyn_cast<CastOp>(op);
-      if (!c || !isa<BlockArgument>(c->getOperand(0)))
+      Attribute layer = op.getAttr(kLayerAttr);
+      if (!c || !layer || !isa<BlockArgument>(c->getOperand(0)))
         continue;
       auto [it, fresh] = first.try_emplace(
-          {c->getOperand(0), c.getType(), getSharding(c.getResult())},
+          {c->getOperand(0), c.getType(), getSharding(c.getResult()), layer},
           c.getResult());
       if (fresh)
         continue;
