@@ -86,8 +86,8 @@ struct Record {
   Operation *op;
   bool workspace;
   int64_t bytes;
-  int64_t offset = 0; // relative to the block being planned, then absolute
-  int64_t stage = -1; // the pipeline stage it belongs to; -1: every rank
+  int64_t offset = 0;  // relative to the block being planned, then absolute
+  int64_t stage = -1;  // the pipeline stage it belongs to; -1: every rank
   bool nested = false; // a nested block (stage: its pipeline coordinate)
 };
 
