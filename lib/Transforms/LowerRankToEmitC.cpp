@@ -303,6 +303,21 @@ void LowerRankToEmitCPass::runOnOperation() {
                            "i32 labels [batch]";
       return signalPassFailure();
     }
+    // Synthetic data is f32 features (and targets or class ids), so a
+    // program reading token ids from it refuses to start. A warning, not an
+    // error: such plans are compiled for --report and --emit alone.
+    if (!shards && !cifar)
+      for (auto in : module.getOps<rk::InputDeclOp>())
+        if (in.getRole() != "label" &&
+            in.getType().getElementType().isInteger(32)) {
+          train.emitWarning()
+              << "data = synthetic makes f32 inputs, but input '"
+              << in.getSymName()
+              << "' is i32 token ids: the program will refuse to train; "
+                 "train on token shards made by plan-tokenize: data = "
+                 "shards(\"data/train_*.bin\")";
+          break;
+        }
     c.call(train.getLoc(), "planrt::set_training", {},
            {c.i64(train.getSteps()), c.i64(train.getSeed()),
             c.i64(train.getGlobalBatch()),
