@@ -37,6 +37,7 @@ struct InsertReshardsPass
 /// miscompile. One rule, one reading of the factor axes for both.
 static LogicalResult requiredShardings(Operation *op,
                                        SmallVectorImpl<ShardingAttr> &out,
+                                       ArrayRef<StringRef> sequential,
                                        ShardingCache &cache) {
   MLIRContext *ctx = op->getContext();
   out.assign(op->getNumOperands(), ShardingAttr());
@@ -86,7 +87,6 @@ static LogicalResult requiredShardings(Operation *op,
   llvm::SmallSetVector<StringRef, 4> through;
   for (auto &p : passed)
     through.insert(p.begin(), p.end());
-  SmallVector<StringRef> sequential = sequentialAxes(op);
   for (unsigned i = 0; i < op->getNumResults(); ++i) {
     ShardingAttr want = getSharding(op->getResult(i));
     ShardingAttr got =
@@ -159,8 +159,9 @@ void InsertReshardsPass::runOnOperation() {
     // accepts depends on the other uses of its operands as they are now.
     SmallVector<SmallVector<ShardingAttr>> needs(ops.size());
     ShardingCache cache;
+    SmallVector<StringRef> sequential = sequentialAxes(getOperation());
     for (auto [op, need] : llvm::zip(ops, needs)) {
-      if (failed(requiredShardings(op, need, cache)))
+      if (failed(requiredShardings(op, need, sequential, cache)))
         return signalPassFailure();
     }
     for (auto [op, need] : llvm::zip(ops, needs)) {

@@ -67,19 +67,17 @@ void RematerializePass::runOnOperation() {
   if (!step)
     return;
   MeshOp mesh = getMesh(module);
-  // With microbatches, a parameter's copy is made once per step, outside
-  // the microbatch loop or pipeline units, and serves every microbatch's
-  // forward and backward: one copy per step (as Megatron-LM keeps its fp16
-  // weights) is then less than a second one for the backward.
   bool microbatched =
       mesh && mesh.getAxisIndex("mb") >= 0 && mesh.getAxisSize("mb") > 1;
   Block &body = step.getBody().front();
 
-  // With microbatches, every copy of a parameter is made once per step, so
-  // two identical copies of one layer (the forward's and the one recompute
-  // = full made for the backward) would both live through the step: keep
-  // the first. Only within a layer: copies for different layers or stages
-  // (a tied embedding's) stay where their users are.
+  // With microbatches, a parameter's copy is made once per step, outside
+  // the microbatch loop or pipeline units, and serves every microbatch's
+  // forward and backward (as Megatron-LM keeps its fp16 weights): it is not
+  // cast again, and two identical copies of one layer (the forward's and
+  // the one recompute = full made for the backward), which would both live
+  // through the step, become the first. Only within a layer: copies for
+  // different layers or stages (a tied embedding's) stay where their users are.
   if (microbatched) {
     DenseMap<std::tuple<Value, Type, Attribute, Attribute>, Value> first;
     for (Operation &op :
