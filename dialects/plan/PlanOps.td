@@ -758,6 +758,7 @@ def Plan_ClipByNormOp : Plan_ComputeOp<"clip_by_norm",
 }
 
 include "dialects/plan/PlanConvOps.td"
+include "dialects/plan/PlanMoeOps.td"
 include "dialects/plan/PlanCollectiveOps.td"
 
 #endif

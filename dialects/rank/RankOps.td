@@ -950,5 +950,6 @@ def Rank_CeGradFromStatsOp : Rank_CallOp<"ce_grad_from_stats",
 }
 
 include "dialects/rank/RankConvOps.td"
+include "dialects/rank/RankMoeOps.td"
 
 #endif

@@ -299,6 +299,17 @@ int64_t groupNormGrad(GroupNormGradOp op, const WorkspaceEnv &) {
   return ws::group_norm_grad(dim(op.getInput(), 1), dim(op.getInput(), 0),
                              op.getGroups());
 }
+/// The experts' operands: n routed rows, E, d, h and d' from the weights.
+template <class Op> int64_t moeExperts(Op op, const WorkspaceEnv &) {
+  constexpr bool grad = std::is_same_v<Op, MoeExpertsGradOp> ||
+                        std::is_same_v<Op, MoeExpertsSwigluGradOp>;
+  constexpr bool gated = std::is_same_v<Op, MoeExpertsSwigluOp> ||
+                         std::is_same_v<Op, MoeExpertsSwigluGradOp>;
+  int64_t n = numel(op.getExperts());
+  Value up = op.getUp(), down = op.getDown();
+  auto f = grad ? ws::moe_experts_grad : ws::moe_experts;
+  return f(n, dim(up, 0), dim(up, 1), dim(up, 2), dim(down, 2), gated);
+}
 } // namespace
 
 void planc::rank::registerWorkspaceModels(MLIRContext *ctx) {
@@ -347,4 +358,12 @@ void planc::rank::registerWorkspaceModels(MLIRContext *ctx) {
   BatchNormGradOp::attachInterface<Model<BatchNormGradOp, batchNormGrad>>(*ctx);
   GroupNormOp::attachInterface<Model<GroupNormOp, groupNorm>>(*ctx);
   GroupNormGradOp::attachInterface<Model<GroupNormGradOp, groupNormGrad>>(*ctx);
+  MoeExpertsOp::attachInterface<
+      Model<MoeExpertsOp, moeExperts<MoeExpertsOp>>>(*ctx);
+  MoeExpertsSwigluOp::attachInterface<
+      Model<MoeExpertsSwigluOp, moeExperts<MoeExpertsSwigluOp>>>(*ctx);
+  MoeExpertsGradOp::attachInterface<
+      Model<MoeExpertsGradOp, moeExperts<MoeExpertsGradOp>>>(*ctx);
+  MoeExpertsSwigluGradOp::attachInterface<
+      Model<MoeExpertsSwigluGradOp, moeExperts<MoeExpertsSwigluGradOp>>>(*ctx);
 }

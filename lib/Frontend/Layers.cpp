@@ -371,7 +371,7 @@ static const char *const kBuiltins[] = {
     "pos_embedding", "layernorm",     "rmsnorm",    "attention",  "mlp",
     "relu",          "gelu",          "silu",       "softmax",    "add",
     "mse",           "cross_entropy", "conv2d",     "max_pool2d", "avg_pool2d",
-    "flatten",       "batch_norm",    "group_norm", "dropout"};
+    "flatten",       "batch_norm",    "group_norm", "dropout",    "moe"};
 
 FailureOr<std::pair<Value, Value>>
 Sema::runningStats(Value gamma, Location gammaLoc, Location use) {
@@ -913,6 +913,146 @@ Val Sema::callBuiltin(StringRef fn, Args &args, Location l,
                         : generic(SiluOp(), h.getType(), {h});
     if (Value y = linear(l, h, proj, projBias, false, "'mlp' (proj)"))
       out.v = y;
+    return out;
+  }
+  if (fn == "moe") {
+    if (!arity(1, 1, "an input [..., dim] and named weights"))
+      return out;
+    Value x = tensorArg(0);
+    std::string act = namedName("act", "swiglu");
+    for (StringRef later : {"aux_loss", "capacity_factor", "bias_update"})
+      if (auto it = named.find(later); it != named.end()) {
+        error(it->second.loc)
+            << "'moe': '" << later
+            << "' is not implemented yet; planc routes every token to its "
+               "top_k experts (dropless) without a balancing term";
+        return out;
+      }
+    if (act != "swiglu" && act != "gelu") {
+      error(l) << "'moe' activation must be swiglu or gelu, got '" << act
+               << "'";
+      return out;
+    }
+    bool gated = act == "swiglu";
+    Value router = namedTensor("router", true);
+    Value gate = gated ? namedTensor("gate", true) : Value();
+    Value up = namedTensor("up", true), down = namedTensor("down", true);
+    Value sGate = gated ? namedTensor("shared_gate", false) : Value();
+    Value sUp = namedTensor("shared_up", false),
+          sDown = namedTensor("shared_down", false);
+    double topK = namedNumber("top_k", 0);
+    if (!leftovers() || !x || !router || (gated && !gate) || !up || !down)
+      return out;
+    auto xs = shapeOf(x), rs = shapeOf(router), us = shapeOf(up),
+         ds = shapeOf(down);
+    if (xs.size() < 2) {
+      error(l) << "'moe' takes an input with a batch dimension [..., dim], got "
+               << shapeStr(x.getType());
+      return out;
+    }
+    int64_t d = xs.back();
+    if (rs.size() != 2 || rs[0] != d) {
+      auto diag = error(l) << "'moe': the router must be [" << d
+                           << ", experts] for inputs of width " << d << ", got "
+                           << shapeStr(router.getType());
+      diag.attachNote(defLoc(router)) << "the router is defined here";
+      return out;
+    }
+    int64_t experts = rs[1];
+    auto expertShape = [&](Value w, StringRef name, int64_t rows) {
+      auto ws = shapeOf(w);
+      if (ws.size() == 3 && ws[0] == experts && ws[1] == rows)
+        return true;
+      auto diag = error(l) << "'moe': '" << name << "' must be [" << experts
+                           << " experts, " << rows << ", ...] (one matrix per "
+                           << "expert of the router's " << experts
+                           << "), got " << shapeStr(w.getType());
+      diag.attachNote(defLoc(w)) << "'" << name << "' is defined here";
+      return false;
+    };
+    if (!expertShape(up, "up", d) || (gate && !expertShape(gate, "gate", d)))
+      return out;
+    if (gate && gate.getType() != up.getType()) {
+      error(l) << "'moe' with swiglu needs gate and up of the same shape, got "
+               << shapeStr(gate.getType()) << " and " << shapeStr(up.getType());
+      return out;
+    }
+    if (!expertShape(down, "down", us[2]))
+      return out;
+    if (!(topK >= 1 && topK <= double(experts) && topK == std::trunc(topK))) {
+      error(l) << "'moe' needs 'top_k = <count>' between 1 and the number of "
+                  "experts ("
+               << experts << "), got " << topK;
+      return out;
+    }
+    if (topK > 32) {
+      error(l) << "'moe': top_k is at most 32, got " << topK;
+      return out;
+    }
+    int64_t k = int64_t(topK);
+    Value logits = linear(l, x, router, {}, false, "'moe' (router)");
+    if (!logits)
+      return out;
+    SmallVector<int64_t> kShape(xs.drop_back());
+    kShape.push_back(k);
+    auto idxType =
+        RankedTensorType::get(kShape, IntegerType::get(ctx, 32));
+    Value idx = generic(MoeTopkOp(), idxType, {logits},
+                        {b.getNamedAttr("top_k", b.getI64IntegerAttr(k))});
+    Value gates = generic(MoeGatesOp(), f32Tensor(kShape, ctx), {logits, idx});
+    SmallVector<int64_t> yShape(xs.drop_back());
+    yShape.push_back(ds[2]);
+    SmallVector<Value> operands{x, idx, gates, up, down};
+    if (gate)
+      operands.push_back(gate);
+    Value y = generic(MoeExpertsOp(), f32Tensor(yShape, ctx), operands,
+                      {b.getNamedAttr("act", b.getStringAttr(act))});
+    // Shared experts: an MLP every token goes through, added to the routed
+    // experts' sum (DeepSeek's), tensor parallel like any MLP.
+    if (sUp || sDown || sGate) {
+      if (!sUp || !sDown || (gated && !sGate)) {
+        error(l) << "'moe' shared experts need "
+                 << (gated ? "shared_gate, shared_up and shared_down"
+                           : "shared_up and shared_down");
+        return out;
+      }
+      auto su = shapeOf(sUp);
+      if (sGate && sGate.getType() != sUp.getType()) {
+        error(l) << "'moe' needs shared_gate and shared_up of the same shape, "
+                 << "got " << shapeStr(sGate.getType()) << " and "
+                 << shapeStr(sUp.getType());
+        return out;
+      }
+      if (su.size() == 2 &&
+          !checkTpDivides(su[1], "the shared experts' hidden size", l))
+        return out;
+      if (sGate)
+        seedSharding(sGate, 1, l);
+      seedSharding(sUp, 1, l);
+      seedSharding(sDown, 0, l);
+      Value u = linear(l, x, sUp, {}, false, "'moe' (shared_up)");
+      if (!u)
+        return out;
+      Value h;
+      if (sGate) {
+        Value g = linear(l, x, sGate, {}, false, "'moe' (shared_gate)");
+        if (!g)
+          return out;
+        h = generic(MulOp(), g.getType(), {generic(SiluOp(), g.getType(), {g}), u});
+      } else {
+        h = GeluOp::create(b, l, u.getType(), u, UnitAttr());
+      }
+      Value s2 = linear(l, h, sDown, {}, false, "'moe' (shared_down)");
+      if (!s2)
+        return out;
+      if (s2.getType() != y.getType()) {
+        error(l) << "'moe': the shared experts give " << shapeStr(s2.getType())
+                 << " but the routed experts " << shapeStr(y.getType());
+        return out;
+      }
+      y = generic(AddOp(), y.getType(), {y, s2});
+    }
+    out.v = y;
     return out;
   }
   if (fn == "relu" || fn == "gelu" || fn == "silu" || fn == "softmax") {

@@ -298,6 +298,30 @@ static LogicalResult backprop(Operation *op, Value dy, OpBuilder &b,
                       ->getResult(0));
         return success();
       })
+      .Case<MoeGatesOp>([&](MoeGatesOp g) {
+        if (needs(g.getLogits()))
+          adj.add(loc, g.getLogits(),
+                  gen(MoeGatesGradOp(), g.getLogits().getType(),
+                      {g.getLogits(), g.getExperts(), dy})
+                      ->getResult(0));
+        return success();
+      })
+      .Case<MoeExpertsOp>([&](MoeExpertsOp m) {
+        auto g = MoeExpertsGradOp::create(
+            b, loc, m.getInput(), m.getExperts(), m.getGates(), dy, m.getUp(),
+            m.getDown(), m.getGate(), m.getActAttr());
+        if (needs(m.getInput()))
+          adj.add(loc, m.getInput(), g.getInputGrad());
+        if (needs(m.getGates()))
+          adj.add(loc, m.getGates(), g.getGatesGrad());
+        if (needs(m.getUp()))
+          adj.add(loc, m.getUp(), g.getUpGrad());
+        if (needs(m.getDown()))
+          adj.add(loc, m.getDown(), g.getDownGrad());
+        if (m.getGate() && needs(m.getGate()))
+          adj.add(loc, m.getGate(), g.getGateGrad());
+        return success();
+      })
       .Case<TransposeOp>([&](TransposeOp t) {
         if (!needs(t.getInput()))
           return success();

@@ -82,12 +82,14 @@ public:
       out.push_back(i64(d < t.getRank() ? t.getDimSize(d) : 1));
     return out;
   }
-  /// shape(t) and, for a 16-bit buffer, its planrt::DType (the allocating
-  /// calls default to F32).
+  /// shape(t) and, for a 16-bit or i32 buffer, its planrt::DType (the
+  /// allocating calls default to F32).
   SmallVector<Attribute> allocShape(MemRefType t) {
     SmallVector<Attribute> out = shape(t);
     Type e = t.getElementType();
-    if (e.isBF16())
+    if (e.isInteger(32)) // a mixture of experts' choices
+      out.push_back(i64(1));
+    else if (e.isBF16())
       out.push_back(i64(2));
     else if (e.isF16())
       out.push_back(i64(3));

@@ -1417,6 +1417,33 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
                   0, cp);
               return true;
             })
+            .Case<MoeTopkOp>([&](MoeTopkOp t) {
+              rk::MoeTopkOp::create(b, loc, in(0), out, t.getTopKAttr());
+              return true;
+            })
+            .Case<MoeGatesOp>([&](auto) { return same(rk::MoeGatesOp()); })
+            .Case<MoeGatesGradOp>(
+                [&](auto) { return same(rk::MoeGatesGradOp()); })
+            .Case<MoeExpertsOp>([&](MoeExpertsOp m) {
+              if (m.getGate())
+                rk::MoeExpertsSwigluOp::create(b, loc, in(0), in(1), in(2),
+                                               in(5), in(3), in(4), out);
+              else
+                rk::MoeExpertsOp::create(b, loc, in(0), in(1), in(2), in(3),
+                                         in(4), out);
+              return true;
+            })
+            .Case<MoeExpertsGradOp>([&](MoeExpertsGradOp m) {
+              if (m.getGate())
+                rk::MoeExpertsSwigluGradOp::create(
+                    b, loc, in(0), in(1), in(2), in(3), in(6), in(4), in(5),
+                    outs[0], outs[1], outs[4], outs[2], outs[3]);
+              else
+                rk::MoeExpertsGradOp::create(b, loc, in(0), in(1), in(2),
+                                             in(3), in(4), in(5), outs[0],
+                                             outs[1], outs[2], outs[3]);
+              return true;
+            })
             .Case<RopeOp>([&](RopeOp r) {
               auto [h, kv] =
                   localHeads(r.getQkv(), r.getNumHeads(), r.getNumKvHeads());

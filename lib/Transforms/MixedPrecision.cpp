@@ -39,8 +39,12 @@ bool is16BitFloat(Value v) {
 }
 
 /// Losses read fp32: their statistics (log-sum-exp, squared errors) and the
-/// loss itself are kept in fp32. So does batch norm (below).
-bool isLoss(Operation *op) { return isa<CrossEntropyOp, MseLossOp>(op); }
+/// loss itself are kept in fp32. So do a mixture of experts' routing (the
+/// choice and the gates from fp32 router logits, as Megatron-Core and
+/// DeepSeek-V3 route) and batch norm (below).
+bool readsFp32(Operation *op) {
+  return isa<CrossEntropyOp, MseLossOp, MoeTopkOp, MoeGatesOp>(op);
+}
 
 } // namespace
 
@@ -84,7 +88,7 @@ void MixedPrecisionPass::runOnOperation() {
              model.getBody().front().without_terminator())) {
       if (isa<CastOp>(op))
         continue;
-      if (isLoss(&op) || isa<BatchNormOp>(op)) {
+      if (readsFp32(&op) || isa<BatchNormOp>(op)) {
         for (OpOperand &use : op.getOpOperands())
           if (is16BitFloat(use.get()))
             use.set(castTo(&op, use.get(), b.getF32Type()));

@@ -2,7 +2,8 @@
 """Checks a planc-compiled GPT or Llama against an independent PyTorch model.
 
 usage: gpt_reference.py PLAN INIT STEP0 LOG [--data GLOB]
-                        [--model gpt|llama] [--rope-theta 10000]
+                        [--model gpt|llama|mixtral] [--rope-theta 10000]
+                        [--moe-unnormalised]
                         [--logits-rtol 5e-6] [--loss0-rtol 1e-5]
                         [--grad-rtol 1e-5] [--loss-rtol 1e-5]
 
@@ -21,6 +22,11 @@ projection (Conv1D convention, y = x @ W + b) split into q, k, v of width d
 and heads of d / heads, GELU in its tanh form, a final layernorm and an LM
 head tied to the token embedding; layernorm eps 1e-5. It runs in float64, so
 the differences measured are planc's (float32) own.
+
+With --model mixtral (the default for a plan importing models/mixtral.plan)
+the Llama's MLP is a mixture of SwiGLU experts (MixtralLayer below: softmax
+routing to each token's top_k experts, renormalised weights, the experts
+run on their tokens with index_add).
 
 With --model llama (the default for a plan importing models/llama.plan) the
 model is a Llama written from its definition instead: token embeddings,
@@ -82,7 +88,7 @@ def plan_settings(path):
         if k not in consts:
             sys.exit(f"error: {path}: no '{k} = <integer>' setting")
         s[k] = int(consts[k])
-    for k in ["kv_heads", "hidden"]:  # Llama's
+    for k in ["kv_heads", "hidden", "experts", "top_k"]:  # Llama's, MoE's
         s[k] = int(consts[k]) if k in consts else None
     s["grad_clip"] = consts.get("grad_clip")
     m = re.search(r"adamw\(\s*lr\s*=\s*" + num + r"\s*,\s*betas\s*=\s*\[\s*" +
@@ -335,6 +341,45 @@ class Llama(nn.Module):
         return logits, loss
 
 
+class MixtralLayer(LlamaLayer):
+    """The Llama layer with a sparse mixture of SwiGLU experts for its MLP:
+    softmax over the router's logits, each token's top_k experts, their
+    probabilities renormalised to sum to 1, and the experts' outputs summed
+    with those weights (Mixtral's routing)."""
+
+    def __init__(self, d, heads, kv_heads, hidden, theta, experts, top_k):
+        super().__init__(d, heads, kv_heads, hidden, theta)
+        del self.mlp_norm, self.w_gate, self.w_up, self.w_down
+        p = lambda *shape: nn.Parameter(torch.zeros(*shape, dtype=DTYPE))
+        self.top_k, self.renormalise = top_k, True
+        self.moe_norm = p(d)
+        self.router = p(d, experts)
+        self.w_gate, self.w_up = p(experts, d, hidden), p(experts, d, hidden)
+        self.w_down = p(experts, hidden, d)
+
+    def moe(self, h):
+        B, T, d = h.shape
+        flat = h.reshape(B * T, d)
+        probs = F.softmax(flat @ self.router, dim=-1)
+        weights, chosen = probs.topk(self.top_k, dim=-1)
+        if self.renormalise:
+            weights = weights / weights.sum(-1, keepdim=True)
+        out = torch.zeros_like(flat)
+        for e in range(self.router.shape[1]):
+            tok, slot = (chosen == e).nonzero(as_tuple=True)
+            if len(tok) == 0:
+                continue
+            xe = flat[tok]
+            ye = (F.silu(xe @ self.w_gate[e]) * (xe @ self.w_up[e])) @ \
+                self.w_down[e]
+            out = out.index_add(0, tok, weights[tok, slot, None] * ye)
+        return out.reshape(B, T, d)
+
+    def forward(self, x):
+        x = x + self.attention(rmsnorm(x, self.attn_norm))
+        return x + self.moe(rmsnorm(x, self.moe_norm))
+
+
 def llama_names(layers):
     """planc's names (examples/models/llama.plan) -> this model's."""
     names = {"embed": "embed", "norm": "norm", "lm_head": "lm_head"}
@@ -342,6 +387,16 @@ def llama_names(layers):
         for n in ["attn_norm", "wqkv", "wo", "mlp_norm", "w_gate", "w_up",
                   "w_down"]:
             names[f"llama_layer.{i}.{n}"] = f"layers.{i}.{n}"
+    return names
+
+
+def mixtral_names(layers):
+    """planc's names (examples/models/mixtral.plan) -> this model's."""
+    names = {"embed": "embed", "norm": "norm", "lm_head": "lm_head"}
+    for i in range(layers):
+        for n in ["attn_norm", "wqkv", "wo", "moe_norm", "router", "w_gate",
+                  "w_up", "w_down"]:
+            names[f"mixtral_layer.{i}.{n}"] = f"layers.{i}.{n}"
     return names
 
 
@@ -379,10 +434,14 @@ def main():
     p.add_argument("log")
     p.add_argument("--data", help="shard glob (default: the plan's, relative "
                    "to the current directory)")
-    p.add_argument("--model", choices=["gpt", "llama"],
-                   help="default: llama when the plan imports "
-                   "models/llama.plan, else gpt")
+    p.add_argument("--model", choices=["gpt", "llama", "mixtral"],
+                   help="default: llama or mixtral when the plan imports "
+                   "models/llama.plan or models/mixtral.plan, else gpt")
     p.add_argument("--rope-theta", type=float, default=10000.0)
+    p.add_argument("--moe-unnormalised", action="store_true",
+                   help="mixtral: weight the experts by their softmax "
+                   "probabilities without renormalising them (a negative "
+                   "check)")
     p.add_argument("--logits-rtol", type=float, default=5e-6)
     p.add_argument("--loss0-rtol", type=float, default=1e-5)
     p.add_argument("--grad-rtol", type=float, default=1e-5)
@@ -406,9 +465,20 @@ def main():
     steps = len(log_losses)
     errors = []
 
-    kind = a.model or ("llama" if "llama.plan" in open(a.plan).read() else
-                       "gpt")
-    if kind == "llama":
+    text = open(a.plan).read()
+    kind = a.model or ("llama" if "llama.plan" in text else
+                       "mixtral" if "mixtral.plan" in text else "gpt")
+    if kind == "mixtral":
+        model = Llama(s["vocab"], s["d"], s["heads"], s.get("kv_heads") or
+                      s["heads"], s["hidden"], s["layers"], a.rope_theta)
+        model.layers = nn.ModuleList([
+            MixtralLayer(s["d"], s["heads"], s.get("kv_heads") or s["heads"],
+                         s["hidden"], a.rope_theta, s["experts"], s["top_k"])
+            for _ in range(s["layers"])])
+        for layer in model.layers:
+            layer.renormalise = not a.moe_unnormalised
+        names = mixtral_names(s["layers"])
+    elif kind == "llama":
         model = Llama(s["vocab"], s["d"], s["heads"], s.get("kv_heads") or
                       s["heads"], s["hidden"], s["layers"], a.rope_theta)
         names = llama_names(s["layers"])
@@ -494,7 +564,7 @@ def main():
     # kernels.h: ClipFn, AdamWFn): g *= min(1, clip / (||g|| + 1e-6)) over
     # all gradients; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
     # w -= lr (m / (1 - b1^t) / (sqrt(v / (1 - b2^t)) + eps) + wd w), with wd
-    # only on 2-D parameters.
+    # only on parameters of 2 or more dimensions.
     plist = [params[names[pn]] for pn in names]
     m = [torch.zeros_like(t) for t in plist]
     v = [torch.zeros_like(t) for t in plist]
@@ -520,7 +590,7 @@ def main():
             for t, g, mi, vi in zip(plist, grads, m, v):
                 mi.mul_(b1).add_((1.0 - b1) * g)
                 vi.mul_(b2).add_((1.0 - b2) * g * g)
-                wd = s["weight_decay"] if t.dim() == 2 else 0.0
+                wd = s["weight_decay"] if t.dim() >= 2 else 0.0
                 t.sub_(lr * ((mi / bc1) / (torch.sqrt(vi / bc2) + eps) +
                              wd * t))
     worst_loss, worst_loss_step = 0.0, 0

@@ -728,6 +728,43 @@ void channel_bias_add(Context *ctx, const Tensor *x, const Tensor *bias,
                       Tensor *out);
 /// db[c] = sum of dy[n, c, ...] over everything but c.
 void channel_bias_grad(Context *ctx, const Tensor *dy, Tensor *db);
+
+//===--- Mixture of experts (lib/moe_impl.inc) ----------------------------===//
+//
+// Tokens are the leading dimensions ([T..., *] viewed as [T, *]); the
+// experts' weights are whole: up and gate [E, d, h], down [E, h, d'].
+
+/// out [T, K] (i32): each token's top_k experts by logit (logits [T, E]),
+/// largest first, equal logits to the lower index.
+void moe_topk(Context *ctx, const Tensor *logits, Tensor *out, int64_t top_k);
+/// out [T, K] (f32): the softmax of the chosen experts' logits.
+void moe_gates(Context *ctx, const Tensor *logits, const Tensor *experts,
+               Tensor *out);
+/// out [T, E]: d logits of moe_gates from its gradient `grad` [T, K].
+void moe_gates_grad(Context *ctx, const Tensor *logits, const Tensor *experts,
+                    const Tensor *grad, Tensor *out);
+/// out [T, d'] = sum_k gates[t, k] f_e(x[t]), e = experts[t, k]: the rows
+/// grouped by expert in token order, one GEMM per expert and weight;
+/// f_e(x) = gelu(x up[e]) down[e] (tanh gelu), or with the swiglu variant
+/// (silu(x gate[e]) * (x up[e])) down[e].
+void moe_experts(Context *ctx, const Tensor *x, const Tensor *experts,
+                 const Tensor *gates, const Tensor *up, const Tensor *down,
+                 Tensor *out);
+void moe_experts_swiglu(Context *ctx, const Tensor *x, const Tensor *experts,
+                        const Tensor *gates, const Tensor *gate,
+                        const Tensor *up, const Tensor *down, Tensor *out);
+/// The gradients of moe_experts from `grad` [T, d'] (the hidden activations
+/// recomputed): dx, dgates and the weights' (summed over this rank's rows).
+void moe_experts_grad(Context *ctx, const Tensor *x, const Tensor *experts,
+                      const Tensor *gates, const Tensor *grad,
+                      const Tensor *up, const Tensor *down, Tensor *dx,
+                      Tensor *dgates, Tensor *dup, Tensor *ddown);
+void moe_experts_swiglu_grad(Context *ctx, const Tensor *x,
+                             const Tensor *experts, const Tensor *gates,
+                             const Tensor *grad, const Tensor *gate,
+                             const Tensor *up, const Tensor *down, Tensor *dx,
+                             Tensor *dgates, Tensor *dgate, Tensor *dup,
+                             Tensor *ddown);
 /// Batch norm in training mode over x [N, C, ...]: per channel, the mean
 /// and biased variance over N and the rest, summed over the ranks of the
 /// mesh axes in `batch_axes` (an axis mask; 0: this rank's batch is the

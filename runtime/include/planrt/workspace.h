@@ -249,6 +249,34 @@ constexpr int64_t group_norm_grad(int64_t c, int64_t n, int64_t g) {
   return c == 0 ? 0 : 2 * floats(n * g);
 }
 
+//===--- Mixture of experts (lib/moe_impl.inc) ----------------------------===//
+//
+// n = tokens * top_k routed rows, grouped by expert: each row's slot and
+// each slot's row (i32), the experts' first slots (E + 1), the rows' inputs
+// [n, d], the hidden activations [n, h] (two with a gate), and the experts'
+// outputs [n, d'].
+
+/// The grouping of n routed rows over E experts.
+constexpr int64_t moe_groups(int64_t n, int64_t experts) {
+  return 2 * floats(n) + floats(experts + 1);
+}
+/// moe_experts / moe_experts_swiglu.
+constexpr int64_t moe_experts(int64_t n, int64_t experts, int64_t d,
+                              int64_t h, int64_t d_out, bool gated) {
+  return n == 0 ? 0
+                : moe_groups(n, experts) + floats(n * d) +
+                      (gated ? 2 : 1) * floats(n * h) + floats(n * d_out);
+}
+/// moe_experts_grad / moe_experts_swiglu_grad: the forward's, the hidden
+/// activations once more (their gradient overwrites them), and the rows'
+/// input gradients [n, d].
+constexpr int64_t moe_experts_grad(int64_t n, int64_t experts, int64_t d,
+                                   int64_t h, int64_t d_out, bool gated) {
+  return n == 0 ? 0
+                : moe_experts(n, experts, d, h, d_out, gated) +
+                      floats(n * h) + floats(n * d);
+}
+
 } // namespace workspace
 } // namespace planrt
 

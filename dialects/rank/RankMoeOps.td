@@ -1,0 +1,111 @@
+//===- RankMoeOps.td - Mixture-of-experts ops of the rank dialect ---------===//
+//
+// This rank's tokens (leading dimensions) with whole experts; one planrt
+// call each (runtime/lib/moe_impl.inc). The swiglu experts are separate ops
+// from the gelu ones because they take one more weight.
+//===----------------------------------------------------------------------===//
+#ifndef RANK_MOE_OPS_TD
+#define RANK_MOE_OPS_TD
+
+def Rank_MoeTopkOp : Rank_CallOp<"moe_topk"> {
+  let summary = "each token's top_k experts by logit (plan.moe_topk)";
+  let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$logits,
+                       Arg<Rank_I32Buffer, "", [MemWrite]>:$out,
+                       I64Attr:$top_k);
+  let assemblyFormat = "$logits `into` $out attr-dict `:` type($logits) `->` type($out)";
+}
+
+def Rank_MoeGatesOp : Rank_CallOp<"moe_gates"> {
+  let summary = "the chosen experts' renormalised probabilities (plan.moe_gates)";
+  let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$logits,
+                       Arg<Rank_I32Buffer, "", [MemRead]>:$experts,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$out);
+  let assemblyFormat = [{
+    $logits `,` $experts `into` $out attr-dict `:` type($logits) `,` type($experts) `->` type($out)
+  }];
+}
+
+def Rank_MoeGatesGradOp : Rank_CallOp<"moe_gates_grad"> {
+  let summary = "d logits of moe_gates";
+  let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$logits,
+                       Arg<Rank_I32Buffer, "", [MemRead]>:$experts,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$grad,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$out);
+  let assemblyFormat = [{
+    $logits `,` $experts `,` $grad `into` $out attr-dict `:` type($logits) `,`
+    type($experts) `,` type($grad) `->` type($out)
+  }];
+}
+
+def Rank_MoeExpertsOp : Rank_CallOp<"moe_experts"> {
+  let summary = "tokens through their gelu experts, summed by the gates";
+  let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$input,
+                       Arg<Rank_I32Buffer, "", [MemRead]>:$experts,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$gates,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$up,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$down,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$out);
+  let assemblyFormat = [{
+    $input `,` $experts `,` $gates `,` $up `,` $down `into` $out attr-dict `:`
+    type($input) `,` type($experts) `,` type($gates) `,` type($up) `,`
+    type($down) `->` type($out)
+  }];
+}
+
+def Rank_MoeExpertsSwigluOp : Rank_CallOp<"moe_experts_swiglu"> {
+  let summary = "tokens through their swiglu experts, summed by the gates";
+  let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$input,
+                       Arg<Rank_I32Buffer, "", [MemRead]>:$experts,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$gates,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$gate,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$up,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$down,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$out);
+  let assemblyFormat = [{
+    $input `,` $experts `,` $gates `,` $gate `,` $up `,` $down `into` $out
+    attr-dict `:` type($input) `,` type($experts) `,` type($gates) `,`
+    type($gate) `,` type($up) `,` type($down) `->` type($out)
+  }];
+}
+
+def Rank_MoeExpertsGradOp : Rank_CallOp<"moe_experts_grad"> {
+  let summary = "d input, d gates, d up, d down of the gelu experts";
+  let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$input,
+                       Arg<Rank_I32Buffer, "", [MemRead]>:$experts,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$gates,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$grad,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$up,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$down,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$input_grad,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$gates_grad,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$up_grad,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$down_grad);
+  let assemblyFormat = [{
+    $input `,` $experts `,` $gates `,` $grad `,` $up `,` $down `into`
+    $input_grad `,` $gates_grad `,` $up_grad `,` $down_grad attr-dict `:`
+    type(operands)
+  }];
+}
+
+def Rank_MoeExpertsSwigluGradOp : Rank_CallOp<"moe_experts_swiglu_grad"> {
+  let summary = "d input, d gates, d gate, d up, d down of the swiglu experts";
+  let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$input,
+                       Arg<Rank_I32Buffer, "", [MemRead]>:$experts,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$gates,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$grad,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$gate,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$up,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$down,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$input_grad,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$gates_grad,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$gate_grad,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$up_grad,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$down_grad);
+  let assemblyFormat = [{
+    $input `,` $experts `,` $gates `,` $grad `,` $gate `,` $up `,` $down `into`
+    $input_grad `,` $gates_grad `,` $gate_grad `,` $up_grad `,` $down_grad
+    attr-dict `:` type(operands)
+  }];
+}
+
+#endif
