@@ -46,9 +46,10 @@ LogicalResult checkRouting(Operation *op, Value logits, Value experts,
     return op->emitOpError() << "top_k must be in [1, " << e
                              << "] (the number of experts), got " << k;
   if (experts && !hasLead(experts, l.drop_back(), k))
-    return op->emitOpError() << "expects experts " << "[tokens..., " << k
-                             << "] for logits " << logits.getType() << ", got "
-                             << experts.getType();
+    return op->emitOpError()
+           << "expects experts "
+           << "[tokens..., " << k << "] for logits " << logits.getType()
+           << ", got " << experts.getType();
   return success();
 }
 
@@ -119,8 +120,8 @@ LogicalResult MoeGatesOp::verify() {
   int64_t k = lastDim(getExperts());
   if (failed(checkRouting(*this, getLogits(), getExperts(), k)))
     return failure();
-  if (getResult().getType() != getExperts().getType().clone(
-                                    Float32Type::get(getContext())))
+  if (getResult().getType() !=
+      getExperts().getType().clone(Float32Type::get(getContext())))
     return emitOpError() << "expects f32 gates shaped like the experts "
                          << getExperts().getType() << ", got "
                          << getResult().getType();
@@ -146,11 +147,11 @@ static LogicalResult checkExperts(Operation *op, Value x, Value experts,
                                   Value result, StringRef act) {
   ArrayRef<int64_t> xs = shapeOf(x), us = shapeOf(up), ds = shapeOf(down);
   if (xs.size() < 2)
-    return op->emitOpError() << "expects an input [tokens..., d], got "
-                             << x.getType();
+    return op->emitOpError()
+           << "expects an input [tokens..., d], got " << x.getType();
   if (act != "swiglu" && act != "gelu")
-    return op->emitOpError() << "act must be \"swiglu\" or \"gelu\", got \""
-                             << act << "\"";
+    return op->emitOpError()
+           << "act must be \"swiglu\" or \"gelu\", got \"" << act << "\"";
   if ((act == "swiglu") != bool(gate))
     return op->emitOpError() << "takes a gate weight with act = \"swiglu\" "
                                 "and none with \"gelu\"";
@@ -172,7 +173,7 @@ static LogicalResult checkExperts(Operation *op, Value x, Value experts,
   int64_t k = lastDim(experts);
   if (!hasLead(experts, xs.drop_back(), k) ||
       gates.getType() != cast<RankedTensorType>(experts.getType())
-                              .clone(Float32Type::get(op->getContext())))
+                             .clone(Float32Type::get(op->getContext())))
     return op->emitOpError()
            << "expects experts (i32) and f32 gates [tokens..., K] for the "
               "input "

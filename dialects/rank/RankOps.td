@@ -64,7 +64,8 @@ class Rank_Op<string mnemonic, list<Trait> traits = []>
 // Float buffers: f32, bf16 or f16 (one type per op; mixed precision, issue
 // 9, will produce the 16-bit ones).
 def Rank_FloatBuffer : MemRefOf<[F32, BF16, F16]>;
-// Per-step inputs may be token ids.
+// Per-step inputs may be token ids, and step buffers a mixture of experts'
+// choices.
 def Rank_DataBuffer : MemRefOf<[F32, BF16, F16, I32]>;
 def Rank_I32Buffer : MemRefOf<[I32]>;
 
@@ -312,7 +313,7 @@ def Rank_AllocOp : Rank_Op<"alloc"> {
   }];
   let arguments = (ins OptionalAttr<I64Attr>:$offset,
                        OptionalAttr<StrAttr>:$kind);
-  let results = (outs Res<Rank_FloatBuffer, "", [MemAlloc]>:$result);
+  let results = (outs Res<Rank_DataBuffer, "", [MemAlloc]>:$result);
   let builders = [OpBuilder<(ins "::mlir::Type":$type), [{
     build($_builder, $_state, type, ::mlir::IntegerAttr(), ::mlir::StringAttr());
   }]>];
@@ -327,7 +328,7 @@ def Rank_DeallocOp : Rank_Op<"dealloc"> {
     runtime checks that no two live buffers share bytes, and counts the live
     bytes of each kind.
   }];
-  let arguments = (ins Arg<Rank_FloatBuffer, "", [MemFree]>:$buffer);
+  let arguments = (ins Arg<Rank_DataBuffer, "", [MemFree]>:$buffer);
   let assemblyFormat = "$buffer attr-dict `:` type($buffer)";
 }
 

@@ -358,8 +358,8 @@ void planc::rank::registerWorkspaceModels(MLIRContext *ctx) {
   BatchNormGradOp::attachInterface<Model<BatchNormGradOp, batchNormGrad>>(*ctx);
   GroupNormOp::attachInterface<Model<GroupNormOp, groupNorm>>(*ctx);
   GroupNormGradOp::attachInterface<Model<GroupNormGradOp, groupNormGrad>>(*ctx);
-  MoeExpertsOp::attachInterface<
-      Model<MoeExpertsOp, moeExperts<MoeExpertsOp>>>(*ctx);
+  MoeExpertsOp::attachInterface<Model<MoeExpertsOp, moeExperts<MoeExpertsOp>>>(
+      *ctx);
   MoeExpertsSwigluOp::attachInterface<
       Model<MoeExpertsSwigluOp, moeExperts<MoeExpertsSwigluOp>>>(*ctx);
   MoeExpertsGradOp::attachInterface<

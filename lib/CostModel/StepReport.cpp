@@ -258,6 +258,33 @@ struct OpCoster {
       c.time = times * tm.gemmTime(m, n, k, 1, actBytes);
       return c;
     }
+    if (isa<rk::MoeExpertsOp, rk::MoeExpertsSwigluOp, rk::MoeExpertsGradOp,
+            rk::MoeExpertsSwigluGradOp>(op)) {
+      // The routed rows (tokens x top_k) go through one GEMM per expert and
+      // weight. Assumed balanced: each expert gets rows / E of them (what
+      // the routing gives is known only at run time). The backward
+      // recomputes the forward, then takes two GEMMs per weight. The
+      // gather and the combine move the rows' inputs and outputs.
+      bool grad = isa<rk::MoeExpertsGradOp, rk::MoeExpertsSwigluGradOp>(op);
+      bool gated = isa<rk::MoeExpertsSwigluOp, rk::MoeExpertsSwigluGradOp>(op);
+      Value up = op->getOperand(grad ? (gated ? 5 : 4) : (gated ? 4 : 3));
+      Value down = op->getOperand(grad ? (gated ? 6 : 5) : (gated ? 5 : 4));
+      auto ut = cast<MemRefType>(up.getType());
+      auto dt = cast<MemRefType>(down.getType());
+      double rows = elems(op->getOperand(1));
+      double e = ut.getDimSize(0), d = ut.getDimSize(1), h = ut.getDimSize(2),
+             dout = dt.getDimSize(2), m = rows / e;
+      double weights = gated ? 2 : 1;
+      double forward = weights * tm.gemmTime(m, h, d, e, actBytes) +
+                       tm.gemmTime(m, dout, h, e, actBytes);
+      double fwdFlops = 2 * rows * (weights * d * h + h * dout);
+      double moved = rows * (d + dout + weights * h) * actBytes;
+      c.kind = OpCost::Gemm;
+      c.flops = grad ? 3 * fwdFlops : fwdFlops;
+      c.time = grad ? 3 * forward + tm.memoryTime(3 * moved)
+                    : forward + tm.memoryTime(moved);
+      return c;
+    }
     if (auto ar = dyn_cast<rk::AllReduceOp>(op))
       return collective("all_reduce", axesOf(ar.getAxes()),
                         bytes(ar.getBuffer()));

@@ -965,8 +965,8 @@ Val Sema::callBuiltin(StringRef fn, Args &args, Location l,
         return true;
       auto diag = error(l) << "'moe': '" << name << "' must be [" << experts
                            << " experts, " << rows << ", ...] (one matrix per "
-                           << "expert of the router's " << experts
-                           << "), got " << shapeStr(w.getType());
+                           << "expert of the router's " << experts << "), got "
+                           << shapeStr(w.getType());
       diag.attachNote(defLoc(w)) << "'" << name << "' is defined here";
       return false;
     };
@@ -995,8 +995,7 @@ Val Sema::callBuiltin(StringRef fn, Args &args, Location l,
       return out;
     SmallVector<int64_t> kShape(xs.drop_back());
     kShape.push_back(k);
-    auto idxType =
-        RankedTensorType::get(kShape, IntegerType::get(ctx, 32));
+    auto idxType = RankedTensorType::get(kShape, IntegerType::get(ctx, 32));
     Value idx = generic(MoeTopkOp(), idxType, {logits},
                         {b.getNamedAttr("top_k", b.getI64IntegerAttr(k))});
     Value gates = generic(MoeGatesOp(), f32Tensor(kShape, ctx), {logits, idx});
@@ -1038,7 +1037,8 @@ Val Sema::callBuiltin(StringRef fn, Args &args, Location l,
         Value g = linear(l, x, sGate, {}, false, "'moe' (shared_gate)");
         if (!g)
           return out;
-        h = generic(MulOp(), g.getType(), {generic(SiluOp(), g.getType(), {g}), u});
+        h = generic(MulOp(), g.getType(),
+                    {generic(SiluOp(), g.getType(), {g}), u});
       } else {
         h = GeluOp::create(b, l, u.getType(), u, UnitAttr());
       }

@@ -1439,9 +1439,9 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
                     b, loc, in(0), in(1), in(2), in(3), in(6), in(4), in(5),
                     outs[0], outs[1], outs[4], outs[2], outs[3]);
               else
-                rk::MoeExpertsGradOp::create(b, loc, in(0), in(1), in(2),
-                                             in(3), in(4), in(5), outs[0],
-                                             outs[1], outs[2], outs[3]);
+                rk::MoeExpertsGradOp::create(b, loc, in(0), in(1), in(2), in(3),
+                                             in(4), in(5), outs[0], outs[1],
+                                             outs[2], outs[3]);
               return true;
             })
             .Case<RopeOp>([&](RopeOp r) {

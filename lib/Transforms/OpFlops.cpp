@@ -44,18 +44,19 @@ double planc::opFlops(Operation *op) {
   if (isa<MoeExpertsOp, MoeExpertsGradOp>(op)) {
     // Each routed row (token x top_k) goes through one expert's MLP: 2 flops
     // per multiply-add over the up (and gate) and down weights. The gradient
-    // recomputes that forward and then takes twice it.
+    // is twice that (model FLOPs: its recomputation of the forward is not
+    // counted, as attention_grad's is not).
     auto ids = cast<RankedTensorType>(op->getOperand(1).getType());
     auto up = cast<RankedTensorType>(
         op->getOperand(isa<MoeExpertsOp>(op) ? 3 : 4).getType());
     auto down = cast<RankedTensorType>(
         op->getOperand(isa<MoeExpertsOp>(op) ? 4 : 5).getType());
     bool gated = op->getNumOperands() > (isa<MoeExpertsOp>(op) ? 5u : 6u);
-    double perRow = double(up.getDimSize(1) * up.getDimSize(2)) *
-                        (gated ? 2.0 : 1.0) +
-                    double(down.getDimSize(1) * down.getDimSize(2));
+    double perRow =
+        double(up.getDimSize(1) * up.getDimSize(2)) * (gated ? 2.0 : 1.0) +
+        double(down.getDimSize(1) * down.getDimSize(2));
     double f = 2.0 * elems(ids) * perRow;
-    return isa<MoeExpertsGradOp>(op) ? 3.0 * f : f;
+    return isa<MoeExpertsGradOp>(op) ? 2.0 * f : f;
   }
   if (auto p = dyn_cast<Pool2dOp>(op))
     return elems(p.getResult().getType()) *

@@ -756,9 +756,9 @@ void moe_experts_swiglu(Context *ctx, const Tensor *x, const Tensor *experts,
 /// The gradients of moe_experts from `grad` [T, d'] (the hidden activations
 /// recomputed): dx, dgates and the weights' (summed over this rank's rows).
 void moe_experts_grad(Context *ctx, const Tensor *x, const Tensor *experts,
-                      const Tensor *gates, const Tensor *grad,
-                      const Tensor *up, const Tensor *down, Tensor *dx,
-                      Tensor *dgates, Tensor *dup, Tensor *ddown);
+                      const Tensor *gates, const Tensor *grad, const Tensor *up,
+                      const Tensor *down, Tensor *dx, Tensor *dgates,
+                      Tensor *dup, Tensor *ddown);
 void moe_experts_swiglu_grad(Context *ctx, const Tensor *x,
                              const Tensor *experts, const Tensor *gates,
                              const Tensor *grad, const Tensor *gate,

@@ -261,8 +261,8 @@ constexpr int64_t moe_groups(int64_t n, int64_t experts) {
   return 2 * floats(n) + floats(experts + 1);
 }
 /// moe_experts / moe_experts_swiglu.
-constexpr int64_t moe_experts(int64_t n, int64_t experts, int64_t d,
-                              int64_t h, int64_t d_out, bool gated) {
+constexpr int64_t moe_experts(int64_t n, int64_t experts, int64_t d, int64_t h,
+                              int64_t d_out, bool gated) {
   return n == 0 ? 0
                 : moe_groups(n, experts) + floats(n * d) +
                       (gated ? 2 : 1) * floats(n * h) + floats(n * d_out);
@@ -273,8 +273,8 @@ constexpr int64_t moe_experts(int64_t n, int64_t experts, int64_t d,
 constexpr int64_t moe_experts_grad(int64_t n, int64_t experts, int64_t d,
                                    int64_t h, int64_t d_out, bool gated) {
   return n == 0 ? 0
-                : moe_experts(n, experts, d, h, d_out, gated) +
-                      floats(n * h) + floats(n * d);
+                : moe_experts(n, experts, d, h, d_out, gated) + floats(n * h) +
+                      floats(n * d);
 }
 
 } // namespace workspace
