@@ -112,8 +112,64 @@ Rule expertsRule(Operation *op, bool isGrad) {
 
 //===--- Verifiers --------------------------------------------------------===//
 
+/// A 1-D f32 tensor of E values (one per expert).
+static LogicalResult checkPerExpert(Operation *op, StringRef what, Value v,
+                                    int64_t experts) {
+  auto t = cast<RankedTensorType>(v.getType());
+  if (t.getRank() != 1 || t.getDimSize(0) != experts ||
+      !t.getElementType().isF32())
+    return op->emitOpError() << "expects " << what << " tensor<" << experts
+                             << "xf32> (one per expert), got " << t;
+  return success();
+}
+
 LogicalResult MoeTopkOp::verify() {
-  return checkRouting(*this, getLogits(), getResult(), getTopK());
+  if (failed(checkRouting(*this, getLogits(), getResult(), getTopK())))
+    return failure();
+  if (getBias() &&
+      failed(checkPerExpert(*this, "a bias", getBias(), lastDim(getLogits()))))
+    return failure();
+  if (bool(getBias()) != bool(getBiasUpdate()))
+    return emitOpError() << "takes a bias exactly when it has a bias_update "
+                            "rate";
+  if (auto a = getAuxLoss(); a && !(a->convertToDouble() >= 0))
+    return emitOpError() << "aux_loss must be >= 0";
+  if (auto c = getCapacity()) {
+    if (*c < 1)
+      return emitOpError() << "capacity must be >= 1, got " << *c;
+    if (shapeOf(getLogits()).size() < 3)
+      return emitOpError() << "with a capacity, expects logits [..., "
+                              "sequence, experts], got "
+                           << getLogits().getType();
+  }
+  return success();
+}
+
+LogicalResult MoeAuxGradOp::verify() {
+  int64_t k = lastDim(getExperts());
+  if (failed(checkRouting(*this, getLogits(), getExperts(), k)))
+    return failure();
+  if (shapeOf(getLogits()).size() < 3)
+    return emitOpError() << "expects logits [..., sequence, experts], got "
+                         << getLogits().getType();
+  if (!(getCoefficient().convertToDouble() >= 0) || getSequences() < 1)
+    return emitOpError() << "expects a coefficient >= 0 and sequences >= 1";
+  return success();
+}
+
+LogicalResult MoeLoadOp::verify() {
+  if (shapeOf(getExperts()).size() < 2)
+    return emitOpError() << "expects experts [tokens..., K], got "
+                         << getExperts().getType();
+  auto t = getResult().getType();
+  return checkPerExpert(*this, "a result", getResult(),
+                        t.getRank() == 1 ? t.getDimSize(0) : -1);
+}
+
+LogicalResult MoeBiasUpdateOp::verify() {
+  auto t = getBias().getType();
+  return checkPerExpert(*this, "a bias", getBias(),
+                        t.getRank() == 1 ? t.getDimSize(0) : -1);
 }
 
 LogicalResult MoeGatesOp::verify() {
@@ -203,14 +259,56 @@ LogicalResult MoeExpertsGradOp::verify() {
 
 //===--- Sharding rules ---------------------------------------------------===//
 
+/// The sequence (the last token dimension) kept whole: per-sequence
+/// capacities and balancing terms read all of its tokens.
+static void wholeSequence(Rule &r, ArrayRef<int64_t> tokens) {
+  if (!tokens.empty() && tokens.back() >= 0)
+    r.factors[tokens.back()].needsReplication = true;
+}
+
 // logits [T..., E] -> experts [T..., K]: tokens split freely, the experts
-// whole (a token's choice reads all its logits).
+// whole (a token's choice reads all its logits); with a capacity, the
+// sequence whole.
 Rule MoeTopkOp::getShardingRule() {
   Rule r;
   SmallVector<int64_t> t = tokenFactors(r, shapeOf(getLogits()));
   int64_t e = whole(r, lastDim(getLogits())), k = whole(r, getTopK());
+  if (getCapacity())
+    wholeSequence(r, t);
   r.operands = {withLast(t, e)};
+  if (getBias())
+    r.operands.push_back(Rule::tensor({e}));
   r.results = {withLast(t, k)};
+  return r;
+}
+
+Rule MoeAuxGradOp::getShardingRule() {
+  Rule r;
+  SmallVector<int64_t> t = tokenFactors(r, shapeOf(getLogits()));
+  int64_t e = whole(r, lastDim(getLogits())),
+          k = whole(r, lastDim(getExperts()));
+  wholeSequence(r, t);
+  r.operands = {withLast(t, e), withLast(t, k)};
+  r.results = {withLast(t, e)};
+  return r;
+}
+
+// A count over the tokens: a split of them leaves a pending sum.
+Rule MoeLoadOp::getShardingRule() {
+  Rule r;
+  SmallVector<int64_t> t = tokenFactors(r, shapeOf(getExperts()));
+  int64_t k = whole(r, lastDim(getExperts())),
+          e = whole(r, getResult().getType().getDimSize(0));
+  r.operands = {withLast(t, k)};
+  r.results = {Rule::tensor({e})};
+  return r;
+}
+
+Rule MoeBiasUpdateOp::getShardingRule() {
+  Rule r;
+  int64_t e = whole(r, getBias().getType().getDimSize(0));
+  r.operands = {Rule::tensor({e}), Rule::tensor({e})};
+  r.results = {Rule::tensor({e})};
   return r;
 }
 

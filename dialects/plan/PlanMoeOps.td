@@ -22,18 +22,100 @@ def Plan_MoeTopkOp : Plan_MoeOp<"moe_topk"> {
   let description = [{
     `logits` is `[T..., E]`; the result `[T..., K]` (i32) lists each token's
     K experts with the largest logits (the largest softmax probabilities),
-    largest first; equal logits go to the lower expert index. Not
+    largest first; equal scores go to the lower expert index. Not
     differentiable (the gates carry the gradient).
+
+    With `bias` (`[E]`, f32: DeepSeek-V3's balancing), the choice is by
+    softmax probability plus the expert's bias instead; the bias changes
+    the choice only.
+
+    With `capacity` C, the last token dimension is a sequence: walking it in
+    order (and each token's choices in order), an expert takes at most C of
+    the sequence's tokens; a choice beyond is dropped and written as
+    `-(e + 1)` (its expert still readable, its output zero). The sequence
+    stays whole on every rank, so the same choices drop under every plan.
+
+    The routing's training terms ride on the op, for plan-autodiff:
+    `aux_loss` (a coefficient) seeds the backward with plan.moe_aux_grad,
+    and `bias_update` (a rate) updates `bias` after each step from the
+    step's plan.moe_load (plan.moe_bias_update).
 
     ```mlir
     %i = plan.moe_topk %logits {top_k = 2 : i64} : tensor<4x16x8xf32> -> tensor<4x16x2xi32>
+    %j = plan.moe_topk %logits, %bias {bias_update = 1.0e-03 : f32, capacity = 5 : i64, top_k = 2 : i64}
+        : tensor<4x16x8xf32>, tensor<8xf32> -> tensor<4x16x2xi32>
     ```
   }];
-  let arguments = (ins Plan_FloatTensor:$logits, I64Attr:$top_k);
+  let arguments = (ins Plan_FloatTensor:$logits,
+                       Optional<Plan_FloatTensor>:$bias, I64Attr:$top_k,
+                       OptionalAttr<I64Attr>:$capacity,
+                       OptionalAttr<F64Attr>:$aux_loss,
+                       OptionalAttr<F32Attr>:$bias_update);
   let results = (outs Plan_I32Tensor:$result);
   let assemblyFormat = [{
-    $logits attr-dict `:` type($logits) `->` type($result)
+    $logits (`,` $bias^)? attr-dict `:` type($logits) (`,` type($bias)^)? `->` type($result)
   }];
+}
+
+def Plan_MoeAuxGradOp : Plan_MoeOp<"moe_aux_grad",
+    [AllTypesMatch<["logits", "result"]>]> {
+  let summary = "d logits of the load-balancing loss, per sequence";
+  let description = [{
+    The Switch / GShard load-balancing loss, taken per sequence (the last
+    token dimension) and averaged over the `sequences` of the step:
+    `coefficient / sequences * sum_b E * sum_e f[b, e] P[b, e]`, with
+    `f[b, e]` the share of sequence b's S * K choices that picked expert e
+    (dropped or not) and `P[b, e]` the mean softmax probability of e over
+    its S tokens. `f` is a count (no gradient), so the result is, through
+    the softmax, `d P` = `coefficient / sequences * E * f[b, e] / S` for
+    every token of sequence b. A seed of the backward, like a loss's
+    gradient. The sequence stays whole on every rank.
+
+    ```mlir
+    %d = plan.moe_aux_grad %logits, %i {coefficient = 1.0e-02 : f64, sequences = 4 : i64}
+        : tensor<4x16x8xf32>, tensor<4x16x2xi32>
+    ```
+  }];
+  let arguments = (ins Plan_FloatTensor:$logits, Plan_I32Tensor:$experts,
+                       F64Attr:$coefficient, I64Attr:$sequences);
+  let results = (outs Plan_FloatTensor:$result);
+  let assemblyFormat = [{
+    $logits `,` $experts attr-dict `:` type($logits) `,` type($experts)
+  }];
+}
+
+def Plan_MoeLoadOp : Plan_MoeOp<"moe_load"> {
+  let summary = "How many choices picked each expert (f32 counts)";
+  let description = [{
+    `load[e]` counts the entries of `experts` (dropped ones too) equal to
+    e. A sum over the tokens, so a split of them leaves a pending sum (an
+    all-reduce over dp, an accumulation over microbatches): the bias update
+    sees the whole step's load under every plan.
+
+    ```mlir
+    %n = plan.moe_load %i : tensor<4x16x2xi32> -> tensor<8xf32>
+    ```
+  }];
+  let arguments = (ins Plan_I32Tensor:$experts);
+  let results = (outs Plan_FloatTensor:$result);
+  let assemblyFormat = "$experts attr-dict `:` type($experts) `->` type($result)";
+}
+
+def Plan_MoeBiasUpdateOp : Plan_MoeOp<"moe_bias_update",
+    [AllTypesMatch<["bias", "load", "result"]>]> {
+  let summary = "DeepSeek-V3's bias balancing: one step of the experts' bias";
+  let description = [{
+    `result[e] = bias[e] + rate * sign(mean(load) - load[e])`: an expert
+    chosen less than the mean gains, one chosen more loses.
+
+    ```mlir
+    %b2 = plan.moe_bias_update %b, %n {rate = 1.0e-03 : f32} : tensor<8xf32>
+    ```
+  }];
+  let arguments = (ins Plan_FloatTensor:$bias, Plan_FloatTensor:$load,
+                       F32Attr:$rate);
+  let results = (outs Plan_FloatTensor:$result);
+  let assemblyFormat = "$bias `,` $load attr-dict `:` type($bias)";
 }
 
 def Plan_MoeGatesOp : Plan_MoeOp<"moe_gates"> {

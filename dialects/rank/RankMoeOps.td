@@ -9,10 +9,52 @@
 
 def Rank_MoeTopkOp : Rank_CallOp<"moe_topk"> {
   let summary = "each token's top_k experts by logit (plan.moe_topk)";
+  let description = [{
+    `capacity` 0: none; else at most that many of a sequence's tokens per
+    expert, the rest dropped (written -(e + 1)).
+  }];
   let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$logits,
                        Arg<Rank_I32Buffer, "", [MemWrite]>:$out,
-                       I64Attr:$top_k);
+                       I64Attr:$top_k, I64Attr:$capacity);
   let assemblyFormat = "$logits `into` $out attr-dict `:` type($logits) `->` type($out)";
+}
+
+def Rank_MoeTopkBiasedOp : Rank_CallOp<"moe_topk_biased"> {
+  let summary = "each token's top_k experts by probability plus bias";
+  let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$logits,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$bias,
+                       Arg<Rank_I32Buffer, "", [MemWrite]>:$out,
+                       I64Attr:$top_k, I64Attr:$capacity);
+  let assemblyFormat = [{
+    $logits `,` $bias `into` $out attr-dict `:` type($logits) `,` type($bias) `->` type($out)
+  }];
+}
+
+def Rank_MoeAuxGradOp : Rank_CallOp<"moe_aux_grad"> {
+  let summary = "d logits of the per-sequence load-balancing loss (plan.moe_aux_grad)";
+  let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$logits,
+                       Arg<Rank_I32Buffer, "", [MemRead]>:$experts,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$out,
+                       F64Attr:$coefficient, I64Attr:$sequences);
+  let assemblyFormat = [{
+    $logits `,` $experts `into` $out attr-dict `:` type($logits) `,` type($experts) `->` type($out)
+  }];
+}
+
+def Rank_MoeLoadOp : Rank_CallOp<"moe_load"> {
+  let summary = "choices per expert over this rank's tokens (plan.moe_load)";
+  let arguments = (ins Arg<Rank_I32Buffer, "", [MemRead]>:$experts,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$out);
+  let assemblyFormat = "$experts `into` $out attr-dict `:` type($experts) `->` type($out)";
+}
+
+def Rank_MoeBiasUpdateOp : Rank_CallOp<"moe_bias_update",
+    [AllTypesMatch<["bias", "load"]>]> {
+  let summary = "the experts' bias updated in place from the step's load";
+  let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead, MemWrite]>:$bias,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$load,
+                       F32Attr:$rate);
+  let assemblyFormat = "$bias `,` $load attr-dict `:` type($bias)";
 }
 
 def Rank_MoeGatesOp : Rank_CallOp<"moe_gates"> {

@@ -310,6 +310,22 @@ template <class Op> int64_t moeExperts(Op op, const WorkspaceEnv &) {
   auto f = grad ? ws::moe_experts_grad : ws::moe_experts;
   return f(n, dim(up, 0), dim(up, 1), dim(up, 2), dim(down, 2), gated);
 }
+/// The sequences of a [..., S, K] choice buffer and the experts.
+int64_t moeSequences(Value experts) {
+  return rank(experts) < 2 ? 0
+                           : numel(experts) / (dim(experts, rank(experts) - 2) *
+                                               lastDim(experts));
+}
+template <class Op> int64_t moeTopk(Op op, const WorkspaceEnv &) {
+  return op.getCapacity() == 0
+             ? 0
+             : ws::moe_sequence_counts(moeSequences(op.getOut()),
+                                       lastDim(op.getLogits()));
+}
+int64_t moeAuxGrad(MoeAuxGradOp op, const WorkspaceEnv &) {
+  return ws::moe_sequence_counts(moeSequences(op.getExperts()),
+                                 lastDim(op.getLogits()));
+}
 } // namespace
 
 void planc::rank::registerWorkspaceModels(MLIRContext *ctx) {
@@ -358,6 +374,10 @@ void planc::rank::registerWorkspaceModels(MLIRContext *ctx) {
   BatchNormGradOp::attachInterface<Model<BatchNormGradOp, batchNormGrad>>(*ctx);
   GroupNormOp::attachInterface<Model<GroupNormOp, groupNorm>>(*ctx);
   GroupNormGradOp::attachInterface<Model<GroupNormGradOp, groupNormGrad>>(*ctx);
+  MoeTopkOp::attachInterface<Model<MoeTopkOp, moeTopk<MoeTopkOp>>>(*ctx);
+  MoeTopkBiasedOp::attachInterface<
+      Model<MoeTopkBiasedOp, moeTopk<MoeTopkBiasedOp>>>(*ctx);
+  MoeAuxGradOp::attachInterface<Model<MoeAuxGradOp, moeAuxGrad>>(*ctx);
   MoeExpertsOp::attachInterface<Model<MoeExpertsOp, moeExperts<MoeExpertsOp>>>(
       *ctx);
   MoeExpertsSwigluOp::attachInterface<

@@ -422,6 +422,39 @@ Sema::runningStats(Value gamma, Location gammaLoc, Location use) {
   return std::make_pair(stats[0], stats[1]);
 }
 
+FailureOr<Value> Sema::expertBias(Value router, int64_t experts, Location use) {
+  // Named after the router parameter, as DeepSeek-V3's checkpoints name it:
+  // "<layer>.e_score_correction_bias" next to "<layer>.weight", else
+  // "<router>.expert_bias".
+  auto arg = dyn_cast<BlockArgument>(router);
+  DictionaryAttr attrs =
+      arg && arg.getOwner() == body ? argAttrs[arg.getArgNumber()] : nullptr;
+  if (!attrs || attrs.getAs<StringAttr>(kKindAttr).getValue() != "param") {
+    auto d = error(use) << "'moe' with bias_update needs the router to be a "
+                        << "parameter: its experts' bias is named after it";
+    d.attachNote(defLoc(router)) << "the router is computed here";
+    return failure();
+  }
+  StringRef r = attrs.getAs<StringAttr>(kNameAttr).getValue();
+  std::string name =
+      r.ends_with(".weight")
+          ? r.drop_back(strlen("weight")).str() + "e_score_correction_bias"
+          : r.str() + ".expert_bias";
+  for (auto *names : {&paramNames, &bufferNames})
+    if (auto it = names->find(name); it != names->end()) {
+      auto d = error(use) << "'moe': its experts' bias '" << name
+                          << "' (named after the router '" << r
+                          << "') is taken; give each moe layer its own router";
+      d.attachNote(it->second) << "'" << name << "' is already used here";
+      return failure();
+    }
+  bufferNames.try_emplace(name, use);
+  return declareArg(
+      RankedTensorType::get({experts}, b.getF32Type()), use, "state", name,
+      {b.getNamedAttr(kInitAttr, InitAttr::get(ctx, "zeros", 0, 0)),
+       b.getNamedAttr(kBufferAttr, b.getUnitAttr())});
+}
+
 bool Sema::isBuiltin(StringRef fn) { return llvm::is_contained(kBuiltins, fn); }
 
 Val Sema::callBuiltin(StringRef fn, Args &args, Location l,
@@ -920,14 +953,11 @@ Val Sema::callBuiltin(StringRef fn, Args &args, Location l,
       return out;
     Value x = tensorArg(0);
     std::string act = namedName("act", "swiglu");
-    for (StringRef later : {"aux_loss", "capacity_factor", "bias_update"})
-      if (auto it = named.find(later); it != named.end()) {
-        error(it->second.loc)
-            << "'moe': '" << later
-            << "' is not implemented yet; planc routes every token to its "
-               "top_k experts (dropless) without a balancing term";
-        return out;
-      }
+    // NaN: not given (a given value is checked below).
+    const double none = std::numeric_limits<double>::quiet_NaN();
+    double auxLoss = namedNumber("aux_loss", none),
+           capacityFactor = namedNumber("capacity_factor", none),
+           biasRate = namedNumber("bias_update", none);
     if (act != "swiglu" && act != "gelu") {
       error(l) << "'moe' activation must be swiglu or gelu, got '" << act
                << "'";
@@ -990,14 +1020,78 @@ Val Sema::callBuiltin(StringRef fn, Args &args, Location l,
       return out;
     }
     int64_t k = int64_t(topK);
+    // The balancing terms and capacities are per sequence: [..., seq, d].
+    auto perSequence = [&](StringRef key) {
+      if (xs.size() >= 3)
+        return true;
+      error(l) << "'moe' with '" << key << "' needs an input [batch, seq, "
+               << "dim]: it is taken per sequence; got "
+               << shapeStr(x.getType());
+      return false;
+    };
+    SmallVector<NamedAttribute> routing{
+        b.getNamedAttr("top_k", b.getI64IntegerAttr(k))};
+    if (!std::isnan(auxLoss)) {
+      if (!(auxLoss >= 0 && std::isfinite(auxLoss))) {
+        error(l) << "'aux_loss' must be a coefficient >= 0 (e.g. 0.01), got "
+                 << auxLoss;
+        return out;
+      }
+      if (!perSequence("aux_loss"))
+        return out;
+      routing.push_back(b.getNamedAttr("aux_loss", b.getF64FloatAttr(auxLoss)));
+    }
+    if (!std::isnan(capacityFactor)) {
+      if (!(capacityFactor > 0 && std::isfinite(capacityFactor))) {
+        error(l) << "'capacity_factor' must be > 0 (e.g. 1.25), got "
+                 << capacityFactor;
+        return out;
+      }
+      if (!perSequence("capacity_factor"))
+        return out;
+      if (par.cp > 1) {
+        // The capacity walks a sequence in position order; a sequence split
+        // in context parallelism's balanced chunks would be walked in
+        // another order (other tokens dropped than on one rank).
+        auto d = error(l) << "'moe': 'capacity_factor' with context "
+                             "parallelism (cp = "
+                          << par.cp
+                          << ") is not implemented yet; drop the capacity "
+                             "(dropless routing) or cp";
+        if (par.cpLoc)
+          d.attachNote(*par.cpLoc) << "cp is set here";
+        return out;
+      }
+      // Each expert takes at most this many of a sequence's tokens.
+      int64_t seqLen = xs[xs.size() - 2];
+      int64_t cap = int64_t(
+          std::ceil(capacityFactor * double(seqLen * k) / double(experts)));
+      routing.push_back(b.getNamedAttr(
+          "capacity",
+          b.getI64IntegerAttr(std::max<int64_t>(1, std::min(cap, seqLen)))));
+    }
+    SmallVector<Value> topkOperands;
+    if (!std::isnan(biasRate)) {
+      if (!(biasRate > 0 && std::isfinite(biasRate))) {
+        error(l) << "'bias_update' must be a rate > 0 (e.g. 0.001), got "
+                 << biasRate;
+        return out;
+      }
+      FailureOr<Value> bias = expertBias(router, experts, l);
+      if (failed(bias))
+        return out;
+      topkOperands.push_back(*bias);
+      routing.push_back(
+          b.getNamedAttr("bias_update", b.getF32FloatAttr(float(biasRate))));
+    }
     Value logits = linear(l, x, router, {}, false, "'moe' (router)");
     if (!logits)
       return out;
+    topkOperands.insert(topkOperands.begin(), logits);
     SmallVector<int64_t> kShape(xs.drop_back());
     kShape.push_back(k);
     auto idxType = RankedTensorType::get(kShape, IntegerType::get(ctx, 32));
-    Value idx = generic(MoeTopkOp(), idxType, {logits},
-                        {b.getNamedAttr("top_k", b.getI64IntegerAttr(k))});
+    Value idx = generic(MoeTopkOp(), idxType, topkOperands, routing);
     Value gates = generic(MoeGatesOp(), f32Tensor(kShape, ctx), {logits, idx});
     SmallVector<int64_t> yShape(xs.drop_back());
     yShape.push_back(ds[2]);

@@ -206,6 +206,10 @@ private:
   /// scale is not a parameter or the names are taken.
   mlir::FailureOr<std::pair<mlir::Value, mlir::Value>>
   runningStats(mlir::Value gamma, mlir::Location gammaLoc, mlir::Location use);
+  /// The per-expert bias of a moe layer's balancing (bias_update), named
+  /// after its router; a failure is reported.
+  mlir::FailureOr<mlir::Value> expertBias(mlir::Value router, int64_t experts,
+                                          mlir::Location use);
   mlir::Value linear(mlir::Location l, mlir::Value x, mlir::Value w,
                      mlir::Value bias, bool transposeW, llvm::StringRef what);
   /// Checks that the megatron policy can split a parameter along `dim`

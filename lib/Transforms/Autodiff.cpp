@@ -462,17 +462,38 @@ void AutodiffPass::runOnOperation() {
   // the sums overlaps the backward like a gradient's.
   DenseMap<Value, Value> updatedRunning;
   SmallVector<std::pair<BatchNormOp, BatchNormMomentsOp>> runningUpdates;
+  // Likewise a mixture of experts' bias (DeepSeek-V3's balancing): the
+  // step's load per expert, counted after the choice, updates it after the
+  // backward sweep.
+  SmallVector<std::pair<MoeTopkOp, MoeLoadOp>> biasUpdates;
+  auto isStateArg = [&](Value v) {
+    auto a = dyn_cast<BlockArgument>(v);
+    return a && a.getOwner() == body &&
+           model.getArgAttr(a.getArgNumber(), kBufferAttr) &&
+           kindOf(a.getArgNumber()) == "state";
+  };
   for (Operation &op : llvm::make_early_inc_range(*body)) {
+    if (auto topk = dyn_cast<MoeTopkOp>(op); topk && topk.getBias()) {
+      Value bias = topk.getBias();
+      if (!isStateArg(bias) || updatedRunning.count(bias)) {
+        topk.emitError() << "the bias of a mixture of experts must be a state "
+                            "argument marked '"
+                         << kBufferAttr << "', used by one moe_topk";
+        return signalPassFailure();
+      }
+      b.setInsertionPointAfter(topk);
+      auto load =
+          MoeLoadOp::create(b, topk.getLoc(), bias.getType(), topk.getResult());
+      if (Attribute layer = topk->getAttr(kLayerAttr))
+        load->setAttr(kLayerAttr, layer);
+      biasUpdates.push_back({topk, load});
+      updatedRunning[bias] = Value();
+      continue;
+    }
     auto bn = dyn_cast<BatchNormOp>(op);
     if (!bn || bn.getRunning().empty())
       continue;
     Value rm = bn.getRunning()[0], rv = bn.getRunning()[1];
-    auto isStateArg = [&](Value v) {
-      auto a = dyn_cast<BlockArgument>(v);
-      return a && a.getOwner() == body &&
-             model.getArgAttr(a.getArgNumber(), kBufferAttr) &&
-             kindOf(a.getArgNumber()) == "state";
-    };
     if (!isStateArg(rm) || !isStateArg(rv) || updatedRunning.count(rm) ||
         updatedRunning.count(rv) || rm == rv) {
       bn.emitError() << "the running statistics of a batch_norm must be two "
@@ -532,6 +553,22 @@ void AutodiffPass::runOnOperation() {
   for (Operation *op : llvm::reverse(forward)) {
     if (op == lossOp || op->getNumResults() != 1)
       continue;
+    // A mixture of experts' load-balancing loss: its gradient seeds the
+    // router's logits, like a loss's (scaled like one under fp16).
+    if (auto topk = dyn_cast<MoeTopkOp>(op);
+        topk && topk.getAuxLoss() && needs(topk.getLogits())) {
+      Operation *last = body->empty() ? nullptr : &body->back();
+      auto logits = cast<RankedTensorType>(topk.getLogits().getType());
+      int64_t sequences =
+          logits.getNumElements() /
+          (logits.getShape().back() * logits.getShape()[logits.getRank() - 2]);
+      adj.add(topk.getLoc(), topk.getLogits(),
+              MoeAuxGradOp::create(b, topk.getLoc(), logits, topk.getLogits(),
+                                   topk.getResult(), topk.getAuxLossAttr(),
+                                   b.getI64IntegerAttr(sequences)));
+      keepLayer(op, last);
+      continue;
+    }
     Value dy = adj.lookup(op->getResult(0));
     if (!dy)
       continue;
@@ -552,6 +589,15 @@ void AutodiffPass::runOnOperation() {
       update->setAttr(kLayerAttr, layer);
     updatedRunning[rm] = update.getNewMean();
     updatedRunning[rv] = update.getNewVar();
+  }
+
+  for (auto [topk, load] : biasUpdates) {
+    auto update = MoeBiasUpdateOp::create(
+        b, topk.getLoc(), topk.getBias().getType(), topk.getBias(),
+        load.getResult(), topk.getBiasUpdateAttr());
+    if (Attribute layer = topk->getAttr(kLayerAttr))
+      update->setAttr(kLayerAttr, layer);
+    updatedRunning[topk.getBias()] = update.getResult();
   }
 
   // The global gradient norm: sum of squares over every gradient.
@@ -592,8 +638,9 @@ void AutodiffPass::runOnOperation() {
       auto name = model.getArgAttrOfType<StringAttr>(i, kNameAttr);
       mlir::emitError(step.getArgument(i).getLoc())
           << "state argument '" << (name ? name.getValue() : "?")
-          << "' is not the running statistics of a batch_norm; planc does "
-             "not know how a step updates it";
+          << "' is not the running statistics of a batch_norm nor the bias "
+             "of a mixture of experts; planc does not know how a step "
+             "updates it";
       return signalPassFailure();
     }
     states.push_back(updated);

@@ -15,7 +15,8 @@ namespace planc {
 inline llvm::DenseSet<mlir::Operation *> backwardOps(mlir::Block &body) {
   llvm::DenseSet<mlir::Operation *> backward;
   for (mlir::Operation &op : body.without_terminator())
-    if (mlir::isa<plan::CrossEntropyGradOp, plan::MseLossGradOp>(op) ||
+    if (mlir::isa<plan::CrossEntropyGradOp, plan::MseLossGradOp,
+                  plan::MoeAuxGradOp>(op) ||
         op.hasAttr("plan.recompute") ||
         llvm::any_of(op.getOperands(), [&](mlir::Value v) {
           mlir::Operation *d = v.getDefiningOp();

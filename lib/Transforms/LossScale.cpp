@@ -63,7 +63,7 @@ void LossScalePass::runOnOperation() {
     return signalPassFailure();
   SmallVector<Value> lossGrads, paramGrads;
   step.walk([&](Operation *op) {
-    if (isa<CrossEntropyGradOp, MseLossGradOp>(op))
+    if (isa<CrossEntropyGradOp, MseLossGradOp, MoeAuxGradOp>(op))
       lossGrads.push_back(op->getResult(0));
     if (isa<SgdUpdateOp, AdamWUpdateOp>(op)) {
       Value g = op->getOperand(1);

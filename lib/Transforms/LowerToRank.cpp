@@ -580,7 +580,8 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
       // norm's sums for its running statistics: a bucket's offsets decide
       // how MPI splits its sum, so the gradients' bucket stays what it is
       // without running statistics (the same rounding).
-      if (!def || !ar.getInput().hasOneUse() || isa<BatchNormMomentsOp>(def) ||
+      if (!def || !ar.getInput().hasOneUse() ||
+          isa<BatchNormMomentsOp, MoeLoadOp>(def) ||
           cast<RankedTensorType>(ar.getType()).getRank() == 0 ||
           !isa<ShardingRuleOpInterface>(def) ||
           isa<ReshapeOp, CrossEntropyOp, CrossEntropyGradOp,
@@ -1144,6 +1145,12 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
       buf[op.getResult(0)] = in(0);
       continue;
     }
+    // A mixture of experts' bias is updated in place.
+    if (auto up = dyn_cast<MoeBiasUpdateOp>(op)) {
+      rk::MoeBiasUpdateOp::create(b, loc, in(0), in(1), up.getRateAttr());
+      buf[up.getResult()] = in(0);
+      continue;
+    }
     // Batch norm's running statistics are updated in place.
     if (auto up = dyn_cast<RunningStatsUpdateOp>(op)) {
       rk::RunningStatsUpdateOp::create(b, loc, in(0), in(1), in(2), in(3),
@@ -1418,9 +1425,22 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
               return true;
             })
             .Case<MoeTopkOp>([&](MoeTopkOp t) {
-              rk::MoeTopkOp::create(b, loc, in(0), out, t.getTopKAttr());
+              auto capacity = b.getI64IntegerAttr(t.getCapacity().value_or(0));
+              if (t.getBias())
+                rk::MoeTopkBiasedOp::create(b, loc, in(0), in(1), out,
+                                            t.getTopKAttr(), capacity);
+              else
+                rk::MoeTopkOp::create(b, loc, in(0), out, t.getTopKAttr(),
+                                      capacity);
               return true;
             })
+            .Case<MoeAuxGradOp>([&](MoeAuxGradOp a) {
+              rk::MoeAuxGradOp::create(b, loc, in(0), in(1), out,
+                                       a.getCoefficientAttr(),
+                                       a.getSequencesAttr());
+              return true;
+            })
+            .Case<MoeLoadOp>([&](auto) { return same(rk::MoeLoadOp()); })
             .Case<MoeGatesOp>([&](auto) { return same(rk::MoeGatesOp()); })
             .Case<MoeGatesGradOp>(
                 [&](auto) { return same(rk::MoeGatesGradOp()); })

@@ -90,6 +90,8 @@ def plan_settings(path):
         s[k] = int(consts[k])
     for k in ["kv_heads", "hidden", "experts", "top_k"]:  # Llama's, MoE's
         s[k] = int(consts[k]) if k in consts else None
+    for k in ["moe_aux_loss", "moe_capacity_factor", "moe_bias_update"]:
+        s[k] = consts.get(k)
     s["grad_clip"] = consts.get("grad_clip")
     m = re.search(r"adamw\(\s*lr\s*=\s*" + num + r"\s*,\s*betas\s*=\s*\[\s*" +
                   num + r"\s*,\s*" + num + r"\s*\]\s*,\s*eps\s*=\s*" + num +
@@ -347,7 +349,8 @@ class MixtralLayer(LlamaLayer):
     probabilities renormalised to sum to 1, and the experts' outputs summed
     with those weights (Mixtral's routing)."""
 
-    def __init__(self, d, heads, kv_heads, hidden, theta, experts, top_k):
+    def __init__(self, d, heads, kv_heads, hidden, theta, experts, top_k,
+                 aux_loss=None, capacity_factor=None, bias_update=None):
         super().__init__(d, heads, kv_heads, hidden, theta)
         del self.mlp_norm, self.w_gate, self.w_up, self.w_down
         p = lambda *shape: nn.Parameter(torch.zeros(*shape, dtype=DTYPE))
@@ -356,24 +359,67 @@ class MixtralLayer(LlamaLayer):
         self.router = p(d, experts)
         self.w_gate, self.w_up = p(experts, d, hidden), p(experts, d, hidden)
         self.w_down = p(experts, hidden, d)
+        # The balancing terms: the auxiliary loss of the last forward (added
+        # to the loss for the backward), DeepSeek-V3's bias (updated after
+        # each step from the step's load) and the per-sequence capacity.
+        self.aux_coef, self.capacity_factor = aux_loss, capacity_factor
+        self.bias_rate = bias_update
+        self.register_buffer("bias", torch.zeros(experts, dtype=DTYPE))
+        self.aux = torch.zeros((), dtype=DTYPE)
+        self.load = torch.zeros(experts, dtype=DTYPE)
 
     def moe(self, h):
         B, T, d = h.shape
-        flat = h.reshape(B * T, d)
-        probs = F.softmax(flat @ self.router, dim=-1)
-        weights, chosen = probs.topk(self.top_k, dim=-1)
+        E, K = self.router.shape[1], self.top_k
+        probs = F.softmax(h @ self.router, dim=-1)  # [B, T, E]
+        # The choice: by probability (the logits' order), or probability +
+        # bias with bias balancing; the bias does not enter the weights.
+        score = probs.detach() + self.bias if self.bias_rate else probs.detach()
+        chosen = score.topk(K, dim=-1).indices  # [B, T, K]
+        weights = probs.gather(-1, chosen)
         if self.renormalise:
             weights = weights / weights.sum(-1, keepdim=True)
+        keep = torch.ones(B, T, K, dtype=torch.bool)
+        if self.capacity_factor:
+            # Per sequence, in token order: an expert takes at most C.
+            C = max(1, min(T, math.ceil(self.capacity_factor * T * K / E)))
+            for b in range(B):
+                count = [0] * E
+                for t in range(T):
+                    for j in range(K):
+                        e = int(chosen[b, t, j])
+                        if count[e] < C:
+                            count[e] += 1
+                        else:
+                            keep[b, t, j] = False
+        counts = F.one_hot(chosen, E).sum(2).to(DTYPE)  # [B, T, E]
+        self.load = counts.sum((0, 1))
+        if self.aux_coef is not None:
+            # Switch / GShard per sequence: E sum_e f_e P_e, f the share of
+            # the sequence's T K choices, P the mean probability; averaged
+            # over the sequences.
+            f = counts.sum(1) / (T * K)
+            P = probs.mean(1)
+            self.aux = self.aux_coef * (E * (f * P).sum(-1)).mean()
+        flat = h.reshape(B * T, d)
+        w = (weights * keep).reshape(B * T, K)
+        ch = chosen.reshape(B * T, K)
         out = torch.zeros_like(flat)
-        for e in range(self.router.shape[1]):
-            tok, slot = (chosen == e).nonzero(as_tuple=True)
+        for e in range(E):
+            tok, slot = ((ch == e) & keep.reshape(B * T, K)).nonzero(
+                as_tuple=True)
             if len(tok) == 0:
                 continue
             xe = flat[tok]
             ye = (F.silu(xe @ self.w_gate[e]) * (xe @ self.w_up[e])) @ \
                 self.w_down[e]
-            out = out.index_add(0, tok, weights[tok, slot, None] * ye)
+            out = out.index_add(0, tok, w[tok, slot, None] * ye)
         return out.reshape(B, T, d)
+
+    def after_step(self):
+        if self.bias_rate:
+            self.bias += self.bias_rate * torch.sign(self.load.mean() -
+                                                     self.load)
 
     def forward(self, x):
         x = x + self.attention(rmsnorm(x, self.attn_norm))
@@ -473,7 +519,9 @@ def main():
                       s["heads"], s["hidden"], s["layers"], a.rope_theta)
         model.layers = nn.ModuleList([
             MixtralLayer(s["d"], s["heads"], s.get("kv_heads") or s["heads"],
-                         s["hidden"], a.rope_theta, s["experts"], s["top_k"])
+                         s["hidden"], a.rope_theta, s["experts"], s["top_k"],
+                         s["moe_aux_loss"], s["moe_capacity_factor"],
+                         s["moe_bias_update"])
             for _ in range(s["layers"])])
         for layer in model.layers:
             layer.renormalise = not a.moe_unnormalised
@@ -487,6 +535,11 @@ def main():
         model = GPT(s["vocab"], max_seq, s["d"], s["heads"], s["layers"])
         names = planc_names(s["layers"])
     params = dict(model.named_parameters())
+    # A mixture of experts' bias (bias balancing) is state, not a
+    # parameter: it starts at zero, as the reference's does.
+    for n in [n for n in init if n.endswith(".expert_bias")]:
+        if np.any(init.pop(n) != 0):
+            errors.append(f"{n}: the experts' bias does not start at zero")
     if sorted(names.values()) != sorted(params):
         sys.exit("error: the name map does not cover the model: "
                  f"{sorted(set(params) ^ set(names.values()))}")
@@ -509,9 +562,15 @@ def main():
         sys.exit(1)
 
     # Step 1 at the initial weights.
+    def aux_total():
+        """The MoE layers' auxiliary losses of the last forward (0 for
+        others): in the gradient, not in the logged loss."""
+        return sum((getattr(m, "aux", 0.0) for m in model.modules()
+                    if isinstance(m, MixtralLayer)), torch.zeros((), dtype=DTYPE))
+
     x, y = batch(stream, 1, B, S)
     logits, loss = model(x, y)
-    loss.backward()
+    (loss + aux_total()).backward()
     if "logits" not in step0:
         errors.append(f"{a.step0} has no 'logits'")
         err_logits = float("inf")
@@ -576,7 +635,7 @@ def main():
                 t.grad = None
             x, y = batch(stream, step, B, S)
             _, loss = model(x, y)
-            loss.backward()
+            (loss + aux_total()).backward()
         ref_losses.append(loss.item())
         with torch.no_grad():
             grads = [t.grad.clone() for t in plist]
@@ -593,6 +652,9 @@ def main():
                 wd = s["weight_decay"] if t.dim() >= 2 else 0.0
                 t.sub_(lr * ((mi / bc1) / (torch.sqrt(vi / bc2) + eps) +
                              wd * t))
+            for layer in model.modules():
+                if isinstance(layer, MixtralLayer):
+                    layer.after_step()
     worst_loss, worst_loss_step = 0.0, 0
     for i, (got, ref) in enumerate(zip(log_losses, ref_losses), 1):
         e = rel(got, ref)

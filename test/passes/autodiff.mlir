@@ -210,7 +210,7 @@ plan.train {data = "synthetic", global_batch = 2 : i64, lr = 5.000000e-02 : f64,
 func.func @stray_state(%x: tensor<2x4xf32> {plan.kind = "input", plan.name = "x"},
                        %y: tensor<2x4xf32> {plan.kind = "label", plan.name = "y"},
                        %w: tensor<4x4xf32> {plan.kind = "param", plan.name = "w"},
-                       // expected-error @below {{state argument 'stray' is not the running statistics of a batch_norm; planc does not know how a step updates it}}
+                       // expected-error @below {{state argument 'stray' is not the running statistics of a batch_norm nor the bias of a mixture of experts; planc does not know how a step updates it}}
                        %s: tensor<4xf32> {plan.kind = "state", plan.name = "stray", plan.buffer}) -> tensor<f32> attributes {plan.model} {
   %0 = plan.matmul %x, %w : tensor<2x4xf32>, tensor<4x4xf32> -> tensor<2x4xf32>
   %1 = plan.mse_loss %0, %y : tensor<2x4xf32> -> tensor<f32>

@@ -19,25 +19,70 @@
 namespace planrt {
 namespace kernels {
 
-/// Token t's K experts with the largest logits, largest first (equal logits:
-/// the lower index first). K passes over the row; K is small.
+/// A choice's expert: dropped choices (capacity) are written -(e + 1).
+PLANRT_HD inline int32_t moe_expert(int32_t choice) {
+  return choice < 0 ? -choice - 1 : choice;
+}
+
+/// Token t's K experts with the largest scores, largest first (equal
+/// scores: the lower index first); the score is the logit, or with `bias`
+/// the softmax probability plus the expert's bias. K passes over the row;
+/// K is small.
 struct MoeTopkFn {
-  const float *logits;
+  const float *logits, *bias;
   int32_t *out;
   int64_t experts, k;
+  PLANRT_HD float score(const float *l, int64_t e, float m, float sum) const {
+    return bias ? expf(l[e] - m) / sum + bias[e] : l[e];
+  }
   PLANRT_HD void operator()(int64_t t) const {
     const float *l = logits + t * experts;
     int32_t *o = out + t * k;
+    float m = l[0], sum = 0.0f;
+    if (bias) {
+      for (int64_t e = 1; e < experts; ++e)
+        m = l[e] > m ? l[e] : m;
+      for (int64_t e = 0; e < experts; ++e)
+        sum += expf(l[e] - m);
+    }
     for (int64_t j = 0; j < k; ++j) {
       int64_t best = -1;
+      float bestScore = 0.0f;
       for (int64_t e = 0; e < experts; ++e) {
         bool taken = false;
         for (int64_t p = 0; p < j; ++p)
           taken = taken || o[p] == e;
-        if (!taken && (best < 0 || l[e] > l[best]))
+        if (taken)
+          continue;
+        float sc = score(l, e, m, sum);
+        if (best < 0 || sc > bestScore) {
           best = e;
+          bestScore = sc;
+        }
       }
       o[j] = int32_t(best);
+    }
+  }
+};
+
+/// Capacity, per sequence q of `seq` tokens: walking its tokens in order
+/// and each token's choices in order, an expert keeps at most `capacity`
+/// of them; a choice beyond is written -(e + 1). `count` holds E ints per
+/// sequence.
+struct MoeCapacityFn {
+  int32_t *choices, *count;
+  int64_t seq, k, experts, capacity;
+  PLANRT_HD void operator()(int64_t q) const {
+    int32_t *c = count + q * experts;
+    for (int64_t e = 0; e < experts; ++e)
+      c[e] = 0;
+    int32_t *ch = choices + q * seq * k;
+    for (int64_t i = 0; i < seq * k; ++i) {
+      int32_t e = ch[i];
+      if (c[e] < capacity)
+        ++c[e];
+      else
+        ch[i] = -e - 1;
     }
   }
 };
@@ -46,12 +91,14 @@ struct MoeTopkFn {
 /// largest of them (so the exponentials are at most 1).
 PLANRT_HD inline void moe_chosen_softmax(const float *l, const int32_t *idx,
                                          int64_t k, float *g) {
-  float m = l[idx[0]];
-  for (int64_t j = 1; j < k; ++j)
-    m = l[idx[j]] > m ? l[idx[j]] : m;
+  float m = l[moe_expert(idx[0])];
+  for (int64_t j = 1; j < k; ++j) {
+    float v = l[moe_expert(idx[j])];
+    m = v > m ? v : m;
+  }
   float sum = 0.0f;
   for (int64_t j = 0; j < k; ++j) {
-    g[j] = expf(l[idx[j]] - m);
+    g[j] = expf(l[moe_expert(idx[j])] - m);
     sum += g[j];
   }
   for (int64_t j = 0; j < k; ++j)
@@ -93,23 +140,28 @@ struct MoeGatesGradFn {
     for (int64_t e = 0; e < num_experts; ++e)
       o[e] = 0.0f;
     for (int64_t j = 0; j < k; ++j)
-      o[idx[j]] = g[j] * (dg[j] - dot);
+      o[moe_expert(idx[j])] = g[j] * (dg[j] - dot);
   }
 };
 
 /// The grouping (one invocation): a stable counting sort of the n rows by
-/// expert. Rows with an expert outside [0, E) get slot -1 and no place;
-/// first[E] is then less than n, which the op reports.
+/// expert. Dropped rows (-(e + 1)) get slot -1 and no place; first[E] is
+/// the number of kept rows, first[E + 1] the number of indices outside
+/// [-E, E), which the op reports.
 struct MoeGroupFn {
   const int32_t *experts;
   int32_t *slot, *row, *first;
   int64_t n, num_experts;
   PLANRT_HD void operator()(int64_t) const {
-    for (int64_t e = 0; e <= num_experts; ++e)
+    for (int64_t e = 0; e <= num_experts + 1; ++e)
       first[e] = 0;
-    for (int64_t i = 0; i < n; ++i)
-      if (experts[i] >= 0 && experts[i] < num_experts)
-        ++first[experts[i] + 1];
+    for (int64_t i = 0; i < n; ++i) {
+      int32_t e = experts[i];
+      if (e >= 0 && e < num_experts)
+        ++first[e + 1];
+      else if (e < -num_experts || e >= num_experts)
+        ++first[num_experts + 1];
+    }
     for (int64_t e = 0; e < num_experts; ++e)
       first[e + 1] += first[e];
     // first[e] runs as a cursor through expert e's places, then is shifted
@@ -230,6 +282,73 @@ struct MoeScatterGradFn {
   PLANRT_HD void operator()(int64_t i) const {
     int64_t s = i / d, c = i % d, r = row[s];
     dys[i] = gates[r] * dy[(r / k) * d + c];
+  }
+};
+
+/// d logits of the per-sequence load-balancing loss (plan.moe_aux_grad),
+/// one invocation per sequence q of `seq` tokens: its choices per expert
+/// (dropped ones too) into count[q E + e], then for each token, through
+/// the softmax, dP[e] = scale * count[e] with scale = coefficient /
+/// sequences * E / (S K) / S.
+struct MoeAuxGradFn {
+  const float *logits;
+  const int32_t *experts;
+  int32_t *count;
+  float *out;
+  int64_t seq, k, num_experts;
+  float scale;
+  PLANRT_HD void operator()(int64_t q) const {
+    int32_t *c = count + q * num_experts;
+    for (int64_t e = 0; e < num_experts; ++e)
+      c[e] = 0;
+    const int32_t *ch = experts + q * seq * k;
+    for (int64_t i = 0; i < seq * k; ++i)
+      ++c[moe_expert(ch[i])];
+    for (int64_t t = q * seq; t < (q + 1) * seq; ++t) {
+      const float *l = logits + t * num_experts;
+      float *o = out + t * num_experts;
+      float m = l[0];
+      for (int64_t e = 1; e < num_experts; ++e)
+        m = l[e] > m ? l[e] : m;
+      float sum = 0.0f;
+      for (int64_t e = 0; e < num_experts; ++e)
+        sum += expf(l[e] - m);
+      float dot = 0.0f;
+      for (int64_t e = 0; e < num_experts; ++e)
+        dot += expf(l[e] - m) / sum * (scale * float(c[e]));
+      for (int64_t e = 0; e < num_experts; ++e) {
+        float p = expf(l[e] - m) / sum;
+        o[e] = p * (scale * float(c[e]) - dot);
+      }
+    }
+  }
+};
+
+/// load[e] = how many of the n choices picked expert e (dropped or not).
+struct MoeLoadFn {
+  const int32_t *experts;
+  float *load;
+  int64_t n;
+  PLANRT_HD void operator()(int64_t e) const {
+    int64_t c = 0;
+    for (int64_t i = 0; i < n; ++i)
+      c += moe_expert(experts[i]) == e ? 1 : 0;
+    load[e] = float(c);
+  }
+};
+
+/// bias[e] += rate * sign(mean(load) - load[e]) (DeepSeek-V3).
+struct MoeBiasUpdateFn {
+  float *bias;
+  const float *load;
+  int64_t num_experts;
+  float rate;
+  PLANRT_HD void operator()(int64_t e) const {
+    float sum = 0.0f;
+    for (int64_t j = 0; j < num_experts; ++j)
+      sum += load[j];
+    float diff = sum / float(num_experts) - load[e];
+    bias[e] += diff > 0.0f ? rate : diff < 0.0f ? -rate : 0.0f;
   }
 };
 

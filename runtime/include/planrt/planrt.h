@@ -735,8 +735,26 @@ void channel_bias_grad(Context *ctx, const Tensor *dy, Tensor *db);
 // experts' weights are whole: up and gate [E, d, h], down [E, h, d'].
 
 /// out [T, K] (i32): each token's top_k experts by logit (logits [T, E]),
-/// largest first, equal logits to the lower index.
-void moe_topk(Context *ctx, const Tensor *logits, Tensor *out, int64_t top_k);
+/// largest first, equal logits to the lower index. With a `capacity` (0:
+/// none), out is [..., S, K] and each sequence of S tokens gives an expert
+/// at most that many choices, in token order; the others are written
+/// -(e + 1) (dropped: their output is zero).
+void moe_topk(Context *ctx, const Tensor *logits, Tensor *out, int64_t capacity,
+              int64_t top_k);
+/// moe_topk choosing by softmax probability plus bias[e] (f32 [E]).
+void moe_topk_biased(Context *ctx, const Tensor *logits, const Tensor *bias,
+                     Tensor *out, int64_t capacity, int64_t top_k);
+/// out (logits' shape): d logits of the per-sequence load-balancing loss
+/// coefficient / sequences * sum over this rank's sequences of E sum_e
+/// f[e] P[e] (f: the sequence's share of choices per expert, P: its mean
+/// probability per expert).
+void moe_aux_grad(Context *ctx, const Tensor *logits, const Tensor *experts,
+                  Tensor *out, double coefficient, int64_t sequences);
+/// out [E] (f32): choices per expert (dropped ones too).
+void moe_load(Context *ctx, const Tensor *experts, Tensor *out);
+/// bias[e] += rate * sign(mean(load) - load[e]), in place.
+void moe_bias_update(Context *ctx, Tensor *bias, const Tensor *load,
+                     float rate);
 /// out [T, K] (f32): the softmax of the chosen experts' logits.
 void moe_gates(Context *ctx, const Tensor *logits, const Tensor *experts,
                Tensor *out);

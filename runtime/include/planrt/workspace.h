@@ -256,9 +256,15 @@ constexpr int64_t group_norm_grad(int64_t c, int64_t n, int64_t g) {
 // [n, d], the hidden activations [n, h] (two with a gate), and the experts'
 // outputs [n, d'].
 
-/// The grouping of n routed rows over E experts.
+/// The grouping of n routed rows over E experts (their first places, the
+/// kept rows and the invalid indices).
 constexpr int64_t moe_groups(int64_t n, int64_t experts) {
-  return 2 * floats(n) + floats(experts + 1);
+  return 2 * floats(n) + floats(experts + 2);
+}
+/// moe_topk(_biased) with a capacity, and moe_aux_grad: a count per
+/// (sequence, expert).
+constexpr int64_t moe_sequence_counts(int64_t sequences, int64_t experts) {
+  return sequences == 0 ? 0 : floats(sequences * experts);
 }
 /// moe_experts / moe_experts_swiglu.
 constexpr int64_t moe_experts(int64_t n, int64_t experts, int64_t d, int64_t h,

@@ -668,7 +668,10 @@ void collective_wait(Context *ctx, int64_t slot) {
 namespace {
 /// NCCL's type for elements of a planrt dtype (F32, BF16, F16).
 ncclDataType_t nccl_type(int dtype) {
-  return dtype == BF16 ? ncclBfloat16 : dtype == F16 ? ncclHalf : ncclFloat;
+  return dtype == BF16  ? ncclBfloat16
+         : dtype == F16 ? ncclHalf
+         : dtype == I32 ? ncclInt32
+                        : ncclFloat;
 }
 } // namespace
 

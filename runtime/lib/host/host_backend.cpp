@@ -460,6 +460,14 @@ void collective_wait(Context *ctx, int64_t slot) {
   s->request_masks.erase(slot);
 }
 
+namespace {
+/// The MPI type that moves values of dtype as they are (16-bit floats as
+/// 2-byte integers, a mixture of experts' choices as i32).
+MPI_Datatype moved_type(int dtype) {
+  return dtype == F32 ? MPI_FLOAT : dtype == I32 ? MPI_INT32_T : MPI_UINT16_T;
+}
+} // namespace
+
 void allgather(Context *ctx, const void *send, void *recv, int64_t count,
                int64_t axis, int dtype) {
   MPI_Comm comm = group_comm(ctx, "all_gather", int64_t(1) << axis);
@@ -472,7 +480,7 @@ void allgather(Context *ctx, const void *send, void *recv, int64_t count,
   int g;
   MPI_Comm_rank(comm, &g);
   // 16-bit values move as they are.
-  MPI_Datatype type = dtype == F32 ? MPI_FLOAT : MPI_UINT16_T;
+  MPI_Datatype type = moved_type(dtype);
   // MPI takes a send buffer inside the receive buffer only as MPI_IN_PLACE.
   const void *from =
       send == (const char *)recv + (int64_t)g * count * dtype_bytes(dtype)
@@ -508,7 +516,7 @@ void ring_shift_start(Context *ctx, const void *send, void *recv, int64_t count,
   MPI_Comm_rank(comm, &g);
   MPI_Comm_size(comm, &G);
   int n = block_count("ring_shift", count);
-  MPI_Datatype type = dtype == F32 ? MPI_FLOAT : MPI_UINT16_T;
+  MPI_Datatype type = moved_type(dtype);
   HostState *s = state(ctx);
   s->shift_axis = axis;
   // Point-to-point on the group's communicator: matched apart from its
@@ -536,7 +544,7 @@ void alltoall(Context *ctx, const void *send, void *recv, int64_t count,
               int64_t axis, int dtype) {
   MPI_Comm comm = group_comm(ctx, "all_to_all", int64_t(1) << axis);
   int n = block_count("all_to_all", count);
-  MPI_Datatype type = dtype == F32 ? MPI_FLOAT : MPI_UINT16_T;
+  MPI_Datatype type = moved_type(dtype);
   MPI_Request r;
   check_mpi(MPI_Ialltoall(send, n, type, recv, n, type, comm, &r),
             "MPI_Ialltoall");
