@@ -7,6 +7,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "llvm/ADT/SetVector.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/ErrorHandling.h"
 #include "llvm/Support/Format.h"
@@ -757,6 +758,25 @@ FailureOr<StepReport> planc::computeStepReport(ModuleOp module,
     r.stepFlopsPerRank = f.getValueAsDouble();
   r.modelFlopsPerStep = r.stepFlopsPerRank * double(r.ranks);
 
+  // A mixture of experts' layers and the weights of their experts (the
+  // fp32 parameters behind any 16-bit copies).
+  llvm::SetVector<Value> expertWeights;
+  step.walk([&](Operation *op) {
+    if (!isa<rk::MoeExpertsOp, rk::MoeExpertsSwigluOp>(op))
+      return;
+    ++r.moeLayers;
+    auto ids = cast<MemRefType>(op->getOperand(1).getType());
+    r.moeTopK = ids.getShape().back();
+    for (Value w : op->getOperands().drop_front(3).drop_back()) {
+      if (auto c = w.getDefiningOp<rk::CastOp>())
+        w = c.getInput();
+      r.moeExperts = cast<MemRefType>(w.getType()).getDimSize(0);
+      expertWeights.insert(w);
+    }
+  });
+  for (Value w : expertWeights)
+    r.expertWeightBytes += cast<MemRefType>(w.getType()).getNumElements() * 4;
+
   // FLOPs: every pipeline coordinate's ranks (ranks / pp of them) run what
   // its walk counted.
   double replicas = double(r.ranks) / double(pp);
@@ -797,6 +817,13 @@ void planc::printStepReport(const StepReport &r, llvm::raw_ostream &os) {
                      r.memoryPeakBytes() / 1e9, r.gpu.c_str(),
                      r.gpuMemoryBytes / 1e9,
                      r.fits() ? "fits" : "does not fit");
+  if (r.moeLayers > 0)
+    os << llvm::format("  mixture of experts  %lld layers of %lld experts (top "
+                       "%lld): expert weights %.3f MB, whole on every rank "
+                       "that holds their layer (no ep); time assumes "
+                       "balanced routing\n",
+                       (long long)r.moeLayers, (long long)r.moeExperts,
+                       (long long)r.moeTopK, mb(r.expertWeightBytes));
   os << "  communication per step and rank (ring algorithms):\n";
   os << llvm::format("    %-15s %-8s %6s %7s %14s %14s\n", "collective", "axes",
                      "ranks", "calls", "payload MB", "sent MB");
@@ -881,6 +908,14 @@ llvm::json::Object planc::stepReportJson(const StepReport &r) {
                                            {"attention", r.attentionFlops},
                                            {"other", r.otherFlops}}},
       {"memory_per_rank", std::move(memory)},
+      {"moe",
+       r.moeLayers == 0
+           ? llvm::json::Value(nullptr)
+           : llvm::json::Object{{"layers", r.moeLayers},
+                                {"experts", r.moeExperts},
+                                {"top_k", r.moeTopK},
+                                {"expert_weight_bytes", r.expertWeightBytes},
+                                {"routing_assumed", "balanced"}}},
       {"comm_bytes_per_step", std::move(comm)},
       {"comm_sent_bytes_per_step", r.sentBytes()},
       {"comm", std::move(lines)},

@@ -89,6 +89,12 @@ struct StepReport {
   double allReduceBytes = 0;
   int64_t allReduceRanks = 1;
   std::vector<AllReduceAlgorithm> allReduce;
+  // A mixture of experts: its layers, experts and top_k, and the experts'
+  // weights (fp32 master bytes) in the whole step; every rank that holds a
+  // layer holds its experts whole (no expert parallelism yet). The time
+  // model assumes balanced routing (tokens x top_k / E rows per expert).
+  int64_t moeLayers = 0, moeExperts = 0, moeTopK = 0;
+  int64_t expertWeightBytes = 0;
   double gpuMemoryBytes = 0;
 
   double sentBytes() const;
