@@ -59,6 +59,14 @@ tiny_llama() {
 }
 tiny_llama "" >tiny-llama-fp32.plan
 tiny_llama "  precision = bf16" >tiny-llama-bf16.plan
+# A mixture of experts with every routing feature: the auxiliary loss, the
+# bias balancing and a per-sequence capacity (tiny-mixtral, 4 experts, top 2).
+sed -e 's/act = swiglu)/act = swiglu, aux_loss = 0.01, capacity_factor = 1.0, bias_update = 0.001)/' \
+  "$ROOT/examples/models/mixtral.plan" >mixtral-balanced.plan
+grep -q 'bias_update = 0.001' mixtral-balanced.plan
+sed -e "s|\"models/mixtral.plan\"|\"$PWD/mixtral-balanced.plan\"|" \
+  -e "s/steps = 5/steps = $TINY_STEPS/" -e "s/decay_steps = 5/decay_steps = $TINY_STEPS/" \
+  "$ROOT/test/e2e/Inputs/tiny-mixtral.plan" >tiny-mixtral-fp32.plan
 sed -e 's/dp = 2/dp = 1/' -e "s/steps = 150/steps = $TINY_STEPS/" \
   "$ROOT/examples/resnet-small.plan" >resnet-small-fp32.plan
 gpt2() { # PRECISION-LINE GPU
@@ -95,7 +103,7 @@ cp gpt2-bf16.h100.plan gpt2-bf16.plan
 # The cuda programs, and the host reference runs of the small plans (one
 # rank, the same plan, with --log-json for the memory comparison).
 cd "$DIR"
-SMALL=(tiny-gpt-fp32 tiny-gpt-long-fp32 tiny-gpt-bf16 tiny-gpt-fp16 tiny-llama-fp32 tiny-llama-bf16 resnet-small-fp32)
+SMALL=(tiny-gpt-fp32 tiny-gpt-long-fp32 tiny-gpt-bf16 tiny-gpt-fp16 tiny-llama-fp32 tiny-llama-bf16 tiny-mixtral-fp32 resnet-small-fp32)
 for p in "${SMALL[@]}" gpt2-fp32 gpt2-bf16; do
   "$PLANC" "plans/$p.plan" --target=cuda -o "bin/$p"
   strip "bin/$p"
