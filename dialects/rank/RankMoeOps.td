@@ -150,4 +150,80 @@ def Rank_MoeExpertsSwigluGradOp : Rank_CallOp<"moe_experts_swiglu_grad"> {
   }];
 }
 
+// recompute = none (plan-keep-experts): the forward keeps its grouping, the
+// rows' inputs, the hidden pre-activations and the experts' outputs in
+// `kept` (planrt/workspace.h moe_kept_floats), and the backward reads them
+// instead of recomputing the forward, then overwrites them (its last use).
+
+def Rank_MoeExpertsKeepOp : Rank_CallOp<"moe_experts_keep"> {
+  let summary = "moe_experts keeping its activations for the backward";
+  let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$input,
+                       Arg<Rank_I32Buffer, "", [MemRead]>:$experts,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$gates,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$up,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$down,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$out,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$kept);
+  let assemblyFormat = [{
+    $input `,` $experts `,` $gates `,` $up `,` $down `into` $out `,` $kept
+    attr-dict `:` type(operands)
+  }];
+}
+
+def Rank_MoeExpertsSwigluKeepOp : Rank_CallOp<"moe_experts_swiglu_keep"> {
+  let summary = "moe_experts_swiglu keeping its activations for the backward";
+  let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$input,
+                       Arg<Rank_I32Buffer, "", [MemRead]>:$experts,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$gates,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$gate,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$up,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$down,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$out,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$kept);
+  let assemblyFormat = [{
+    $input `,` $experts `,` $gates `,` $gate `,` $up `,` $down `into` $out `,`
+    $kept attr-dict `:` type(operands)
+  }];
+}
+
+def Rank_MoeExpertsGradKeptOp : Rank_CallOp<"moe_experts_grad_kept"> {
+  let summary = "moe_experts_grad from the kept activations";
+  let arguments = (ins Arg<Rank_I32Buffer, "", [MemRead]>:$experts,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$gates,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$grad,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$up,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$down,
+                       Arg<Rank_FloatBuffer, "", [MemRead, MemWrite]>:$kept,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$input_grad,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$gates_grad,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$up_grad,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$down_grad);
+  let assemblyFormat = [{
+    $experts `,` $gates `,` $grad `,` $up `,` $down `,` $kept `into`
+    $input_grad `,` $gates_grad `,` $up_grad `,` $down_grad attr-dict `:`
+    type(operands)
+  }];
+}
+
+def Rank_MoeExpertsSwigluGradKeptOp : Rank_CallOp<"moe_experts_swiglu_grad_kept"> {
+  let summary = "moe_experts_swiglu_grad from the kept activations";
+  let arguments = (ins Arg<Rank_I32Buffer, "", [MemRead]>:$experts,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$gates,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$grad,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$gate,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$up,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$down,
+                       Arg<Rank_FloatBuffer, "", [MemRead, MemWrite]>:$kept,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$input_grad,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$gates_grad,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$gate_grad,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$up_grad,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$down_grad);
+  let assemblyFormat = [{
+    $experts `,` $gates `,` $grad `,` $gate `,` $up `,` $down `,` $kept `into`
+    $input_grad `,` $gates_grad `,` $gate_grad `,` $up_grad `,` $down_grad
+    attr-dict `:` type(operands)
+  }];
+}
+
 #endif

@@ -310,6 +310,14 @@ template <class Op> int64_t moeExperts(Op op, const WorkspaceEnv &) {
   auto f = grad ? ws::moe_experts_grad : ws::moe_experts;
   return f(n, dim(up, 0), dim(up, 1), dim(up, 2), dim(down, 2), gated);
 }
+/// recompute = none's experts (plan-keep-experts).
+template <class Op> int64_t moeExpertsKeep(Op op, const WorkspaceEnv &) {
+  return ws::moe_experts_keep(numel(op.getExperts()), dim(op.getUp(), 2));
+}
+template <class Op> int64_t moeExpertsGradKept(Op op, const WorkspaceEnv &) {
+  return ws::moe_experts_grad_kept(numel(op.getExperts()), dim(op.getUp(), 1),
+                                   dim(op.getUp(), 2));
+}
 /// The sequences of a [..., S, K] choice buffer and the experts.
 int64_t moeSequences(Value experts) {
   return rank(experts) < 2 ? 0
@@ -375,6 +383,17 @@ void planc::rank::registerWorkspaceModels(MLIRContext *ctx) {
   GroupNormOp::attachInterface<Model<GroupNormOp, groupNorm>>(*ctx);
   GroupNormGradOp::attachInterface<Model<GroupNormGradOp, groupNormGrad>>(*ctx);
   MoeTopkOp::attachInterface<Model<MoeTopkOp, moeTopk<MoeTopkOp>>>(*ctx);
+  MoeExpertsKeepOp::attachInterface<
+      Model<MoeExpertsKeepOp, moeExpertsKeep<MoeExpertsKeepOp>>>(*ctx);
+  MoeExpertsSwigluKeepOp::attachInterface<
+      Model<MoeExpertsSwigluKeepOp, moeExpertsKeep<MoeExpertsSwigluKeepOp>>>(
+      *ctx);
+  MoeExpertsGradKeptOp::attachInterface<
+      Model<MoeExpertsGradKeptOp, moeExpertsGradKept<MoeExpertsGradKeptOp>>>(
+      *ctx);
+  MoeExpertsSwigluGradKeptOp::attachInterface<
+      Model<MoeExpertsSwigluGradKeptOp,
+            moeExpertsGradKept<MoeExpertsSwigluGradKeptOp>>>(*ctx);
   MoeTopkBiasedOp::attachInterface<
       Model<MoeTopkBiasedOp, moeTopk<MoeTopkBiasedOp>>>(*ctx);
   MoeAuxGradOp::attachInterface<Model<MoeAuxGradOp, moeAuxGrad>>(*ctx);

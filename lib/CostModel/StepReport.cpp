@@ -137,6 +137,36 @@ struct OpCost {
   double time = 0;  // seconds
 };
 
+/// The experts ops of a mixture of experts, whichever form (gelu or swiglu,
+/// forward or gradient, kept or not): their choices and weights.
+struct MoeExpertsView {
+  Value experts, up, down, gate; // gate: swiglu's
+  bool gated, grad, kept;
+};
+std::optional<MoeExpertsView> moeExpertsView(Operation *op) {
+  auto view = [](auto o, Value gate, bool grad, bool kept) {
+    return MoeExpertsView{o.getExperts(), o.getUp(), o.getDown(), gate,
+                          bool(gate),     grad,      kept};
+  };
+  if (auto o = dyn_cast<rk::MoeExpertsOp>(op))
+    return view(o, Value(), false, false);
+  if (auto o = dyn_cast<rk::MoeExpertsSwigluOp>(op))
+    return view(o, o.getGate(), false, false);
+  if (auto o = dyn_cast<rk::MoeExpertsKeepOp>(op))
+    return view(o, Value(), false, true);
+  if (auto o = dyn_cast<rk::MoeExpertsSwigluKeepOp>(op))
+    return view(o, o.getGate(), false, true);
+  if (auto o = dyn_cast<rk::MoeExpertsGradOp>(op))
+    return view(o, Value(), true, false);
+  if (auto o = dyn_cast<rk::MoeExpertsSwigluGradOp>(op))
+    return view(o, o.getGate(), true, false);
+  if (auto o = dyn_cast<rk::MoeExpertsGradKeptOp>(op))
+    return view(o, Value(), true, true);
+  if (auto o = dyn_cast<rk::MoeExpertsSwigluGradKeptOp>(op))
+    return view(o, o.getGate(), true, true);
+  return std::nullopt;
+}
+
 /// Costs rank ops with the time model. Bytes are those of the buffers' real
 /// element types (mixed precision: 16-bit activations, f32 master weights,
 /// gradients and state); GEMMs run at the rate of the plan's precision.
@@ -259,31 +289,27 @@ struct OpCoster {
       c.time = times * tm.gemmTime(m, n, k, 1, actBytes);
       return c;
     }
-    if (isa<rk::MoeExpertsOp, rk::MoeExpertsSwigluOp, rk::MoeExpertsGradOp,
-            rk::MoeExpertsSwigluGradOp>(op)) {
+    if (std::optional<MoeExpertsView> moe = moeExpertsView(op)) {
       // The routed rows (tokens x top_k) go through one GEMM per expert and
       // weight. Assumed balanced: each expert gets rows / E of them (what
-      // the routing gives is known only at run time). The backward
-      // recomputes the forward, then takes two GEMMs per weight. The
-      // gather and the combine move the rows' inputs and outputs.
-      bool grad = isa<rk::MoeExpertsGradOp, rk::MoeExpertsSwigluGradOp>(op);
-      bool gated = isa<rk::MoeExpertsSwigluOp, rk::MoeExpertsSwigluGradOp>(op);
-      Value up = op->getOperand(grad ? (gated ? 5 : 4) : (gated ? 4 : 3));
-      Value down = op->getOperand(grad ? (gated ? 6 : 5) : (gated ? 5 : 4));
-      auto ut = cast<MemRefType>(up.getType());
-      auto dt = cast<MemRefType>(down.getType());
-      double rows = elems(op->getOperand(1));
+      // the routing gives is known only at run time). The backward takes
+      // two GEMMs per weight, after recomputing the forward unless the
+      // forward kept it (plan-keep-experts). The gather and the combine
+      // move the rows' inputs and outputs.
+      auto ut = cast<MemRefType>(moe->up.getType());
+      auto dt = cast<MemRefType>(moe->down.getType());
+      double rows = elems(moe->experts);
       double e = ut.getDimSize(0), d = ut.getDimSize(1), h = ut.getDimSize(2),
              dout = dt.getDimSize(2), m = rows / e;
-      double weights = gated ? 2 : 1;
+      double weights = moe->gated ? 2 : 1;
       double forward = weights * tm.gemmTime(m, h, d, e, actBytes) +
                        tm.gemmTime(m, dout, h, e, actBytes);
       double fwdFlops = 2 * rows * (weights * d * h + h * dout);
       double moved = rows * (d + dout + weights * h) * actBytes;
+      double passes = moe->grad ? (moe->kept ? 2 : 3) : 1;
       c.kind = OpCost::Gemm;
-      c.flops = grad ? 3 * fwdFlops : fwdFlops;
-      c.time = grad ? 3 * forward + tm.memoryTime(3 * moved)
-                    : forward + tm.memoryTime(moved);
+      c.flops = passes * fwdFlops;
+      c.time = passes * (forward + tm.memoryTime(moved));
       return c;
     }
     if (auto ar = dyn_cast<rk::AllReduceOp>(op))
@@ -762,12 +788,14 @@ FailureOr<StepReport> planc::computeStepReport(ModuleOp module,
   // fp32 parameters behind any 16-bit copies).
   llvm::SetVector<Value> expertWeights;
   step.walk([&](Operation *op) {
-    if (!isa<rk::MoeExpertsOp, rk::MoeExpertsSwigluOp>(op))
+    std::optional<MoeExpertsView> moe = moeExpertsView(op);
+    if (!moe || moe->grad)
       return;
     ++r.moeLayers;
-    auto ids = cast<MemRefType>(op->getOperand(1).getType());
-    r.moeTopK = ids.getShape().back();
-    for (Value w : op->getOperands().drop_front(3).drop_back()) {
+    r.moeTopK = cast<MemRefType>(moe->experts.getType()).getShape().back();
+    for (Value w : {moe->gate, moe->up, moe->down}) {
+      if (!w)
+        continue;
       if (auto c = w.getDefiningOp<rk::CastOp>())
         w = c.getInput();
       r.moeExperts = cast<MemRefType>(w.getType()).getDimSize(0);

@@ -37,6 +37,7 @@ const Stage kStages[] = {
      [](const planc::PipelineOptions &o) {
        return planc::createKeepAttention({/*policy=*/"", o.target});
      }},
+    {"plan-keep-experts", plain<planc::createKeepExperts>},
     {"plan-schedule-pipeline", plain<planc::createSchedulePipeline>},
     {"plan-memory",
      [](const planc::PipelineOptions &o) {

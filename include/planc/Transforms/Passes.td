@@ -217,6 +217,27 @@ def ShardInPlace : Pass<"plan-shard-in-place", "mlir::ModuleOp"> {
   let dependentDialects = ["::planc::rank::RankDialect"];
 }
 
+def KeepExperts : Pass<"plan-keep-experts", "mlir::ModuleOp"> {
+  let summary = "recompute = none: a mixture of experts keeps its activations for the backward";
+  let description = [{
+    With `recompute = none`, each `rank.moe_experts(_swiglu)` of
+    `@plan_step` whose backward (`rank.moe_experts(_swiglu)_grad` of the same
+    choices and weights) runs in the same block becomes
+    `rank.moe_experts(_swiglu)_keep`, writing its grouping of the routed rows,
+    their inputs, the hidden pre-activations and the experts' outputs to a
+    new buffer (planrt/workspace.h moe_kept_floats), and the backward
+    `rank.moe_experts(_swiglu)_grad_kept`, which reads them instead of
+    recomputing the forward's GEMMs (a third of the experts' backward work).
+    `selective` and `full` recompute them. Same values, same results. In a
+    pipeline the two run in different units and are left as they are.
+  }];
+  let options = [
+    Option<"policy", "policy", "std::string", "\"\"",
+           "none, selective or full (default: plan.parallel's recompute)">,
+  ];
+  let dependentDialects = ["::planc::rank::RankDialect"];
+}
+
 def KeepAttention : Pass<"plan-keep-attention", "mlir::ModuleOp"> {
   let summary = "recompute = none: attention keeps its score matrix for the backward";
   let description = [{

@@ -777,6 +777,27 @@ void moe_experts_grad(Context *ctx, const Tensor *x, const Tensor *experts,
                       const Tensor *gates, const Tensor *grad, const Tensor *up,
                       const Tensor *down, Tensor *dx, Tensor *dgates,
                       Tensor *dup, Tensor *ddown);
+/// recompute = none: the forward keeps its grouping and activations in
+/// `kept` (f32, workspace.h moe_kept_floats), which the backward reads
+/// (and overwrites) instead of recomputing the forward.
+void moe_experts_keep(Context *ctx, const Tensor *x, const Tensor *experts,
+                      const Tensor *gates, const Tensor *up, const Tensor *down,
+                      Tensor *out, Tensor *kept);
+void moe_experts_swiglu_keep(Context *ctx, const Tensor *x,
+                             const Tensor *experts, const Tensor *gates,
+                             const Tensor *gate, const Tensor *up,
+                             const Tensor *down, Tensor *out, Tensor *kept);
+void moe_experts_grad_kept(Context *ctx, const Tensor *experts,
+                           const Tensor *gates, const Tensor *grad,
+                           const Tensor *up, const Tensor *down, Tensor *kept,
+                           Tensor *dx, Tensor *dgates, Tensor *dup,
+                           Tensor *ddown);
+void moe_experts_swiglu_grad_kept(Context *ctx, const Tensor *experts,
+                                  const Tensor *gates, const Tensor *grad,
+                                  const Tensor *gate, const Tensor *up,
+                                  const Tensor *down, Tensor *kept, Tensor *dx,
+                                  Tensor *dgates, Tensor *dgate, Tensor *dup,
+                                  Tensor *ddown);
 void moe_experts_swiglu_grad(Context *ctx, const Tensor *x,
                              const Tensor *experts, const Tensor *gates,
                              const Tensor *grad, const Tensor *gate,

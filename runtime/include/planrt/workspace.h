@@ -283,6 +283,31 @@ constexpr int64_t moe_experts_grad(int64_t n, int64_t experts, int64_t d,
                       floats(n * d);
 }
 
+/// What recompute = none keeps of the experts' forward for their backward
+/// (moe_experts*_keep -> moe_experts*_grad_kept), one f32 buffer of
+/// segments, each rounded up to kMoeKeptAlign floats: the grouping (n + n +
+/// E + 2 ints), the rows' inputs [n, d], the hidden pre-activations [n, h]
+/// (two with a gate) and the experts' outputs [n, d'].
+constexpr int64_t kMoeKeptAlign = 64;
+constexpr int64_t moe_kept_segment(int64_t floats) {
+  return (floats + kMoeKeptAlign - 1) / kMoeKeptAlign * kMoeKeptAlign;
+}
+constexpr int64_t moe_kept_floats(int64_t n, int64_t experts, int64_t d,
+                                  int64_t h, int64_t d_out, bool gated) {
+  return moe_kept_segment(n) * 2 + moe_kept_segment(experts + 2) +
+         moe_kept_segment(n * d) + (gated ? 2 : 1) * moe_kept_segment(n * h) +
+         moe_kept_segment(n * d_out);
+}
+/// moe_experts*_keep: the hidden activation (its inputs are kept).
+constexpr int64_t moe_experts_keep(int64_t n, int64_t h) {
+  return n == 0 ? 0 : floats(n * h);
+}
+/// moe_experts*_grad_kept: the hidden activation again and the rows' input
+/// gradients (the kept buffer takes the other gradients in place).
+constexpr int64_t moe_experts_grad_kept(int64_t n, int64_t d, int64_t h) {
+  return n == 0 ? 0 : floats(n * h) + floats(n * d);
+}
+
 } // namespace workspace
 } // namespace planrt
 
