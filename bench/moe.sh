@@ -25,11 +25,7 @@ mkdir -p data
 "$BUILD/bin/plan-tokenize" -o data/tiny "$ROOT/examples/data/tiny.txt" >/dev/null
 CPU="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
 
-median_ms() {
-  grep -o '| [0-9.]* ms' | awk 'NR > 2 {print $2}' | sort -n |
-    awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'
-}
-best() { printf '%s\n' "$@" | sort -n | head -1; }
+. "$ROOT/bench/common.sh" # median_ms, best
 
 rows=()
 # NAME VOCAB SEQ D HEADS KV HIDDEN EXPERTS TOP_K LAYERS BATCH

@@ -24,6 +24,18 @@ PLANRT_HD inline int32_t moe_expert(int32_t choice) {
   return choice < 0 ? -choice - 1 : choice;
 }
 
+/// The largest of a row's n logits and the sum of their exponentials from
+/// it (a softmax's statistics: p[e] = expf(l[e] - m) / sum).
+PLANRT_HD inline void moe_softmax_stats(const float *l, int64_t n, float &m,
+                                        float &sum) {
+  m = l[0];
+  for (int64_t e = 1; e < n; ++e)
+    m = l[e] > m ? l[e] : m;
+  sum = 0.0f;
+  for (int64_t e = 0; e < n; ++e)
+    sum += expf(l[e] - m);
+}
+
 /// Token t's K experts with the largest scores, largest first (equal
 /// scores: the lower index first); the score is the logit, or with `bias`
 /// the softmax probability plus the expert's bias. K passes over the row;
@@ -39,12 +51,8 @@ struct MoeTopkFn {
     const float *l = logits + t * experts;
     int32_t *o = out + t * k;
     float m = l[0], sum = 0.0f;
-    if (bias) {
-      for (int64_t e = 1; e < experts; ++e)
-        m = l[e] > m ? l[e] : m;
-      for (int64_t e = 0; e < experts; ++e)
-        sum += expf(l[e] - m);
-    }
+    if (bias)
+      moe_softmax_stats(l, experts, m, sum);
     for (int64_t j = 0; j < k; ++j) {
       int64_t best = -1;
       float bestScore = 0.0f;
@@ -307,12 +315,8 @@ struct MoeAuxGradFn {
     for (int64_t t = q * seq; t < (q + 1) * seq; ++t) {
       const float *l = logits + t * num_experts;
       float *o = out + t * num_experts;
-      float m = l[0];
-      for (int64_t e = 1; e < num_experts; ++e)
-        m = l[e] > m ? l[e] : m;
-      float sum = 0.0f;
-      for (int64_t e = 0; e < num_experts; ++e)
-        sum += expf(l[e] - m);
+      float m, sum;
+      moe_softmax_stats(l, num_experts, m, sum);
       float dot = 0.0f;
       for (int64_t e = 0; e < num_experts; ++e)
         dot += expf(l[e] - m) / sum * (scale * float(c[e]));
