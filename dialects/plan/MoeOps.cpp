@@ -4,10 +4,14 @@
 // they may be split. Every MoE op works token by token, so the tokens (the
 // leading dimensions) may be split over any axis, like an element-wise op's
 // (dp, tp with sequence parallelism, cp); each rank then routes and runs
-// its own tokens through whole experts. The experts (E), the token's K
-// choices and the feature dimensions stay whole: the experts' weights are
-// replicated, and their gradients are pending sums over the ranks that
-// split the tokens, reduced like any data-parallel gradient.
+// its own tokens. The token's K choices and the feature dimensions stay
+// whole. The experts (E) of moe_experts may be split (expert parallelism,
+// over ep): a rank then runs only its experts, on every token of its ep
+// group (one mesh axis splits one factor, and the weights' claim on ep wins
+// over the tokens', which are gathered), and the output lacks E: a pending
+// sum over ep, reduce-scattered back to the tokens' split. The experts'
+// gradients are pending sums over the ranks that split the tokens (dp),
+// reduced like any data-parallel gradient.
 //
 // Gradients (lib/Transforms/Autodiff.cpp): moe_topk has none (integers);
 // moe_gates has moe_gates_grad; moe_experts has moe_experts_grad, which
@@ -85,8 +89,11 @@ Rule expertsRule(Operation *op, bool isGrad) {
   unsigned w = isGrad ? 4 : 3; // the first weight operand
   ArrayRef<int64_t> up = shapeOf(op->getOperand(w)),
                     down = shapeOf(op->getOperand(w + 1));
-  int64_t e = whole(r, up[0]), d = whole(r, up[1]), h = whole(r, up[2]),
-          dout = whole(r, down[2]), k = whole(r, lastDim(op->getOperand(1)));
+  // E may be split (expert parallelism); the rank's lowering tells its
+  // kernel which experts it holds.
+  int64_t e = up[0] == 1 ? -1 : r.addFactor(up[0]), d = whole(r, up[1]),
+          h = whole(r, up[2]), dout = whole(r, down[2]),
+          k = whole(r, lastDim(op->getOperand(1)));
   Rule::TensorDims xs = withLast(t, d), ks = withLast(t, k),
                    ys = withLast(t, dout), upT = Rule::tensor({e, d, h}),
                    downT = Rule::tensor({e, h, dout});

@@ -21,8 +21,8 @@ def Plan_ReshardOp : Plan_LayoutOp<"reshard"> {
     The operand's own sharding is the one recorded on its definition.
     plan-expand-reshards turns each reshard into collectives.
   }];
-  let arguments = (ins Plan_FloatTensor:$input, Plan_ShardingAttr:$sharding);
-  let results = (outs Plan_FloatTensor:$result);
+  let arguments = (ins Plan_MovableTensor:$input, Plan_ShardingAttr:$sharding);
+  let results = (outs Plan_MovableTensor:$result);
   let assemblyFormat = "$input $sharding attr-dict `:` type($result)";
 }
 
@@ -51,8 +51,8 @@ def Plan_AllGatherOp : Plan_LayoutOp<"all_gather"> {
     %w = plan.all_gather %s dim 0 over "dp" : tensor<64x64xf32>
     ```
   }];
-  let arguments = (ins Plan_FloatTensor:$input, I64Attr:$dim, StrAttr:$axis);
-  let results = (outs Plan_FloatTensor:$result);
+  let arguments = (ins Plan_MovableTensor:$input, I64Attr:$dim, StrAttr:$axis);
+  let results = (outs Plan_MovableTensor:$result);
   let assemblyFormat = "$input `dim` $dim `over` $axis attr-dict `:` type($result)";
 }
 
@@ -80,8 +80,8 @@ def Plan_AllSliceOp : Plan_LayoutOp<"all_slice"> {
     %s = plan.all_slice %w dim 0 over "dp" : tensor<64x64xf32>
     ```
   }];
-  let arguments = (ins Plan_FloatTensor:$input, I64Attr:$dim, StrAttr:$axis);
-  let results = (outs Plan_FloatTensor:$result);
+  let arguments = (ins Plan_MovableTensor:$input, I64Attr:$dim, StrAttr:$axis);
+  let results = (outs Plan_MovableTensor:$result);
   let assemblyFormat = "$input `dim` $dim `over` $axis attr-dict `:` type($result)";
 }
 
@@ -92,9 +92,9 @@ def Plan_AllToAllOp : Plan_LayoutOp<"all_to_all"> {
     %t = plan.all_to_all %x gather 1 split 0 over "tp" : tensor<8x16x64xf32>
     ```
   }];
-  let arguments = (ins Plan_FloatTensor:$input, I64Attr:$gather_dim,
+  let arguments = (ins Plan_MovableTensor:$input, I64Attr:$gather_dim,
                        I64Attr:$split_dim, StrAttr:$axis);
-  let results = (outs Plan_FloatTensor:$result);
+  let results = (outs Plan_MovableTensor:$result);
   let assemblyFormat = [{
     $input `gather` $gather_dim `split` $split_dim `over` $axis attr-dict `:` type($result)
   }];

@@ -188,6 +188,9 @@ def Plan_ClusterOp : Plan_Op<"cluster"> {
 // the 16-bit ones).
 def Plan_FloatTensor : RankedTensorOf<[F32, BF16, F16]>;
 def Plan_FloatScalar : 0DTensorOf<[F32, BF16, F16]>;
+// What layout changes that only move values take: floats, and the i32
+// expert choices of mixture-of-experts routing.
+def Plan_MovableTensor : RankedTensorOf<[F32, BF16, F16, I32]>;
 
 // Every compute op states its sharding rule (dialects/plan/ShardingRules.cpp).
 class Plan_ComputeOp<string mnemonic, list<Trait> traits = []>

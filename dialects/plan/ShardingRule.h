@@ -36,6 +36,8 @@ struct OpShardingRule {
   };
   /// The mesh axis that splits the sequence for context parallelism.
   static constexpr const char *kContextAxis = "cp";
+  /// The mesh axis that splits mixture-of-experts weights by experts.
+  static constexpr const char *kExpertAxis = "ep";
   /// A tensor dimension: its factors, major to minor (size-1 factors are
   /// left out; no factor: the dimension is never split), and, when the
   /// dimension is the concatenation of segments that are each split on

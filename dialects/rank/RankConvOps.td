@@ -198,14 +198,18 @@ def Rank_DropoutOp : Rank_CallOp<"dropout", [AllTypesMatch<["input", "out"]>]> {
   let description = [{
     `d0_axes` .. `d3_axes`: the mesh axes that split each dimension (codegen
     passes axis masks); `microbatches`: how many microbatches also split
-    dimension 0 (0: none; the runtime knows the current one). From these the runtime
-    computes each element's index in the global tensor.
+    dimension 0 (0: none; the runtime knows the current one), and
+    `mb_inner_axes`: those of d0_axes that split each microbatch (expert
+    parallelism's; the others split the batch outside the microbatches).
+    From these the runtime computes each element's index in the global
+    tensor.
   }];
   let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$input,
                        Arg<Rank_FloatBuffer, "", [MemWrite]>:$out,
                        StrArrayAttr:$d0_axes, StrArrayAttr:$d1_axes,
                        StrArrayAttr:$d2_axes, StrArrayAttr:$d3_axes,
-                       I64Attr:$microbatches, F32Attr:$p, I64Attr:$uid);
+                       I64Attr:$microbatches, StrArrayAttr:$mb_inner_axes,
+                       F32Attr:$p, I64Attr:$uid);
   let assemblyFormat = [{
     $input `into` $out attr-dict `:` type($input)
   }];

@@ -79,6 +79,11 @@ def Rank_MoeGatesGradOp : Rank_CallOp<"moe_gates_grad"> {
   }];
 }
 
+// With an `expert_axis` (expert parallelism), the weights hold this rank's
+// experts (block `coord` of that axis): the rows routed elsewhere are left
+// out, so the output is this rank's part of a sum over the axis, and the
+// gates' gradient is zero for the choices of other ranks' experts.
+
 def Rank_MoeExpertsOp : Rank_CallOp<"moe_experts"> {
   let summary = "tokens through their gelu experts, summed by the gates";
   let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$input,
@@ -86,7 +91,8 @@ def Rank_MoeExpertsOp : Rank_CallOp<"moe_experts"> {
                        Arg<Rank_FloatBuffer, "", [MemRead]>:$gates,
                        Arg<Rank_FloatBuffer, "", [MemRead]>:$up,
                        Arg<Rank_FloatBuffer, "", [MemRead]>:$down,
-                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$out);
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$out,
+                       DefaultValuedStrAttr<StrAttr, "">:$expert_axis);
   let assemblyFormat = [{
     $input `,` $experts `,` $gates `,` $up `,` $down `into` $out attr-dict `:`
     type($input) `,` type($experts) `,` type($gates) `,` type($up) `,`
@@ -102,7 +108,8 @@ def Rank_MoeExpertsSwigluOp : Rank_CallOp<"moe_experts_swiglu"> {
                        Arg<Rank_FloatBuffer, "", [MemRead]>:$gate,
                        Arg<Rank_FloatBuffer, "", [MemRead]>:$up,
                        Arg<Rank_FloatBuffer, "", [MemRead]>:$down,
-                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$out);
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$out,
+                       DefaultValuedStrAttr<StrAttr, "">:$expert_axis);
   let assemblyFormat = [{
     $input `,` $experts `,` $gates `,` $gate `,` $up `,` $down `into` $out
     attr-dict `:` type($input) `,` type($experts) `,` type($gates) `,`
@@ -121,7 +128,8 @@ def Rank_MoeExpertsGradOp : Rank_CallOp<"moe_experts_grad"> {
                        Arg<Rank_FloatBuffer, "", [MemWrite]>:$input_grad,
                        Arg<Rank_FloatBuffer, "", [MemWrite]>:$gates_grad,
                        Arg<Rank_FloatBuffer, "", [MemWrite]>:$up_grad,
-                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$down_grad);
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$down_grad,
+                       DefaultValuedStrAttr<StrAttr, "">:$expert_axis);
   let assemblyFormat = [{
     $input `,` $experts `,` $gates `,` $grad `,` $up `,` $down `into`
     $input_grad `,` $gates_grad `,` $up_grad `,` $down_grad attr-dict `:`
@@ -142,7 +150,8 @@ def Rank_MoeExpertsSwigluGradOp : Rank_CallOp<"moe_experts_swiglu_grad"> {
                        Arg<Rank_FloatBuffer, "", [MemWrite]>:$gates_grad,
                        Arg<Rank_FloatBuffer, "", [MemWrite]>:$gate_grad,
                        Arg<Rank_FloatBuffer, "", [MemWrite]>:$up_grad,
-                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$down_grad);
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$down_grad,
+                       DefaultValuedStrAttr<StrAttr, "">:$expert_axis);
   let assemblyFormat = [{
     $input `,` $experts `,` $gates `,` $grad `,` $gate `,` $up `,` $down `into`
     $input_grad `,` $gates_grad `,` $gate_grad `,` $up_grad `,` $down_grad
@@ -163,7 +172,8 @@ def Rank_MoeExpertsKeepOp : Rank_CallOp<"moe_experts_keep"> {
                        Arg<Rank_FloatBuffer, "", [MemRead]>:$up,
                        Arg<Rank_FloatBuffer, "", [MemRead]>:$down,
                        Arg<Rank_FloatBuffer, "", [MemWrite]>:$out,
-                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$kept);
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$kept,
+                       DefaultValuedStrAttr<StrAttr, "">:$expert_axis);
   let assemblyFormat = [{
     $input `,` $experts `,` $gates `,` $up `,` $down `into` $out `,` $kept
     attr-dict `:` type(operands)
@@ -179,7 +189,8 @@ def Rank_MoeExpertsSwigluKeepOp : Rank_CallOp<"moe_experts_swiglu_keep"> {
                        Arg<Rank_FloatBuffer, "", [MemRead]>:$up,
                        Arg<Rank_FloatBuffer, "", [MemRead]>:$down,
                        Arg<Rank_FloatBuffer, "", [MemWrite]>:$out,
-                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$kept);
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$kept,
+                       DefaultValuedStrAttr<StrAttr, "">:$expert_axis);
   let assemblyFormat = [{
     $input `,` $experts `,` $gates `,` $gate `,` $up `,` $down `into` $out `,`
     $kept attr-dict `:` type(operands)
@@ -197,7 +208,8 @@ def Rank_MoeExpertsGradKeptOp : Rank_CallOp<"moe_experts_grad_kept"> {
                        Arg<Rank_FloatBuffer, "", [MemWrite]>:$input_grad,
                        Arg<Rank_FloatBuffer, "", [MemWrite]>:$gates_grad,
                        Arg<Rank_FloatBuffer, "", [MemWrite]>:$up_grad,
-                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$down_grad);
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$down_grad,
+                       DefaultValuedStrAttr<StrAttr, "">:$expert_axis);
   let assemblyFormat = [{
     $experts `,` $gates `,` $grad `,` $up `,` $down `,` $kept `into`
     $input_grad `,` $gates_grad `,` $up_grad `,` $down_grad attr-dict `:`
@@ -218,7 +230,8 @@ def Rank_MoeExpertsSwigluGradKeptOp : Rank_CallOp<"moe_experts_swiglu_grad_kept"
                        Arg<Rank_FloatBuffer, "", [MemWrite]>:$gates_grad,
                        Arg<Rank_FloatBuffer, "", [MemWrite]>:$gate_grad,
                        Arg<Rank_FloatBuffer, "", [MemWrite]>:$up_grad,
-                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$down_grad);
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$down_grad,
+                       DefaultValuedStrAttr<StrAttr, "">:$expert_axis);
   let assemblyFormat = [{
     $experts `,` $gates `,` $grad `,` $gate `,` $up `,` $down `,` $kept `into`
     $input_grad `,` $gates_grad `,` $gate_grad `,` $up_grad `,` $down_grad

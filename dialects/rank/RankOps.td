@@ -110,17 +110,25 @@ def Rank_InputDeclOp : Rank_Op<"input_decl", [Symbol]> {
   let summary = "A per-step input or label: this rank's rows of the batch";
   let description = [{
     When `batch_axis` is set, dimension 0 is split over that mesh axis and
-    this rank reads rows `[coord * n, (coord + 1) * n)` of the global batch.
+    this rank reads rows `[coord * n, (coord + 1) * n)` of the global batch;
+    with a `batch_inner_axis` too (expert parallelism's ranks take samples
+    like data-parallel ones), over both, the inner one within each block of
+    the outer: block `coord * inner_size + inner_coord`. With `batch_runs`
+    (microbatches), the rank's rows are that many runs, and each run of the
+    outer block is split over the inner axis.
     When `seq_axis` is set (context parallelism), dimension 1 is split over
     that axis: the sequence is cut into 2 G chunks and the rank with
     coordinate g reads chunks g and 2 G - 1 - g.
   }];
   let arguments = (ins SymbolNameAttr:$sym_name, TypeAttrOf<Rank_DataBuffer>:$type,
                        StrAttr:$role, OptionalAttr<StrAttr>:$batch_axis,
-                       OptionalAttr<StrAttr>:$seq_axis);
+                       OptionalAttr<StrAttr>:$seq_axis,
+                       OptionalAttr<StrAttr>:$batch_inner_axis,
+                       OptionalAttr<I64Attr>:$batch_runs);
   let assemblyFormat = [{
     $sym_name `:` $type `role` $role (`batch_axis` $batch_axis^)?
-    (`seq_axis` $seq_axis^)? attr-dict
+    (`batch_inner_axis` $batch_inner_axis^)? (`seq_axis` $seq_axis^)?
+    attr-dict
   }];
   let hasVerifier = 1;
 }
@@ -873,13 +881,15 @@ def Rank_AllReduceMaxOp : Rank_Op<"all_reduce_max"> {
 }
 
 // Collectives that move a dimension's split, over one named axis. The
-// runtime takes (in, out, dims..., axis).
-class Rank_DimCollectiveOp<string mnemonic, string doc>
+// runtime takes (in, out, dims..., axis). Those that only move values also
+// move i32 (mixture-of-experts choices).
+class Rank_DimCollectiveOp<string mnemonic, string doc,
+                           Type buffer = Rank_FloatBuffer>
     : Rank_CallOp<mnemonic,
         [DeclareOpInterfaceMethods<RuntimeCallOpInterface, ["getRuntimeAttrNames"]>]> {
   let summary = doc;
-  let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$input,
-                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$out,
+  let arguments = (ins Arg<buffer, "", [MemRead]>:$input,
+                       Arg<buffer, "", [MemWrite]>:$out,
                        I64Attr:$dim, StrAttr:$axis);
   let assemblyFormat = [{
     $input `into` $out `dim` $dim `over` $axis attr-dict `:` type($input) `->` type($out)
@@ -888,11 +898,13 @@ class Rank_DimCollectiveOp<string mnemonic, string doc>
 }
 
 def Rank_AllGatherOp : Rank_DimCollectiveOp<"all_gather",
-    "out = the blocks of every rank of `axis`, concatenated along `dim`">;
+    "out = the blocks of every rank of `axis`, concatenated along `dim`",
+    Rank_DataBuffer>;
 def Rank_ReduceScatterOp : Rank_DimCollectiveOp<"reduce_scatter",
     "out = this rank's block along `dim` of the sum over `axis`">;
 def Rank_ShardSliceOp : Rank_DimCollectiveOp<"shard_slice",
-    "out = this rank's block along `dim` (local, no communication)">;
+    "out = this rank's block along `dim` (local, no communication)",
+    Rank_DataBuffer>;
 
 def Rank_AllToAllOp : Rank_CallOp<"all_to_all",
     [DeclareOpInterfaceMethods<RuntimeCallOpInterface, ["getRuntimeAttrNames"]>]> {

@@ -32,6 +32,8 @@ std::string ParallelConfig::describe() const {
   os << "dp " << dp << " tp " << tp << " pp " << pp;
   if (cp > 1)
     os << " cp " << cp;
+  if (ep > 1)
+    os << " ep " << ep;
   if (pp > 1) {
     os << " " << schedule;
     if (virtualStages > 1)
@@ -50,6 +52,8 @@ std::string ParallelConfig::describe() const {
       split.push_back("cp");
     if ((a == "dp" ? dp : a == "tp" ? tp : pp) > 1)
       split.push_back(a);
+    if (a == "dp" && ep > 1)
+      split.push_back("ep");
   }
   if (split.size() > 1)
     os << " [" << llvm::join(split, ",") << "]";
@@ -178,10 +182,10 @@ struct ProbeKey {
   bool sp;
   std::string recompute;
   int64_t microBatch;
-  int64_t cp = 1;
+  int64_t cp = 1, ep = 1;
   bool operator<(const ProbeKey &o) const {
-    return std::tie(tp, sp, recompute, microBatch, cp) <
-           std::tie(o.tp, o.sp, o.recompute, o.microBatch, o.cp);
+    return std::tie(tp, sp, recompute, microBatch, cp, ep) <
+           std::tie(o.tp, o.sp, o.recompute, o.microBatch, o.cp, o.ep);
   }
 };
 
@@ -204,6 +208,9 @@ struct Problem {
   // Attention's sequence (0: no attention): context parallelism needs 2 cp
   // to divide it.
   int64_t seq = 0;
+  // The experts of every mixture-of-experts layer (0: none): expert
+  // parallelism's degrees divide each.
+  std::vector<int64_t> experts;
 };
 
 /// Micro batches above this (and above the input's) are not searched:
@@ -258,11 +265,14 @@ Problem readProblem(ModuleOp module, llvm::StringRef text) {
       p.user.pp = n;
     else if (name == "cp")
       p.user.cp = n;
+    else if (name == "ep")
+      p.user.ep = n;
   }
   // Axes of size 1 are not in the mesh: they keep their default places,
-  // the others fill the remaining places in the mesh's order. (cp is not
-  // an order of its own: it sits just outside tp.)
+  // the others fill the remaining places in the mesh's order. (cp and ep
+  // are not orders of their own: cp sits just outside tp, ep inside dp.)
   llvm::erase(p.user.order, "cp");
+  llvm::erase(p.user.order, "ep");
   {
     std::vector<std::string> present = p.user.order, order;
     size_t k = 0;
@@ -286,7 +296,8 @@ Problem readProblem(ModuleOp module, llvm::StringRef text) {
     p.lowPrecision = t.getPrecision() == "bf16" || t.getPrecision() == "fp16";
     p.tf32 = t.getPrecision() == "tf32";
     p.user.microBatch = t.getMicroBatch().value_or(
-        p.globalBatch / std::max<int64_t>(1, p.user.dp * p.user.microbatches));
+        p.globalBatch /
+        std::max<int64_t>(1, p.user.dp * p.user.ep * p.user.microbatches));
   }
   // Layers and the tensor a pipeline stage passes on (a layer's input).
   for (auto f : module.getOps<func::FuncOp>()) {
@@ -303,6 +314,9 @@ Problem readProblem(ModuleOp module, llvm::StringRef text) {
     }
     f.walk([&](plan::AttentionOp a) {
       p.seq = a.getQkv().getType().getDimSize(1);
+    });
+    f.walk([&](plan::MoeExpertsOp m) {
+      p.experts.push_back(m.getUp().getType().getDimSize(0));
     });
     f.walk([&](Operation *op) {
       auto l = op->getAttrOfType<IntegerAttr>(plan::kLayerAttr);
@@ -332,6 +346,8 @@ std::string parallelSection(const ParallelConfig &c, llvm::StringRef keep,
   os << "  dp = " << c.dp << "\n  tp = " << c.tp << "\n  pp = " << c.pp << "\n";
   if (c.cp > 1)
     os << "  cp = " << c.cp << "\n";
+  if (c.ep > 1)
+    os << "  ep = " << c.ep << "\n";
   if (c.tp > 1)
     os << "  tensor = megatron\n";
   if (c.sequenceParallel)
@@ -348,9 +364,9 @@ std::string parallelSection(const ParallelConfig &c, llvm::StringRef keep,
   return s;
 }
 
-/// The user's file cut to a probe: tp x cp ranks only (dp = pp = 1), one
-/// microbatch of `microBatch` samples, a cluster of one node of tp x cp
-/// GPUs.
+/// The user's file cut to a probe: tp x cp x ep ranks only (dp = pp = 1),
+/// one microbatch of `microBatch` samples per data-parallel rank (ep's
+/// too), a cluster of one node of tp x cp x ep GPUs.
 /// With pp = 2: two pipeline ranks and two microbatches of `microBatch`
 /// samples, both in flight on stage 0 at its peak.
 std::string probeText(llvm::StringRef text, const ProbeKey &k,
@@ -361,6 +377,7 @@ std::string probeText(llvm::StringRef text, const ProbeKey &k,
   c.schedule = schedule.str();
   c.tp = k.tp;
   c.cp = k.cp;
+  c.ep = k.ep;
   c.sequenceParallel = k.sp;
   c.recompute = k.recompute;
   c.microbatches = pp; // stage 0 then holds pp microbatches at its peak
@@ -369,11 +386,11 @@ std::string probeText(llvm::StringRef text, const ProbeKey &k,
   std::string mb = std::to_string(k.microBatch);
   out = setSettings(
       out, "train",
-      {{"batch", std::to_string(k.microBatch * c.dp * c.microbatches)},
+      {{"batch", std::to_string(k.microBatch * c.dp * c.ep * c.microbatches)},
        {"micro_batch", mb}});
   return setSettings(out, "cluster",
                      {{"nodes", std::to_string(c.pp * c.dp)},
-                      {"gpus_per_node", std::to_string(k.tp * k.cp)}});
+                      {"gpus_per_node", std::to_string(k.tp * k.cp * k.ep)}});
 }
 
 /// The screening estimate of one plan.
@@ -428,6 +445,10 @@ struct Screen {
       }
       order.push_back(a);
       sizes.push_back(a == "dp" ? c.dp : a == "tp" ? c.tp : c.pp);
+      if (a == "dp") {
+        order.push_back("ep");
+        sizes.push_back(c.ep);
+      }
     }
     return linkOf(tm.c, order, sizes, {axis.str()});
   }
@@ -462,15 +483,16 @@ struct Screen {
       compute += fill + 2 * (pp - 1) * transfer;
     }
     double comm = 0;
-    if (c.dp * c.cp > 1) {
-      // Gradients are summed over dp and cp (whose ranks see other tokens
-      // of the same weights); ZeRO splits over dp. (The slower link of the
-      // two stands for both.)
-      Link l = link(c, c.dp > 1 ? "dp" : "cp");
+    if (c.dp * c.cp * c.ep > 1) {
+      // Gradients are summed over dp, cp and ep (whose ranks see other
+      // tokens of the same weights; the experts' only over dp, which this
+      // overestimates); ZeRO splits over dp. (The slowest link of the three
+      // stands for all.) The probes' layer times hold ep's dispatch.
+      Link l = link(c, c.dp > 1 ? "dp" : c.ep > 1 ? "ep" : "cp");
       double g = params * actBytes;
       auto t = [&](llvm::StringRef kind) {
-        return tm.collectiveTime(kind, g,
-                                 kind == "all_reduce" ? c.dp * c.cp : c.dp, l);
+        return tm.collectiveTime(
+            kind, g, kind == "all_reduce" ? c.dp * c.cp * c.ep : c.dp, l);
       };
       switch (c.zero) {
       case 0:
@@ -547,6 +569,8 @@ std::string meshKey(const ParallelConfig &c) {
     int64_t n = a == "dp" ? c.dp : a == "tp" ? c.tp : c.pp;
     if (n > 1)
       k += a + ",";
+    if (a == "dp" && c.ep > 1)
+      k += "ep,";
   }
   return k;
 }
@@ -554,56 +578,60 @@ const char *const kRecomputes[] = {"none", "selective", "full"};
 
 /// Calls fn for every plan of the search space (microbatches not yet set):
 /// dp x tp x pp = the GPUs, one mesh order per distinct mesh (orders that
-/// differ only in axes of size 1 are one), context parallelism `cps` (cp
+/// differ only in axes of size 1 are one), expert parallelism `eps` (ep
+/// just inside dp), context parallelism `cps` (cp
 /// just outside tp), micro batches `mbs`, up to 8
 /// virtual stages (interleaved_1f1b exactly when more than 1), the
 /// schedules with a pipeline, ZeRO 0-3 with dp, sequence parallelism with
 /// tp, and the recompute levels (`none` not in a pipeline, which runs it as
 /// `selective`: docs/language.md).
 void forEachPlan(const Problem &p, llvm::ArrayRef<int64_t> mbs,
-                 llvm::ArrayRef<int64_t> cps,
+                 llvm::ArrayRef<int64_t> cps, llvm::ArrayRef<int64_t> eps,
                  llvm::function_ref<void(ParallelConfig &)> fn) {
   std::set<std::string> seenMesh;
   const char *const schedules[] = {"1f1b", "gpipe", "zero_bubble",
                                    "interleaved_1f1b"};
-  for (int64_t cp : cps)
-    for (int64_t tp : divisors(p.gpus))
-      for (int64_t pp : divisors(p.gpus / tp))
-        for (const auto &order : orders()) {
-          if ((p.gpus / tp / pp) % cp)
-            continue;
-          ParallelConfig c;
-          c.tp = tp;
-          c.pp = pp;
-          c.cp = cp;
-          c.dp = p.gpus / tp / pp / cp;
-          c.order = order;
-          if (!seenMesh
-                   .insert(std::to_string(tp) + "/" + std::to_string(pp) + "/" +
-                           std::to_string(cp) + "/" + meshKey(c))
-                   .second)
-            continue;
-          for (int64_t mb : mbs)
-            for (int64_t v = 1; v <= (pp > 1 ? 8 : 1); ++v)
-              for (llvm::StringRef sched : schedules) {
-                if ((pp == 1 && sched != "1f1b") ||
-                    ((sched == "interleaved_1f1b") != (v > 1)))
-                  continue;
-                for (int64_t zero = 0; zero <= (c.dp > 1 ? 3 : 0); ++zero)
-                  for (bool sp : {false, true})
-                    for (llvm::StringRef rc : kRecomputes) {
-                      if ((sp && tp == 1) || (pp > 1 && rc == "none"))
-                        continue;
-                      c.microBatch = mb;
-                      c.virtualStages = v;
-                      c.schedule = sched.str();
-                      c.zero = zero;
-                      c.sequenceParallel = sp;
-                      c.recompute = rc.str();
-                      fn(c);
-                    }
-              }
-        }
+  for (int64_t ep : eps)
+    for (int64_t cp : cps)
+      for (int64_t tp : divisors(p.gpus))
+        for (int64_t pp : divisors(p.gpus / tp))
+          for (const auto &order : orders()) {
+            if ((p.gpus / tp / pp) % (cp * ep))
+              continue;
+            ParallelConfig c;
+            c.tp = tp;
+            c.pp = pp;
+            c.cp = cp;
+            c.ep = ep;
+            c.dp = p.gpus / tp / pp / cp / ep;
+            c.order = order;
+            if (!seenMesh
+                     .insert(std::to_string(tp) + "/" + std::to_string(pp) +
+                             "/" + std::to_string(cp) + "/" +
+                             std::to_string(ep) + "/" + meshKey(c))
+                     .second)
+              continue;
+            for (int64_t mb : mbs)
+              for (int64_t v = 1; v <= (pp > 1 ? 8 : 1); ++v)
+                for (llvm::StringRef sched : schedules) {
+                  if ((pp == 1 && sched != "1f1b") ||
+                      ((sched == "interleaved_1f1b") != (v > 1)))
+                    continue;
+                  for (int64_t zero = 0; zero <= (c.dp > 1 ? 3 : 0); ++zero)
+                    for (bool sp : {false, true})
+                      for (llvm::StringRef rc : kRecomputes) {
+                        if ((sp && tp == 1) || (pp > 1 && rc == "none"))
+                          continue;
+                        c.microBatch = mb;
+                        c.virtualStages = v;
+                        c.schedule = sched.str();
+                        c.zero = zero;
+                        c.sequenceParallel = sp;
+                        c.recompute = rc.str();
+                        fn(c);
+                      }
+                }
+          }
 }
 
 /// Why `c` cannot run (or is not searched), or nothing; sets its
@@ -617,9 +645,9 @@ std::optional<std::string> invalidPlan(ParallelConfig &c, const Problem &p,
   if (c.cp > 1 && p.seq % (2 * c.cp * (c.sequenceParallel ? c.tp : 1)))
     return "cp does not divide the sequence into 2 cp chunks (with sequence "
            "parallelism, 2 cp tp)";
-  if (p.globalBatch % (c.dp * c.microBatch))
-    return "the batch does not divide into dp x micro batch";
-  c.microbatches = p.globalBatch / (c.dp * c.microBatch);
+  if (p.globalBatch % (c.dp * c.ep * c.microBatch))
+    return "the batch does not divide into dp x ep x micro batch";
+  c.microbatches = p.globalBatch / (c.dp * c.ep * c.microBatch);
   if (c.pp * c.virtualStages > std::max<int64_t>(p.layers, 1))
     return "more pipeline stages than layers";
   if (c.schedule == "interleaved_1f1b" && c.microbatches % c.pp)
@@ -668,16 +696,25 @@ llvm::Expected<AutoPlanResult> planc::autoPlan(llvm::StringRef path,
     for (int64_t c : divisors(p.gpus))
       if (c > 1 && p.seq % (2 * c) == 0)
         cps.push_back(c);
+  // Expert parallelism for mixtures of experts: the degrees that divide
+  // every layer's experts.
+  std::vector<int64_t> eps = {1};
+  if (!p.experts.empty())
+    for (int64_t e : divisors(p.gpus))
+      if (e > 1 &&
+          llvm::all_of(p.experts, [&](int64_t n) { return n % e == 0; }))
+        eps.push_back(e);
   std::vector<ProbeKey> keys;
-  for (int64_t cp : cps)
-    for (int64_t t : tps)
-      for (bool sp : {false, true}) {
-        if ((sp && t == 1) || t * cp > p.gpus)
-          continue;
-        for (const char *rc : kRecomputes)
-          for (int64_t b : mbs)
-            keys.push_back({t, sp, rc, b, cp});
-      }
+  for (int64_t ep : eps)
+    for (int64_t cp : cps)
+      for (int64_t t : tps)
+        for (bool sp : {false, true}) {
+          if ((sp && t == 1) || t * cp * ep > p.gpus)
+            continue;
+          for (const char *rc : kRecomputes)
+            for (int64_t b : mbs)
+              keys.push_back({t, sp, rc, b, cp, ep});
+        }
   // Per key: one and two layers without a pipeline; two layers on pp = 2
   // when the model can be piped (not for `none`, which a pipeline runs as
   // `selective`).
@@ -727,12 +764,12 @@ llvm::Expected<AutoPlanResult> planc::autoPlan(llvm::StringRef path,
   t0 = Clock::now();
   Screen screen(p);
   std::vector<Scored> fit;
-  forEachPlan(p, mbs, cps, [&](ParallelConfig &c) {
+  forEachPlan(p, mbs, cps, eps, [&](ParallelConfig &c) {
     ++r.considered;
     if (std::optional<std::string> why = invalidPlan(c, p, screen))
       return reject(*why);
-    auto it =
-        costs.find({c.tp, c.sequenceParallel, c.recompute, c.microBatch, c.cp});
+    auto it = costs.find(
+        {c.tp, c.sequenceParallel, c.recompute, c.microBatch, c.cp, c.ep});
     if (it == costs.end() || !it->second.problem.empty())
       return reject("does not compile: " + (it == costs.end()
                                                 ? std::string("not probed")
@@ -761,7 +798,7 @@ llvm::Expected<AutoPlanResult> planc::autoPlan(llvm::StringRef path,
     Verified u;
     u.config = p.user;
     auto it = costs.find({p.user.tp, p.user.sequenceParallel, p.user.recompute,
-                          p.user.microBatch, p.user.cp});
+                          p.user.microBatch, p.user.cp, p.user.ep});
     if (it != costs.end() && it->second.problem.empty()) {
       Estimate e = screen.estimate(p.user, it->second);
       u.estimatedStepTime = e.time;

@@ -142,11 +142,13 @@ struct OpCost {
 struct MoeExpertsView {
   Value experts, up, down, gate; // gate: swiglu's
   bool gated, grad, kept;
+  StringRef expertAxis; // expert parallelism's axis, or ""
 };
 std::optional<MoeExpertsView> moeExpertsView(Operation *op) {
   auto view = [](auto o, Value gate, bool grad, bool kept) {
-    return MoeExpertsView{o.getExperts(), o.getUp(), o.getDown(), gate,
-                          bool(gate),     grad,      kept};
+    return MoeExpertsView{o.getExperts(), o.getUp(),        o.getDown(),
+                          gate,           bool(gate),       grad,
+                          kept,           o.getExpertAxis()};
   };
   if (auto o = dyn_cast<rk::MoeExpertsOp>(op))
     return view(o, Value(), false, false);
@@ -785,25 +787,42 @@ FailureOr<StepReport> planc::computeStepReport(ModuleOp module,
   r.modelFlopsPerStep = r.stepFlopsPerRank * double(r.ranks);
 
   // A mixture of experts' layers and the weights of their experts (the
-  // fp32 parameters behind any 16-bit copies).
+  // fp32 parameters behind any 16-bit copies), and what expert parallelism
+  // moves over its axis.
   llvm::SetVector<Value> expertWeights;
+  StringRef expertAxis;
   step.walk([&](Operation *op) {
     std::optional<MoeExpertsView> moe = moeExpertsView(op);
     if (!moe || moe->grad)
       return;
     ++r.moeLayers;
     r.moeTopK = cast<MemRefType>(moe->experts.getType()).getShape().back();
+    expertAxis = moe->expertAxis;
+    r.moeEp = expertAxis.empty() ? 1 : mesh.getAxisSize(expertAxis);
     for (Value w : {moe->gate, moe->up, moe->down}) {
       if (!w)
         continue;
       if (auto c = w.getDefiningOp<rk::CastOp>())
         w = c.getInput();
-      r.moeExperts = cast<MemRefType>(w.getType()).getDimSize(0);
+      r.moeExpertsPerRank = cast<MemRefType>(w.getType()).getDimSize(0);
+      r.moeExperts = r.moeExpertsPerRank * r.moeEp;
       expertWeights.insert(w);
     }
   });
   for (Value w : expertWeights)
-    r.expertWeightBytes += cast<MemRefType>(w.getType()).getNumElements() * 4;
+    r.expertWeightBytesPerRank +=
+        cast<MemRefType>(w.getType()).getNumElements() * 4;
+  r.expertWeightBytes = r.expertWeightBytesPerRank * r.moeEp;
+  for (const CommLine &l : r.comm)
+    if (!expertAxis.empty() && l.axes == expertAxis) {
+      if (l.kind == "all_gather") {
+        r.moeGatherBytes += l.payloadBytes;
+        r.moeGatherSent += l.sentBytes;
+      } else if (l.kind == "reduce_scatter") {
+        r.moeScatterBytes += l.payloadBytes;
+        r.moeScatterSent += l.sentBytes;
+      }
+    }
 
   // FLOPs: every pipeline coordinate's ranks (ranks / pp of them) run what
   // its walk counted.
@@ -845,13 +864,29 @@ void planc::printStepReport(const StepReport &r, llvm::raw_ostream &os) {
                      r.memoryPeakBytes() / 1e9, r.gpu.c_str(),
                      r.gpuMemoryBytes / 1e9,
                      r.fits() ? "fits" : "does not fit");
-  if (r.moeLayers > 0)
+  if (r.moeLayers > 0 && r.moeEp == 1)
     os << llvm::format("  mixture of experts  %lld layers of %lld experts (top "
                        "%lld): expert weights %.3f MB, whole on every rank "
                        "that holds their layer (no ep); time assumes "
                        "balanced routing\n",
                        (long long)r.moeLayers, (long long)r.moeExperts,
                        (long long)r.moeTopK, mb(r.expertWeightBytes));
+  if (r.moeLayers > 0 && r.moeEp > 1) {
+    os << llvm::format("  mixture of experts  %lld layers of %lld experts (top "
+                       "%lld), %lld per rank (ep = %lld): expert weights "
+                       "%.3f MB, %.3f MB per rank; time assumes balanced "
+                       "routing\n",
+                       (long long)r.moeLayers, (long long)r.moeExperts,
+                       (long long)r.moeTopK, (long long)r.moeExpertsPerRank,
+                       (long long)r.moeEp, mb(r.expertWeightBytes),
+                       mb(r.expertWeightBytesPerRank));
+    os << llvm::format("    ep dispatch (all-gather of the tokens, choices "
+                       "and gates; reduce-scatter of the outputs), per step "
+                       "and rank: gathers %.4f MB (sent %.4f), "
+                       "reduce-scatters %.4f MB (sent %.4f)\n",
+                       mb(r.moeGatherBytes), mb(r.moeGatherSent),
+                       mb(r.moeScatterBytes), mb(r.moeScatterSent));
+  }
   os << "  communication per step and rank (ring algorithms):\n";
   os << llvm::format("    %-15s %-8s %6s %7s %14s %14s\n", "collective", "axes",
                      "ranks", "calls", "payload MB", "sent MB");
@@ -941,8 +976,23 @@ llvm::json::Object planc::stepReportJson(const StepReport &r) {
            ? llvm::json::Value(nullptr)
            : llvm::json::Object{{"layers", r.moeLayers},
                                 {"experts", r.moeExperts},
+                                {"experts_per_rank", r.moeExpertsPerRank},
+                                {"ep", r.moeEp},
                                 {"top_k", r.moeTopK},
                                 {"expert_weight_bytes", r.expertWeightBytes},
+                                {"expert_weight_bytes_per_rank",
+                                 r.expertWeightBytesPerRank},
+                                {"dispatch",
+                                 llvm::json::Object{{"gather_bytes",
+                                                     r.moeGatherBytes},
+                                                    {"gather_sent_bytes",
+                                                     r.moeGatherSent},
+                                                    {"reduce_scatter_bytes",
+                                                     r.moeScatterBytes},
+                                                    {"reduce_scatter_sent_"
+                                                     "bytes",
+                                                     r
+                                                         .moeScatterSent}}},
                                 {"routing_assumed", "balanced"}}},
       {"comm_bytes_per_step", std::move(comm)},
       {"comm_sent_bytes_per_step", r.sentBytes()},

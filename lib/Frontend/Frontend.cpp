@@ -398,11 +398,13 @@ OwningOpRef<ModuleOp> Sema::run(ArrayRef<SourceFile> files) {
     int64_t size = axis == "dp"   ? par.dp
                    : axis == "tp" ? par.tp
                    : axis == "cp" ? par.cp
+                   : axis == "ep" ? par.ep
                                   : par.pp;
     if (axis == "dp" || size > 1) {
       meshAxes.push_back(axis == "dp"   ? "dp"
                          : axis == "tp" ? "tp"
                          : axis == "cp" ? "cp"
+                         : axis == "ep" ? "ep"
                                         : "pp");
       sizes.push_back(size);
     }

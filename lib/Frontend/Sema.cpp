@@ -194,7 +194,7 @@ std::optional<ShardingAttr> Sema::shardSpec(PlanParser::ShardSpecContext *spec,
                      << "'_' for a dimension that is not split";
     return std::nullopt;
   }
-  SmallVector<StringRef> axisNames = {"dp", "tp", "pp"};
+  SmallVector<StringRef> axisNames = {"dp", "tp", "pp", "ep"};
   SmallVector<Attribute> out;
   bool ok = true;
   llvm::StringSet<> used;
@@ -207,11 +207,12 @@ std::optional<ShardingAttr> Sema::shardSpec(PlanParser::ShardSpecContext *spec,
     int64_t size = axis == "dp"   ? par.dp
                    : axis == "tp" ? par.tp
                    : axis == "pp" ? par.pp
+                   : axis == "ep" ? par.ep
                                   : -1;
     if (size < 0) {
       error(loc(d)) << "unknown mesh axis '" << axis << "'"
                     << suggest(axis, axisNames)
-                    << "; the mesh axes are dp, tp and pp";
+                    << "; the mesh axes are dp, tp, pp and ep";
       ok = false;
       continue;
     }

@@ -75,10 +75,13 @@ using Settings = llvm::StringMap<Setting>;
 /// Parallel settings (section `parallel`), after checking.
 struct ParallelPlan {
   int64_t dp = 1, tp = 1, pp = 1, cp = 1;
+  /// Expert parallelism: the experts split over `ep` ranks, which are
+  /// data-parallel ranks for everything else (the batch splits over dp * ep).
+  int64_t ep = 1;
   /// Context parallelism's exchange: "" (the compiler chooses),
   /// "all_to_all", "all_gather" or "ring".
   std::string cpComm;
-  std::vector<std::string> order = {"pp", "dp", "cp", "tp"};
+  std::vector<std::string> order = {"pp", "dp", "ep", "cp", "tp"};
   bool sequenceParallel = false;
   std::string schedule = "1f1b";
   int64_t microbatches = 1;
@@ -90,8 +93,26 @@ struct ParallelPlan {
   std::string recompute = "none";
   std::string tensorPolicy = "none";
   bool padVocab = false;
-  int64_t world() const { return dp * cp * tp * pp; }
-  std::optional<mlir::Location> tpLoc, ppLoc, dpLoc, cpLoc, cpCommLoc,
+  int64_t world() const { return dp * ep * cp * tp * pp; }
+  /// The ranks that split the batch.
+  int64_t dataRanks() const { return dp * ep; }
+  /// "dp * tp * pp" with ep and cp where they are used, for messages;
+  /// `values` adds " = 2 * 1 * 4" (each axis's size).
+  std::string axesProduct(bool values = false) const {
+    std::string names = "dp", sizes = std::to_string(dp);
+    auto add = [&](const char *n, int64_t v) {
+      names += std::string(" * ") + n;
+      sizes += " * " + std::to_string(v);
+    };
+    if (ep > 1)
+      add("ep", ep);
+    if (cp > 1)
+      add("cp", cp);
+    add("tp", tp);
+    add("pp", pp);
+    return values ? names + " = " + sizes : names;
+  }
+  std::optional<mlir::Location> tpLoc, ppLoc, dpLoc, cpLoc, epLoc, cpCommLoc,
       virtualLoc, zeroLoc, microLoc, boundariesLoc;
 };
 

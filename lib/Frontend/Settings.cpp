@@ -146,7 +146,7 @@ void Sema::readParallel() {
     return;
   Settings s;
   readSettings(parallelSec,
-               {"dp", "tp", "pp", "cp", "cp_comm", "world", "order",
+               {"dp", "tp", "pp", "cp", "ep", "cp_comm", "world", "order",
                 "sequence_parallel", "schedule", "microbatches",
                 "virtual_stages", "stage_boundaries", "zero", "bucket_mb",
                 "recompute", "tensor", "pad_vocab"},
@@ -168,6 +168,10 @@ void Sema::readParallel() {
     par.cp = *v;
     par.cpLoc = at("cp");
   }
+  if (auto v = intSetting(s, "ep", 1, kMaxCount)) {
+    par.ep = *v;
+    par.epLoc = at("ep");
+  }
   if (auto v =
           nameSetting(s, "cp_comm", {"all_to_all", "all_gather", "ring"})) {
     par.cpComm = *v;
@@ -179,14 +183,8 @@ void Sema::readParallel() {
                              "cp > 1 or remove cp_comm";
   if (auto w = intSetting(s, "world", 1); w && *w != par.world()) {
     auto diag = error(at("world"));
-    diag << "world = " << *w << " but dp * ";
-    if (par.cp > 1)
-      diag << "cp * ";
-    diag << "tp * pp = " << par.dp << " * ";
-    if (par.cp > 1)
-      diag << par.cp << " * ";
-    diag << par.tp << " * " << par.pp << " = " << par.world()
-         << "; the mesh must use every rank exactly once";
+    diag << "world = " << *w << " but " << par.axesProduct(true) << " = "
+         << par.world() << "; the mesh must use every rank exactly once";
   }
   if (auto it = s.find("order"); it != s.end()) {
     auto *list =
@@ -198,20 +196,35 @@ void Sema::readParallel() {
           order.push_back(*n);
     std::vector<std::string> sorted = order;
     llvm::sort(sorted);
-    // cp may be left out: it then sits just outside tp.
-    bool withCp = llvm::is_contained(sorted, "cp");
+    // cp and ep may be left out: cp then sits just outside tp, and ep just
+    // inside dp.
+    bool withCp = llvm::is_contained(sorted, "cp"),
+         withEp = llvm::is_contained(sorted, "ep");
     std::vector<std::string> want = {"dp", "pp", "tp"};
     if (withCp)
-      want = {"cp", "dp", "pp", "tp"};
+      want.push_back("cp");
+    if (withEp)
+      want.push_back("ep");
+    llvm::sort(want);
     if (!list || sorted != want) {
       error(it->second.val.loc)
-          << "'order' lists the mesh axes dp, tp and pp (and optionally cp) "
-             "once each, outermost first, e.g. 'order = [pp, dp, cp, tp]' "
-             "(the last one varies fastest and stays within a node)";
+          << "'order' lists the mesh axes dp, tp and pp (and optionally cp "
+             "and ep) once each, outermost first, e.g. 'order = [pp, dp, ep, "
+             "cp, tp]' (the last one varies fastest and stays within a node)";
     } else {
       if (!withCp)
         order.insert(llvm::find(order, "tp"), "cp");
-      par.order = order;
+      if (!withEp)
+        order.insert(llvm::find(order, "dp") + 1, "ep");
+      // The batch splits over dp, then within each dp block over ep: a
+      // rank's samples follow its coordinates in mesh order.
+      if (llvm::find(order, "ep") < llvm::find(order, "dp"))
+        error(it->second.val.loc)
+            << "'order' puts ep outside dp; expert-parallel ranks split each "
+               "data-parallel rank's samples, so ep comes after dp, e.g. "
+               "'order = [pp, dp, ep, tp]'";
+      else
+        par.order = order;
     }
   }
   if (auto v = boolSetting(s, "sequence_parallel"))
@@ -517,11 +530,10 @@ void Sema::readCluster() {
   cluster.interGBps = numberSetting(s, "inter_bw", 0, /*inclusive=*/false);
   int64_t gpus = cluster.nodes * cluster.gpusPerNode;
   if (cluster.nodes && cluster.gpusPerNode && gpus != par.world()) {
-    auto d = error(*cluster.loc)
-             << "the cluster has " << cluster.nodes << " x "
-             << cluster.gpusPerNode << " = " << gpus
-             << " GPUs but the plan uses dp * " << (par.cp > 1 ? "cp * " : "")
-             << "tp * pp = " << par.world();
+    auto d = error(*cluster.loc) << "the cluster has " << cluster.nodes << " x "
+                                 << cluster.gpusPerNode << " = " << gpus
+                                 << " GPUs but the plan uses "
+                                 << par.axesProduct() << " = " << par.world();
     if (parallelSec)
       d.attachNote(loc(parallelSec)) << "the parallel plan is here";
   }
@@ -547,9 +559,31 @@ void Sema::checkPlan(Location modelLoc) {
                            "ranks (context parallelism), but the model has "
                            "none; remove cp or use dp";
   }
-  // Batches: global = micro * microbatches * dp.
+  // Expert parallelism splits the experts of mixture-of-experts layers.
+  if (par.ep > 1) {
+    bool moe = false;
+    module.walk([&](plan::MoeExpertsOp m) {
+      moe = true;
+      int64_t experts = m.getUp().getType().getDimSize(0);
+      if (experts % par.ep != 0) {
+        auto d = error(m.getLoc())
+                 << "'moe' has " << experts << " experts, which ep = " << par.ep
+                 << " cannot split evenly; choose an ep that divides "
+                 << experts;
+        d.attachNote(*par.epLoc) << "ep is set here";
+      }
+    });
+    if (!moe)
+      error(*par.epLoc) << "ep = " << par.ep
+                        << " splits the experts of 'moe' layers over ranks "
+                           "(expert parallelism), but the model has none; "
+                           "remove ep or use dp";
+  }
+  // Batches: global = micro * microbatches * dp (* ep: the expert-parallel
+  // ranks take their own samples too).
   if (train.batch) {
-    int64_t B = *train.batch, dp = par.dp;
+    int64_t B = *train.batch, dp = par.dataRanks();
+    std::string dpName = par.ep > 1 ? "dp * ep" : "dp";
     // dp and microbatches are at most 2^20, micro_batch is not.
     int64_t got = 0;
     if (train.microBatch && par.microbatchesSet) {
@@ -559,8 +593,8 @@ void Sema::checkPlan(Location modelLoc) {
         auto d =
             error(*train.batchLoc)
             << "the global batch " << B << " must equal micro_batch * "
-            << "microbatches * dp = " << *train.microBatch << " * "
-            << par.microbatches << " * " << dp << " = "
+            << "microbatches * " << dpName << " = " << *train.microBatch
+            << " * " << par.microbatches << " * " << dp << " = "
             << (overflow ? std::string("more than 2^63") : std::to_string(got));
         d.attachNote(*train.microLoc) << "micro_batch is set here";
         d.attachNote(*par.microLoc) << "microbatches is set here";
@@ -570,7 +604,7 @@ void Sema::checkPlan(Location modelLoc) {
       if (overflow || B % got != 0)
         error(*train.batchLoc)
             << "the global batch " << B << " is not a multiple of "
-            << "micro_batch * dp = "
+            << "micro_batch * " << dpName << " = "
             << (overflow ? std::to_string(*train.microBatch) + " * " +
                                std::to_string(dp)
                          : std::to_string(got))
@@ -580,7 +614,8 @@ void Sema::checkPlan(Location modelLoc) {
     } else if (B % (par.microbatches * dp) != 0) {
       if (par.microbatches == 1)
         error(*train.batchLoc)
-            << "the global batch " << B << " is not divisible by dp = " << dp
+            << "the global batch " << B << " is not divisible by " << dpName
+            << " = " << dp
             << ": every data-parallel rank needs the same number of samples; "
                "use a multiple of "
             << dp << ", e.g. "
@@ -588,8 +623,9 @@ void Sema::checkPlan(Location modelLoc) {
       else
         error(*train.batchLoc)
             << "the global batch " << B << " cannot be split into "
-            << par.microbatches << " microbatches on each of dp = " << dp
-            << " ranks; use a multiple of " << par.microbatches * dp;
+            << par.microbatches << " microbatches on each of " << dpName
+            << " = " << dp << " ranks; use a multiple of "
+            << par.microbatches * dp;
     } else {
       train.microBatch = B / (par.microbatches * dp);
     }

@@ -86,13 +86,15 @@ void KeepExpertsPass::runOnOperation() {
                               fwd.getDown(), false);
       auto k = rk::MoeExpertsKeepOp::create(
           b, fwd.getLoc(), fwd.getInput(), fwd.getExperts(), fwd.getGates(),
-          fwd.getUp(), fwd.getDown(), fwd.getOut(), kept);
+          fwd.getUp(), fwd.getDown(), fwd.getOut(), kept,
+          fwd.getExpertAxisAttr());
       k->setDiscardableAttrs(fwd->getDiscardableAttrDictionary());
       b.setInsertionPoint(bwd);
       auto g = rk::MoeExpertsGradKeptOp::create(
           b, bwd.getLoc(), bwd.getExperts(), bwd.getGates(), bwd.getGrad(),
           bwd.getUp(), bwd.getDown(), kept, bwd.getInputGrad(),
-          bwd.getGatesGrad(), bwd.getUpGrad(), bwd.getDownGrad());
+          bwd.getGatesGrad(), bwd.getUpGrad(), bwd.getDownGrad(),
+          bwd.getExpertAxisAttr());
       g->setDiscardableAttrs(bwd->getDiscardableAttrDictionary());
       fwd.erase();
       bwd.erase();
@@ -106,14 +108,15 @@ void KeepExpertsPass::runOnOperation() {
         keptBuffer(b, op, fwd.getExperts(), fwd.getUp(), fwd.getDown(), true);
     auto k = rk::MoeExpertsSwigluKeepOp::create(
         b, fwd.getLoc(), fwd.getInput(), fwd.getExperts(), fwd.getGates(),
-        fwd.getGate(), fwd.getUp(), fwd.getDown(), fwd.getOut(), kept);
+        fwd.getGate(), fwd.getUp(), fwd.getDown(), fwd.getOut(), kept,
+        fwd.getExpertAxisAttr());
     k->setDiscardableAttrs(fwd->getDiscardableAttrDictionary());
     b.setInsertionPoint(bwd);
     auto g = rk::MoeExpertsSwigluGradKeptOp::create(
         b, bwd.getLoc(), bwd.getExperts(), bwd.getGates(), bwd.getGrad(),
         bwd.getGate(), bwd.getUp(), bwd.getDown(), kept, bwd.getInputGrad(),
         bwd.getGatesGrad(), bwd.getGateGrad(), bwd.getUpGrad(),
-        bwd.getDownGrad());
+        bwd.getDownGrad(), bwd.getExpertAxisAttr());
     g->setDiscardableAttrs(bwd->getDiscardableAttrDictionary());
     fwd.erase();
     bwd.erase();

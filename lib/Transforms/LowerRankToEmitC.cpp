@@ -289,6 +289,10 @@ void LowerRankToEmitCPass::runOnOperation() {
       if (in.getType().getElementType().isInteger(32))
         c.call(in.getLoc(), "planrt::set_input_dtype", {},
                {c.i64(index), c.i64(1)});
+      if (auto inner = in.getBatchInnerAxis())
+        c.call(in.getLoc(), "planrt::set_input_inner_axis", {},
+               {c.i64(index), c.i64(mesh.getAxisIndex(*inner)),
+                c.i64(in.getBatchRuns().value_or(1))});
       if (auto seq = in.getSeqAxis())
         c.call(in.getLoc(), "planrt::set_input_seq_axis", {},
                {c.i64(index), c.i64(mesh.getAxisIndex(*seq))});

@@ -252,14 +252,24 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
     ShardingAttr s = getSharding(arg);
     SmallVector<StringRef> batchAxes =
         s.getRank() > 0 ? s.getDimAxes(0) : SmallVector<StringRef>();
-    // Microbatches are blocks of this rank's rows, taken in the loop.
+    // Microbatches are blocks of this rank's rows, taken in the loop. The
+    // expert-parallel axis may split each of them further (the rank's rows
+    // are then one run of the global batch per microbatch).
+    int64_t runs = 1;
     if (!seqAxis.empty() && llvm::is_contained(batchAxes, seqAxis)) {
-      if (batchAxes.back() != seqAxis) {
+      bool last = batchAxes.back() == seqAxis;
+      bool beforeEp = batchAxes.size() >= 2 &&
+                      batchAxes[batchAxes.size() - 2] == seqAxis &&
+                      batchAxes.back() == OpShardingRule::kExpertAxis;
+      if (!last && !beforeEp) {
         src.emitError() << "input '" << name.getValue()
-                        << "' must be split over the microbatch axis last";
+                        << "' must be split over the microbatch axis last "
+                           "(or just before ep)";
         return failure();
       }
-      batchAxes.pop_back();
+      if (beforeEp)
+        runs = seqSize;
+      batchAxes.erase(llvm::find(batchAxes, seqAxis));
       type = MemRefType::get(
           withRows(type->getShape(), type->getDimSize(0) * seqSize),
           type->getElementType());
@@ -281,16 +291,21 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
                          "(and its sequence over cp)";
       return failure();
     }
-    if (batchAxes.size() > 1) {
+    if (batchAxes.size() > 2) {
       src.emitError() << "input '" << name.getValue()
-                      << "' is split over several axes; not supported yet";
+                      << "' is split over more than two axes along its batch; "
+                         "not supported yet";
       return failure();
     }
-    if (isStep)
+    auto batchAxis = [&](size_t k) {
+      return k < batchAxes.size() ? StringAttr::get(ctx, batchAxes[k])
+                                  : StringAttr();
+    };
+    if (isStep) {
       rk::InputDeclOp::create(
-          declB, loc, name, *type, kind,
-          batchAxes.empty() ? StringAttr() : StringAttr::get(ctx, batchAxes[0]),
-          cpOfInput);
+          declB, loc, name, *type, kind, batchAxis(0), cpOfInput, batchAxis(1),
+          runs > 1 ? b.getI64IntegerAttr(runs) : IntegerAttr());
+    }
     buf[arg] = rk::InputOp::create(b, loc, *type, ref);
     // What a reference implementation needs to replay step 1 (or an
     // evaluation batch, with the forward function).
@@ -567,12 +582,13 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
       openFirstUse = ~0u;
     };
     for (Operation &o : src.getBody().front()) {
-      // Over dp, and over cp (context parallelism's ranks are data
-      // parallel for every weight).
+      // Over dp, and over cp and ep (context and expert parallelism's
+      // ranks are data parallel for every weight but the experts).
       auto ar = dyn_cast<AllReduceOp>(o);
       if (!ar || !llvm::all_of(ar.getAxes(), [](Attribute a) {
             StringRef axis = cast<StringAttr>(a).getValue();
-            return axis == "dp" || axis == OpShardingRule::kContextAxis;
+            return axis == "dp" || axis == OpShardingRule::kContextAxis ||
+                   axis == OpShardingRule::kExpertAxis;
           }))
         continue;
       Operation *def = ar.getInput().getDefiningOp();
@@ -1337,6 +1353,7 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
               // microbatch axis splits the batch too.
               ShardingAttr sh = getSharding(d.getInput());
               SmallVector<Attribute> dims;
+              SmallVector<StringRef> inner; // dimension 0's axes after mb
               bool mb = false;
               int64_t rank = d.getInput().getType().getRank();
               for (int64_t i = 0; i < 4; ++i) {
@@ -1347,6 +1364,8 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
                       mb = true;
                     else
                       axes.push_back(a);
+                    if (i == 0 && mb && a != seqAxis)
+                      inner.push_back(a);
                   }
                 dims.push_back(b.getStrArrayAttr(axes));
               }
@@ -1358,8 +1377,8 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
                   b, loc, in(0), out, cast<ArrayAttr>(dims[0]),
                   cast<ArrayAttr>(dims[1]), cast<ArrayAttr>(dims[2]),
                   cast<ArrayAttr>(dims[3]),
-                  b.getI64IntegerAttr(mb ? seqSize : 0), d.getPAttr(),
-                  d.getUidAttr());
+                  b.getI64IntegerAttr(mb ? seqSize : 0),
+                  b.getStrArrayAttr(inner), d.getPAttr(), d.getUidAttr());
               return true;
             })
             .Case<Conv2dOp>([&](Conv2dOp c) {
@@ -1445,23 +1464,29 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
             .Case<MoeGatesGradOp>(
                 [&](auto) { return same(rk::MoeGatesGradOp()); })
             .Case<MoeExpertsOp>([&](MoeExpertsOp m) {
+              FailureOr<StringAttr> ep = splitAxis(m.getUp(), 0, &op);
+              if (failed(ep))
+                return false;
               if (m.getGate())
                 rk::MoeExpertsSwigluOp::create(b, loc, in(0), in(1), in(2),
-                                               in(5), in(3), in(4), out);
+                                               in(5), in(3), in(4), out, *ep);
               else
                 rk::MoeExpertsOp::create(b, loc, in(0), in(1), in(2), in(3),
-                                         in(4), out);
+                                         in(4), out, *ep);
               return true;
             })
             .Case<MoeExpertsGradOp>([&](MoeExpertsGradOp m) {
+              FailureOr<StringAttr> ep = splitAxis(m.getUp(), 0, &op);
+              if (failed(ep))
+                return false;
               if (m.getGate())
                 rk::MoeExpertsSwigluGradOp::create(
                     b, loc, in(0), in(1), in(2), in(3), in(6), in(4), in(5),
-                    outs[0], outs[1], outs[4], outs[2], outs[3]);
+                    outs[0], outs[1], outs[4], outs[2], outs[3], *ep);
               else
                 rk::MoeExpertsGradOp::create(b, loc, in(0), in(1), in(2), in(3),
                                              in(4), in(5), outs[0], outs[1],
-                                             outs[2], outs[3]);
+                                             outs[2], outs[3], *ep);
               return true;
             })
             .Case<RopeOp>([&](RopeOp r) {

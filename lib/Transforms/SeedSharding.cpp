@@ -27,6 +27,8 @@ using namespace mlir;
 using namespace planc;
 using namespace planc::plan;
 
+static constexpr const char *kExpertAxis = OpShardingRule::kExpertAxis;
+
 namespace {
 struct SeedShardingPass
     : public planc::impl::SeedShardingBase<SeedShardingPass> {
@@ -138,11 +140,7 @@ struct SeedShardingPass
       }
       OpBuilder b(op);
       SmallVector<Attribute> dims(3, b.getArrayAttr({}));
-      SmallVector<StringRef> batch;
-      if (mesh.getAxisIndex("dp") >= 0)
-        batch.push_back("dp");
-      if (mesh.isSequential("mb"))
-        batch.push_back("mb");
+      SmallVector<StringRef> batch = batchAxes();
       dims[0] = b.getStrArrayAttr(batch);
       dims[1] = cp ? b.getStrArrayAttr({OpShardingRule::kContextAxis, "tp"})
                    : b.getStrArrayAttr({"tp"});
@@ -157,6 +155,37 @@ struct SeedShardingPass
       op->setOperand(0, c.getResult());
     });
     return result;
+  }
+
+  /// Samples over the data-parallel axis (kept even when dp = 1, so that
+  /// every plan's inputs are declared alike), then over microbatches, then
+  /// over the expert-parallel ranks (data-parallel for all but the
+  /// experts). ep is the minor split so that the experts' gather over it
+  /// takes each microbatch's rows from the ep group's ranks: gathering a
+  /// split that is not the last would move rows between microbatches.
+  SmallVector<StringRef> batchAxes() {
+    SmallVector<StringRef> axes;
+    if (mesh.getAxisIndex("dp") >= 0)
+      axes.push_back("dp");
+    if (mesh.isSequential("mb"))
+      axes.push_back("mb");
+    if (mesh.getAxisIndex(kExpertAxis) >= 0)
+      axes.push_back(kExpertAxis);
+    return axes;
+  }
+
+  /// Expert parallelism: each mixture-of-experts weight [E, ...] split by
+  /// experts over ep. Where the tokens meet them, the experts' claim wins
+  /// (a parameter's), so the tokens are gathered over ep for the experts
+  /// and their outputs, pending sums over ep, are reduce-scattered back.
+  void seedExperts(func::FuncOp f) {
+    if (mesh.getAxisIndex(kExpertAxis) < 0)
+      return;
+    f.walk([&](MoeExpertsOp m) {
+      for (Value w : {m.getUp(), m.getDown(), m.getGate()})
+        if (auto arg = dyn_cast_or_null<BlockArgument>(w))
+          seed(f, arg, 0, {kExpertAxis}, "policy");
+    });
   }
 
   MeshOp mesh;
@@ -214,13 +243,7 @@ void SeedShardingPass::runOnOperation() {
     batch.emplace(f);
     seeded.clear();
     llvm::scope_exit commit([&] { batch->commit(); });
-    // Samples over the data-parallel axis (kept even when dp = 1, so that
-    // every plan's inputs are declared alike), then over microbatches.
-    SmallVector<StringRef> batchAxes;
-    if (mesh.getAxisIndex("dp") >= 0)
-      batchAxes.push_back("dp");
-    if (mesh.isSequential("mb"))
-      batchAxes.push_back("mb");
+    SmallVector<StringRef> batchAxes = this->batchAxes();
     // Context parallelism: sequences (dimension 1) over cp.
     SmallVector<StringRef> seqAxis;
     if (mesh.getAxisIndex(OpShardingRule::kContextAxis) >= 0)
@@ -232,6 +255,7 @@ void SeedShardingPass::runOnOperation() {
         if (kind && (kind.getValue() == "input" || kind.getValue() == "label"))
           seed(f, arg, 0, batchAxes, "data", {}, seqAxis);
       }
+    seedExperts(f);
     if (!megatron)
       continue;
     if (sequence && failed(seedSequence(f)))

@@ -499,9 +499,13 @@ std::string plan_hash(const Context *ctx) {
     desc("param", p.name, p.t, p.shard_axes, p.segments, p.stage);
   for (const StateDesc &st : ctx->states)
     desc("state", st.name, st.t, st.shard_axes, st.segments, st.stage);
-  for (const InputDesc &in : ctx->inputs)
+  for (const InputDesc &in : ctx->inputs) {
     s += "|input:" + in.name + ":" + shape_str(&in.t) + ":" +
          std::to_string(in.batch_axis) + ":" + std::to_string(in.t.dtype);
+    if (in.inner_axis >= 0) // absent before expert parallelism
+      s += ":inner" + std::to_string(in.inner_axis) + "x" +
+           std::to_string(in.chunks);
+  }
   s += "|seed" + std::to_string(ctx->seed) + "|batch" +
        std::to_string(ctx->global_batch) + "|data" +
        std::to_string(ctx->data_kind) + ctx->data_path;

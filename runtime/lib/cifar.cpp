@@ -91,12 +91,12 @@ void fill_cifar(Context *ctx, int64_t step, bool eval) {
   int64_t records = eval ? ctx->cifar_eval_records : ctx->cifar_records;
   DataPair d = data_pair(ctx);
   InputDesc *x = d.x, *y = d.y;
-  int64_t rows = d.rows, row0 = d.row0, global = d.global_rows;
+  int64_t rows = d.rows, global = d.global_rows;
   x->staging.resize((size_t)(rows * 3 * kPlane));
   y->staging.resize((size_t)rows);
   unsigned char rec[kRecord];
   for (int64_t r = 0; r < rows; ++r) {
-    int64_t index = ((step - 1) * global + row0 + r) % records;
+    int64_t index = ((step - 1) * global + d.global(r)) % records;
     size_t f = 0;
     while (index >= files[f].second)
       index -= files[f++].second;

@@ -218,6 +218,47 @@ void set_input_seq_axis(Context *ctx, int64_t input_index, int64_t axis) {
   in.seq_axis = axis;
 }
 
+void set_input_inner_axis(Context *ctx, int64_t input_index, int64_t axis,
+                          int64_t chunks) {
+  check_ctx(ctx, "set_input_inner_axis");
+  if (ctx->started)
+    fatal("set_input_inner_axis: called after the program started");
+  if (input_index < 0 || input_index >= (int64_t)ctx->inputs.size())
+    fatal("set_input_inner_axis: input index %lld out of range (%zu inputs "
+          "declared)",
+          (long long)input_index, ctx->inputs.size());
+  InputDesc &in = ctx->inputs[input_index];
+  if (in.batch_axis < 0 || axis < 0 || axis == in.batch_axis)
+    fatal("set_input_inner_axis '%s': needs an input split over a batch axis "
+          "and another mesh axis, got batch axis %lld and axis %lld",
+          in.name.c_str(), (long long)in.batch_axis, (long long)axis);
+  if (chunks < 1 || in.t.shape[0] % chunks != 0)
+    fatal("set_input_inner_axis '%s': %lld runs do not divide its %lld rows",
+          in.name.c_str(), (long long)chunks, (long long)in.t.shape[0]);
+  in.inner_axis = axis;
+  in.chunks = chunks;
+}
+
+int64_t batch_ranks(const Context *ctx, const InputDesc &in) {
+  int64_t n = 1;
+  for (int64_t a : {in.batch_axis, in.inner_axis})
+    if (a >= 0)
+      n *= ctx->axis_sizes[a];
+  return n;
+}
+
+int64_t batch_run_row0(const Context *ctx, const InputDesc &in, int64_t c) {
+  auto coord = [&](int64_t a) {
+    return a < 0 || ctx->coords.empty() ? 0 : ctx->coords[a];
+  };
+  auto size = [&](int64_t a) { return a < 0 ? 1 : ctx->axis_sizes[a]; };
+  // Blocks of a run's length: the batch axis's blocks, each cut into the
+  // runs, each of those split over the inner axis.
+  int64_t block = (coord(in.batch_axis) * in.chunks + c) * size(in.inner_axis) +
+                  coord(in.inner_axis);
+  return block * (in.t.shape[0] / in.chunks);
+}
+
 void set_data_path(Context *ctx, const char *pattern) {
   check_ctx(ctx, "set_data_path");
   if (ctx->started)

@@ -74,6 +74,11 @@ struct InputDesc {
   std::string name;
   int64_t role = RoleInput;
   int64_t batch_axis = -1;
+  // Expert parallelism: the batch is split over batch_axis and, within each
+  // of its blocks, over this axis too (set_input_inner_axis); the rank's
+  // rows are `chunks` runs (microbatches), each split so.
+  int64_t inner_axis = -1;
+  int64_t chunks = 1;
   int64_t seq_axis = -1;      // context parallelism: dimension 1's axis
   Tensor t;                   // device buffer, refilled every step
   std::vector<float> staging; // host staging buffer
@@ -337,8 +342,16 @@ struct DataPair {
   InputDesc *x = nullptr, *y = nullptr;
   int64_t x_index = 0; // the input's index among ctx->inputs
   int64_t rows = 0;    // local rows
-  int64_t row0 = 0;    // global index of the first
   int64_t global_rows = 0;
+  // The local rows are `runs` runs of run_rows rows each, the k-th of them
+  // starting at global row run_row0[k] (one run but with expert parallelism
+  // and microbatches).
+  int64_t run_rows = 0;
+  std::vector<int64_t> run_row0;
+  /// The global index of local row r.
+  int64_t global(int64_t r) const {
+    return run_row0[(size_t)(r / run_rows)] + r % run_rows;
+  }
 };
 DataPair data_pair(Context *ctx);
 /// Copies the staging buffers of `d` (filled for a step) to the device.
@@ -395,6 +408,11 @@ std::vector<ParamDesc *> model_tensors(Context *ctx,
                                        std::deque<ParamDesc> &keep);
 /// Row-major coordinates of world rank `rank` on the declared axes.
 std::vector<int64_t> rank_coords(const Context *ctx, int64_t rank);
+/// The ranks the global batch of `in` is split over (its batch axis and
+/// its inner axis), and the global index of the first row of this rank's
+/// run `c` (of in.chunks runs of equal length).
+int64_t batch_ranks(const Context *ctx, const InputDesc &in);
+int64_t batch_run_row0(const Context *ctx, const InputDesc &in, int64_t c);
 
 /// Non-blocking collective slots: the range check, and the check that none
 /// is pending at a step boundary (`when` names the boundary).

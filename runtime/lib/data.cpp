@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <csignal>
@@ -162,9 +163,10 @@ DataPair data_pair(Context *ctx) {
     }
   }
   d.rows = d.x->t.shape[0];
-  int64_t axis = d.x->batch_axis;
-  d.row0 = axis >= 0 ? ctx->coords[axis] * d.rows : 0;
-  d.global_rows = d.rows * (axis >= 0 ? ctx->axis_sizes[axis] : 1);
+  d.global_rows = d.rows * batch_ranks(ctx, *d.x);
+  d.run_rows = std::max<int64_t>(1, d.rows / d.x->chunks);
+  for (int64_t c = 0; c < d.x->chunks; ++c)
+    d.run_row0.push_back(batch_run_row0(ctx, *d.x, c));
   return d;
 }
 
@@ -181,7 +183,7 @@ void fill_synthetic(Context *ctx, int64_t step) {
   DataPair d = data_pair(ctx);
   InputDesc *x = d.x, *y = d.y;
   int64_t x_index = d.x_index;
-  int64_t rows = d.rows, in_cols = x->t.shape[1], row0 = d.row0;
+  int64_t rows = d.rows, in_cols = x->t.shape[1];
   int64_t out_cols = y->t.shape[1];
   if (ctx->teacher_in != in_cols || ctx->teacher_out != out_cols) {
     internal::teacher_matrix(ctx->seed, in_cols, out_cols, ctx->teacher);
@@ -190,8 +192,10 @@ void fill_synthetic(Context *ctx, int64_t step) {
   }
   x->staging.resize((size_t)(rows * in_cols));
   y->staging.resize((size_t)(rows * out_cols));
-  internal::synthetic_inputs(ctx->seed, step, x_index, row0, rows, in_cols,
-                             x->staging.data());
+  for (size_t c = 0; c < d.run_row0.size(); ++c)
+    internal::synthetic_inputs(ctx->seed, step, x_index, d.run_row0[c],
+                               std::min(d.run_rows, rows), in_cols,
+                               x->staging.data() + c * d.run_rows * in_cols);
   internal::labels_with(ctx->teacher, x->staging.data(), rows, in_cols,
                         out_cols, y->staging.data());
   upload_staging(ctx, d);
@@ -229,7 +233,7 @@ void fill_synthetic_images(Context *ctx, int64_t step, bool eval) {
   int64_t x_index = d.x_index;
   // [rows, C, H, W]; lower ranks are [rows, H, W] or [rows, W] with C = 1.
   const Tensor &t = x->t;
-  int64_t rows = d.rows, row0 = d.row0;
+  int64_t rows = d.rows;
   int64_t ch = t.ndim == 4 ? t.shape[1] : 1;
   int64_t h = t.ndim >= 3 ? t.shape[t.ndim - 2] : 1;
   int64_t w = t.shape[t.ndim - 1];
@@ -239,7 +243,7 @@ void fill_synthetic_images(Context *ctx, int64_t step, bool eval) {
   std::vector<std::vector<Grating>> patterns((size_t)ctx->classes);
   float *ids_as_float = y->staging.data();
   for (int64_t r = 0; r < rows; ++r) {
-    uint64_t g = (uint64_t)(row0 + r);
+    uint64_t g = (uint64_t)d.global(r);
     uint64_t base =
         hash_seq({(uint64_t)ctx->seed, eval ? kStreamEval : kStreamData,
                   (uint64_t)step, (uint64_t)x_index, g});

@@ -57,6 +57,10 @@ void validate(Context *ctx) {
       fatal("input '%s': batch axis %lld is not a declared mesh axis (%lld "
             "axes)",
             in.name.c_str(), (long long)in.batch_axis, (long long)naxes);
+    if (in.inner_axis >= naxes)
+      fatal("input '%s': inner batch axis %lld is not a declared mesh axis "
+            "(%lld axes)",
+            in.name.c_str(), (long long)in.inner_axis, (long long)naxes);
     if (in.seq_axis >= naxes)
       fatal("input '%s': sequence axis %lld is not a declared mesh axis "
             "(%lld axes)",
@@ -96,6 +100,7 @@ void validate(Context *ctx) {
           x->name.c_str(), shape_str(&x->t).c_str(), y->name.c_str(),
           shape_str(&y->t).c_str());
   if (x->t.shape[0] != y->t.shape[0] || x->batch_axis != y->batch_axis ||
+      x->inner_axis != y->inner_axis || x->chunks != y->chunks ||
       x->seq_axis != y->seq_axis)
     fatal("%s: input '%s' %s and label '%s' %s must have the same rows, "
           "batch axis and sequence axis",
@@ -128,11 +133,10 @@ void validate(Context *ctx) {
           "[rows, sequence]",
           kind, x->name.c_str(), shape_str(&x->t).c_str(), y->name.c_str(),
           shape_str(&y->t).c_str());
-  int64_t global_rows =
-      x->t.shape[0] * (x->batch_axis >= 0 ? ctx->axis_sizes[x->batch_axis] : 1);
+  int64_t global_rows = x->t.shape[0] * batch_ranks(ctx, *x);
   if (ctx->global_batch > 0 && ctx->global_batch != global_rows)
     fatal("global batch %lld does not match input '%s': %lld local rows x %lld "
-          "ranks on its batch axis",
+          "ranks on its batch axes",
           (long long)ctx->global_batch, x->name.c_str(),
           (long long)x->t.shape[0], (long long)(global_rows / x->t.shape[0]));
 }
@@ -394,8 +398,9 @@ int64_t internal::global_batch_tokens(const Context *ctx) {
     if (in.t.dtype != I32)
       continue;
     int64_t n = in.t.numel();
-    if (in.batch_axis >= 0 && in.batch_axis < (int64_t)ctx->axis_sizes.size())
-      n *= ctx->axis_sizes[in.batch_axis];
+    if (in.batch_axis < (int64_t)ctx->axis_sizes.size() &&
+        in.inner_axis < (int64_t)ctx->axis_sizes.size())
+      n *= batch_ranks(ctx, in);
     return n;
   }
   return 0;

@@ -223,8 +223,7 @@ TokenIO token_io(Context *ctx) {
     io.part = {ctx->coords.empty() ? 0 : ctx->coords[io.x->seq_axis],
                ctx->axis_sizes[io.x->seq_axis]};
   io.seq = io.local_seq * io.part.G;
-  io.global_rows =
-      io.rows * (io.x->batch_axis >= 0 ? ctx->axis_sizes[io.x->batch_axis] : 1);
+  io.global_rows = io.rows * batch_ranks(ctx, *io.x);
   return io;
 }
 
@@ -262,22 +261,26 @@ void fill_tokens(Context *ctx, int64_t step) {
   if (!ctx->tokens_open)
     fatal("fill_tokens: the token shards were not opened");
   internal::TokenIO io = internal::token_io(ctx);
-  int64_t row0 =
-      io.x->batch_axis >= 0 ? ctx->coords[io.x->batch_axis] * io.rows : 0;
   size_t n = (size_t)(io.rows * io.seq);
   ctx->token_inputs.resize(n);
   ctx->token_labels.resize(n);
-  std::string error = internal::token_batch(
-      ctx->tokens, step, io.global_rows, io.seq, row0, io.rows,
-      ctx->token_inputs.data(), ctx->token_labels.data());
-  if (!error.empty())
-    fatal("%s", error.c_str());
+  // The rank's rows: one run of the global batch, or with expert
+  // parallelism and microbatches one per microbatch.
+  int64_t runs = io.x->chunks, run_rows = io.rows / runs;
+  for (int64_t c = 0; c < runs; ++c) {
+    std::string error =
+        internal::token_batch(ctx->tokens, step, io.global_rows, io.seq,
+                              batch_run_row0(ctx, *io.x, c), run_rows,
+                              ctx->token_inputs.data() + c * run_rows * io.seq,
+                              ctx->token_labels.data() + c * run_rows * io.seq);
+    if (!error.empty())
+      fatal("%s", error.c_str());
+  }
   if (ctx->token_vocab > 0) {
     // Ids outside the vocabulary are reported here, where their file and
     // position are known (the embedding kernel only sees the id).
-    int64_t pos0 = internal::token_step_position(ctx->tokens.total,
-                                                 io.global_rows, io.seq, step) +
-                   row0 * io.seq;
+    int64_t step0 = internal::token_step_position(ctx->tokens.total,
+                                                  io.global_rows, io.seq, step);
     for (int64_t r = 0; r < io.rows; ++r)
       for (int64_t c = 0; c <= io.seq; ++c) {
         // Row r's window: inputs [r*S, r*S + S), labels one further.
@@ -286,7 +289,10 @@ void fill_tokens(Context *ctx, int64_t step) {
                          : ctx->token_labels[(size_t)(r * io.seq + c - 1)];
         if (id >= 0 && id < ctx->token_vocab)
           continue;
-        int64_t at = pos0 + r * io.seq + c;
+        int64_t at =
+            step0 +
+            (batch_run_row0(ctx, *io.x, r / run_rows) + r % run_rows) * io.seq +
+            c;
         const internal::TokenShard *file = &ctx->tokens.files.front();
         for (const internal::TokenShard &f : ctx->tokens.files)
           if (f.first <= at && at < f.first + f.tokens)

@@ -285,9 +285,9 @@ TEST_F(ConvOpsTest, DropoutKeepsOneMinusPScaled) {
   const int64_t n = 1 << 16;
   Tensor *x = random({n}, 0.5f, 1.5f);
   Tensor *y = make({n}), *again = make({n}), *other = make({n});
-  dropout(ctx, x, y, 0, 0, 0, 0, 0, 0.25f, 7);
-  dropout(ctx, x, again, 0, 0, 0, 0, 0, 0.25f, 7);
-  dropout(ctx, x, other, 0, 0, 0, 0, 0, 0.25f, 8);
+  dropout(ctx, x, y, 0, 0, 0, 0, 0, 0, 0.25f, 7);
+  dropout(ctx, x, again, 0, 0, 0, 0, 0, 0, 0.25f, 7);
+  dropout(ctx, x, other, 0, 0, 0, 0, 0, 0, 0.25f, 8);
   std::vector<float> hx = host(x), hy = host(y), ha = host(again),
                      ho = host(other);
   int64_t kept = 0, same = 0;
@@ -302,9 +302,9 @@ TEST_F(ConvOpsTest, DropoutKeepsOneMinusPScaled) {
   EXPECT_EQ(hy, ha);                          // one uid, one mask
   EXPECT_NEAR((double)same / n, 0.625, 0.01); // another uid: independent
   Tensor *z = make({n});
-  dropout(ctx, x, z, 0, 0, 0, 0, 0, 0.0f, 7);
+  dropout(ctx, x, z, 0, 0, 0, 0, 0, 0, 0.0f, 7);
   EXPECT_EQ(host(z), hx); // p = 0 keeps everything unscaled
-  EXPECT_DEATH(dropout(ctx, x, z, 0, 0, 0, 0, 0, 1.0f, 7),
+  EXPECT_DEATH(dropout(ctx, x, z, 0, 0, 0, 0, 0, 0, 1.0f, 7),
                "dropout: p must be in \\[0, 1\\), got 1");
 }
 

@@ -77,7 +77,8 @@ static cl::opt<double>
            cl::value_desc("N"), cl::cat(cat));
 static cl::opt<bool> autoplan(
     "autoplan",
-    cl::desc("Search dp/tp/pp, mesh order, virtual stages, schedule, micro "
+    cl::desc("Search dp/tp/pp (cp for long sequences, ep for experts), mesh "
+             "order, virtual stages, schedule, micro "
              "batch, ZeRO, sequence parallelism and recompute for the plan's "
              "model, batch and cluster; print the fastest plans that fit next "
              "to the input's, and write the best as a .plan file with -o "

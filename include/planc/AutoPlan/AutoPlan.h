@@ -35,11 +35,12 @@ namespace planc {
 
 /// One parallel plan for the model, batch and cluster of the input.
 struct ParallelConfig {
-  int64_t dp = 1, tp = 1, pp = 1, cp = 1, virtualStages = 1;
+  int64_t dp = 1, tp = 1, pp = 1, cp = 1, ep = 1, virtualStages = 1;
   int64_t microBatch = 1, microbatches = 1, zero = 0;
   bool sequenceParallel = false;
   std::string schedule = "1f1b", recompute = "none";
-  // Outermost first; cp (context parallelism) always sits just outside tp.
+  // Outermost first; cp (context parallelism) always sits just outside tp,
+  // and ep (expert parallelism) just inside dp.
   std::vector<std::string> order = {"pp", "dp", "tp"};
 
   /// "dp 6 tp 8 pp 64 v 2 interleaved_1f1b mbs 1 m 512 zero 1 sp full".

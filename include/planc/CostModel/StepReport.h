@@ -89,12 +89,18 @@ struct StepReport {
   double allReduceBytes = 0;
   int64_t allReduceRanks = 1;
   std::vector<AllReduceAlgorithm> allReduce;
-  // A mixture of experts: its layers, experts and top_k, and the experts'
-  // weights (fp32 master bytes) in the whole step; every rank that holds a
-  // layer holds its experts whole (no expert parallelism yet). The time
-  // model assumes balanced routing (tokens x top_k / E rows per expert).
+  // A mixture of experts: its layers, experts (in all, and per rank: E /
+  // ep) and top_k, and the experts' weights (fp32 master bytes) in the
+  // whole step and on one rank that holds their layers. The time model
+  // assumes balanced routing (tokens x top_k / E rows per expert). With
+  // expert parallelism, what the all-gather dispatcher moves over ep per
+  // step and rank: the gathers of the tokens, choices and gates, and the
+  // reduce-scatters of the outputs (payload, and sent by a ring).
   int64_t moeLayers = 0, moeExperts = 0, moeTopK = 0;
-  int64_t expertWeightBytes = 0;
+  int64_t moeExpertsPerRank = 0, moeEp = 1;
+  int64_t expertWeightBytes = 0, expertWeightBytesPerRank = 0;
+  double moeGatherBytes = 0, moeGatherSent = 0, moeScatterBytes = 0,
+         moeScatterSent = 0;
   double gpuMemoryBytes = 0;
 
   double sentBytes() const;

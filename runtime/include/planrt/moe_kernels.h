@@ -160,14 +160,26 @@ struct MoeGroupFn {
   const int32_t *experts;
   int32_t *slot, *row, *first;
   int64_t n, num_experts;
+  // This rank's experts are [first_expert, first_expert + num_experts) of
+  // all_experts (expert parallelism); choices of the others are left out
+  // like dropped ones.
+  int64_t first_expert, all_experts;
+  /// The local expert of choice `x`, -1 for one left out, or -2 for an
+  /// index that is no expert.
+  PLANRT_HD int64_t local(int32_t x) const {
+    if (x < -all_experts || x >= all_experts)
+      return -2;
+    int64_t e = int64_t(x) - first_expert;
+    return x >= 0 && e >= 0 && e < num_experts ? e : -1;
+  }
   PLANRT_HD void operator()(int64_t) const {
     for (int64_t e = 0; e <= num_experts + 1; ++e)
       first[e] = 0;
     for (int64_t i = 0; i < n; ++i) {
-      int32_t e = experts[i];
-      if (e >= 0 && e < num_experts)
+      int64_t e = local(experts[i]);
+      if (e >= 0)
         ++first[e + 1];
-      else if (e < -num_experts || e >= num_experts)
+      else if (e == -2)
         ++first[num_experts + 1];
     }
     for (int64_t e = 0; e < num_experts; ++e)
@@ -175,8 +187,8 @@ struct MoeGroupFn {
     // first[e] runs as a cursor through expert e's places, then is shifted
     // back to where they start.
     for (int64_t i = 0; i < n; ++i) {
-      int32_t e = experts[i];
-      if (e < 0 || e >= num_experts) {
+      int64_t e = local(experts[i]);
+      if (e < 0) {
         slot[i] = -1;
         continue;
       }

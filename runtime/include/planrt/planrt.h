@@ -89,6 +89,14 @@ void declare_input(Context *ctx, const char *name, int64_t role, int64_t ndim,
 /// the default; 1 = I32, token ids). Call it right after declare_input.
 void set_input_dtype(Context *ctx, int64_t input_index, int64_t dtype);
 
+/// Expert parallelism: dimension 0 of per-step input `input_index` is split
+/// over its batch axis and, within each block of it, over mesh axis `axis`
+/// too. The rank's rows are `chunks` equal runs (its microbatches; 1
+/// without), and run c is global block `(coord * chunks + c) * size(axis) +
+/// coord(axis)` of the run's length.
+void set_input_inner_axis(Context *ctx, int64_t input_index, int64_t axis,
+                          int64_t chunks);
+
 /// Context parallelism: dimension 1 (the sequence) of per-step input
 /// `input_index` is split over mesh axis `axis` (G ranks): the sequence is
 /// cut into 2 G chunks and the rank with coordinate g holds chunks g and
@@ -764,46 +772,50 @@ void moe_gates_grad(Context *ctx, const Tensor *logits, const Tensor *experts,
 /// out [T, d'] = sum_k gates[t, k] f_e(x[t]), e = experts[t, k]: the rows
 /// grouped by expert in token order, one GEMM per expert and weight;
 /// f_e(x) = gelu(x up[e]) down[e] (tanh gelu), or with the swiglu variant
-/// (silu(x gate[e]) * (x up[e])) down[e].
+/// (silu(x gate[e]) * (x up[e])) down[e]. With `expert_axis` >= 0 the
+/// weights are this rank's block of experts along that mesh axis, and only
+/// the choices of those experts are summed (the rest: other ranks' parts).
 void moe_experts(Context *ctx, const Tensor *x, const Tensor *experts,
                  const Tensor *gates, const Tensor *up, const Tensor *down,
-                 Tensor *out);
+                 Tensor *out, int64_t expert_axis);
 void moe_experts_swiglu(Context *ctx, const Tensor *x, const Tensor *experts,
                         const Tensor *gates, const Tensor *gate,
-                        const Tensor *up, const Tensor *down, Tensor *out);
+                        const Tensor *up, const Tensor *down, Tensor *out,
+                        int64_t expert_axis);
 /// The gradients of moe_experts from `grad` [T, d'] (the hidden activations
 /// recomputed): dx, dgates and the weights' (summed over this rank's rows).
 void moe_experts_grad(Context *ctx, const Tensor *x, const Tensor *experts,
                       const Tensor *gates, const Tensor *grad, const Tensor *up,
                       const Tensor *down, Tensor *dx, Tensor *dgates,
-                      Tensor *dup, Tensor *ddown);
+                      Tensor *dup, Tensor *ddown, int64_t expert_axis);
 /// recompute = none: the forward keeps its grouping and activations in
 /// `kept` (f32, workspace.h moe_kept_floats), which the backward reads
 /// (and overwrites) instead of recomputing the forward.
 void moe_experts_keep(Context *ctx, const Tensor *x, const Tensor *experts,
                       const Tensor *gates, const Tensor *up, const Tensor *down,
-                      Tensor *out, Tensor *kept);
+                      Tensor *out, Tensor *kept, int64_t expert_axis);
 void moe_experts_swiglu_keep(Context *ctx, const Tensor *x,
                              const Tensor *experts, const Tensor *gates,
                              const Tensor *gate, const Tensor *up,
-                             const Tensor *down, Tensor *out, Tensor *kept);
+                             const Tensor *down, Tensor *out, Tensor *kept,
+                             int64_t expert_axis);
 void moe_experts_grad_kept(Context *ctx, const Tensor *experts,
                            const Tensor *gates, const Tensor *grad,
                            const Tensor *up, const Tensor *down, Tensor *kept,
                            Tensor *dx, Tensor *dgates, Tensor *dup,
-                           Tensor *ddown);
+                           Tensor *ddown, int64_t expert_axis);
 void moe_experts_swiglu_grad_kept(Context *ctx, const Tensor *experts,
                                   const Tensor *gates, const Tensor *grad,
                                   const Tensor *gate, const Tensor *up,
                                   const Tensor *down, Tensor *kept, Tensor *dx,
                                   Tensor *dgates, Tensor *dgate, Tensor *dup,
-                                  Tensor *ddown);
+                                  Tensor *ddown, int64_t expert_axis);
 void moe_experts_swiglu_grad(Context *ctx, const Tensor *x,
                              const Tensor *experts, const Tensor *gates,
                              const Tensor *grad, const Tensor *gate,
                              const Tensor *up, const Tensor *down, Tensor *dx,
                              Tensor *dgates, Tensor *dgate, Tensor *dup,
-                             Tensor *ddown);
+                             Tensor *ddown, int64_t expert_axis);
 /// Batch norm in training mode over x [N, C, ...]: per channel, the mean
 /// and biased variance over N and the rest, summed over the ranks of the
 /// mesh axes in `batch_axes` (an axis mask; 0: this rank's batch is the
@@ -846,10 +858,11 @@ void group_norm_grad(Context *ctx, const Tensor *x, const Tensor *gamma,
 /// comes from this rank's coordinates: dimension d is split over the mesh
 /// axes of mask d{d}_axes (in mesh order) and, for d = 0 when
 /// `microbatches` > 0, into that many microbatches (blocks of this rank's
-/// rows; the current one from set_microbatch or unit_begin).
+/// rows; the current one from set_microbatch or unit_begin), the axes of
+/// `mb_inner_axes` (a subset of d0_axes) splitting each microbatch.
 void dropout(Context *ctx, const Tensor *x, Tensor *out, int64_t d0_axes,
              int64_t d1_axes, int64_t d2_axes, int64_t d3_axes,
-             int64_t microbatches, float p, int64_t uid);
+             int64_t mb_inner_axes, int64_t microbatches, float p, int64_t uid);
 /// Records sqrt(sumsq) (rank-0 tensor, already reduced) for the step line,
 /// which then reads "step S/N | loss L | grad norm G | T ms".
 ///

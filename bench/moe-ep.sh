@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Expert parallelism on host ranks: the same Mixtral-style model and global
+# batch on 2 ranks (1 thread each), data parallel (dp 2) next to expert
+# parallel (ep 2), interleaved in one invocation: step time (medians of
+# steps 3..N, the best of two rounds), what each rank holds (parameters,
+# optimizer state, the step arena's peak, from the run's log) and what it
+# sends per step (the report's communication total). Prints one table and
+# appends it to bench/RESULTS.md with the date and the CPU. Run by hand:
+#   ./bench/moe-ep.sh [STEPS]
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+STEPS="${1:-8}"
+BUILD="$ROOT/build"
+cmake --build "$BUILD" -- planc planrt_host plan-tokenize >/dev/null
+PLANC="$BUILD/bin/planc"
+TMP="$(mktemp -d)"
+trap 'rm -rf "$TMP"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+cd "$TMP"
+mkdir -p data
+"$BUILD/bin/plan-tokenize" -o data/tiny "$ROOT/examples/data/tiny.txt" >/dev/null
+CPU="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
+
+. "$ROOT/bench/common.sh" # median_ms, best
+
+# small Mixtral: V 256, T 256, d 256, 8 experts of 512, top 2, 4 layers, B 8
+write_plan() { # FILE PARALLEL
+  cat >"$1" <<PLAN
+import "$ROOT/examples/models/mixtral.plan"
+vocab = 256
+seq = 256
+d = 256
+heads = 8
+kv_heads = 2
+hidden = 512
+experts = 8
+top_k = 2
+layers = 4
+parallel { $2 }
+train {
+  batch = 8
+  steps = $STEPS
+  optimizer = adamw(lr = 1e-4, betas = [0.9, 0.95], eps = 1e-8, weight_decay = 0.1)
+  grad_clip = 1.0
+  data = shards("data/tiny_train_*.bin")
+}
+PLAN
+}
+write_plan dp.plan "dp = 2"
+write_plan ep.plan "ep = 2"
+"$PLANC" dp.plan -o dp
+"$PLANC" ep.plan -o ep
+declare -A times
+for round in 1 2; do
+  for p in dp ep; do
+    PLANRT_NUM_THREADS=1 mpirun --bind-to none -np 2 ./$p >$p.log
+    times[$p]+="$(median_ms <$p.log) "
+  done
+done
+HEADER="| plan (2 ranks x 1 thread) | step | per rank: params, optimizer state, step arena peak | sent per step and rank (report) |"
+rows=()
+for p in dp ep; do
+  # shellcheck disable=SC2086
+  t=$(best ${times[$p]})
+  mem=$(grep -m1 '^memory per rank' $p.log |
+    sed -E 's/.*params ([0-9]+) B, state ([0-9]+) B, step arena peak ([0-9]+) B.*/\1 \2 \3/')
+  sent=$("$PLANC" $p.plan --report=json 2>/dev/null |
+    /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["comm_sent_bytes_per_step"])')
+  rows+=("$(echo "$mem" | awk -v p="$p" -v t="$t" -v s="$sent" '{
+    printf "| %s 2 | %.1f ms | %.2f MB, %.2f MB, %.2f MB | %.2f MB |", p, t, $1 / 1e6, $2 / 1e6, $3 / 1e6, s / 1e6 }')")
+done
+echo "$HEADER"
+printf '%s\n' "${rows[@]}"
+{
+  echo
+  echo "## Expert parallelism on host ranks ($(date +%Y-%m-%d), $CPU, $(nproc) cores)"
+  echo
+  echo "bench/moe-ep.sh $STEPS: small Mixtral (V 256, T 256, d 256, 8 experts of 512, top 2, 4 layers, B 8), fp32, AdamW with clipping; medians of steps 3..$STEPS, the best of two interleaved rounds."
+  echo
+  echo "$HEADER"
+  echo "|---|---|---|---|"
+  printf '%s\n' "${rows[@]}"
+} >>"$ROOT/bench/RESULTS.md"
