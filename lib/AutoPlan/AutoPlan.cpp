@@ -405,14 +405,14 @@ struct Screen {
 
   mutable std::map<std::pair<int64_t, int64_t>, double> zeroCache;
 
-  /// The fraction of the parameters ZeRO can split over dp: those whose
-  /// first dimension dp * tp divides (an estimate of plan-propagate-
+  /// The fraction of the parameters ZeRO can split over dp (and ep): those
+  /// whose first dimension dp * ep * tp divides (an estimate of plan-propagate-
   /// sharding's rule, which splits the first dimension dp divides after the
   /// tensor-parallel split, and never a packed q/k/v dimension).
   double zeroFraction(const ParallelConfig &c) const {
-    if (c.zero == 0 || c.dp == 1)
+    if (c.zero == 0 || c.dp * c.ep == 1)
       return 0;
-    auto [it, fresh] = zeroCache.try_emplace({c.dp, c.tp}, 0.0);
+    auto [it, fresh] = zeroCache.try_emplace({c.dp * c.ep, c.tp}, 0.0);
     if (fresh) {
       double all = 0, split = 0;
       for (auto &[shape, n] : p.paramShapes) {
@@ -420,7 +420,7 @@ struct Screen {
         for (int64_t d : shape)
           e *= double(d);
         all += e;
-        if (!shape.empty() && shape[0] % (c.dp * c.tp) == 0)
+        if (!shape.empty() && shape[0] % (c.dp * c.ep * c.tp) == 0)
           split += e;
       }
       it->second = all > 0 ? split / all : 0;
@@ -486,13 +486,14 @@ struct Screen {
     if (c.dp * c.cp * c.ep > 1) {
       // Gradients are summed over dp, cp and ep (whose ranks see other
       // tokens of the same weights; the experts' only over dp, which this
-      // overestimates); ZeRO splits over dp. (The slowest link of the three
-      // stands for all.) The probes' layer times hold ep's dispatch.
+      // overestimates); ZeRO splits over dp and ep. (The slowest link of the
+      // three stands for all.) The probes' layer times hold ep's dispatch.
       Link l = link(c, c.dp > 1 ? "dp" : c.ep > 1 ? "ep" : "cp");
       double g = params * actBytes;
       auto t = [&](llvm::StringRef kind) {
         return tm.collectiveTime(
-            kind, g, kind == "all_reduce" ? c.dp * c.cp * c.ep : c.dp, l);
+            kind, g, kind == "all_reduce" ? c.dp * c.cp * c.ep : c.dp * c.ep,
+            l);
       };
       switch (c.zero) {
       case 0:
@@ -514,7 +515,7 @@ struct Screen {
         comm = m * t("reduce_scatter") + (2 * m + 1) * t("all_gather");
       }
     }
-    double shards = c.zero >= 1 ? double(c.dp) : 1.0;
+    double shards = c.zero >= 1 ? double(c.dp * c.ep) : 1.0;
     // ZeRO shards a parameter only along a dimension dp divides (after its
     // tensor-parallel split); the others stay whole on every rank.
     double z = zeroFraction(c);
@@ -617,7 +618,8 @@ void forEachPlan(const Problem &p, llvm::ArrayRef<int64_t> mbs,
                   if ((pp == 1 && sched != "1f1b") ||
                       ((sched == "interleaved_1f1b") != (v > 1)))
                     continue;
-                  for (int64_t zero = 0; zero <= (c.dp > 1 ? 3 : 0); ++zero)
+                  for (int64_t zero = 0; zero <= (c.dp * c.ep > 1 ? 3 : 0);
+                       ++zero)
                     for (bool sp : {false, true})
                       for (llvm::StringRef rc : kRecomputes) {
                         if ((sp && tp == 1) || (pp > 1 && rc == "none"))

@@ -516,14 +516,20 @@ FailureOr<StepReport> planc::computeStepReport(ModuleOp module,
         for (StringRef a : s.getDimAxes(i))
           split *= mesh.getAxisSize(a);
     r.params += local * split;
-    // The backward computes a parameter's gradient whole over dp (ZeRO 3
-    // gathers the parameter, then reduce-scatters its gradient).
+    // The backward computes a parameter's gradient whole over ZeRO's axes
+    // (ZeRO 3 gathers the parameter, then reduce-scatters its gradient):
+    // dp and what follows it (ep, for all but the experts, which ep splits
+    // before dp).
     int64_t dpSplit = 1;
     if (auto s = d.getShardingAttr())
-      for (int64_t i = 0; i < t.getRank(); ++i)
-        for (StringRef a : s.getDimAxes(i))
-          if (a == "dp")
+      for (int64_t i = 0; i < t.getRank(); ++i) {
+        bool zero = false;
+        for (StringRef a : s.getDimAxes(i)) {
+          zero |= a == "dp";
+          if (zero)
             dpSplit *= mesh.getAxisSize(a);
+        }
+      }
     for (int64_t c = 0; c < pp; ++c)
       if (owns(stageOf(d), c)) {
         params[c] += local;

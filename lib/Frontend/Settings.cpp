@@ -638,7 +638,7 @@ void Sema::checkPlan(Location modelLoc) {
         << ") needs a global batch of at least 2: with one sample planc "
            "cannot yet tell the per-microbatch work from the rest; use "
            "batch >= 2 or pp = 1";
-  if (par.zeroStage > 0 && par.dp == 1)
+  if (par.zeroStage > 0 && par.dataRanks() == 1)
     error(*par.zeroLoc) << "ZeRO stage " << par.zeroStage
                         << " shards optimizer state over data-parallel "
                            "ranks, but dp = 1; set zero = 0 or dp > 1";

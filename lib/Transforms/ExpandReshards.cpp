@@ -79,7 +79,7 @@ static bool keepWholeGradients(ReshardOp rs, StringRef axis) {
   int64_t stage = 0;
   for (auto par : module.getOps<ParallelOp>())
     stage = par.getZeroStage();
-  return stage == 1 && axis == "dp" &&
+  return stage == 1 && (axis == "dp" || axis == OpShardingRule::kExpertAxis) &&
          llvm::all_of(rs->getUsers(), [](Operation *user) {
            return isa<AdamWUpdateOp, SgdUpdateOp, ClipByNormOp, SumSqOp>(user);
          });

@@ -158,11 +158,16 @@ public:
                          s.getDimSegments(d).end());
       if (st.axes.empty() && origin != "user" && origin != "data" && !closeAll)
         continue; // open
-      // "policy/zero": the last axis is ZeRO's refinement of the rest.
-      auto [strong, weak] = origin.split('/');
+      // "policy/zero": the last axis is ZeRO's refinement of the rest;
+      // "policy/zero:2": the last two (ZeRO over dp and ep).
+      auto [strong, weakSpec] = origin.split('/');
+      auto [weak, count] = weakSpec.split(':');
       st.prio = priorityOf(strong);
+      size_t n = 1;
+      if (!count.empty() && count.getAsInteger(10, n))
+        n = 1;
       if (!weak.empty() && !st.axes.empty()) {
-        st.weakFrom = st.axes.size() - 1;
+        st.weakFrom = st.axes.size() - std::min(n, st.axes.size());
         st.weakPrio = priorityOf(weak);
       }
       st.closed = true;
@@ -491,8 +496,13 @@ LogicalResult Propagator::visit(Operation *op) {
 }
 
 void Propagator::splitForZero(func::FuncOp f, int64_t stage) {
-  int64_t dp = mesh.getAxisSize("dp");
-  if (dp <= 1)
+  // The data-parallel ranks of a parameter: dp, and the expert-parallel
+  // ranks for every parameter they do not split (all but the experts').
+  SmallVector<StringRef, 2> dataAxes;
+  for (StringRef a : {StringRef("dp"), StringRef(Rule::kExpertAxis)})
+    if (mesh.getAxisIndex(a) >= 0 && mesh.getAxisSize(a) > 1)
+      dataAxes.push_back(a);
+  if (dataAxes.empty())
     return;
   auto kindOf = [&](Value v) -> StringRef {
     auto arg = dyn_cast<BlockArgument>(v);
@@ -520,6 +530,15 @@ void Propagator::splitForZero(func::FuncOp f, int64_t stage) {
           return llvm::is_contained(st.axes, "dp");
         }))
       return;
+    SmallVector<StringRef, 2> zeroAxes;
+    for (StringRef a : dataAxes)
+      if (llvm::none_of(pd, [&](const DimState &st) {
+            return llvm::is_contained(st.axes, a);
+          }))
+        zeroAxes.push_back(a);
+    if (zeroAxes.empty())
+      return;
+    int64_t dp = product(zeroAxes);
     for (int64_t d = 0; d < type.getRank(); ++d) {
       ArrayRef<StringRef> axes = pd[d].prio < kOpen
                                      ? ArrayRef<StringRef>(pd[d].axes)
@@ -531,13 +550,13 @@ void Propagator::splitForZero(func::FuncOp f, int64_t stage) {
         continue;
       for (Value t : targets) {
         DimState &st = dims(t)[d];
-        // The parameter's split holds as strongly as before; dp on top of
-        // it is ZeRO's, the weakest claim.
+        // The parameter's split holds as strongly as before; dp (and ep)
+        // on top of it is ZeRO's, the weakest claim.
         st.prio = axes.empty() ? priorityOf("zero") : pd[d].prio;
         st.axes.assign(axes.begin(), axes.end());
         st.weakFrom = st.axes.size();
         st.weakPrio = priorityOf("zero");
-        st.axes.push_back("dp");
+        st.axes.append(zeroAxes.begin(), zeroAxes.end());
         st.segments.clear();
         st.closed = true;
         st.anchored = true;
@@ -619,8 +638,11 @@ LogicalResult Propagator::materialize(func::FuncOp f) {
         return prio == 2 ? "zero" : prio == 1 ? "policy" : "user";
       };
       std::string o = name(st.prio);
-      if (st.weakFrom < st.axes.size() && st.weakFrom + 1 == st.axes.size())
+      if (st.weakFrom < st.axes.size()) {
         o += std::string("/") + name(st.weakPrio);
+        if (size_t n = st.axes.size() - st.weakFrom; n > 1)
+          o += ":" + std::to_string(n);
+      }
       origins.push_back(o);
     }
     if (llvm::any_of(origins, [](StringRef o) { return o != "user"; })) {
