@@ -14,6 +14,11 @@
 //    forward's, and recompute = full's for the backward) become one.
 // Each such op is cloned (`plan.recompute`, so later passes treat it as
 // backward) right before its first backward user, which reads the clone.
+// Not the gathers of a mixture of experts' operands (expert parallelism)
+// with recompute = none outside a pipeline: there the experts' forward
+// keeps its grouped rows for the backward (plan-keep-experts, which needs
+// the backward to read the forward's very operands), so gathering them
+// again would only add collectives and a recomputed forward.
 // Clones are the same ops on the same values: the bits do not change.
 // Recompute = full needs none of this inside a layer (the layer's backward
 // reads plan-recompute's clones), but it still applies at the layers' edges.
@@ -97,6 +102,9 @@ void RematerializePass::runOnOperation() {
   }
 
   llvm::DenseSet<Operation *> backward = backwardOps(body);
+  bool keepsExperts =
+      plan::recomputePolicy(module, "") == "none" &&
+      !(mesh && mesh.getAxisIndex("pp") >= 0 && mesh.getAxisSize("pp") > 1);
 
   // Rebuildable forward ops: gathers of anything, and casts of arguments or
   // of rebuildable ops (a parameter's copy after its ZeRO-3 gather).
@@ -107,7 +115,10 @@ void RematerializePass::runOnOperation() {
       continue;
     bool ok = false;
     if (auto rs = dyn_cast<ReshardOp>(op))
-      ok = onlyGathers(rs, mesh);
+      ok = onlyGathers(rs, mesh) &&
+           !(keepsExperts && llvm::any_of(op.getUsers(), [](Operation *u) {
+               return isa<MoeExpertsGradOp>(u);
+             }));
     else if (auto c = dyn_cast<CastOp>(op); c && !microbatched) {
       Value in = c->getOperand(0);
       ok = isa<BlockArgument>(in) || rebuildable.contains(in.getDefiningOp());
