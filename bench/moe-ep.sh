@@ -13,15 +13,8 @@ STEPS="${1:-8}"
 BUILD="$ROOT/build"
 cmake --build "$BUILD" -- planc planrt_host plan-tokenize >/dev/null
 PLANC="$BUILD/bin/planc"
-TMP="$(mktemp -d)"
-trap 'rm -rf "$TMP"' EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-cd "$TMP"
-mkdir -p data
-"$BUILD/bin/plan-tokenize" -o data/tiny "$ROOT/examples/data/tiny.txt" >/dev/null
-CPU="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
-
-. "$ROOT/bench/common.sh" # median_ms, best
+. "$ROOT/bench/common.sh" # scratch_with_tokens, median_ms, best
+scratch_with_tokens
 
 # small Mixtral: V 256, T 256, d 256, 8 experts of 512, top 2, 4 layers, B 8
 write_plan() { # FILE PARALLEL

@@ -17,15 +17,8 @@ PLANC="$BUILD/bin/planc"
 VENV="${PLANC_BENCH_VENV:-$HOME/.cache/planc/bench-torch}"
 PYS=(/usr/bin/python3)
 "$VENV/bin/python" -c 'import torch' 2>/dev/null && PYS+=("$VENV/bin/python")
-TMP="$(mktemp -d)"
-trap 'rm -rf "$TMP"' EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-cd "$TMP"
-mkdir -p data
-"$BUILD/bin/plan-tokenize" -o data/tiny "$ROOT/examples/data/tiny.txt" >/dev/null
-CPU="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
-
-. "$ROOT/bench/common.sh" # median_ms, best
+. "$ROOT/bench/common.sh" # scratch_with_tokens, median_ms, best
+scratch_with_tokens
 
 rows=()
 # NAME VOCAB SEQ D HEADS KV HIDDEN EXPERTS TOP_K LAYERS BATCH

@@ -997,8 +997,7 @@ llvm::json::Object planc::stepReportJson(const StepReport &r) {
                                                      r.moeScatterBytes},
                                                     {"reduce_scatter_sent_"
                                                      "bytes",
-                                                     r
-                                                         .moeScatterSent}}},
+                                                     r.moeScatterSent}}},
                                 {"routing_assumed", "balanced"}}},
       {"comm_bytes_per_step", std::move(comm)},
       {"comm_sent_bytes_per_step", r.sentBytes()},

@@ -187,15 +187,20 @@ void set_classes(Context *ctx, int64_t classes) {
   ctx->classes = classes;
 }
 
-void set_input_dtype(Context *ctx, int64_t input_index, int64_t dtype) {
-  check_ctx(ctx, "set_input_dtype");
+/// Input `input_index` for setter `fn`, checked (declared, before start).
+static InputDesc &declared_input(Context *ctx, const char *fn,
+                                 int64_t input_index) {
+  check_ctx(ctx, fn);
   if (ctx->started)
-    fatal("set_input_dtype: called after the program started");
+    fatal("%s: called after the program started", fn);
   if (input_index < 0 || input_index >= (int64_t)ctx->inputs.size())
-    fatal("set_input_dtype: input index %lld out of range (%zu inputs "
-          "declared)",
+    fatal("%s: input index %lld out of range (%zu inputs declared)", fn,
           (long long)input_index, ctx->inputs.size());
-  InputDesc &in = ctx->inputs[input_index];
+  return ctx->inputs[input_index];
+}
+
+void set_input_dtype(Context *ctx, int64_t input_index, int64_t dtype) {
+  InputDesc &in = declared_input(ctx, "set_input_dtype", input_index);
   if (dtype != F32 && dtype != I32)
     fatal("set_input_dtype '%s': unknown dtype %lld (0 = f32, 1 = i32)",
           in.name.c_str(), (long long)dtype);
@@ -203,14 +208,7 @@ void set_input_dtype(Context *ctx, int64_t input_index, int64_t dtype) {
 }
 
 void set_input_seq_axis(Context *ctx, int64_t input_index, int64_t axis) {
-  check_ctx(ctx, "set_input_seq_axis");
-  if (ctx->started)
-    fatal("set_input_seq_axis: called after the program started");
-  if (input_index < 0 || input_index >= (int64_t)ctx->inputs.size())
-    fatal("set_input_seq_axis: input index %lld out of range (%zu inputs "
-          "declared)",
-          (long long)input_index, ctx->inputs.size());
-  InputDesc &in = ctx->inputs[input_index];
+  InputDesc &in = declared_input(ctx, "set_input_seq_axis", input_index);
   if (in.t.ndim < 2 || axis < 0)
     fatal("set_input_seq_axis '%s': needs a [rows, sequence] input and a "
           "mesh axis, got %s and axis %lld",
@@ -220,14 +218,7 @@ void set_input_seq_axis(Context *ctx, int64_t input_index, int64_t axis) {
 
 void set_input_inner_axis(Context *ctx, int64_t input_index, int64_t axis,
                           int64_t chunks) {
-  check_ctx(ctx, "set_input_inner_axis");
-  if (ctx->started)
-    fatal("set_input_inner_axis: called after the program started");
-  if (input_index < 0 || input_index >= (int64_t)ctx->inputs.size())
-    fatal("set_input_inner_axis: input index %lld out of range (%zu inputs "
-          "declared)",
-          (long long)input_index, ctx->inputs.size());
-  InputDesc &in = ctx->inputs[input_index];
+  InputDesc &in = declared_input(ctx, "set_input_inner_axis", input_index);
   if (in.batch_axis < 0 || axis < 0 || axis == in.batch_axis)
     fatal("set_input_inner_axis '%s': needs an input split over a batch axis "
           "and another mesh axis, got batch axis %lld and axis %lld",

@@ -1,5 +1,6 @@
 // Deterministic init, synthetic data, safetensors, and the training driver
 // on a standalone single-rank host Context.
+#include "context.h"
 #include "mlp_plan.h"
 #include "planrt/internal.h"
 #include "planrt/planrt.h"
@@ -149,6 +150,38 @@ TEST(SyntheticData, RejectsBadDescriptions) {
                  set_training(c, 1, 1, 8, 0);
                }),
                "global batch 8 does not match");
+}
+
+// Expert parallelism with microbatches: each rank's rows are one run per
+// microbatch, split over ep inside the dp rank's microbatch; over the mesh
+// the runs cover the global batch once.
+TEST(SyntheticData, ExpertParallelRunsCoverTheBatchOnce) {
+  Context *ctx = internal::create_context("runs", false);
+  declare_mesh_axis(ctx, "dp", 2);
+  declare_mesh_axis(ctx, "ep", 2);
+  // 6 local rows: 3 microbatches of 2; the global batch is 24 rows.
+  declare_input(ctx, "x", RoleInput, 2, 6, 3, 1, 1, 0);
+  set_input_inner_axis(ctx, 0, 1, 3);
+  const InputDesc &in = ctx->inputs[0];
+  EXPECT_EQ(batch_ranks(ctx, in), 4);
+  std::vector<int> seen(24, 0);
+  for (int64_t d = 0; d < 2; ++d)
+    for (int64_t e = 0; e < 2; ++e) {
+      ctx->coords = {d, e};
+      for (int64_t c = 0; c < 3; ++c) {
+        int64_t r0 = batch_run_row0(ctx, in, c);
+        // Microbatch c of dp rank d is rows [(3 d + c) 4, +4), ep's half e.
+        EXPECT_EQ(r0, ((3 * d + c) * 2 + e) * 2) << d << e << c;
+        for (int64_t r = 0; r < 2; ++r)
+          ++seen[(size_t)(r0 + r)];
+      }
+    }
+  EXPECT_EQ(seen, std::vector<int>(24, 1));
+  EXPECT_DEATH(set_input_inner_axis(ctx, 0, 0, 3),
+               "needs an input split over a batch axis and another mesh axis");
+  EXPECT_DEATH(set_input_inner_axis(ctx, 0, 1, 4),
+               "4 runs do not divide its 6 rows");
+  internal::destroy_context(ctx);
 }
 
 std::string read_file(const std::string &path) {
