@@ -9,6 +9,7 @@
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "llvm/ADT/SetVector.h"
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/StringSet.h"
 #include "llvm/Support/ErrorHandling.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -507,6 +508,32 @@ FailureOr<StepReport> planc::computeStepReport(ModuleOp module,
   auto owns = [&](int64_t stage, int64_t c) {
     return stage < 0 || stage % pp == c;
   };
+  // The parameters that are experts' weights under expert parallelism: ep
+  // splits them by experts (their own layout), where it is ZeRO's split of
+  // every other parameter. Found from the experts ops, through a 16-bit
+  // copy and a ZeRO-3 gather.
+  llvm::StringSet<> expertParams;
+  step.walk([&](Operation *op) {
+    std::optional<MoeExpertsView> moe = moeExpertsView(op);
+    if (!moe || moe->expertAxis.empty())
+      return;
+    for (Value w : {moe->gate, moe->up, moe->down})
+      for (int hop = 0; hop < 4 && w; ++hop) {
+        if (auto p = w.getDefiningOp<rk::ParamOp>()) {
+          expertParams.insert(p.getName());
+          break;
+        }
+        if (auto c = w.getDefiningOp<rk::CastOp>()) {
+          w = c.getInput();
+          continue;
+        }
+        Value from;
+        for (Operation *u : w.getUsers())
+          if (auto g = dyn_cast<rk::AllGatherOp>(u); g && g.getOut() == w)
+            from = g.getInput();
+        w = from;
+      }
+  });
   for (auto d : module.getOps<rk::ParamDeclOp>()) {
     MemRefType t = d.getType();
     int64_t local = t.getNumElements();
@@ -518,18 +545,14 @@ FailureOr<StepReport> planc::computeStepReport(ModuleOp module,
     r.params += local * split;
     // The backward computes a parameter's gradient whole over ZeRO's axes
     // (ZeRO 3 gathers the parameter, then reduce-scatters its gradient):
-    // dp and what follows it (ep, for all but the experts, which ep splits
-    // before dp).
+    // the data-parallel axes, but ep for the experts, which it splits.
+    bool expert = expertParams.contains(d.getSymName());
     int64_t dpSplit = 1;
     if (auto s = d.getShardingAttr())
-      for (int64_t i = 0; i < t.getRank(); ++i) {
-        bool zero = false;
-        for (StringRef a : s.getDimAxes(i)) {
-          zero |= a == "dp";
-          if (zero)
+      for (int64_t i = 0; i < t.getRank(); ++i)
+        for (StringRef a : s.getDimAxes(i))
+          if (a == "dp" || (a == plan::OpShardingRule::kExpertAxis && !expert))
             dpSplit *= mesh.getAxisSize(a);
-        }
-      }
     for (int64_t c = 0; c < pp; ++c)
       if (owns(stageOf(d), c)) {
         params[c] += local;
