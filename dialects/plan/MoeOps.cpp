@@ -289,11 +289,23 @@ Rule MoeTopkOp::getShardingRule() {
   return r;
 }
 
+/// The factors of a routing op on logits [T..., E] and choices [T..., K]:
+/// the tokens split freely, E and K whole.
+struct RoutingFactors {
+  SmallVector<int64_t> t;
+  int64_t e, k;
+};
+static RoutingFactors routingFactors(Rule &r, Value logits, Value experts) {
+  RoutingFactors f;
+  f.t = tokenFactors(r, shapeOf(logits));
+  f.e = whole(r, lastDim(logits));
+  f.k = whole(r, lastDim(experts));
+  return f;
+}
+
 Rule MoeAuxGradOp::getShardingRule() {
   Rule r;
-  SmallVector<int64_t> t = tokenFactors(r, shapeOf(getLogits()));
-  int64_t e = whole(r, lastDim(getLogits())),
-          k = whole(r, lastDim(getExperts()));
+  auto [t, e, k] = routingFactors(r, getLogits(), getExperts());
   wholeSequence(r, t);
   r.operands = {withLast(t, e), withLast(t, k)};
   r.results = {withLast(t, e)};
@@ -321,9 +333,7 @@ Rule MoeBiasUpdateOp::getShardingRule() {
 
 Rule MoeGatesOp::getShardingRule() {
   Rule r;
-  SmallVector<int64_t> t = tokenFactors(r, shapeOf(getLogits()));
-  int64_t e = whole(r, lastDim(getLogits())),
-          k = whole(r, lastDim(getExperts()));
+  auto [t, e, k] = routingFactors(r, getLogits(), getExperts());
   r.operands = {withLast(t, e), withLast(t, k)};
   r.results = {withLast(t, k)};
   return r;
@@ -332,9 +342,7 @@ Rule MoeGatesOp::getShardingRule() {
 // Linear in the gates' gradient.
 Rule MoeGatesGradOp::getShardingRule() {
   Rule r;
-  SmallVector<int64_t> t = tokenFactors(r, shapeOf(getLogits()));
-  int64_t e = whole(r, lastDim(getLogits())),
-          k = whole(r, lastDim(getExperts()));
+  auto [t, e, k] = routingFactors(r, getLogits(), getExperts());
   r.operands = {withLast(t, e), withLast(t, k), withLast(t, k)};
   r.results = {withLast(t, e)};
   r.setLinear(Lin::Each, {2});
