@@ -7,7 +7,8 @@
 // are instantiated; others, and shapes whose tiles need more shared memory
 // than the device gives a block (head dim 128 on sm_86/sm_89), run the
 // per-row functors (kernels.h). Shared memory above 48 KB is asked for once
-// per kernel (cudaFuncSetAttribute).
+// per kernel (cudaFuncSetAttribute). bf16 and fp16 plans run the
+// tensor-core tiles of attention_tc_blocks.h, with the same contract.
 //
 // recompute = none on the host keeps each row's exponentials (`keep`) for
 // the backward; these kernels recompute them from the row statistics
@@ -19,6 +20,7 @@
 #include "../context.h"
 #include "attention.h"
 #include "attention_blocks.h"
+#include "attention_tc_blocks.h"
 #include "check.h"
 
 #include <cuda_runtime.h>
@@ -59,6 +61,47 @@ __global__ void __launch_bounds__(attn::kThreads)
                          (int64_t)blockIdx.y * attn::kRows);
 }
 
+// The 16-bit kernels (attention_tc_blocks.h: products on the tensor cores).
+template <int D, class T>
+__global__ void __launch_bounds__(attn::kThreads)
+    forward_tc_kernel(kernels::AttnShape a, const T *qkv, T *out,
+                      float *stats) {
+  extern __shared__ __align__(128) char tc_smem[];
+  attn_tc::forward_block<D>(block::this_lane(), tc_smem, a, qkv, out, stats,
+                            (int64_t)blockIdx.x,
+                            (int64_t)blockIdx.y * attn::kRows);
+}
+
+template <int D, class T>
+__global__ void __launch_bounds__(attn::kThreads)
+    grad_q_tc_kernel(kernels::AttnShape a, const T *qkv, const T *dout, T *dqkv,
+                     const float *stats, float *rowstats, float *delta) {
+  extern __shared__ __align__(128) char tc_smem[];
+  attn_tc::grad_q_block<D>(block::this_lane(), tc_smem, a, qkv, dout, dqkv,
+                           stats, rowstats, delta, (int64_t)blockIdx.x,
+                           (int64_t)blockIdx.y * attn::kRows);
+}
+
+template <int D, class T>
+__global__ void __launch_bounds__(attn::kThreads)
+    grad_kv_tc_kernel(kernels::AttnShape a, const T *qkv, const T *dout,
+                      T *dqkv, const float *rowstats, const float *delta) {
+  extern __shared__ __align__(128) char tc_smem[];
+  attn_tc::grad_kv_block<D>(block::this_lane(), tc_smem, a, qkv, dout, dqkv,
+                            rowstats, delta, (int64_t)blockIdx.x,
+                            (int64_t)blockIdx.y * attn::kRows);
+}
+
+/// Whether T's tiles run on the tensor cores (16-bit plans).
+template <class T> constexpr bool kTensorCores = sizeof(T) == 2;
+
+/// The tensor-core tiles copy 16 bytes at a time: operands come whole from
+/// the arena (256-byte aligned), so a misaligned one is planrt's bug.
+inline void check_aligned(const void *p, const char *what) {
+  if (reinterpret_cast<uintptr_t>(p) % 16)
+    fatal("attention (tensor cores): %s is not 16-byte aligned", what);
+}
+
 /// Raises `kernel`'s dynamic shared memory limit to `bytes` (once).
 template <class K> void allow_smem(K kernel, size_t bytes, bool &done) {
   if (done)
@@ -95,10 +138,17 @@ size_t smem_limit() {
 /// Whether all three kernels take head dim D on this device for shape `a`:
 /// the same answer for the forward and both backward parts, since the
 /// tiles keep no exponentials and the per-row functors read them.
-template <int D> bool fits(const kernels::AttnShape &a) {
+template <int D, class T> bool fits(const kernels::AttnShape &a) {
   size_t most = (size_t)attn::grad_kv_floats<D>() * sizeof(float);
   if ((size_t)attn::grad_q_floats<D>() * sizeof(float) > most)
     most = (size_t)attn::grad_q_floats<D>() * sizeof(float);
+  if (kTensorCores<T>) {
+    most = attn_tc::forward_bytes<D>();
+    if (attn_tc::grad_q_bytes<D>() > most)
+      most = attn_tc::grad_q_bytes<D>();
+    if (attn_tc::grad_kv_bytes<D>() > most)
+      most = attn_tc::grad_kv_bytes<D>();
+  }
   return most <= smem_limit() &&
          (a.S + attn::kRows - 1) / attn::kRows <= 65535 &&
          a.B * a.H <= 2147483647LL;
@@ -106,16 +156,17 @@ template <int D> bool fits(const kernels::AttnShape &a) {
 
 /// f(std::integral_constant<int, D>) for the head dims with kernels, when
 /// they fit (false: nothing launched, the functors run).
-template <class F> bool with_head_dim(const kernels::AttnShape &a, const F &f) {
+template <class T, class F>
+bool with_head_dim(const kernels::AttnShape &a, const F &f) {
   switch (a.D) {
   case 16:
-    return fits<16>(a) && (f(std::integral_constant<int, 16>()), true);
+    return fits<16, T>(a) && (f(std::integral_constant<int, 16>()), true);
   case 32:
-    return fits<32>(a) && (f(std::integral_constant<int, 32>()), true);
+    return fits<32, T>(a) && (f(std::integral_constant<int, 32>()), true);
   case 64:
-    return fits<64>(a) && (f(std::integral_constant<int, 64>()), true);
+    return fits<64, T>(a) && (f(std::integral_constant<int, 64>()), true);
   case 128:
-    return fits<128>(a) && (f(std::integral_constant<int, 128>()), true);
+    return fits<128, T>(a) && (f(std::integral_constant<int, 128>()), true);
   default:
     return false;
   }
@@ -126,14 +177,24 @@ template <class F> bool with_head_dim(const kernels::AttnShape &a, const F &f) {
 template <class T>
 bool forward(cudaStream_t s, const kernels::AttnShape &a, const T *qkv, T *out,
              float *stats) {
-  return with_head_dim(a, [&](auto dim) {
+  return with_head_dim<T>(a, [&](auto dim) {
     constexpr int D = decltype(dim)::value;
     static bool ready = false;
-    size_t bytes = attn::forward_floats<D>() * sizeof(float);
-    allow_smem(forward_kernel<D, T>, bytes, ready);
-    forward_kernel<D, T><<<grid(a.S, a.B * a.H), attn::kThreads, bytes, s>>>(
-        a, qkv, out, stats);
-    cuda_check::launch("attention's forward");
+    if constexpr (kTensorCores<T>) {
+      check_aligned(qkv, "qkv");
+      size_t bytes = attn_tc::forward_bytes<D>();
+      allow_smem(forward_tc_kernel<D, T>, bytes, ready);
+      forward_tc_kernel<D, T>
+          <<<grid(a.S, a.B * a.H), attn::kThreads, bytes, s>>>(a, qkv, out,
+                                                               stats);
+      cuda_check::launch("attention's forward (tensor cores)");
+    } else {
+      size_t bytes = attn::forward_floats<D>() * sizeof(float);
+      allow_smem(forward_kernel<D, T>, bytes, ready);
+      forward_kernel<D, T><<<grid(a.S, a.B * a.H), attn::kThreads, bytes, s>>>(
+          a, qkv, out, stats);
+      cuda_check::launch("attention's forward");
+    }
   });
 }
 
@@ -141,14 +202,25 @@ template <class T>
 bool grad_q(cudaStream_t s, const kernels::AttnShape &a, const T *qkv,
             const T *dout, T *dqkv, const float *stats, float *rowstats,
             float *delta) {
-  return with_head_dim(a, [&](auto dim) {
+  return with_head_dim<T>(a, [&](auto dim) {
     constexpr int D = decltype(dim)::value;
     static bool ready = false;
-    size_t bytes = attn::grad_q_floats<D>() * sizeof(float);
-    allow_smem(grad_q_kernel<D, T>, bytes, ready);
-    grad_q_kernel<D, T><<<grid(a.S, a.B * a.H), attn::kThreads, bytes, s>>>(
-        a, qkv, dout, dqkv, stats, rowstats, delta);
-    cuda_check::launch("attention's dq");
+    if constexpr (kTensorCores<T>) {
+      check_aligned(qkv, "qkv");
+      check_aligned(dout, "the output's gradient");
+      size_t bytes = attn_tc::grad_q_bytes<D>();
+      allow_smem(grad_q_tc_kernel<D, T>, bytes, ready);
+      grad_q_tc_kernel<D, T>
+          <<<grid(a.S, a.B * a.H), attn::kThreads, bytes, s>>>(
+              a, qkv, dout, dqkv, stats, rowstats, delta);
+      cuda_check::launch("attention's dq (tensor cores)");
+    } else {
+      size_t bytes = attn::grad_q_floats<D>() * sizeof(float);
+      allow_smem(grad_q_kernel<D, T>, bytes, ready);
+      grad_q_kernel<D, T><<<grid(a.S, a.B * a.H), attn::kThreads, bytes, s>>>(
+          a, qkv, dout, dqkv, stats, rowstats, delta);
+      cuda_check::launch("attention's dq");
+    }
   });
 }
 
@@ -156,14 +228,25 @@ template <class T>
 bool grad_kv(cudaStream_t s, const kernels::AttnShape &a, const T *qkv,
              const T *dout, T *dqkv, const float *rowstats,
              const float *delta) {
-  return with_head_dim(a, [&](auto dim) {
+  return with_head_dim<T>(a, [&](auto dim) {
     constexpr int D = decltype(dim)::value;
     static bool ready = false;
-    size_t bytes = attn::grad_kv_floats<D>() * sizeof(float);
-    allow_smem(grad_kv_kernel<D, T>, bytes, ready);
-    grad_kv_kernel<D, T><<<grid(a.S, a.B * a.KV), attn::kThreads, bytes, s>>>(
-        a, qkv, dout, dqkv, rowstats, delta);
-    cuda_check::launch("attention's dk and dv");
+    if constexpr (kTensorCores<T>) {
+      check_aligned(qkv, "qkv");
+      check_aligned(dout, "the output's gradient");
+      size_t bytes = attn_tc::grad_kv_bytes<D>();
+      allow_smem(grad_kv_tc_kernel<D, T>, bytes, ready);
+      grad_kv_tc_kernel<D, T>
+          <<<grid(a.S, a.B * a.KV), attn::kThreads, bytes, s>>>(
+              a, qkv, dout, dqkv, rowstats, delta);
+      cuda_check::launch("attention's dk and dv (tensor cores)");
+    } else {
+      size_t bytes = attn::grad_kv_floats<D>() * sizeof(float);
+      allow_smem(grad_kv_kernel<D, T>, bytes, ready);
+      grad_kv_kernel<D, T><<<grid(a.S, a.B * a.KV), attn::kThreads, bytes, s>>>(
+          a, qkv, dout, dqkv, rowstats, delta);
+      cuda_check::launch("attention's dk and dv");
+    }
   });
 }
 

@@ -15,7 +15,9 @@
 #ifdef __CUDACC__
 #define PLANRT_BLOCK_FN __device__ __forceinline__
 #define PLANRT_BLOCK_BARRIER() __syncthreads()
+#define PLANRT_UNROLL _Pragma("unroll")
 #else
+#define PLANRT_UNROLL
 #define PLANRT_BLOCK_FN inline
 #define PLANRT_BLOCK_BARRIER() _Pragma("omp barrier")
 #endif

@@ -38,6 +38,7 @@
 #include "norms.h"
 #include "planrt/context_parallel.h"
 #include "planrt/kernels.h"
+#include "sums.h"
 
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -466,6 +467,18 @@ void launch(Context *ctx, int64_t n, const kernels::AttentionGradKVFn<T> &f) {
   if (!cuda_attention::grad_kv(state(ctx)->stream, f.a, f.qkv, f.dout, f.dqkv,
                                f.rowstats, f.delta))
     launch_rows(ctx, n, f);
+}
+
+/// Whole-tensor sums (lib/cuda/sums.cu): a block per chunk, one for the
+/// partials.
+inline void launch(Context *ctx, int64_t n, const kernels::SumPartialFn &f) {
+  cuda_sums::chunks(state(ctx)->stream, n, f);
+}
+inline void launch(Context *ctx, int64_t, const kernels::AccumulateSumFn &f) {
+  cuda_sums::partials(state(ctx)->stream, f);
+}
+inline void launch(Context *ctx, int64_t, const kernels::ScaledSumFn &f) {
+  cuda_sums::partials(state(ctx)->stream, f);
 }
 
 /// Column sums (lib/cuda/column_sums.cu): blocks of 16 columns.

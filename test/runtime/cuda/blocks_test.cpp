@@ -9,9 +9,11 @@
 // partial last tile, grouped query heads and every head dim the kernels are
 // built for.
 #include "cuda/attention_blocks.h"
+#include "cuda/attention_tc_blocks.h"
 #include "cuda/classifier_blocks.h"
 #include "cuda/column_sums_blocks.h"
 #include "cuda/norms_blocks.h"
+#include "cuda/sums_blocks.h"
 
 #include <gtest/gtest.h>
 #include <omp.h>
@@ -19,6 +21,7 @@
 #include <cmath>
 #include <limits>
 #include <random>
+#include <type_traits>
 #include <vector>
 
 using namespace planrt;
@@ -28,7 +31,8 @@ namespace {
 /// Runs body(lane, smem, bx, by) as the blocks of a gx x gy grid of 256
 /// threads.
 static_assert(attn::kThreads == 256 && colsum::kThreads == 256 &&
-                  norms::kThreads == 256 && classifier::kThreads == 256,
+                  sums::kThreads == 256 && norms::kThreads == 256 &&
+                  classifier::kThreads == 256,
               "");
 template <class F>
 void run_blocks(int64_t gx, int64_t gy, size_t smem_floats, const F &body) {
@@ -164,6 +168,96 @@ TEST(AttentionBlocks, SixteenBitStorage) {
     r[i] = kernels::ld(out_ref[i]);
   }
   EXPECT_LT(rel_err(o, r), 1e-2);
+}
+
+/// The tensor-core tiles (attention_tc_blocks.h, mma.h's host emulation) on
+/// 16-bit qkv and dout against the fp32 row functors on the same values
+/// widened: they differ by the 16-bit rounding of p, ds and the outputs.
+template <int D, class T> void check_tc_case(const Case &c, uint32_t seed) {
+  kernels::AttnShape a{c.B, c.S, c.H, c.KV, D, 1.0f / std::sqrt((float)D)};
+  const int64_t rows = a.B * a.H * a.S, n = a.B * a.S * a.width();
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<T> qkv((size_t)n), dout((size_t)(a.B * a.S * a.H * D));
+  std::vector<float> qkv32(qkv.size()), dout32(dout.size());
+  for (size_t i = 0; i < qkv.size(); ++i) {
+    kernels::st(qkv[i], nd(gen));
+    qkv32[i] = kernels::ld(qkv[i]);
+  }
+  for (size_t i = 0; i < dout.size(); ++i) {
+    kernels::st(dout[i], nd(gen));
+    dout32[i] = kernels::ld(dout[i]);
+  }
+  auto widen = [](const std::vector<T> &v) {
+    std::vector<float> w(v.size());
+    for (size_t i = 0; i < v.size(); ++i)
+      w[i] = kernels::ld(v[i]);
+    return w;
+  };
+  const int64_t gq = (a.S + attn::kRows - 1) / attn::kRows;
+  // Measured: 2.3e-3 (bf16) and 3e-4 (fp16, 3 more bits).
+  const double tol = std::is_same<T, kernels::f16_t>::value ? 1e-3 : 5e-3;
+
+  std::vector<float> out_ref(dout.size()), stats_ref((size_t)(2 * rows));
+  std::vector<float> keep((size_t)(rows * a.S));
+  kernels::AttentionFn<> ref{qkv32.data(), out_ref.data(), a, keep.data(),
+                             stats_ref.data()};
+  for (int64_t i = 0; i < rows; ++i)
+    ref(i);
+  std::vector<T> out(dout.size());
+  std::vector<float> stats((size_t)(2 * rows), NAN);
+  run_blocks(gq, a.B * a.H, attn_tc::forward_bytes<D>() / 4,
+             [&](const attn::Lane &l, float *smem, int64_t bx, int64_t by) {
+               attn_tc::forward_block<D>(l, (char *)smem, a, qkv.data(),
+                                         out.data(), stats.data(), by,
+                                         bx * attn::kRows);
+             });
+  EXPECT_LT(rel_err(widen(out), out_ref), tol) << "out, D " << D;
+  EXPECT_LT(rel_err(stats, stats_ref), 1e-5) << "stats, D " << D;
+
+  std::vector<float> rs_ref((size_t)(2 * rows)), dl_ref((size_t)rows);
+  std::vector<float> dq_ref((size_t)n, 0.0f);
+  kernels::AttentionGradQFn<> gq_ref{qkv32.data(),  dout32.data(),
+                                     dq_ref.data(), rs_ref.data(),
+                                     dl_ref.data(), a};
+  for (int64_t i = 0; i < rows; ++i)
+    gq_ref(i);
+  kernels::AttentionGradKVFn<> gkv_ref{qkv32.data(),  dout32.data(),
+                                       rs_ref.data(), dl_ref.data(),
+                                       dq_ref.data(), a};
+  for (int64_t j = 0; j < a.B * a.KV * a.S; ++j)
+    gkv_ref(j);
+  for (bool kept : {true, false}) {
+    std::vector<T> dqkv((size_t)n);
+    std::vector<float> rs((size_t)(2 * rows), NAN), dl((size_t)rows, NAN);
+    const float *st = kept ? stats.data() : nullptr;
+    run_blocks(gq, a.B * a.H, attn_tc::grad_q_bytes<D>() / 4,
+               [&](const attn::Lane &l, float *smem, int64_t bx, int64_t by) {
+                 attn_tc::grad_q_block<D>(
+                     l, (char *)smem, a, qkv.data(), dout.data(), dqkv.data(),
+                     st, rs.data(), dl.data(), by, bx * attn::kRows);
+               });
+    run_blocks(gq, a.B * a.KV, attn_tc::grad_kv_bytes<D>() / 4,
+               [&](const attn::Lane &l, float *smem, int64_t bx, int64_t by) {
+                 attn_tc::grad_kv_block<D>(l, (char *)smem, a, qkv.data(),
+                                           dout.data(), dqkv.data(), rs.data(),
+                                           dl.data(), by, bx * attn::kRows);
+               });
+    EXPECT_LT(rel_err(rs, rs_ref), 1e-5) << "rowstats, D " << D;
+    EXPECT_LT(rel_err(dl, dl_ref), 1e-4) << "delta, D " << D;
+    EXPECT_LT(rel_err(widen(dqkv), dq_ref), tol)
+        << "dqkv, D " << D << (kept ? ", from stats" : ", recomputed");
+  }
+}
+
+TEST(AttentionBlocks, TensorCoreTilesEqualTheRowFunctors) {
+  using kernels::bf16_t;
+  using kernels::f16_t;
+  check_tc_case<16, bf16_t>({2, 70, 4, 2}, 11);
+  check_tc_case<32, f16_t>({1, 64, 2, 1}, 12);
+  check_tc_case<64, bf16_t>({1, 130, 2, 2}, 13);
+  check_tc_case<64, f16_t>({1, 70, 4, 1}, 14);
+  check_tc_case<128, bf16_t>({1, 20, 2, 1}, 15);
 }
 
 TEST(ColumnSums, BlocksEqualTheColumnFunctors) {
@@ -323,6 +417,43 @@ TEST(Classifier, BlockRowsEqualTheRowFunctors) {
   EXPECT_LT(rel_err(d, d_ref), 1e-6);
   for (int64_t j = 0; j < C; ++j)
     ASSERT_EQ(d[(size_t)(3 * C + j)], 0.0f) << "the bad row is not zero";
+}
+
+TEST(Sums, ChunkBlocksEqualTheChunkFunctors) {
+  // 2500 floats: two full chunks of 1024 and a partial one; sums and sums
+  // of squares, then the partials added (AccumulateSumFn) and scaled.
+  const int64_t n = 2500, chunks = (n + kernels::kReduceChunk - 1) /
+                                   kernels::kReduceChunk;
+  std::mt19937 gen(21);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> v((size_t)n);
+  for (float &x : v)
+    x = nd(gen);
+  for (bool square : {false, true}) {
+    std::vector<float> ref((size_t)chunks), got((size_t)chunks, NAN);
+    kernels::SumPartialFn fr{v.data(), ref.data(), n, square};
+    for (int64_t c = 0; c < chunks; ++c)
+      fr(c);
+    kernels::SumPartialFn fg{v.data(), got.data(), n, square};
+    run_blocks(chunks, 1, sums::kFloats,
+               [&](const attn::Lane &l, float *smem, int64_t bx, int64_t) {
+                 sums::chunk_block(l, smem, fg, bx);
+               });
+    EXPECT_LT(rel_err(got, ref), 1e-5) << (square ? "squares" : "sums");
+    float acc_ref = 2.0f, acc = 2.0f, scaled_ref = 0.0f, scaled = NAN;
+    kernels::AccumulateSumFn{ref.data(), &acc_ref, chunks}(0);
+    kernels::ScaledSumFn{ref.data(), &scaled_ref, chunks, 0.5f}(0);
+    run_blocks(
+        1, 1, sums::kFloats,
+        [&](const attn::Lane &l, float *smem, int64_t, int64_t) {
+          sums::partials_block(
+              l, smem, kernels::AccumulateSumFn{got.data(), &acc, chunks});
+          sums::partials_block(
+              l, smem, kernels::ScaledSumFn{got.data(), &scaled, chunks, 0.5f});
+        });
+    EXPECT_NEAR(acc, acc_ref, 1e-4f * std::fabs(acc_ref));
+    EXPECT_NEAR(scaled, scaled_ref, 1e-4f * std::fabs(scaled_ref) + 1e-6f);
+  }
 }
 
 } // namespace
