@@ -91,16 +91,12 @@ using GemmKey =
                int, int, int, cudaDataType_t, cudaDataType_t>;
 
 constexpr size_t kWorkspaceBytes = size_t(32) << 20;
-/// The staging of 16-bit GEMM operands whose rows are not 16-byte aligned
-/// (gemm16), allocated on first use.
-constexpr size_t kStagingBytes = size_t(128) << 20;
 
 struct CudaState {
   int device = 0;
   cudaStream_t stream = nullptr;
   cublasLtHandle_t lt = nullptr;
   void *workspace = nullptr;
-  void *staging = nullptr;
   cudaStream_t comm_stream = nullptr; // every NCCL call
   cudaEvent_t ready = nullptr;        // compute work before a collective
   cudaEvent_t done = nullptr;         // end of a blocking collective
@@ -343,8 +339,6 @@ void finalize(Context *ctx) {
     CUBLAS_CHECK(cublasLtMatmulDescDestroy(p.op));
   }
   CUDA_CHECK(cudaFree(s->workspace));
-  if (s->staging)
-    CUDA_CHECK(cudaFree(s->staging));
   CUBLAS_CHECK(cublasLtDestroy(s->lt));
   CUDA_CHECK(cudaStreamDestroy(s->comm_stream));
   CUDA_CHECK(cudaStreamDestroy(s->stream));
@@ -602,85 +596,12 @@ void gemm(Context *ctx, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
 
 /// Native 16-bit GEMM: cuBLASLt reads bf16 (fp16) operands, accumulates in
 /// fp32 and writes c in that type or in fp32, with no fp32 copies.
-///
-/// A 16-bit matrix whose row stride is not a multiple of 16 bytes (GPT-2's
-/// logits and their gradient: a vocabulary of 50257) keeps cuBLASLt off its
-/// sm_90 kernels: it falls back to sm_75 kernels that load 2 bytes at a
-/// time, 5x slower. When exactly one of the three matrices is so and the
-/// GEMM is not tiny (4M multiply-adds), it goes through a staging buffer whose row stride is
-/// rounded up to 8 values, a slice of m (of n, for b) at a time: a
-/// cudaMemcpy2DAsync into the buffer for an operand, out of it for c. The
-/// slices split an output dimension, never k, so each output is still one
-/// GEMM's sum.
 void gemm16(Context *ctx, int dtype, int c_dtype, bool ta, bool tb, int64_t m,
             int64_t n, int64_t k, const void *a, int64_t lda, const void *b,
             int64_t ldb, void *c, int64_t ldc) {
-  const cudaDataType_t type = dtype == BF16 ? CUDA_R_16BF : CUDA_R_16F,
-                       c_type = c_dtype == F32 ? CUDA_R_32F : type;
-  const int64_t es = 2, ces = c_dtype == F32 ? 4 : 2;
-  const bool ua = (lda * es) % 16 != 0, ub = (ldb * es) % 16 != 0,
-             uc = (ldc * ces) % 16 != 0;
-  if ((int)ua + (int)ub + (int)uc != 1 || (double)m * n * k < (1 << 22)) {
-    gemm_lt(ctx, type, c_type, ta, tb, m, n, k, a, lda, b, ldb, c, ldc);
-    return;
-  }
-  CudaState *s = state(ctx);
-  if (!s->staging)
-    CUDA_CHECK(cudaMalloc(&s->staging, kStagingBytes));
-  auto pad8 = [](int64_t v) { return (v + 7) / 8 * 8; };
-  auto copy = [&](void *dst, int64_t dpitch, const void *src, int64_t spitch,
-                  int64_t width, int64_t rows) {
-    CUDA_CHECK(cudaMemcpy2DAsync(dst, (size_t)dpitch, src, (size_t)spitch,
-                                 (size_t)width, (size_t)rows,
-                                 cudaMemcpyDeviceToDevice, s->stream));
-  };
-  // Staged bytes per row (or column) of the slice, and so the slice: a
-  // multiple of 8 rows, so that the unstaged operands' offsets stay aligned.
-  const int64_t unit = ua   ? (ta ? k * es : pad8(k) * es)
-                       : ub ? (tb ? pad8(k) * es : k * es)
-                            : pad8(n) * ces;
-  int64_t slice = (int64_t)kStagingBytes / unit / 8 * 8;
-  if (slice < 8)
-    slice = 8;
-  auto *A = static_cast<const char *>(a), *B = static_cast<const char *>(b);
-  auto *C = static_cast<char *>(c);
-  char *st = static_cast<char *>(s->staging);
-  if (ub) { // slices of n
-    for (int64_t n0 = 0; n0 < n; n0 += slice) {
-      const int64_t nn = n - n0 < slice ? n - n0 : slice;
-      int64_t ld;
-      if (tb) { // b is [n x k]: rows n0 ..
-        ld = pad8(k);
-        copy(st, ld * es, B + n0 * ldb * es, ldb * es, k * es, nn);
-      } else { // b is [k x n]: columns n0 ..
-        ld = pad8(nn);
-        copy(st, ld * es, B + n0 * es, ldb * es, nn * es, k);
-      }
-      gemm_lt(ctx, type, c_type, ta, tb, m, nn, k, a, lda, st, ld, C + n0 * ces,
-              ldc);
-    }
-    return;
-  }
-  for (int64_t m0 = 0; m0 < m; m0 += slice) { // slices of m
-    const int64_t mm = m - m0 < slice ? m - m0 : slice;
-    const char *as = A + (ta ? m0 : m0 * lda) * es;
-    int64_t la = lda;
-    if (ua) {
-      if (ta) { // a is [k x m]: columns m0 ..
-        la = pad8(mm);
-        copy(st, la * es, as, lda * es, mm * es, k);
-      } else { // a is [m x k]: rows m0 ..
-        la = pad8(k);
-        copy(st, la * es, as, lda * es, k * es, mm);
-      }
-      gemm_lt(ctx, type, c_type, ta, tb, mm, n, k, st, la, b, ldb,
-              C + m0 * ldc * ces, ldc);
-    } else { // c: rows m0 .. through the buffer
-      const int64_t lc = pad8(n);
-      gemm_lt(ctx, type, c_type, ta, tb, mm, n, k, as, lda, b, ldb, st, lc);
-      copy(C + m0 * ldc * ces, ldc * ces, st, lc * ces, n * ces, mm);
-    }
-  }
+  cudaDataType_t type = dtype == BF16 ? CUDA_R_16BF : CUDA_R_16F;
+  gemm_lt(ctx, type, c_dtype == F32 ? CUDA_R_32F : type, ta, tb, m, n, k, a,
+          lda, b, ldb, c, ldc);
 }
 
 namespace {
