@@ -22,8 +22,8 @@
 // tile, dv = sum p dout and dk = scale sum p (dp - delta) q over the query
 // heads of its group and the queries that see it. Every sum has one owner:
 // no atomics, the same bits on every run. The products are fp32 FMAs on
-// the SIMT cores (no tensor cores yet): the step after this is mma on
-// 16-bit tiles.
+// the SIMT cores: fp32 plans run these tiles, bf16 and fp16 plans the
+// tensor-core tiles of attention_tc_blocks.h (same scheme, WMMA products).
 //
 // The same code runs on the host under OpenMP, a thread per GPU thread
 // (block.h; test/runtime/cuda/attention_blocks_test compares it there with
