@@ -142,6 +142,75 @@ PLANRT_BLOCK_FN void key_tile(const Lane &l, const kernels::AttnShape &a,
   }
 }
 
+/// The row arithmetic both tile families share (this file's fp32 tiles and
+/// attention_tc_blocks.h's), for one row of a thread over one tile of
+/// kCJ of its columns.
+///
+/// The forward's online softmax: s becomes exp(s - m') (0 where masked), m
+/// and lsum move to the new max m'; returns alpha, the factor that rescales
+/// what was summed before (the output row).
+PLANRT_BLOCK_FN float online_softmax(const Lane &l, float (&s)[kCJ], float &m,
+                                     float &lsum) {
+  float mt = -INFINITY;
+  for (int j = 0; j < kCJ; ++j)
+    mt = s[j] > mt ? s[j] : mt;
+  mt = row_max16(l, mt);
+  const float mn = mt > m ? mt : m;
+  const float alpha = m == -INFINITY ? 0.0f : exp_f32(m - mn);
+  float ls = 0.0f;
+  for (int j = 0; j < kCJ; ++j) {
+    s[j] = s[j] == -INFINITY ? 0.0f : exp_f32(s[j] - mn);
+    ls += s[j];
+  }
+  lsum = lsum * alpha + row_sum16(l, ls);
+  m = mn;
+  return alpha;
+}
+
+/// The backward's first pass over one key tile: this lane's parts of the
+/// normalizer (lpart) and of sum e dp (pdp), rescaled as the row max m grows
+/// unless the forward's statistics fixed m (`kept`).
+PLANRT_BLOCK_FN void stats_pass(const Lane &l, bool kept, const float (&s)[kCJ],
+                                const float (&dp)[kCJ], float &m, float &lpart,
+                                float &pdp) {
+  float mt = -INFINITY;
+  for (int j = 0; j < kCJ; ++j)
+    mt = s[j] > mt ? s[j] : mt;
+  float mn = m;
+  if (!kept) {
+    mt = row_max16(l, mt);
+    mn = mt > m ? mt : m;
+    const float alpha = m == -INFINITY ? 0.0f : exp_f32(m - mn);
+    lpart *= alpha;
+    pdp *= alpha;
+    m = mn;
+  }
+  for (int j = 0; j < kCJ; ++j) {
+    const float e = s[j] == -INFINITY ? 0.0f : exp_f32(s[j] - mn);
+    lpart += e;
+    pdp = fmaf(e, dp[j], pdp);
+  }
+}
+
+/// After the first pass: the row's normalizer (unless kept) and delta = sum
+/// p dp, written with the row max to rowstats and delta by lane tx 0.
+PLANRT_BLOCK_FN float finish_stats(const Lane &l, bool kept, int64_t S,
+                                   int64_t row, int64_t t, float m, float &lsum,
+                                   float lpart, float pdp, float *rowstats,
+                                   float *delta) {
+  const float lt = row_sum16(l, lpart);
+  if (!kept)
+    lsum = lt;
+  const float p = row_sum16(l, pdp);
+  const float dl = t < S ? p / lsum : 0.0f;
+  if (t < S && l.tx == 0) {
+    rowstats[2 * row] = m;
+    rowstats[2 * row + 1] = lsum;
+    delta[row] = dl;
+  }
+  return dl;
+}
+
 /// Floats of shared memory each kernel takes.
 template <int D> constexpr int forward_floats() {
   return 3 * kRows * kStride<D> + kRows * kPStride;
@@ -176,21 +245,9 @@ forward_block(const Lane &l, float *smem, const kernels::AttnShape &a,
     float s[kRI][kCJ];
     key_tile<D>(l, a, qkv, b, g, q0, k0, Qs, Ks, Vs, s);
     for (int i = 0; i < kRI; ++i) {
-      float mt = -INFINITY;
-      for (int j = 0; j < kCJ; ++j)
-        mt = s[i][j] > mt ? s[i][j] : mt;
-      mt = row_max16(l, mt);
-      const float mn = mt > m[i] ? mt : m[i];
-      const float alpha = m[i] == -INFINITY ? 0.0f : exp_f32(m[i] - mn);
-      float ls = 0.0f;
-      for (int j = 0; j < kCJ; ++j) {
-        s[i][j] = s[i][j] == -INFINITY ? 0.0f : exp_f32(s[i][j] - mn);
-        ls += s[i][j];
-      }
-      lsum[i] = lsum[i] * alpha + row_sum16(l, ls);
+      const float alpha = online_softmax(l, s[i], m[i], lsum[i]);
       for (int k = 0; k < D / kTX; ++k)
         o[i][k] *= alpha;
-      m[i] = mn;
     }
     store_p(l, Ps, s);
     PLANRT_BLOCK_BARRIER();
@@ -240,39 +297,14 @@ grad_q_block(const Lane &l, float *smem, const kernels::AttnShape &a,
     float s[kRI][kCJ], dp[kRI][kCJ];
     key_tile<D>(l, a, qkv, b, g, q0, k0, Qs, Ks, Vs, s);
     dots<D>(l, Os, Vs, dp);
-    for (int i = 0; i < kRI; ++i) {
-      float mt = -INFINITY;
-      for (int j = 0; j < kCJ; ++j)
-        mt = s[i][j] > mt ? s[i][j] : mt;
-      float mn = m[i];
-      if (!stats) {
-        mt = row_max16(l, mt);
-        mn = mt > m[i] ? mt : m[i];
-        const float alpha = m[i] == -INFINITY ? 0.0f : exp_f32(m[i] - mn);
-        lpart[i] *= alpha;
-        pdp[i] *= alpha;
-        m[i] = mn;
-      }
-      for (int j = 0; j < kCJ; ++j) {
-        float e = s[i][j] == -INFINITY ? 0.0f : exp_f32(s[i][j] - mn);
-        lpart[i] += e;
-        pdp[i] = fmaf(e, dp[i][j], pdp[i]);
-      }
-    }
+    for (int i = 0; i < kRI; ++i)
+      stats_pass(l, stats != nullptr, s[i], dp[i], m[i], lpart[i], pdp[i]);
   }
   float dl[kRI];
   for (int i = 0; i < kRI; ++i) {
     const int64_t t = q0 + l.ty + kTY * i;
-    float lt = row_sum16(l, lpart[i]);
-    if (!stats)
-      lsum[i] = lt;
-    float p = row_sum16(l, pdp[i]);
-    dl[i] = t < S ? p / lsum[i] : 0.0f;
-    if (t < S && l.tx == 0) {
-      rowstats[2 * (bh * S + t)] = m[i];
-      rowstats[2 * (bh * S + t) + 1] = lsum[i];
-      delta[bh * S + t] = dl[i];
-    }
+    dl[i] = finish_stats(l, stats != nullptr, S, bh * S + t, t, m[i], lsum[i],
+                         lpart[i], pdp[i], rowstats, delta);
   }
   // Pass 2: dq = scale sum p (dp - delta) k.
   float dq[kRI][D / kTX];

@@ -147,35 +147,28 @@ PLANRT_BLOCK_FN void weighted(const Lane &l, const T *P, const T *V,
   }
 }
 
-/// This warp's output tiles from (load) or to (store) an fp32 [64 x D]
-/// matrix of stride kOS<D>.
+/// The offset of output tile t in an fp32 [64 x D] matrix of stride kOS<D>.
+template <int D> PLANRT_BLOCK_FN int tile_offset(int t) {
+  return (t / (D / 16)) * mma::kEdge * kOS<D> + (t % (D / 16)) * mma::kEdge;
+}
+/// This warp's output tiles from (load) or to (store) such a matrix.
 template <int D>
 PLANRT_BLOCK_FN void
 load_tiles(const Lane &l, mma::Acc (&acc)[kTilesPerWarp<D>], const float *O) {
   const int w = mma::warp_of(l);
   PLANRT_UNROLL
-  for (int n = 0; n < kTilesPerWarp<D>; ++n) {
-    const int t = w + kWarps * n;
-    if (t < kOutTiles<D>)
-      mma::load(l, acc[n],
-                O + (t / (D / 16)) * mma::kEdge * kOS<D> +
-                    (t % (D / 16)) * mma::kEdge,
-                kOS<D>);
-  }
+  for (int n = 0; n < kTilesPerWarp<D>; ++n)
+    if (w + kWarps * n < kOutTiles<D>)
+      mma::load(l, acc[n], O + tile_offset<D>(w + kWarps * n), kOS<D>);
 }
 template <int D>
 PLANRT_BLOCK_FN void
 store_tiles(const Lane &l, const mma::Acc (&acc)[kTilesPerWarp<D>], float *O) {
   const int w = mma::warp_of(l);
   PLANRT_UNROLL
-  for (int n = 0; n < kTilesPerWarp<D>; ++n) {
-    const int t = w + kWarps * n;
-    if (t < kOutTiles<D>)
-      mma::store(l, acc[n],
-                 O + (t / (D / 16)) * mma::kEdge * kOS<D> +
-                     (t % (D / 16)) * mma::kEdge,
-                 kOS<D>);
-  }
+  for (int n = 0; n < kTilesPerWarp<D>; ++n)
+    if (w + kWarps * n < kOutTiles<D>)
+      mma::store(l, acc[n], O + tile_offset<D>(w + kWarps * n), kOS<D>);
 }
 template <int D>
 PLANRT_BLOCK_FN void zero_tiles(const Lane &l,
@@ -234,25 +227,16 @@ forward_block(const Lane &l, char *smem, const kernels::AttnShape &a,
     for (int i = 0; i < kRI; ++i) {
       const int r = l.ty + kTY * i;
       const int64_t t = q0 + r;
-      float s[kCJ], mt = -INFINITY;
+      float s[kCJ];
       for (int j = 0; j < kCJ; ++j) {
         const int c = l.tx + kTX * j;
         s[j] = masked(a, Ss[r * kFS + c], t, k0 + c);
-        mt = s[j] > mt ? s[j] : mt;
       }
-      mt = row_max16(l, mt);
-      const float mn = mt > m[i] ? mt : m[i];
-      const float alpha = m[i] == -INFINITY ? 0.0f : exp_f32(m[i] - mn);
-      float ls = 0.0f;
-      for (int j = 0; j < kCJ; ++j) {
-        const float e = s[j] == -INFINITY ? 0.0f : exp_f32(s[j] - mn);
-        ls += e;
-        kernels::st(Ps[r * kPS + l.tx + kTX * j], e);
-      }
-      lsum[i] = lsum[i] * alpha + row_sum16(l, ls);
+      const float alpha = attn::online_softmax(l, s, m[i], lsum[i]);
+      for (int j = 0; j < kCJ; ++j)
+        kernels::st(Ps[r * kPS + l.tx + kTX * j], s[j]);
       for (int k = 0; k < D / kTX; ++k)
         Os[r * kOS<D> + l.tx + kTX * k] *= alpha;
-      m[i] = mn;
     }
     PLANRT_BLOCK_BARRIER();
     mma::Acc o[kTilesPerWarp<D>];
@@ -317,41 +301,20 @@ grad_q_block(const Lane &l, char *smem, const kernels::AttnShape &a,
     for (int i = 0; i < kRI; ++i) {
       const int r = l.ty + kTY * i;
       const int64_t t = q0 + r;
-      float s[kCJ], mt = -INFINITY;
+      float s[kCJ], dp[kCJ];
       for (int j = 0; j < kCJ; ++j) {
         const int c = l.tx + kTX * j;
         s[j] = masked(a, Ss[r * kFS + c], t, k0 + c);
-        mt = s[j] > mt ? s[j] : mt;
+        dp[j] = Dp[r * kFS + c];
       }
-      float mn = m[i];
-      if (!stats) {
-        mt = row_max16(l, mt);
-        mn = mt > m[i] ? mt : m[i];
-        const float alpha = m[i] == -INFINITY ? 0.0f : exp_f32(m[i] - mn);
-        lpart[i] *= alpha;
-        pdp[i] *= alpha;
-        m[i] = mn;
-      }
-      for (int j = 0; j < kCJ; ++j) {
-        const float e = s[j] == -INFINITY ? 0.0f : exp_f32(s[j] - mn);
-        lpart[i] += e;
-        pdp[i] = fmaf(e, Dp[r * kFS + l.tx + kTX * j], pdp[i]);
-      }
+      attn::stats_pass(l, stats != nullptr, s, dp, m[i], lpart[i], pdp[i]);
     }
   }
   float dl[kRI];
   for (int i = 0; i < kRI; ++i) {
     const int64_t t = q0 + l.ty + kTY * i;
-    const float lt = row_sum16(l, lpart[i]);
-    if (!stats)
-      lsum[i] = lt;
-    const float p = row_sum16(l, pdp[i]);
-    dl[i] = t < S ? p / lsum[i] : 0.0f;
-    if (t < S && l.tx == 0) {
-      rowstats[2 * (bh * S + t)] = m[i];
-      rowstats[2 * (bh * S + t) + 1] = lsum[i];
-      delta[bh * S + t] = dl[i];
-    }
+    dl[i] = attn::finish_stats(l, stats != nullptr, S, bh * S + t, t, m[i],
+                               lsum[i], lpart[i], pdp[i], rowstats, delta);
   }
   // Pass 2: dq = scale sum p (dp - delta) k.
   mma::Acc dq[kTilesPerWarp<D>];
