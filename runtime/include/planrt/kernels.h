@@ -486,16 +486,6 @@ PLANRT_HD inline float row_max(const float *x, int64_t n) {
   return m;
 }
 
-/// *p += v; atomic on the device, a plain add on the host (whose loop is
-/// sequential).
-PLANRT_HD inline void atomic_add(float *p, float v) {
-#ifdef __CUDA_ARCH__
-  atomicAdd(p, v);
-#else
-  *p += v;
-#endif
-}
-
 /// Records a bad index in an error flag (flag[0] = 1, flag[1] = the value);
 /// the op checks the flag after the kernel. Racing writers all store 1.
 PLANRT_HD inline void flag_bad_index(int *flag, int32_t value) {
@@ -656,29 +646,6 @@ template <class T = float> struct EmbeddingFn {
       flag_bad_index(flag, id);
     int64_t l = vocab.valid(id) ? vocab.local(id) : -1;
     st(out[i], l >= 0 ? ld(table[l * C + i % C]) : 0.0f);
-  }
-};
-
-/// dtable[ids[r] - row0, c] += dout[r, c] with atomics for the owned ids;
-/// index space: rows * C. Order of the additions is unspecified (used by the
-/// cuda backend).
-template <class T = float> struct EmbeddingGradAtomicFn {
-  static constexpr bool kCheap = true;
-  const int32_t *ids;
-  const T *dout;
-  float *dtable;
-  VocabSlice vocab;
-  int64_t C;
-  int *flag;
-  PLANRT_HD void operator()(int64_t i) const {
-    int32_t id = ids[i / C];
-    if (!vocab.valid(id)) {
-      flag_bad_index(flag, id);
-      return;
-    }
-    int64_t l = vocab.local(id);
-    if (l >= 0)
-      atomic_add(&dtable[l * C + i % C], ld(dout[i]));
   }
 };
 
@@ -1134,7 +1101,8 @@ template <class T = float> struct MergeBlocksFn {
 
 /// dtable[ids[r], c] += dout[r, c] for r in order; index space: the C
 /// columns, so every column is owned by one invocation (deterministic, no
-/// atomics; used by the host backend). dtable must be zero beforehand.
+/// atomics). dtable must be zero beforehand. The cuda backend splits each
+/// column's owner further, by ranges of table rows (lib/cuda/embedding.cu).
 template <class T = float> struct EmbeddingGradColumnFn {
   const int32_t *ids;
   const T *dout;

@@ -35,6 +35,7 @@
 #include "attention.h"
 #include "classifier.h"
 #include "column_sums.h"
+#include "embedding.h"
 #include "norms.h"
 #include "planrt/context_parallel.h"
 #include "planrt/kernels.h"
@@ -408,12 +409,6 @@ void copy_bytes(Context *ctx, void *dst, const void *src, size_t bytes) {
 
 namespace detail {
 
-/// embedding_grad adds rows into the table with atomicAdd, one thread per
-/// element of dout: fast, but the order of the additions (hence the last bits
-/// of the result) is not deterministic. The column-wise deterministic form
-/// has only C threads, each walking every row.
-constexpr bool kAtomicScatter = true;
-
 /// gemm16 reads 16-bit operands as they are and takes no workspace
 /// (workspace.h native::cuda_matmul).
 constexpr bool kGemm16InPlace = true;
@@ -467,6 +462,13 @@ void launch(Context *ctx, int64_t n, const kernels::AttentionGradKVFn<T> &f) {
   if (!cuda_attention::grad_kv(state(ctx)->stream, f.a, f.qkv, f.dout, f.dqkv,
                                f.rowstats, f.delta))
     launch_rows(ctx, n, f);
+}
+
+/// The embedding's gradient (lib/cuda/embedding.cu): a block per range of
+/// table rows and 256 columns, each element added in row order.
+template <class T>
+void launch(Context *ctx, int64_t, const kernels::EmbeddingGradColumnFn<T> &f) {
+  cuda_embedding::grad(state(ctx)->stream, f);
 }
 
 /// Whole-tensor sums (lib/cuda/sums.cu): a block per chunk, one for the

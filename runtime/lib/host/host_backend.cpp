@@ -236,9 +236,6 @@ void p2p_wait_all(Context *) {} // the MPI sends: pipeline_end_step
 
 namespace detail {
 
-/// embedding_grad walks the rows in order per column: deterministic.
-constexpr bool kAtomicScatter = false;
-
 /// gemm16 widens its operands in exactly the bytes staging would take
 /// (workspace.h native::cuda_matmul is the cuda rule, not this one).
 constexpr bool kGemm16InPlace = false;

@@ -12,6 +12,7 @@
 #include "cuda/attention_tc_blocks.h"
 #include "cuda/classifier_blocks.h"
 #include "cuda/column_sums_blocks.h"
+#include "cuda/embedding_blocks.h"
 #include "cuda/norms_blocks.h"
 #include "cuda/sums_blocks.h"
 
@@ -19,6 +20,7 @@
 #include <omp.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <type_traits>
@@ -31,8 +33,8 @@ namespace {
 /// Runs body(lane, smem, bx, by) as the blocks of a gx x gy grid of 256
 /// threads.
 static_assert(attn::kThreads == 256 && colsum::kThreads == 256 &&
-                  sums::kThreads == 256 && norms::kThreads == 256 &&
-                  classifier::kThreads == 256,
+                  sums::kThreads == 256 && embed::kThreads == 256 &&
+                  norms::kThreads == 256 && classifier::kThreads == 256,
               "");
 template <class F>
 void run_blocks(int64_t gx, int64_t gy, size_t smem_floats, const F &body) {
@@ -454,6 +456,53 @@ TEST(Sums, ChunkBlocksEqualTheChunkFunctors) {
     EXPECT_NEAR(acc, acc_ref, 1e-4f * std::fabs(acc_ref));
     EXPECT_NEAR(scaled, scaled_ref, 1e-4f * std::fabs(scaled_ref) + 1e-6f);
   }
+}
+
+TEST(Embedding, RowRangeBlocksEqualTheColumnFunctor) {
+  // 600 rows of dout (three rounds of staged ids, the last partial) into a
+  // vocabulary slice of 1100 rows at row0 300 (three ranges of 512, ids of
+  // other ranks skipped), 300 columns (two column tiles, the second partial),
+  // bf16 dout; a repeated id adds many rows into one table row. The same
+  // bits as the functor: each element adds in row order. One bad id raises
+  // the flag with its value.
+  const int64_t rows = 600, C = 300;
+  const kernels::VocabSlice vocab{1100, 300, 2000};
+  std::mt19937 gen(31);
+  std::uniform_int_distribution<int32_t> id(0, 1999);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<int32_t> ids((size_t)rows);
+  for (int32_t &x : ids)
+    x = id(gen) % 3 == 0 ? 777 : id(gen);
+  ids[123] = 2000; // out of range
+  // The ranges' edges (local rows 0, 511, 512, 1023, 1024, 1099) and the
+  // ids just outside the slice.
+  for (int32_t x : {299, 300, 811, 812, 1323, 1324, 1399, 1400})
+    ids[(size_t)(x % 97 + 200)] = x;
+  std::vector<kernels::bf16_t> dout((size_t)(rows * C));
+  for (auto &x : dout)
+    kernels::st(x, nd(gen));
+  std::vector<float> ref((size_t)(vocab.V * C), 0.0f), got(ref.size(), 0.0f);
+  int flag_ref[2] = {0, 0}, flag[2] = {0, 0};
+  kernels::EmbeddingGradColumnFn<kernels::bf16_t> fr{
+      ids.data(), dout.data(), ref.data(), rows, vocab, C, flag_ref};
+  for (int64_t c = 0; c < C; ++c)
+    fr(c);
+  kernels::EmbeddingGradColumnFn<kernels::bf16_t> fg{
+      ids.data(), dout.data(), got.data(), rows, vocab, C, flag};
+  const int64_t tiles = (C + embed::kThreads - 1) / embed::kThreads,
+                ranges = (vocab.V + embed::kRangeRows - 1) / embed::kRangeRows;
+  ASSERT_EQ(tiles, 2);
+  ASSERT_EQ(ranges, 3);
+  run_blocks(tiles, ranges, embed::kIds,
+             [&](const attn::Lane &l, float *smem, int64_t bx, int64_t by) {
+               embed::grad_block(l, reinterpret_cast<int32_t *>(smem), fg,
+                                 bx * embed::kThreads, by * embed::kRangeRows,
+                                 bx == 0 && by == 0);
+             });
+  EXPECT_EQ(std::memcmp(got.data(), ref.data(), got.size() * sizeof(float)), 0);
+  EXPECT_EQ(flag[0], 1);
+  EXPECT_EQ(flag[1], 2000);
+  EXPECT_EQ(flag_ref[1], 2000);
 }
 
 } // namespace
