@@ -71,18 +71,28 @@ struct ExpandReshardsPass
 };
 } // namespace
 
+/// Whether `v` only feeds the optimizer: the update, clipping and the norm,
+/// through widening casts and the inverse loss scale.
+static bool onlyForTheUpdate(Value v, int depth = 0) {
+  return depth < 4 && llvm::all_of(v.getUsers(), [&](Operation *user) {
+           if (isa<AdamWUpdateOp, SgdUpdateOp, ClipByNormOp, SumSqOp>(user))
+             return true;
+           return isa<CastOp, LossScaleOp>(user) &&
+                  onlyForTheUpdate(user->getResult(0), depth + 1);
+         });
+}
+
 /// ZeRO stage 1 reduces gradients whole (each rank keeps all of them, as
 /// DeepSpeed's stage 1 does) and slices its shard for the update; stage 2
-/// reduce-scatters them.
+/// reduce-scatters them. Whole gradients are summed over the microbatches
+/// first, so stage 1 reduces over dp once per step, not once per microbatch.
 static bool keepWholeGradients(ReshardOp rs, StringRef axis) {
   auto module = rs->getParentOfType<ModuleOp>();
   int64_t stage = 0;
   for (auto par : module.getOps<ParallelOp>())
     stage = par.getZeroStage();
   return stage == 1 && (axis == "dp" || axis == OpShardingRule::kExpertAxis) &&
-         llvm::all_of(rs->getUsers(), [](Operation *user) {
-           return isa<AdamWUpdateOp, SgdUpdateOp, ClipByNormOp, SumSqOp>(user);
-         });
+         onlyForTheUpdate(rs.getResult());
 }
 
 static LogicalResult expand(ReshardOp rs) {

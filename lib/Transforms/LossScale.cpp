@@ -38,19 +38,6 @@ void scaleAfterDefinition(Value v, bool inverse) {
   v.replaceAllUsesExcept(s.getResult(), s);
 }
 
-/// A parameter gradient unscaled term by term: the gradient of a parameter
-/// used several times (a tied embedding) is a sum whose terms may come from
-/// different pipeline stages, each unscaled where it is computed.
-void unscaleTerms(Value g, bool whole = true) {
-  // The gradient itself may have several readers (norm, clipping, update);
-  // a partial sum inside it has one.
-  if (auto add = g.getDefiningOp<AddOp>(); add && (whole || add->hasOneUse())) {
-    unscaleTerms(add.getLhs(), false);
-    unscaleTerms(add.getRhs(), false);
-    return;
-  }
-  scaleAfterDefinition(g, /*inverse=*/true);
-}
 } // namespace
 
 void LossScalePass::runOnOperation() {
@@ -79,6 +66,9 @@ void LossScalePass::runOnOperation() {
   }
   for (Value g : lossGrads)
     scaleAfterDefinition(g, /*inverse=*/false);
+  // Each parameter gradient is unscaled whole, once: its sum over
+  // microbatches (and a tied weight's terms, from several pipeline stages)
+  // comes first (see acceptedPartials), so this runs once per step.
   for (Value g : paramGrads)
-    unscaleTerms(g);
+    scaleAfterDefinition(g, /*inverse=*/true);
 }
