@@ -107,6 +107,14 @@ LogicalResult MatmulOp::verify() {
   return success();
 }
 
+std::string MatmulOp::getRuntimeCallee() {
+  return getAccumulate() ? "planrt::matmul_accumulate" : "planrt::matmul";
+}
+
+SmallVector<StringRef> MatmulOp::getRuntimeAttrNames() {
+  return {"transpose_lhs", "transpose_rhs"};
+}
+
 std::string AdamWUpdateOp::getRuntimeCallee() {
   return getClipSumsq() ? "planrt::adamw_update_clipped"
                         : "planrt::adamw_update";

@@ -345,12 +345,20 @@ def Rank_DeallocOp : Rank_Op<"dealloc"> {
 class Rank_CallOp<string mnemonic, list<Trait> traits = []>
     : Rank_Op<mnemonic, !listconcat(traits, [RuntimeCallOpInterface])>;
 
-def Rank_MatmulOp : Rank_CallOp<"matmul"> {
+def Rank_MatmulOp : Rank_CallOp<"matmul",
+    [DeclareOpInterfaceMethods<RuntimeCallOpInterface,
+                               ["getRuntimeCallee", "getRuntimeAttrNames"]>]> {
   let summary = "out = op(a) @ op(b), each viewed as [rows, last dim]";
+  let description = [{
+    With `accumulate`, out += op(a) @ op(b) (planrt::matmul_accumulate): a
+    weight gradient summed over microbatches by its GEMM, with no temporary
+    and no separate add. (`out` is declared read as well for that case.)
+  }];
   let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$lhs,
                        Arg<Rank_FloatBuffer, "", [MemRead]>:$rhs,
-                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$out,
-                       BoolAttr:$transpose_lhs, BoolAttr:$transpose_rhs);
+                       Arg<Rank_FloatBuffer, "", [MemRead, MemWrite]>:$out,
+                       BoolAttr:$transpose_lhs, BoolAttr:$transpose_rhs,
+                       UnitAttr:$accumulate);
   let assemblyFormat = [{
     $lhs `,` $rhs `into` $out attr-dict `:` type($lhs) `,` type($rhs) `->` type($out)
   }];

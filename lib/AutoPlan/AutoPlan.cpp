@@ -469,8 +469,10 @@ struct Screen {
       perMb = std::max((L * lc.layerTime + lc.restTime) / pp,
                        rankLayers * lc.layerTime + lc.firstTime);
     double compute = m * perMb;
-    // Gradients accumulate over microbatches: one add per weight each.
-    compute += (m - 1) * tm.memoryTime(3 * params * actBytes);
+    // Gradients accumulate over microbatches. The layers' weight GEMMs add
+    // into their accumulators themselves (matmul_accumulate); the rest (the
+    // embeddings' gradient sums) take one add per weight each.
+    compute += (m - 1) * tm.memoryTime(3 * lc.restParams * actBytes);
     if (c.pp > 1) {
       double fill = (pp - 1) * perMb;
       if (c.schedule == "interleaved_1f1b")

@@ -752,6 +752,7 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
   DenseMap<Value, SmallVector<Value>> splitAdds; // plan value -> term buffers
   DenseMap<Value, Value> ppPartial;
   DenseSet<Value> ppReduced;
+  SmallVector<rk::AllocOp> deadAllocs; // replaced by an accumulating GEMM
   for (Operation &op : src.getBody().front()) {
     Location loc = op.getLoc();
     // Registered once the op is lowered (this runs at every `continue`).
@@ -935,6 +936,23 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
         acc = rk::AllocOp::create(b, loc, cast<MemRefType>(terms[0].getType()));
         rk::FillOp::create(b, loc, acc, b.getF32FloatAttr(0));
         for (Value part : terms) {
+          // A term written by a GEMM into a buffer nothing else reads is
+          // accumulated by the GEMM itself (c += a b: no temporary, no add).
+          auto alloc = part.getDefiningOp<rk::AllocOp>();
+          rk::MatmulOp mm;
+          if (alloc && llvm::all_of(part.getUsers(), [&](Operation *u) {
+                auto m = dyn_cast<rk::MatmulOp>(u);
+                if (!m || m.getOut() != part || m.getAccumulate() || mm)
+                  return false;
+                mm = m;
+                return true;
+              }) && mm && part.getType() == acc.getType()) {
+            mm.getOutMutable().assign(acc);
+            mm.setAccumulate(true);
+            // Erased at the end: buffers key the maps of this lowering.
+            deadAllocs.push_back(alloc);
+            continue;
+          }
           if (pipelined)
             b.setInsertionPointToEnd(part.getParentBlock());
           else
@@ -1594,6 +1612,8 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
   }
 
   b.setListener(nullptr);
+  for (rk::AllocOp alloc : deadAllocs)
+    alloc.erase();
   if (loop)
     b.setInsertionPointToEnd(body0);
   if (auto pipe = dyn_cast_or_null<rk::PipelineOp>(loop))

@@ -10,7 +10,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
+#include <tuple>
 #include <vector>
 
 using namespace planrt;
@@ -103,6 +105,52 @@ TEST_F(MixedPrecisionTest, MatmulAccumulatesInFp32) {
         matmul(ctx, a, b, c32, ta, tb);
         EXPECT_EQ(internal::to_host(ctx, c32), internal::to_host(ctx, ref));
       }
+}
+
+TEST_F(MixedPrecisionTest, MatmulAccumulateAddsToItsOutput) {
+  // c += op(a) @ op(b): a weight gradient summed over microbatches by its
+  // GEMM. The result is within fp32 rounding of c + (a @ b) (the GEMM may
+  // add c before or after its own sums), for fp32 and 16-bit operands and
+  // an fp32 or 16-bit c; a second call adds the product again.
+  for (int dtype : {F32, BF16, F16})
+    for (bool ta : {false, true}) {
+      SCOPED_TRACE(std::string(dtype == F32 ? "f32" : dtype == BF16 ? "bf16" : "f16") +
+                   (ta ? " a^T" : ""));
+      Tensor *af = random(ta ? std::vector<int64_t>{64, 6}
+                             : std::vector<int64_t>{6, 64});
+      Tensor *bf = random({64, 5});
+      Tensor *a = af, *b = bf, *aw = af, *bw = bf;
+      if (dtype != F32) {
+        std::tie(a, aw) = narrowed(af, dtype);
+        std::tie(b, bw) = narrowed(bf, dtype);
+      }
+      Tensor *prod = make({6, 5});
+      matmul(ctx, aw, bw, prod, ta, false);
+      std::vector<float> p = internal::to_host(ctx, prod);
+      Tensor *c0 = random({6, 5});
+      std::vector<float> start = internal::to_host(ctx, c0);
+      Tensor *c = make({6, 5});
+      copy(ctx, c0, c);
+      matmul_accumulate(ctx, a, b, c, ta, false);
+      matmul_accumulate(ctx, a, b, c, ta, false);
+      std::vector<float> got = internal::to_host(ctx, c);
+      for (size_t i = 0; i < got.size(); ++i)
+        EXPECT_NEAR(got[i], start[i] + 2 * p[i], 1e-5f * (1 + std::fabs(p[i])))
+            << i;
+      if (dtype == F32)
+        continue;
+      // A 16-bit c: widened, summed in fp32, rounded once.
+      auto [c16, c16w] = narrowed(c0, dtype);
+      matmul_accumulate(ctx, a, b, c16, ta, false);
+      std::vector<float> want = internal::to_host(ctx, c16w);
+      for (size_t i = 0; i < want.size(); ++i)
+        want[i] += p[i];
+      Tensor *wantT = make({6, 5});
+      internal::from_host(ctx, wantT, want);
+      std::vector<uint16_t> w16 = rounded(wantT, dtype), g16 = raw16(c16);
+      for (size_t i = 0; i < g16.size(); ++i)
+        EXPECT_LE(std::abs(int(g16[i]) - int(w16[i])), 1) << i; // one ulp
+    }
 }
 
 TEST_F(MixedPrecisionTest, LayerNormStatisticsInFp32) {

@@ -401,6 +401,10 @@ void cast(Context *ctx, const Tensor *in, Tensor *out);
 /// [B,S,K], dY [B,S,N] (transpose_a) contracts over B*S into [K,N].
 void matmul(Context *ctx, const Tensor *a, const Tensor *b, Tensor *c,
             bool transpose_a, bool transpose_b);
+/// c += op(a) @ op(b), the sum in fp32 (a weight gradient accumulated over
+/// microbatches by its GEMM, as Megatron's gradient-accumulation fusion).
+void matmul_accumulate(Context *ctx, const Tensor *a, const Tensor *b,
+                       Tensor *c, bool transpose_a, bool transpose_b);
 /// out[r, j] = x[r, j] + b[j]   (x viewed as [numel / n, n], n = b.numel()).
 void bias_add(Context *ctx, const Tensor *x, const Tensor *b, Tensor *out);
 /// db[j] = sum_r dy[r, j].

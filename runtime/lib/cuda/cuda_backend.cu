@@ -526,7 +526,8 @@ namespace {
 /// first operand.
 void gemm_lt(Context *ctx, cudaDataType_t type, cudaDataType_t c_type, bool ta,
              bool tb, int64_t m, int64_t n, int64_t k, const void *a,
-             int64_t lda, const void *b, int64_t ldb, void *c, int64_t ldc) {
+             int64_t lda, const void *b, int64_t ldb, void *c, int64_t ldc,
+             float beta) {
   CudaState *s = state(ctx);
   int al_a = pointer_alignment(a), al_b = pointer_alignment(b),
       al_c = pointer_alignment(c);
@@ -583,7 +584,8 @@ void gemm_lt(Context *ctx, cudaDataType_t type, cudaDataType_t c_type, bool ta,
     it = s->gemms.emplace(key, p).first;
   }
   const GemmPlan &p = it->second;
-  const float alpha = 1.0f, beta = 0.0f;
+  // beta = 1 accumulates into c (C and D are the same buffer).
+  const float alpha = 1.0f;
   CUBLAS_CHECK(cublasLtMatmul(s->lt, p.op, &alpha, b, p.a, a, p.b, &beta, c,
                               p.c, c, p.c, &p.algo, s->workspace,
                               kWorkspaceBytes, s->stream));
@@ -592,18 +594,19 @@ void gemm_lt(Context *ctx, cudaDataType_t type, cudaDataType_t c_type, bool ta,
 
 void gemm(Context *ctx, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
           const float *a, int64_t lda, const float *b, int64_t ldb, float *c,
-          int64_t ldc) {
-  gemm_lt(ctx, CUDA_R_32F, CUDA_R_32F, ta, tb, m, n, k, a, lda, b, ldb, c, ldc);
+          int64_t ldc, float beta = 0.0f) {
+  gemm_lt(ctx, CUDA_R_32F, CUDA_R_32F, ta, tb, m, n, k, a, lda, b, ldb, c, ldc,
+          beta);
 }
 
 /// Native 16-bit GEMM: cuBLASLt reads bf16 (fp16) operands, accumulates in
 /// fp32 and writes c in that type or in fp32, with no fp32 copies.
 void gemm16(Context *ctx, int dtype, int c_dtype, bool ta, bool tb, int64_t m,
             int64_t n, int64_t k, const void *a, int64_t lda, const void *b,
-            int64_t ldb, void *c, int64_t ldc) {
+            int64_t ldb, void *c, int64_t ldc, float beta = 0.0f) {
   cudaDataType_t type = dtype == BF16 ? CUDA_R_16BF : CUDA_R_16F;
   gemm_lt(ctx, type, c_dtype == F32 ? CUDA_R_32F : type, ta, tb, m, n, k, a,
-          lda, b, ldb, c, ldc);
+          lda, b, ldb, c, ldc, beta);
 }
 
 namespace {

@@ -301,11 +301,11 @@ template <class F> void launch(Context *, int64_t n, const F &f) {
 
 void gemm(Context *, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
           const float *a, int64_t lda, const float *b, int64_t ldb, float *c,
-          int64_t ldc) {
+          int64_t ldc, float beta = 0.0f) {
   // oneDNN picks its kernels by the CPU's ISA at run time (AVX2, AVX-512)
   // and runs them on this rank's OpenMP threads, the kernels' pool.
   dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, 1.0f,
-                                a, lda, b, ldb, 0.0f, c, ldc);
+                                a, lda, b, ldb, beta, c, ldc);
   if (st != dnnl_success)
     fatal("matmul: dnnl_sgemm failed (status %d) for %lld x %lld x %lld",
           (int)st, (long long)m, (long long)n, (long long)k);
@@ -316,7 +316,7 @@ void gemm(Context *, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
 /// copies taken from the op's workspace (the memory plan reserves them).
 void gemm16(Context *ctx, int dtype, int c_dtype, bool ta, bool tb, int64_t m,
             int64_t n, int64_t k, const void *a, int64_t lda, const void *b,
-            int64_t ldb, void *c, int64_t ldc) {
+            int64_t ldb, void *c, int64_t ldc, float beta = 0.0f) {
   const int64_t na = (ta ? k : m) * lda, nb = (tb ? n : k) * ldb, nc = m * ldc;
   auto widen = [&](const void *x, int64_t count) {
     float *w = (float *)arena_alloc(ctx, (size_t)count * sizeof(float));
@@ -325,11 +325,13 @@ void gemm16(Context *ctx, int dtype, int c_dtype, bool ta, bool tb, int64_t m,
   };
   const float *a32 = widen(a, na), *b32 = widen(b, nb);
   if (c_dtype == F32) {
-    gemm(ctx, ta, tb, m, n, k, a32, lda, b32, ldb, (float *)c, ldc);
+    gemm(ctx, ta, tb, m, n, k, a32, lda, b32, ldb, (float *)c, ldc, beta);
     return;
   }
   float *c32 = (float *)arena_alloc(ctx, (size_t)nc * sizeof(float));
-  gemm(ctx, ta, tb, m, n, k, a32, lda, b32, ldb, c32, ldc);
+  if (beta != 0.0f) // accumulating: the fp32 sum starts from c, widened
+    launch(ctx, nc, kernels::CastFn{c, c32, dtype, kernels::CastF32});
+  gemm(ctx, ta, tb, m, n, k, a32, lda, b32, ldb, c32, ldc, beta);
   launch(ctx, nc, kernels::CastFn{c32, c, kernels::CastF32, dtype});
 }
 
