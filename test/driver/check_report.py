@@ -14,6 +14,8 @@
       adds, embedding, loss, optimizer) at one FLOP per element written.
   check_report.py table1 PAPER_TFLOPS REPORT.json [TOL]
       tflops_per_gpu within TOL (default 0.10) of the paper's; prints the row.
+  check_report.py steptime PAPER_SECONDS REPORT.json [TOL]
+      step_time_s within TOL (default 0.10) of a published iteration time.
   check_report.py faster BEST.json INPUT.json [--or-equal]
       The plan --autoplan wrote (BEST) fits and is predicted strictly faster
       than the input's (a planner that returns its input fails); --or-equal
@@ -72,6 +74,17 @@ def table1(argv):
         fail(f"{ours:.1f} TFLOP/s is not within {tol:.0%} of {paper}")
 
 
+def steptime(argv):
+    paper = float(argv[0])
+    report = json.load(open(argv[1]))
+    tol = float(argv[2]) if len(argv) > 2 else 0.10
+    ours = report["step_time_s"]
+    ratio = ours / paper
+    print(f"paper {paper:.2f} s ours {ours:.2f} s per step ({ratio:.3f})")
+    if not close(ours, paper, tol):
+        fail(f"{ours:.2f} s is not within {tol:.0%} of {paper} s")
+
+
 def faster(argv):
     """BEST.json INPUT.json [--or-equal] [--input-fits]: the best plan fits
     and is strictly faster, so that a planner returning its input fails;
@@ -99,5 +112,6 @@ def faster(argv):
 
 
 if __name__ == "__main__":
-    {"flops": flops, "table1": table1, "faster": faster}[sys.argv[1]](
+    {"flops": flops, "table1": table1, "steptime": steptime,
+     "faster": faster}[sys.argv[1]](
         sys.argv[2:])

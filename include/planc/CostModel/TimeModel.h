@@ -40,7 +40,7 @@ const GpuSpec *findGpu(llvm::StringRef name);
 
 /// Efficiency constants of the model, one set for every GPU kind.
 struct TimeConstants {
-  double gemmPeakFraction = 0.78; // a full wave of large tiles
+  double gemmPeakFraction = 0.76; // a full wave of large tiles
   int64_t tile = 128;             // GEMM output tile (square)
   double tileK0 = 128;            // per-tile overhead, in K iterations
   double kernelLaunchS = 4e-6;    // per kernel
