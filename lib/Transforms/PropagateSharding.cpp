@@ -100,10 +100,12 @@ struct Choice {
   LocationAttr origin;
 };
 
-/// One tensor of an op with the rule's view of its dimensions.
+/// One tensor of an op with the rule's view of its dimensions, and its
+/// layout so far.
 struct Slot {
   Value value;
   const Rule::TensorDims *dims;
+  SmallVector<DimState> *state;
 };
 
 class Propagator {
@@ -113,19 +115,31 @@ public:
   /// Sizes the tables for `f`'s values and builds each op's rule once (the
   /// sweeps visit every op several times).
   void prepare(func::FuncOp f) {
-    size_t values = f.getNumArguments();
+    size_t values = f.getNumArguments(), ops = 0;
     f.walk([&](Operation *op) {
       values += op->getNumResults();
-      if (auto r = dyn_cast<ShardingRuleOpInterface>(op);
-          r && !ruleIndex.count(op)) {
-        ruleIndex[op] = rules.size();
-        rules.push_back(r.getShardingRule());
-      }
+      ++ops;
     });
     index.reserve(values);
+    infos.reserve(ops);
+    opIndex.reserve(ops);
+    f.walk([&](Operation *op) {
+      OpInfo info{op, nullptr, {}};
+      if (auto r = dyn_cast<ShardingRuleOpInterface>(op)) {
+        rules.push_back(r.getShardingRule());
+        info.rule = &rules.back();
+        const Rule &rule = *info.rule;
+        for (auto [i, v] : llvm::enumerate(op->getOperands()))
+          if (i < rule.operands.size())
+            info.slots.push_back({v, &rule.operands[i], &dims(v)});
+        for (auto [i, v] : llvm::enumerate(op->getResults()))
+          if (i < rule.results.size())
+            info.slots.push_back({v, &rule.results[i], &dims(v)});
+      }
+      opIndex[op] = infos.size();
+      infos.push_back(std::move(info));
+    });
   }
-  /// The rule of an op `prepare` saw.
-  const Rule &ruleOf(Operation *op) { return rules[ruleIndex.lookup(op)]; }
 
   SmallVector<DimState> &dims(Value v) {
     SmallVector<DimState> &d = state(v).dims;
@@ -211,34 +225,37 @@ private:
     return llvm::all_of(segments, [&](int64_t s) { return s % n == 0; });
   }
 
-  SmallVector<Slot> slots(Operation *op, const Rule &rule) {
-    SmallVector<Slot> out;
-    for (auto [i, v] : llvm::enumerate(op->getOperands()))
-      if (i < rule.operands.size())
-        out.push_back({v, &rule.operands[i]});
-    for (auto [i, v] : llvm::enumerate(op->getResults()))
-      if (i < rule.results.size())
-        out.push_back({v, &rule.results[i]});
-    return out;
-  }
+  /// An op of the function, in walk order, with its rule and its tensors'
+  /// states found once (the sweeps visit every op several times).
+  struct OpInfo {
+    Operation *op;
+    const Rule *rule; // null: not a rule op
+    SmallVector<Slot, 6> slots;
+  };
 
-  FailureOr<SmallVector<Choice>> resolve(Operation *op, const Rule &rule);
-  void push(Operation *op, const Rule &rule, ArrayRef<Choice> choice);
+  FailureOr<SmallVector<Choice>> resolve(const OpInfo &info);
+  void push(const OpInfo &info, ArrayRef<Choice> choice);
   void unify(Value a, Value b);
-  LogicalResult visit(Operation *op);
+  LogicalResult visit(const OpInfo &info);
 
-  /// A value's layout changed: record when (a clock of changes), so that a
-  /// sweep skips the ops none of whose values changed since their visit.
+  /// A value's layout changed: the ops that read or write it are visited
+  /// again by the next sweep (the others' values are as they left them).
   void touch(Value v) {
-    state(v).changedAt = ++clock;
+    auto mark = [&](Operation *op) {
+      if (auto it = opIndex.find(op); it != opIndex.end())
+        dirty[it->second] = true;
+    };
+    if (Operation *def = v.getDefiningOp())
+      mark(def);
+    for (Operation *user : v.getUsers())
+      mark(user);
     changed = true;
   }
 
   MeshOp mesh;
-  /// A value's layout so far, and when it last changed.
+  /// A value's layout so far.
   struct ValueState {
     SmallVector<DimState> dims;
-    uint64_t changedAt = 0;
   };
   ValueState &state(Value v) {
     auto [it, fresh] = index.try_emplace(v, store.size());
@@ -246,30 +263,30 @@ private:
       store.emplace_back();
     return store[it->second];
   }
-  uint64_t changedAt(Value v) {
-    auto it = index.find(v);
-    return it == index.end() ? 0 : store[it->second].changedAt;
-  }
-  // The states live in a deque (they do not move as it grows), found by a
-  // small map: probing a map of whole states was a tenth of the pass.
+  // The states live in a deque (they do not move as it grows, so slots
+  // keep pointers to them), found by a small map.
   std::deque<ValueState> store;
   DenseMap<Value, unsigned> index;
   // A deque: rules do not move as it grows (SmallVector's move may throw,
   // so a vector would copy every rule on each reallocation).
   std::deque<Rule> rules;
-  DenseMap<Operation *, size_t> ruleIndex;
+  std::vector<OpInfo> infos;
+  DenseMap<Operation *, unsigned> opIndex;
+  /// Per op (infos' order): whether one of its values changed since its
+  /// last visit.
+  std::vector<char> dirty;
 
-  uint64_t clock = 0;
   bool changed = false;
 };
 } // namespace
 
-FailureOr<SmallVector<Choice>> Propagator::resolve(Operation *op,
-                                                   const Rule &rule) {
+FailureOr<SmallVector<Choice>> Propagator::resolve(const OpInfo &info) {
+  Operation *op = info.op;
+  const Rule &rule = *info.rule;
   SmallVector<Choice> choice(rule.factors.size());
   SmallVector<SmallVector<Choice, 2>, 4> others(rule.factors.size());
-  for (Slot s : slots(op, rule)) {
-    SmallVector<DimState> &ds = dims(s.value);
+  for (const Slot &s : info.slots) {
+    SmallVector<DimState> &ds = *s.state;
     for (auto [d, rd] : llvm::enumerate(*s.dims)) {
       if (rd.factors.empty() || d >= ds.size())
         continue;
@@ -398,10 +415,9 @@ FailureOr<SmallVector<Choice>> Propagator::resolve(Operation *op,
   return choice;
 }
 
-void Propagator::push(Operation *op, const Rule &rule,
-                      ArrayRef<Choice> choice) {
-  for (Slot s : slots(op, rule)) {
-    SmallVector<DimState> &ds = dims(s.value);
+void Propagator::push(const OpInfo &info, ArrayRef<Choice> choice) {
+  for (const Slot &s : info.slots) {
+    SmallVector<DimState> &ds = *s.state;
     for (auto [d, rd] : llvm::enumerate(*s.dims)) {
       if (rd.factors.empty() || d >= ds.size())
         continue;
@@ -472,13 +488,13 @@ void Propagator::unify(Value a, Value b) {
   }
 }
 
-LogicalResult Propagator::visit(Operation *op) {
-  if (isa<ShardingRuleOpInterface>(op)) {
-    const Rule &r = ruleOf(op);
-    FailureOr<SmallVector<Choice>> choice = resolve(op, r);
+LogicalResult Propagator::visit(const OpInfo &info) {
+  Operation *op = info.op;
+  if (info.rule) {
+    FailureOr<SmallVector<Choice>> choice = resolve(info);
     if (failed(choice))
       return failure();
-    push(op, r, *choice);
+    push(info, *choice);
     return success();
   }
   // Layout ops already in the input keep dimensions where they are.
@@ -567,8 +583,6 @@ void Propagator::splitForZero(func::FuncOp f, int64_t stage) {
 }
 
 LogicalResult Propagator::propagate(func::FuncOp f) {
-  SmallVector<Operation *> ops;
-  f.walk([&](Operation *op) { ops.push_back(op); });
   // Each sweep can only strengthen a claim, and priorities are few, so this
   // ends; the bound is a guard against a rule that oscillates.
   // A visit reads and writes only the op's own values (and a return's
@@ -576,25 +590,20 @@ LogicalResult Propagator::propagate(func::FuncOp f) {
   // none of whose values changed since its last visit is skipped, which
   // gives the same layouts as visiting it (most of the second and later
   // sweeps, and of the backward half of the first, are such ops).
-  DenseMap<Operation *, uint64_t> visitedAt;
-  auto step = [&](Operation *op) -> LogicalResult {
-    auto it = visitedAt.find(op);
-    if (it != visitedAt.end() && !isa<func::ReturnOp>(op) &&
-        llvm::none_of(op->getOperands(),
-                      [&](Value v) { return changedAt(v) > it->second; }) &&
-        llvm::none_of(op->getResults(),
-                      [&](Value v) { return changedAt(v) > it->second; }))
+  dirty.assign(infos.size(), true);
+  auto step = [&](unsigned i) -> LogicalResult {
+    if (!dirty[i] && !isa<func::ReturnOp>(infos[i].op))
       return success();
-    visitedAt[op] = clock;
-    return visit(op);
+    dirty[i] = false;
+    return visit(infos[i]);
   };
   for (int iter = 0; iter < 64; ++iter) {
     changed = false;
-    for (Operation *op : ops)
-      if (failed(step(op)))
+    for (unsigned i = 0; i < infos.size(); ++i)
+      if (failed(step(i)))
         return failure();
-    for (Operation *op : llvm::reverse(ops))
-      if (failed(step(op)))
+    for (unsigned i = infos.size(); i-- > 0;)
+      if (failed(step(i)))
         return failure();
     if (!changed)
       return success();
@@ -655,19 +664,18 @@ LogicalResult Propagator::materialize(func::FuncOp f) {
 
   // First every op's factors, so that each op can see how its results'
   // users will take them; then the results' layouts, in program order.
-  WalkResult r = f.walk([&](ShardingRuleOpInterface ruleOp) -> WalkResult {
-    FailureOr<SmallVector<Choice>> choice = resolve(ruleOp, ruleOf(ruleOp));
+  for (const OpInfo &info : infos) {
+    if (!info.rule)
+      continue;
+    FailureOr<SmallVector<Choice>> choice = resolve(info);
     if (failed(choice))
-      return WalkResult::interrupt();
+      return failure();
     FactorAxes axes;
     for (Choice &c : *choice)
       axes.push_back(
           {c.axes, c.axes.empty() ? SmallVector<int64_t>() : c.segments});
-    writeFactorAxes(ruleOp, axes);
-    return WalkResult::advance();
-  });
-  if (r.wasInterrupted())
-    return failure();
+    writeFactorAxes(info.op, axes);
+  }
   f.walk([&](Operation *op) {
     if (auto c = dyn_cast<ShardingConstraintOp>(op))
       return setSharding(op, c.getSharding());
@@ -685,7 +693,7 @@ LogicalResult Propagator::materialize(func::FuncOp f) {
       return setSharding(op, rs.getSharding());
     if (!isa<ShardingRuleOpInterface>(op))
       return;
-    const Rule &rule = ruleOf(op);
+    const Rule &rule = *infos[opIndex.lookup(op)].rule;
     FactorAxes axes = *readFactorAxes(op);
     // A sum of pending sums alike stays pending: one reduction after the
     // sum instead of one per summand, even where the result is wanted split.
