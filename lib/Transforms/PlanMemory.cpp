@@ -221,7 +221,9 @@ int64_t Planner::planBlock(Block &block, int64_t stage) {
   SmallVector<rk::AllocOp> blockAllocs(block.getOps<rk::AllocOp>());
   // Positions before the moves (moving an op invalidates the block's order
   // cache, and asking isBeforeInBlock after each move would be quadratic).
+  size_t numOps = block.getOperations().size();
   DenseMap<Operation *, int64_t> before;
+  before.reserve(numOps);
   for (auto [i, op] : llvm::enumerate(block))
     before[&op] = int64_t(i);
   for (rk::AllocOp alloc : blockAllocs) {
@@ -262,6 +264,7 @@ int64_t Planner::planBlock(Block &block, int64_t stage) {
 
   // Positions after the moves; what starts and ends at each.
   DenseMap<Operation *, int64_t> pos;
+  pos.reserve(numOps);
   int64_t n = 0;
   for (Operation &op : block)
     pos[&op] = n++;

@@ -102,11 +102,19 @@ public:
   explicit Rewriter(func::FuncOp step) : block(step.getBody().front()) {}
 
   void run() {
+    // Collecting the accesses walks the whole step: skip what has nothing
+    // to rewrite (no ZeRO: 1.2 s of a 10000-layer GPT's compile).
+    auto gathers = llvm::to_vector(block.getOps<rk::AllGatherOp>());
+    if (!gathers.empty()) {
+      collect();
+      for (auto ag : gathers)
+        gatherIntoDestination(ag);
+    }
+    auto shards = llvm::to_vector(block.getOps<rk::ShardSliceOp>());
+    if (shards.empty())
+      return;
     collect();
-    for (auto ag : llvm::to_vector(block.getOps<rk::AllGatherOp>()))
-      gatherIntoDestination(ag);
-    collect();
-    for (auto ss : llvm::to_vector(block.getOps<rk::ShardSliceOp>()))
+    for (auto ss : shards)
       shardAsView(ss);
   }
 
