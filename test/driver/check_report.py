@@ -63,26 +63,24 @@ def flops(argv):
               f" formula: {report['flops_per_step'] / want:.4f}")
 
 
-def table1(argv):
+def published(argv, key, fmt, unit):
+    """The report's `key` within TOL (default 0.10) of a published value."""
     paper = float(argv[0])
     report = json.load(open(argv[1]))
     tol = float(argv[2]) if len(argv) > 2 else 0.10
-    ours = report["tflops_per_gpu"]
-    ratio = ours / paper
-    print(f"paper {paper:.0f} ours {ours:.1f} TFLOP/s per GPU ({ratio:.3f})")
+    ours = report[key]
+    print(f"paper {paper:{fmt}} ours {ours:{fmt}} {unit} ({ours / paper:.3f})")
     if not close(ours, paper, tol):
-        fail(f"{ours:.1f} TFLOP/s is not within {tol:.0%} of {paper}")
+        fail(f"{ours:{fmt}} {unit.split()[0]} is not within {tol:.0%} of "
+             f"{paper}{' s' if unit.startswith('s') else ''}")
+
+
+def table1(argv):
+    published(argv, "tflops_per_gpu", ".1f", "TFLOP/s per GPU")
 
 
 def steptime(argv):
-    paper = float(argv[0])
-    report = json.load(open(argv[1]))
-    tol = float(argv[2]) if len(argv) > 2 else 0.10
-    ours = report["step_time_s"]
-    ratio = ours / paper
-    print(f"paper {paper:.2f} s ours {ours:.2f} s per step ({ratio:.3f})")
-    if not close(ours, paper, tol):
-        fail(f"{ours:.2f} s is not within {tol:.0%} of {paper} s")
+    published(argv, "step_time_s", ".2f", "s per step")
 
 
 def faster(argv):

@@ -114,7 +114,9 @@ TEST_F(MixedPrecisionTest, MatmulAccumulateAddsToItsOutput) {
   // an fp32 or 16-bit c; a second call adds the product again.
   for (int dtype : {F32, BF16, F16})
     for (bool ta : {false, true}) {
-      SCOPED_TRACE(std::string(dtype == F32 ? "f32" : dtype == BF16 ? "bf16" : "f16") +
+      SCOPED_TRACE(std::string(dtype == F32    ? "f32"
+                               : dtype == BF16 ? "bf16"
+                                               : "f16") +
                    (ta ? " a^T" : ""));
       Tensor *af = random(ta ? std::vector<int64_t>{64, 6}
                              : std::vector<int64_t>{6, 64});
