@@ -51,6 +51,12 @@ sed -e 's/^max_seq = 64$/max_seq = 130/' -e 's/^seq = 64$/seq = 130/' \
 grep -q '^seq = 130$' tiny-gpt-long-fp32.plan && grep -q '^heads = 2$' tiny-gpt-long-fp32.plan &&
   grep -q '^d = 128$' tiny-gpt-long-fp32.plan
 tiny_gpt "  precision = bf16" >tiny-gpt-bf16.plan
+# Two microbatches: the weight gradients' GEMMs add into the step's
+# accumulators (planrt::matmul_accumulate, cuBLASLt with beta = 1).
+for p in fp32 bf16; do
+  sed -e 's/^  dp = 1$/  dp = 1\n  microbatches = 2/' tiny-gpt-$p.plan >tiny-gpt-mb-$p.plan
+  grep -q '^  microbatches = 2$' tiny-gpt-mb-$p.plan
+done
 # A vocabulary of 259: rows of logits that are not 16-byte aligned, which
 # the cuda GEMMs stage (gemm16); against the host's fp32 run of the same.
 sed -e 's/^vocab = 256 /vocab = 259 /' tiny-gpt-fp32.plan >tiny-gpt-odd-fp32.plan
@@ -108,7 +114,7 @@ cp gpt2-bf16.h100.plan gpt2-bf16.plan
 # The cuda programs, and the host reference runs of the small plans (one
 # rank, the same plan, with --log-json for the memory comparison).
 cd "$DIR"
-SMALL=(tiny-gpt-fp32 tiny-gpt-long-fp32 tiny-gpt-bf16 tiny-gpt-fp16 tiny-gpt-odd-bf16 tiny-llama-fp32 tiny-llama-bf16 tiny-mixtral-fp32 resnet-small-fp32)
+SMALL=(tiny-gpt-fp32 tiny-gpt-long-fp32 tiny-gpt-bf16 tiny-gpt-fp16 tiny-gpt-odd-bf16 tiny-gpt-mb-fp32 tiny-gpt-mb-bf16 tiny-llama-fp32 tiny-llama-bf16 tiny-mixtral-fp32 resnet-small-fp32)
 for p in "${SMALL[@]}" gpt2-fp32 gpt2-bf16; do
   "$PLANC" "plans/$p.plan" --target=cuda -o "bin/$p"
   strip "bin/$p"
