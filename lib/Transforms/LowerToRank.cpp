@@ -939,18 +939,11 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
           // A term written by a GEMM into a buffer nothing else reads is
           // accumulated by the GEMM itself (c += a b: no temporary, no add).
           auto alloc = part.getDefiningOp<rk::AllocOp>();
-          rk::MatmulOp mm;
-          if (alloc &&
-              llvm::all_of(part.getUsers(),
-                           [&](Operation *u) {
-                             auto m = dyn_cast<rk::MatmulOp>(u);
-                             if (!m || m.getOut() != part ||
-                                 m.getAccumulate() || mm)
-                               return false;
-                             mm = m;
-                             return true;
-                           }) &&
-              mm && part.getType() == acc.getType()) {
+          auto mm = part.hasOneUse()
+                        ? dyn_cast<rk::MatmulOp>(*part.getUsers().begin())
+                        : rk::MatmulOp();
+          if (alloc && mm && mm.getOut() == part && !mm.getAccumulate() &&
+              part.getType() == acc.getType()) {
             mm.getOutMutable().assign(acc);
             mm.setAccumulate(true);
             // Erased at the end: buffers key the maps of this lowering.

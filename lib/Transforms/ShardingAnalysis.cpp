@@ -116,11 +116,13 @@ planc::plan::effectiveOperandShardings(Operation *op,
     // A gradient's inverse loss scale waits for the sum over microbatches:
     // once per step instead of once per microbatch (the sum is needed
     // anyway, and scaling by a power of two gives the same bits).
-    if (isa<LossScaleOp>(user) &&
-        llvm::any_of(s.getPartialAxes(), [&](StringRef a) {
-          return llvm::is_contained(sequentialAxes(user), a);
-        }))
-      return false;
+    if (isa<LossScaleOp>(user)) {
+      SmallVector<StringRef> sequential = sequentialAxes(user);
+      if (llvm::any_of(s.getPartialAxes(), [&](StringRef a) {
+            return llvm::is_contained(sequential, a);
+          }))
+        return false;
+    }
     // Summing before an op that makes more elements than it reads (a
     // pooling's gradient, a table's gradient from fewer rows) moves fewer
     // bytes than summing its result.

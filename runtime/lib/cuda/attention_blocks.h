@@ -142,6 +142,23 @@ PLANRT_BLOCK_FN void key_tile(const Lane &l, const kernels::AttnShape &a,
   }
 }
 
+/// The kept statistics (m, l) of query row t of row group bh, as the
+/// forward saves them for the backward (recompute = none): both tile
+/// families write and read this layout.
+PLANRT_BLOCK_FN void save_stats(float *stats, int64_t bh, int64_t S, int64_t t,
+                                float m, float lsum) {
+  stats[2 * (bh * S + t)] = m;
+  stats[2 * (bh * S + t) + 1] = lsum;
+}
+/// The same row's (m, l) for the backward: (-inf, 0) when none are kept or
+/// the row is past the sequence (its pass computes them).
+PLANRT_BLOCK_FN void load_stats(const float *stats, int64_t bh, int64_t S,
+                                int64_t t, float &m, float &lsum) {
+  const bool valid = stats && t < S;
+  m = valid ? stats[2 * (bh * S + t)] : -INFINITY;
+  lsum = valid ? stats[2 * (bh * S + t) + 1] : 0.0f;
+}
+
 /// The row arithmetic both tile families share (this file's fp32 tiles and
 /// attention_tc_blocks.h's), for one row of a thread over one tile of
 /// kCJ of its columns.
@@ -261,10 +278,8 @@ forward_block(const Lane &l, float *smem, const kernels::AttnShape &a,
     T *row = out + a.o(b, t, h);
     for (int k = 0; k < D / kTX; ++k)
       st(row[l.tx + kTX * k], o[i][k] * inv);
-    if (stats && l.tx == 0) {
-      stats[2 * (bh * S + t)] = m[i];
-      stats[2 * (bh * S + t) + 1] = lsum[i];
-    }
+    if (stats && l.tx == 0)
+      save_stats(stats, bh, S, t, m[i], lsum[i]);
   }
 }
 
@@ -284,10 +299,7 @@ grad_q_block(const Lane &l, float *smem, const kernels::AttnShape &a,
   load_tile<D>(l, Os, dout + a.o(b, 0, h), a.H * D, q0, nq);
   float m[kRI], lsum[kRI], pdp[kRI];
   for (int i = 0; i < kRI; ++i) {
-    const int64_t t = q0 + l.ty + kTY * i;
-    bool valid = stats && t < S;
-    m[i] = valid ? stats[2 * (bh * S + t)] : -INFINITY;
-    lsum[i] = valid ? stats[2 * (bh * S + t) + 1] : 0.0f;
+    load_stats(stats, bh, S, q0 + l.ty + kTY * i, m[i], lsum[i]);
     pdp[i] = 0.0f; // this lane's part until the end of the pass
   }
   const int64_t last = q0 + nq - 1;

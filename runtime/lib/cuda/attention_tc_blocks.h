@@ -251,10 +251,8 @@ forward_block(const Lane &l, char *smem, const kernels::AttnShape &a,
     if (t >= S)
       continue;
     store_row<D>(l, out + a.o(b, t, h), Os, r, 1.0f / lsum[i]);
-    if (stats && l.tx == 0) {
-      stats[2 * (bh * S + t)] = m[i];
-      stats[2 * (bh * S + t) + 1] = lsum[i];
-    }
+    if (stats && l.tx == 0)
+      attn::save_stats(stats, bh, S, t, m[i], lsum[i]);
   }
 }
 
@@ -276,10 +274,7 @@ grad_q_block(const Lane &l, char *smem, const kernels::AttnShape &a,
   load_tile<D>(l, Os, dout + a.o(b, 0, h), a.H * D, q0, nq);
   float m[kRI], lsum[kRI], pdp[kRI], lpart[kRI];
   for (int i = 0; i < kRI; ++i) {
-    const int64_t t = q0 + l.ty + kTY * i;
-    const bool valid = stats && t < S;
-    m[i] = valid ? stats[2 * (bh * S + t)] : -INFINITY;
-    lsum[i] = valid ? stats[2 * (bh * S + t) + 1] : 0.0f;
+    attn::load_stats(stats, bh, S, q0 + l.ty + kTY * i, m[i], lsum[i]);
     pdp[i] = 0.0f; // this lane's part until the end of the pass
     lpart[i] = 0.0f;
   }
