@@ -34,6 +34,7 @@ CompiledReport planc::compilePlanText(llvm::StringRef path,
                                llvm::SMLoc());
   ImportOptions io;
   io.maxRepeat = maxRepeat;
+  io.target = "cuda"; // as the pipeline below: the cluster's GPUs
   OwningOpRef<ModuleOp> module = importPlan(sourceMgr, &context, io);
   if (module) {
     PassManager pm(&context);

@@ -304,6 +304,7 @@ static OwningOpRef<ModuleOp> importOnThisThread(llvm::SourceMgr &sourceMgr,
       files.push_back(f->file);
     Sema sema(context);
     sema.maxRepeat = options.maxRepeat;
+    sema.target = options.target;
     return sema.run(files);
   } catch (const std::exception &e) {
     // ANTLR reports problems by throwing; none may escape as a crash.

@@ -683,12 +683,21 @@ Val Sema::callBuiltin(StringRef fn, Args &args, Location l,
     bool tpSplits = par.tp > 1 && vocab % par.tp != 0;
     int64_t zeroDp = par.zeroStage >= 1 ? par.dp : 1;
     bool zeroSplits = zeroDp > 1 && vocab % (par.tp * zeroDp) != 0;
+    int64_t multiple = 128 * par.tp; // Megatron-LM's
+    // On the GPU a tied head's GEMMs read and write rows of `vocab` logits:
+    // cuBLASLt's tensor-core kernels need them 16-byte aligned, and GPT-2's
+    // 50257 columns send all three GEMMs of the head to slow kernels
+    // (bench/gpu: about a quarter of its bf16 step). pad_vocab is on by
+    // default there, and pads for that alignment too.
+    bool cuda = target == "cuda";
+    bool padVocab = par.padVocabSet ? par.padVocab : cuda;
+    bool alignSplits = cuda && vocab % multiple != 0;
     auto arg = dyn_cast<BlockArgument>(table);
     bool canPad =
-        par.padVocab && arg && arg.getOwner() == body &&
+        padVocab && arg && arg.getOwner() == body &&
         llvm::all_of(arg.getUsers(), [](Operation *) { return false; });
+    alignSplits = alignSplits && canPad;
     auto roundUp = [&](int64_t m) { return (vocab + m - 1) / m * m; };
-    int64_t multiple = 128 * par.tp; // Megatron-LM's
     // Rows for ZeRO only with pad_vocab, and while they cost fewer padded
     // rows than Megatron's rounding adds at most: the head's GEMM computes
     // every padded row each step, where a column split copies its shard.
@@ -696,7 +705,7 @@ Val Sema::callBuiltin(StringRef fn, Args &args, Location l,
     zeroSplits = zeroSplits && canPad && roundUp(both) - vocab < multiple;
     if (zeroSplits)
       multiple = both;
-    if (tpSplits || zeroSplits) {
+    if (tpSplits || zeroSplits || alignSplits) {
       int64_t padded = roundUp(multiple);
       if (canPad) {
         // Pad the table as Megatron does; the extra rows are never looked
@@ -719,6 +728,9 @@ Val Sema::callBuiltin(StringRef fn, Args &args, Location l,
         if (zeroSplits)
           r << (tpSplits ? " and " : "") << "ZeRO's split over dp = " << par.dp
             << " shards it by rows";
+        if (!tpSplits && !zeroSplits)
+          r << "the LM head's GEMMs run on aligned rows (cuda target; "
+               "'pad_vocab = false' keeps the table as written)";
         vocab = padded;
       } else {
         auto d = error(l) << "the vocabulary (" << vocab
@@ -727,7 +739,7 @@ Val Sema::callBuiltin(StringRef fn, Args &args, Location l,
                           << " (a multiple of 128 * tp, as Megatron-LM does) "
                           << "or set 'pad_vocab = true' in the parallel "
                              "section to let planc pad it";
-        if (par.padVocab)
+        if (padVocab)
           d.attachNote(defLoc(table))
               << "planc pads only a table that nothing used before it";
         if (par.tpLoc)

@@ -93,6 +93,7 @@ struct ParallelPlan {
   std::string recompute = "none";
   std::string tensorPolicy = "none";
   bool padVocab = false;
+  bool padVocabSet = false; // written in the plan (else the target's default)
   int64_t world() const { return dp * ep * cp * tp * pp; }
   /// The ranks that split the batch.
   int64_t dataRanks() const { return dp * ep; }
@@ -151,6 +152,8 @@ public:
 
   /// ImportOptions::maxRepeat: > 0 caps each top-level repeat's count.
   int64_t maxRepeat = 0;
+  /// ImportOptions::target.
+  std::string target = "host";
 
 private:
   friend class SemaScope;

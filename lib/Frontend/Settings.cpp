@@ -280,8 +280,10 @@ void Sema::readParallel() {
     par.recompute = *v;
   if (auto v = nameSetting(s, "tensor", {"none", "megatron"}))
     par.tensorPolicy = *v;
-  if (auto v = boolSetting(s, "pad_vocab"))
+  if (auto v = boolSetting(s, "pad_vocab")) {
     par.padVocab = *v;
+    par.padVocabSet = true;
+  }
   if (par.sequenceParallel && par.tp == 1)
     error(at("sequence_parallel"))
         << "sequence parallelism splits the activations that tensor "

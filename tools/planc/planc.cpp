@@ -312,7 +312,9 @@ int main(int argc, char **argv) {
   sourceMgr.AddNewSourceBuffer(std::move(file), llvm::SMLoc());
   SourceMgrDiagnosticHandler diagHandler(sourceMgr, &context);
 
-  OwningOpRef<ModuleOp> module = importPlan(sourceMgr, &context);
+  ImportOptions importOptions;
+  importOptions.target = target == Target::Cuda ? "cuda" : "host";
+  OwningOpRef<ModuleOp> module = importPlan(sourceMgr, &context, importOptions);
   if (!module)
     return 1;
 

@@ -17,6 +17,11 @@ struct ImportOptions {
   /// layers (the auto-planner's probes cost a model of one and two layers
   /// and scale; docs/cost-model.md). 0: the plan as written.
   int64_t maxRepeat = 0;
+  /// The target the plan is compiled for ("host" or "cuda"). On cuda,
+  /// `pad_vocab` defaults to true and also pads a tied table to a multiple
+  /// of 128 * tp rows so that the LM head's GEMMs read and write rows
+  /// aligned for the tensor cores (GPT-2's 50257 columns are not).
+  std::string target = "host";
 };
 
 /// Parses and checks the .plan file held by the main buffer of `sourceMgr`
