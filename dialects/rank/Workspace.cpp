@@ -185,14 +185,20 @@ int64_t ceGradFromStats(CeGradFromStatsOp op, const WorkspaceEnv &) {
 int64_t layerNorm(LayerNormOp op, const WorkspaceEnv &) {
   return ws::norm(true, leadRows(op.getInput()), lastDim(op.getInput()));
 }
-int64_t layerNormGrad(LayerNormGradOp op, const WorkspaceEnv &) {
-  return ws::norm_grad(true, leadRows(op.getInput()), lastDim(op.getInput()));
+int64_t layerNormGrad(LayerNormGradOp op, const WorkspaceEnv &env) {
+  return ws::norm_grad(true, leadRows(op.getInput()), lastDim(op.getInput()),
+                       env.cuda);
 }
 int64_t rmsNorm(RmsNormOp op, const WorkspaceEnv &) {
   return ws::norm(false, leadRows(op.getInput()), lastDim(op.getInput()));
 }
-int64_t rmsNormGrad(RmsNormGradOp op, const WorkspaceEnv &) {
-  return ws::norm_grad(false, leadRows(op.getInput()), lastDim(op.getInput()));
+int64_t rmsNormGrad(RmsNormGradOp op, const WorkspaceEnv &env) {
+  return ws::norm_grad(false, leadRows(op.getInput()), lastDim(op.getInput()),
+                       env.cuda);
+}
+int64_t biasGrad(BiasGradOp op, const WorkspaceEnv &env) {
+  int64_t n = numel(op.getOut());
+  return n == 0 ? 0 : ws::bias_grad(numel(op.getInput()) / n, n, env.cuda);
 }
 int64_t attentionGrad(AttentionGradOp op, const WorkspaceEnv &) {
   Value qkv = op.getQkv();
@@ -357,6 +363,7 @@ void planc::rank::registerWorkspaceModels(MLIRContext *ctx) {
   LayerNormGradOp::attachInterface<Model<LayerNormGradOp, layerNormGrad>>(*ctx);
   RmsNormOp::attachInterface<Model<RmsNormOp, rmsNorm>>(*ctx);
   RmsNormGradOp::attachInterface<Model<RmsNormGradOp, rmsNormGrad>>(*ctx);
+  BiasGradOp::attachInterface<Model<BiasGradOp, biasGrad>>(*ctx);
   AttentionGradOp::attachInterface<Model<AttentionGradOp, attentionGrad>>(*ctx);
   AttentionGradKeptOp::attachInterface<
       Model<AttentionGradKeptOp, attentionGradKept>>(*ctx);

@@ -315,6 +315,9 @@ template <class T = float, class G = float> struct BiasGradFn {
   const T *dy;
   G *db;
   int64_t rows, n;
+  /// cuda: the chunks' partial sums (workspace.h column_partials), or null
+  /// when the rows fit in one chunk; the host's loops take none.
+  float *partials = nullptr;
   PLANRT_HD void operator()(int64_t j) const {
     float acc = 0.0f;
     for (int64_t r = 0; r < rows; ++r)
@@ -781,6 +784,8 @@ template <class T = float> struct NormGradParamFn {
   const float *mean, *rstd;
   T *dgamma, *dbeta;
   int64_t rows, C;
+  /// cuda: the chunks' partial sums, as BiasGradFn's.
+  float *partials = nullptr;
   PLANRT_HD void operator()(int64_t j) const {
     float dg = 0.0f, db = 0.0f;
     for (int64_t r = 0; r < rows; ++r) {

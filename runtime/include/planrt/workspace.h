@@ -120,13 +120,32 @@ constexpr int64_t loss_scale(int64_t n, bool inverse) {
 constexpr int64_t index_check(int64_t elements) {
   return elements > 0 ? flag() : 0;
 }
+/// Rows summed by one block of a column sum on cuda (lib/cuda/column_sums).
+constexpr int64_t kColumnChunkRows = 256;
+/// bias_grad and the norms' parameter gradients on cuda: the n column sums
+/// of each chunk of kColumnChunkRows rows, which a second pass adds in chunk
+/// order (the GPU's columns are too few to fill it otherwise); none when the
+/// rows fit in one chunk. The host takes none: each of its threads sums its
+/// columns over all rows.
+constexpr int64_t column_partials(int64_t rows, int64_t columns, int64_t n) {
+  const int64_t chunks = (rows + kColumnChunkRows - 1) / kColumnChunkRows;
+  return chunks <= 1 || columns <= 0 ? 0 : floats(chunks * columns * n);
+}
+/// bias_grad over `rows` rows of `columns`, on cuda or on the host.
+constexpr int64_t bias_grad(int64_t rows, int64_t columns, bool cuda) {
+  return cuda ? column_partials(rows, columns, 1) : 0;
+}
 /// layernorm (layer) / rmsnorm over `rows` rows of c elements.
 constexpr int64_t norm(bool layer, int64_t rows, int64_t c) {
   return rows == 0 || c == 0 ? 0 : (layer ? floats(rows) : 0) + floats(rows);
 }
-/// layernorm_grad / rmsnorm_grad.
-constexpr int64_t norm_grad(bool layer, int64_t rows, int64_t c) {
-  return c == 0 ? 0 : (layer ? floats(rows) : 0) + floats(rows);
+/// layernorm_grad / rmsnorm_grad (on cuda, also its gamma and beta sums'
+/// partials).
+constexpr int64_t norm_grad(bool layer, int64_t rows, int64_t c,
+                            bool cuda = false) {
+  return c == 0 ? 0
+                : (layer ? floats(rows) : 0) + floats(rows) +
+                      (cuda ? column_partials(rows, c, layer ? 2 : 1) : 0);
 }
 /// attention_grad / attention_grad_kept: (max, normalizer) and delta per
 /// (batch, head, position) row.

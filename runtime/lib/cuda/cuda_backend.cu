@@ -412,6 +412,9 @@ namespace detail {
 /// gemm16 reads 16-bit operands as they are and takes no workspace
 /// (workspace.h native::cuda_matmul).
 constexpr bool kGemm16InPlace = true;
+/// Column sums (bias_grad, the norms' parameter gradients) take the
+/// chunks' partials of workspace.h column_partials (two passes on the GPU).
+constexpr bool kColumnPartials = true;
 
 template <class F> __global__ void map_kernel(int64_t n, F f) {
   int64_t stride = (int64_t)gridDim.x * blockDim.x;

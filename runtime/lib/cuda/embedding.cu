@@ -1,8 +1,8 @@
 //===- embedding.cu - The embedding's gradient, in row order --------------===//
 //
 // The kernel of embedding_blocks.h (its essay says why): a block of 256
-// threads per range of 512 table rows and 256 columns (grid: column tiles x
-// row ranges).
+// threads per range of 32 table rows and 256 columns (grid: column tiles x
+// row ranges), summing in 33 KB of shared memory.
 //===----------------------------------------------------------------------===//
 
 #include "check.h"
@@ -17,8 +17,8 @@ namespace {
 template <class T>
 __global__ void __launch_bounds__(embed::kThreads)
     grad_kernel(kernels::EmbeddingGradColumnFn<T> f) {
-  __shared__ int32_t ids[embed::kIds];
-  embed::grad_block(block::this_lane(), ids, f,
+  __shared__ float smem[embed::kSmemFloats];
+  embed::grad_block(block::this_lane(), smem, f,
                     (int64_t)blockIdx.x * embed::kThreads,
                     (int64_t)blockIdx.y * embed::kRangeRows,
                     blockIdx.x == 0 && blockIdx.y == 0);

@@ -7,14 +7,20 @@
 // owner, which walks every row: C threads in all, too few for a GPU.
 //
 // Here the owners are finer: a block of 256 threads owns a range of
-// kRangeRows table rows for 256 columns (thread tid: column c0 + tid). It
-// reads the ids 256 at a time into shared memory and, for each row r in
-// order whose id falls in its range, each thread adds dout[r][c] into its
-// table element. Every table element has one writer that adds in row order
-// (the functor's order: the same bits as the host), and a row of dout is
-// read by one block per column tile. Each block reads all the ids (64 KB
-// for 16 384 rows, from L2): the price of needing no workspace. Rows that
-// all hold one token serialize on its block; that is the worst case.
+// kRangeRows table rows for 256 columns (thread tid: column c0 + tid), and
+// sums into those rows in shared memory. It reads the ids 256 at a time,
+// each thread turning one into its local row (or a mark: another range, a
+// bad id), and then every thread walks the round's rows in order, adding
+// dout[r][c] into its column of the row's sum. Every table element has one
+// writer that adds in row order, starting from the table's value (read at
+// the row's first hit): the functor's order, so the same bits as the host.
+// Rows no id hits are neither read nor written.
+//
+// The walk issues the loads of kBatch rows before it adds any of them: a
+// frequent token's block (GPT-2's data: a few tokens take a tenth of the
+// rows) would otherwise wait for one load per row, in series. Each block
+// reads all the ids (64 KB for 16 384 rows, from L2): the price of needing
+// no workspace.
 //===----------------------------------------------------------------------===//
 #ifndef PLANRT_LIB_CUDA_EMBEDDING_BLOCKS_H
 #define PLANRT_LIB_CUDA_EMBEDDING_BLOCKS_H
@@ -30,38 +36,79 @@ namespace embed {
 using block::Lane;
 
 constexpr int kThreads = 256;
-constexpr int64_t kRangeRows = 512; // table rows a block owns
-constexpr int kIds = kThreads;      // shared memory: ids staged per round
+constexpr int64_t kRangeRows = 32; // table rows a block owns (a bit mask)
+constexpr int kIds = kThreads;     // ids staged per round
+constexpr int kBatch = 8;          // loads in flight per walk step
+/// Shared memory, in floats: the range's sums [kRangeRows][kThreads], then
+/// the round's local rows (int32).
+constexpr int kSmemFloats = (int)kRangeRows * kThreads + kIds;
+
+/// Marks of a staged id that adds nothing here.
+constexpr int32_t kElsewhere = -1; // another range or another rank's row
+constexpr int32_t kBadId = -2;     // outside the vocabulary: the flag
 
 /// The table rows [l0, l0 + kRangeRows) of columns [c0, c0 + 256): the
 /// additions of every row of dout whose id falls there, in row order. The
 /// block with `flags` raises the functor's flag for a bad id (the last one
 /// in row order, as the host's walk does).
 template <class T>
-PLANRT_BLOCK_FN void grad_block(const Lane &l, int32_t *ids,
+PLANRT_BLOCK_FN void grad_block(const Lane &l, float *smem,
                                 const kernels::EmbeddingGradColumnFn<T> &f,
                                 int64_t c0, int64_t l0, bool flags) {
+  float *sum = smem; // [kRangeRows][kThreads]
+  int32_t *local = reinterpret_cast<int32_t *>(smem + kRangeRows * kThreads);
   const int64_t c = c0 + l.tid;
-  const int64_t l1 = l0 + kRangeRows;
+  const bool mine = c < f.C;
+  uint32_t touched = 0; // rows of the range hit so far (the same everywhere)
   for (int64_t r0 = 0; r0 < f.rows; r0 += kIds) {
     const int n = f.rows - r0 < kIds ? (int)(f.rows - r0) : kIds;
     PLANRT_BLOCK_BARRIER();
-    if (l.tid < n)
-      ids[l.tid] = f.ids[r0 + l.tid];
-    PLANRT_BLOCK_BARRIER();
-    for (int k = 0; k < n; ++k) {
-      const int32_t id = ids[k];
-      if (!f.vocab.valid(id)) {
-        if (flags && l.tid == 0)
-          kernels::flag_bad_index(f.flag, id);
-        continue;
+    if (l.tid < n) {
+      const int32_t id = f.ids[r0 + l.tid];
+      int32_t mark = kBadId;
+      if (f.vocab.valid(id)) {
+        const int64_t row = f.vocab.local(id); // -1: another rank's
+        mark = row >= l0 && row < l0 + kRangeRows ? (int32_t)(row - l0)
+                                                  : kElsewhere;
       }
-      const int64_t row = f.vocab.local(id); // -1: another rank's
-      if (row < l0 || row >= l1 || c >= f.C)
-        continue;
-      f.dtable[row * f.C + c] += kernels::ld(f.dout[(r0 + k) * f.C + c]);
+      local[l.tid] = mark;
+    }
+    PLANRT_BLOCK_BARRIER();
+    if (flags && l.tid == 0)
+      for (int k = 0; k < n; ++k)
+        if (local[k] == kBadId)
+          kernels::flag_bad_index(f.flag, f.ids[r0 + k]);
+    for (int k0 = 0; k0 < n; k0 += kBatch) {
+      float v[kBatch];
+      int32_t at[kBatch];
+      PLANRT_UNROLL
+      for (int b = 0; b < kBatch; ++b) {
+        at[b] = k0 + b < n ? local[k0 + b] : kElsewhere;
+        v[b] = at[b] >= 0 && mine
+                   ? kernels::ld(f.dout[(r0 + k0 + b) * f.C + c])
+                   : 0.0f;
+      }
+      PLANRT_UNROLL
+      for (int b = 0; b < kBatch; ++b) {
+        if (at[b] < 0)
+          continue;
+        const uint32_t bit = 1u << at[b];
+        float *s = sum + at[b] * kThreads + l.tid;
+        if (!(touched & bit)) {
+          touched |= bit;
+          if (mine)
+            *s = f.dtable[(l0 + at[b]) * f.C + c];
+        }
+        if (mine)
+          *s += v[b];
+      }
     }
   }
+  if (!mine)
+    return;
+  for (int i = 0; i < (int)kRangeRows; ++i)
+    if (touched & (1u << i))
+      f.dtable[(l0 + i) * f.C + c] = sum[i * kThreads + l.tid];
 }
 
 } // namespace embed

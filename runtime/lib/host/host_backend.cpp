@@ -239,6 +239,9 @@ namespace detail {
 /// gemm16 widens its operands in exactly the bytes staging would take
 /// (workspace.h native::cuda_matmul is the cuda rule, not this one).
 constexpr bool kGemm16InPlace = false;
+/// Column sums (bias_grad, the norms' parameter gradients) take the
+/// chunks' partials of workspace.h column_partials: not on the host.
+constexpr bool kColumnPartials = false;
 
 /// Below this many invocations a kernel runs on the calling thread (a
 /// parallel region costs a few microseconds): element-wise and cheap

@@ -263,8 +263,15 @@ TEST(AttentionBlocks, TensorCoreTilesEqualTheRowFunctors) {
 }
 
 TEST(ColumnSums, BlocksEqualTheColumnFunctors) {
-  // 37 columns (two full blocks of 16 and a partial one), 300 rows.
-  const int64_t rows = 300, C = 37;
+  // 37 columns (two full blocks of 16 and a partial one), 600 rows: in one
+  // pass, and in two (three chunks of 256 rows, the last partial, whose
+  // sums go through the op's partials, poisoned with NaN before).
+  const int64_t rows = 600, C = 37;
+  const int64_t chunks = colsum::chunks(rows);
+  ASSERT_EQ(chunks, 3);
+  ASSERT_EQ(workspace::column_partials(rows, C, 2),
+            workspace::floats(chunks * C * 2));
+  ASSERT_EQ(workspace::column_partials(256, C, 2), 0);
   std::mt19937 gen(6);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   std::vector<float> x((size_t)(rows * C)), dy(x.size()), mean((size_t)rows),
@@ -278,42 +285,65 @@ TEST(ColumnSums, BlocksEqualTheColumnFunctors) {
     rstd[(size_t)r] = 1.0f + 0.1f * nd(gen);
   }
   const int64_t gx = (C + colsum::kTX - 1) / colsum::kTX;
-  std::vector<float> db(C, NAN), db_ref(C);
-  kernels::BiasGradFn<> bias{dy.data(), db_ref.data(), rows, C};
-  for (int64_t j = 0; j < C; ++j)
-    bias(j);
-  kernels::BiasGradFn<> bias_gpu{dy.data(), db.data(), rows, C};
-  run_blocks(gx, 1, colsum::kFloats<1>,
-             [&](const attn::Lane &l, float *smem, int64_t bx, int64_t) {
-               colsum::bias_grad_block(l, smem, bias_gpu, bx * colsum::kTX);
-             });
-  EXPECT_LT(rel_err(db, db_ref), 1e-6);
-  for (bool layer : {true, false}) {
-    std::vector<float> dg(C, NAN), dbeta(C, NAN), dg_ref(C), dbeta_ref(C);
-    const float *mu = layer ? mean.data() : nullptr;
-    kernels::NormGradParamFn<> ref{x.data(),
-                                   dy.data(),
-                                   mu,
-                                   rstd.data(),
-                                   dg_ref.data(),
-                                   layer ? dbeta_ref.data() : nullptr,
-                                   rows,
-                                   C};
-    for (int64_t j = 0; j < C; ++j)
-      ref(j);
-    kernels::NormGradParamFn<> gpu{x.data(),  dy.data(),
-                                   mu,        rstd.data(),
-                                   dg.data(), layer ? dbeta.data() : nullptr,
-                                   rows,      C};
-    run_blocks(gx, 1, colsum::kFloats<2>,
+  // block(l, smem, bx, chunk) over the grid of one or two passes.
+  auto run_sums = [&](bool chunked, size_t smem_floats, const auto &block) {
+    if (chunked)
+      run_blocks(gx, chunks, smem_floats,
+                 [&](const attn::Lane &l, float *smem, int64_t bx,
+                     int64_t by) { block(l, smem, bx, by); });
+    run_blocks(gx, 1, smem_floats,
                [&](const attn::Lane &l, float *smem, int64_t bx, int64_t) {
-                 colsum::norm_grad_param_block(l, smem, gpu, bx * colsum::kTX);
+                 block(l, smem, bx, -1);
                });
-    EXPECT_LT(rel_err(dg, dg_ref), 1e-6) << (layer ? "layer" : "rms");
-    if (layer) {
-      EXPECT_LT(rel_err(dbeta, dbeta_ref), 1e-6);
-    } else {
-      EXPECT_TRUE(std::isnan(dbeta[0])) << "rms norm wrote a beta gradient";
+  };
+  for (bool chunked : {false, true}) {
+    const char *how = chunked ? "two passes" : "one pass";
+    std::vector<float> partials((size_t)(chunks * C * 2), NAN);
+    float *parts = chunked ? partials.data() : nullptr;
+    std::vector<float> db(C, NAN), db_ref(C);
+    kernels::BiasGradFn<> bias{dy.data(), db_ref.data(), rows, C};
+    for (int64_t j = 0; j < C; ++j)
+      bias(j);
+    kernels::BiasGradFn<> bias_gpu{dy.data(), db.data(), rows, C, parts};
+    run_sums(chunked, colsum::kFloats<1>,
+             [&](const attn::Lane &l, float *smem, int64_t bx, int64_t k) {
+               colsum::bias_grad_block(l, smem, bias_gpu, bx * colsum::kTX, k);
+             });
+    EXPECT_LT(rel_err(db, db_ref), 1e-6) << how;
+    for (bool layer : {true, false}) {
+      std::fill(partials.begin(), partials.end(), NAN);
+      std::vector<float> dg(C, NAN), dbeta(C, NAN), dg_ref(C), dbeta_ref(C);
+      const float *mu = layer ? mean.data() : nullptr;
+      kernels::NormGradParamFn<> ref{x.data(),
+                                     dy.data(),
+                                     mu,
+                                     rstd.data(),
+                                     dg_ref.data(),
+                                     layer ? dbeta_ref.data() : nullptr,
+                                     rows,
+                                     C};
+      for (int64_t j = 0; j < C; ++j)
+        ref(j);
+      kernels::NormGradParamFn<> gpu{x.data(),
+                                     dy.data(),
+                                     mu,
+                                     rstd.data(),
+                                     dg.data(),
+                                     layer ? dbeta.data() : nullptr,
+                                     rows,
+                                     C,
+                                     parts};
+      run_sums(chunked, colsum::kFloats<2>,
+               [&](const attn::Lane &l, float *smem, int64_t bx, int64_t k) {
+                 colsum::norm_grad_param_block(l, smem, gpu, bx * colsum::kTX,
+                                               k);
+               });
+      EXPECT_LT(rel_err(dg, dg_ref), 1e-6) << (layer ? "layer" : "rms") << how;
+      if (layer) {
+        EXPECT_LT(rel_err(dbeta, dbeta_ref), 1e-6) << how;
+      } else {
+        EXPECT_TRUE(std::isnan(dbeta[0])) << "rms norm wrote a beta gradient";
+      }
     }
   }
 }
@@ -459,13 +489,15 @@ TEST(Sums, ChunkBlocksEqualTheChunkFunctors) {
 }
 
 TEST(Embedding, RowRangeBlocksEqualTheColumnFunctor) {
-  // 600 rows of dout (three rounds of staged ids, the last partial) into a
-  // vocabulary slice of 1100 rows at row0 300 (three ranges of 512, ids of
-  // other ranks skipped), 300 columns (two column tiles, the second partial),
-  // bf16 dout; a repeated id adds many rows into one table row. The same
-  // bits as the functor: each element adds in row order. One bad id raises
-  // the flag with its value.
-  const int64_t rows = 600, C = 300;
+  // 603 rows of dout (three rounds of staged ids, the last partial and
+  // ending in a partial batch) into a vocabulary slice of 1100 rows at row0
+  // 300 (35 ranges of 32, the last partial; ids of other ranks skipped), 300
+  // columns (two column tiles, the second partial), bf16 dout, a table that
+  // already holds values (embedding_grad_add: each element starts from its
+  // own); a repeated id adds many rows into one table row. The same bits as
+  // the functor: each element adds in row order. One bad id raises the flag
+  // with its value.
+  const int64_t rows = 603, C = 300;
   const kernels::VocabSlice vocab{1100, 300, 2000};
   std::mt19937 gen(31);
   std::uniform_int_distribution<int32_t> id(0, 1999);
@@ -474,14 +506,17 @@ TEST(Embedding, RowRangeBlocksEqualTheColumnFunctor) {
   for (int32_t &x : ids)
     x = id(gen) % 3 == 0 ? 777 : id(gen);
   ids[123] = 2000; // out of range
-  // The ranges' edges (local rows 0, 511, 512, 1023, 1024, 1099) and the
-  // ids just outside the slice.
-  for (int32_t x : {299, 300, 811, 812, 1323, 1324, 1399, 1400})
+  // The ranges' edges (local rows 0, 31, 32, 1087, 1088, 1099) and the ids
+  // just outside the slice.
+  for (int32_t x : {299, 300, 331, 332, 1387, 1388, 1399, 1400})
     ids[(size_t)(x % 97 + 200)] = x;
   std::vector<kernels::bf16_t> dout((size_t)(rows * C));
   for (auto &x : dout)
     kernels::st(x, nd(gen));
-  std::vector<float> ref((size_t)(vocab.V * C), 0.0f), got(ref.size(), 0.0f);
+  std::vector<float> ref((size_t)(vocab.V * C));
+  for (float &x : ref)
+    x = nd(gen);
+  std::vector<float> got = ref;
   int flag_ref[2] = {0, 0}, flag[2] = {0, 0};
   kernels::EmbeddingGradColumnFn<kernels::bf16_t> fr{
       ids.data(), dout.data(), ref.data(), rows, vocab, C, flag_ref};
@@ -492,10 +527,10 @@ TEST(Embedding, RowRangeBlocksEqualTheColumnFunctor) {
   const int64_t tiles = (C + embed::kThreads - 1) / embed::kThreads,
                 ranges = (vocab.V + embed::kRangeRows - 1) / embed::kRangeRows;
   ASSERT_EQ(tiles, 2);
-  ASSERT_EQ(ranges, 3);
-  run_blocks(tiles, ranges, embed::kIds,
+  ASSERT_EQ(ranges, 35);
+  run_blocks(tiles, ranges, embed::kSmemFloats,
              [&](const attn::Lane &l, float *smem, int64_t bx, int64_t by) {
-               embed::grad_block(l, reinterpret_cast<int32_t *>(smem), fg,
+               embed::grad_block(l, smem, fg,
                                  bx * embed::kThreads, by * embed::kRangeRows,
                                  bx == 0 && by == 0);
              });
