@@ -477,9 +477,17 @@ def Plan_AttentionOp : Plan_ComputeOp<"attention"> {
     axis `cp` only (each rank holding two chunks of it), where the lowering
     exchanges what causal attention needs (`plan.parallel`'s `cp_comm`);
     a split over any other axis is gathered first.
+
+    With `dropout` = p (attention(..., dropout = p)), each attention
+    probability is zeroed with probability p and the others scaled by
+    1 / (1 - p) before they weight the values, as GPT-3 and Megatron train;
+    the mask hashes the probability's index in the global [B, H, S, S]
+    tensor with `dropout_uid` (dropout()'s rule), so it is the same for
+    every plan.
   }];
   let arguments = (ins Plan_FloatTensor:$qkv, I64Attr:$num_heads,
-                       I64Attr:$num_kv_heads);
+                       I64Attr:$num_kv_heads, OptionalAttr<F32Attr>:$dropout,
+                       OptionalAttr<I64Attr>:$dropout_uid);
   let results = (outs Plan_FloatTensor:$result);
   let assemblyFormat = "$qkv attr-dict `:` type($qkv) `->` type($result)";
   let hasVerifier = 1;
@@ -711,7 +719,9 @@ def Plan_AttentionGradOp : Plan_ComputeOp<"attention_grad",
     [AllTypesMatch<["qkv", "result"]>]> {
   let summary = "Gradient of causal attention with respect to the packed qkv";
   let arguments = (ins Plan_FloatTensor:$qkv, Plan_FloatTensor:$grad,
-                       I64Attr:$num_heads, I64Attr:$num_kv_heads);
+                       I64Attr:$num_heads, I64Attr:$num_kv_heads,
+                       OptionalAttr<F32Attr>:$dropout,
+                       OptionalAttr<I64Attr>:$dropout_uid);
   let results = (outs Plan_FloatTensor:$result);
   let assemblyFormat = [{
     $qkv `,` $grad attr-dict `:` type($qkv) `,` type($grad)

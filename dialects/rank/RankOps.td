@@ -616,11 +616,36 @@ def Rank_RmsNormGradOp : Rank_CallOp<"rmsnorm_grad",
   }];
 }
 
-def Rank_AttentionOp : Rank_CallOp<"attention"> {
+// Attention dropout on every rank attention op (planrt.h attention): p
+// (0: none), the mask's uid, and what places this rank's rows in the global
+// [B, H, S, S] probabilities, as rank.dropout does: the axes that split the
+// batch, the microbatches and those of the axes that split each microbatch,
+// and the axes that split the heads.
+// Their defaults (no dropout) are left out of the printed IR.
+defvar Rank_AttnDropoutArgs = (ins
+    DefaultValuedAttr<F32Attr, "0.0f">:$dropout,
+    DefaultValuedAttr<I64Attr, "0">:$dropout_uid,
+    DefaultValuedAttr<StrArrayAttr, "{}">:$batch_axes,
+    DefaultValuedAttr<I64Attr, "0">:$microbatches,
+    DefaultValuedAttr<StrArrayAttr, "{}">:$mb_inner_axes,
+    DefaultValuedAttr<StrArrayAttr, "{}">:$head_axes);
+class Rank_AttentionCallOp<string mnemonic>
+    : Rank_CallOp<mnemonic, [DeclareOpInterfaceMethods<RuntimeCallOpInterface,
+                                                       ["getRuntimeAttrNames"]>]> {
+  let extraClassDefinition = [{
+    ::llvm::SmallVector<::llvm::StringRef> $cppClass::getRuntimeAttrNames() {
+      return {"num_heads", "num_kv_heads", "dropout", "dropout_uid",
+              "batch_axes", "microbatches", "mb_inner_axes", "head_axes"};
+    }
+  }];
+}
+
+def Rank_AttentionOp : Rank_AttentionCallOp<"attention"> {
   let summary = "causal attention over packed qkv (GQA when num_kv_heads < num_heads)";
-  let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$qkv,
+  let arguments = !con((ins Arg<Rank_FloatBuffer, "", [MemRead]>:$qkv,
                        Arg<Rank_FloatBuffer, "", [MemWrite]>:$out,
-                       I64Attr:$num_heads, I64Attr:$num_kv_heads);
+                       I64Attr:$num_heads, I64Attr:$num_kv_heads),
+                       Rank_AttnDropoutArgs);
   let assemblyFormat = "$qkv `into` $out attr-dict `:` type($qkv) `->` type($out)";
 }
 
@@ -733,18 +758,19 @@ def Rank_HeadsToSeqOp : Rank_CallOp<"heads_to_seq",
   let hasVerifier = 1;
 }
 
-def Rank_AttentionGradOp : Rank_CallOp<"attention_grad"> {
+def Rank_AttentionGradOp : Rank_AttentionCallOp<"attention_grad"> {
   let summary = "d qkv of causal attention (probabilities recomputed)";
-  let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$qkv,
+  let arguments = !con((ins Arg<Rank_FloatBuffer, "", [MemRead]>:$qkv,
                        Arg<Rank_FloatBuffer, "", [MemRead]>:$grad,
                        Arg<Rank_FloatBuffer, "", [MemWrite]>:$out,
-                       I64Attr:$num_heads, I64Attr:$num_kv_heads);
+                       I64Attr:$num_heads, I64Attr:$num_kv_heads),
+                       Rank_AttnDropoutArgs);
   let assemblyFormat = [{
     $qkv `,` $grad `into` $out attr-dict `:` type($qkv) `,` type($grad) `->` type($out)
   }];
 }
 
-def Rank_AttentionKeepOp : Rank_CallOp<"attention_keep"> {
+def Rank_AttentionKeepOp : Rank_AttentionCallOp<"attention_keep"> {
   let summary = "attention that keeps its exponentials and row statistics for the backward";
   let description = [{
     With `recompute = none`: `keep` [B, H, S, S] receives each query row's
@@ -752,25 +778,27 @@ def Rank_AttentionKeepOp : Rank_CallOp<"attention_keep"> {
     `rank.attention_grad_kept` need not recompute the score matrix. The
     values are those the recomputation makes: the same results, bit for bit.
   }];
-  let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$qkv,
+  let arguments = !con((ins Arg<Rank_FloatBuffer, "", [MemRead]>:$qkv,
                        Arg<Rank_FloatBuffer, "", [MemWrite]>:$out,
                        Arg<Rank_FloatBuffer, "", [MemWrite]>:$keep,
                        Arg<Rank_FloatBuffer, "", [MemWrite]>:$stats,
-                       I64Attr:$num_heads, I64Attr:$num_kv_heads);
+                       I64Attr:$num_heads, I64Attr:$num_kv_heads),
+                       Rank_AttnDropoutArgs);
   let assemblyFormat = [{
     $qkv `into` $out `,` $keep `,` $stats attr-dict `:` type($qkv) `->`
     type($out) `,` type($keep) `,` type($stats)
   }];
 }
 
-def Rank_AttentionGradKeptOp : Rank_CallOp<"attention_grad_kept"> {
+def Rank_AttentionGradKeptOp : Rank_AttentionCallOp<"attention_grad_kept"> {
   let summary = "d qkv of causal attention from what rank.attention_keep kept";
-  let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$qkv,
+  let arguments = !con((ins Arg<Rank_FloatBuffer, "", [MemRead]>:$qkv,
                        Arg<Rank_FloatBuffer, "", [MemRead]>:$keep,
                        Arg<Rank_FloatBuffer, "", [MemRead]>:$stats,
                        Arg<Rank_FloatBuffer, "", [MemRead]>:$grad,
                        Arg<Rank_FloatBuffer, "", [MemWrite]>:$out,
-                       I64Attr:$num_heads, I64Attr:$num_kv_heads);
+                       I64Attr:$num_heads, I64Attr:$num_kv_heads),
+                       Rank_AttnDropoutArgs);
   let assemblyFormat = [{
     $qkv `,` $keep `,` $stats `,` $grad `into` $out attr-dict `:` type($qkv)
     `,` type($keep) `,` type($stats) `,` type($grad) `->` type($out)

@@ -823,8 +823,23 @@ Val Sema::callBuiltin(StringRef fn, Args &args, Location l,
     double ropeTheta =
         namedNumber("rope_theta", std::numeric_limits<double>::quiet_NaN());
     bool rope = !std::isnan(ropeTheta);
+    double dropout = namedNumber("dropout", 0.0);
     if (!leftovers() || !x || !wqkv || !wout)
       return out;
+    if (!(dropout >= 0 && dropout < 1)) {
+      error(l) << "'attention': dropout is the probability of zeroing an "
+                  "attention probability, in [0, 1), got "
+               << dropout;
+      return out;
+    }
+    if (dropout > 0 && par.cp > 1) {
+      auto d = error(l) << "attention dropout does not run with context "
+                           "parallelism yet (its blocked kernels draw no "
+                           "mask); use cp = 1 or dropout = 0";
+      if (par.cpLoc)
+        d.attachNote(*par.cpLoc) << "cp is set here";
+      return out;
+    }
     // Head counts are compared with a weight's width, so 2^20 is plenty and
     // keeps (heads + 2 * kv_heads) * head_dim far from overflow.
     auto isCount = [](double x) {
@@ -886,10 +901,16 @@ Val Sema::callBuiltin(StringRef fn, Args &args, Location l,
                     {b.getNamedAttr("num_heads", b.getI64IntegerAttr(H)),
                      b.getNamedAttr("num_kv_heads", b.getI64IntegerAttr(KV)),
                      b.getNamedAttr("theta", b.getF64FloatAttr(ropeTheta))});
-    Value a = generic(
-        AttentionOp(), f32Tensor({xs[0], xs[1], H * headDim}, ctx), {qkv},
-        {b.getNamedAttr("num_heads", b.getI64IntegerAttr(H)),
-         b.getNamedAttr("num_kv_heads", b.getI64IntegerAttr(KV))});
+    SmallVector<NamedAttribute> attrs{
+        b.getNamedAttr("num_heads", b.getI64IntegerAttr(H)),
+        b.getNamedAttr("num_kv_heads", b.getI64IntegerAttr(KV))};
+    if (dropout > 0) { // a mask of its own, as each dropout() call
+      attrs.push_back(b.getNamedAttr("dropout", b.getF32FloatAttr(dropout)));
+      attrs.push_back(b.getNamedAttr("dropout_uid",
+                                     b.getI64IntegerAttr(dropoutCount++)));
+    }
+    Value a = generic(AttentionOp(), f32Tensor({xs[0], xs[1], H * headDim}, ctx),
+                      {qkv}, attrs);
     if (Value y = linear(l, a, wout, bout, false, "'attention' (out)"))
       out.v = y;
     return out;

@@ -47,6 +47,16 @@ struct AutodiffPass : public planc::impl::AutodiffBase<AutodiffPass> {
 } // namespace
 
 /// The gradients of C = op(A) op(B).
+/// The attributes attention's gradient shares with it: the heads and the
+/// dropout (the backward draws the forward's mask).
+static SmallVector<NamedAttribute> attentionAttrs(AttentionOp at) {
+  SmallVector<NamedAttribute> attrs;
+  for (StringRef name : {"num_heads", "num_kv_heads", "dropout", "dropout_uid"})
+    if (Attribute a = at->getAttr(name))
+      attrs.push_back(NamedAttribute(name, a));
+  return attrs;
+}
+
 static LogicalResult backpropMatmul(MatmulOp mm, Value dy, OpBuilder &b,
                                     Adjoints &adj,
                                     llvm::function_ref<bool(Value)> needs) {
@@ -292,9 +302,7 @@ static LogicalResult backprop(Operation *op, Value dy, OpBuilder &b,
         if (needs(at.getQkv()))
           adj.add(loc, at.getQkv(),
                   gen(AttentionGradOp(), at.getQkv().getType(),
-                      {at.getQkv(), dy},
-                      {b.getNamedAttr("num_heads", at.getNumHeadsAttr()),
-                       b.getNamedAttr("num_kv_heads", at.getNumKvHeadsAttr())})
+                      {at.getQkv(), dy}, attentionAttrs(at))
                       ->getResult(0));
         return success();
       })

@@ -75,12 +75,16 @@ void KeepAttentionPass::runOnOperation() {
         alloc->setAttr(rk::kRankStageAttr, st);
     auto kept = rk::AttentionKeepOp::create(
         builder, loc, fwd.getQkv(), fwd.getOut(), keep, stats,
-        fwd.getNumHeads(), fwd.getNumKvHeads());
+        fwd.getNumHeads(), fwd.getNumKvHeads(), fwd.getDropout(),
+        fwd.getDropoutUid(), fwd.getBatchAxes(), fwd.getMicrobatches(),
+        fwd.getMbInnerAxes(), fwd.getHeadAxes());
     kept->setDiscardableAttrs(fwd->getDiscardableAttrDictionary());
     builder.setInsertionPoint(bwd);
     auto grad = rk::AttentionGradKeptOp::create(
         builder, bwd.getLoc(), bwd.getQkv(), keep, stats, bwd.getGrad(),
-        bwd.getOut(), bwd.getNumHeads(), bwd.getNumKvHeads());
+        bwd.getOut(), bwd.getNumHeads(), bwd.getNumKvHeads(),
+        bwd.getDropout(), bwd.getDropoutUid(), bwd.getBatchAxes(),
+        bwd.getMicrobatches(), bwd.getMbInnerAxes(), bwd.getHeadAxes());
     grad->setDiscardableAttrs(bwd->getDiscardableAttrDictionary());
     fwd.erase();
     bwd.erase();

@@ -341,6 +341,54 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
       n *= mesh.getAxisSize(a);
     return {b.getI64IntegerAttr(h / n), b.getI64IntegerAttr(kv / n)};
   };
+  // How dimension `d` of `v` is split, for the dropout masks' global
+  // indices: its mesh axes other than the microbatch axis, whether
+  // microbatches split it too, and the axes that come after the microbatch
+  // axis (they split each microbatch).
+  struct DimSplit {
+    SmallVector<StringRef> axes, inner;
+    bool microbatched = false;
+  };
+  auto dimSplit = [&](Value v, int64_t d) {
+    DimSplit out;
+    for (StringRef a : getSharding(v).getDimAxes(d)) {
+      if (a == seqAxis)
+        out.microbatched = true;
+      else
+        out.axes.push_back(a);
+      if (out.microbatched && a != seqAxis)
+        out.inner.push_back(a);
+    }
+    return out;
+  };
+  // attention(..., dropout = p): the rank attention ops' dropout attributes
+  // (RankOps.td Rank_AttnDropoutArgs) for plan op `op` on `qkv`: the batch
+  // placed as rank.dropout places dimension 0, the heads by the axes that
+  // split the packed dimension.
+  struct AttnDropoutAttrs {
+    FloatAttr p;
+    IntegerAttr uid, microbatches;
+    ArrayAttr batchAxes, mbInnerAxes, headAxes;
+  };
+  auto attnDropout = [&](Operation *op, Value qkv) {
+    auto p = op->getAttrOfType<FloatAttr>("dropout");
+    auto uid = op->getAttrOfType<IntegerAttr>("dropout_uid");
+    DimSplit batch;
+    SmallVector<StringRef> heads;
+    if (p && !p.getValue().isZero()) { // else the defaults, not printed
+      batch = dimSplit(qkv, 0);
+      for (StringRef a : getSharding(qkv).getDimAxes(2))
+        heads.push_back(a);
+    } else {
+      p = b.getF32FloatAttr(0.0f);
+      uid = b.getI64IntegerAttr(0);
+    }
+    return AttnDropoutAttrs{
+        p, uid ? uid : b.getI64IntegerAttr(0),
+        b.getI64IntegerAttr(batch.microbatched ? seqSize : 0),
+        b.getStrArrayAttr(batch.axes), b.getStrArrayAttr(batch.inner),
+        b.getStrArrayAttr(heads)};
+  };
   // Context parallelism: "cp" when it splits the sequence (dimension 1) of
   // `v`, else "" (the runtime's "no axis").
   auto contextAxis = [&](Value v) {
@@ -1366,34 +1414,24 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
             .Case<DropoutOp>([&](DropoutOp d) {
               // The mesh axes of each dimension (up to 4), and whether the
               // microbatch axis splits the batch too.
-              ShardingAttr sh = getSharding(d.getInput());
               SmallVector<Attribute> dims;
-              SmallVector<StringRef> inner; // dimension 0's axes after mb
-              bool mb = false;
               int64_t rank = d.getInput().getType().getRank();
-              for (int64_t i = 0; i < 4; ++i) {
-                SmallVector<StringRef> axes;
-                if (i < rank)
-                  for (StringRef a : sh.getDimAxes(i)) {
-                    if (a == seqAxis)
-                      mb = true;
-                    else
-                      axes.push_back(a);
-                    if (i == 0 && mb && a != seqAxis)
-                      inner.push_back(a);
-                  }
-                dims.push_back(b.getStrArrayAttr(axes));
-              }
               if (rank > 4) {
                 op.emitError() << "dropout supports tensors of rank <= 4";
                 return false;
               }
+              DimSplit batch = dimSplit(d.getInput(), 0);
+              for (int64_t i = 0; i < 4; ++i)
+                dims.push_back(b.getStrArrayAttr(
+                    i == 0       ? batch.axes
+                    : i < rank ? dimSplit(d.getInput(), i).axes
+                                 : SmallVector<StringRef>()));
               rk::DropoutOp::create(
                   b, loc, in(0), out, cast<ArrayAttr>(dims[0]),
                   cast<ArrayAttr>(dims[1]), cast<ArrayAttr>(dims[2]),
                   cast<ArrayAttr>(dims[3]),
-                  b.getI64IntegerAttr(mb ? seqSize : 0),
-                  b.getStrArrayAttr(inner), d.getPAttr(), d.getUidAttr());
+                  b.getI64IntegerAttr(batch.microbatched ? seqSize : 0),
+                  b.getStrArrayAttr(batch.inner), d.getPAttr(), d.getUidAttr());
               return true;
             })
             .Case<Conv2dOp>([&](Conv2dOp c) {
@@ -1429,9 +1467,17 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
               auto [h, kv] =
                   localHeads(a.getQkv(), a.getNumHeads(), a.getNumKvHeads());
               StringAttr cp = contextAxis(a.getQkv());
+              AttnDropoutAttrs z = attnDropout(a, a.getQkv());
               if (cp.getValue().empty()) {
-                rk::AttentionOp::create(b, loc, in(0), out, h, kv);
+                rk::AttentionOp::create(b, loc, in(0), out, h, kv, z.p, z.uid,
+                                        z.batchAxes, z.microbatches,
+                                        z.mbInnerAxes, z.headAxes);
                 return true;
+              }
+              if (!z.p.getValue().isZero()) {
+                op.emitError() << "attention dropout does not run with "
+                                  "context parallelism yet";
+                return false;
               }
               int64_t G = mesh.getAxisSize(cp.getValue());
               std::string how = cpExchange(h.getInt(), kv.getInt(), G);
@@ -1452,7 +1498,9 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
               Value o = rk::AllocOp::create(b, loc, headSplitType(out, G));
               rk::AttentionOp::create(b, loc, *qkv, o,
                                       b.getI64IntegerAttr(h.getInt() / G),
-                                      b.getI64IntegerAttr(kv.getInt() / G));
+                                      b.getI64IntegerAttr(kv.getInt() / G),
+                                      z.p, z.uid, z.batchAxes, z.microbatches,
+                                      z.mbInnerAxes, z.headAxes);
               rk::HeadsToSeqOp::create(
                   b, loc, o, out, cast<MemRefType>(out.getType()).getDimSize(2),
                   0, cp);
@@ -1516,9 +1564,17 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
               auto [h, kv] =
                   localHeads(a.getQkv(), a.getNumHeads(), a.getNumKvHeads());
               StringAttr cp = contextAxis(a.getQkv());
+              AttnDropoutAttrs z = attnDropout(a, a.getQkv());
               if (cp.getValue().empty()) {
-                rk::AttentionGradOp::create(b, loc, in(0), in(1), out, h, kv);
+                rk::AttentionGradOp::create(
+                    b, loc, in(0), in(1), out, h, kv, z.p, z.uid, z.batchAxes,
+                    z.microbatches, z.mbInnerAxes, z.headAxes);
                 return true;
+              }
+              if (!z.p.getValue().isZero()) {
+                op.emitError() << "attention dropout does not run with "
+                                  "context parallelism yet";
+                return false;
               }
               int64_t G = mesh.getAxisSize(cp.getValue());
               std::string how = cpExchange(h.getInt(), kv.getInt(), G);
@@ -1551,9 +1607,10 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
               Value dy = rk::AllocOp::create(b, loc, headSplitType(in(1), G));
               rk::SeqToHeadsOp::create(b, loc, in(1), dy, width, 0, cp);
               Value dx = rk::AllocOp::create(b, loc, headSplitType(out, G));
-              rk::AttentionGradOp::create(b, loc, *qkv, dy, dx,
-                                          b.getI64IntegerAttr(h.getInt() / G),
-                                          b.getI64IntegerAttr(kv.getInt() / G));
+              rk::AttentionGradOp::create(
+                  b, loc, *qkv, dy, dx, b.getI64IntegerAttr(h.getInt() / G),
+                  b.getI64IntegerAttr(kv.getInt() / G), z.p, z.uid,
+                  z.batchAxes, z.microbatches, z.mbInnerAxes, z.headAxes);
               rk::HeadsToSeqOp::create(b, loc, dx, out, width, kvWidth, cp);
               return true;
             })

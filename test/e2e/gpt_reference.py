@@ -90,6 +90,7 @@ def plan_settings(path):
         s[k] = int(consts[k])
     for k in ["kv_heads", "hidden", "experts", "top_k"]:  # Llama's, MoE's
         s[k] = int(consts[k]) if k in consts else None
+    s["seed"] = int(consts.get("seed", 0))
     for k in ["moe_aux_loss", "moe_capacity_factor", "moe_bias_update"]:
         s[k] = consts.get(k)
     s["grad_clip"] = consts.get("grad_clip")
@@ -197,11 +198,48 @@ def gelu_tanh(x):
         math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
 
 
+# --- attention dropout ------------------------------------------------------
+# attention(..., dropout = p): planrt's documented rule (planrt.h attention,
+# dropout), written here from that text: the probability of query t, key u
+# of head h in batch row b is kept, scaled by 1 / (1 - p) (in float32),
+# when the top 32 bits of mix(key ^ mix(i)) are >= p * 2^32 (truncated),
+# i = ((b H + h) S + t) S + u its index in the [B, H, S, S] probabilities,
+# key = mix(seed ^ mix(step * 0x10001 + uid)), mix splitmix64's finalizer,
+# uid the layer's (the model's attention dropouts in order: layer l's is l).
+# The softmax's max and sum are those of the undropped scores.
+
+M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+def mix64(x):
+    x = (x + np.uint64(0x9e3779b97f4a7c15)) & M64
+    x = ((x ^ (x >> np.uint64(30))) * np.uint64(0xbf58476d1ce4e5b9)) & M64
+    x = ((x ^ (x >> np.uint64(27))) * np.uint64(0x94d049bb133111eb)) & M64
+    return x ^ (x >> np.uint64(31))
+
+
+ATTN_DROPOUT = {"p": 0.0, "seed": 0, "step": 1}
+
+
+def attention_mask(uid, B, H, S):
+    p = np.float32(ATTN_DROPOUT["p"])
+    with np.errstate(over="ignore"):
+        key = mix64(np.uint64(ATTN_DROPOUT["seed"]) ^ mix64(
+            np.uint64(ATTN_DROPOUT["step"] * 0x10001 + uid)))
+        i = np.arange(B * H * S * S, dtype=np.uint64)
+        bits = mix64(key ^ mix64(i)) >> np.uint64(32)
+    threshold = np.uint64(min(4294967295.0, float(p) * 4294967296.0))
+    scale = float(np.float32(1.0) / (np.float32(1.0) - p))
+    keep = (bits >= threshold).reshape(B, H, S, S)
+    return torch.from_numpy(keep.astype(np.float64) * scale)
+
+
 class CausalSelfAttention(nn.Module):
 
     def __init__(self, d, heads, max_seq):
         super().__init__()
         self.d, self.heads = d, heads
+        self.uid = 0  # its attention dropout's
         self.c_attn = Conv1D(d, 3 * d)
         self.c_proj = Conv1D(d, d)
         self.register_buffer(
@@ -217,6 +255,8 @@ class CausalSelfAttention(nn.Module):
         att = (q @ k.transpose(-2, -1)) / math.sqrt(hd)
         att = att.masked_fill(~self.mask[:T, :T], float("-inf"))
         att = F.softmax(att, dim=-1)
+        if ATTN_DROPOUT["p"] > 0:
+            att = att * attention_mask(self.uid, B, self.heads, T)
         y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
         return self.c_proj(y)
 
@@ -255,6 +295,8 @@ class GPT(nn.Module):
         self.wpe = nn.Embedding(max_seq, d, dtype=DTYPE)
         self.h = nn.ModuleList(
             [Block(d, heads, max_seq) for _ in range(layers)])
+        for uid, block in enumerate(self.h):
+            block.attn.uid = uid
         self.ln_f = nn.LayerNorm(d, eps=1e-5, dtype=DTYPE)
 
     def forward(self, idx, targets):
@@ -488,6 +530,9 @@ def main():
                    help="mixtral: weight the experts by their softmax "
                    "probabilities without renormalising them (a negative "
                    "check)")
+    p.add_argument("--attn-dropout", type=float, default=0.0,
+                   help="gpt: the plan's attention(..., dropout = p), every "
+                   "layer (the mask as planrt documents it, the plan's seed)")
     p.add_argument("--logits-rtol", type=float, default=5e-6)
     p.add_argument("--loss0-rtol", type=float, default=1e-5)
     p.add_argument("--grad-rtol", type=float, default=1e-5)
@@ -497,6 +542,8 @@ def main():
     torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
 
     s = plan_settings(a.plan)
+    ATTN_DROPOUT["p"] = a.attn_dropout
+    ATTN_DROPOUT["seed"] = s["seed"]
     if s["dp"] != 1:
         sys.exit(f"error: {a.plan}: dp = {s['dp']}; this check needs dp = 1 "
                  "(the dumped logits are then the whole batch)")
@@ -633,6 +680,7 @@ def main():
         if step > 1:
             for t in plist:
                 t.grad = None
+            ATTN_DROPOUT["step"] = step
             x, y = batch(stream, step, B, S)
             _, loss = model(x, y)
             (loss + aux_total()).backward()

@@ -431,6 +431,39 @@ TEST(HostRanges, TilesSumInTheIndexVersionsOrder) {
   }
 }
 
+/// An attention dropout of p = 0.3 whose problem sits at batch row 1 and
+/// head 2 of a [4, 8, S, S] global tensor (a data- and tensor-parallel
+/// rank's).
+kernels::AttnDropout test_dropout() {
+  kernels::AttnDropout d;
+  d.on = true;
+  d.key = kernels::mix64(2024);
+  d.threshold = (uint32_t)(0.3 * 4294967296.0);
+  d.scale = 1.0f / 0.7f;
+  d.b0 = 1;
+  d.Bg = 4;
+  d.h0 = 2;
+  d.Hg = 8;
+  return d;
+}
+
+TEST(HostRanges, AttentionDropoutZeroesAboutP) {
+  // The mask keeps 1 - p of the probabilities, scaled; a different head
+  // offset draws a different mask.
+  kernels::AttnDropout d = test_dropout(), other = d.at(0, 1);
+  const int64_t S = 64;
+  int64_t kept = 0, differ = 0, n = 0;
+  for (int64_t t = 0; t < S; ++t)
+    for (int64_t u = 0; u <= t; ++u, ++n) {
+      float z = d.z(0, 0, S, t, u);
+      ASSERT_TRUE(z == 0.0f || z == d.scale);
+      kept += z != 0.0f;
+      differ += z != other.z(0, 0, S, t, u);
+    }
+  EXPECT_NEAR((double)kept / n, 0.7, 0.03);
+  EXPECT_GT(differ, n / 4);
+}
+
 TEST(HostRanges, AttentionRangesEqualTheIndexVersions) {
   struct Case {
     int64_t B, S, H, KV, D;
@@ -442,8 +475,12 @@ TEST(HostRanges, AttentionRangesEqualTheIndexVersions) {
     const int64_t rows = c.B * c.H * c.S, W = a.width();
     std::vector<float> qkv = random_floats(c.B * c.S * W, 5);
     std::vector<float> dout = random_floats(c.B * c.S * c.H * c.D, 6);
-    for (bool kept : {false, true}) {
-      SCOPED_TRACE(kept ? "kept" : "recomputed");
+    for (int variant = 0; variant < 4; ++variant) {
+      const bool kept = variant & 1;
+      const kernels::AttnDropout drop = variant & 2 ? test_dropout()
+                                                    : kernels::AttnDropout{};
+      SCOPED_TRACE(::testing::Message() << (kept ? "kept" : "recomputed")
+                                        << (drop.on ? ", dropout" : ""));
       // Forward.
       std::vector<float> o1(dout.size()), o2(dout.size());
       std::vector<float> k1(kept ? rows * c.S : 0), k2(k1.size());
@@ -454,6 +491,7 @@ TEST(HostRanges, AttentionRangesEqualTheIndexVersions) {
       kernels::AttentionFn<> f2{qkv.data(), o2.data(), a,
                                 kept ? k2.data() : nullptr,
                                 kept ? s2.data() : nullptr};
+      f1.drop = f2.drop = drop;
       by_index(f1, rows);
       f2.range(0, rows / 2);
       f2.range(rows / 2, rows);
@@ -471,6 +509,7 @@ TEST(HostRanges, AttentionRangesEqualTheIndexVersions) {
       kernels::AttentionGradQFn<> q2{qkv.data(), dout.data(), g2.data(),
                                      r2.data(),  d2.data(),   a,
                                      keep,       stats};
+      q1.drop = q2.drop = drop;
       by_index(q1, rows);
       q2.range(0, rows / 3);
       q2.range(rows / 3, rows);
@@ -481,6 +520,7 @@ TEST(HostRanges, AttentionRangesEqualTheIndexVersions) {
           qkv.data(), dout.data(), r1.data(), d1.data(), g1.data(), a, keep};
       kernels::AttentionGradKVFn<> kv2{
           qkv.data(), dout.data(), r2.data(), d2.data(), g2.data(), a, keep};
+      kv1.drop = kv2.drop = drop;
       by_index(kv1, keys);
       kv2.range(0, keys / 2);
       kv2.range(keys / 2, keys);
@@ -523,25 +563,30 @@ template <class T> void check_attention16() {
     auto qkv = narrow<T>(random_floats(c.B * c.S * a.width(), 7));
     auto dout = narrow<T>(random_floats(c.B * c.S * c.H * c.D, 8));
     auto qkvw = widen(qkv), doutw = widen(dout);
-    for (bool kept : {false, true}) {
+    for (int variant = 0; variant < 4; ++variant) {
+      const bool kept = variant & 1;
+      const kernels::AttnDropout drop = variant & 2 ? test_dropout()
+                                                    : kernels::AttnDropout{};
       SCOPED_TRACE(::testing::Message()
-                   << (kept ? "kept" : "recomputed") << " S " << c.S << " H "
+                   << (kept ? "kept" : "recomputed")
+                   << (drop.on ? ", dropout" : "") << " S " << c.S << " H "
                    << c.H << " KV " << c.KV << " D " << c.D);
       // The fp32 reference on the widened values.
       std::vector<float> o(dout.size()), k(kept ? rows * c.S : 0),
           s(kept ? 2 * rows : 0);
       by_index(kernels::AttentionFn<>{qkvw.data(), o.data(), a,
                                       kept ? k.data() : nullptr,
-                                      kept ? s.data() : nullptr},
+                                      kept ? s.data() : nullptr, drop},
                rows);
       std::vector<float> g(qkv.size()), r(2 * rows), d(rows);
       const float *keep = kept ? k.data() : nullptr;
       const float *stats = kept ? s.data() : nullptr;
       by_index(kernels::AttentionGradQFn<>{qkvw.data(), doutw.data(), g.data(),
-                                           r.data(), d.data(), a, keep, stats},
+                                           r.data(), d.data(), a, keep, stats,
+                                           drop},
                rows);
       by_index(kernels::AttentionGradKVFn<>{qkvw.data(), doutw.data(), r.data(),
-                                            d.data(), g.data(), a, keep},
+                                            d.data(), g.data(), a, keep, drop},
                keys);
       for (bool host : {false, true}) {
         SCOPED_TRACE(host ? "host ranges" : "per row");
@@ -566,6 +611,7 @@ template <class T> void check_attention16() {
                                          g16.data(),
                                          a,
                                          kept ? k16.data() : nullptr};
+        f.drop = q.drop = kv.drop = drop;
         if (host) { // cut mid-head
           f.range(0, rows / 3);
           f.range(rows / 3, rows);

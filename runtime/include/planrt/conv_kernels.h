@@ -429,14 +429,6 @@ struct GnGradParamFn {
 
 //===--- Dropout ----------------------------------------------------------===//
 
-/// A 64-bit mix (splitmix64's finalizer).
-PLANRT_HD inline uint64_t mix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 /// out = keep ? x * scale : 0, keep = mix(key, global index) >= threshold
 /// (32 bits); the element's global index from its local coordinates plus
 /// this rank's offsets. Index space: elements.

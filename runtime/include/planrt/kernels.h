@@ -1164,6 +1164,46 @@ template <class T = float, class G = float> struct PosEmbeddingGradFn {
 // head g at (H + g) D, value head g at (H + KV + g) D. Query head h reads kv
 // head h / (H / KV). Row-statistics arrays are indexed ((b H + h) S + t).
 
+/// A 64-bit mix (splitmix64's finalizer): dropout's masks.
+PLANRT_HD inline uint64_t mix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+/// Attention-probability dropout (attention(..., dropout = p)), as GPT-3
+/// and Megatron train: query t of head h keeps key u's probability, scaled
+/// by 1 / (1 - p), when mix(key, its index in the global [B, H, S, S]
+/// probabilities) >= threshold. That is dropout()'s rule for a tensor of
+/// that shape, so every plan (batch split over ranks and microbatches,
+/// heads over tp, recompute) draws the same mask. b0 and h0 place the
+/// problem's batch row 0 and head 0 in the global tensor. The softmax's
+/// max and sum are those of the undropped scores, as in PyTorch: only the
+/// weights of the values (and their gradients) see the mask.
+struct AttnDropout {
+  bool on = false;
+  uint64_t key = 0;
+  uint32_t threshold = 0;
+  float scale = 1.0f;
+  int64_t b0 = 0, Bg = 1, h0 = 0, Hg = 1;
+  /// 1 / (1 - p) or 0 for query t and key u of (b, h), S positions.
+  PLANRT_HD float z(int64_t b, int64_t h, int64_t S, int64_t t,
+                    int64_t u) const {
+    const int64_t g = (((b0 + b) * Hg + (h0 + h)) * S + t) * S + u;
+    const uint32_t x = (uint32_t)(mix64(key ^ mix64((uint64_t)g)) >> 32);
+    return x >= threshold ? scale : 0.0f;
+  }
+  /// The mask of the problem whose batch row 0 and head 0 are this one's
+  /// (b, h) (the host's per-head subproblems).
+  AttnDropout at(int64_t b, int64_t h) const {
+    AttnDropout d = *this;
+    d.b0 += b;
+    d.h0 += h;
+    return d;
+  }
+};
+
 struct AttnShape {
   int64_t B, S, H, KV, D;
   float scale; // 1 / sqrt(D)
@@ -1253,6 +1293,7 @@ template <class T = float> struct AttentionFn {
   T *out;
   AttnShape a;
   float *keep = nullptr, *stats = nullptr;
+  AttnDropout drop = {};
   PLANRT_HD void operator()(int64_t i) const {
     int64_t t = i % a.S, h = (i / a.S) % a.H, b = i / (a.S * a.H);
     int64_t g = h / (a.H / a.KV), D = a.D;
@@ -1283,6 +1324,8 @@ template <class T = float> struct AttentionFn {
       if (row)
         row[u] = e;
       sum += e;
+      if (drop.on)
+        e *= drop.z(b, h, a.S, t, u);
       const T *v = a.v(qkv, b, u, g);
       for (int64_t d = 0; d < D; ++d)
         o[d] += e * ld(v[d]);
@@ -1319,7 +1362,8 @@ template <class T = float> struct AttentionFn {
       widen_head(a, qkv, b, h, t1, x.data());
       AttentionFn<float> one{x.data(), o.data(), one_group(a, 1),
                              keep ? keep + bh * S * S : nullptr,
-                             stats ? stats + 2 * bh * S : nullptr};
+                             stats ? stats + 2 * bh * S : nullptr,
+                             drop.at(b, h)};
       one.range(t0, t1);
       round_rows(o.data(), D, t0, t1, D, out + a.o(b, 0, h), a.H * D);
     });
@@ -1371,6 +1415,9 @@ template <class T = float> struct AttentionFn {
         o[r][d] = 0.0f;
       for (int64_t u = 0; u <= tr; ++u)
         sr += e[u];
+      if (drop.on) // the values' weights only
+        for (int64_t u = 0; u <= tr; ++u)
+          e[u] *= drop.z(b, h, S, tr, u);
       m[r] = mr;
       sum[r] = sr;
       lo[r] = 0;
@@ -1407,6 +1454,13 @@ template <class T = float> struct AttentionGradQFn {
   float *rowstats, *delta; // rowstats: (m, sum) per row
   AttnShape a;
   const float *keep = nullptr, *stats = nullptr;
+  AttnDropout drop = {}; // dp (the dropped probabilities' gradient) masked
+  /// dout . v of query t and key u, through the mask.
+  PLANRT_HD float dp(const T *dy, int64_t b, int64_t h, int64_t t, int64_t u,
+                     int64_t g) const {
+    float x = dot(dy, a.v(qkv, b, u, g), a.D);
+    return drop.on ? x * drop.z(b, h, a.S, t, u) : x;
+  }
   PLANRT_HD void operator()(int64_t i) const {
     int64_t t = i % a.S, h = (i / a.S) % a.H, b = i / (a.S * a.H);
     int64_t g = h / (a.H / a.KV), D = a.D;
@@ -1418,7 +1472,7 @@ template <class T = float> struct AttentionGradQFn {
       m = stats[2 * i];
       sum = stats[2 * i + 1];
       for (int64_t u = 0; u <= t; ++u)
-        pdp += sc.e(i, q, b, u, g, m) * dot(dy, a.v(qkv, b, u, g), D);
+        pdp += sc.e(i, q, b, u, g, m) * dp(dy, b, h, t, u, g);
     } else {
       m = a.scale * dot(q, a.k(qkv, b, 0, g), D);
       for (int64_t u = 1; u <= t; ++u) {
@@ -1428,7 +1482,7 @@ template <class T = float> struct AttentionGradQFn {
       for (int64_t u = 0; u <= t; ++u) {
         float e = sc.e(i, q, b, u, g, m);
         sum += e;
-        pdp += e * dot(dy, a.v(qkv, b, u, g), D);
+        pdp += e * dp(dy, b, h, t, u, g);
       }
     }
     float dl = pdp / sum;
@@ -1445,7 +1499,7 @@ template <class T = float> struct AttentionGradQFn {
     for (int64_t u = 0; u <= t; ++u) {
       const T *k = a.k(qkv, b, u, g);
       float p = sc.e(i, q, b, u, g, m) / sum;
-      float ds = p * (dot(dy, a.v(qkv, b, u, g), D) - dl) * a.scale;
+      float ds = p * (dp(dy, b, h, t, u, g) - dl) * a.scale;
       for (int64_t d = 0; d < D; ++d)
         dq[d] += ds * ld(k[d]);
     }
@@ -1477,7 +1531,8 @@ template <class T = float> struct AttentionGradQFn {
                                   delta + bh * S,
                                   one_group(a, 1),
                                   keep ? keep + bh * S * S : nullptr,
-                                  stats ? stats + 2 * bh * S : nullptr};
+                                  stats ? stats + 2 * bh * S : nullptr,
+                                  drop.at(b, h)};
       one.range(t0, t1);
       T *dq = dqkv + (a.q(qkv, b, 0, h) - qkv);
       round_rows(dx.data(), W, t0, t1, D, dq, a.width());
@@ -1549,6 +1604,9 @@ template <class T = float> struct AttentionGradQFn {
       }
       const float *e = keep ? keep + ir * S : ew;
       float sum = 0.0f, pdp = 0.0f, *p = dp[r];
+      if (drop.on)
+        for (int64_t u = 0; u <= tr; ++u)
+          p[u] *= drop.z(b, h, S, tr, u);
       if (stats) {
         sum = stats[2 * ir + 1];
         for (int64_t u = 0; u <= tr; ++u)
@@ -1587,6 +1645,7 @@ template <class T = float> struct AttentionGradKVFn {
   T *dqkv;
   AttnShape a;
   const float *keep = nullptr;
+  AttnDropout drop = {}; // dv from the dropped p, ds from the masked dp
   PLANRT_HD void operator()(int64_t j) const {
     int64_t u = j % a.S, g = (j / a.S) % a.KV, b = j / (a.S * a.KV);
     int64_t rep = a.H / a.KV, D = a.D;
@@ -1610,7 +1669,9 @@ template <class T = float> struct AttentionGradKVFn {
         const T *dy = dout + a.o(b, t, h);
         float p =
             sc.e(row, q, b, u, g, rowstats[2 * row]) / rowstats[2 * row + 1];
-        float ds = p * (dot(dy, v, D) - delta[row]) * a.scale;
+        float z = drop.on ? drop.z(b, h, a.S, t, u) : 1.0f;
+        float ds = p * (z * dot(dy, v, D) - delta[row]) * a.scale;
+        p *= z;
         for (int64_t d = 0; d < D; ++d) {
           dv[d] += p * ld(dy[d]);
           dk[d] += ds * ld(q[d]);
@@ -1651,7 +1712,8 @@ template <class T = float> struct AttentionGradKVFn {
                                    delta + row0,
                                    dx.data(),
                                    one_group(a, rep),
-                                   keep ? keep + row0 * S : nullptr};
+                                   keep ? keep + row0 * S : nullptr,
+                                   drop.at(b, h0)};
       one.range(u0, u1);
       round_rows(dx.data() + rep * D, W, u0, u1, D,
                  dqkv + (a.k(qkv, b, 0, g) - qkv), a.width());
@@ -1729,6 +1791,17 @@ template <class T = float> struct AttentionGradKVFn {
           PLANRT_SIMD
           for (int64_t c = r; c < n; ++c)
             er[c] = exp_f32(a.scale * er[c] - rowstats[2 * (row0 + c)]);
+        }
+        if (drop.on) {
+          // Query u + c, key u + r: dp masked for ds, p masked for dv.
+          for (int64_t c = r; c < n; ++c) {
+            int64_t row = row0 + c;
+            float z = drop.z(b, h, S, u + c, u + r);
+            er[c] = er[c] / rowstats[2 * row + 1];
+            pr[c] = er[c] * (z * pr[c] - delta[row]) * a.scale;
+            er[c] *= z;
+          }
+          continue;
         }
         for (int64_t c = r; c < n; ++c) { // e becomes p, dp becomes ds
           int64_t row = row0 + c;

@@ -639,21 +639,40 @@ void attention_ring(Context *ctx, const Tensor *qkv, Tensor *out,
 void attention_ring_grad(Context *ctx, const Tensor *qkv, const Tensor *dout,
                          Tensor *dqkv, int64_t num_heads, int64_t num_kv_heads,
                          int64_t axis);
+/// With dropout = p > 0 (attention(..., dropout = p)), each probability is
+/// zeroed with probability p and the others scaled by 1 / (1 - p) before
+/// they weight the values; the mask hashes (seed, step, dropout_uid, the
+/// probability's index in the global [B, H, S, S] tensor) as dropout()'s
+/// does, the batch rows placed by batch_axes, microbatches and
+/// mb_inner_axes (dropout's d0_axes, microbatches, mb_inner_axes) and the
+/// heads by head_axes (axis masks). The backward draws the same mask.
 void attention(Context *ctx, const Tensor *qkv, Tensor *out, int64_t num_heads,
-               int64_t num_kv_heads);
+               int64_t num_kv_heads, float dropout = 0.0f,
+               int64_t dropout_uid = 0, int64_t batch_axes = 0,
+               int64_t microbatches = 0, int64_t mb_inner_axes = 0,
+               int64_t head_axes = 0);
 /// Recomputes the probabilities; dqkv (shape of qkv) is overwritten.
 void attention_grad(Context *ctx, const Tensor *qkv, const Tensor *dout,
-                    Tensor *dqkv, int64_t num_heads, int64_t num_kv_heads);
+                    Tensor *dqkv, int64_t num_heads, int64_t num_kv_heads,
+                    float dropout = 0.0f, int64_t dropout_uid = 0,
+                    int64_t batch_axes = 0, int64_t microbatches = 0,
+                    int64_t mb_inner_axes = 0, int64_t head_axes = 0);
 /// attention that also keeps, for recompute = none, the exponentials e =
 /// exp(scale q.k - m) of every query row [B, H, S, S] (keys after the query
 /// are not written) and each row's (m, sum e) [B, H, S, 2];
 /// attention_grad_kept reads them instead of recomputing them. The same
 /// values as the recomputation: the results are the same bits.
 void attention_keep(Context *ctx, const Tensor *qkv, Tensor *out, Tensor *keep,
-                    Tensor *stats, int64_t num_heads, int64_t num_kv_heads);
+                    Tensor *stats, int64_t num_heads, int64_t num_kv_heads,
+                    float dropout = 0.0f, int64_t dropout_uid = 0,
+                    int64_t batch_axes = 0, int64_t microbatches = 0,
+                    int64_t mb_inner_axes = 0, int64_t head_axes = 0);
 void attention_grad_kept(Context *ctx, const Tensor *qkv, const Tensor *keep,
                          const Tensor *stats, const Tensor *dout, Tensor *dqkv,
-                         int64_t num_heads, int64_t num_kv_heads);
+                         int64_t num_heads, int64_t num_kv_heads,
+                         float dropout = 0.0f, int64_t dropout_uid = 0,
+                         int64_t batch_axes = 0, int64_t microbatches = 0,
+                         int64_t mb_inner_axes = 0, int64_t head_axes = 0);
 
 /// out (rank 0) = scale * sum over rows of (logsumexp(logits[r]) -
 /// logits[r, targets[r]]); targets I32 with the shape of logits minus its last

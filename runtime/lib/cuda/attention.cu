@@ -15,6 +15,9 @@
 // instead, tile by tile, as flash attention does: reading S x S floats back
 // from memory costs more than the FMAs that remake them. So the forward
 // writes only `stats`, and the backward reads `stats` (never `keep`).
+// Attention dropout multiplies the values' weights (and, in the backward,
+// dp) by the mask of kernels.h's AttnDropout, element by element, as the
+// functors do.
 //===----------------------------------------------------------------------===//
 
 #include "../context.h"
@@ -34,62 +37,67 @@ namespace {
 
 template <int D, class T>
 __global__ void __launch_bounds__(attn::kThreads)
-    forward_kernel(kernels::AttnShape a, const T *qkv, T *out, float *stats) {
+    forward_kernel(kernels::AttnShape a, const T *qkv, T *out, float *stats,
+                   kernels::AttnDropout drop) {
   extern __shared__ float smem[];
   attn::forward_block<D>(block::this_lane(), smem, a, qkv, out, stats,
                          (int64_t)blockIdx.x,
-                         (int64_t)blockIdx.y * attn::kRows);
+                         (int64_t)blockIdx.y * attn::kRows, drop);
 }
 
 template <int D, class T>
 __global__ void __launch_bounds__(attn::kThreads)
     grad_q_kernel(kernels::AttnShape a, const T *qkv, const T *dout, T *dqkv,
-                  const float *stats, float *rowstats, float *delta) {
+                  const float *stats, float *rowstats, float *delta,
+                  kernels::AttnDropout drop) {
   extern __shared__ float smem[];
   attn::grad_q_block<D>(block::this_lane(), smem, a, qkv, dout, dqkv, stats,
                         rowstats, delta, (int64_t)blockIdx.x,
-                        (int64_t)blockIdx.y * attn::kRows);
+                        (int64_t)blockIdx.y * attn::kRows, drop);
 }
 
 template <int D, class T>
 __global__ void __launch_bounds__(attn::kThreads)
     grad_kv_kernel(kernels::AttnShape a, const T *qkv, const T *dout, T *dqkv,
-                   const float *rowstats, const float *delta) {
+                   const float *rowstats, const float *delta,
+                   kernels::AttnDropout drop) {
   extern __shared__ float smem[];
   attn::grad_kv_block<D>(block::this_lane(), smem, a, qkv, dout, dqkv, rowstats,
                          delta, (int64_t)blockIdx.x,
-                         (int64_t)blockIdx.y * attn::kRows);
+                         (int64_t)blockIdx.y * attn::kRows, drop);
 }
 
 // The 16-bit kernels (attention_tc_blocks.h: products on the tensor cores).
 template <int D, class T>
 __global__ void __launch_bounds__(attn::kThreads)
     forward_tc_kernel(kernels::AttnShape a, const T *qkv, T *out,
-                      float *stats) {
+                      float *stats, kernels::AttnDropout drop) {
   extern __shared__ __align__(128) char tc_smem[];
   attn_tc::forward_block<D>(block::this_lane(), tc_smem, a, qkv, out, stats,
                             (int64_t)blockIdx.x,
-                            (int64_t)blockIdx.y * attn::kRows);
+                            (int64_t)blockIdx.y * attn::kRows, drop);
 }
 
 template <int D, class T>
 __global__ void __launch_bounds__(attn::kThreads)
     grad_q_tc_kernel(kernels::AttnShape a, const T *qkv, const T *dout, T *dqkv,
-                     const float *stats, float *rowstats, float *delta) {
+                     const float *stats, float *rowstats, float *delta,
+                     kernels::AttnDropout drop) {
   extern __shared__ __align__(128) char tc_smem[];
   attn_tc::grad_q_block<D>(block::this_lane(), tc_smem, a, qkv, dout, dqkv,
                            stats, rowstats, delta, (int64_t)blockIdx.x,
-                           (int64_t)blockIdx.y * attn::kRows);
+                           (int64_t)blockIdx.y * attn::kRows, drop);
 }
 
 template <int D, class T>
 __global__ void __launch_bounds__(attn::kThreads)
     grad_kv_tc_kernel(kernels::AttnShape a, const T *qkv, const T *dout,
-                      T *dqkv, const float *rowstats, const float *delta) {
+                      T *dqkv, const float *rowstats, const float *delta,
+                      kernels::AttnDropout drop) {
   extern __shared__ __align__(128) char tc_smem[];
   attn_tc::grad_kv_block<D>(block::this_lane(), tc_smem, a, qkv, dout, dqkv,
                             rowstats, delta, (int64_t)blockIdx.x,
-                            (int64_t)blockIdx.y * attn::kRows);
+                            (int64_t)blockIdx.y * attn::kRows, drop);
 }
 
 /// Whether T's tiles run on the tensor cores (16-bit plans).
@@ -176,7 +184,7 @@ bool with_head_dim(const kernels::AttnShape &a, const F &f) {
 
 template <class T>
 bool forward(cudaStream_t s, const kernels::AttnShape &a, const T *qkv, T *out,
-             float *stats) {
+             float *stats, const kernels::AttnDropout &drop) {
   return with_head_dim<T>(a, [&](auto dim) {
     constexpr int D = decltype(dim)::value;
     static bool ready = false;
@@ -186,13 +194,13 @@ bool forward(cudaStream_t s, const kernels::AttnShape &a, const T *qkv, T *out,
       allow_smem(forward_tc_kernel<D, T>, bytes, ready);
       forward_tc_kernel<D, T>
           <<<grid(a.S, a.B * a.H), attn::kThreads, bytes, s>>>(a, qkv, out,
-                                                               stats);
+                                                               stats, drop);
       cuda_check::launch("attention's forward (tensor cores)");
     } else {
       size_t bytes = attn::forward_floats<D>() * sizeof(float);
       allow_smem(forward_kernel<D, T>, bytes, ready);
       forward_kernel<D, T><<<grid(a.S, a.B * a.H), attn::kThreads, bytes, s>>>(
-          a, qkv, out, stats);
+          a, qkv, out, stats, drop);
       cuda_check::launch("attention's forward");
     }
   });
@@ -201,7 +209,7 @@ bool forward(cudaStream_t s, const kernels::AttnShape &a, const T *qkv, T *out,
 template <class T>
 bool grad_q(cudaStream_t s, const kernels::AttnShape &a, const T *qkv,
             const T *dout, T *dqkv, const float *stats, float *rowstats,
-            float *delta) {
+            float *delta, const kernels::AttnDropout &drop) {
   return with_head_dim<T>(a, [&](auto dim) {
     constexpr int D = decltype(dim)::value;
     static bool ready = false;
@@ -212,13 +220,13 @@ bool grad_q(cudaStream_t s, const kernels::AttnShape &a, const T *qkv,
       allow_smem(grad_q_tc_kernel<D, T>, bytes, ready);
       grad_q_tc_kernel<D, T>
           <<<grid(a.S, a.B * a.H), attn::kThreads, bytes, s>>>(
-              a, qkv, dout, dqkv, stats, rowstats, delta);
+              a, qkv, dout, dqkv, stats, rowstats, delta, drop);
       cuda_check::launch("attention's dq (tensor cores)");
     } else {
       size_t bytes = attn::grad_q_floats<D>() * sizeof(float);
       allow_smem(grad_q_kernel<D, T>, bytes, ready);
       grad_q_kernel<D, T><<<grid(a.S, a.B * a.H), attn::kThreads, bytes, s>>>(
-          a, qkv, dout, dqkv, stats, rowstats, delta);
+          a, qkv, dout, dqkv, stats, rowstats, delta, drop);
       cuda_check::launch("attention's dq");
     }
   });
@@ -226,8 +234,8 @@ bool grad_q(cudaStream_t s, const kernels::AttnShape &a, const T *qkv,
 
 template <class T>
 bool grad_kv(cudaStream_t s, const kernels::AttnShape &a, const T *qkv,
-             const T *dout, T *dqkv, const float *rowstats,
-             const float *delta) {
+             const T *dout, T *dqkv, const float *rowstats, const float *delta,
+             const kernels::AttnDropout &drop) {
   return with_head_dim<T>(a, [&](auto dim) {
     constexpr int D = decltype(dim)::value;
     static bool ready = false;
@@ -238,13 +246,13 @@ bool grad_kv(cudaStream_t s, const kernels::AttnShape &a, const T *qkv,
       allow_smem(grad_kv_tc_kernel<D, T>, bytes, ready);
       grad_kv_tc_kernel<D, T>
           <<<grid(a.S, a.B * a.KV), attn::kThreads, bytes, s>>>(
-              a, qkv, dout, dqkv, rowstats, delta);
+              a, qkv, dout, dqkv, rowstats, delta, drop);
       cuda_check::launch("attention's dk and dv (tensor cores)");
     } else {
       size_t bytes = attn::grad_kv_floats<D>() * sizeof(float);
       allow_smem(grad_kv_kernel<D, T>, bytes, ready);
       grad_kv_kernel<D, T><<<grid(a.S, a.B * a.KV), attn::kThreads, bytes, s>>>(
-          a, qkv, dout, dqkv, rowstats, delta);
+          a, qkv, dout, dqkv, rowstats, delta, drop);
       cuda_check::launch("attention's dk and dv");
     }
   });
@@ -252,12 +260,14 @@ bool grad_kv(cudaStream_t s, const kernels::AttnShape &a, const T *qkv,
 
 #define PLANRT_ATTENTION_TYPES(T)                                              \
   template bool forward<T>(cudaStream_t, const kernels::AttnShape &,           \
-                           const T *, T *, float *);                           \
+                           const T *, T *, float *,                            \
+                           const kernels::AttnDropout &);                      \
   template bool grad_q<T>(cudaStream_t, const kernels::AttnShape &, const T *, \
-                          const T *, T *, const float *, float *, float *);    \
+                          const T *, T *, const float *, float *, float *,     \
+                          const kernels::AttnDropout &);                       \
   template bool grad_kv<T>(cudaStream_t, const kernels::AttnShape &,           \
                            const T *, const T *, T *, const float *,           \
-                           const float *);
+                           const float *, const kernels::AttnDropout &);
 PLANRT_ATTENTION_TYPES(float)
 PLANRT_ATTENTION_TYPES(kernels::bf16_t)
 PLANRT_ATTENTION_TYPES(kernels::f16_t)

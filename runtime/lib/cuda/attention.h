@@ -11,10 +11,11 @@ namespace cuda_attention {
 
 /// out = causal attention of qkv, and with `stats` each row's (max, sum of
 /// exponentials), on stream `s`; false (nothing launched) for a head dim
-/// without tiled kernels.
+/// without tiled kernels. `drop`: attention dropout's mask (all three
+/// parts take the forward's).
 template <class T>
 bool forward(cudaStream_t s, const kernels::AttnShape &a, const T *qkv, T *out,
-             float *stats);
+             float *stats, const kernels::AttnDropout &drop);
 
 /// The backward's query side: rowstats [2 B H S] (max, sum) and delta
 /// [B H S] (sum p dp) per row, from `stats` (the forward's) or recomputed
@@ -22,13 +23,14 @@ bool forward(cudaStream_t s, const kernels::AttnShape &a, const T *qkv, T *out,
 template <class T>
 bool grad_q(cudaStream_t s, const kernels::AttnShape &a, const T *qkv,
             const T *dout, T *dqkv, const float *stats, float *rowstats,
-            float *delta);
+            float *delta, const kernels::AttnDropout &drop);
 
 /// The backward's key side: dk and dv into dqkv, from grad_q's rowstats and
 /// delta. False for an unsupported head dim.
 template <class T>
 bool grad_kv(cudaStream_t s, const kernels::AttnShape &a, const T *qkv,
-             const T *dout, T *dqkv, const float *rowstats, const float *delta);
+             const T *dout, T *dqkv, const float *rowstats, const float *delta,
+             const kernels::AttnDropout &drop);
 
 } // namespace cuda_attention
 } // namespace planrt

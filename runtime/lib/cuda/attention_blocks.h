@@ -228,6 +228,19 @@ PLANRT_BLOCK_FN float finish_stats(const Lane &l, bool kept, int64_t S,
   return dl;
 }
 
+/// Attention dropout in the backward: dp = dout . v of query t = q0 + ty +
+/// 16 i and key u = k0 + tx + 16 j through the forward's mask (the
+/// gradient of the dropped probabilities).
+PLANRT_BLOCK_FN void mask_dp(const Lane &l, const kernels::AttnDropout &drop,
+                             int64_t b, int64_t h, int64_t S, int64_t q0,
+                             int64_t k0, float (&dp)[kRI][kCJ]) {
+  if (!drop.on)
+    return;
+  for (int i = 0; i < kRI; ++i)
+    for (int j = 0; j < kCJ; ++j)
+      dp[i][j] *= drop.z(b, h, S, q0 + l.ty + kTY * i, k0 + l.tx + kTX * j);
+}
+
 /// Floats of shared memory each kernel takes.
 template <int D> constexpr int forward_floats() {
   return 3 * kRows * kStride<D> + kRows * kPStride;
@@ -244,7 +257,8 @@ template <int D> constexpr int grad_kv_floats() {
 template <int D, class T>
 PLANRT_BLOCK_FN void
 forward_block(const Lane &l, float *smem, const kernels::AttnShape &a,
-              const T *qkv, T *out, float *stats, int64_t bh, int64_t q0) {
+              const T *qkv, T *out, float *stats, int64_t bh, int64_t q0,
+              const kernels::AttnDropout &drop = {}) {
   const int64_t S = a.S, b = bh / a.H, h = bh % a.H, g = h / (a.H / a.KV);
   float *Qs = smem, *Ks = Qs + kRows * kStride<D>,
         *Vs = Ks + kRows * kStride<D>, *Ps = Vs + kRows * kStride<D>;
@@ -265,6 +279,9 @@ forward_block(const Lane &l, float *smem, const kernels::AttnShape &a,
       const float alpha = online_softmax(l, s[i], m[i], lsum[i]);
       for (int k = 0; k < D / kTX; ++k)
         o[i][k] *= alpha;
+      if (drop.on) // the values' weights only, not the normalizer
+        for (int j = 0; j < kCJ; ++j)
+          s[i][j] *= drop.z(b, h, S, q0 + l.ty + kTY * i, k0 + l.tx + kTX * j);
     }
     store_p(l, Ps, s);
     PLANRT_BLOCK_BARRIER();
@@ -289,7 +306,8 @@ template <int D, class T>
 PLANRT_BLOCK_FN void
 grad_q_block(const Lane &l, float *smem, const kernels::AttnShape &a,
              const T *qkv, const T *dout, T *dqkv, const float *stats,
-             float *rowstats, float *delta, int64_t bh, int64_t q0) {
+             float *rowstats, float *delta, int64_t bh, int64_t q0,
+             const kernels::AttnDropout &drop = {}) {
   const int64_t S = a.S, b = bh / a.H, h = bh % a.H, g = h / (a.H / a.KV);
   float *Qs = smem, *Os = Qs + kRows * kStride<D>,
         *Ks = Os + kRows * kStride<D>, *Vs = Ks + kRows * kStride<D>,
@@ -309,6 +327,7 @@ grad_q_block(const Lane &l, float *smem, const kernels::AttnShape &a,
     float s[kRI][kCJ], dp[kRI][kCJ];
     key_tile<D>(l, a, qkv, b, g, q0, k0, Qs, Ks, Vs, s);
     dots<D>(l, Os, Vs, dp);
+    mask_dp(l, drop, b, h, S, q0, k0, dp);
     for (int i = 0; i < kRI; ++i)
       stats_pass(l, stats != nullptr, s[i], dp[i], m[i], lpart[i], pdp[i]);
   }
@@ -327,6 +346,7 @@ grad_q_block(const Lane &l, float *smem, const kernels::AttnShape &a,
     float s[kRI][kCJ], dp[kRI][kCJ];
     key_tile<D>(l, a, qkv, b, g, q0, k0, Qs, Ks, Vs, s);
     dots<D>(l, Os, Vs, dp);
+    mask_dp(l, drop, b, h, S, q0, k0, dp);
     for (int i = 0; i < kRI; ++i)
       for (int j = 0; j < kCJ; ++j) {
         float p =
@@ -354,7 +374,8 @@ template <int D, class T>
 PLANRT_BLOCK_FN void
 grad_kv_block(const Lane &l, float *smem, const kernels::AttnShape &a,
               const T *qkv, const T *dout, T *dqkv, const float *rowstats,
-              const float *delta, int64_t bg, int64_t u0) {
+              const float *delta, int64_t bg, int64_t u0,
+              const kernels::AttnDropout &drop = {}) {
   const int64_t S = a.S, b = bg / a.KV, g = bg % a.KV, rep = a.H / a.KV;
   float *Ks = smem, *Vs = Ks + kRows * kStride<D>,
         *Qs = Vs + kRows * kStride<D>, *Os = Qs + kRows * kStride<D>,
@@ -391,11 +412,13 @@ grad_kv_block(const Lane &l, float *smem, const kernels::AttnShape &a,
         for (int j = 0; j < kCJ; ++j) {
           const int jj = l.tx + kTX * j;
           const int64_t t = q0 + jj;
-          float p = (u <= t && t < S && u < S)
-                        ? exp_f32(a.scale * s[i][j] - Ms[jj]) / Ls[jj]
-                        : 0.0f;
-          s[i][j] = p;
-          dp[i][j] = p * (dp[i][j] - Dl[jj]) * a.scale;
+          const bool seen = u <= t && t < S && u < S;
+          float p =
+              seen ? exp_f32(a.scale * s[i][j] - Ms[jj]) / Ls[jj] : 0.0f;
+          // Dropout: ds from the masked dp, dv from the dropped p.
+          const float z = drop.on && seen ? drop.z(b, h, S, t, u) : 1.0f;
+          s[i][j] = p * z;
+          dp[i][j] = p * (z * dp[i][j] - Dl[jj]) * a.scale;
         }
       }
       store_p(l, Ps, s);

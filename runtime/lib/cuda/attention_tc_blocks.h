@@ -199,7 +199,8 @@ PLANRT_BLOCK_FN float masked(const kernels::AttnShape &a, float s, int64_t t,
 template <int D, class T>
 PLANRT_BLOCK_FN void
 forward_block(const Lane &l, char *smem, const kernels::AttnShape &a,
-              const T *qkv, T *out, float *stats, int64_t bh, int64_t q0) {
+              const T *qkv, T *out, float *stats, int64_t bh, int64_t q0,
+              const kernels::AttnDropout &drop = {}) {
   const int64_t S = a.S, b = bh / a.H, h = bh % a.H, g = h / (a.H / a.KV);
   T *Qs = reinterpret_cast<T *>(smem), *Ks = Qs + kRows * kTS<D>,
     *Vs = Ks + kRows * kTS<D>, *Ps = Vs + kRows * kTS<D>;
@@ -233,6 +234,9 @@ forward_block(const Lane &l, char *smem, const kernels::AttnShape &a,
         s[j] = masked(a, Ss[r * kFS + c], t, k0 + c);
       }
       const float alpha = attn::online_softmax(l, s, m[i], lsum[i]);
+      if (drop.on) // the values' weights only, not the normalizer
+        for (int j = 0; j < kCJ; ++j)
+          s[j] *= drop.z(b, h, S, t, k0 + l.tx + kTX * j);
       for (int j = 0; j < kCJ; ++j)
         kernels::st(Ps[r * kPS + l.tx + kTX * j], s[j]);
       for (int k = 0; k < D / kTX; ++k)
@@ -262,7 +266,8 @@ template <int D, class T>
 PLANRT_BLOCK_FN void
 grad_q_block(const Lane &l, char *smem, const kernels::AttnShape &a,
              const T *qkv, const T *dout, T *dqkv, const float *stats,
-             float *rowstats, float *delta, int64_t bh, int64_t q0) {
+             float *rowstats, float *delta, int64_t bh, int64_t q0,
+             const kernels::AttnDropout &drop = {}) {
   const int64_t S = a.S, b = bh / a.H, h = bh % a.H, g = h / (a.H / a.KV);
   T *Qs = reinterpret_cast<T *>(smem), *Os = Qs + kRows * kTS<D>,
     *Ks = Os + kRows * kTS<D>, *Vs = Ks + kRows * kTS<D>,
@@ -301,6 +306,8 @@ grad_q_block(const Lane &l, char *smem, const kernels::AttnShape &a,
         const int c = l.tx + kTX * j;
         s[j] = masked(a, Ss[r * kFS + c], t, k0 + c);
         dp[j] = Dp[r * kFS + c];
+        if (drop.on) // the dropped probabilities' gradient
+          dp[j] *= drop.z(b, h, S, t, k0 + c);
       }
       attn::stats_pass(l, stats != nullptr, s, dp, m[i], lpart[i], pdp[i]);
     }
@@ -323,7 +330,10 @@ grad_q_block(const Lane &l, char *smem, const kernels::AttnShape &a,
         const int c = l.tx + kTX * j;
         const float s = masked(a, Ss[r * kFS + c], t, k0 + c);
         const float p = s == -INFINITY ? 0.0f : exp_f32(s - m[i]) / lsum[i];
-        kernels::st(Ps[r * kPS + c], p * (Dp[r * kFS + c] - dl[i]) * a.scale);
+        float dp = Dp[r * kFS + c];
+        if (drop.on)
+          dp *= drop.z(b, h, S, t, k0 + c);
+        kernels::st(Ps[r * kPS + c], p * (dp - dl[i]) * a.scale);
       }
     }
     PLANRT_BLOCK_BARRIER();
@@ -347,7 +357,8 @@ template <int D, class T>
 PLANRT_BLOCK_FN void
 grad_kv_block(const Lane &l, char *smem, const kernels::AttnShape &a,
               const T *qkv, const T *dout, T *dqkv, const float *rowstats,
-              const float *delta, int64_t bg, int64_t u0) {
+              const float *delta, int64_t bg, int64_t u0,
+              const kernels::AttnDropout &drop = {}) {
   const int64_t S = a.S, b = bg / a.KV, g = bg % a.KV, rep = a.H / a.KV;
   T *Ks = reinterpret_cast<T *>(smem), *Vs = Ks + kRows * kTS<D>,
     *Qs = Vs + kRows * kTS<D>, *Os = Qs + kRows * kTS<D>,
@@ -384,12 +395,14 @@ grad_kv_block(const Lane &l, char *smem, const kernels::AttnShape &a,
         for (int j = 0; j < kCJ; ++j) {
           const int c = l.tx + kTX * j;
           const int64_t t = q0 + c;
+          const bool seen = u <= t && t < S && u < S;
           const float p =
-              (u <= t && t < S && u < S)
-                  ? exp_f32(a.scale * Ss[r * kFS + c] - Ms[c]) / Ls[c]
-                  : 0.0f;
-          kernels::st(Ps[r * kPS + c], p);
-          kernels::st(Ds[r * kPS + c], p * (Dp[r * kFS + c] - Dl[c]) * a.scale);
+              seen ? exp_f32(a.scale * Ss[r * kFS + c] - Ms[c]) / Ls[c] : 0.0f;
+          // Dropout: ds from the masked dp, dv from the dropped p.
+          const float z = drop.on && seen ? drop.z(b, h, S, t, u) : 1.0f;
+          kernels::st(Ps[r * kPS + c], p * z);
+          kernels::st(Ds[r * kPS + c],
+                      p * (z * Dp[r * kFS + c] - Dl[c]) * a.scale);
         }
       }
       PLANRT_BLOCK_BARRIER();

@@ -448,22 +448,23 @@ template <class F> void launch(Context *ctx, int64_t n, const F &f) {
 /// Its tiles keep no exponentials: the forward writes only the row
 /// statistics, and the backward reads those (never `keep`), consistently,
 /// since all three parts take the tiled path for the same shapes
-/// (attention.cu: fits).
+/// (attention.cu: fits). Attention dropout's mask is drawn by both.
 template <class T>
 void launch(Context *ctx, int64_t n, const kernels::AttentionFn<T> &f) {
-  if (!cuda_attention::forward(state(ctx)->stream, f.a, f.qkv, f.out, f.stats))
+  if (!cuda_attention::forward(state(ctx)->stream, f.a, f.qkv, f.out, f.stats,
+                               f.drop))
     launch_rows(ctx, n, f);
 }
 template <class T>
 void launch(Context *ctx, int64_t n, const kernels::AttentionGradQFn<T> &f) {
   if (!cuda_attention::grad_q(state(ctx)->stream, f.a, f.qkv, f.dout, f.dqkv,
-                              f.stats, f.rowstats, f.delta))
+                              f.stats, f.rowstats, f.delta, f.drop))
     launch_rows(ctx, n, f);
 }
 template <class T>
 void launch(Context *ctx, int64_t n, const kernels::AttentionGradKVFn<T> &f) {
   if (!cuda_attention::grad_kv(state(ctx)->stream, f.a, f.qkv, f.dout, f.dqkv,
-                               f.rowstats, f.delta))
+                               f.rowstats, f.delta, f.drop))
     launch_rows(ctx, n, f);
 }
 

@@ -74,7 +74,24 @@ struct Case {
   int64_t B, S, H, KV;
 };
 
-template <int D> void check_case(const Case &c, uint32_t seed) {
+/// Attention dropout p = 0.2 for a problem at batch row 3 and head 1 of a
+/// global [8, 6, S, S] (a data- and tensor-parallel rank's).
+kernels::AttnDropout dropout_case() {
+  kernels::AttnDropout d;
+  d.on = true;
+  d.key = kernels::mix64(77);
+  d.threshold = (uint32_t)(0.2 * 4294967296.0);
+  d.scale = 1.0f / 0.8f;
+  d.b0 = 3;
+  d.Bg = 8;
+  d.h0 = 1;
+  d.Hg = 6;
+  return d;
+}
+
+template <int D>
+void check_case(const Case &c, uint32_t seed,
+                const kernels::AttnDropout &drop = {}) {
   kernels::AttnShape a{c.B, c.S, c.H, c.KV, D, 1.0f / std::sqrt((float)D)};
   const int64_t rows = a.B * a.H * a.S, n = a.B * a.S * a.width();
   std::mt19937 gen(seed);
@@ -90,14 +107,14 @@ template <int D> void check_case(const Case &c, uint32_t seed) {
   std::vector<float> out_ref(dout.size()), stats_ref((size_t)(2 * rows));
   std::vector<float> keep((size_t)(rows * a.S));
   kernels::AttentionFn<> ref{qkv.data(), out_ref.data(), a, keep.data(),
-                             stats_ref.data()};
+                             stats_ref.data(), drop};
   for (int64_t i = 0; i < rows; ++i)
     ref(i);
   std::vector<float> out(dout.size(), NAN), stats((size_t)(2 * rows), NAN);
   run_blocks(gq, a.B * a.H, attn::forward_floats<D>(),
              [&](const attn::Lane &l, float *smem, int64_t bx, int64_t by) {
                attn::forward_block<D>(l, smem, a, qkv.data(), out.data(),
-                                      stats.data(), by, bx * attn::kRows);
+                                      stats.data(), by, bx * attn::kRows, drop);
              });
   EXPECT_LT(rel_err(out, out_ref), 1e-5) << "out, D " << D;
   EXPECT_LT(rel_err(stats, stats_ref), 1e-5) << "stats, D " << D;
@@ -107,10 +124,12 @@ template <int D> void check_case(const Case &c, uint32_t seed) {
   std::vector<float> dq_ref((size_t)n, 0.0f);
   kernels::AttentionGradQFn<> gq_ref{
       qkv.data(), dout.data(), dq_ref.data(), rs_ref.data(), dl_ref.data(), a};
+  gq_ref.drop = drop;
   for (int64_t i = 0; i < rows; ++i)
     gq_ref(i);
   kernels::AttentionGradKVFn<> gkv_ref{
       qkv.data(), dout.data(), rs_ref.data(), dl_ref.data(), dq_ref.data(), a};
+  gkv_ref.drop = drop;
   for (int64_t j = 0; j < a.B * a.KV * a.S; ++j)
     gkv_ref(j);
   for (bool kept : {true, false}) {
@@ -121,13 +140,13 @@ template <int D> void check_case(const Case &c, uint32_t seed) {
                [&](const attn::Lane &l, float *smem, int64_t bx, int64_t by) {
                  attn::grad_q_block<D>(l, smem, a, qkv.data(), dout.data(),
                                        dqkv.data(), st, rs.data(), dl.data(),
-                                       by, bx * attn::kRows);
+                                       by, bx * attn::kRows, drop);
                });
     run_blocks(gq, a.B * a.KV, attn::grad_kv_floats<D>(),
                [&](const attn::Lane &l, float *smem, int64_t bx, int64_t by) {
                  attn::grad_kv_block<D>(l, smem, a, qkv.data(), dout.data(),
                                         dqkv.data(), rs.data(), dl.data(), by,
-                                        bx * attn::kRows);
+                                        bx * attn::kRows, drop);
                });
     EXPECT_LT(rel_err(rs, rs_ref), 1e-5) << "rowstats, D " << D;
     EXPECT_LT(rel_err(dl, dl_ref), 1e-4) << "delta, D " << D;
@@ -142,6 +161,9 @@ TEST(AttentionBlocks, TilesEqualTheRowFunctors) {
   check_case<32>({1, 64, 2, 1}, 2);
   check_case<64>({1, 130, 2, 2}, 3);
   check_case<128>({1, 20, 2, 1}, 4);
+  // Attention dropout: the tiles draw the functors' mask.
+  check_case<16>({2, 70, 4, 2}, 5, dropout_case());
+  check_case<64>({1, 130, 2, 1}, 6, dropout_case());
 }
 
 TEST(AttentionBlocks, SixteenBitStorage) {
@@ -175,7 +197,9 @@ TEST(AttentionBlocks, SixteenBitStorage) {
 /// The tensor-core tiles (attention_tc_blocks.h, mma.h's host emulation) on
 /// 16-bit qkv and dout against the fp32 row functors on the same values
 /// widened: they differ by the 16-bit rounding of p, ds and the outputs.
-template <int D, class T> void check_tc_case(const Case &c, uint32_t seed) {
+template <int D, class T>
+void check_tc_case(const Case &c, uint32_t seed,
+                   const kernels::AttnDropout &drop = {}) {
   kernels::AttnShape a{c.B, c.S, c.H, c.KV, D, 1.0f / std::sqrt((float)D)};
   const int64_t rows = a.B * a.H * a.S, n = a.B * a.S * a.width();
   std::mt19937 gen(seed);
@@ -203,7 +227,7 @@ template <int D, class T> void check_tc_case(const Case &c, uint32_t seed) {
   std::vector<float> out_ref(dout.size()), stats_ref((size_t)(2 * rows));
   std::vector<float> keep((size_t)(rows * a.S));
   kernels::AttentionFn<> ref{qkv32.data(), out_ref.data(), a, keep.data(),
-                             stats_ref.data()};
+                             stats_ref.data(), drop};
   for (int64_t i = 0; i < rows; ++i)
     ref(i);
   std::vector<T> out(dout.size());
@@ -212,7 +236,7 @@ template <int D, class T> void check_tc_case(const Case &c, uint32_t seed) {
              [&](const attn::Lane &l, float *smem, int64_t bx, int64_t by) {
                attn_tc::forward_block<D>(l, (char *)smem, a, qkv.data(),
                                          out.data(), stats.data(), by,
-                                         bx * attn::kRows);
+                                         bx * attn::kRows, drop);
              });
   EXPECT_LT(rel_err(widen(out), out_ref), tol) << "out, D " << D;
   EXPECT_LT(rel_err(stats, stats_ref), 1e-5) << "stats, D " << D;
@@ -222,11 +246,13 @@ template <int D, class T> void check_tc_case(const Case &c, uint32_t seed) {
   kernels::AttentionGradQFn<> gq_ref{qkv32.data(),  dout32.data(),
                                      dq_ref.data(), rs_ref.data(),
                                      dl_ref.data(), a};
+  gq_ref.drop = drop;
   for (int64_t i = 0; i < rows; ++i)
     gq_ref(i);
   kernels::AttentionGradKVFn<> gkv_ref{qkv32.data(),  dout32.data(),
                                        rs_ref.data(), dl_ref.data(),
                                        dq_ref.data(), a};
+  gkv_ref.drop = drop;
   for (int64_t j = 0; j < a.B * a.KV * a.S; ++j)
     gkv_ref(j);
   for (bool kept : {true, false}) {
@@ -237,13 +263,13 @@ template <int D, class T> void check_tc_case(const Case &c, uint32_t seed) {
                [&](const attn::Lane &l, float *smem, int64_t bx, int64_t by) {
                  attn_tc::grad_q_block<D>(
                      l, (char *)smem, a, qkv.data(), dout.data(), dqkv.data(),
-                     st, rs.data(), dl.data(), by, bx * attn::kRows);
+                     st, rs.data(), dl.data(), by, bx * attn::kRows, drop);
                });
     run_blocks(gq, a.B * a.KV, attn_tc::grad_kv_bytes<D>() / 4,
                [&](const attn::Lane &l, float *smem, int64_t bx, int64_t by) {
-                 attn_tc::grad_kv_block<D>(l, (char *)smem, a, qkv.data(),
-                                           dout.data(), dqkv.data(), rs.data(),
-                                           dl.data(), by, bx * attn::kRows);
+                 attn_tc::grad_kv_block<D>(
+                     l, (char *)smem, a, qkv.data(), dout.data(), dqkv.data(),
+                     rs.data(), dl.data(), by, bx * attn::kRows, drop);
                });
     EXPECT_LT(rel_err(rs, rs_ref), 1e-5) << "rowstats, D " << D;
     EXPECT_LT(rel_err(dl, dl_ref), 1e-4) << "delta, D " << D;
@@ -260,6 +286,9 @@ TEST(AttentionBlocks, TensorCoreTilesEqualTheRowFunctors) {
   check_tc_case<64, bf16_t>({1, 130, 2, 2}, 13);
   check_tc_case<64, f16_t>({1, 70, 4, 1}, 14);
   check_tc_case<128, bf16_t>({1, 20, 2, 1}, 15);
+  // Attention dropout: the functors' mask, drawn by the tensor-core tiles.
+  check_tc_case<16, bf16_t>({2, 70, 4, 2}, 16, dropout_case());
+  check_tc_case<64, f16_t>({1, 130, 2, 1}, 17, dropout_case());
 }
 
 TEST(ColumnSums, BlocksEqualTheColumnFunctors) {
