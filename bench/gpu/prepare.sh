@@ -57,12 +57,22 @@ for p in fp32 bf16; do
   sed -e 's/^  dp = 1$/  dp = 1\n  microbatches = 2/' tiny-gpt-$p.plan >tiny-gpt-mb-$p.plan
   grep -q '^  microbatches = 2$' tiny-gpt-mb-$p.plan
 done
-# A vocabulary of 259: rows of logits that are not 16-byte aligned, which
-# the cuda GEMMs stage (gemm16); against the host's fp32 run of the same.
+# A vocabulary of 259: the cuda program pads the tied table to 384 rows
+# (pad_vocab's default there: the LM head's GEMMs on aligned rows) and masks
+# the padding; against the host's fp32 run of the unpadded table.
 sed -e 's/^vocab = 256 /vocab = 259 /' tiny-gpt-fp32.plan >tiny-gpt-odd-fp32.plan
 grep -q '^vocab = 259 ' tiny-gpt-odd-fp32.plan
 sed -e "s|^train {|train {\n  precision = bf16|" tiny-gpt-odd-fp32.plan >tiny-gpt-odd-bf16.plan
 tiny_gpt "  precision = fp16\n  loss_scale = dynamic" >tiny-gpt-fp16.plan
+# Attention dropout 0.1 in both layers: the GPU's attention tiles (fp32 and
+# tensor-core) draw the host functors' mask; against the host's fp32 run.
+sed -e 's/out_bias = attn_proj_b, heads = heads)/out_bias = attn_proj_b, heads = heads, dropout = 0.1)/' \
+  "$ROOT/examples/models/gpt.plan" >gpt-dropout.plan
+grep -q 'dropout = 0.1' gpt-dropout.plan
+sed -e "s|\"$ROOT/examples/models/gpt.plan\"|\"$PWD/gpt-dropout.plan\"|" tiny-gpt-fp32.plan \
+  >tiny-gpt-drop-fp32.plan
+grep -q 'gpt-dropout.plan' tiny-gpt-drop-fp32.plan
+sed -e "s|^train {|train {\n  precision = bf16|" tiny-gpt-drop-fp32.plan >tiny-gpt-drop-bf16.plan
 tiny_llama() {
   sed -e "s|\"models/llama.plan\"|\"$ROOT/examples/models/llama.plan\"|" \
     -e "s/steps = 5/steps = $TINY_STEPS/" -e "s/decay_steps = 5/decay_steps = $TINY_STEPS/" \
@@ -114,7 +124,7 @@ cp gpt2-bf16.h100.plan gpt2-bf16.plan
 # The cuda programs, and the host reference runs of the small plans (one
 # rank, the same plan, with --log-json for the memory comparison).
 cd "$DIR"
-SMALL=(tiny-gpt-fp32 tiny-gpt-long-fp32 tiny-gpt-bf16 tiny-gpt-fp16 tiny-gpt-odd-bf16 tiny-gpt-mb-fp32 tiny-gpt-mb-bf16 tiny-llama-fp32 tiny-llama-bf16 tiny-mixtral-fp32 resnet-small-fp32)
+SMALL=(tiny-gpt-fp32 tiny-gpt-long-fp32 tiny-gpt-bf16 tiny-gpt-fp16 tiny-gpt-odd-bf16 tiny-gpt-mb-fp32 tiny-gpt-mb-bf16 tiny-gpt-drop-fp32 tiny-gpt-drop-bf16 tiny-llama-fp32 tiny-llama-bf16 tiny-mixtral-fp32 resnet-small-fp32)
 for p in "${SMALL[@]}" gpt2-fp32 gpt2-bf16; do
   "$PLANC" "plans/$p.plan" --target=cuda -o "bin/$p"
   strip "bin/$p"

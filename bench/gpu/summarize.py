@@ -152,16 +152,18 @@ def guarded(f, name, *args):
         row(f"{name}", "GPU vs host", f"could not compare: {e}", "", False)
 
 
-for p in ("tiny-gpt", "tiny-gpt-long", "tiny-gpt-mb", "tiny-llama",
-          "tiny-mixtral"):
+for p in ("tiny-gpt", "tiny-gpt-long", "tiny-gpt-mb", "tiny-gpt-drop",
+          "tiny-llama", "tiny-mixtral"):
     guarded(parity, f"{p}-fp32", f"{p}-fp32", 1e-4, 1e-3)
 guarded(parity, "resnet-small-fp32", "resnet-small-fp32", 1e-4, 1e-3)
 for p in ("tiny-gpt-bf16", "tiny-gpt-fp16", "tiny-gpt-odd-bf16",
-          "tiny-gpt-mb-bf16", "tiny-llama-bf16"):
+          "tiny-gpt-mb-bf16", "tiny-gpt-drop-bf16", "tiny-llama-bf16"):
     guarded(parity, p, p.rsplit("-", 1)[0] + "-fp32", 0.02, None)
 for p in ("tiny-gpt-fp32", "tiny-gpt-long-fp32", "tiny-gpt-bf16",
           "tiny-gpt-odd-bf16", "tiny-gpt-mb-fp32", "tiny-gpt-mb-bf16",
-          "tiny-llama-fp32", "tiny-mixtral-fp32", "resnet-small-fp32"):
+          "tiny-gpt-drop-fp32", "tiny-gpt-drop-bf16", "tiny-llama-fp32",
+          "tiny-mixtral-fp32",
+          "resnet-small-fp32"):
     guarded(memory, p)
 for tool, steps in (("memcheck", 2), ("racecheck", 1)):
     m = rc(tool)
