@@ -126,8 +126,7 @@ public:
     f.walk([&](Operation *op) {
       OpInfo info{op, nullptr, {}};
       if (auto r = dyn_cast<ShardingRuleOpInterface>(op)) {
-        rules.push_back(r.getShardingRule());
-        info.rule = &rules.back();
+        info.rule = &ruleOf(r);
         const Rule &rule = *info.rule;
         for (auto [i, v] : llvm::enumerate(op->getOperands()))
           if (i < rule.operands.size())
@@ -270,6 +269,40 @@ private:
   // A deque: rules do not move as it grows (SmallVector's move may throw,
   // so a vector would copy every rule on each reallocation).
   std::deque<Rule> rules;
+  /// A rule depends only on the op's name, attributes and types
+  /// (ShardingRules.cpp), so the ops of repeated layers share one: found by
+  /// those (uniqued pointers, and the properties' hash, then compared).
+  struct RuleEntry {
+    Operation *op; // the first op with this key: its properties
+    const Rule *rule;
+  };
+  std::deque<SmallVector<const void *, 8>> ruleKeys;
+  DenseMap<ArrayRef<const void *>, SmallVector<RuleEntry, 1>> ruleIndex;
+  const Rule &ruleOf(ShardingRuleOpInterface r) {
+    Operation *op = r.getOperation();
+    SmallVector<const void *, 8> key{
+        op->getName().getAsOpaquePointer(),
+        op->getRawDictionaryAttrs().getAsOpaquePointer(),
+        reinterpret_cast<const void *>(uintptr_t(op->getNumOperands())),
+        reinterpret_cast<const void *>(uintptr_t(size_t(op->hashProperties())))};
+    for (Type t : op->getOperandTypes())
+      key.push_back(t.getAsOpaquePointer());
+    for (Type t : op->getResultTypes())
+      key.push_back(t.getAsOpaquePointer());
+    auto it = ruleIndex.find(ArrayRef<const void *>(key));
+    if (it != ruleIndex.end())
+      for (const RuleEntry &e : it->second)
+        if (op->getName().compareOpProperties(op->getPropertiesStorage(),
+                                              e.op->getPropertiesStorage()))
+          return *e.rule;
+    rules.push_back(r.getShardingRule());
+    if (it == ruleIndex.end()) {
+      ruleKeys.push_back(std::move(key));
+      it = ruleIndex.try_emplace(ArrayRef<const void *>(ruleKeys.back())).first;
+    }
+    it->second.push_back({op, &rules.back()});
+    return rules.back();
+  }
   std::vector<OpInfo> infos;
   DenseMap<Operation *, unsigned> opIndex;
   /// Per op (infos' order): whether one of its values changed since its
