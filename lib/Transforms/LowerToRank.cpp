@@ -375,7 +375,9 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
     auto uid = op->getAttrOfType<IntegerAttr>("dropout_uid");
     DimSplit batch;
     SmallVector<StringRef> heads;
-    if (p && !p.getValue().isZero()) { // else the defaults, not printed
+    // Evaluation and generation (plan_forward) keep every probability, as
+    // dropout() keeps every element there.
+    if (isStep && p && !p.getValue().isZero()) { // else the defaults
       batch = dimSplit(qkv, 0);
       for (StringRef a : getSharding(qkv).getDimAxes(2))
         heads.push_back(a);
