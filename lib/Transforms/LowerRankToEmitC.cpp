@@ -72,7 +72,14 @@ public:
     }
     return ec::OpaqueAttr::get(b.getContext(), quoted + "\"");
   }
-  Attribute i64(int64_t v) { return b.getI64IntegerAttr(v); }
+  /// i64 attributes, each made once: a large step passes millions of
+  /// shapes and offsets, and the context's uniquer is slower than a map.
+  Attribute i64(int64_t v) {
+    auto [it, fresh] = i64s.try_emplace(v);
+    if (fresh)
+      it->second = b.getI64IntegerAttr(v);
+    return it->second;
+  }
   Attribute f32(double v) { return b.getF32FloatAttr(float(v)); }
 
   /// `ndim, d0, d1, d2, d3` of a buffer type (trailing dims padded with 1).
@@ -97,9 +104,19 @@ public:
   }
 
 private:
+  /// DenseMapInfo<int64_t> hashes v * 37, whose low bits repeat for
+  /// offsets and shapes that are multiples of a power of two (a map keyed
+  /// by it was slower than the uniquer): mix all bits.
+  struct MixedI64 : DenseMapInfo<int64_t> {
+    static unsigned getHashValue(int64_t v) {
+      uint64_t x = uint64_t(v) * 0x9e3779b97f4a7c15ull;
+      return unsigned(x >> 32) ^ unsigned(x);
+    }
+  };
   OpBuilder &b;
   Value ctx;
   SmallVector<Attribute> indices;
+  DenseMap<int64_t, Attribute, MixedI64> i64s;
 };
 } // namespace
 
