@@ -620,7 +620,8 @@ def Rank_RmsNormGradOp : Rank_CallOp<"rmsnorm_grad",
 // (0: none), the mask's uid, and what places this rank's rows in the global
 // [B, H, S, S] probabilities, as rank.dropout does: the axes that split the
 // batch, the microbatches and those of the axes that split each microbatch,
-// and the axes that split the heads.
+// and the axes that split the heads (outer, then within them: context
+// parallelism's head split).
 // Their defaults (no dropout) are left out of the printed IR.
 defvar Rank_AttnDropoutArgs = (ins
     DefaultValuedAttr<F32Attr, "0.0f">:$dropout,
@@ -628,14 +629,16 @@ defvar Rank_AttnDropoutArgs = (ins
     DefaultValuedAttr<StrArrayAttr, "{}">:$batch_axes,
     DefaultValuedAttr<I64Attr, "0">:$microbatches,
     DefaultValuedAttr<StrArrayAttr, "{}">:$mb_inner_axes,
-    DefaultValuedAttr<StrArrayAttr, "{}">:$head_axes);
+    DefaultValuedAttr<StrArrayAttr, "{}">:$head_axes,
+    DefaultValuedAttr<StrArrayAttr, "{}">:$head_inner_axes);
 class Rank_AttentionCallOp<string mnemonic>
     : Rank_CallOp<mnemonic, [DeclareOpInterfaceMethods<RuntimeCallOpInterface,
                                                        ["getRuntimeAttrNames"]>]> {
   let extraClassDefinition = [{
     ::llvm::SmallVector<::llvm::StringRef> $cppClass::getRuntimeAttrNames() {
       return {"num_heads", "num_kv_heads", "dropout", "dropout_uid",
-              "batch_axes", "microbatches", "mb_inner_axes", "head_axes"};
+              "batch_axes", "microbatches", "mb_inner_axes", "head_axes",
+              "head_inner_axes"};
     }
   }];
 }
@@ -691,10 +694,11 @@ def Rank_KvGatherOp : Rank_CallOp<"kv_gather",
 def Rank_AttentionCpOp : Rank_CallOp<"attention_cp",
     [DeclareOpInterfaceMethods<RuntimeCallOpInterface, ["getRuntimeAttrNames"]>]> {
   let summary = "causal attention of this rank's queries (qkv's rows, split over `axis`) over every position's kv";
-  let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$qkv,
+  let arguments = !con((ins Arg<Rank_FloatBuffer, "", [MemRead]>:$qkv,
                        Arg<Rank_FloatBuffer, "", [MemRead]>:$kv,
                        Arg<Rank_FloatBuffer, "", [MemWrite]>:$out,
-                       I64Attr:$num_heads, I64Attr:$num_kv_heads, StrAttr:$axis);
+                       I64Attr:$num_heads, I64Attr:$num_kv_heads, StrAttr:$axis),
+                       Rank_AttnDropoutArgs);
   let assemblyFormat = [{
     $qkv `,` $kv `into` $out `over` $axis attr-dict `:` type($qkv) `,` type($kv) `->` type($out)
   }];
@@ -702,12 +706,13 @@ def Rank_AttentionCpOp : Rank_CallOp<"attention_cp",
 def Rank_AttentionCpGradOp : Rank_CallOp<"attention_cp_grad",
     [DeclareOpInterfaceMethods<RuntimeCallOpInterface, ["getRuntimeAttrNames"]>]> {
   let summary = "dqkv's query columns and the keys' and values' partial gradients (f32) of attention_cp";
-  let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$qkv,
+  let arguments = !con((ins Arg<Rank_FloatBuffer, "", [MemRead]>:$qkv,
                        Arg<Rank_FloatBuffer, "", [MemRead]>:$kv,
                        Arg<Rank_FloatBuffer, "", [MemRead]>:$grad,
                        Arg<Rank_FloatBuffer, "", [MemWrite]>:$out,
                        Arg<Rank_FloatBuffer, "", [MemWrite]>:$dkv,
-                       I64Attr:$num_heads, I64Attr:$num_kv_heads, StrAttr:$axis);
+                       I64Attr:$num_heads, I64Attr:$num_kv_heads, StrAttr:$axis),
+                       Rank_AttnDropoutArgs);
   let assemblyFormat = [{
     $qkv `,` $kv `,` $grad `into` $out `,` $dkv `over` $axis attr-dict `:`
     type($qkv) `,` type($kv) `,` type($grad) `->` type($out) `,` type($dkv)
@@ -728,9 +733,10 @@ def Rank_KvReduceScatterOp : Rank_CallOp<"kv_reduce_scatter",
 def Rank_AttentionRingOp : Rank_CallOp<"attention_ring",
     [DeclareOpInterfaceMethods<RuntimeCallOpInterface, ["getRuntimeAttrNames"]>]> {
   let summary = "causal attention of this rank's queries over every rank's keys and values, passed round a ring";
-  let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$qkv,
+  let arguments = !con((ins Arg<Rank_FloatBuffer, "", [MemRead]>:$qkv,
                        Arg<Rank_FloatBuffer, "", [MemWrite]>:$out,
-                       I64Attr:$num_heads, I64Attr:$num_kv_heads, StrAttr:$axis);
+                       I64Attr:$num_heads, I64Attr:$num_kv_heads, StrAttr:$axis),
+                       Rank_AttnDropoutArgs);
   let assemblyFormat = [{
     $qkv `into` $out `over` $axis attr-dict `:` type($qkv) `->` type($out)
   }];
@@ -738,10 +744,11 @@ def Rank_AttentionRingOp : Rank_CallOp<"attention_ring",
 def Rank_AttentionRingGradOp : Rank_CallOp<"attention_ring_grad",
     [DeclareOpInterfaceMethods<RuntimeCallOpInterface, ["getRuntimeAttrNames"]>]> {
   let summary = "d qkv of attention_ring (its rows' statistics recomputed by one more ring)";
-  let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$qkv,
+  let arguments = !con((ins Arg<Rank_FloatBuffer, "", [MemRead]>:$qkv,
                        Arg<Rank_FloatBuffer, "", [MemRead]>:$grad,
                        Arg<Rank_FloatBuffer, "", [MemWrite]>:$out,
-                       I64Attr:$num_heads, I64Attr:$num_kv_heads, StrAttr:$axis);
+                       I64Attr:$num_heads, I64Attr:$num_kv_heads, StrAttr:$axis),
+                       Rank_AttnDropoutArgs);
   let assemblyFormat = [{
     $qkv `,` $grad `into` $out `over` $axis attr-dict `:` type($qkv) `,` type($grad) `->` type($out)
   }];

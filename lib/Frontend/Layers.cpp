@@ -832,14 +832,6 @@ Val Sema::callBuiltin(StringRef fn, Args &args, Location l,
                << dropout;
       return out;
     }
-    if (dropout > 0 && par.cp > 1) {
-      auto d = error(l) << "attention dropout does not run with context "
-                           "parallelism yet (its blocked kernels draw no "
-                           "mask); use cp = 1 or dropout = 0";
-      if (par.cpLoc)
-        d.attachNote(*par.cpLoc) << "cp is set here";
-      return out;
-    }
     // Head counts are compared with a weight's width, so 2^20 is plenty and
     // keeps (heads + 2 * kv_heads) * head_dim far from overflow.
     auto isCount = [](double x) {

@@ -77,14 +77,15 @@ void KeepAttentionPass::runOnOperation() {
         builder, loc, fwd.getQkv(), fwd.getOut(), keep, stats,
         fwd.getNumHeads(), fwd.getNumKvHeads(), fwd.getDropout(),
         fwd.getDropoutUid(), fwd.getBatchAxes(), fwd.getMicrobatches(),
-        fwd.getMbInnerAxes(), fwd.getHeadAxes());
+        fwd.getMbInnerAxes(), fwd.getHeadAxes(), fwd.getHeadInnerAxes());
     kept->setDiscardableAttrs(fwd->getDiscardableAttrDictionary());
     builder.setInsertionPoint(bwd);
     auto grad = rk::AttentionGradKeptOp::create(
         builder, bwd.getLoc(), bwd.getQkv(), keep, stats, bwd.getGrad(),
         bwd.getOut(), bwd.getNumHeads(), bwd.getNumKvHeads(),
         bwd.getDropout(), bwd.getDropoutUid(), bwd.getBatchAxes(),
-        bwd.getMicrobatches(), bwd.getMbInnerAxes(), bwd.getHeadAxes());
+        bwd.getMicrobatches(), bwd.getMbInnerAxes(), bwd.getHeadAxes(),
+        bwd.getHeadInnerAxes());
     grad->setDiscardableAttrs(bwd->getDiscardableAttrDictionary());
     fwd.erase();
     bwd.erase();

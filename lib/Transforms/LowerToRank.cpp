@@ -368,19 +368,23 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
   struct AttnDropoutAttrs {
     FloatAttr p;
     IntegerAttr uid, microbatches;
-    ArrayAttr batchAxes, mbInnerAxes, headAxes;
+    ArrayAttr batchAxes, mbInnerAxes, headAxes, headInnerAxes;
   };
-  auto attnDropout = [&](Operation *op, Value qkv) {
+  // `headSplit`: the axis that splits each rank's heads further (context
+  // parallelism's all-to-all), "" for none.
+  auto attnDropout = [&](Operation *op, Value qkv, StringRef headSplit = "") {
     auto p = op->getAttrOfType<FloatAttr>("dropout");
     auto uid = op->getAttrOfType<IntegerAttr>("dropout_uid");
     DimSplit batch;
-    SmallVector<StringRef> heads;
+    SmallVector<StringRef> heads, within;
     // Evaluation and generation (plan_forward) keep every probability, as
     // dropout() keeps every element there.
     if (isStep && p && !p.getValue().isZero()) { // else the defaults
       batch = dimSplit(qkv, 0);
       for (StringRef a : getSharding(qkv).getDimAxes(2))
         heads.push_back(a);
+      if (!headSplit.empty())
+        within.push_back(headSplit);
     } else {
       p = b.getF32FloatAttr(0.0f);
       uid = b.getI64IntegerAttr(0);
@@ -389,7 +393,7 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
         p, uid ? uid : b.getI64IntegerAttr(0),
         b.getI64IntegerAttr(batch.microbatched ? seqSize : 0),
         b.getStrArrayAttr(batch.axes), b.getStrArrayAttr(batch.inner),
-        b.getStrArrayAttr(heads)};
+        b.getStrArrayAttr(heads), b.getStrArrayAttr(within)};
   };
   // Context parallelism: "cp" when it splits the sequence (dimension 1) of
   // `v`, else "" (the runtime's "no axis").
@@ -1473,26 +1477,28 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
               if (cp.getValue().empty()) {
                 rk::AttentionOp::create(b, loc, in(0), out, h, kv, z.p, z.uid,
                                         z.batchAxes, z.microbatches,
-                                        z.mbInnerAxes, z.headAxes);
+                                        z.mbInnerAxes, z.headAxes,
+                                        z.headInnerAxes);
                 return true;
-              }
-              if (!z.p.getValue().isZero()) {
-                op.emitError() << "attention dropout does not run with "
-                                  "context parallelism yet";
-                return false;
               }
               int64_t G = mesh.getAxisSize(cp.getValue());
               std::string how = cpExchange(h.getInt(), kv.getInt(), G);
               if (how == "ring") {
-                rk::AttentionRingOp::create(b, loc, in(0), out, h, kv, cp);
+                rk::AttentionRingOp::create(
+                    b, loc, in(0), out, h, kv, cp, z.p, z.uid, z.batchAxes,
+                    z.microbatches, z.mbInnerAxes, z.headAxes, z.headInnerAxes);
                 return true;
               }
               if (how == "all_gather") {
                 Value kvs = kvGather(a.getQkv(), in(0), h.getInt(), kv.getInt(),
                                      cp, loc);
-                rk::AttentionCpOp::create(b, loc, in(0), kvs, out, h, kv, cp);
+                rk::AttentionCpOp::create(
+                    b, loc, in(0), kvs, out, h, kv, cp, z.p, z.uid,
+                    z.batchAxes, z.microbatches, z.mbInnerAxes, z.headAxes,
+                    z.headInnerAxes);
                 return true;
               }
+              z = attnDropout(a, a.getQkv(), cp.getValue());
               FailureOr<Value> qkv = headSplit(a.getQkv(), in(0), h.getInt(),
                                                kv.getInt(), cp, &op);
               if (failed(qkv))
@@ -1502,7 +1508,8 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
                                       b.getI64IntegerAttr(h.getInt() / G),
                                       b.getI64IntegerAttr(kv.getInt() / G),
                                       z.p, z.uid, z.batchAxes, z.microbatches,
-                                      z.mbInnerAxes, z.headAxes);
+                                      z.mbInnerAxes, z.headAxes,
+                                      z.headInnerAxes);
               rk::HeadsToSeqOp::create(
                   b, loc, o, out, cast<MemRefType>(out.getType()).getDimSize(2),
                   0, cp);
@@ -1570,19 +1577,16 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
               if (cp.getValue().empty()) {
                 rk::AttentionGradOp::create(
                     b, loc, in(0), in(1), out, h, kv, z.p, z.uid, z.batchAxes,
-                    z.microbatches, z.mbInnerAxes, z.headAxes);
+                    z.microbatches, z.mbInnerAxes, z.headAxes, z.headInnerAxes);
                 return true;
-              }
-              if (!z.p.getValue().isZero()) {
-                op.emitError() << "attention dropout does not run with "
-                                  "context parallelism yet";
-                return false;
               }
               int64_t G = mesh.getAxisSize(cp.getValue());
               std::string how = cpExchange(h.getInt(), kv.getInt(), G);
               if (how == "ring") {
-                rk::AttentionRingGradOp::create(b, loc, in(0), in(1), out, h,
-                                                kv, cp);
+                rk::AttentionRingGradOp::create(
+                    b, loc, in(0), in(1), out, h, kv, cp, z.p, z.uid,
+                    z.batchAxes, z.microbatches, z.mbInnerAxes, z.headAxes,
+                    z.headInnerAxes);
                 return true;
               }
               if (how == "all_gather") {
@@ -1591,8 +1595,10 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
                 auto kt = cast<MemRefType>(kvs.getType());
                 Value dkv = rk::AllocOp::create(
                     b, loc, MemRefType::get(kt.getShape(), b.getF32Type()));
-                rk::AttentionCpGradOp::create(b, loc, in(0), kvs, in(1), out,
-                                              dkv, h, kv, cp);
+                rk::AttentionCpGradOp::create(
+                    b, loc, in(0), kvs, in(1), out, dkv, h, kv, cp, z.p, z.uid,
+                    z.batchAxes, z.microbatches, z.mbInnerAxes, z.headAxes,
+                    z.headInnerAxes);
                 int64_t kvWidth = kt.getDimSize(2) / 2;
                 rk::KvReduceScatterOp::create(
                     b, loc, dkv, out,
@@ -1609,10 +1615,12 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
               Value dy = rk::AllocOp::create(b, loc, headSplitType(in(1), G));
               rk::SeqToHeadsOp::create(b, loc, in(1), dy, width, 0, cp);
               Value dx = rk::AllocOp::create(b, loc, headSplitType(out, G));
+              z = attnDropout(a, a.getQkv(), cp.getValue());
               rk::AttentionGradOp::create(
                   b, loc, *qkv, dy, dx, b.getI64IntegerAttr(h.getInt() / G),
                   b.getI64IntegerAttr(kv.getInt() / G), z.p, z.uid,
-                  z.batchAxes, z.microbatches, z.mbInnerAxes, z.headAxes);
+                  z.batchAxes, z.microbatches, z.mbInnerAxes, z.headAxes,
+                  z.headInnerAxes);
               rk::HeadsToSeqOp::create(b, loc, dx, out, width, kvWidth, cp);
               return true;
             })

@@ -144,6 +144,7 @@ struct AttnCp {
   AttnShape a; // a.S = L, this rank's rows
   int64_t S;   // every position
   SeqPart part;
+  AttnDropout drop = {}; // on the global positions (S of them)
   PLANRT_HD int64_t kvWidth() const { return 2 * a.KV * a.D; }
 };
 
@@ -270,6 +271,8 @@ template <class T = float> struct AttentionBlockFn {
         continue;
       float e = exp_f32(a.scale * dot(q, kb.k(c, blk, r.b, u, r.g), D) - mn);
       l += e;
+      if (c.drop.on) // the values' weights only
+        e *= c.drop.z(r.b, r.h, c.S, r.p, kb.position(u));
       const T *v = kb.v(c, blk, r.b, u, r.g);
       for (int64_t d = 0; d < D; ++d)
         o[d] += e * ld(v[d]);
@@ -323,8 +326,10 @@ template <class T = float> struct AttentionBlockGradQFn {
         continue;
       const T *k = kb.k(c, blk, r.b, u, r.g);
       float pr = exp_f32(a.scale * dot(q, k, D) - ml[2 * i]) / ml[2 * i + 1];
-      float ds =
-          pr * (dot(dy, kb.v(c, blk, r.b, u, r.g), D) - delta[i]) * a.scale;
+      float dp = dot(dy, kb.v(c, blk, r.b, u, r.g), D);
+      if (c.drop.on) // the dropped probabilities' gradient
+        dp *= c.drop.z(r.b, r.h, c.S, r.p, kb.position(u));
+      float ds = pr * (dp - delta[i]) * a.scale;
       for (int64_t d = 0; d < D; ++d)
         dqi[d] += ds * ld(k[d]);
     }
@@ -355,7 +360,11 @@ template <class T = float> struct AttentionBlockGradKVFn {
         const T *q = a.q(qkv, b, t, h);
         const T *dy = dout + a.o(b, t, h);
         float pr = exp_f32(a.scale * dot(q, k, D) - ml[2 * r]) / ml[2 * r + 1];
-        float ds = pr * (dot(dy, v, D) - delta[r]) * a.scale;
+        // Dropout: ds from the masked dp, dv from the dropped p.
+        float z = c.drop.on ? c.drop.z(b, h, c.S, c.part.position(t, a.S), pu)
+                            : 1.0f;
+        float ds = pr * (z * dot(dy, v, D) - delta[r]) * a.scale;
+        pr *= z;
         for (int64_t d = 0; d < D; ++d) {
           row[(a.KV + g) * D + d] += pr * ld(dy[d]);
           row[g * D + d] += ds * ld(q[d]);

@@ -621,10 +621,16 @@ void kv_gather(Context *ctx, const Tensor *qkv, Tensor *kv, int64_t q_width,
                int64_t kv_width, int64_t axis);
 void attention_cp(Context *ctx, const Tensor *qkv, const Tensor *kv,
                   Tensor *out, int64_t num_heads, int64_t num_kv_heads,
-                  int64_t axis);
+                  int64_t axis, float dropout = 0.0f,
+                  int64_t dropout_uid = 0, int64_t batch_axes = 0,
+                  int64_t microbatches = 0, int64_t mb_inner_axes = 0,
+                  int64_t head_axes = 0, int64_t head_inner_axes = 0);
 void attention_cp_grad(Context *ctx, const Tensor *qkv, const Tensor *kv,
                        const Tensor *dout, Tensor *dqkv, Tensor *dkv,
-                       int64_t num_heads, int64_t num_kv_heads, int64_t axis);
+                       int64_t num_heads, int64_t num_kv_heads, int64_t axis, float dropout = 0.0f,
+                  int64_t dropout_uid = 0, int64_t batch_axes = 0,
+                  int64_t microbatches = 0, int64_t mb_inner_axes = 0,
+                  int64_t head_axes = 0, int64_t head_inner_axes = 0);
 void kv_reduce_scatter(Context *ctx, const Tensor *dkv, Tensor *dqkv,
                        int64_t q_width, int64_t kv_width, int64_t axis);
 /// Context parallelism by ring over `axis`: attention of this rank's
@@ -635,28 +641,38 @@ void kv_reduce_scatter(Context *ctx, const Tensor *dkv, Tensor *dqkv,
 /// keys' and values' travelling with their block back to its owner); dqkv
 /// (shape of qkv) is overwritten.
 void attention_ring(Context *ctx, const Tensor *qkv, Tensor *out,
-                    int64_t num_heads, int64_t num_kv_heads, int64_t axis);
+                    int64_t num_heads, int64_t num_kv_heads, int64_t axis, float dropout = 0.0f,
+                  int64_t dropout_uid = 0, int64_t batch_axes = 0,
+                  int64_t microbatches = 0, int64_t mb_inner_axes = 0,
+                  int64_t head_axes = 0, int64_t head_inner_axes = 0);
 void attention_ring_grad(Context *ctx, const Tensor *qkv, const Tensor *dout,
                          Tensor *dqkv, int64_t num_heads, int64_t num_kv_heads,
-                         int64_t axis);
+                         int64_t axis, float dropout = 0.0f,
+                  int64_t dropout_uid = 0, int64_t batch_axes = 0,
+                  int64_t microbatches = 0, int64_t mb_inner_axes = 0,
+                  int64_t head_axes = 0, int64_t head_inner_axes = 0);
 /// With dropout = p > 0 (attention(..., dropout = p)), each probability is
 /// zeroed with probability p and the others scaled by 1 / (1 - p) before
 /// they weight the values; the mask hashes (seed, step, dropout_uid, the
 /// probability's index in the global [B, H, S, S] tensor) as dropout()'s
 /// does, the batch rows placed by batch_axes, microbatches and
 /// mb_inner_axes (dropout's d0_axes, microbatches, mb_inner_axes) and the
-/// heads by head_axes (axis masks). The backward draws the same mask.
+/// heads by head_axes and, within those, head_inner_axes (context
+/// parallelism's head split; axis masks). The backward draws the same
+/// mask, as do the context-parallel attentions above, on the global
+/// positions.
 void attention(Context *ctx, const Tensor *qkv, Tensor *out, int64_t num_heads,
                int64_t num_kv_heads, float dropout = 0.0f,
                int64_t dropout_uid = 0, int64_t batch_axes = 0,
                int64_t microbatches = 0, int64_t mb_inner_axes = 0,
-               int64_t head_axes = 0);
+               int64_t head_axes = 0, int64_t head_inner_axes = 0);
 /// Recomputes the probabilities; dqkv (shape of qkv) is overwritten.
 void attention_grad(Context *ctx, const Tensor *qkv, const Tensor *dout,
                     Tensor *dqkv, int64_t num_heads, int64_t num_kv_heads,
                     float dropout = 0.0f, int64_t dropout_uid = 0,
                     int64_t batch_axes = 0, int64_t microbatches = 0,
-                    int64_t mb_inner_axes = 0, int64_t head_axes = 0);
+                    int64_t mb_inner_axes = 0, int64_t head_axes = 0,
+                    int64_t head_inner_axes = 0);
 /// attention that also keeps, for recompute = none, the exponentials e =
 /// exp(scale q.k - m) of every query row [B, H, S, S] (keys after the query
 /// are not written) and each row's (m, sum e) [B, H, S, 2];
@@ -666,13 +682,15 @@ void attention_keep(Context *ctx, const Tensor *qkv, Tensor *out, Tensor *keep,
                     Tensor *stats, int64_t num_heads, int64_t num_kv_heads,
                     float dropout = 0.0f, int64_t dropout_uid = 0,
                     int64_t batch_axes = 0, int64_t microbatches = 0,
-                    int64_t mb_inner_axes = 0, int64_t head_axes = 0);
+                    int64_t mb_inner_axes = 0, int64_t head_axes = 0,
+                    int64_t head_inner_axes = 0);
 void attention_grad_kept(Context *ctx, const Tensor *qkv, const Tensor *keep,
                          const Tensor *stats, const Tensor *dout, Tensor *dqkv,
                          int64_t num_heads, int64_t num_kv_heads,
                          float dropout = 0.0f, int64_t dropout_uid = 0,
                          int64_t batch_axes = 0, int64_t microbatches = 0,
-                         int64_t mb_inner_axes = 0, int64_t head_axes = 0);
+                         int64_t mb_inner_axes = 0, int64_t head_axes = 0,
+                         int64_t head_inner_axes = 0);
 
 /// out (rank 0) = scale * sum over rows of (logsumexp(logits[r]) -
 /// logits[r, targets[r]]); targets I32 with the shape of logits minus its last
