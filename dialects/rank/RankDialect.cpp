@@ -243,24 +243,24 @@ SmallVector<StringRef> KvReduceScatterOp::getRuntimeAttrNames() {
   return {"q_width", "kv_width", "axis"};
 }
 SmallVector<StringRef> AttentionRingOp::getRuntimeAttrNames() {
-  return {"num_heads",     "num_kv_heads", "axis",         "dropout",
-          "dropout_uid",   "batch_axes",   "microbatches", "mb_inner_axes",
-          "head_axes",     "head_inner_axes"};
+  return {"num_heads",   "num_kv_heads",   "axis",         "dropout",
+          "dropout_uid", "batch_axes",     "microbatches", "mb_inner_axes",
+          "head_axes",   "head_inner_axes"};
 }
 SmallVector<StringRef> AttentionRingGradOp::getRuntimeAttrNames() {
-  return {"num_heads",     "num_kv_heads", "axis",         "dropout",
-          "dropout_uid",   "batch_axes",   "microbatches", "mb_inner_axes",
-          "head_axes",     "head_inner_axes"};
+  return {"num_heads",   "num_kv_heads",   "axis",         "dropout",
+          "dropout_uid", "batch_axes",     "microbatches", "mb_inner_axes",
+          "head_axes",   "head_inner_axes"};
 }
 SmallVector<StringRef> AttentionCpOp::getRuntimeAttrNames() {
-  return {"num_heads",     "num_kv_heads", "axis",         "dropout",
-          "dropout_uid",   "batch_axes",   "microbatches", "mb_inner_axes",
-          "head_axes",     "head_inner_axes"};
+  return {"num_heads",   "num_kv_heads",   "axis",         "dropout",
+          "dropout_uid", "batch_axes",     "microbatches", "mb_inner_axes",
+          "head_axes",   "head_inner_axes"};
 }
 SmallVector<StringRef> AttentionCpGradOp::getRuntimeAttrNames() {
-  return {"num_heads",     "num_kv_heads", "axis",         "dropout",
-          "dropout_uid",   "batch_axes",   "microbatches", "mb_inner_axes",
-          "head_axes",     "head_inner_axes"};
+  return {"num_heads",   "num_kv_heads",   "axis",         "dropout",
+          "dropout_uid", "batch_axes",     "microbatches", "mb_inner_axes",
+          "head_axes",   "head_inner_axes"};
 }
 SmallVector<StringRef> SeqToHeadsOp::getRuntimeAttrNames() {
   return {"q_width", "kv_width", "axis"};

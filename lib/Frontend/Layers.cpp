@@ -898,11 +898,12 @@ Val Sema::callBuiltin(StringRef fn, Args &args, Location l,
         b.getNamedAttr("num_kv_heads", b.getI64IntegerAttr(KV))};
     if (dropout > 0) { // a mask of its own, as each dropout() call
       attrs.push_back(b.getNamedAttr("dropout", b.getF32FloatAttr(dropout)));
-      attrs.push_back(b.getNamedAttr("dropout_uid",
-                                     b.getI64IntegerAttr(dropoutCount++)));
+      attrs.push_back(
+          b.getNamedAttr("dropout_uid", b.getI64IntegerAttr(dropoutCount++)));
     }
-    Value a = generic(AttentionOp(), f32Tensor({xs[0], xs[1], H * headDim}, ctx),
-                      {qkv}, attrs);
+    Value a =
+        generic(AttentionOp(), f32Tensor({xs[0], xs[1], H * headDim}, ctx),
+                {qkv}, attrs);
     if (Value y = linear(l, a, wout, bout, false, "'attention' (out)"))
       out.v = y;
     return out;

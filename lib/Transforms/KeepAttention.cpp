@@ -82,10 +82,9 @@ void KeepAttentionPass::runOnOperation() {
     builder.setInsertionPoint(bwd);
     auto grad = rk::AttentionGradKeptOp::create(
         builder, bwd.getLoc(), bwd.getQkv(), keep, stats, bwd.getGrad(),
-        bwd.getOut(), bwd.getNumHeads(), bwd.getNumKvHeads(),
-        bwd.getDropout(), bwd.getDropoutUid(), bwd.getBatchAxes(),
-        bwd.getMicrobatches(), bwd.getMbInnerAxes(), bwd.getHeadAxes(),
-        bwd.getHeadInnerAxes());
+        bwd.getOut(), bwd.getNumHeads(), bwd.getNumKvHeads(), bwd.getDropout(),
+        bwd.getDropoutUid(), bwd.getBatchAxes(), bwd.getMicrobatches(),
+        bwd.getMbInnerAxes(), bwd.getHeadAxes(), bwd.getHeadInnerAxes());
     grad->setDiscardableAttrs(bwd->getDiscardableAttrDictionary());
     fwd.erase();
     bwd.erase();

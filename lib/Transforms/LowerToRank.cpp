@@ -390,10 +390,13 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
       uid = b.getI64IntegerAttr(0);
     }
     return AttnDropoutAttrs{
-        p, uid ? uid : b.getI64IntegerAttr(0),
+        p,
+        uid ? uid : b.getI64IntegerAttr(0),
         b.getI64IntegerAttr(batch.microbatched ? seqSize : 0),
-        b.getStrArrayAttr(batch.axes), b.getStrArrayAttr(batch.inner),
-        b.getStrArrayAttr(heads), b.getStrArrayAttr(within)};
+        b.getStrArrayAttr(batch.axes),
+        b.getStrArrayAttr(batch.inner),
+        b.getStrArrayAttr(heads),
+        b.getStrArrayAttr(within)};
   };
   // Context parallelism: "cp" when it splits the sequence (dimension 1) of
   // `v`, else "" (the runtime's "no axis").
@@ -1429,9 +1432,9 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
               DimSplit batch = dimSplit(d.getInput(), 0);
               for (int64_t i = 0; i < 4; ++i)
                 dims.push_back(b.getStrArrayAttr(
-                    i == 0       ? batch.axes
+                    i == 0     ? batch.axes
                     : i < rank ? dimSplit(d.getInput(), i).axes
-                                 : SmallVector<StringRef>()));
+                               : SmallVector<StringRef>()));
               rk::DropoutOp::create(
                   b, loc, in(0), out, cast<ArrayAttr>(dims[0]),
                   cast<ArrayAttr>(dims[1]), cast<ArrayAttr>(dims[2]),
@@ -1475,10 +1478,9 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
               StringAttr cp = contextAxis(a.getQkv());
               AttnDropoutAttrs z = attnDropout(a, a.getQkv());
               if (cp.getValue().empty()) {
-                rk::AttentionOp::create(b, loc, in(0), out, h, kv, z.p, z.uid,
-                                        z.batchAxes, z.microbatches,
-                                        z.mbInnerAxes, z.headAxes,
-                                        z.headInnerAxes);
+                rk::AttentionOp::create(
+                    b, loc, in(0), out, h, kv, z.p, z.uid, z.batchAxes,
+                    z.microbatches, z.mbInnerAxes, z.headAxes, z.headInnerAxes);
                 return true;
               }
               int64_t G = mesh.getAxisSize(cp.getValue());
@@ -1493,9 +1495,8 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
                 Value kvs = kvGather(a.getQkv(), in(0), h.getInt(), kv.getInt(),
                                      cp, loc);
                 rk::AttentionCpOp::create(
-                    b, loc, in(0), kvs, out, h, kv, cp, z.p, z.uid,
-                    z.batchAxes, z.microbatches, z.mbInnerAxes, z.headAxes,
-                    z.headInnerAxes);
+                    b, loc, in(0), kvs, out, h, kv, cp, z.p, z.uid, z.batchAxes,
+                    z.microbatches, z.mbInnerAxes, z.headAxes, z.headInnerAxes);
                 return true;
               }
               z = attnDropout(a, a.getQkv(), cp.getValue());
@@ -1504,12 +1505,10 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
               if (failed(qkv))
                 return false;
               Value o = rk::AllocOp::create(b, loc, headSplitType(out, G));
-              rk::AttentionOp::create(b, loc, *qkv, o,
-                                      b.getI64IntegerAttr(h.getInt() / G),
-                                      b.getI64IntegerAttr(kv.getInt() / G),
-                                      z.p, z.uid, z.batchAxes, z.microbatches,
-                                      z.mbInnerAxes, z.headAxes,
-                                      z.headInnerAxes);
+              rk::AttentionOp::create(
+                  b, loc, *qkv, o, b.getI64IntegerAttr(h.getInt() / G),
+                  b.getI64IntegerAttr(kv.getInt() / G), z.p, z.uid, z.batchAxes,
+                  z.microbatches, z.mbInnerAxes, z.headAxes, z.headInnerAxes);
               rk::HeadsToSeqOp::create(
                   b, loc, o, out, cast<MemRefType>(out.getType()).getDimSize(2),
                   0, cp);
@@ -1583,10 +1582,10 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
               int64_t G = mesh.getAxisSize(cp.getValue());
               std::string how = cpExchange(h.getInt(), kv.getInt(), G);
               if (how == "ring") {
-                rk::AttentionRingGradOp::create(
-                    b, loc, in(0), in(1), out, h, kv, cp, z.p, z.uid,
-                    z.batchAxes, z.microbatches, z.mbInnerAxes, z.headAxes,
-                    z.headInnerAxes);
+                rk::AttentionRingGradOp::create(b, loc, in(0), in(1), out, h,
+                                                kv, cp, z.p, z.uid, z.batchAxes,
+                                                z.microbatches, z.mbInnerAxes,
+                                                z.headAxes, z.headInnerAxes);
                 return true;
               }
               if (how == "all_gather") {
@@ -1618,9 +1617,8 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
               z = attnDropout(a, a.getQkv(), cp.getValue());
               rk::AttentionGradOp::create(
                   b, loc, *qkv, dy, dx, b.getI64IntegerAttr(h.getInt() / G),
-                  b.getI64IntegerAttr(kv.getInt() / G), z.p, z.uid,
-                  z.batchAxes, z.microbatches, z.mbInnerAxes, z.headAxes,
-                  z.headInnerAxes);
+                  b.getI64IntegerAttr(kv.getInt() / G), z.p, z.uid, z.batchAxes,
+                  z.microbatches, z.mbInnerAxes, z.headAxes, z.headInnerAxes);
               rk::HeadsToSeqOp::create(b, loc, dx, out, width, kvWidth, cp);
               return true;
             })

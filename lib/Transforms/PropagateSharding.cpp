@@ -284,7 +284,8 @@ private:
         op->getName().getAsOpaquePointer(),
         op->getRawDictionaryAttrs().getAsOpaquePointer(),
         reinterpret_cast<const void *>(uintptr_t(op->getNumOperands())),
-        reinterpret_cast<const void *>(uintptr_t(size_t(op->hashProperties())))};
+        reinterpret_cast<const void *>(
+            uintptr_t(size_t(op->hashProperties())))};
     for (Type t : op->getOperandTypes())
       key.push_back(t.getAsOpaquePointer());
     for (Type t : op->getResultTypes())

@@ -435,16 +435,7 @@ TEST(HostRanges, TilesSumInTheIndexVersionsOrder) {
 /// head 2 of a [4, 8, S, S] global tensor (a data- and tensor-parallel
 /// rank's).
 kernels::AttnDropout test_dropout() {
-  kernels::AttnDropout d;
-  d.on = true;
-  d.key = kernels::mix64(2024);
-  d.threshold = (uint32_t)(0.3 * 4294967296.0);
-  d.scale = 1.0f / 0.7f;
-  d.b0 = 1;
-  d.Bg = 4;
-  d.h0 = 2;
-  d.Hg = 8;
-  return d;
+  return kernels::AttnDropout::make(0.3f, kernels::mix64(2024), 1, 4, 2, 8);
 }
 
 TEST(HostRanges, AttentionDropoutZeroesAboutP) {
@@ -477,8 +468,8 @@ TEST(HostRanges, AttentionRangesEqualTheIndexVersions) {
     std::vector<float> dout = random_floats(c.B * c.S * c.H * c.D, 6);
     for (int variant = 0; variant < 4; ++variant) {
       const bool kept = variant & 1;
-      const kernels::AttnDropout drop = variant & 2 ? test_dropout()
-                                                    : kernels::AttnDropout{};
+      const kernels::AttnDropout drop =
+          variant & 2 ? test_dropout() : kernels::AttnDropout{};
       SCOPED_TRACE(::testing::Message() << (kept ? "kept" : "recomputed")
                                         << (drop.on ? ", dropout" : ""));
       // Forward.
@@ -565,8 +556,8 @@ template <class T> void check_attention16() {
     auto qkvw = widen(qkv), doutw = widen(dout);
     for (int variant = 0; variant < 4; ++variant) {
       const bool kept = variant & 1;
-      const kernels::AttnDropout drop = variant & 2 ? test_dropout()
-                                                    : kernels::AttnDropout{};
+      const kernels::AttnDropout drop =
+          variant & 2 ? test_dropout() : kernels::AttnDropout{};
       SCOPED_TRACE(::testing::Message()
                    << (kept ? "kept" : "recomputed")
                    << (drop.on ? ", dropout" : "") << " S " << c.S << " H "

@@ -361,8 +361,8 @@ template <class T = float> struct AttentionBlockGradKVFn {
         const T *dy = dout + a.o(b, t, h);
         float pr = exp_f32(a.scale * dot(q, k, D) - ml[2 * r]) / ml[2 * r + 1];
         // Dropout: ds from the masked dp, dv from the dropped p.
-        float z = c.drop.on ? c.drop.z(b, h, c.S, c.part.position(t, a.S), pu)
-                            : 1.0f;
+        float z =
+            c.drop.on ? c.drop.z(b, h, c.S, c.part.position(t, a.S), pu) : 1.0f;
         float ds = pr * (z * dot(dy, v, D) - delta[r]) * a.scale;
         pr *= z;
         for (int64_t d = 0; d < D; ++d) {

@@ -1187,6 +1187,22 @@ struct AttnDropout {
   uint32_t threshold = 0;
   float scale = 1.0f;
   int64_t b0 = 0, Bg = 1, h0 = 0, Hg = 1;
+  /// The mask of probability p (0 < p < 1) and key for a problem at batch
+  /// row b0 of Bg and head h0 of Hg.
+  static AttnDropout make(float p, uint64_t key, int64_t b0, int64_t Bg,
+                          int64_t h0, int64_t Hg) {
+    AttnDropout d;
+    d.on = true;
+    d.key = key;
+    const double t = (double)p * 4294967296.0;
+    d.threshold = (uint32_t)(t < 4294967295.0 ? t : 4294967295.0);
+    d.scale = 1.0f / (1.0f - p);
+    d.b0 = b0;
+    d.Bg = Bg;
+    d.h0 = h0;
+    d.Hg = Hg;
+    return d;
+  }
   /// 1 / (1 - p) or 0 for query t and key u of (b, h), S positions.
   PLANRT_HD float z(int64_t b, int64_t h, int64_t S, int64_t t,
                     int64_t u) const {
@@ -1360,7 +1376,9 @@ template <class T = float> struct AttentionFn {
     for_each_group(begin, end, S, [&](int64_t bh, int64_t t0, int64_t t1) {
       int64_t h = bh % a.H, b = bh / a.H;
       widen_head(a, qkv, b, h, t1, x.data());
-      AttentionFn<float> one{x.data(), o.data(), one_group(a, 1),
+      AttentionFn<float> one{x.data(),
+                             o.data(),
+                             one_group(a, 1),
                              keep ? keep + bh * S * S : nullptr,
                              stats ? stats + 2 * bh * S : nullptr,
                              drop.at(b, h)};

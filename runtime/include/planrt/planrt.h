@@ -621,16 +621,17 @@ void kv_gather(Context *ctx, const Tensor *qkv, Tensor *kv, int64_t q_width,
                int64_t kv_width, int64_t axis);
 void attention_cp(Context *ctx, const Tensor *qkv, const Tensor *kv,
                   Tensor *out, int64_t num_heads, int64_t num_kv_heads,
-                  int64_t axis, float dropout = 0.0f,
-                  int64_t dropout_uid = 0, int64_t batch_axes = 0,
-                  int64_t microbatches = 0, int64_t mb_inner_axes = 0,
-                  int64_t head_axes = 0, int64_t head_inner_axes = 0);
+                  int64_t axis, float dropout = 0.0f, int64_t dropout_uid = 0,
+                  int64_t batch_axes = 0, int64_t microbatches = 0,
+                  int64_t mb_inner_axes = 0, int64_t head_axes = 0,
+                  int64_t head_inner_axes = 0);
 void attention_cp_grad(Context *ctx, const Tensor *qkv, const Tensor *kv,
                        const Tensor *dout, Tensor *dqkv, Tensor *dkv,
-                       int64_t num_heads, int64_t num_kv_heads, int64_t axis, float dropout = 0.0f,
-                  int64_t dropout_uid = 0, int64_t batch_axes = 0,
-                  int64_t microbatches = 0, int64_t mb_inner_axes = 0,
-                  int64_t head_axes = 0, int64_t head_inner_axes = 0);
+                       int64_t num_heads, int64_t num_kv_heads, int64_t axis,
+                       float dropout = 0.0f, int64_t dropout_uid = 0,
+                       int64_t batch_axes = 0, int64_t microbatches = 0,
+                       int64_t mb_inner_axes = 0, int64_t head_axes = 0,
+                       int64_t head_inner_axes = 0);
 void kv_reduce_scatter(Context *ctx, const Tensor *dkv, Tensor *dqkv,
                        int64_t q_width, int64_t kv_width, int64_t axis);
 /// Context parallelism by ring over `axis`: attention of this rank's
@@ -641,16 +642,17 @@ void kv_reduce_scatter(Context *ctx, const Tensor *dkv, Tensor *dqkv,
 /// keys' and values' travelling with their block back to its owner); dqkv
 /// (shape of qkv) is overwritten.
 void attention_ring(Context *ctx, const Tensor *qkv, Tensor *out,
-                    int64_t num_heads, int64_t num_kv_heads, int64_t axis, float dropout = 0.0f,
-                  int64_t dropout_uid = 0, int64_t batch_axes = 0,
-                  int64_t microbatches = 0, int64_t mb_inner_axes = 0,
-                  int64_t head_axes = 0, int64_t head_inner_axes = 0);
+                    int64_t num_heads, int64_t num_kv_heads, int64_t axis,
+                    float dropout = 0.0f, int64_t dropout_uid = 0,
+                    int64_t batch_axes = 0, int64_t microbatches = 0,
+                    int64_t mb_inner_axes = 0, int64_t head_axes = 0,
+                    int64_t head_inner_axes = 0);
 void attention_ring_grad(Context *ctx, const Tensor *qkv, const Tensor *dout,
                          Tensor *dqkv, int64_t num_heads, int64_t num_kv_heads,
                          int64_t axis, float dropout = 0.0f,
-                  int64_t dropout_uid = 0, int64_t batch_axes = 0,
-                  int64_t microbatches = 0, int64_t mb_inner_axes = 0,
-                  int64_t head_axes = 0, int64_t head_inner_axes = 0);
+                         int64_t dropout_uid = 0, int64_t batch_axes = 0,
+                         int64_t microbatches = 0, int64_t mb_inner_axes = 0,
+                         int64_t head_axes = 0, int64_t head_inner_axes = 0);
 /// With dropout = p > 0 (attention(..., dropout = p)), each probability is
 /// zeroed with probability p and the others scaled by 1 / (1 - p) before
 /// they weight the values; the mask hashes (seed, step, dropout_uid, the

@@ -41,8 +41,8 @@ __global__ void __launch_bounds__(attn::kThreads)
                    kernels::AttnDropout drop) {
   extern __shared__ float smem[];
   attn::forward_block<D>(block::this_lane(), smem, a, qkv, out, stats,
-                         (int64_t)blockIdx.x,
-                         (int64_t)blockIdx.y * attn::kRows, drop);
+                         (int64_t)blockIdx.x, (int64_t)blockIdx.y * attn::kRows,
+                         drop);
 }
 
 template <int D, class T>
@@ -70,8 +70,8 @@ __global__ void __launch_bounds__(attn::kThreads)
 // The 16-bit kernels (attention_tc_blocks.h: products on the tensor cores).
 template <int D, class T>
 __global__ void __launch_bounds__(attn::kThreads)
-    forward_tc_kernel(kernels::AttnShape a, const T *qkv, T *out,
-                      float *stats, kernels::AttnDropout drop) {
+    forward_tc_kernel(kernels::AttnShape a, const T *qkv, T *out, float *stats,
+                      kernels::AttnDropout drop) {
   extern __shared__ __align__(128) char tc_smem[];
   attn_tc::forward_block<D>(block::this_lane(), tc_smem, a, qkv, out, stats,
                             (int64_t)blockIdx.x,

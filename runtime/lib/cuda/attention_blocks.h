@@ -255,10 +255,10 @@ template <int D> constexpr int grad_kv_floats() {
 /// The forward of query rows [q0, q0 + 64) of row group bh = b H + h: out,
 /// and with `stats` (m, l) per row.
 template <int D, class T>
-PLANRT_BLOCK_FN void
-forward_block(const Lane &l, float *smem, const kernels::AttnShape &a,
-              const T *qkv, T *out, float *stats, int64_t bh, int64_t q0,
-              const kernels::AttnDropout &drop = {}) {
+PLANRT_BLOCK_FN void forward_block(const Lane &l, float *smem,
+                                   const kernels::AttnShape &a, const T *qkv,
+                                   T *out, float *stats, int64_t bh, int64_t q0,
+                                   const kernels::AttnDropout &drop = {}) {
   const int64_t S = a.S, b = bh / a.H, h = bh % a.H, g = h / (a.H / a.KV);
   float *Qs = smem, *Ks = Qs + kRows * kStride<D>,
         *Vs = Ks + kRows * kStride<D>, *Ps = Vs + kRows * kStride<D>;
@@ -413,8 +413,7 @@ grad_kv_block(const Lane &l, float *smem, const kernels::AttnShape &a,
           const int jj = l.tx + kTX * j;
           const int64_t t = q0 + jj;
           const bool seen = u <= t && t < S && u < S;
-          float p =
-              seen ? exp_f32(a.scale * s[i][j] - Ms[jj]) / Ls[jj] : 0.0f;
+          float p = seen ? exp_f32(a.scale * s[i][j] - Ms[jj]) / Ls[jj] : 0.0f;
           // Dropout: ds from the masked dp, dv from the dropped p.
           const float z = drop.on && seen ? drop.z(b, h, S, t, u) : 1.0f;
           s[i][j] = p * z;

@@ -197,10 +197,10 @@ PLANRT_BLOCK_FN float masked(const kernels::AttnShape &a, float s, int64_t t,
 /// The forward of query rows [q0, q0 + 64) of row group bh = b H + h: out,
 /// and with `stats` (m, l) per row.
 template <int D, class T>
-PLANRT_BLOCK_FN void
-forward_block(const Lane &l, char *smem, const kernels::AttnShape &a,
-              const T *qkv, T *out, float *stats, int64_t bh, int64_t q0,
-              const kernels::AttnDropout &drop = {}) {
+PLANRT_BLOCK_FN void forward_block(const Lane &l, char *smem,
+                                   const kernels::AttnShape &a, const T *qkv,
+                                   T *out, float *stats, int64_t bh, int64_t q0,
+                                   const kernels::AttnDropout &drop = {}) {
   const int64_t S = a.S, b = bh / a.H, h = bh % a.H, g = h / (a.H / a.KV);
   T *Qs = reinterpret_cast<T *>(smem), *Ks = Qs + kRows * kTS<D>,
     *Vs = Ks + kRows * kTS<D>, *Ps = Vs + kRows * kTS<D>;

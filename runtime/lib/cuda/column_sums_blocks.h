@@ -78,10 +78,9 @@ PLANRT_HD inline int64_t chunks(int64_t rows) {
 /// block per 16 columns (chunk -1) adds them in chunk order. out(j, acc)
 /// stores a column's N sums.
 template <int N, class Term, class Out>
-PLANRT_BLOCK_FN void chunked_sums(const Lane &l, float *smem, int64_t rows,
-                                  int64_t C, int64_t j0, int64_t chunk,
-                                  float *partials, const Term &term,
-                                  const Out &out) {
+PLANRT_BLOCK_FN void
+chunked_sums(const Lane &l, float *smem, int64_t rows, int64_t C, int64_t j0,
+             int64_t chunk, float *partials, const Term &term, const Out &out) {
   if (!partials) {
     column_sums<N>(l, smem, 0, rows, C, j0, term, out);
     return;

@@ -84,9 +84,8 @@ PLANRT_BLOCK_FN void grad_block(const Lane &l, float *smem,
       PLANRT_UNROLL
       for (int b = 0; b < kBatch; ++b) {
         at[b] = k0 + b < n ? local[k0 + b] : kElsewhere;
-        v[b] = at[b] >= 0 && mine
-                   ? kernels::ld(f.dout[(r0 + k0 + b) * f.C + c])
-                   : 0.0f;
+        v[b] = at[b] >= 0 && mine ? kernels::ld(f.dout[(r0 + k0 + b) * f.C + c])
+                                  : 0.0f;
       }
       PLANRT_UNROLL
       for (int b = 0; b < kBatch; ++b) {

@@ -77,16 +77,7 @@ struct Case {
 /// Attention dropout p = 0.2 for a problem at batch row 3 and head 1 of a
 /// global [8, 6, S, S] (a data- and tensor-parallel rank's).
 kernels::AttnDropout dropout_case() {
-  kernels::AttnDropout d;
-  d.on = true;
-  d.key = kernels::mix64(77);
-  d.threshold = (uint32_t)(0.2 * 4294967296.0);
-  d.scale = 1.0f / 0.8f;
-  d.b0 = 3;
-  d.Bg = 8;
-  d.h0 = 1;
-  d.Hg = 6;
-  return d;
+  return kernels::AttnDropout::make(0.2f, kernels::mix64(77), 3, 8, 1, 6);
 }
 
 template <int D>
@@ -106,8 +97,8 @@ void check_case(const Case &c, uint32_t seed,
   // Forward: the per-row functor against the tiles.
   std::vector<float> out_ref(dout.size()), stats_ref((size_t)(2 * rows));
   std::vector<float> keep((size_t)(rows * a.S));
-  kernels::AttentionFn<> ref{qkv.data(), out_ref.data(), a, keep.data(),
-                             stats_ref.data(), drop};
+  kernels::AttentionFn<> ref{qkv.data(),  out_ref.data(),   a,
+                             keep.data(), stats_ref.data(), drop};
   for (int64_t i = 0; i < rows; ++i)
     ref(i);
   std::vector<float> out(dout.size(), NAN), stats((size_t)(2 * rows), NAN);
@@ -226,8 +217,8 @@ void check_tc_case(const Case &c, uint32_t seed,
 
   std::vector<float> out_ref(dout.size()), stats_ref((size_t)(2 * rows));
   std::vector<float> keep((size_t)(rows * a.S));
-  kernels::AttentionFn<> ref{qkv32.data(), out_ref.data(), a, keep.data(),
-                             stats_ref.data(), drop};
+  kernels::AttentionFn<> ref{qkv32.data(), out_ref.data(),   a,
+                             keep.data(),  stats_ref.data(), drop};
   for (int64_t i = 0; i < rows; ++i)
     ref(i);
   std::vector<T> out(dout.size());
@@ -318,8 +309,9 @@ TEST(ColumnSums, BlocksEqualTheColumnFunctors) {
   auto run_sums = [&](bool chunked, size_t smem_floats, const auto &block) {
     if (chunked)
       run_blocks(gx, chunks, smem_floats,
-                 [&](const attn::Lane &l, float *smem, int64_t bx,
-                     int64_t by) { block(l, smem, bx, by); });
+                 [&](const attn::Lane &l, float *smem, int64_t bx, int64_t by) {
+                   block(l, smem, bx, by);
+                 });
     run_blocks(gx, 1, smem_floats,
                [&](const attn::Lane &l, float *smem, int64_t bx, int64_t) {
                  block(l, smem, bx, -1);
@@ -353,15 +345,10 @@ TEST(ColumnSums, BlocksEqualTheColumnFunctors) {
                                      C};
       for (int64_t j = 0; j < C; ++j)
         ref(j);
-      kernels::NormGradParamFn<> gpu{x.data(),
-                                     dy.data(),
-                                     mu,
-                                     rstd.data(),
-                                     dg.data(),
-                                     layer ? dbeta.data() : nullptr,
-                                     rows,
-                                     C,
-                                     parts};
+      kernels::NormGradParamFn<> gpu{
+          x.data(),    dy.data(), mu,
+          rstd.data(), dg.data(), layer ? dbeta.data() : nullptr,
+          rows,        C,         parts};
       run_sums(chunked, colsum::kFloats<2>,
                [&](const attn::Lane &l, float *smem, int64_t bx, int64_t k) {
                  colsum::norm_grad_param_block(l, smem, gpu, bx * colsum::kTX,
@@ -559,9 +546,8 @@ TEST(Embedding, RowRangeBlocksEqualTheColumnFunctor) {
   ASSERT_EQ(ranges, 35);
   run_blocks(tiles, ranges, embed::kSmemFloats,
              [&](const attn::Lane &l, float *smem, int64_t bx, int64_t by) {
-               embed::grad_block(l, smem, fg,
-                                 bx * embed::kThreads, by * embed::kRangeRows,
-                                 bx == 0 && by == 0);
+               embed::grad_block(l, smem, fg, bx * embed::kThreads,
+                                 by * embed::kRangeRows, bx == 0 && by == 0);
              });
   EXPECT_EQ(std::memcmp(got.data(), ref.data(), got.size() * sizeof(float)), 0);
   EXPECT_EQ(flag[0], 1);
