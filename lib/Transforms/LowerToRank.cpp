@@ -17,6 +17,20 @@ using namespace planc::plan;
 namespace rk = planc::rank;
 
 namespace {
+/// attention(..., dropout = p)'s attributes on a rank attention op
+/// (RankOps.td Rank_AttnDropoutArgs).
+struct AttnDropoutAttrs {
+  FloatAttr p;
+  IntegerAttr uid, microbatches;
+  ArrayAttr batchAxes, mbInnerAxes, headAxes, headInnerAxes;
+  /// OpT::create(b, loc, args..., these attributes).
+  template <class OpT, class... Args>
+  OpT create(OpBuilder &b, Location loc, Args &&...args) const {
+    return OpT::create(b, loc, std::forward<Args>(args)..., p, uid, batchAxes,
+                       microbatches, mbInnerAxes, headAxes, headInnerAxes);
+  }
+};
+
 struct LowerToRankPass : public planc::impl::LowerToRankBase<LowerToRankPass> {
   void runOnOperation() override;
 
@@ -365,11 +379,6 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
   // (RankOps.td Rank_AttnDropoutArgs) for plan op `op` on `qkv`: the batch
   // placed as rank.dropout places dimension 0, the heads by the axes that
   // split the packed dimension.
-  struct AttnDropoutAttrs {
-    FloatAttr p;
-    IntegerAttr uid, microbatches;
-    ArrayAttr batchAxes, mbInnerAxes, headAxes, headInnerAxes;
-  };
   // `headSplit`: the axis that splits each rank's heads further (context
   // parallelism's all-to-all), "" for none.
   auto attnDropout = [&](Operation *op, Value qkv, StringRef headSplit = "") {
@@ -1478,25 +1487,19 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
               StringAttr cp = contextAxis(a.getQkv());
               AttnDropoutAttrs z = attnDropout(a, a.getQkv());
               if (cp.getValue().empty()) {
-                rk::AttentionOp::create(
-                    b, loc, in(0), out, h, kv, z.p, z.uid, z.batchAxes,
-                    z.microbatches, z.mbInnerAxes, z.headAxes, z.headInnerAxes);
+                z.create<rk::AttentionOp>(b, loc, in(0), out, h, kv);
                 return true;
               }
               int64_t G = mesh.getAxisSize(cp.getValue());
               std::string how = cpExchange(h.getInt(), kv.getInt(), G);
               if (how == "ring") {
-                rk::AttentionRingOp::create(
-                    b, loc, in(0), out, h, kv, cp, z.p, z.uid, z.batchAxes,
-                    z.microbatches, z.mbInnerAxes, z.headAxes, z.headInnerAxes);
+                z.create<rk::AttentionRingOp>(b, loc, in(0), out, h, kv, cp);
                 return true;
               }
               if (how == "all_gather") {
                 Value kvs = kvGather(a.getQkv(), in(0), h.getInt(), kv.getInt(),
                                      cp, loc);
-                rk::AttentionCpOp::create(
-                    b, loc, in(0), kvs, out, h, kv, cp, z.p, z.uid, z.batchAxes,
-                    z.microbatches, z.mbInnerAxes, z.headAxes, z.headInnerAxes);
+                z.create<rk::AttentionCpOp>(b, loc, in(0), kvs, out, h, kv, cp);
                 return true;
               }
               z = attnDropout(a, a.getQkv(), cp.getValue());
@@ -1505,10 +1508,9 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
               if (failed(qkv))
                 return false;
               Value o = rk::AllocOp::create(b, loc, headSplitType(out, G));
-              rk::AttentionOp::create(
-                  b, loc, *qkv, o, b.getI64IntegerAttr(h.getInt() / G),
-                  b.getI64IntegerAttr(kv.getInt() / G), z.p, z.uid, z.batchAxes,
-                  z.microbatches, z.mbInnerAxes, z.headAxes, z.headInnerAxes);
+              z.create<rk::AttentionOp>(b, loc, *qkv, o,
+                                        b.getI64IntegerAttr(h.getInt() / G),
+                                        b.getI64IntegerAttr(kv.getInt() / G));
               rk::HeadsToSeqOp::create(
                   b, loc, o, out, cast<MemRefType>(out.getType()).getDimSize(2),
                   0, cp);
@@ -1574,18 +1576,14 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
               StringAttr cp = contextAxis(a.getQkv());
               AttnDropoutAttrs z = attnDropout(a, a.getQkv());
               if (cp.getValue().empty()) {
-                rk::AttentionGradOp::create(
-                    b, loc, in(0), in(1), out, h, kv, z.p, z.uid, z.batchAxes,
-                    z.microbatches, z.mbInnerAxes, z.headAxes, z.headInnerAxes);
+                z.create<rk::AttentionGradOp>(b, loc, in(0), in(1), out, h, kv);
                 return true;
               }
               int64_t G = mesh.getAxisSize(cp.getValue());
               std::string how = cpExchange(h.getInt(), kv.getInt(), G);
               if (how == "ring") {
-                rk::AttentionRingGradOp::create(b, loc, in(0), in(1), out, h,
-                                                kv, cp, z.p, z.uid, z.batchAxes,
-                                                z.microbatches, z.mbInnerAxes,
-                                                z.headAxes, z.headInnerAxes);
+                z.create<rk::AttentionRingGradOp>(b, loc, in(0), in(1), out, h,
+                                                  kv, cp);
                 return true;
               }
               if (how == "all_gather") {
@@ -1594,10 +1592,8 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
                 auto kt = cast<MemRefType>(kvs.getType());
                 Value dkv = rk::AllocOp::create(
                     b, loc, MemRefType::get(kt.getShape(), b.getF32Type()));
-                rk::AttentionCpGradOp::create(
-                    b, loc, in(0), kvs, in(1), out, dkv, h, kv, cp, z.p, z.uid,
-                    z.batchAxes, z.microbatches, z.mbInnerAxes, z.headAxes,
-                    z.headInnerAxes);
+                z.create<rk::AttentionCpGradOp>(b, loc, in(0), kvs, in(1), out,
+                                                dkv, h, kv, cp);
                 int64_t kvWidth = kt.getDimSize(2) / 2;
                 rk::KvReduceScatterOp::create(
                     b, loc, dkv, out,
@@ -1615,10 +1611,9 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
               rk::SeqToHeadsOp::create(b, loc, in(1), dy, width, 0, cp);
               Value dx = rk::AllocOp::create(b, loc, headSplitType(out, G));
               z = attnDropout(a, a.getQkv(), cp.getValue());
-              rk::AttentionGradOp::create(
+              z.create<rk::AttentionGradOp>(
                   b, loc, *qkv, dy, dx, b.getI64IntegerAttr(h.getInt() / G),
-                  b.getI64IntegerAttr(kv.getInt() / G), z.p, z.uid, z.batchAxes,
-                  z.microbatches, z.mbInnerAxes, z.headAxes, z.headInnerAxes);
+                  b.getI64IntegerAttr(kv.getInt() / G));
               rk::HeadsToSeqOp::create(b, loc, dx, out, width, kvWidth, cp);
               return true;
             })
