@@ -458,7 +458,10 @@ LogicalResult ParallelOp::verify() {
                          {"none", "megatron"})) ||
       (getCpComm() &&
        failed(expectOneOf(*this, "cp_comm", *getCpComm(),
-                          {"all_to_all", "all_gather", "ring"}))))
+                          {"all_to_all", "all_gather", "ring"}))) ||
+      (getEpComm() &&
+       failed(expectOneOf(*this, "ep_comm", *getEpComm(),
+                          {"all_to_all", "all_gather"}))))
     return failure();
   int64_t microbatches = getMicrobatches();
   if (microbatches < 1)

@@ -146,6 +146,13 @@ def Plan_ParallelOp : Plan_Op<"parallel"> {
       for heads), `"all_gather"` (every position's keys and values) or
       `"ring"` (the keys and values passed round). Left out, the compiler
       chooses.
+    - `ep_comm` (optional): how expert parallelism (the mesh axis `ep`)
+      moves tokens to their experts and their outputs back:
+      `"all_to_all"` (the default: only the rows routed to another rank's
+      experts move, rk.routed_all_gather / routed_reduce_scatter) or
+      `"all_gather"` (every rank of the group receives every token, and
+      the partial outputs are reduce-scattered; Megatron-Core's all-gather
+      dispatcher).
   }];
   let arguments = (ins
       DefaultValuedAttr<StrAttr, "\"1f1b\"">:$schedule,
@@ -157,7 +164,8 @@ def Plan_ParallelOp : Plan_Op<"parallel"> {
       DefaultValuedAttr<BoolAttr, "false">:$sequence_parallel,
       DefaultValuedAttr<StrAttr, "\"none\"">:$tensor_policy,
       OptionalAttr<DenseI64ArrayAttr>:$stage_boundaries,
-      OptionalAttr<StrAttr>:$cp_comm);
+      OptionalAttr<StrAttr>:$cp_comm,
+      OptionalAttr<StrAttr>:$ep_comm);
   let assemblyFormat = "attr-dict";
   let hasVerifier = 1;
 }

@@ -180,6 +180,50 @@ SmallVector<StringRef> AllToAllOp::getRuntimeAttrNames() {
   return {"gather_dim", "split_dim", "axis"};
 }
 
+SmallVector<StringRef> RoutedAllGatherOp::getRuntimeAttrNames() {
+  return {"experts_per_rank", "axis"};
+}
+SmallVector<StringRef> RoutedReduceScatterOp::getRuntimeAttrNames() {
+  return {"experts_per_rank", "axis"};
+}
+
+/// A routed collective: `block` and `whole` differ only in dimension 0, by
+/// a whole factor; `experts` has whole's rows and `per_rank` >= 1.
+static LogicalResult verifyRouted(Operation *op, MemRefType block,
+                                  MemRefType whole, MemRefType experts,
+                                  int64_t perRank) {
+  bool ok = block.getRank() >= 2 && block.getRank() == whole.getRank() &&
+            block.getElementType() == whole.getElementType() &&
+            block.getDimSize(0) > 0 &&
+            whole.getDimSize(0) % block.getDimSize(0) == 0;
+  for (int64_t d = 1; ok && d < block.getRank(); ++d)
+    ok = block.getDimSize(d) == whole.getDimSize(d);
+  if (!ok)
+    return op->emitOpError() << "expects a block and the group's whole of one "
+                                "element type, differing only in dimension 0 "
+                                "by a whole factor, got "
+                             << block << " and " << whole;
+  int64_t rows = whole.getNumElements() / whole.getShape().back();
+  if (experts.getRank() < 2 ||
+      experts.getNumElements() / experts.getShape().back() != rows)
+    return op->emitOpError() << "expects the group's choices with " << rows
+                             << " rows, got " << experts;
+  if (perRank < 1)
+    return op->emitOpError() << "experts_per_rank must be >= 1, got "
+                             << perRank;
+  return success();
+}
+
+LogicalResult RoutedAllGatherOp::verify() {
+  return verifyRouted(*this, getInput().getType(), getOut().getType(),
+                      getExperts().getType(), getExpertsPerRank());
+}
+
+LogicalResult RoutedReduceScatterOp::verify() {
+  return verifyRouted(*this, getOut().getType(), getInput().getType(),
+                      getExperts().getType(), getExpertsPerRank());
+}
+
 /// The input and output differ only in dimension `dim`, by a whole factor
 /// (`grows`: the output is the larger).
 static LogicalResult verifyDimCollective(Operation *op, MemRefType in,

@@ -239,4 +239,50 @@ def Rank_MoeExpertsSwigluGradKeptOp : Rank_CallOp<"moe_experts_swiglu_grad_kept"
   }];
 }
 
+// Expert parallelism's all-to-all dispatcher (plan-route-experts): the
+// gathers of the experts' operands over ep and the reduce-scatters of their
+// partial outputs, restricted to the rows that a member's experts read
+// (the group's choices `experts` say which), in one all-to-all with
+// variable counts each.
+
+def Rank_RoutedAllGatherOp : Rank_CallOp<"routed_all_gather",
+    [DeclareOpInterfaceMethods<RuntimeCallOpInterface, ["getRuntimeAttrNames"]>]> {
+  let summary = "all_gather along dimension 0 of the rows this rank's experts need";
+  let description = [{
+    `out` is the all-gather of `input` over `axis` along dimension 0, except
+    that a row of another rank's block arrives only if one of its choices
+    in `experts` (the group's, [rows of out, K]) is among this rank's
+    `experts_per_rank` experts; the other rows are zero.
+  }];
+  let arguments = (ins Arg<Rank_DataBuffer, "", [MemRead]>:$input,
+                       Arg<Rank_I32Buffer, "", [MemRead]>:$experts,
+                       Arg<Rank_DataBuffer, "", [MemWrite]>:$out,
+                       I64Attr:$experts_per_rank, StrAttr:$axis);
+  let assemblyFormat = [{
+    $input `routed` `by` $experts `into` $out `over` $axis attr-dict `:`
+    type($input) `,` type($experts) `->` type($out)
+  }];
+  let hasVerifier = 1;
+}
+
+def Rank_RoutedReduceScatterOp : Rank_CallOp<"routed_reduce_scatter",
+    [DeclareOpInterfaceMethods<RuntimeCallOpInterface, ["getRuntimeAttrNames"]>]> {
+  let summary = "reduce_scatter along dimension 0 of the rows each rank's experts wrote";
+  let description = [{
+    `out` is this rank's block (dimension 0) of the sum over `axis` of
+    `input`, where each rank's rows that its experts did not need (by the
+    group's choices `experts`) are taken as zero and not sent. The sum runs
+    in rank order.
+  }];
+  let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$input,
+                       Arg<Rank_I32Buffer, "", [MemRead]>:$experts,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$out,
+                       I64Attr:$experts_per_rank, StrAttr:$axis);
+  let assemblyFormat = [{
+    $input `routed` `by` $experts `into` $out `over` $axis attr-dict `:`
+    type($input) `,` type($experts) `->` type($out)
+  }];
+  let hasVerifier = 1;
+}
+
 #endif

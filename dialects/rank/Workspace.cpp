@@ -65,6 +65,7 @@ bool runsNative(Operation *op, const WorkspaceEnv &env) {
           GeluGradOp, GeluExactOp, GeluExactGradOp, SiluOp, SiluGradOp, CopyOp,
           ScaleOp, RopeOp, PosEmbeddingOp, EmbeddingOp, LayerNormOp,
           LayerNormGradOp, RmsNormOp, RmsNormGradOp, AllGatherOp, AllToAllOp,
+          RoutedAllGatherOp,
           ShardSliceOp, SeqToHeadsOp, HeadsToSeqOp, KvGatherOp, AttentionCpOp,
           AttentionRingOp, AttentionRingGradOp>(op)) {
     int first = -1;
@@ -244,6 +245,21 @@ int64_t kvReduceScatter(KvReduceScatterOp op, const WorkspaceEnv &env) {
   int64_t g = env.axisSize(op.getAxis());
   return ws::kv_reduce_scatter(numel(op.getDkv()) / g, g);
 }
+/// Expert parallelism's routed collectives: blocks of `block`'s rows and
+/// width over the axis; routed_all_gather moves 16-bit rows as they are,
+/// routed_reduce_scatter sums in fp32 (staged).
+int64_t routedAllGather(RoutedAllGatherOp op, const WorkspaceEnv &env) {
+  Value in = op.getInput();
+  return ws::routed_exchange(leadRows(in), lastDim(in),
+                             env.axisSize(op.getAxis()),
+                             movedBytes(in, op.getOut()));
+}
+int64_t routedReduceScatter(RoutedReduceScatterOp op,
+                            const WorkspaceEnv &env) {
+  Value out = op.getOut();
+  return ws::routed_exchange(leadRows(out), lastDim(out),
+                             env.axisSize(op.getAxis()), 4);
+}
 /// Context parallelism's attentions: a block of this rank's keys and
 /// values, the query rows (batch x heads x positions) and the head dim.
 template <class Op>
@@ -370,6 +386,10 @@ void planc::rank::registerWorkspaceModels(MLIRContext *ctx) {
   AllGatherOp::attachInterface<Model<AllGatherOp, allGather>>(*ctx);
   ReduceScatterOp::attachInterface<Model<ReduceScatterOp, reduceScatter>>(*ctx);
   AllToAllOp::attachInterface<Model<AllToAllOp, allToAll>>(*ctx);
+  RoutedAllGatherOp::attachInterface<
+      Model<RoutedAllGatherOp, routedAllGather>>(*ctx);
+  RoutedReduceScatterOp::attachInterface<
+      Model<RoutedReduceScatterOp, routedReduceScatter>>(*ctx);
   KvGatherOp::attachInterface<Model<KvGatherOp, kvGather>>(*ctx);
   AttentionRingOp::attachInterface<Model<AttentionRingOp, attentionRing>>(*ctx);
   AttentionRingGradOp::attachInterface<

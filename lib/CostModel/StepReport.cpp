@@ -30,6 +30,29 @@ double bufferBytes(Type t) {
          double(m.getElementType().getIntOrFloatBitWidth()) / 8.0;
 }
 
+/// The share of another rank's rows that expert parallelism's all-to-all
+/// dispatcher moves to a rank, under balanced routing: each row's top_k
+/// distinct choices uniform over G * per_rank experts, the row moves when
+/// one of them is the rank's, 1 - C(E - per_rank, k) / C(E, k).
+double routedShare(int64_t group, int64_t perRank, int64_t k) {
+  double e = double(group * perRank), none = 1;
+  for (int64_t i = 0; i < k; ++i)
+    none *= std::max(0.0, (e - double(perRank) - double(i)) / (e - double(i)));
+  return 1 - none;
+}
+template <class Op> double routedShare(Op op, int64_t group) {
+  return routedShare(group, op.getExpertsPerRank(),
+                     op.getExperts().getType().getShape().back());
+}
+/// The bytes a routed collective would move densely: the gathered rows
+/// (moved as they are), or the partial rows (summed in fp32).
+double routedBytes(rk::RoutedAllGatherOp op) {
+  return bufferBytes(op.getOut().getType());
+}
+double routedBytes(rk::RoutedReduceScatterOp op) {
+  return double(op.getInput().getType().getNumElements()) * 4;
+}
+
 /// What the rank that runs `op` sends per step for it, by (kind, axes).
 struct Counter {
   plan::MeshOp mesh;
@@ -80,6 +103,12 @@ struct Counter {
     else if (auto a2a = dyn_cast<rk::AllToAllOp>(op))
       add("all_to_all", {a2a.getAxis()}, bufferBytes(a2a.getInput().getType()),
           1, times);
+    else if (auto d = dyn_cast<rk::RoutedAllGatherOp>(op))
+      add("dispatch", {d.getAxis()}, routedBytes(d) * routedShare(d, groupOf({d.getAxis()})), 1,
+          times);
+    else if (auto c = dyn_cast<rk::RoutedReduceScatterOp>(op))
+      add("combine", {c.getAxis()}, routedBytes(c) * routedShare(c, groupOf({c.getAxis()})), 1,
+          times);
     else if (auto s = dyn_cast<rk::SeqToHeadsOp>(op))
       add("all_to_all", {s.getAxis()}, bufferBytes(s.getInput().getType()), 1,
           times);
@@ -332,6 +361,14 @@ struct OpCoster {
     if (auto a2a = dyn_cast<rk::AllToAllOp>(op))
       return collective("all_to_all", {a2a.getAxis().str()},
                         bytes(a2a.getInput()));
+    if (auto d = dyn_cast<rk::RoutedAllGatherOp>(op))
+      return collective("all_to_all", {d.getAxis().str()},
+                        routedBytes(d) *
+                            routedShare(d, group({d.getAxis().str()})));
+    if (auto c = dyn_cast<rk::RoutedReduceScatterOp>(op))
+      return collective("all_to_all", {c.getAxis().str()},
+                        routedBytes(c) *
+                            routedShare(c, group({c.getAxis().str()})));
     if (auto s = dyn_cast<rk::SeqToHeadsOp>(op))
       return collective("all_to_all", {s.getAxis().str()}, bytes(s.getInput()));
     if (auto g = dyn_cast<rk::KvGatherOp>(op))
@@ -838,13 +875,22 @@ FailureOr<StepReport> planc::computeStepReport(ModuleOp module,
       expertWeights.insert(w);
     }
   });
+  step.walk([&](rk::RoutedAllGatherOp d) {
+    r.moeRoutedShare = routedShare(d, mesh.getAxisSize(d.getAxis()));
+  });
   for (Value w : expertWeights)
     r.expertWeightBytesPerRank +=
         cast<MemRefType>(w.getType()).getNumElements() * 4;
   r.expertWeightBytes = r.expertWeightBytesPerRank * r.moeEp;
   for (const CommLine &l : r.comm)
     if (!expertAxis.empty() && l.axes == expertAxis) {
-      if (l.kind == "all_gather") {
+      if (l.kind == "dispatch") {
+        r.moeDispatchBytes += l.payloadBytes;
+        r.moeDispatchSent += l.sentBytes;
+      } else if (l.kind == "combine") {
+        r.moeCombineBytes += l.payloadBytes;
+        r.moeCombineSent += l.sentBytes;
+      } else if (l.kind == "all_gather") {
         r.moeGatherBytes += l.payloadBytes;
         r.moeGatherSent += l.sentBytes;
       } else if (l.kind == "reduce_scatter") {
@@ -909,12 +955,22 @@ void planc::printStepReport(const StepReport &r, llvm::raw_ostream &os) {
                        (long long)r.moeTopK, (long long)r.moeExpertsPerRank,
                        (long long)r.moeEp, mb(r.expertWeightBytes),
                        mb(r.expertWeightBytesPerRank));
-    os << llvm::format("    ep dispatch (all-gather of the tokens, choices "
-                       "and gates; reduce-scatter of the outputs), per step "
-                       "and rank: gathers %.4f MB (sent %.4f), "
-                       "reduce-scatters %.4f MB (sent %.4f)\n",
-                       mb(r.moeGatherBytes), mb(r.moeGatherSent),
-                       mb(r.moeScatterBytes), mb(r.moeScatterSent));
+    if (r.moeDispatchBytes > 0 || r.moeCombineBytes > 0)
+      os << llvm::format(
+          "    ep dispatch (all-to-all of the rows routed to another rank's "
+          "experts: %.3f of them under balanced routing; the choices "
+          "all-gathered), per step and rank: dispatch %.4f MB (sent %.4f), "
+          "combine %.4f MB (sent %.4f), gathers %.4f MB (sent %.4f)\n",
+          r.moeRoutedShare, mb(r.moeDispatchBytes), mb(r.moeDispatchSent),
+          mb(r.moeCombineBytes), mb(r.moeCombineSent), mb(r.moeGatherBytes),
+          mb(r.moeGatherSent));
+    else
+      os << llvm::format("    ep dispatch (all-gather of the tokens, choices "
+                         "and gates; reduce-scatter of the outputs), per step "
+                         "and rank: gathers %.4f MB (sent %.4f), "
+                         "reduce-scatters %.4f MB (sent %.4f)\n",
+                         mb(r.moeGatherBytes), mb(r.moeGatherSent),
+                         mb(r.moeScatterBytes), mb(r.moeScatterSent));
   }
   os << "  communication per step and rank (ring algorithms):\n";
   os << llvm::format("    %-15s %-8s %6s %7s %14s %14s\n", "collective", "axes",
@@ -1012,7 +1068,23 @@ llvm::json::Object planc::stepReportJson(const StepReport &r) {
                                 {"expert_weight_bytes_per_rank",
                                  r.expertWeightBytesPerRank},
                                 {"dispatch",
-                                 llvm::json::Object{{"gather_bytes",
+                                 llvm::json::Object{{"kind",
+                                                     r.moeDispatchBytes > 0 ||
+                                                             r.moeCombineBytes >
+                                                                 0
+                                                         ? "all_to_all"
+                                                         : "all_gather"},
+                                                    {"routed_share",
+                                                     r.moeRoutedShare},
+                                                    {"dispatch_bytes",
+                                                     r.moeDispatchBytes},
+                                                    {"dispatch_sent_bytes",
+                                                     r.moeDispatchSent},
+                                                    {"combine_bytes",
+                                                     r.moeCombineBytes},
+                                                    {"combine_sent_bytes",
+                                                     r.moeCombineSent},
+                                                    {"gather_bytes",
                                                      r.moeGatherBytes},
                                                     {"gather_sent_bytes",
                                                      r.moeGatherSent},

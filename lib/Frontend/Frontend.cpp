@@ -474,6 +474,7 @@ OwningOpRef<ModuleOp> Sema::run(ArrayRef<SourceFile> files) {
     add("recompute", par.recompute != "none", b.getStringAttr(par.recompute));
     add("sequence_parallel", par.sequenceParallel, b.getBoolAttr(true));
     add("cp_comm", !par.cpComm.empty(), b.getStringAttr(par.cpComm));
+    add("ep_comm", !par.epComm.empty(), b.getStringAttr(par.epComm));
     add("tensor_policy", par.tensorPolicy != "none",
         b.getStringAttr(par.tensorPolicy));
     add("stage_boundaries", !par.stageBoundaries.empty(),

@@ -81,6 +81,8 @@ struct ParallelPlan {
   /// Context parallelism's exchange: "" (the compiler chooses),
   /// "all_to_all", "all_gather" or "ring".
   std::string cpComm;
+  /// Expert parallelism's token exchange: "" (all_to_all) or "all_gather".
+  std::string epComm;
   std::vector<std::string> order = {"pp", "dp", "ep", "cp", "tp"};
   bool sequenceParallel = false;
   std::string schedule = "1f1b";

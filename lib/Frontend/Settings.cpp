@@ -21,7 +21,7 @@ static std::string num(double x) {
 static bool takesRawValue(StringRef key) {
   return llvm::is_contained({"order", "schedule", "recompute", "tensor",
                              "sequence_parallel", "pad_vocab", "optimizer",
-                             "cp_comm", "lr_schedule", "data", "precision",
+                             "cp_comm", "ep_comm", "lr_schedule", "data", "precision",
                              "loss_scale", "gpu"},
                             key);
 }
@@ -146,7 +146,7 @@ void Sema::readParallel() {
     return;
   Settings s;
   readSettings(parallelSec,
-               {"dp", "tp", "pp", "cp", "ep", "cp_comm", "world", "order",
+               {"dp", "tp", "pp", "cp", "ep", "cp_comm", "ep_comm", "world", "order",
                 "sequence_parallel", "schedule", "microbatches",
                 "virtual_stages", "stage_boundaries", "zero", "bucket_mb",
                 "recompute", "tensor", "pad_vocab"},
@@ -181,6 +181,13 @@ void Sema::readParallel() {
     error(*par.cpCommLoc) << "cp_comm chooses how context parallelism "
                              "exchanges keys and values, but cp = 1; set "
                              "cp > 1 or remove cp_comm";
+  if (auto v = nameSetting(s, "ep_comm", {"all_to_all", "all_gather"})) {
+    par.epComm = *v;
+    if (par.ep == 1)
+      error(at("ep_comm")) << "ep_comm chooses how expert parallelism moves "
+                              "tokens to their experts, but ep = 1; set "
+                              "ep > 1 or remove ep_comm";
+  }
   if (auto w = intSetting(s, "world", 1); w && *w != par.world()) {
     auto diag = error(at("world"));
     diag << "world = " << *w << " but " << par.axesProduct(true) << " = "

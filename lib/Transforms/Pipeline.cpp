@@ -33,6 +33,7 @@ const Stage kStages[] = {
     {"plan-partition-stages", plain<planc::createPartitionStages>},
     {"plan-lower-to-rank", plain<planc::createLowerToRank>},
     {"plan-shard-in-place", plain<planc::createShardInPlace>},
+    {"plan-route-experts", plain<planc::createRouteExperts>},
     {"plan-keep-attention",
      [](const planc::PipelineOptions &o) {
        return planc::createKeepAttention({/*policy=*/"", o.target});

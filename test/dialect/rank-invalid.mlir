@@ -56,3 +56,27 @@ func.func @adamw(%w: memref<4xf32>, %m: memref<4xf32>, %v: memref<4xf32>, %sq: m
   rank.adamw_update %w, %w, %m, %v clipped by %sq {beta1 = 0.9 : f32, beta2 = 0.95 : f32, eps = 1.0e-8 : f32, lr = 1.0e-3 : f32, max_norm = 0.0 : f32, weight_decay = 0.1 : f32} : memref<4xf32>, memref<4xf32>, memref<4xf32>, memref<4xf32>, memref<f32>
   return
 }
+
+// -----
+
+func.func @routed(%x: memref<2x4x8xf32>, %c: memref<4x4x2xi32>, %out: memref<4x4x6xf32>) {
+  // expected-error @below {{expects a block and the group's whole of one element type, differing only in dimension 0 by a whole factor, got 'memref<2x4x8xf32>' and 'memref<4x4x6xf32>'}}
+  rank.routed_all_gather %x routed by %c into %out over "ep" {experts_per_rank = 2 : i64} : memref<2x4x8xf32>, memref<4x4x2xi32> -> memref<4x4x6xf32>
+  return
+}
+
+// -----
+
+func.func @routed(%x: memref<4x4x8xf32>, %c: memref<2x4x2xi32>, %out: memref<2x4x8xf32>) {
+  // expected-error @below {{expects the group's choices with 16 rows, got 'memref<2x4x2xi32>'}}
+  rank.routed_reduce_scatter %x routed by %c into %out over "ep" {experts_per_rank = 2 : i64} : memref<4x4x8xf32>, memref<2x4x2xi32> -> memref<2x4x8xf32>
+  return
+}
+
+// -----
+
+func.func @routed(%x: memref<2x4x8xf32>, %c: memref<4x4x2xi32>, %out: memref<4x4x8xf32>) {
+  // expected-error @below {{experts_per_rank must be >= 1, got 0}}
+  rank.routed_all_gather %x routed by %c into %out over "ep" {experts_per_rank = 0 : i64} : memref<2x4x8xf32>, memref<4x4x2xi32> -> memref<4x4x8xf32>
+  return
+}

@@ -101,6 +101,12 @@ struct StepReport {
   int64_t expertWeightBytes = 0, expertWeightBytesPerRank = 0;
   double moeGatherBytes = 0, moeGatherSent = 0, moeScatterBytes = 0,
          moeScatterSent = 0;
+  // The all-to-all dispatcher (ep_comm = all_to_all): the routed rows sent
+  // to the experts' ranks and back, assuming balanced routing (a share
+  // moeRoutedShare of another rank's rows reaches a rank); the choices are
+  // still all-gathered (moeGather*).
+  double moeDispatchBytes = 0, moeDispatchSent = 0, moeCombineBytes = 0,
+         moeCombineSent = 0, moeRoutedShare = 0;
   double gpuMemoryBytes = 0;
 
   double sentBytes() const;

@@ -217,6 +217,24 @@ def ShardInPlace : Pass<"plan-shard-in-place", "mlir::ModuleOp"> {
   let dependentDialects = ["::planc::rank::RankDialect"];
 }
 
+def RouteExperts : Pass<"plan-route-experts", "mlir::ModuleOp"> {
+  let summary = "Expert parallelism moves only the routed rows (all-to-all dispatcher)";
+  let description = [{
+    A `rank.all_gather` over the expert axis (dimension 0) whose buffer only
+    expert ops of that axis read, as their input, gates or output gradient,
+    becomes `rank.routed_all_gather` by the group's choices (the buffer
+    their choices are gathered into): only the rows routed to a rank's
+    experts reach it, the others are zero, and the experts read none of
+    them. A `rank.reduce_scatter` over the expert axis of what one expert op
+    wrote (its output, or its input and gates gradients) becomes
+    `rank.routed_reduce_scatter`: a rank sends back only the rows its
+    experts wrote (elsewhere they are zero). Each is one all-to-all with
+    variable counts. Nothing else changes, so the results are those of the
+    dense collectives; `ep_comm = all_gather` (plan.parallel) keeps those.
+  }];
+  let dependentDialects = ["::planc::rank::RankDialect"];
+}
+
 def KeepExperts : Pass<"plan-keep-experts", "mlir::ModuleOp"> {
   let summary = "recompute = none: a mixture of experts keeps its activations for the backward";
   let description = [{

@@ -368,6 +368,132 @@ struct MoeBiasUpdateFn {
   }
 };
 
+//===--- Expert parallelism's routed exchange (all-to-all dispatcher) -----===//
+//
+// A group of G members (the ep axis) holds a tensor in blocks of `rows`
+// rows, member m's block first at row m * rows; `choices` [G * rows, K] are
+// the group's (gathered) choices. Row t is needed by member r when one of
+// its choices is an expert of r's block of `per_rank` experts (dropped
+// choices are not). routed_all_gather moves a row to the members that
+// need it; routed_reduce_scatter moves a member's partial row back to the
+// row's owner only where that member needed it (elsewhere its part is
+// zero).
+
+/// Whether group row `row` has a choice in member r's experts.
+PLANRT_HD inline bool moe_needed(const int32_t *choices, int64_t k,
+                                 int64_t per_rank, int64_t row, int64_t r) {
+  for (int64_t j = 0; j < k; ++j) {
+    int32_t c = choices[row * k + j];
+    if (c >= 0 && c / per_rank == r)
+      return true;
+  }
+  return false;
+}
+
+/// The routing of one exchange for member `member` (one invocation). For
+/// every other member r in order, the rows it sends to r: `send_rows` lists
+/// them (all_gather: local rows of its block needed by r; reduce_scatter:
+/// rows of r's block of the input that `member` needed), counts[r] how
+/// many. For every other member s, counts[G + s] rows arrive from it,
+/// packed in s's order: pos[s * rows + t] is row t's place among all rows
+/// received (all_gather: row t of s's block, needed by `member`;
+/// reduce_scatter: row t of member's own block, needed by s), -1 if none
+/// arrives; pos of the member's own block is -1.
+struct MoeRouteFn {
+  const int32_t *choices;
+  int32_t *send_rows, *pos;
+  int64_t *counts;
+  int64_t rows, k, group, member, per_rank;
+  bool scatter;
+  PLANRT_HD void operator()(int64_t) const {
+    int64_t n = 0;
+    for (int64_t r = 0; r < group; ++r) {
+      counts[r] = 0;
+      if (r == member)
+        continue;
+      for (int64_t t = 0; t < rows; ++t) {
+        bool send = scatter ? moe_needed(choices, k, per_rank, r * rows + t,
+                                         member)
+                            : moe_needed(choices, k, per_rank,
+                                         member * rows + t, r);
+        if (!send)
+          continue;
+        send_rows[n++] = int32_t(scatter ? r * rows + t : t);
+        ++counts[r];
+      }
+    }
+    int64_t m = 0;
+    for (int64_t s = 0; s < group; ++s) {
+      counts[group + s] = 0;
+      for (int64_t t = 0; t < rows; ++t) {
+        int32_t &p = pos[s * rows + t];
+        bool got = s != member &&
+                   (scatter ? moe_needed(choices, k, per_rank,
+                                         member * rows + t, s)
+                            : moe_needed(choices, k, per_rank, s * rows + t,
+                                         member));
+        p = got ? int32_t(m++) : -1;
+        if (got)
+          ++counts[group + s];
+      }
+    }
+  }
+};
+
+/// out row i = in row rows[i] (the rows sent, packed); index i w + c.
+template <class T> struct MoeRoutedPackFn {
+  const T *in;
+  const int32_t *rows;
+  T *out;
+  int64_t w;
+  PLANRT_HD void operator()(int64_t i) const {
+    out[i] = in[int64_t(rows[i / w]) * w + i % w];
+  }
+};
+
+/// routed_all_gather's result: the member's own block from `local`, the
+/// rows received where they arrived, zero elsewhere (index: group row * w
+/// + c).
+template <class T> struct MoeRoutedGatherFn {
+  const T *local, *recv;
+  const int32_t *pos;
+  T *out;
+  int64_t w, rows, member;
+  PLANRT_HD void operator()(int64_t i) const {
+    int64_t row = i / w, c = i % w;
+    if (row / rows == member) {
+      out[i] = local[(row - member * rows) * w + c];
+      return;
+    }
+    int32_t p = pos[row];
+    out[i] = p >= 0 ? recv[int64_t(p) * w + c] : T{};
+  }
+};
+
+/// routed_reduce_scatter's result: row t of the member's block summed over
+/// the group in member order (its own part from `in`, the others' from
+/// what arrived; a member that sent nothing adds nothing); index t w + c.
+struct MoeRoutedSumFn {
+  const float *in, *recv;
+  const int32_t *pos;
+  float *out;
+  int64_t w, rows, group, member;
+  PLANRT_HD void operator()(int64_t i) const {
+    int64_t t = i / w, c = i % w;
+    float acc = 0.0f;
+    for (int64_t m = 0; m < group; ++m) {
+      if (m == member) {
+        acc += in[(member * rows + t) * w + c];
+        continue;
+      }
+      int32_t p = pos[m * rows + t];
+      if (p >= 0)
+        acc += recv[int64_t(p) * w + c];
+    }
+    out[i] = acc;
+  }
+};
+
 } // namespace kernels
 } // namespace planrt
 

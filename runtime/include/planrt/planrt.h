@@ -498,6 +498,22 @@ void shard_slice(Context *ctx, const Tensor *in, Tensor *out, int64_t dim,
 /// the others equal. gather_dim != split_dim.
 void all_to_all(Context *ctx, const Tensor *in, Tensor *out, int64_t gather_dim,
                 int64_t split_dim, int64_t axis);
+/// Expert parallelism's all-to-all dispatcher (the gathers and
+/// reduce-scatters over ep of a mixture of experts' operands and partial
+/// outputs, restricted to the rows that matter). `experts` holds the
+/// group's choices [G * rows, K] (the same on every member), and member r
+/// holds experts [r * experts_per_rank, (r + 1) * experts_per_rank); a row
+/// is needed by the members that hold one of its (not dropped) choices.
+/// routed_all_gather: out = all_gather(in) along dimension 0, except that
+/// a row of another member's block arrives only if this member needs it
+/// (the others are zero). routed_reduce_scatter: out = reduce_scatter(in)
+/// along dimension 0, where member r's rows that r does not need are taken
+/// as zero (not sent); the sum runs in member order.
+void routed_all_gather(Context *ctx, const Tensor *in, const Tensor *experts,
+                       Tensor *out, int64_t experts_per_rank, int64_t axis);
+void routed_reduce_scatter(Context *ctx, const Tensor *in,
+                           const Tensor *experts, Tensor *out,
+                           int64_t experts_per_rank, int64_t axis);
 /// Records this step's loss (rank-0 tensor, already reduced) for logging.
 void report_loss(Context *ctx, const Tensor *loss);
 

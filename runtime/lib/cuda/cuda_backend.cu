@@ -770,6 +770,35 @@ void alltoall(Context *ctx, const void *send, void *recv, int64_t count,
   end_comm(s);
 }
 
+// Variable counts (expert parallelism's routed rows): grouped
+// point-to-point, each pair exchanging what it has; a pair with nothing to
+// move posts nothing (both sides know the counts).
+void alltoallv(Context *ctx, const void *send, const int64_t *send_counts,
+               void *recv, const int64_t *recv_counts, int64_t axis,
+               int dtype) {
+  CudaState *s = state(ctx);
+  ncclComm_t comm = group_comm(ctx, "all_to_all_v", int64_t(1) << axis);
+  int members = (int)ctx->axis_sizes[axis];
+  const size_t eb = dtype_bytes(dtype);
+  begin_comm(s);
+  NCCL_CHECK(ncclGroupStart());
+  size_t so = 0, ro = 0;
+  for (int k = 0; k < members; ++k) {
+    if (send_counts[k] > 0)
+      NCCL_CHECK(ncclSend((const char *)send + so * eb, (size_t)send_counts[k],
+                          nccl_type(dtype), k, comm, s->comm_stream));
+    if (recv_counts[k] > 0)
+      NCCL_CHECK(ncclRecv((char *)recv + ro * eb, (size_t)recv_counts[k],
+                          nccl_type(dtype), k, comm, s->comm_stream));
+    so += (size_t)send_counts[k];
+    ro += (size_t)recv_counts[k];
+  }
+  NCCL_CHECK(ncclGroupEnd());
+  note_comm(s, "all_to_all_v", int64_t(1) << axis, -1, false);
+  settle(ctx, comm, s->last_comm);
+  end_comm(s);
+}
+
 } // namespace detail
 
 namespace {

@@ -553,6 +553,29 @@ void alltoall(Context *ctx, const void *send, void *recv, int64_t count,
   wait_one(ctx, &r, "all_to_all", axis);
 }
 
+void alltoallv(Context *ctx, const void *send, const int64_t *send_counts,
+               void *recv, const int64_t *recv_counts, int64_t axis,
+               int dtype) {
+  MPI_Comm comm = group_comm(ctx, "all_to_all_v", int64_t(1) << axis);
+  int G = (int)ctx->axis_sizes[axis];
+  std::vector<int> sc(G), sd(G), rc(G), rd(G);
+  int64_t so = 0, ro = 0;
+  for (int k = 0; k < G; ++k) {
+    sc[k] = block_count("all_to_all_v", send_counts[k]);
+    rc[k] = block_count("all_to_all_v", recv_counts[k]);
+    sd[k] = block_count("all_to_all_v", so);
+    rd[k] = block_count("all_to_all_v", ro);
+    so += send_counts[k];
+    ro += recv_counts[k];
+  }
+  MPI_Datatype type = moved_type(dtype);
+  MPI_Request r;
+  check_mpi(MPI_Ialltoallv(send, sc.data(), sd.data(), type, recv, rc.data(),
+                           rd.data(), type, comm, &r),
+            "MPI_Ialltoallv");
+  wait_one(ctx, &r, "all_to_all_v", axis);
+}
+
 } // namespace detail
 } // namespace planrt
 

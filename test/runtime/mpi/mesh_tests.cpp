@@ -3,7 +3,8 @@
 // each axis on every dim of 3-D tensors, the non-blocking all-reduce,
 // sharded and segmented parameters (init and --save against one rank), and
 // vocab-parallel embedding and cross-entropy against the whole ops; the
-// host backend's ring collectives on groups of 2, 3 and 4 ranks.
+// host backend's ring collectives on groups of 2, 3 and 4 ranks; expert
+// parallelism's routed gather and reduce-scatter on one axis of 4.
 #include "host/ring.h"
 #include "mpi_main.h"
 #include "planrt/internal.h"
@@ -712,6 +713,107 @@ TEST(Ring, LargeCollectivesOfTheHostBackend) {
   int peer = (world_rank() + 2) % 4;
   for (int64_t i = 0; i < rows * 2; ++i)
     ASSERT_EQ(got[i], ring_value(world_rank(), i) + ring_value(peer, i));
+  internal::destroy_context(ctx);
+}
+
+//===--- Expert parallelism's routed collectives --------------------------===//
+
+/// A started context of one axis "ep" over the 4 ranks.
+Context *ep_group() {
+  Context *ctx = internal::create_context("ep", /*use_mpi=*/true);
+  declare_mesh_axis(ctx, "ep", 4);
+  internal::start(ctx);
+  internal::begin_step(ctx, 1);
+  return ctx;
+}
+
+/// The group's choices: 4 members' blocks of 3 x 2 tokens, K = 2, over 8
+/// experts (2 per member); some dropped (-(e + 1)), some tokens with both
+/// choices on one member, the same on every rank.
+constexpr int64_t kRoutedRows = 6, kRoutedK = 2, kPerRank = 2;
+std::vector<int32_t> routed_choices() {
+  std::mt19937 rng(7);
+  std::vector<int32_t> c(4 * kRoutedRows * kRoutedK);
+  for (int64_t t = 0; t < 4 * kRoutedRows; ++t) {
+    int32_t a = int32_t(rng() % 8), b = int32_t(rng() % 8);
+    if (b == a)
+      b = (a ^ 1); // the other expert of a's member
+    c[t * 2] = a;
+    c[t * 2 + 1] = t % 5 == 0 ? -b - 1 : b;
+  }
+  return c;
+}
+bool routed_needed(const std::vector<int32_t> &c, int64_t row, int64_t r) {
+  for (int64_t j = 0; j < kRoutedK; ++j)
+    if (c[row * kRoutedK + j] >= 0 && c[row * kRoutedK + j] / kPerRank == r)
+      return true;
+  return false;
+}
+
+TEST(RoutedCollectives, GatherMovesTheRowsTheExpertsNeed) {
+  Context *ctx = ep_group();
+  const int64_t g = world_rank(), w = 5;
+  auto c = routed_choices();
+  Tensor *choices = id_tensor(ctx, {4 * 3, 2, kRoutedK}, c);
+  std::vector<float> x(4 * kRoutedRows * w);
+  for (size_t i = 0; i < x.size(); ++i)
+    x[i] = float(i + 1);
+  std::vector<float> mine(x.begin() + g * kRoutedRows * w,
+                          x.begin() + (g + 1) * kRoutedRows * w);
+  Tensor *in = tensor(ctx, {3, 2, w}, mine);
+  Tensor *out = tensor(ctx, {12, 2, w}, std::vector<float>(x.size(), -7.0f));
+  routed_all_gather(ctx, in, choices, out, kPerRank, 0);
+  // The rank's own block whole, another's rows where its experts need them,
+  // zero elsewhere.
+  std::vector<float> want(x.size(), 0.0f);
+  int64_t moved = 0;
+  for (int64_t row = 0; row < 4 * kRoutedRows; ++row) {
+    bool own = row / kRoutedRows == g, need = routed_needed(c, row, g);
+    moved += !own && need;
+    if (own || need)
+      for (int64_t k = 0; k < w; ++k)
+        want[row * w + k] = x[row * w + k];
+  }
+  EXPECT_EQ(internal::to_host(ctx, out), want);
+  EXPECT_GT(moved, 0);
+  EXPECT_LT(moved, 3 * kRoutedRows); // fewer than the dense gather's
+  // 16-bit rows move as they are.
+  std::vector<uint16_t> bits(x.size());
+  for (size_t i = 0; i < bits.size(); ++i)
+    bits[i] = uint16_t(i * 40503u + 1);
+  std::vector<uint16_t> mine16(bits.begin() + g * kRoutedRows * w,
+                               bits.begin() + (g + 1) * kRoutedRows * w);
+  Tensor *in16 = tensor16(ctx, {3, 2, w}, BF16, mine16);
+  Tensor *out16 = tensor16(ctx, {12, 2, w}, BF16,
+                           std::vector<uint16_t>(bits.size(), 0xffff));
+  routed_all_gather(ctx, in16, choices, out16, kPerRank, 0);
+  std::vector<uint16_t> want16(bits.size(), 0);
+  for (int64_t row = 0; row < 4 * kRoutedRows; ++row)
+    if (row / kRoutedRows == g || routed_needed(c, row, g))
+      for (int64_t k = 0; k < w; ++k)
+        want16[row * w + k] = bits[row * w + k];
+  EXPECT_EQ(bits16(out16), want16);
+  internal::destroy_context(ctx);
+}
+
+TEST(RoutedCollectives, ReduceScatterEqualsTheDenseOne) {
+  // Each member's partial rows are non-zero only where its experts needed
+  // the row (as the experts write them): the routed sum is the dense sum.
+  Context *ctx = ep_group();
+  const int64_t g = world_rank(), w = 3;
+  auto c = routed_choices();
+  Tensor *choices = id_tensor(ctx, {4 * 3, 2, kRoutedK}, c);
+  std::vector<float> part(4 * kRoutedRows * w, 0.0f);
+  for (int64_t row = 0; row < 4 * kRoutedRows; ++row)
+    if (routed_needed(c, row, g))
+      for (int64_t k = 0; k < w; ++k)
+        part[row * w + k] = float((g + 1) * 100 + row * w + k);
+  Tensor *in = tensor(ctx, {12, 2, w}, part);
+  Tensor *routed = make(ctx, {3, 2, w});
+  Tensor *dense = make(ctx, {3, 2, w});
+  routed_reduce_scatter(ctx, in, choices, routed, kPerRank, 0);
+  reduce_scatter(ctx, in, dense, 0, 0);
+  EXPECT_EQ(internal::to_host(ctx, routed), internal::to_host(ctx, dense));
   internal::destroy_context(ctx);
 }
 
