@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Expert parallelism on host ranks: the same Mixtral-style model and global
 # batch on 2 ranks (1 thread each), data parallel (dp 2) next to expert
-# parallel (ep 2), interleaved in one invocation: step time (medians of
+# parallel (ep 2) with the all-gather dispatcher (ep_comm = all_gather) and
+# the all-to-all one (the default), interleaved in one invocation: step time (medians of
 # steps 3..N, the best of two rounds), what each rank holds (parameters,
 # optimizer state, the step arena's peak, from the run's log) and what it
 # sends per step (the report's communication total). Prints one table and
@@ -40,27 +41,29 @@ train {
 PLAN
 }
 write_plan dp.plan "dp = 2"
+write_plan ep_ag.plan "ep = 2  ep_comm = all_gather"
 write_plan ep.plan "ep = 2"
-"$PLANC" dp.plan -o dp
-"$PLANC" ep.plan -o ep
+PLANS=(dp ep_ag ep)
+for p in "${PLANS[@]}"; do "$PLANC" $p.plan -o $p; done
 declare -A times
+declare -A names=([dp]="dp 2" [ep_ag]="ep 2, all_gather" [ep]="ep 2, all_to_all")
 for round in 1 2; do
-  for p in dp ep; do
+  for p in "${PLANS[@]}"; do
     PLANRT_NUM_THREADS=1 mpirun --bind-to none -np 2 ./$p >$p.log
     times[$p]+="$(median_ms <$p.log) "
   done
 done
 HEADER="| plan (2 ranks x 1 thread) | step | per rank: params, optimizer state, step arena peak | sent per step and rank (report) |"
 rows=()
-for p in dp ep; do
+for p in "${PLANS[@]}"; do
   # shellcheck disable=SC2086
   t=$(best ${times[$p]})
   mem=$(grep -m1 '^memory per rank' $p.log |
     sed -E 's/.*params ([0-9]+) B, state ([0-9]+) B, step arena peak ([0-9]+) B.*/\1 \2 \3/')
   sent=$("$PLANC" $p.plan --report=json 2>/dev/null |
     /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["comm_sent_bytes_per_step"])')
-  rows+=("$(echo "$mem" | awk -v p="$p" -v t="$t" -v s="$sent" '{
-    printf "| %s 2 | %.1f ms | %.2f MB, %.2f MB, %.2f MB | %.2f MB |", p, t, $1 / 1e6, $2 / 1e6, $3 / 1e6, s / 1e6 }')")
+  rows+=("$(echo "$mem" | awk -v p="${names[$p]}" -v t="$t" -v s="$sent" '{
+    printf "| %s | %.1f ms | %.2f MB, %.2f MB, %.2f MB | %.2f MB |", p, t, $1 / 1e6, $2 / 1e6, $3 / 1e6, s / 1e6 }')")
 done
 echo "$HEADER"
 printf '%s\n' "${rows[@]}"
