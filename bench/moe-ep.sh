@@ -2,7 +2,8 @@
 # Expert parallelism on host ranks: the same Mixtral-style model and global
 # batch on 2 ranks (1 thread each), data parallel (dp 2) next to expert
 # parallel (ep 2) with the all-gather dispatcher (ep_comm = all_gather) and
-# the all-to-all one (the default), interleaved in one invocation: step time (medians of
+# the all-to-all one (the default), and both with ep 4 (4 ranks on the
+# machine's cores), interleaved in one invocation: step time (medians of
 # steps 3..N, the best of two rounds), what each rank holds (parameters,
 # optimizer state, the step arena's peak, from the run's log) and what it
 # sends per step (the report's communication total). Prints one table and
@@ -43,17 +44,21 @@ PLAN
 write_plan dp.plan "dp = 2"
 write_plan ep_ag.plan "ep = 2  ep_comm = all_gather"
 write_plan ep.plan "ep = 2"
-PLANS=(dp ep_ag ep)
+write_plan ep4_ag.plan "ep = 4  ep_comm = all_gather"
+write_plan ep4.plan "ep = 4"
+PLANS=(dp ep_ag ep ep4_ag ep4)
 for p in "${PLANS[@]}"; do "$PLANC" $p.plan -o $p; done
 declare -A times
-declare -A names=([dp]="dp 2" [ep_ag]="ep 2, all_gather" [ep]="ep 2, all_to_all")
+declare -A names=([dp]="dp 2" [ep_ag]="ep 2, all_gather" [ep]="ep 2, all_to_all"
+  [ep4_ag]="ep 4, all_gather" [ep4]="ep 4, all_to_all")
+declare -A ranks=([dp]=2 [ep_ag]=2 [ep]=2 [ep4_ag]=4 [ep4]=4)
 for round in 1 2; do
   for p in "${PLANS[@]}"; do
-    PLANRT_NUM_THREADS=1 mpirun --bind-to none -np 2 ./$p >$p.log
+    PLANRT_NUM_THREADS=1 mpirun --oversubscribe --bind-to none -np ${ranks[$p]} ./$p >$p.log
     times[$p]+="$(median_ms <$p.log) "
   done
 done
-HEADER="| plan (2 ranks x 1 thread) | step | per rank: params, optimizer state, step arena peak | sent per step and rank (report) |"
+HEADER="| plan (ranks x 1 thread) | step | per rank: params, optimizer state, step arena peak | sent per step and rank (report) |"
 rows=()
 for p in "${PLANS[@]}"; do
   # shellcheck disable=SC2086

@@ -459,9 +459,8 @@ LogicalResult ParallelOp::verify() {
       (getCpComm() &&
        failed(expectOneOf(*this, "cp_comm", *getCpComm(),
                           {"all_to_all", "all_gather", "ring"}))) ||
-      (getEpComm() &&
-       failed(expectOneOf(*this, "ep_comm", *getEpComm(),
-                          {"all_to_all", "all_gather"}))))
+      (getEpComm() && failed(expectOneOf(*this, "ep_comm", *getEpComm(),
+                                         {"all_to_all", "all_gather"}))))
     return failure();
   int64_t microbatches = getMicrobatches();
   if (microbatches < 1)

@@ -209,8 +209,8 @@ static LogicalResult verifyRouted(Operation *op, MemRefType block,
     return op->emitOpError() << "expects the group's choices with " << rows
                              << " rows, got " << experts;
   if (perRank < 1)
-    return op->emitOpError() << "experts_per_rank must be >= 1, got "
-                             << perRank;
+    return op->emitOpError()
+           << "experts_per_rank must be >= 1, got " << perRank;
   return success();
 }
 

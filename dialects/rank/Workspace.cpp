@@ -65,9 +65,9 @@ bool runsNative(Operation *op, const WorkspaceEnv &env) {
           GeluGradOp, GeluExactOp, GeluExactGradOp, SiluOp, SiluGradOp, CopyOp,
           ScaleOp, RopeOp, PosEmbeddingOp, EmbeddingOp, LayerNormOp,
           LayerNormGradOp, RmsNormOp, RmsNormGradOp, AllGatherOp, AllToAllOp,
-          RoutedAllGatherOp,
-          ShardSliceOp, SeqToHeadsOp, HeadsToSeqOp, KvGatherOp, AttentionCpOp,
-          AttentionRingOp, AttentionRingGradOp>(op)) {
+          RoutedAllGatherOp, ShardSliceOp, SeqToHeadsOp, HeadsToSeqOp,
+          KvGatherOp, AttentionCpOp, AttentionRingOp, AttentionRingGradOp>(
+          op)) {
     int first = -1;
     for (Value v : op->getOperands())
       if (isFloatBuffer(v)) {
@@ -254,8 +254,7 @@ int64_t routedAllGather(RoutedAllGatherOp op, const WorkspaceEnv &env) {
                              env.axisSize(op.getAxis()),
                              movedBytes(in, op.getOut()));
 }
-int64_t routedReduceScatter(RoutedReduceScatterOp op,
-                            const WorkspaceEnv &env) {
+int64_t routedReduceScatter(RoutedReduceScatterOp op, const WorkspaceEnv &env) {
   Value out = op.getOut();
   return ws::routed_exchange(leadRows(out), lastDim(out),
                              env.axisSize(op.getAxis()), 4);
@@ -386,8 +385,8 @@ void planc::rank::registerWorkspaceModels(MLIRContext *ctx) {
   AllGatherOp::attachInterface<Model<AllGatherOp, allGather>>(*ctx);
   ReduceScatterOp::attachInterface<Model<ReduceScatterOp, reduceScatter>>(*ctx);
   AllToAllOp::attachInterface<Model<AllToAllOp, allToAll>>(*ctx);
-  RoutedAllGatherOp::attachInterface<
-      Model<RoutedAllGatherOp, routedAllGather>>(*ctx);
+  RoutedAllGatherOp::attachInterface<Model<RoutedAllGatherOp, routedAllGather>>(
+      *ctx);
   RoutedReduceScatterOp::attachInterface<
       Model<RoutedReduceScatterOp, routedReduceScatter>>(*ctx);
   KvGatherOp::attachInterface<Model<KvGatherOp, kvGather>>(*ctx);

@@ -104,11 +104,11 @@ struct Counter {
       add("all_to_all", {a2a.getAxis()}, bufferBytes(a2a.getInput().getType()),
           1, times);
     else if (auto d = dyn_cast<rk::RoutedAllGatherOp>(op))
-      add("dispatch", {d.getAxis()}, routedBytes(d) * routedShare(d, groupOf({d.getAxis()})), 1,
-          times);
+      add("dispatch", {d.getAxis()},
+          routedBytes(d) * routedShare(d, groupOf({d.getAxis()})), 1, times);
     else if (auto c = dyn_cast<rk::RoutedReduceScatterOp>(op))
-      add("combine", {c.getAxis()}, routedBytes(c) * routedShare(c, groupOf({c.getAxis()})), 1,
-          times);
+      add("combine", {c.getAxis()},
+          routedBytes(c) * routedShare(c, groupOf({c.getAxis()})), 1, times);
     else if (auto s = dyn_cast<rk::SeqToHeadsOp>(op))
       add("all_to_all", {s.getAxis()}, bufferBytes(s.getInput().getType()), 1,
           times);
@@ -1069,30 +1069,19 @@ llvm::json::Object planc::stepReportJson(const StepReport &r) {
                                  r.expertWeightBytesPerRank},
                                 {"dispatch",
                                  llvm::json::Object{{"kind",
-                                                     r.moeDispatchBytes > 0 ||
-                                                             r.moeCombineBytes >
-                                                                 0
-                                                         ? "all_to_all"
-                                                         : "all_gather"},
-                                                    {"routed_share",
-                                                     r.moeRoutedShare},
-                                                    {"dispatch_bytes",
-                                                     r.moeDispatchBytes},
-                                                    {"dispatch_sent_bytes",
-                                                     r.moeDispatchSent},
-                                                    {"combine_bytes",
-                                                     r.moeCombineBytes},
-                                                    {"combine_sent_bytes",
-                                                     r.moeCombineSent},
-                                                    {"gather_bytes",
-                                                     r.moeGatherBytes},
-                                                    {"gather_sent_bytes",
-                                                     r.moeGatherSent},
-                                                    {"reduce_scatter_bytes",
-                                                     r.moeScatterBytes},
+                                                     r.moeDispatchBytes > 0 || r.moeCombineBytes > 0 ? "all_to_all" : "all_gather"},
+                                                    {"routed_share", r.moeRoutedShare},
+                                                    {"dispatch_bytes", r.moeDispatchBytes},
+                                                    {"dispatch_sent_bytes", r.moeDispatchSent},
+                                                    {"combine_bytes", r.moeCombineBytes},
+                                                    {"combine_sent_bytes", r.moeCombineSent},
+                                                    {"gather_bytes", r.moeGatherBytes},
+                                                    {"gather_sent_bytes", r.moeGatherSent},
+                                                    {"reduce_scatter_bytes", r.moeScatterBytes},
                                                     {"reduce_scatter_sent_"
                                                      "bytes",
-                                                     r.moeScatterSent}}},
+                                                     r
+                                                         .moeScatterSent}}},
                                 {"routing_assumed", "balanced"}}},
       {"comm_bytes_per_step", std::move(comm)},
       {"comm_sent_bytes_per_step", r.sentBytes()},

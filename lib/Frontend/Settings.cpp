@@ -21,8 +21,8 @@ static std::string num(double x) {
 static bool takesRawValue(StringRef key) {
   return llvm::is_contained({"order", "schedule", "recompute", "tensor",
                              "sequence_parallel", "pad_vocab", "optimizer",
-                             "cp_comm", "ep_comm", "lr_schedule", "data", "precision",
-                             "loss_scale", "gpu"},
+                             "cp_comm", "ep_comm", "lr_schedule", "data",
+                             "precision", "loss_scale", "gpu"},
                             key);
 }
 
@@ -146,8 +146,8 @@ void Sema::readParallel() {
     return;
   Settings s;
   readSettings(parallelSec,
-               {"dp", "tp", "pp", "cp", "ep", "cp_comm", "ep_comm", "world", "order",
-                "sequence_parallel", "schedule", "microbatches",
+               {"dp", "tp", "pp", "cp", "ep", "cp_comm", "ep_comm", "world",
+                "order", "sequence_parallel", "schedule", "microbatches",
                 "virtual_stages", "stage_boundaries", "zero", "bucket_mb",
                 "recompute", "tensor", "pad_vocab"},
                s);

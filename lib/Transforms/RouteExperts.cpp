@@ -65,11 +65,11 @@ template <class Op> ExpertsUse useOf(Op op) {
 }
 
 std::optional<ExpertsUse> expertsUse(Operation *op) {
-  auto u = llvm::TypeSwitch<Operation *, std::optional<ExpertsUse>>(op)
-               .Case<rk::MoeExpertsOp, rk::MoeExpertsSwigluOp,
-                     rk::MoeExpertsGradOp, rk::MoeExpertsSwigluGradOp>(
-                   [](auto e) { return useOf(e); })
-               .Default([](Operation *) { return std::nullopt; });
+  auto u =
+      llvm::TypeSwitch<Operation *, std::optional<ExpertsUse>>(op)
+          .Case<rk::MoeExpertsOp, rk::MoeExpertsSwigluOp, rk::MoeExpertsGradOp,
+                rk::MoeExpertsSwigluGradOp>([](auto e) { return useOf(e); })
+          .Default([](Operation *) { return std::nullopt; });
   if (!u || u->axis.empty())
     return std::nullopt;
   return u;

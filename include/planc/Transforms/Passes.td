@@ -229,7 +229,7 @@ def RouteExperts : Pass<"plan-route-experts", "mlir::ModuleOp"> {
     wrote (its output, or its input and gates gradients) becomes
     `rank.routed_reduce_scatter`: a rank sends back only the rows its
     experts wrote (elsewhere they are zero). Each is one all-to-all with
-    variable counts. Nothing else changes, so the results are those of the
+    variable counts (planrt: point-to-point messages per pair of ranks). Nothing else changes, so the results are those of the
     dense collectives; `ep_comm = all_gather` (plan.parallel) keeps those.
   }];
   let dependentDialects = ["::planc::rank::RankDialect"];

@@ -412,10 +412,9 @@ struct MoeRouteFn {
       if (r == member)
         continue;
       for (int64_t t = 0; t < rows; ++t) {
-        bool send = scatter ? moe_needed(choices, k, per_rank, r * rows + t,
-                                         member)
-                            : moe_needed(choices, k, per_rank,
-                                         member * rows + t, r);
+        bool send =
+            scatter ? moe_needed(choices, k, per_rank, r * rows + t, member)
+                    : moe_needed(choices, k, per_rank, member * rows + t, r);
         if (!send)
           continue;
         send_rows[n++] = int32_t(scatter ? r * rows + t : t);
@@ -427,11 +426,10 @@ struct MoeRouteFn {
       counts[group + s] = 0;
       for (int64_t t = 0; t < rows; ++t) {
         int32_t &p = pos[s * rows + t];
-        bool got = s != member &&
-                   (scatter ? moe_needed(choices, k, per_rank,
-                                         member * rows + t, s)
-                            : moe_needed(choices, k, per_rank, s * rows + t,
-                                         member));
+        bool got =
+            s != member &&
+            (scatter ? moe_needed(choices, k, per_rank, member * rows + t, s)
+                     : moe_needed(choices, k, per_rank, s * rows + t, member));
         p = got ? int32_t(m++) : -1;
         if (got)
           ++counts[group + s];
@@ -440,57 +438,75 @@ struct MoeRouteFn {
   }
 };
 
-/// out row i = in row rows[i] (the rows sent, packed); index i w + c.
+/// The routed exchange's copies and sums work on pieces of kRoutedPiece
+/// elements of a row (one index each: a row's piece p is row * pieces + p),
+/// so that an index costs one division per piece rather than per element,
+/// and a GPU thread moves a contiguous piece.
+constexpr int64_t kRoutedPiece = 32;
+PLANRT_HD inline int64_t routed_pieces(int64_t w) {
+  return (w + kRoutedPiece - 1) / kRoutedPiece;
+}
+
+/// out row i = in row rows[i] (the rows sent, packed).
 template <class T> struct MoeRoutedPackFn {
   const T *in;
   const int32_t *rows;
   T *out;
   int64_t w;
-  PLANRT_HD void operator()(int64_t i) const {
-    out[i] = in[int64_t(rows[i / w]) * w + i % w];
+  PLANRT_HD void operator()(int64_t j) const {
+    int64_t n = routed_pieces(w), i = j / n, c0 = (j % n) * kRoutedPiece;
+    int64_t c1 = c0 + kRoutedPiece < w ? c0 + kRoutedPiece : w;
+    const T *from = in + int64_t(rows[i]) * w;
+    for (int64_t c = c0; c < c1; ++c)
+      out[i * w + c] = from[c];
   }
 };
 
 /// routed_all_gather's result: the member's own block from `local`, the
-/// rows received where they arrived, zero elsewhere (index: group row * w
-/// + c).
+/// rows received where they arrived, zero elsewhere (rows of the group).
 template <class T> struct MoeRoutedGatherFn {
   const T *local, *recv;
   const int32_t *pos;
   T *out;
   int64_t w, rows, member;
-  PLANRT_HD void operator()(int64_t i) const {
-    int64_t row = i / w, c = i % w;
-    if (row / rows == member) {
-      out[i] = local[(row - member * rows) * w + c];
-      return;
-    }
-    int32_t p = pos[row];
-    out[i] = p >= 0 ? recv[int64_t(p) * w + c] : T{};
+  PLANRT_HD void operator()(int64_t j) const {
+    int64_t n = routed_pieces(w), row = j / n, c0 = (j % n) * kRoutedPiece;
+    int64_t c1 = c0 + kRoutedPiece < w ? c0 + kRoutedPiece : w;
+    const T *from = nullptr;
+    if (row / rows == member)
+      from = local + (row - member * rows) * w;
+    else if (pos[row] >= 0)
+      from = recv + int64_t(pos[row]) * w;
+    T *to = out + row * w;
+    for (int64_t c = c0; c < c1; ++c)
+      to[c] = from ? from[c] : T{};
   }
 };
 
 /// routed_reduce_scatter's result: row t of the member's block summed over
 /// the group in member order (its own part from `in`, the others' from
-/// what arrived; a member that sent nothing adds nothing); index t w + c.
+/// what arrived; a member that sent nothing adds nothing).
 struct MoeRoutedSumFn {
   const float *in, *recv;
   const int32_t *pos;
   float *out;
   int64_t w, rows, group, member;
-  PLANRT_HD void operator()(int64_t i) const {
-    int64_t t = i / w, c = i % w;
-    float acc = 0.0f;
+  PLANRT_HD void operator()(int64_t j) const {
+    int64_t n = routed_pieces(w), t = j / n, c0 = (j % n) * kRoutedPiece;
+    int64_t c1 = c0 + kRoutedPiece < w ? c0 + kRoutedPiece : w;
+    float *to = out + t * w;
+    for (int64_t c = c0; c < c1; ++c)
+      to[c] = 0.0f;
     for (int64_t m = 0; m < group; ++m) {
-      if (m == member) {
-        acc += in[(member * rows + t) * w + c];
-        continue;
-      }
-      int32_t p = pos[m * rows + t];
-      if (p >= 0)
-        acc += recv[int64_t(p) * w + c];
+      const float *from = nullptr;
+      if (m == member)
+        from = in + (member * rows + t) * w;
+      else if (pos[m * rows + t] >= 0)
+        from = recv + int64_t(pos[m * rows + t]) * w;
+      if (from)
+        for (int64_t c = c0; c < c1; ++c)
+          to[c] += from[c];
     }
-    out[i] = acc;
   }
 };
 

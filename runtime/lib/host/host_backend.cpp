@@ -553,27 +553,45 @@ void alltoall(Context *ctx, const void *send, void *recv, int64_t count,
   wait_one(ctx, &r, "all_to_all", axis);
 }
 
+// Point-to-point, one message per pair that has rows to move, polled by
+// the watchdog like the rings' (a non-blocking MPI_Ialltoallv progresses
+// only inside MPI calls, which cost a routed exchange on host ranks several
+// times its transfer). Its own tag: the group's other point-to-point
+// traffic (rings, ring shifts) is matched apart.
 void alltoallv(Context *ctx, const void *send, const int64_t *send_counts,
                void *recv, const int64_t *recv_counts, int64_t axis,
                int dtype) {
-  MPI_Comm comm = group_comm(ctx, "all_to_all_v", int64_t(1) << axis);
+  constexpr int kTag = 0x4132;
+  const char *name = "all_to_all_v";
+  MPI_Comm comm = group_comm(ctx, name, int64_t(1) << axis);
   int G = (int)ctx->axis_sizes[axis];
-  std::vector<int> sc(G), sd(G), rc(G), rd(G);
+  MPI_Datatype type = moved_type(dtype);
+  const int64_t eb = dtype_bytes(dtype);
+  std::vector<MPI_Request> reqs;
   int64_t so = 0, ro = 0;
   for (int k = 0; k < G; ++k) {
-    sc[k] = block_count("all_to_all_v", send_counts[k]);
-    rc[k] = block_count("all_to_all_v", recv_counts[k]);
-    sd[k] = block_count("all_to_all_v", so);
-    rd[k] = block_count("all_to_all_v", ro);
-    so += send_counts[k];
+    if (recv_counts[k] > 0) {
+      reqs.emplace_back();
+      check_mpi(MPI_Irecv((char *)recv + ro * eb,
+                          block_count(name, recv_counts[k]), type, k, kTag,
+                          comm, &reqs.back()),
+                "MPI_Irecv");
+    }
     ro += recv_counts[k];
   }
-  MPI_Datatype type = moved_type(dtype);
-  MPI_Request r;
-  check_mpi(MPI_Ialltoallv(send, sc.data(), sd.data(), type, recv, rc.data(),
-                           rd.data(), type, comm, &r),
-            "MPI_Ialltoallv");
-  wait_one(ctx, &r, "all_to_all_v", axis);
+  for (int k = 0; k < G; ++k) {
+    if (send_counts[k] > 0) {
+      reqs.emplace_back();
+      check_mpi(MPI_Isend((const char *)send + so * eb,
+                          block_count(name, send_counts[k]), type, k, kTag,
+                          comm, &reqs.back()),
+                "MPI_Isend");
+    }
+    so += send_counts[k];
+  }
+  if (!reqs.empty())
+    watchdog::wait_all(ctx, (int)reqs.size(), reqs.data(),
+                       watchdog::group_op(name, int64_t(1) << axis));
 }
 
 } // namespace detail
