@@ -34,13 +34,6 @@ void PlanDialect::initialize() {
 // ShardingAttr
 //===----------------------------------------------------------------------===//
 
-static ArrayAttr axisList(MLIRContext *ctx, ArrayRef<StringRef> axes) {
-  SmallVector<Attribute> attrs;
-  for (StringRef a : axes)
-    attrs.push_back(StringAttr::get(ctx, a));
-  return ArrayAttr::get(ctx, attrs);
-}
-
 static SmallVector<StringRef> axisNames(ArrayAttr list) {
   SmallVector<StringRef> names;
   for (Attribute a : list)

@@ -212,6 +212,11 @@ bool routeScatter(rk::ReduceScatterOp rs) {
 
 void RouteExpertsPass::runOnOperation() {
   ModuleOp module = getOperation();
+  // Nothing to route without expert parallelism (and no walk of a large
+  // model's IR).
+  plan::MeshOp mesh = plan::getMesh(module);
+  if (mesh && mesh.getAxisIndex(plan::OpShardingRule::kExpertAxis) < 0)
+    return;
   for (auto par : module.getOps<plan::ParallelOp>())
     if (par.getEpComm() && *par.getEpComm() == "all_gather")
       return;
