@@ -390,49 +390,98 @@ PLANRT_HD inline bool moe_needed(const int32_t *choices, int64_t k,
   return false;
 }
 
-/// The routing of one exchange for member `member` (one invocation). For
-/// every other member r in order, the rows it sends to r: `send_rows` lists
-/// them (all_gather: local rows of its block needed by r; reduce_scatter:
-/// rows of r's block of the input that `member` needed), counts[r] how
-/// many. For every other member s, counts[G + s] rows arrive from it,
-/// packed in s's order: pos[s * rows + t] is row t's place among all rows
-/// received (all_gather: row t of s's block, needed by `member`;
-/// reduce_scatter: row t of member's own block, needed by s), -1 if none
-/// arrives; pos of the member's own block is -1.
-struct MoeRouteFn {
+/// The routing of one exchange for member `member`. For every other
+/// member r in order, the rows it sends to r: `send_rows` lists them
+/// (all_gather: local rows of its block needed by r; reduce_scatter: rows
+/// of r's block of the input that `member` needed), counts[r] how many.
+/// For every other member s, counts[G + s] rows arrive from it, packed in
+/// s's order: pos[s * rows + t] is row t's place among all rows received
+/// (all_gather: row t of s's block, needed by `member`; reduce_scatter: row
+/// t of member's own block, needed by s), -1 if none arrives; pos of the
+/// member's own block is -1.
+///
+/// In three launches, over segments of kRouteChunk rows of one member's
+/// block, sends first ((r, chunk) in order), then receipts ((s, chunk)):
+/// count each segment's rows (MoeRouteCountFn), turn the counts into
+/// offsets and the per-member counts (MoeRouteOffsetsFn, one invocation
+/// over the 2 G chunks segments), and write each segment's rows
+/// (MoeRouteFillFn). The lists are those of one walk in order.
+constexpr int64_t kRouteChunk = workspace::kRouteChunk;
+struct MoeRouting {
   const int32_t *choices;
-  int32_t *send_rows, *pos;
-  int64_t *counts;
   int64_t rows, k, group, member, per_rank;
   bool scatter;
-  PLANRT_HD void operator()(int64_t) const {
+  PLANRT_HD int64_t chunks() const {
+    return (rows + kRouteChunk - 1) / kRouteChunk;
+  }
+  PLANRT_HD int64_t segments() const { return 2 * group * chunks(); }
+  /// Whether row t of segment j's chunk moves (sent to, or received from,
+  /// the segment's member).
+  PLANRT_HD bool moves(int64_t j, int64_t t) const {
+    int64_t n = chunks(), r = (j / n) % group;
+    if (r == member)
+      return false;
+    bool send = j < group * n;
+    // Sends: all_gather, the member's row needed by r; reduce_scatter, r's
+    // row needed by the member. Receipts mirror them.
+    int64_t owner = send == scatter ? r : member;
+    int64_t needer = send == scatter ? member : r;
+    return moe_needed(choices, k, per_rank, owner * rows + t, needer);
+  }
+  PLANRT_HD int64_t first(int64_t j) const {
+    return (j % chunks()) * kRouteChunk;
+  }
+  PLANRT_HD int64_t last(int64_t j) const {
+    int64_t e = first(j) + kRouteChunk;
+    return e < rows ? e : rows;
+  }
+};
+
+/// seg[j] = the rows of segment j that move.
+struct MoeRouteCountFn {
+  MoeRouting r;
+  int64_t *seg;
+  PLANRT_HD void operator()(int64_t j) const {
     int64_t n = 0;
-    for (int64_t r = 0; r < group; ++r) {
-      counts[r] = 0;
-      if (r == member)
-        continue;
-      for (int64_t t = 0; t < rows; ++t) {
-        bool send =
-            scatter ? moe_needed(choices, k, per_rank, r * rows + t, member)
-                    : moe_needed(choices, k, per_rank, member * rows + t, r);
-        if (!send)
-          continue;
-        send_rows[n++] = int32_t(scatter ? r * rows + t : t);
-        ++counts[r];
-      }
+    for (int64_t t = r.first(j); t < r.last(j); ++t)
+      n += r.moves(j, t) ? 1 : 0;
+    seg[j] = n;
+  }
+};
+
+/// seg[j] = where segment j's rows start among the sent (or received)
+/// rows; counts[r] and counts[G + s] the rows per member (one invocation).
+struct MoeRouteOffsetsFn {
+  MoeRouting r;
+  int64_t *seg, *counts;
+  PLANRT_HD void operator()(int64_t) const {
+    int64_t n = r.chunks(), at[2] = {0, 0};
+    for (int64_t m = 0; m < 2 * r.group; ++m)
+      counts[m] = 0;
+    for (int64_t j = 0; j < r.segments(); ++j) {
+      int64_t side = j < r.group * n ? 0 : 1, c = seg[j];
+      counts[side * r.group + (j / n) % r.group] += c;
+      seg[j] = at[side];
+      at[side] += c;
     }
-    int64_t m = 0;
-    for (int64_t s = 0; s < group; ++s) {
-      counts[group + s] = 0;
-      for (int64_t t = 0; t < rows; ++t) {
-        int32_t &p = pos[s * rows + t];
-        bool got =
-            s != member &&
-            (scatter ? moe_needed(choices, k, per_rank, member * rows + t, s)
-                     : moe_needed(choices, k, per_rank, s * rows + t, member));
-        p = got ? int32_t(m++) : -1;
-        if (got)
-          ++counts[group + s];
+  }
+};
+
+/// Segment j's rows into send_rows, or their places into pos.
+struct MoeRouteFillFn {
+  MoeRouting r;
+  const int64_t *seg;
+  int32_t *send_rows, *pos;
+  PLANRT_HD void operator()(int64_t j) const {
+    int64_t at = seg[j], m = (j / r.chunks()) % r.group;
+    bool send = j < r.group * r.chunks();
+    for (int64_t t = r.first(j); t < r.last(j); ++t) {
+      bool moves = r.moves(j, t);
+      if (send) {
+        if (moves)
+          send_rows[at++] = int32_t(r.scatter ? m * r.rows + t : t);
+      } else {
+        pos[m * r.rows + t] = moves ? int32_t(at++) : -1;
       }
     }
   }

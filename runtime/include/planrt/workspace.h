@@ -330,16 +330,20 @@ constexpr int64_t moe_experts_grad_kept(int64_t n, int64_t d, int64_t h) {
 /// routed_all_gather / routed_reduce_scatter (expert parallelism's
 /// all-to-all dispatcher) over a group of `group` members with blocks of
 /// `rows` rows of `width` elements: the routing (the rows sent to the
-/// others, each row's place among those received, and 2 G counts), then
-/// the rows sent and those received, packed, each at most every other
-/// member's block (elem_bytes: 2 for 16-bit rows moved as they are, else
-/// 4; routed_reduce_scatter sums in fp32).
+/// others, each row's place among those received, 2 G counts, and an
+/// offset per segment of kRouteChunk rows of a member's block, sent and
+/// received), then the rows sent and those received, packed, each at most
+/// every other member's block (elem_bytes: 2 for 16-bit rows moved as they
+/// are, else 4; routed_reduce_scatter sums in fp32).
+constexpr int64_t kRouteChunk = 1024;
 constexpr int64_t routed_exchange(int64_t rows, int64_t width, int64_t group,
                                   int64_t elem_bytes) {
   return rows * width == 0 || group == 1
              ? 0
              : round((group - 1) * rows * 4) + round(group * rows * 4) +
                    round(2 * group * 8) +
+                   round(2 * group * ((rows + kRouteChunk - 1) / kRouteChunk) *
+                         8) +
                    2 * round((group - 1) * rows * width * elem_bytes);
 }
 

@@ -817,6 +817,49 @@ TEST(RoutedCollectives, ReduceScatterEqualsTheDenseOne) {
   internal::destroy_context(ctx);
 }
 
+TEST(RoutedCollectives, BlocksOfManyChunks) {
+  // Blocks of 2500 rows: the routing's segments of 1024 rows (three per
+  // member's block, the last partial) keep the rows in order.
+  Context *ctx = ep_group();
+  const int64_t g = world_rank(), rows = 2500, w = 3, K = 2;
+  std::mt19937 rng(11);
+  std::vector<int32_t> c(4 * rows * K);
+  for (auto &e : c) {
+    int32_t expert = int32_t(rng() % 8);
+    e = rng() % 7 == 0 ? -expert - 1 : expert; // some dropped
+  }
+  auto needed = [&](int64_t row, int64_t r) {
+    for (int64_t j = 0; j < K; ++j)
+      if (c[row * K + j] >= 0 && c[row * K + j] / kPerRank == r)
+        return true;
+    return false;
+  };
+  Tensor *choices = id_tensor(ctx, {4 * rows, K}, c);
+  std::vector<float> x(4 * rows * w);
+  for (size_t i = 0; i < x.size(); ++i)
+    x[i] = float(i % 9973);
+  Tensor *in = tensor(ctx, {rows, w},
+                      std::vector<float>(x.begin() + g * rows * w,
+                                         x.begin() + (g + 1) * rows * w));
+  Tensor *out = make(ctx, {4 * rows, w});
+  routed_all_gather(ctx, in, choices, out, kPerRank, 0);
+  std::vector<float> want(x.size(), 0.0f), part(x.size(), 0.0f);
+  for (int64_t row = 0; row < 4 * rows; ++row)
+    for (int64_t k = 0; k < w; ++k) {
+      if (row / rows == g || needed(row, g))
+        want[row * w + k] = x[row * w + k];
+      if (needed(row, g))
+        part[row * w + k] = float((g + 1) * 10 + k);
+    }
+  EXPECT_EQ(internal::to_host(ctx, out), want);
+  Tensor *pin = tensor(ctx, {4 * rows, w}, part);
+  Tensor *routed = make(ctx, {rows, w}), *dense = make(ctx, {rows, w});
+  routed_reduce_scatter(ctx, pin, choices, routed, kPerRank, 0);
+  reduce_scatter(ctx, pin, dense, 0, 0);
+  EXPECT_EQ(internal::to_host(ctx, routed), internal::to_host(ctx, dense));
+  internal::destroy_context(ctx);
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
