@@ -132,9 +132,20 @@ std::optional<ExpertsUse> onlyExpertReaders(Value buf, Operation *self) {
   return common;
 }
 
+/// The buffer under any view of it (reshapes, subviews, rows, shards).
+Value baseOf(Value v) {
+  while (Operation *def = v.getDefiningOp()) {
+    if (!isa<rk::ViewOp, rk::SubviewOp, rk::RowsOp, rk::ShardViewOp>(def))
+      break;
+    v = def->getOperand(0);
+  }
+  return v;
+}
+
 /// Whether an op strictly between `from` and `to` (one block) may write
-/// `buf`.
+/// or free `buf` (through any view of its buffer).
 bool writtenBetween(Operation *from, Operation *to, Value buf) {
+  Value base = baseOf(buf);
   for (Operation *op = from->getNextNode(); op && op != to;
        op = op->getNextNode()) {
     auto effects = dyn_cast<MemoryEffectOpInterface>(op);
@@ -146,8 +157,8 @@ bool writtenBetween(Operation *from, Operation *to, Value buf) {
     SmallVector<MemoryEffects::EffectInstance> list;
     effects.getEffects(list);
     for (auto &e : list)
-      if (isa<MemoryEffects::Write>(e.getEffect()) &&
-          (!e.getValue() || e.getValue() == buf))
+      if (isa<MemoryEffects::Write, MemoryEffects::Free>(e.getEffect()) &&
+          (!e.getValue() || baseOf(e.getValue()) == base))
         return true;
   }
   return false;
@@ -156,6 +167,8 @@ bool writtenBetween(Operation *from, Operation *to, Value buf) {
 /// A gather of the experts' token operands: routed by the group's choices,
 /// placed after their gather when it comes later.
 bool routeGather(rk::AllGatherOp g) {
+  if (!g.getOut().getDefiningOp<rk::AllocOp>())
+    return false; // a view: other ops may reach its buffer
   std::optional<ExpertsUse> u = onlyExpertReaders(g.getOut(), g);
   if (!u || u->axis != g.getAxis() || g.getDim() != 0)
     return false;
@@ -183,6 +196,8 @@ bool routeScatter(rk::ReduceScatterOp rs) {
   if (rs.getDim() != 0)
     return false;
   Value in = rs.getInput();
+  if (!rootOf(in).getDefiningOp<rk::AllocOp>())
+    return false;
   SmallVector<OpOperand *> uses;
   usersThroughViews(rootOf(in), uses);
   std::optional<ExpertsUse> writer;
