@@ -52,6 +52,10 @@ double routedBytes(rk::RoutedAllGatherOp op) {
 double routedBytes(rk::RoutedReduceScatterOp op) {
   return double(op.getInput().getType().getNumElements()) * 4;
 }
+/// What it moves under balanced routing (the payload of its comm line).
+template <class Op> double routedPayload(Op op, int64_t group) {
+  return routedBytes(op) * routedShare(op, group);
+}
 
 /// What the rank that runs `op` sends per step for it, by (kind, axes).
 struct Counter {
@@ -104,11 +108,11 @@ struct Counter {
       add("all_to_all", {a2a.getAxis()}, bufferBytes(a2a.getInput().getType()),
           1, times);
     else if (auto d = dyn_cast<rk::RoutedAllGatherOp>(op))
-      add("dispatch", {d.getAxis()},
-          routedBytes(d) * routedShare(d, groupOf({d.getAxis()})), 1, times);
+      add("dispatch", {d.getAxis()}, routedPayload(d, groupOf({d.getAxis()})),
+          1, times);
     else if (auto c = dyn_cast<rk::RoutedReduceScatterOp>(op))
-      add("combine", {c.getAxis()},
-          routedBytes(c) * routedShare(c, groupOf({c.getAxis()})), 1, times);
+      add("combine", {c.getAxis()}, routedPayload(c, groupOf({c.getAxis()})), 1,
+          times);
     else if (auto s = dyn_cast<rk::SeqToHeadsOp>(op))
       add("all_to_all", {s.getAxis()}, bufferBytes(s.getInput().getType()), 1,
           times);
@@ -363,12 +367,10 @@ struct OpCoster {
                         bytes(a2a.getInput()));
     if (auto d = dyn_cast<rk::RoutedAllGatherOp>(op))
       return collective("all_to_all", {d.getAxis().str()},
-                        routedBytes(d) *
-                            routedShare(d, group({d.getAxis().str()})));
+                        routedPayload(d, group({d.getAxis().str()})));
     if (auto c = dyn_cast<rk::RoutedReduceScatterOp>(op))
       return collective("all_to_all", {c.getAxis().str()},
-                        routedBytes(c) *
-                            routedShare(c, group({c.getAxis().str()})));
+                        routedPayload(c, group({c.getAxis().str()})));
     if (auto s = dyn_cast<rk::SeqToHeadsOp>(op))
       return collective("all_to_all", {s.getAxis().str()}, bytes(s.getInput()));
     if (auto g = dyn_cast<rk::KvGatherOp>(op))

@@ -109,10 +109,14 @@ rk::AllGatherOp gatherInto(Value buf, StringRef axis) {
   return nullptr;
 }
 
-/// The choices, axis and experts per rank shared by the expert ops that are
-/// the only readers of `buf` (other than `self`, which writes it), each
-/// reading it as a token operand; null if any other op touches it.
-std::optional<ExpertsUse> onlyExpertReaders(Value buf, Operation *self) {
+/// How expert ops touch a buffer: read it (as their input, gates or output
+/// gradient; any number of them), or write it (one op).
+enum class Touch { Read, Write };
+
+/// The choices, axis and experts per rank of the expert ops that are the
+/// only users of `buf` (besides `self`), each touching it as `touch` says;
+/// null if any other op touches it, or they differ.
+std::optional<ExpertsUse> onlyExperts(Value buf, Operation *self, Touch touch) {
   SmallVector<OpOperand *> uses;
   usersThroughViews(buf, uses);
   std::optional<ExpertsUse> common;
@@ -121,8 +125,11 @@ std::optional<ExpertsUse> onlyExpertReaders(Value buf, Operation *self) {
     if (user == self)
       continue;
     std::optional<ExpertsUse> u = expertsUse(user);
-    if (!u || !llvm::is_contained(u->reads, use->get()) ||
-        llvm::is_contained(u->writes, use->get()))
+    if (!u)
+      return std::nullopt;
+    bool reads = llvm::is_contained(u->reads, use->get()),
+         writes = llvm::is_contained(u->writes, use->get());
+    if (touch == Touch::Read ? !reads || writes : !writes || common)
       return std::nullopt;
     if (common && (common->experts != u->experts || common->axis != u->axis ||
                    common->perRank != u->perRank))
@@ -169,7 +176,7 @@ bool writtenBetween(Operation *from, Operation *to, Value buf) {
 bool routeGather(rk::AllGatherOp g) {
   if (!g.getOut().getDefiningOp<rk::AllocOp>())
     return false; // a view: other ops may reach its buffer
-  std::optional<ExpertsUse> u = onlyExpertReaders(g.getOut(), g);
+  std::optional<ExpertsUse> u = onlyExperts(g.getOut(), g, Touch::Read);
   if (!u || u->axis != g.getAxis() || g.getDim() != 0)
     return false;
   rk::AllGatherOp choices = gatherInto(u->experts, u->axis);
@@ -198,18 +205,7 @@ bool routeScatter(rk::ReduceScatterOp rs) {
   Value in = rs.getInput();
   if (!rootOf(in).getDefiningOp<rk::AllocOp>())
     return false;
-  SmallVector<OpOperand *> uses;
-  usersThroughViews(rootOf(in), uses);
-  std::optional<ExpertsUse> writer;
-  for (OpOperand *use : uses) {
-    Operation *user = use->getOwner();
-    if (user == rs)
-      continue;
-    std::optional<ExpertsUse> u = expertsUse(user);
-    if (writer || !u || !llvm::is_contained(u->writes, use->get()))
-      return false;
-    writer = u;
-  }
+  std::optional<ExpertsUse> writer = onlyExperts(rootOf(in), rs, Touch::Write);
   if (!writer || writer->axis != rs.getAxis())
     return false;
   rk::AllGatherOp choices = gatherInto(writer->experts, writer->axis);
