@@ -542,10 +542,18 @@ struct Screen {
       acts = layersKept * lc.layerStashSplitW;
     else if (c.pp > 1 && lc.hasStash)
       acts = layersKept * lc.layerStash;
-    double weightShards = c.zero == 3 ? stateShards : 1.0;
-    e.memory = params * (lc.weightBytes / weightShards + lc.gradBytes +
-                         lc.stateBytes / stateShards) +
-               acts + lc.workspace;
+    // ZeRO-3 splits the weights; in 16 bits ZeRO 1 and 2 split the fp32
+    // masters too, and hold a whole 16-bit copy through the step (as every
+    // 16-bit plan with microbatches or a pipeline does: one copy serves
+    // them all; with one microbatch each use casts its own, for a moment).
+    double weightShards =
+        c.zero == 3 || (p.lowPrecision && c.zero >= 1) ? stateShards : 1.0;
+    bool heldCopy = p.lowPrecision && c.zero < 3 &&
+                    (c.zero >= 1 || c.microbatches > 1 || c.pp > 1);
+    e.memory =
+        params * (lc.weightBytes / weightShards + lc.gradBytes +
+                  lc.stateBytes / stateShards + (heldCopy ? actBytes : 0.0)) +
+        acts + lc.workspace;
     return e;
   }
 };

@@ -848,12 +848,21 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
       accumulates = isa<AllReduceOp>(op) && involvesSeq(op.getOperand(0)) &&
                     !involvesSeq(op.getResult(0));
       // A parameter gathered (ZeRO-3) only for the loop is gathered in it,
-      // per microbatch, so that its whole copy lives for one iteration.
+      // per microbatch, so that its whole copy lives for one iteration; in
+      // 16 bits ZeRO-3 gathers the cast of its shard. (ZeRO 1 and 2 gather
+      // a 16-bit copy of their split master weights once per step, before
+      // the loop, for every microbatch.)
       auto usedInLoop = [&](Operation *user) {
         return llvm::any_of(user->getOperands(), involvesSeq) ||
                llvm::any_of(user->getResults(), involvesSeq);
       };
-      if (isa<AllGatherOp>(op) && isa<BlockArgument>(op.getOperand(0)) &&
+      auto gathersParam = [&](Value in) {
+        if (auto c = in.getDefiningOp<CastOp>();
+            c && par && par.getZeroStage() >= 3)
+          in = c->getOperand(0);
+        return isa<BlockArgument>(in);
+      };
+      if (isa<AllGatherOp>(op) && gathersParam(op.getOperand(0)) &&
           !op.getResult(0).use_empty() &&
           llvm::all_of(op.getResult(0).getUsers(), usedInLoop))
         inLoop = true;

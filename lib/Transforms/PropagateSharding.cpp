@@ -545,6 +545,24 @@ LogicalResult Propagator::visit(const OpInfo &info) {
   return success();
 }
 
+/// Whether every use of `param` but its update `update` is a cast to a
+/// 16-bit float type (the copies plan-mixed-precision makes).
+static bool onlyReadAs16Bit(Value param, Operation *update) {
+  bool any = false;
+  for (Operation *user : param.getUsers()) {
+    if (user == update)
+      continue;
+    auto c = dyn_cast<CastOp>(user);
+    if (!c)
+      return false;
+    Type e = cast<RankedTensorType>(c.getType()).getElementType();
+    if (!e.isBF16() && !e.isF16())
+      return false;
+    any = true;
+  }
+  return any;
+}
+
 void Propagator::splitForZero(func::FuncOp f, int64_t stage) {
   // The data-parallel ranks of a parameter: dp, and the expert-parallel
   // ranks for every parameter they do not split (all but the experts').
@@ -570,7 +588,12 @@ void Propagator::splitForZero(func::FuncOp f, int64_t stage) {
     for (Value v : op->getOperands().drop_front(2))
       if (kindOf(v) == "state")
         targets.push_back(v);
-    if (stage >= 3)
+    // Stage 3 splits every parameter. At stages 1 and 2 a parameter the
+    // model reads only through 16-bit copies is split too: its fp32 master
+    // weights are optimizer state, which the 16-bit copy, gathered once per
+    // step, stands in for (Megatron-LM's distributed optimizer, ZeRO's
+    // K = 12 bytes of sharded state per parameter).
+    if (stage >= 3 || (stage >= 1 && onlyReadAs16Bit(param, op)))
       targets.push_back(param);
     if (targets.empty())
       return;

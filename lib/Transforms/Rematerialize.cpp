@@ -102,6 +102,19 @@ void RematerializePass::runOnOperation() {
   }
 
   llvm::DenseSet<Operation *> backward = backwardOps(body);
+  // ZeRO 1 and 2 split a parameter only as fp32 master weights (its 16-bit
+  // copy is gathered once per step and serves forward and backward, as
+  // Megatron-LM keeps its 16-bit weights whole): gathering it again would
+  // add a collective per parameter and save nothing at the step's peak.
+  int64_t zeroStage = 0;
+  for (auto par : module.getOps<ParallelOp>())
+    zeroStage = par.getZeroStage();
+  auto gathersMaster = [&](ReshardOp rs) {
+    Value in = rs.getInput();
+    if (auto c = in.getDefiningOp<CastOp>())
+      in = c->getOperand(0);
+    return (zeroStage == 1 || zeroStage == 2) && isa<BlockArgument>(in);
+  };
   bool keepsExperts =
       plan::recomputePolicy(module, "") == "none" &&
       !(mesh && mesh.getAxisIndex("pp") >= 0 && mesh.getAxisSize("pp") > 1);
@@ -115,7 +128,7 @@ void RematerializePass::runOnOperation() {
       continue;
     bool ok = false;
     if (auto rs = dyn_cast<ReshardOp>(op))
-      ok = onlyGathers(rs, mesh) &&
+      ok = onlyGathers(rs, mesh) && !gathersMaster(rs) &&
            !(keepsExperts && llvm::any_of(op.getUsers(), [](Operation *u) {
                return isa<MoeExpertsGradOp>(u);
              }));
