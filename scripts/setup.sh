@@ -10,7 +10,7 @@ PACKAGES=(cmake ninja-build g++ ccache python3
           llvm-22-dev libmlir-22-dev mlir-22-tools llvm-22-tools
           antlr4 libantlr4-runtime-dev
           openmpi-bin libopenmpi-dev libdnnl-dev libgtest-dev zlib1g-dev
-          nlohmann-json3-dev libcli11-dev
+          nlohmann-json3-dev libcli11-dev libjemalloc-dev
           python3-numpy python3-torch python3-psutil)
 missing=()
 for p in "${PACKAGES[@]}"; do
