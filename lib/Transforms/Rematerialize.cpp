@@ -110,10 +110,13 @@ void RematerializePass::runOnOperation() {
   for (auto par : module.getOps<ParallelOp>())
     zeroStage = par.getZeroStage();
   auto gathersMaster = [&](ReshardOp rs) {
-    Value in = rs.getInput();
-    if (auto c = in.getDefiningOp<CastOp>())
-      in = c->getOperand(0);
-    return (zeroStage == 1 || zeroStage == 2) && isa<BlockArgument>(in);
+    auto c = rs.getInput().getDefiningOp<CastOp>();
+    auto arg = c ? dyn_cast<BlockArgument>(c->getOperand(0)) : BlockArgument();
+    auto kind =
+        arg ? step.getArgAttrOfType<StringAttr>(arg.getArgNumber(), kKindAttr)
+            : StringAttr();
+    return (zeroStage == 1 || zeroStage == 2) && kind &&
+           kind.getValue() == "param";
   };
   bool keepsExperts =
       plan::recomputePolicy(module, "") == "none" &&
