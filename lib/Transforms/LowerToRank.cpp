@@ -857,10 +857,15 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
                llvm::any_of(user->getResults(), involvesSeq);
       };
       auto gathersParam = [&](Value in) {
-        if (auto c = in.getDefiningOp<CastOp>();
-            c && par && par.getZeroStage() >= 3)
-          in = c->getOperand(0);
-        return isa<BlockArgument>(in);
+        auto c = in.getDefiningOp<CastOp>();
+        if (!c)
+          return isa<BlockArgument>(in);
+        auto arg = dyn_cast<BlockArgument>(c->getOperand(0));
+        auto kind = arg ? src.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
+                                                           kKindAttr)
+                        : StringAttr();
+        return par && par.getZeroStage() >= 3 && kind &&
+               kind.getValue() == "param";
       };
       if (isa<AllGatherOp>(op) && gathersParam(op.getOperand(0)) &&
           !op.getResult(0).use_empty() &&

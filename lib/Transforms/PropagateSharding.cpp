@@ -191,8 +191,9 @@ public:
   }
 
   LogicalResult propagate(func::FuncOp f);
-  /// ZeRO: splits every AdamW moment (stage >= 1) and, at stage 3, every
-  /// parameter over `dp` as well, on the first dimension the split divides,
+  /// ZeRO: splits every AdamW moment (stage >= 1) and, at stage 3 (or from
+  /// stage 1 where the model reads it only in 16 bits), every parameter
+  /// over `dp` as well, on the first dimension the split divides,
   /// on top of the layout propagation gave the parameter.
   void splitForZero(func::FuncOp f, int64_t stage);
   LogicalResult materialize(func::FuncOp f);
@@ -463,12 +464,12 @@ void Propagator::push(const OpInfo &info, ArrayRef<Choice> choice) {
         continue;
       DimState &st = ds[d];
       // ZeRO's storage split reaches arguments only where it is seeded (a
-      // parameter is split by it only at stage 3).
+      // parameter is split by it only where splitForZero chose to).
       if (st.closed ||
           (isa<BlockArgument>(s.value) && c.prio >= priorityOf("zero")))
         continue;
       // A refinement extends what a tensor already has (never a
-      // parameter's own layout: that is ZeRO-3's, seeded explicitly).
+      // parameter's own layout: that is ZeRO's, seeded explicitly).
       bool refines =
           c.axes.size() > st.axes.size() && st.prio < kOpen &&
           ArrayRef(c.axes).take_front(st.axes.size()) == ArrayRef(st.axes) &&
