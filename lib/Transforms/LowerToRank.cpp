@@ -857,15 +857,8 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
                llvm::any_of(user->getResults(), involvesSeq);
       };
       auto gathersParam = [&](Value in) {
-        auto c = in.getDefiningOp<CastOp>();
-        if (!c)
-          return isa<BlockArgument>(in);
-        auto arg = dyn_cast<BlockArgument>(c->getOperand(0));
-        auto kind = arg ? src.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
-                                                           kKindAttr)
-                        : StringAttr();
-        return par && par.getZeroStage() >= 3 && kind &&
-               kind.getValue() == "param";
+        return isa<BlockArgument>(in) ||
+               (par && par.getZeroStage() >= 3 && isParamCopy(in, src));
       };
       if (isa<AllGatherOp>(op) && gathersParam(op.getOperand(0)) &&
           !op.getResult(0).use_empty() &&

@@ -24,6 +24,7 @@
 // reads plan-recompute's clones), but it still applies at the layers' edges.
 //===----------------------------------------------------------------------===//
 #include "BackwardOps.h"
+#include "ShardingAnalysis.h"
 #include "planc/Transforms/Passes.h"
 
 namespace planc {
@@ -110,13 +111,8 @@ void RematerializePass::runOnOperation() {
   for (auto par : module.getOps<ParallelOp>())
     zeroStage = par.getZeroStage();
   auto gathersMaster = [&](ReshardOp rs) {
-    auto c = rs.getInput().getDefiningOp<CastOp>();
-    auto arg = c ? dyn_cast<BlockArgument>(c->getOperand(0)) : BlockArgument();
-    auto kind =
-        arg ? step.getArgAttrOfType<StringAttr>(arg.getArgNumber(), kKindAttr)
-            : StringAttr();
-    return (zeroStage == 1 || zeroStage == 2) && kind &&
-           kind.getValue() == "param";
+    return (zeroStage == 1 || zeroStage == 2) &&
+           isParamCopy(rs.getInput(), step);
   };
   bool keepsExperts =
       plan::recomputePolicy(module, "") == "none" &&

@@ -24,6 +24,15 @@ std::optional<FactorAxes> planc::plan::readFactorAxes(Operation *op) {
   return out;
 }
 
+bool planc::plan::isParamCopy(Value v, func::FuncOp f) {
+  auto c = v.getDefiningOp<CastOp>();
+  auto arg = c ? dyn_cast<BlockArgument>(c->getOperand(0)) : BlockArgument();
+  if (!arg || arg.getOwner()->getParentOp() != f)
+    return false;
+  auto kind = f.getArgAttrOfType<StringAttr>(arg.getArgNumber(), kKindAttr);
+  return kind && kind.getValue() == "param";
+}
+
 void planc::plan::writeFactorAxes(Operation *op, const FactorAxes &axes) {
   Builder b(op->getContext());
   SmallVector<Attribute> list;

@@ -28,6 +28,10 @@ struct FactorSharding {
 };
 using FactorAxes = llvm::SmallVector<FactorSharding>;
 
+/// Whether `v` is a parameter's copy: a plan.cast of an argument of `f`
+/// whose kind is "param" (plan-mixed-precision's 16-bit copies).
+bool isParamCopy(mlir::Value v, mlir::func::FuncOp f);
+
 /// The factor axes recorded on `op`, or none when it has no record.
 std::optional<FactorAxes> readFactorAxes(mlir::Operation *op);
 void writeFactorAxes(mlir::Operation *op, const FactorAxes &axes);
