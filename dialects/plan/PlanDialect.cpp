@@ -516,6 +516,12 @@ static std::string shapeString(ArrayRef<int64_t> shape) {
   return out;
 }
 
+LogicalResult SumSqOp::verify() {
+  if (getInputs().empty())
+    return emitOpError() << "expects at least one input";
+  return success();
+}
+
 LogicalResult MatmulOp::verify() {
   auto lt = getLhs().getType(), rt = getRhs().getType();
   auto ot = getResult().getType();

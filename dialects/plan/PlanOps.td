@@ -759,10 +759,19 @@ def Plan_CrossEntropyGradOp : Plan_ComputeOp<"cross_entropy_grad",
 }
 
 def Plan_SumSqOp : Plan_ComputeOp<"sumsq"> {
-  let summary = "Sum of squares of all elements (for the global gradient norm)";
-  let arguments = (ins Plan_FloatTensor:$input);
+  let summary = "Sum of squares of every element of every input (the global gradient norm)";
+  let description = [{
+    One op for all the gradients: its inputs are laid out independently
+    (each may be split over any axes, and one mesh axis may split several
+    of them), and the result is a pending sum over every axis that splits
+    one of them. The lowering counts an input that is whole over one of
+    those axes on that axis's first rank only, so each rank's term adds up
+    to the norm in one all-reduce, not one per gradient.
+  }];
+  let arguments = (ins Variadic<Plan_FloatTensor>:$inputs);
   let results = (outs Plan_FloatScalar:$result);
-  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let assemblyFormat = "$inputs attr-dict `:` type($inputs) `->` type($result)";
+  let hasVerifier = 1;
 }
 
 def Plan_ClipByNormOp : Plan_ComputeOp<"clip_by_norm",

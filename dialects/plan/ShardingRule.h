@@ -33,6 +33,10 @@ struct OpShardingRule {
     /// only (a split over other axes is gathered first), and the op's
     /// lowering tells its kernel which positions the rank's rows are.
     bool positional = false;
+    /// Factors of different groups are dimensions of unrelated tensors (the
+    /// gradients sumsq adds up): a mesh axis splits at most one factor per
+    /// group, not per op.
+    int64_t group = 0;
   };
   /// The mesh axis that splits the sequence for context parallelism.
   static constexpr const char *kContextAxis = "cp";

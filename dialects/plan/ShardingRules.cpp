@@ -253,9 +253,15 @@ Rule MseLossOp::getShardingRule() {
   return r;
 }
 
+// Every input keeps its own layout: each is a group of its own.
 Rule SumSqOp::getShardingRule() {
   Rule r;
-  r.operands = {Rule::tensor(addFactors(r, shapeOf(getInput())))};
+  for (auto [i, in] : llvm::enumerate(getInputs())) {
+    size_t first = r.factors.size();
+    r.operands.push_back(Rule::tensor(addFactors(r, shapeOf(in))));
+    for (size_t f = first; f < r.factors.size(); ++f)
+      r.factors[f].group = int64_t(i);
+  }
   r.results = {Rule::TensorDims()};
   return r;
 }

@@ -30,7 +30,8 @@ def RuntimeCallOpInterface : OpInterface<"RuntimeCallOpInterface"> {
     that getRuntimeAttrNames lists (by default all inherent attributes, in
     alphabetical order, which is how ODS lists them). A string attribute
     whose name ends in `axis` names a mesh axis and is passed as the axis's
-    index (-1 for the empty string: no axis).
+    index (-1 for the empty string: no axis); an array attribute whose name
+    ends in `axes` is passed as an axis mask (0 when it is absent).
   }];
   let methods = [
     InterfaceMethod<"The planrt function this op calls.", "std::string",
@@ -844,8 +845,14 @@ def Rank_FillOp : Rank_CallOp<"fill"> {
 
 def Rank_SumSqAccumulateOp : Rank_CallOp<"sumsq_accumulate"> {
   let summary = "acc += sum(g^2)";
+  let description = [{
+    With `replicated_axes`, only the rank whose coordinate is 0 on each of
+    them adds: `g` is whole over those axes and `acc` is summed over them
+    later, which would count it once per rank.
+  }];
   let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$input,
-                       Arg<Rank_FloatBuffer, "", [MemRead, MemWrite]>:$acc);
+                       Arg<Rank_FloatBuffer, "", [MemRead, MemWrite]>:$acc,
+                       OptionalAttr<StrArrayAttr>:$replicated_axes);
   let assemblyFormat = "$input `into` $acc attr-dict `:` type($input) `->` type($acc)";
 }
 

@@ -608,9 +608,8 @@ void AutodiffPass::runOnOperation() {
     updatedRunning[topk.getBias()] = update.getResult();
   }
 
-  // The global gradient norm: sum of squares over every gradient.
-  SmallVector<Value> grads;
-  Value sumsq;
+  // The global gradient norm: one sum of squares over every gradient.
+  SmallVector<Value> grads, terms;
   for (unsigned i : params) {
     Value w = step.getArgument(i);
     Value g = adj.lookup(w);
@@ -622,17 +621,16 @@ void AutodiffPass::runOnOperation() {
           << "' does not affect the loss; it is left untouched";
       continue;
     }
-    Value sq = SumSqOp::create(b, w.getLoc(), TypeRange(scalar), ValueRange(g),
-                               ArrayRef<NamedAttribute>())
-                   ->getResult(0);
-    sumsq = sumsq ? AddOp::create(b, w.getLoc(), scalar, sumsq, sq).getResult()
-                  : sq;
+    terms.push_back(g);
   }
-  if (!sumsq) {
+  if (terms.empty()) {
     model.emitError() << "no parameter affects the loss; there is nothing to "
                          "train";
     return signalPassFailure();
   }
+  Value sumsq = SumSqOp::create(b, train.getLoc(), TypeRange(scalar), terms,
+                                ArrayRef<NamedAttribute>())
+                    ->getResult(0);
 
   SmallVector<Value> results{loss, sumsq}, states;
   SmallVector<DictionaryAttr> stateArgAttrs;

@@ -745,10 +745,13 @@ void LowerRankToEmitCPass::runOnOperation() {
               attrs.push_back(c.i64(i));
               continue;
             }
-            // Several axes are passed as an axis mask (0: none).
-            if (attrName.ends_with("axes") && isa_and_nonnull<ArrayAttr>(a)) {
+            // Several axes are passed as an axis mask (0: none, or absent).
+            if (attrName.ends_with("axes") && (!a || isa<ArrayAttr>(a))) {
               int64_t mask = 0;
-              for (Attribute axis : cast<ArrayAttr>(a)) {
+              ArrayRef<Attribute> axes;
+              if (a)
+                axes = cast<ArrayAttr>(a).getValue();
+              for (Attribute axis : axes) {
                 int64_t i =
                     mesh.getAxisIndex(cast<StringAttr>(axis).getValue());
                 if (i < 0) {

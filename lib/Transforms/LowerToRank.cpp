@@ -1178,6 +1178,50 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
       buf[op.getResult(0)] = out;
       continue;
     }
+    // The gradient norm: each rank adds the squares of its blocks of every
+    // gradient into one scalar, a pending sum over the axes that split any
+    // of them (one all-reduce, where one per gradient would wait on each).
+    // A gradient whole over one of those axes counts on that axis's first
+    // rank only. With a pipeline, each term counts on the ranks of its
+    // gradient's stage (a shared one on the first stage's), and the scalar
+    // is summed over pp before its first use.
+    if (auto ss = dyn_cast<SumSqOp>(op)) {
+      FailureOr<MemRefType> type = localType(ss.getResult(), &op);
+      if (failed(type))
+        return failure();
+      Value out = rk::AllocOp::create(b, loc, *type);
+      Operation *fill = rk::FillOp::create(b, loc, out, f32(0));
+      if (pipelined) {
+        unguarded.insert(out.getDefiningOp());
+        unguarded.insert(fill);
+        ppPartial[ss.getResult()] = out;
+      }
+      SmallVector<StringRef> pending =
+          getSharding(ss.getResult()).getPartialAxes();
+      for (auto [i, g] : llvm::enumerate(ss.getInputs())) {
+        ShardingAttr s = getSharding(g);
+        SmallVector<Attribute> whole;
+        for (StringRef a : pending) {
+          bool splits = false;
+          for (int64_t d = 0; s && d < s.getRank() && !splits; ++d)
+            splits = llvm::is_contained(s.getDimAxes(d), a);
+          if (!splits)
+            whole.push_back(b.getStringAttr(a));
+        }
+        auto acc = rk::SumSqAccumulateOp::create(
+            b, loc, in(i), out,
+            whole.empty() ? ArrayAttr() : b.getArrayAttr(whole));
+        if (pipelined) {
+          Operation *def = g.getDefiningOp();
+          int64_t st = def ? stageOf(def) : -1;
+          acc->setAttr(rk::kRankStageAttr,
+                       b.getI64IntegerAttr(std::max<int64_t>(st, 0)));
+          unguarded.insert(acc);
+        }
+      }
+      buf[ss.getResult()] = out;
+      continue;
+    }
     // Cross-entropy over vocab-parallel logits: from row statistics
     // exchanged over the vocabulary's axis (the full logits are gathered only
     // for generation).
@@ -1634,11 +1678,6 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
               rk::CrossEntropyGradOp::create(b, loc, in(0), in(1), out,
                                              lossScale(ce.getTargets()),
                                              validClasses(&op));
-              return true;
-            })
-            .Case<SumSqOp>([&](auto) {
-              rk::FillOp::create(b, loc, out, f32(0));
-              rk::SumSqAccumulateOp::create(b, loc, in(0), out);
               return true;
             })
             .Case<AddOp>([&](auto) { return same(rk::AddOp()); })

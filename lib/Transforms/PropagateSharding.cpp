@@ -11,7 +11,8 @@
 // policy and data (1), then ZeRO storage (2); at equal priority a layout that
 // comes from a parameter wins, then the first operand. Two user annotations
 // that disagree on one factor are an error naming both. A mesh axis splits
-// at most one factor per op; the weaker claim loses it.
+// at most one factor per op (per independent tensor of sumsq); the weaker
+// claim loses it.
 //
 // Then each op's decision is recorded: `plan.factor_axes` (the axes of each
 // factor) and `plan.sharding` on its results. Where an operand's layout
@@ -410,8 +411,9 @@ FailureOr<SmallVector<Choice>> Propagator::resolve(const OpInfo &info) {
       for (const Rule::Dim &d : t)
         for (size_t k = 1; k < d.factors.size(); ++k)
           choice[d.factors[k]].axes.clear();
-  // One mesh axis splits at most one factor: the strongest claim keeps it
-  // (a refinement counts at its own, weaker priority).
+  // One mesh axis splits at most one factor (of a group: Factor::group):
+  // the strongest claim keeps it (a refinement counts at its own, weaker
+  // priority).
   struct Part {
     int64_t factor;
     bool weak;
@@ -427,12 +429,15 @@ FailureOr<SmallVector<Choice>> Propagator::resolve(const OpInfo &info) {
     return std::make_tuple(a.prio, !choice[a.factor].anchored, a.weak) <
            std::make_tuple(b.prio, !choice[b.factor].anchored, b.weak);
   });
-  SmallVector<StringRef, 8> used; // few axes: a set would allocate
+  SmallVector<StringRef, 8> used0; // few axes: a set would allocate
+  DenseMap<int64_t, SmallVector<StringRef, 8>> usedByGroup;
   SmallVector<bool> cut(choice.size(), false);
   for (const Part &part : parts) {
     Choice &c = choice[part.factor];
     if (part.weak && cut[part.factor])
       continue;
+    int64_t group = rule.factors[part.factor].group;
+    auto &used = group ? usedByGroup[group] : used0;
     size_t begin = part.weak ? c.weakFrom : 0;
     size_t end =
         part.weak ? c.axes.size() : std::min(c.weakFrom, c.axes.size());

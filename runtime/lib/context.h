@@ -52,6 +52,9 @@ void free_plan_arena(Context *ctx);
 /// An op's temporaries inside a planned function: from the workspace the
 /// plan gave the op (fatal beyond it).
 void *take_workspace(Context *ctx, size_t bytes);
+/// An op that has nothing to do on this rank (a replica's term of a sum
+/// counted on another rank) leaves the workspace the plan gave it unused.
+void forgo_workspace(Context *ctx);
 } // namespace internal
 
 /// A persistent optimizer-state tensor (declare_state).

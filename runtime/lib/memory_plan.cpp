@@ -278,6 +278,13 @@ void *take_workspace(Context *ctx, size_t bytes) {
   count_live(ctx, 2, (int64_t)bytes);
   return p;
 }
+
+void forgo_workspace(Context *ctx) {
+  if (ctx->ws_offset < 0)
+    return;
+  count_live(ctx, 2, ctx->ws_bytes - ctx->ws_used);
+  ctx->ws_used = ctx->ws_bytes;
+}
 } // namespace internal
 
 } // namespace planrt

@@ -80,3 +80,11 @@ func.func @f(%a: tensor<8x4xf32> {plan.init = #plan.init<uniform, 1.0, 0.0>}) {
 
 // expected-error @below {{steps must be >= 0}}
 plan.train {data = "synthetic", global_batch = 8 : i64, lr = 1.0e-01 : f64, optimizer = "sgd", seed = 3 : i64, steps = -5 : i64}
+
+// -----
+
+func.func @sumsq_of_nothing() -> tensor<f32> {
+  // expected-error @below {{expects at least one input}}
+  %s = "plan.sumsq"() : () -> tensor<f32>
+  return %s : tensor<f32>
+}

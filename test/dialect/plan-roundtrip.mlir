@@ -41,5 +41,7 @@ func.func @ops(%w: tensor<4x4xf32> {plan.init = #plan.init<normal, 0.0, 0.02>},
   %12:3 = plan.adamw_update %b, %7, %b, %b {lr = 0.1 : f32, beta1 = 0.9 : f32, beta2 = 0.95 : f32, eps = 1.0e-8 : f32, weight_decay = 0.1 : f32} : tensor<4xf32>
   // CHECK: #plan.sharding<@mesh, {{\[\[}}], [tp]], partial = [dp]>
   %13 = plan.relu %0 {plan.sharding = #plan.sharding<@mesh, [[], [tp]], partial = [dp]>} : tensor<8x4xf32>
+  // CHECK: plan.sumsq %{{.*}}, %{{.*}} : tensor<8x4xf32>, tensor<4xf32> -> tensor<f32>
+  %14 = plan.sumsq %6, %7 : tensor<8x4xf32>, tensor<4xf32> -> tensor<f32>
   return
 }

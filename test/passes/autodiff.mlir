@@ -39,12 +39,8 @@ func.func @m(%x: tensor<8x4xf32> {plan.kind = "input", plan.name = "x"},
 // No gradient for the input x, only for w.
 // CHECK-NOT: plan.matmul %[[DBA]], %arg2
 // CHECK: %[[DW:.*]] = plan.matmul %arg0, %[[DBA]] {transpose_lhs}
-// The global gradient norm: one sum of squares per gradient, added up.
-// CHECK: %[[SW:.*]] = plan.sumsq %[[DW]]
-// CHECK: %[[SB:.*]] = plan.sumsq %[[DB]]
-// CHECK: %[[S1:.*]] = plan.add %[[SW]], %[[SB]]
-// CHECK: %[[SV:.*]] = plan.sumsq %[[DV]]
-// CHECK: %[[SUMSQ:.*]] = plan.add %[[S1]], %[[SV]]
+// The global gradient norm: one sum of squares over every gradient.
+// CHECK: %[[SUMSQ:.*]] = plan.sumsq %[[DW]], %[[DB]], %[[DV]] : tensor<4x4xf32>, tensor<4xf32>, tensor<4x4xf32> -> tensor<f32>
 // CHECK: %[[W:.*]] = plan.sgd_update %arg2, %[[DW]] {lr = 5.000000e-02 : f32}
 // CHECK: %[[B:.*]] = plan.sgd_update %arg3, %[[DB]]
 // CHECK: %[[V:.*]] = plan.sgd_update %arg4, %[[DV]]
@@ -154,11 +150,7 @@ func.func @gpt(%ids: tensor<2x4xi32> {plan.kind = "input", plan.name = "ids"},
 // CHECK: %[[DX:.*]] = plan.add %[[DH]], %[[LNX]]
 // CHECK: %[[DWTE2:.*]] = plan.embedding_grad %arg0, %[[DX]] : tensor<2x4xi32>, tensor<2x4x8xf32> -> tensor<16x8xf32>
 // CHECK: %[[DWTE:.*]] = plan.add %[[DWTE1]], %[[DWTE2]]
-// CHECK: %[[SQW:.*]] = plan.sumsq %[[DWTE]]
-// CHECK: plan.sumsq %gamma_grad
-// CHECK: plan.sumsq %beta_grad
-// CHECK: plan.sumsq
-// CHECK: %[[SUMSQ:.*]] = plan.add
+// CHECK: %[[SUMSQ:.*]] = plan.sumsq %[[DWTE]], %gamma_grad, %beta_grad, %{{[^ ]*}} :
 // CHECK-NEXT: %[[CW:.*]] = plan.clip_by_norm %[[DWTE]], %[[SUMSQ]] {max_norm = 1.000000e+00 : f32}
 // CHECK: plan.adamw_update %arg2, %[[CW]], %{{.*}} {{{.*}}weight_decay = 1.000000e-01 : f32}
 // 1-D parameters (norm scale and shift) are not decayed.

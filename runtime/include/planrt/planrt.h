@@ -759,8 +759,11 @@ void ce_grad_from_stats(Context *ctx, const Tensor *logits,
                         int64_t vocab_axis, int64_t valid_classes = 0);
 
 /// acc (rank 0) += sum(g^2). Zero acc first (fill) and call it once per
-/// gradient; all-reduce acc over the ranks that hold different shards.
-void sumsq_accumulate(Context *ctx, const Tensor *g, Tensor *acc);
+/// gradient; all-reduce acc over the ranks that hold different shards. A
+/// gradient whole over some of those axes (replicated_axes, an axis mask)
+/// adds only on the rank whose coordinate is 0 on each of them.
+void sumsq_accumulate(Context *ctx, const Tensor *g, Tensor *acc,
+                      int64_t replicated_axes = 0);
 /// g *= min(1, max_norm / (sqrt(sumsq) + 1e-6)); sumsq is a rank-0 tensor.
 void clip_by_global_norm(Context *ctx, Tensor *g, const Tensor *sumsq,
                          float max_norm);
