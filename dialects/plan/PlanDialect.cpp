@@ -516,6 +516,25 @@ static std::string shapeString(ArrayRef<int64_t> shape) {
   return out;
 }
 
+/// An update is clipped by a sum of squares exactly when it has max_norm.
+static LogicalResult verifyClip(Operation *op, Value sumsq, FloatAttr maxNorm) {
+  if (!sumsq != !maxNorm)
+    return op->emitOpError() << "takes 'max_norm' exactly when it is "
+                                "clipped by a sum of squares";
+  if (maxNorm && !(maxNorm.getValueAsDouble() > 0))
+    return op->emitOpError()
+           << "max_norm must be > 0, got " << maxNorm.getValueAsDouble();
+  return success();
+}
+
+LogicalResult SgdUpdateOp::verify() {
+  return verifyClip(*this, getClipSumsq(), getMaxNormAttr());
+}
+
+LogicalResult AdamWUpdateOp::verify() {
+  return verifyClip(*this, getClipSumsq(), getMaxNormAttr());
+}
+
 LogicalResult SumSqOp::verify() {
   if (getInputs().empty())
     return emitOpError() << "expects at least one input";

@@ -633,9 +633,20 @@ def Plan_MseLossGradOp : Plan_ComputeOp<"mse_loss_grad",
 def Plan_SgdUpdateOp : Plan_ComputeOp<"sgd_update",
     [AllTypesMatch<["param", "grad", "result"]>]> {
   let summary = "Plain SGD step: result = param - lr * grad";
-  let arguments = (ins Plan_FloatTensor:$param, Plan_FloatTensor:$grad, F32Attr:$lr);
+  let description = [{
+    With `clipped by %sumsq` (and `max_norm`), the gradient is first scaled
+    by min(1, max_norm / sqrt(sumsq)): with the sum of squares of every
+    gradient, that clips by the global norm.
+  }];
+  let arguments = (ins Plan_FloatTensor:$param, Plan_FloatTensor:$grad,
+                       Optional<Plan_FloatScalar>:$clip_sumsq, F32Attr:$lr,
+                       OptionalAttr<F32Attr>:$max_norm);
   let results = (outs Plan_FloatTensor:$result);
-  let assemblyFormat = "$param `,` $grad attr-dict `:` type($result)";
+  let assemblyFormat = [{
+    $param `,` $grad (`clipped` `by` $clip_sumsq^)? attr-dict `:` type($result)
+    (`,` type($clip_sumsq)^)?
+  }];
+  let hasVerifier = 1;
 }
 
 def Plan_AdamWUpdateOp : Plan_ComputeOp<"adamw_update",
@@ -645,21 +656,26 @@ def Plan_AdamWUpdateOp : Plan_ComputeOp<"adamw_update",
   let description = [{
     The moment estimates are optimizer state the step takes and returns
     (arguments of kind "state"), so they have layouts like any value: ZeRO
-    splits them over the data-parallel axis.
+    splits them over the data-parallel axis. With `clipped by %sumsq` (and
+    `max_norm`), the gradient is first scaled as sgd_update's is.
 
     ```mlir
-    %w2, %m2, %v2 = plan.adamw_update %w, %g, %m, %v {beta1 = 0.9 : f32, beta2 = 0.999 : f32, eps = 1.0e-08 : f32, lr = 1.0e-03 : f32, weight_decay = 0.1 : f32} : tensor<64x64xf32>
+    %w2, %m2, %v2 = plan.adamw_update %w, %g, %m, %v clipped by %s {beta1 = 0.9 : f32, beta2 = 0.999 : f32, eps = 1.0e-08 : f32, lr = 1.0e-03 : f32, max_norm = 1.0 : f32, weight_decay = 0.1 : f32} : tensor<64x64xf32>, tensor<f32>
     ```
   }];
   let arguments = (ins Plan_FloatTensor:$param, Plan_FloatTensor:$grad,
                        Plan_FloatTensor:$exp_avg, Plan_FloatTensor:$exp_avg_sq,
+                       Optional<Plan_FloatScalar>:$clip_sumsq,
                        F32Attr:$lr, F32Attr:$beta1, F32Attr:$beta2,
-                       F32Attr:$eps, F32Attr:$weight_decay);
+                       F32Attr:$eps, F32Attr:$weight_decay,
+                       OptionalAttr<F32Attr>:$max_norm);
   let results = (outs Plan_FloatTensor:$result, Plan_FloatTensor:$new_exp_avg,
                       Plan_FloatTensor:$new_exp_avg_sq);
   let assemblyFormat = [{
-    $param `,` $grad `,` $exp_avg `,` $exp_avg_sq attr-dict `:` type($result)
+    $param `,` $grad `,` $exp_avg `,` $exp_avg_sq (`clipped` `by` $clip_sumsq^)?
+    attr-dict `:` type($result) (`,` type($clip_sumsq)^)?
   }];
+  let hasVerifier = 1;
 }
 
 //===----------------------------------------------------------------------===//
@@ -772,19 +788,6 @@ def Plan_SumSqOp : Plan_ComputeOp<"sumsq"> {
   let results = (outs Plan_FloatScalar:$result);
   let assemblyFormat = "$inputs attr-dict `:` type($inputs) `->` type($result)";
   let hasVerifier = 1;
-}
-
-def Plan_ClipByNormOp : Plan_ComputeOp<"clip_by_norm",
-    [AllTypesMatch<["input", "result"]>]> {
-  let summary = "Scales a gradient by min(1, max_norm / sqrt(sumsq))";
-  let description = [{
-    `sumsq` is the sum of squares of all gradients, so clipping every
-    gradient with it clips by the global norm.
-  }];
-  let arguments = (ins Plan_FloatTensor:$input, Plan_FloatScalar:$sumsq,
-                       F32Attr:$max_norm);
-  let results = (outs Plan_FloatTensor:$result);
-  let assemblyFormat = "$input `,` $sumsq attr-dict `:` type($input) `,` type($sumsq)";
 }
 
 include "dialects/plan/PlanConvOps.td"

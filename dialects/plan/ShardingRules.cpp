@@ -56,11 +56,7 @@ ELEMENTWISE_RULE(ReluGradOp)
 ELEMENTWISE_RULE(GeluGradOp)
 ELEMENTWISE_RULE(SiluGradOp)
 ELEMENTWISE_RULE(MseLossGradOp)
-ELEMENTWISE_RULE(SgdUpdateOp)
 #undef ELEMENTWISE_RULE
-
-// Parameter, gradient and both moments, element by element.
-Rule AdamWUpdateOp::getShardingRule() { return elementwise(*this); }
 
 // A sum (or difference) of pending sums over the same axes is one.
 Rule AddOp::getShardingRule() {
@@ -583,13 +579,18 @@ Rule DropoutOp::getShardingRule() {
 
 //===--- Optimizer --------------------------------------------------------===//
 
-// Scales by a whole scalar. It is linear in the gradient, but the gradient
-// was reduced for its norm already: passing the pending sum through would
-// reduce it twice.
-Rule ClipByNormOp::getShardingRule() {
-  Rule r;
-  r.operands = {Rule::tensor(addFactors(r, shapeOf(getInput()))),
-                Rule::TensorDims()};
-  r.results = {r.operands[0]};
+// Parameter, gradient and moments element by element, all whole (the
+// gradient was reduced for its norm already), and the whole sum of squares
+// that clips the gradient.
+static Rule updateRule(Operation *op, Value clipSumsq) {
+  Rule r = elementwise(op);
+  if (clipSumsq)
+    r.operands.back() = Rule::TensorDims();
   return r;
+}
+Rule SgdUpdateOp::getShardingRule() {
+  return updateRule(*this, getClipSumsq());
+}
+Rule AdamWUpdateOp::getShardingRule() {
+  return updateRule(*this, getClipSumsq());
 }

@@ -657,11 +657,14 @@ void AutodiffPass::runOnOperation() {
       results.push_back(w);
       continue;
     }
-    if (auto clip = train.getGradClip())
-      g = ClipByNormOp::create(b, w.getLoc(), TypeRange(g.getType()),
-                               ValueRange{g, sumsq},
-                               {b.getNamedAttr("max_norm", toF32(b, *clip))})
-              ->getResult(0);
+    // Clipping by the global norm is part of the update (one op per
+    // parameter, not two).
+    Value clipSumsq;
+    FloatAttr maxNorm;
+    if (auto clip = train.getGradClip()) {
+      clipSumsq = sumsq;
+      maxNorm = toF32(b, *clip);
+    }
     Value updated;
     if (train.getOptimizer() == "adamw") {
       // The moments are state the step takes and returns, named after the
@@ -685,15 +688,16 @@ void AutodiffPass::runOnOperation() {
       bool decays = cast<RankedTensorType>(w.getType()).getRank() >= 2;
       auto aw = AdamWUpdateOp::create(
           b, w.getLoc(), TypeRange{w.getType(), w.getType(), w.getType()}, w, g,
-          m, v, toF32(b, train.getLr()), toF32(b, train.getBeta1()),
+          m, v, clipSumsq, toF32(b, train.getLr()), toF32(b, train.getBeta1()),
           toF32(b, train.getBeta2()), toF32(b, train.getEps()),
-          decays ? toF32(b, train.getWeightDecay()) : b.getF32FloatAttr(0));
+          decays ? toF32(b, train.getWeightDecay()) : b.getF32FloatAttr(0),
+          maxNorm);
       updated = aw.getResult();
       states.push_back(aw.getNewExpAvg());
       states.push_back(aw.getNewExpAvgSq());
     } else {
-      updated = SgdUpdateOp::create(b, w.getLoc(), w.getType(), w, g,
-                                    toF32(b, train.getLr()));
+      updated = SgdUpdateOp::create(b, w.getLoc(), w.getType(), w, g, clipSumsq,
+                                    toF32(b, train.getLr()), maxNorm);
     }
     results.push_back(updated);
   }

@@ -71,11 +71,11 @@ struct ExpandReshardsPass
 };
 } // namespace
 
-/// Whether `v` only feeds the optimizer: the update, clipping and the norm,
+/// Whether `v` only feeds the optimizer: the update and the norm,
 /// through widening casts and the inverse loss scale.
 static bool onlyForTheUpdate(Value v, int depth = 0) {
   return depth < 4 && llvm::all_of(v.getUsers(), [&](Operation *user) {
-           if (isa<AdamWUpdateOp, SgdUpdateOp, ClipByNormOp, SumSqOp>(user))
+           if (isa<AdamWUpdateOp, SgdUpdateOp, SumSqOp>(user))
              return true;
            return isa<CastOp, LossScaleOp>(user) &&
                   onlyForTheUpdate(user->getResult(0), depth + 1);

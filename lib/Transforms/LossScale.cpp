@@ -54,8 +54,6 @@ void LossScalePass::runOnOperation() {
       lossGrads.push_back(op->getResult(0));
     if (isa<SgdUpdateOp, AdamWUpdateOp>(op)) {
       Value g = op->getOperand(1);
-      if (auto clip = g.getDefiningOp<ClipByNormOp>())
-        g = clip.getInput();
       if (g.getDefiningOp() && !llvm::is_contained(paramGrads, g))
         paramGrads.push_back(g);
     }

@@ -157,9 +157,6 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
 
   // Declarations and buffers of the arguments.
   DenseMap<Value, Value> buf;
-  // Clipped gradients whose clipping their AdamW update does: the sum of
-  // squares buffer and max_norm.
-  DenseMap<Value, std::pair<Value, FloatAttr>> fusedClips;
   OpBuilder declB(ctx);
   declB.setInsertionPoint(rankFunc);
   b.setInsertionPointToStart(body);
@@ -539,13 +536,8 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
 
   // Gradients are observed once whole (after their all-reduce) and before
   // clipping, under the name of the parameter they update.
-  auto observeGrad = [&](Value updatedOrClipped, Value gradBuf, Location loc) {
-    Operation *user = updatedOrClipped.getDefiningOp();
-    while (user && isa<ClipByNormOp>(user) && !user->getUsers().empty())
-      user = *user->getUsers().begin();
-    if (!isa_and_nonnull<SgdUpdateOp, AdamWUpdateOp>(user))
-      return;
-    auto arg = dyn_cast<BlockArgument>(user->getOperand(0));
+  auto observeGrad = [&](Operation *update, Value gradBuf, Location loc) {
+    auto arg = dyn_cast<BlockArgument>(update->getOperand(0));
     if (!arg)
       return;
     // A reference compares whole gradients; a shard would be mislabeled.
@@ -1259,28 +1251,6 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
         continue;
       }
     }
-    if (auto clip = dyn_cast<ClipByNormOp>(op)) {
-      observeGrad(clip.getResult(), in(0), loc);
-      if (!lastUse(clip.getInput())) {
-        clip.emitError() << "the clipped gradient has later uses; not "
-                            "supported yet";
-        return failure();
-      }
-      buf[clip.getResult()] = in(0);
-      // Clipping that only an AdamW update reads is done by that update
-      // (one pass over the gradient instead of two).
-      if (clip->hasOneUse()) {
-        auto aw = dyn_cast<AdamWUpdateOp>(*clip->user_begin());
-        if (aw && aw.getGrad() == clip.getResult() &&
-            aw->getBlock() == clip->getBlock()) {
-          fusedClips[clip.getResult()] = {in(1), clip.getMaxNormAttr()};
-          continue;
-        }
-      }
-      rk::ClipByGlobalNormOp::create(b, loc, in(0), in(1),
-                                     clip.getMaxNormAttr());
-      continue;
-    }
     if (auto r = dyn_cast<ReshapeOp>(op)) {
       FailureOr<MemRefType> type = localType(r.getResult(), &op);
       if (failed(type))
@@ -1309,8 +1279,7 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
     }
     // Optimizer updates write the parameter's own buffer.
     if (isa<SgdUpdateOp, AdamWUpdateOp>(op)) {
-      if (!op.getOperand(1).getDefiningOp<ClipByNormOp>())
-        observeGrad(op.getResult(0), in(1), loc);
+      observeGrad(&op, in(1), loc);
       gradBytes += cast<MemRefType>(in(1).getType()).getNumElements() * 4;
       if (pipelined)
         countBytes(1, stageOf(&op),
@@ -1318,14 +1287,26 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
       // The parameter's (shard's) buffer and the moments are updated in
       // place.
       if (auto sgd = dyn_cast<SgdUpdateOp>(op)) {
+        // SGD clips the gradient in place first (AdamW's update does it as
+        // it reads the gradient).
+        if (Value sumsq = sgd.getClipSumsq()) {
+          if (!lastUse(sgd.getGrad())) {
+            sgd.emitError() << "the clipped gradient has later uses; not "
+                               "supported yet";
+            return failure();
+          }
+          rk::ClipByGlobalNormOp::create(b, loc, in(1), buf.lookup(sumsq),
+                                         sgd.getMaxNormAttr());
+        }
         rk::SgdUpdateOp::create(b, loc, in(0), in(1), sgd.getLrAttr());
       } else {
         auto aw = cast<AdamWUpdateOp>(op);
-        auto clip = fusedClips.lookup(aw.getGrad());
+        Value sumsq = aw.getClipSumsq();
         rk::AdamWUpdateOp::create(b, loc, in(0), in(1), in(2), in(3),
-                                  clip.first, aw.getLrAttr(), aw.getBeta1Attr(),
+                                  sumsq ? buf.lookup(sumsq) : Value(),
+                                  aw.getLrAttr(), aw.getBeta1Attr(),
                                   aw.getBeta2Attr(), aw.getEpsAttr(),
-                                  aw.getWeightDecayAttr(), clip.second);
+                                  aw.getWeightDecayAttr(), aw.getMaxNormAttr());
         buf[aw.getNewExpAvg()] = in(2);
         buf[aw.getNewExpAvgSq()] = in(3);
       }

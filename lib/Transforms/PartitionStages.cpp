@@ -128,10 +128,10 @@ static void assignStages(func::FuncOp f, ArrayRef<int64_t> stageOfLayer) {
       else if (s >= 0)
         from.insert(s);
     }
-    // A sum with a shared term stays shared (the gradient norm's partial
-    // sums); a stage's own op that reads a shared value (clipping by the
-    // global norm) stays the stage's.
-    if (from.size() == 1 && !(shared && isa<AddOp>(op)))
+    // A sum with a shared term stays shared (the gradient norm, which the
+    // stages' terms add up to); a stage's own op that reads a shared value
+    // (an update clipped by the global norm) stays the stage's.
+    if (from.size() == 1 && !(shared && isa<AddOp, SumSqOp>(op)))
       stage[&op] = from[0];
     else if (from.size() > 1 || shared)
       stage[&op] = -1;
@@ -229,7 +229,7 @@ void PartitionStagesPass::runOnOperation() {
       seenLayer = true;
     } else if (!seenLayer) {
       pre += f;
-    } else if (isa<AdamWUpdateOp, SgdUpdateOp, ClipByNormOp, SumSqOp>(op)) {
+    } else if (isa<AdamWUpdateOp, SgdUpdateOp, SumSqOp>(op)) {
       // The optimizer runs once per step on each stage's own parameters.
     } else {
       post += f;
@@ -267,7 +267,7 @@ void PartitionStagesPass::runOnOperation() {
   SmallVector<int64_t> flops(3 * stages, 0);
   for (Operation &op : step.getBody().front().without_terminator()) {
     int64_t s = op.getAttrOfType<IntegerAttr>(kStageAttr).getInt();
-    if (s < 0 || isa<AdamWUpdateOp, SgdUpdateOp, ClipByNormOp, SumSqOp>(op))
+    if (s < 0 || isa<AdamWUpdateOp, SgdUpdateOp, SumSqOp>(op))
       continue;
     StringRef ph = op.getAttrOfType<StringAttr>(kPhaseAttr).getValue();
     flops[3 * s + (ph == "F" ? 0 : ph == "B" ? 1 : 2)] += int64_t(opFlops(&op));

@@ -88,3 +88,19 @@ func.func @sumsq_of_nothing() -> tensor<f32> {
   %s = "plan.sumsq"() : () -> tensor<f32>
   return %s : tensor<f32>
 }
+
+// -----
+
+func.func @clip_without_max_norm(%w: tensor<4xf32>, %g: tensor<4xf32>, %s: tensor<f32>) -> tensor<4xf32> {
+  // expected-error @below {{takes 'max_norm' exactly when it is clipped by a sum of squares}}
+  %0 = plan.sgd_update %w, %g clipped by %s {lr = 0.1 : f32} : tensor<4xf32>, tensor<f32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+func.func @clip_by_zero(%w: tensor<4xf32>, %g: tensor<4xf32>, %s: tensor<f32>) -> tensor<4xf32> {
+  // expected-error @below {{max_norm must be > 0, got 0}}
+  %0:3 = plan.adamw_update %w, %g, %w, %w clipped by %s {lr = 0.1 : f32, beta1 = 0.9 : f32, beta2 = 0.95 : f32, eps = 1.0e-8 : f32, weight_decay = 0.1 : f32, max_norm = 0.0 : f32} : tensor<4xf32>, tensor<f32>
+  return %0#0 : tensor<4xf32>
+}

@@ -43,5 +43,9 @@ func.func @ops(%w: tensor<4x4xf32> {plan.init = #plan.init<normal, 0.0, 0.02>},
   %13 = plan.relu %0 {plan.sharding = #plan.sharding<@mesh, [[], [tp]], partial = [dp]>} : tensor<8x4xf32>
   // CHECK: plan.sumsq %{{.*}}, %{{.*}} : tensor<8x4xf32>, tensor<4xf32> -> tensor<f32>
   %14 = plan.sumsq %6, %7 : tensor<8x4xf32>, tensor<4xf32> -> tensor<f32>
+  // CHECK: plan.sgd_update %{{.*}}, %{{.*}} clipped by %{{.*}} {lr = 1.000000e-01 : f32, max_norm = 1.000000e+00 : f32} : tensor<4xf32>, tensor<f32>
+  %15 = plan.sgd_update %b, %7 clipped by %14 {lr = 0.1 : f32, max_norm = 1.0 : f32} : tensor<4xf32>, tensor<f32>
+  // CHECK: plan.adamw_update %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} clipped by %{{.*}} {{{.*}}max_norm = 5.000000e-01 : f32{{.*}}} : tensor<4xf32>, tensor<f32>
+  %16:3 = plan.adamw_update %b, %7, %b, %b clipped by %14 {lr = 0.1 : f32, beta1 = 0.9 : f32, beta2 = 0.95 : f32, eps = 1.0e-8 : f32, weight_decay = 0.1 : f32, max_norm = 0.5 : f32} : tensor<4xf32>, tensor<f32>
   return
 }

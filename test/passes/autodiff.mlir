@@ -151,8 +151,8 @@ func.func @gpt(%ids: tensor<2x4xi32> {plan.kind = "input", plan.name = "ids"},
 // CHECK: %[[DWTE2:.*]] = plan.embedding_grad %arg0, %[[DX]] : tensor<2x4xi32>, tensor<2x4x8xf32> -> tensor<16x8xf32>
 // CHECK: %[[DWTE:.*]] = plan.add %[[DWTE1]], %[[DWTE2]]
 // CHECK: %[[SUMSQ:.*]] = plan.sumsq %[[DWTE]], %gamma_grad, %beta_grad, %{{[^ ]*}} :
-// CHECK-NEXT: %[[CW:.*]] = plan.clip_by_norm %[[DWTE]], %[[SUMSQ]] {max_norm = 1.000000e+00 : f32}
-// CHECK: plan.adamw_update %arg2, %[[CW]], %{{.*}} {{{.*}}weight_decay = 1.000000e-01 : f32}
+// Clipped by the global norm as it updates.
+// CHECK-NEXT: plan.adamw_update %arg2, %[[DWTE]], %{{.*}}, %{{.*}} clipped by %[[SUMSQ]] {{{.*}}max_norm = 1.000000e+00 : f32, weight_decay = 1.000000e-01 : f32} : tensor<16x8xf32>, tensor<f32>
 // 1-D parameters (norm scale and shift) are not decayed.
 // CHECK: plan.adamw_update %arg3, %{{.*}} {{{.*}}weight_decay = 0.000000e+00 : f32}
 // CHECK: plan.adamw_update %arg4, %{{.*}} {{{.*}}weight_decay = 0.000000e+00 : f32}
