@@ -1,6 +1,8 @@
 //===- LowerRankToEmitC.cpp - Rank level to EmitC calls into planrt -------===//
 #include "planc/Transforms/Passes.h"
 
+#include <cstring>
+
 namespace planc {
 #define GEN_PASS_DEF_LOWERRANKTOEMITC
 #include "planc/Transforms/Passes.h.inc"
@@ -33,8 +35,9 @@ public:
       argAttrs.push_back(index(i));
     argAttrs.append(attrs.begin(), attrs.end());
     TypeRange results = resultType ? TypeRange(resultType) : TypeRange();
-    auto op = ec::CallOpaqueOp::create(b, loc, results, callee, args,
-                                       b.getArrayAttr(argAttrs));
+    auto op =
+        ec::CallOpaqueOp::create(b, loc, results, name(callee),
+                                 b.getArrayAttr(argAttrs), ArrayAttr(), args);
     return resultType ? op.getResult(0) : Value();
   }
 
@@ -51,8 +54,9 @@ public:
       else
         argAttrs.push_back(a);
     TypeRange results = resultType ? TypeRange(resultType) : TypeRange();
-    auto op = ec::CallOpaqueOp::create(b, loc, results, callee, values,
-                                       b.getArrayAttr(argAttrs));
+    auto op =
+        ec::CallOpaqueOp::create(b, loc, results, name(callee),
+                                 b.getArrayAttr(argAttrs), ArrayAttr(), values);
     return resultType ? op.getResult(0) : Value();
   }
   Attribute operand(int64_t i) { return index(i); }
@@ -72,15 +76,53 @@ public:
     }
     return ec::OpaqueAttr::get(b.getContext(), quoted + "\"");
   }
-  /// i64 attributes, each made once: a large step passes millions of
-  /// shapes and offsets, and the context's uniquer is slower than a map.
+  /// Numbers are passed as their C++ literal (an opaque attribute, made
+  /// once per value): a large step passes millions of shapes, offsets and
+  /// hyperparameters, the context's uniquer is slower than a map, and the
+  /// C++ emitter would convert an integer or float attribute to decimal
+  /// at every use.
   Attribute i64(int64_t v) {
     auto [it, fresh] = i64s.try_emplace(v);
     if (fresh)
-      it->second = b.getI64IntegerAttr(v);
+      it->second = ec::OpaqueAttr::get(b.getContext(), std::to_string(v));
     return it->second;
   }
-  Attribute f32(double v) { return b.getF32FloatAttr(float(v)); }
+  /// As the C++ emitter prints an f32 attribute (the same digits); NaN and
+  /// infinities stay attributes, which it spells as C macros.
+  Attribute f32(double v) {
+    float f = float(v);
+    uint32_t bits;
+    std::memcpy(&bits, &f, sizeof bits);
+    auto [it, fresh] = f32s.try_emplace(bits);
+    if (fresh) {
+      APFloat a(f);
+      if (a.isFinite()) {
+        SmallString<32> text;
+        a.toString(text, 0, 0, false);
+        text += 'f';
+        it->second = ec::OpaqueAttr::get(b.getContext(), text);
+      } else {
+        it->second = b.getF32FloatAttr(f);
+      }
+    }
+    return it->second;
+  }
+  /// An attribute of a rank op as a call argument: i64 and f32 numbers
+  /// through the caches above, anything else as it is.
+  Attribute literal(Attribute a) {
+    if (auto i = dyn_cast<IntegerAttr>(a); i && i.getType().isInteger(64))
+      return i64(i.getInt());
+    if (auto f = dyn_cast<FloatAttr>(a); f && f.getType().isF32())
+      return f32(f.getValueAsDouble());
+    return a;
+  }
+  /// A callee's name, interned once.
+  StringAttr name(StringRef callee) {
+    StringAttr &n = names[callee];
+    if (!n)
+      n = b.getStringAttr(callee);
+    return n;
+  }
 
   /// `ndim, d0, d1, d2, d3` of a buffer type (trailing dims padded with 1).
   SmallVector<Attribute> shape(MemRefType t) {
@@ -117,6 +159,8 @@ private:
   Value ctx;
   SmallVector<Attribute> indices;
   DenseMap<int64_t, Attribute, MixedI64> i64s;
+  DenseMap<uint32_t, Attribute> f32s;
+  llvm::StringMap<StringAttr> names;
 };
 } // namespace
 
@@ -779,7 +823,7 @@ void LowerRankToEmitCPass::runOnOperation() {
                   b.getContext(), "\"" + str.getValue().str() + "\""));
               continue;
             }
-            attrs.push_back(a);
+            attrs.push_back(c.literal(a));
           }
           c.call(loc, callOp.getRuntimeCallee(), operands(&op), attrs);
         } else if (isa<func::ReturnOp>(op)) {

@@ -30,17 +30,17 @@ module {
 
 // CHECK-LABEL: emitc.func @plan_step(
 // 512 elements of bf16: 1024 bytes, dtype 2.
-// CHECK: %[[H:.*]] = call_opaque "planrt::alloc_at"(%{{.*}}) {args = [0 : index, 0, 0, 2, 8, 64, 1, 1, 2]}
+// CHECK: %[[H:.*]] = call_opaque "planrt::alloc_at"(%{{.*}}) {args = [0 : index, #emitc.opaque<"0">, #emitc.opaque<"0">, #emitc.opaque<"2">, #emitc.opaque<"8">, #emitc.opaque<"64">, #emitc.opaque<"1">, #emitc.opaque<"1">, #emitc.opaque<"2">]}
 // A cast takes no temporaries.
 // CHECK-NOT: op_workspace
 // CHECK: call_opaque "planrt::cast"(%{{.*}}, %{{.*}}, %[[H]])
-// CHECK: %[[G:.*]] = call_opaque "planrt::alloc_at"(%{{.*}}) {args = [0 : index, 1024, 0, 2, 8, 64, 1, 1, 2]}
+// CHECK: %[[G:.*]] = call_opaque "planrt::alloc_at"(%{{.*}}) {args = [0 : index, #emitc.opaque<"1024">, #emitc.opaque<"0">, #emitc.opaque<"2">, #emitc.opaque<"8">, #emitc.opaque<"64">, #emitc.opaque<"1">, #emitc.opaque<"1">, #emitc.opaque<"2">]}
 // gelu reads and writes bf16 in place: no temporaries.
 // CHECK-NOT: op_workspace
 // CHECK: call_opaque "planrt::gelu"(%{{.*}}, %[[H]], %[[G]])
 // softmax's input and output are bf16: two fp32 copies of 2048 bytes.
-// CHECK: call_opaque "planrt::op_workspace"(%{{.*}}) {args = [0 : index, {{[0-9]+}}, 4096]}
+// CHECK: call_opaque "planrt::op_workspace"(%{{.*}}) {args = [0 : index, #emitc.opaque<"{{[0-9]+}}">, #emitc.opaque<"4096">]}
 // CHECK-NEXT: call_opaque "planrt::softmax"(%{{.*}}, %[[G]], %{{.*}})
 // An f32 buffer is allocated as before (no dtype argument).
-// CHECK: call_opaque "planrt::alloc_at"(%{{.*}}) {args = [0 : index, {{[0-9]+}}, 0, 2, 8, 64, 1, 1]}
+// CHECK: call_opaque "planrt::alloc_at"(%{{.*}}) {args = [0 : index, #emitc.opaque<"{{[0-9]+}}">, #emitc.opaque<"0">, #emitc.opaque<"2">, #emitc.opaque<"8">, #emitc.opaque<"64">, #emitc.opaque<"1">, #emitc.opaque<"1">]}
 // CHECK: call_opaque "planrt::cast"

@@ -47,31 +47,34 @@ module {
   }
 }
 
+// Numbers are passed as the C++ literals they become (#emitc.opaque, one per
+// value: the emitter would otherwise convert every use to decimal again);
+// f32 ones with the digits EmitC prints for an f32 attribute.
 // CHECK: emitc.include "planrt/planrt.h"
 // CHECK-LABEL: emitc.func @plan_step(
-// CHECK: %[[X:.*]] = call_opaque "planrt::input"(%{{.*}}) {args = [0 : index, 0]}
-// CHECK: %[[W:.*]] = call_opaque "planrt::param"(%{{.*}}) {args = [0 : index, 0]}
-// CHECK: %[[T:.*]] = call_opaque "planrt::alloc"(%{{.*}}) {args = [0 : index, 2, 4, 2, 1, 1]}
+// CHECK: %[[X:.*]] = call_opaque "planrt::input"(%{{.*}}) {args = [0 : index, #emitc.opaque<"0">]}
+// CHECK: %[[W:.*]] = call_opaque "planrt::param"(%{{.*}}) {args = [0 : index, #emitc.opaque<"0">]}
+// CHECK: %[[T:.*]] = call_opaque "planrt::alloc"(%{{.*}}) {args = [0 : index, #emitc.opaque<"2">, #emitc.opaque<"4">, #emitc.opaque<"2">, #emitc.opaque<"1">, #emitc.opaque<"1">]}
 // CHECK: call_opaque "planrt::matmul"(%{{.*}}, %[[X]], %[[W]], %[[T]]) {args = [0 : index, 1 : index, 2 : index, 3 : index, false, false]}
-// CHECK: call_opaque "planrt::mse_loss"({{.*}}6.250000e-02 : f32]}
+// CHECK: call_opaque "planrt::mse_loss"({{.*}}#emitc.opaque<"6.250000000e-02f">]}
 // Mesh axis dp is bit 0 of the mask.
-// CHECK: call_opaque "planrt::all_reduce_sum"(%{{.*}}) {args = [0 : index, 1 : index, 1]}
+// CHECK: call_opaque "planrt::all_reduce_sum"(%{{.*}}) {args = [0 : index, 1 : index, #emitc.opaque<"1">]}
 // AdamW's arguments in planrt's order: parameter, gradient, both moments,
 // lr, beta1, beta2, eps, decay.
-// CHECK: call_opaque "planrt::adamw_update"({{.*}}) {args = [0 : index, 1 : index, 2 : index, 3 : index, 4 : index, 1.000000e-03 : f32, 0.899999976 : f32, 9.990000e-01 : f32, 9.99999993E-9 : f32, 0.000000e+00 : f32]}
+// CHECK: call_opaque "planrt::adamw_update"({{.*}}) {args = [0 : index, 1 : index, 2 : index, 3 : index, 4 : index, #emitc.opaque<"1.000000050e-03f">, #emitc.opaque<"8.999999760e-01f">, #emitc.opaque<"9.990000120e-01f">, #emitc.opaque<"9.999999930e-09f">, #emitc.opaque<"0.0e+00f">]}
 // CHECK: call_opaque "planrt::report_loss"
 // CHECK: emitc.func @plan_setup(%[[C:.*]]: !emitc.ptr<!emitc.opaque<"planrt::Context">>) attributes {specifiers = ["static"]}
-// CHECK: call_opaque "planrt::declare_mesh_axis"(%[[C]]) {args = [0 : index, #emitc.opaque<"\22dp\22">, 2]}
+// CHECK: call_opaque "planrt::declare_mesh_axis"(%[[C]]) {args = [0 : index, #emitc.opaque<"\22dp\22">, #emitc.opaque<"2">]}
 // Name, ndim, 4 dims, init kind (2 = normal), mean, std.
-// CHECK: call_opaque "planrt::declare_param"(%[[C]]) {args = [0 : index, #emitc.opaque<"\22w\22">, 2, 4, 2, 1, 1, #emitc.opaque<"2">, 0.000000e+00 : f32, 5.000000e-01 : f32]}
-// CHECK: call_opaque "planrt::declare_param"(%[[C]]) {args = [0 : index, #emitc.opaque<"\22b\22">, 1, 2, 1, 1, 1, #emitc.opaque<"0">
+// CHECK: call_opaque "planrt::declare_param"(%[[C]]) {args = [0 : index, #emitc.opaque<"\22w\22">, #emitc.opaque<"2">, #emitc.opaque<"4">, #emitc.opaque<"2">, #emitc.opaque<"1">, #emitc.opaque<"1">, #emitc.opaque<"2">, #emitc.opaque<"0.0e+00f">, #emitc.opaque<"5.000000000e-01f">]}
+// CHECK: call_opaque "planrt::declare_param"(%[[C]]) {args = [0 : index, #emitc.opaque<"\22b\22">, #emitc.opaque<"1">, #emitc.opaque<"2">, #emitc.opaque<"1">, #emitc.opaque<"1">, #emitc.opaque<"1">, #emitc.opaque<"0">
 // Optimizer state: name, ndim, local dims (zero at the start).
-// CHECK: call_opaque "planrt::declare_state"(%[[C]]) {args = [0 : index, #emitc.opaque<"\22w.exp_avg\22">, 2, 4, 2, 1, 1]}
+// CHECK: call_opaque "planrt::declare_state"(%[[C]]) {args = [0 : index, #emitc.opaque<"\22w.exp_avg\22">, #emitc.opaque<"2">, #emitc.opaque<"4">, #emitc.opaque<"2">, #emitc.opaque<"1">, #emitc.opaque<"1">]}
 // Name, role (1 = label), ndim, local dims, batch axis index.
-// CHECK: call_opaque "planrt::declare_input"(%[[C]]) {args = [0 : index, #emitc.opaque<"\22y\22">, 1, 2, 4, 2, 1, 1, 0]}
-// CHECK: call_opaque "planrt::set_training"(%[[C]]) {args = [0 : index, 3, 1, 8, 0]}
+// CHECK: call_opaque "planrt::declare_input"(%[[C]]) {args = [0 : index, #emitc.opaque<"\22y\22">, #emitc.opaque<"1">, #emitc.opaque<"2">, #emitc.opaque<"4">, #emitc.opaque<"2">, #emitc.opaque<"1">, #emitc.opaque<"1">, #emitc.opaque<"0">]}
+// CHECK: call_opaque "planrt::set_training"(%[[C]]) {args = [0 : index, #emitc.opaque<"3">, #emitc.opaque<"1">, #emitc.opaque<"8">, #emitc.opaque<"0">]}
 // The per-rank bytes of parameters, gradients and state, checked by planrt.
-// CHECK: call_opaque "planrt::expect_bytes"(%[[C]]) {args = [0 : index, 40, 40, 80]}
+// CHECK: call_opaque "planrt::expect_bytes"(%[[C]]) {args = [0 : index, #emitc.opaque<"40">, #emitc.opaque<"40">, #emitc.opaque<"80">]}
 // CHECK-LABEL: emitc.func @main(
 // CHECK: call_opaque "planrt::run"(%arg0, %arg1) {args = [0 : index, 1 : index, #emitc.opaque<"\22plan\22">, #emitc.opaque<"plan_setup">, #emitc.opaque<"plan_step">]}
 // Nothing of the rank level is left.
@@ -82,14 +85,14 @@ module {
 // arena_begin and arena_end, buffers are placed (offset, kind, shape) and
 // released, and an op's temporaries are given to it just before it runs.
 // PLANNED-LABEL: emitc.func @plan_step(
-// PLANNED: call_opaque "planrt::arena_begin"(%{{.*}}) {args = [0 : index, 0]}
-// PLANNED: %[[T:.*]] = call_opaque "planrt::alloc_at"(%{{.*}}) {args = [0 : index, 0, 0, 2, 4, 2, 1, 1]}
+// PLANNED: call_opaque "planrt::arena_begin"(%{{.*}}) {args = [0 : index, #emitc.opaque<"0">]}
+// PLANNED: %[[T:.*]] = call_opaque "planrt::alloc_at"(%{{.*}}) {args = [0 : index, #emitc.opaque<"0">, #emitc.opaque<"0">, #emitc.opaque<"2">, #emitc.opaque<"4">, #emitc.opaque<"2">, #emitc.opaque<"1">, #emitc.opaque<"1">]}
 // PLANNED: call_opaque "planrt::dealloc"(%{{.*}}, %[[T]])
-// PLANNED: call_opaque "planrt::op_workspace"(%{{.*}}) {args = [0 : index, 768, 256]}
+// PLANNED: call_opaque "planrt::op_workspace"(%{{.*}}) {args = [0 : index, #emitc.opaque<"768">, #emitc.opaque<"256">]}
 // PLANNED-NEXT: call_opaque "planrt::mse_loss"
 // Gradients are kind 1.
-// PLANNED: call_opaque "planrt::alloc_at"(%{{.*}}) {args = [0 : index, 768, 1, 2, 4, 2, 1, 1]}
+// PLANNED: call_opaque "planrt::alloc_at"(%{{.*}}) {args = [0 : index, #emitc.opaque<"768">, #emitc.opaque<"1">, #emitc.opaque<"2">, #emitc.opaque<"4">, #emitc.opaque<"2">, #emitc.opaque<"1">, #emitc.opaque<"1">]}
 // PLANNED: call_opaque "planrt::arena_end"
 // PLANNED-NEXT: return
 // PLANNED-LABEL: emitc.func @plan_setup(
-// PLANNED: call_opaque "planrt::plan_arena"(%{{.*}}) {args = [0 : index, 0, 0, 1024, 2304]}
+// PLANNED: call_opaque "planrt::plan_arena"(%{{.*}}) {args = [0 : index, #emitc.opaque<"0">, #emitc.opaque<"0">, #emitc.opaque<"1024">, #emitc.opaque<"2304">]}
