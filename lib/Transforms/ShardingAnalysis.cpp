@@ -116,8 +116,10 @@ planc::plan::effectiveOperandShardings(Operation *op,
     // A constraint keeps exactly the pending sums it names.
     if (auto c = dyn_cast<ShardingConstraintOp>(user))
       return c.getSharding().getPartial() == s.getPartial();
+    // Squares are linear in nothing (and sumsq's rule, over every
+    // gradient, is too large to build once per gradient).
     auto r = dyn_cast<ShardingRuleOpInterface>(user);
-    if (!r)
+    if (!r || isa<SumSqOp>(user))
       return false;
     OpShardingRule rule = r.getShardingRule();
     if (!rule.isLinearIn(i))
