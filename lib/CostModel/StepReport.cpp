@@ -562,14 +562,15 @@ FailureOr<StepReport> planc::computeStepReport(ModuleOp module,
           expertParams.insert(p.getName());
           break;
         }
-        if (auto c = w.getDefiningOp<rk::CastOp>()) {
-          w = c.getInput();
-          continue;
-        }
+        // Rank ops write their destination: the copy's source is the input
+        // of the cast or gather whose `out` it is.
         Value from;
-        for (Operation *u : w.getUsers())
+        for (Operation *u : w.getUsers()) {
+          if (auto c = dyn_cast<rk::CastOp>(u); c && c.getOut() == w)
+            from = c.getInput();
           if (auto g = dyn_cast<rk::AllGatherOp>(u); g && g.getOut() == w)
             from = g.getInput();
+        }
         w = from;
       }
   });
@@ -870,8 +871,11 @@ FailureOr<StepReport> planc::computeStepReport(ModuleOp module,
     for (Value w : {moe->gate, moe->up, moe->down}) {
       if (!w)
         continue;
-      if (auto c = w.getDefiningOp<rk::CastOp>())
-        w = c.getInput();
+      for (Operation *u : w.getUsers())
+        if (auto c = dyn_cast<rk::CastOp>(u); c && c.getOut() == w) {
+          w = c.getInput();
+          break;
+        }
       r.moeExpertsPerRank = cast<MemRefType>(w.getType()).getDimSize(0);
       r.moeExperts = r.moeExpertsPerRank * r.moeEp;
       expertWeights.insert(w);
