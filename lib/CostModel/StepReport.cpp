@@ -483,6 +483,20 @@ ClusterModel planc::clusterModelOf(ModuleOp module) {
   return c;
 }
 
+/// What `out` is a copy of, when a cast (or, with `gathers`, an all-gather)
+/// writes it; null otherwise. Rank ops write their destination operand and
+/// have no results, so the copy is found among the buffer's users.
+static Value copySource(Value out, bool gathers) {
+  for (Operation *u : out.getUsers()) {
+    if (auto c = dyn_cast<rk::CastOp>(u); c && c.getOut() == out)
+      return c.getInput();
+    if (auto g = dyn_cast<rk::AllGatherOp>(u);
+        gathers && g && g.getOut() == out)
+      return g.getInput();
+  }
+  return Value();
+}
+
 FailureOr<StepReport> planc::computeStepReport(ModuleOp module,
                                                const ReportOptions &opts) {
   plan::MeshOp mesh = plan::getMesh(module);
@@ -562,16 +576,7 @@ FailureOr<StepReport> planc::computeStepReport(ModuleOp module,
           expertParams.insert(p.getName());
           break;
         }
-        // Rank ops write their destination: the copy's source is the input
-        // of the cast or gather whose `out` it is.
-        Value from;
-        for (Operation *u : w.getUsers()) {
-          if (auto c = dyn_cast<rk::CastOp>(u); c && c.getOut() == w)
-            from = c.getInput();
-          if (auto g = dyn_cast<rk::AllGatherOp>(u); g && g.getOut() == w)
-            from = g.getInput();
-        }
-        w = from;
+        w = copySource(w, /*gathers=*/true);
       }
   });
   for (auto d : module.getOps<rk::ParamDeclOp>()) {
@@ -871,11 +876,8 @@ FailureOr<StepReport> planc::computeStepReport(ModuleOp module,
     for (Value w : {moe->gate, moe->up, moe->down}) {
       if (!w)
         continue;
-      for (Operation *u : w.getUsers())
-        if (auto c = dyn_cast<rk::CastOp>(u); c && c.getOut() == w) {
-          w = c.getInput();
-          break;
-        }
+      if (Value source = copySource(w, /*gathers=*/false))
+        w = source;
       r.moeExpertsPerRank = cast<MemRefType>(w.getType()).getDimSize(0);
       r.moeExperts = r.moeExpertsPerRank * r.moeEp;
       expertWeights.insert(w);
