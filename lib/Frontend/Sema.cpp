@@ -23,9 +23,11 @@ Sema::Sema(MLIRContext *ctx) : ctx(ctx), b(ctx) { scopes.emplace_back(); }
 //===----------------------------------------------------------------------===//
 
 Location Sema::loc(antlr4::Token *t) {
+  StringAttr &file = sourceNames[t->getTokenSource()];
+  if (!file)
+    file = StringAttr::get(ctx, t->getTokenSource()->getSourceName());
   Location l =
-      FileLineColLoc::get(ctx, t->getTokenSource()->getSourceName(),
-                          t->getLine(), t->getCharPositionInLine() + 1);
+      FileLineColLoc::get(file, t->getLine(), t->getCharPositionInLine() + 1);
   // Inside an inlined block, say where the block was called from.
   for (Location caller : llvm::reverse(callers))
     l = CallSiteLoc::get(l, caller);

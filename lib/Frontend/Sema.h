@@ -277,6 +277,9 @@ private:
   mlir::Block *body = nullptr;
   std::vector<llvm::StringMap<Binding>> scopes; // [0] = top-level constants
   std::vector<mlir::Location> callers;          // call sites of inlined blocks
+  /// Each token source's file name, made once (loc() is called per token
+  /// of every inlined layer, and ANTLR returns the name as a new string).
+  llvm::DenseMap<antlr4::TokenSource *, mlir::StringAttr> sourceNames;
   std::string paramPrefix;                      // "block.3." inside blocks
   llvm::StringMap<int64_t> instanceCount;       // per prefix + block name
   llvm::StringMap<mlir::Location> paramNames;   // full names, for clashes

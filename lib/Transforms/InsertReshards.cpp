@@ -38,7 +38,7 @@ struct InsertReshardsPass
 static LogicalResult requiredShardings(Operation *op,
                                        SmallVectorImpl<ShardingAttr> &out,
                                        ArrayRef<StringRef> sequential,
-                                       ShardingCache &cache) {
+                                       ShardingCache &cache, RuleCache &rules) {
   MLIRContext *ctx = op->getContext();
   out.assign(op->getNumOperands(), ShardingAttr());
   if (auto c = dyn_cast<ShardingConstraintOp>(op)) {
@@ -67,7 +67,7 @@ static LogicalResult requiredShardings(Operation *op,
   if (!axes)
     return op->emitError() << "has no " << kFactorAxesAttr
                            << "; run plan-propagate-sharding first";
-  OpShardingRule rule = ruleOp.getShardingRule();
+  const OpShardingRule &rule = rules.get(ruleOp);
   if (axes->size() != rule.factors.size())
     return op->emitError() << kFactorAxesAttr << " lists " << axes->size()
                            << " factors but the op's rule has "
@@ -75,7 +75,7 @@ static LogicalResult requiredShardings(Operation *op,
   SmallVector<ShardingAttr> actual;
   for (Value v : op->getOperands())
     actual.push_back(getSharding(v));
-  auto passed = acceptedPartials(op, rule, *axes);
+  auto passed = acceptedPartials(op, rule, *axes, &rules);
   for (unsigned i = 0; i < op->getNumOperands(); ++i) {
     if (!actual[i])
       return op->emitError() << "operand " << i
@@ -159,9 +159,10 @@ void InsertReshardsPass::runOnOperation() {
     // accepts depends on the other uses of its operands as they are now.
     SmallVector<SmallVector<ShardingAttr>> needs(ops.size());
     ShardingCache cache;
+    RuleCache rules;
     SmallVector<StringRef> sequential = sequentialAxes(getOperation());
     for (auto [op, need] : llvm::zip(ops, needs)) {
-      if (failed(requiredShardings(op, need, sequential, cache)))
+      if (failed(requiredShardings(op, need, sequential, cache, rules)))
         return signalPassFailure();
     }
     for (auto [op, need] : llvm::zip(ops, needs)) {

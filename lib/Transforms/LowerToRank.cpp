@@ -44,6 +44,19 @@ struct LowerToRankPass : public planc::impl::LowerToRankBase<LowerToRankPass> {
                            "plan-propagate-sharding first";
       return failure();
     }
+    // A few (type, layout) pairs cover every value of a step.
+    MemRefType &known = localTypes[{type, s}];
+    if (!known) {
+      FailureOr<MemRefType> t = computeLocalType(type, s, user);
+      if (failed(t))
+        return failure();
+      known = *t;
+    }
+    return known;
+  }
+  DenseMap<std::pair<Type, Attribute>, MemRefType> localTypes;
+  FailureOr<MemRefType> computeLocalType(RankedTensorType type, ShardingAttr s,
+                                         Operation *user) {
     for (int64_t d = 0; d < type.getRank(); ++d)
       for (StringRef axis : s.getDimAxes(d))
         if (mesh.getAxisIndex(axis) < 0) {
@@ -81,6 +94,7 @@ struct LowerToRankPass : public planc::impl::LowerToRankBase<LowerToRankPass> {
 void LowerToRankPass::runOnOperation() {
   ModuleOp module = getOperation();
   mesh = getMesh(module);
+  localTypes.clear();
   func::FuncOp step;
   for (auto f : module.getOps<func::FuncOp>())
     if (f->hasAttr(kTrainStepAttr))
@@ -1724,7 +1738,7 @@ LowerToRankPass::connectUnits(rk::PipelineOp pipe,
   DenseMap<Operation *, unsigned> index;
   for (auto [i, u] : llvm::enumerate(units))
     index[u] = i;
-  auto rankOf = [&](rk::UnitOp u) { return u.getStage() % ppSize; };
+  auto rankOf = [&](rk::UnitOp u) { return int64_t(u.getStage()) % ppSize; };
   // Earlier in the order every schedule keeps for one microbatch: F before
   // B before W.
   auto order = [&](rk::UnitOp u) {

@@ -23,7 +23,7 @@
 #include "ShardingAnalysis.h"
 #include "planc/Transforms/Passes.h"
 
-#include <deque>
+#include "llvm/Support/Allocator.h"
 
 namespace planc {
 #define GEN_PASS_DEF_PROPAGATESHARDING
@@ -66,7 +66,7 @@ SmallVector<StringRef> readOrigins(Attribute a, StringRef fallback) {
 
 struct DimState {
   SmallVector<StringRef, 2> axes;
-  SmallVector<int64_t> segments;
+  SmallVector<int64_t, 0> segments; // rare (packed q/k/v): none inline
   int prio = kOpen;      // kOpen: nothing known yet
   bool closed = false;   // a seed: propagation never changes it
   bool anchored = false; // the layout of a parameter
@@ -106,12 +106,18 @@ struct Choice {
 struct Slot {
   Value value;
   const Rule::TensorDims *dims;
-  SmallVector<DimState> *state;
+  MutableArrayRef<DimState> state;
 };
 
 class Propagator {
 public:
   explicit Propagator(MeshOp mesh) : mesh(mesh) {}
+  Propagator(const Propagator &) = delete;
+  ~Propagator() {
+    for (auto &entry : index)
+      for (DimState &d : entry.second)
+        d.~DimState();
+  }
 
   /// Sizes the tables for `f`'s values and builds each op's rule once (the
   /// sweeps visit every op several times).
@@ -127,26 +133,32 @@ public:
     f.walk([&](Operation *op) {
       OpInfo info{op, nullptr, {}};
       if (auto r = dyn_cast<ShardingRuleOpInterface>(op)) {
-        info.rule = &ruleOf(r);
+        info.rule = &rules.get(r);
         const Rule &rule = *info.rule;
         for (auto [i, v] : llvm::enumerate(op->getOperands()))
           if (i < rule.operands.size())
-            info.slots.push_back({v, &rule.operands[i], &dims(v)});
+            info.slots.push_back({v, &rule.operands[i], dims(v)});
         for (auto [i, v] : llvm::enumerate(op->getResults()))
           if (i < rule.results.size())
-            info.slots.push_back({v, &rule.results[i], &dims(v)});
+            info.slots.push_back({v, &rule.results[i], dims(v)});
       }
       opIndex[op] = infos.size();
       infos.push_back(std::move(info));
     });
   }
 
-  SmallVector<DimState> &dims(Value v) {
-    SmallVector<DimState> &d = state(v).dims;
-    if (auto t = dyn_cast<RankedTensorType>(v.getType()))
-      if ((int64_t)d.size() != t.getRank())
-        d.resize(t.getRank());
-    return d;
+  /// `v`'s dimensions (none for a scalar or a non-tensor).
+  MutableArrayRef<DimState> dims(Value v) {
+    auto [it, fresh] = index.try_emplace(v);
+    if (fresh)
+      if (auto t = dyn_cast<RankedTensorType>(v.getType());
+          t && t.getRank() > 0) {
+        DimState *d = dimStore.Allocate<DimState>(t.getRank());
+        for (int64_t i = 0; i < t.getRank(); ++i)
+          new (d + i) DimState();
+        it->second = {d, size_t(t.getRank())};
+      }
+    return it->second;
   }
 
   /// Seeds `v` with `s`. `origins` gives the origin of each dimension (one
@@ -162,7 +174,7 @@ public:
                                   << " has " << type.getRank();
     if (failed(checkAxes(s, loc)))
       return failure();
-    SmallVector<DimState> &ds = dims(v);
+    MutableArrayRef<DimState> ds = dims(v);
     for (auto [d, st] : llvm::enumerate(ds)) {
       StringRef origin = origins.empty()       ? StringRef("user")
                          : origins.size() == 1 ? origins[0]
@@ -254,58 +266,16 @@ private:
   }
 
   MeshOp mesh;
-  /// A value's layout so far.
-  struct ValueState {
-    SmallVector<DimState> dims;
-  };
-  ValueState &state(Value v) {
-    auto [it, fresh] = index.try_emplace(v, store.size());
-    if (fresh)
-      store.emplace_back();
-    return store[it->second];
-  }
-  // The states live in a deque (they do not move as it grows, so slots
-  // keep pointers to them), found by a small map.
-  std::deque<ValueState> store;
-  DenseMap<Value, unsigned> index;
-  // A deque: rules do not move as it grows (SmallVector's move may throw,
-  // so a vector would copy every rule on each reallocation).
-  std::deque<Rule> rules;
-  /// A rule depends only on the op's name, attributes and types
-  /// (ShardingRules.cpp), so the ops of repeated layers share one: found by
-  /// those (uniqued pointers, and the properties' hash, then compared).
-  struct RuleEntry {
-    Operation *op; // the first op with this key: its properties
-    const Rule *rule;
-  };
-  std::deque<SmallVector<const void *, 8>> ruleKeys;
-  DenseMap<ArrayRef<const void *>, SmallVector<RuleEntry, 1>> ruleIndex;
-  const Rule &ruleOf(ShardingRuleOpInterface r) {
-    Operation *op = r.getOperation();
-    SmallVector<const void *, 8> key{
-        op->getName().getAsOpaquePointer(),
-        op->getRawDictionaryAttrs().getAsOpaquePointer(),
-        reinterpret_cast<const void *>(uintptr_t(op->getNumOperands())),
-        reinterpret_cast<const void *>(
-            uintptr_t(size_t(op->hashProperties())))};
-    for (Type t : op->getOperandTypes())
-      key.push_back(t.getAsOpaquePointer());
-    for (Type t : op->getResultTypes())
-      key.push_back(t.getAsOpaquePointer());
-    auto it = ruleIndex.find(ArrayRef<const void *>(key));
-    if (it != ruleIndex.end())
-      for (const RuleEntry &e : it->second)
-        if (op->getName().compareOpProperties(op->getPropertiesStorage(),
-                                              e.op->getPropertiesStorage()))
-          return *e.rule;
-    rules.push_back(r.getShardingRule());
-    if (it == ruleIndex.end()) {
-      ruleKeys.push_back(std::move(key));
-      it = ruleIndex.try_emplace(ArrayRef<const void *>(ruleKeys.back())).first;
-    }
-    it->second.push_back({op, &rules.back()});
-    return rules.back();
-  }
+  /// Each value's layout so far, one DimState per dimension. They live in
+  /// one arena (a million values, most with two or three dimensions: one
+  /// heap block each would be half of propagation's memory and time).
+  /// (dims() makes every array, and only the index knows them: the
+  /// destructor runs their elements' destructors.)
+  llvm::BumpPtrAllocator dimStore;
+  DenseMap<Value, MutableArrayRef<DimState>> index;
+  /// Each kind of op's rule, built once (with the rules of the users that
+  /// materialize asks about).
+  RuleCache rules;
   std::vector<OpInfo> infos;
   DenseMap<Operation *, unsigned> opIndex;
   /// Per op (infos' order): whether one of its values changed since its
@@ -322,7 +292,7 @@ FailureOr<SmallVector<Choice>> Propagator::resolve(const OpInfo &info) {
   SmallVector<Choice> choice(rule.factors.size());
   SmallVector<SmallVector<Choice, 2>, 4> others(rule.factors.size());
   for (const Slot &s : info.slots) {
-    SmallVector<DimState> &ds = *s.state;
+    MutableArrayRef<DimState> ds = s.state;
     for (auto [d, rd] : llvm::enumerate(*s.dims)) {
       if (rd.factors.empty() || d >= ds.size())
         continue;
@@ -347,7 +317,7 @@ FailureOr<SmallVector<Choice>> Propagator::resolve(const OpInfo &info) {
         if (ArrayRef<int64_t>(st.segments) != ArrayRef<int64_t>(rd.segments))
           continue;
       } else {
-        carried = st.segments;
+        carried.assign(st.segments.begin(), st.segments.end());
       }
       if (!divides(rule.factors[f].size, rd.segments, axes) ||
           !divides(rule.factors[f].size, carried, axes))
@@ -457,7 +427,7 @@ FailureOr<SmallVector<Choice>> Propagator::resolve(const OpInfo &info) {
 
 void Propagator::push(const OpInfo &info, ArrayRef<Choice> choice) {
   for (const Slot &s : info.slots) {
-    SmallVector<DimState> &ds = *s.state;
+    MutableArrayRef<DimState> ds = s.state;
     for (auto [d, rd] : llvm::enumerate(*s.dims)) {
       if (rd.factors.empty() || d >= ds.size())
         continue;
@@ -491,8 +461,9 @@ void Propagator::push(const OpInfo &info, ArrayRef<Choice> choice) {
         continue;
       }
       st.axes = c.axes;
-      st.segments =
-          rd.segments.empty() ? c.segments : SmallVector<int64_t>(rd.segments);
+      ArrayRef<int64_t> segments =
+          rd.segments.empty() ? ArrayRef(c.segments) : ArrayRef(rd.segments);
+      st.segments.assign(segments.begin(), segments.end());
       st.prio = c.prio;
       st.anchored = c.anchored;
       st.origin = c.origin;
@@ -506,7 +477,7 @@ void Propagator::push(const OpInfo &info, ArrayRef<Choice> choice) {
 /// Two values that must be laid out alike (a returned parameter and the
 /// argument it updates): the stronger claim per dimension wins.
 void Propagator::unify(Value a, Value b) {
-  SmallVector<DimState> &da = dims(a), &db = dims(b);
+  MutableArrayRef<DimState> da = dims(a), db = dims(b);
   // As in push: ZeRO's split reaches an argument only where it is seeded.
   auto storageIntoArg = [&](Value to, const DimState &from) {
     return isa<BlockArgument>(to) && from.prio >= priorityOf("zero");
@@ -604,7 +575,7 @@ void Propagator::splitForZero(func::FuncOp f, int64_t stage) {
     if (targets.empty())
       return;
     auto type = cast<RankedTensorType>(param.getType());
-    SmallVector<DimState> &pd = dims(param);
+    MutableArrayRef<DimState> pd = dims(param);
     if (llvm::any_of(pd, [](const DimState &st) {
           return llvm::is_contained(st.axes, "dp");
         }))
@@ -680,6 +651,7 @@ LogicalResult Propagator::materialize(func::FuncOp f) {
   auto meshRef = FlatSymbolRefAttr::get(mesh.getSymNameAttr());
   SmallVector<StringRef> sequential = sequentialAxes(f);
   ShardingCache cache;
+  llvm::StringMap<ArrayAttr> axesCache;
   auto toAttr = [&](Value v) {
     SmallVector<Attribute> d, seg;
     bool anySeg = false;
@@ -737,7 +709,7 @@ LogicalResult Propagator::materialize(func::FuncOp f) {
     for (Choice &c : *choice)
       axes.push_back(
           {c.axes, c.axes.empty() ? SmallVector<int64_t>() : c.segments});
-    writeFactorAxes(info.op, axes);
+    writeFactorAxes(info.op, axes, &axesCache);
   }
   f.walk([&](Operation *op) {
     if (auto c = dyn_cast<ShardingConstraintOp>(op))
@@ -774,17 +746,17 @@ LogicalResult Propagator::materialize(func::FuncOp f) {
             fs.segments.clear();
         }
         SmallVector<ShardingAttr> eff =
-            effectiveOperandShardings(op, tentative);
+            effectiveOperandShardings(op, tentative, &rules);
         bool alike = llvm::all_of(rule.linearOperands, [&](unsigned i) {
           return eff[i] && eff[i].getPartial() == first.getPartial();
         });
         if (alike) {
           axes = tentative;
-          writeFactorAxes(op, axes);
+          writeFactorAxes(op, axes, &axesCache);
         }
       }
     }
-    auto passed = acceptedPartials(op, rule, axes);
+    auto passed = acceptedPartials(op, rule, axes, &rules);
     llvm::SmallSetVector<StringRef, 4> through;
     for (auto &p : passed)
       through.insert(p.begin(), p.end());

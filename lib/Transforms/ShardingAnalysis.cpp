@@ -33,7 +33,28 @@ bool planc::plan::isParamCopy(Value v, func::FuncOp f) {
   return kind && kind.getValue() == "param";
 }
 
-void planc::plan::writeFactorAxes(Operation *op, const FactorAxes &axes) {
+void planc::plan::writeFactorAxes(Operation *op, const FactorAxes &axes,
+                                  llvm::StringMap<ArrayAttr> *cache) {
+  // The cache's key: NUL-ended axis names and 8-byte segments, counted.
+  SmallString<64> key;
+  if (cache) {
+    key.push_back(char(axes.size()));
+    for (const FactorSharding &f : axes) {
+      key.push_back(char(f.axes.size()));
+      for (StringRef a : f.axes) {
+        key += a;
+        key.push_back('\0');
+      }
+      key.push_back(char(f.segments.size()));
+      key.append(reinterpret_cast<const char *>(f.segments.data()),
+                 reinterpret_cast<const char *>(f.segments.data() +
+                                                f.segments.size()));
+    }
+    if (ArrayAttr hit = cache->lookup(key)) {
+      op->setAttr(kFactorAxesAttr, hit);
+      return;
+    }
+  }
   Builder b(op->getContext());
   SmallVector<Attribute> list;
   for (const FactorSharding &f : axes) {
@@ -44,7 +65,40 @@ void planc::plan::writeFactorAxes(Operation *op, const FactorAxes &axes) {
       entry.push_back(b.getDenseI64ArrayAttr(f.segments));
     list.push_back(b.getArrayAttr(entry));
   }
-  op->setAttr(kFactorAxesAttr, b.getArrayAttr(list));
+  ArrayAttr attr = b.getArrayAttr(list);
+  if (cache)
+    (*cache)[key] = attr;
+  op->setAttr(kFactorAxesAttr, attr);
+}
+
+const OpShardingRule &RuleCache::get(ShardingRuleOpInterface r) {
+  Operation *op = r.getOperation();
+  SmallVector<const void *, 16> key{
+      op->getName().getAsOpaquePointer(),
+      reinterpret_cast<const void *>(uintptr_t(op->getNumOperands())),
+      reinterpret_cast<const void *>(uintptr_t(size_t(op->hashProperties())))};
+  for (Type t : op->getOperandTypes())
+    key.push_back(t.getAsOpaquePointer());
+  for (Type t : op->getResultTypes())
+    key.push_back(t.getAsOpaquePointer());
+  for (NamedAttribute a : op->getDiscardableAttrDictionary())
+    if (a.getName() != kLayerAttr) {
+      key.push_back(a.getName().getAsOpaquePointer());
+      key.push_back(a.getValue().getAsOpaquePointer());
+    }
+  auto it = index.find(ArrayRef<const void *>(key));
+  if (it != index.end())
+    for (const Entry &e : it->second)
+      if (op->getName().compareOpProperties(op->getPropertiesStorage(),
+                                            e.op->getPropertiesStorage()))
+        return *e.rule;
+  rules.push_back(r.getShardingRule());
+  if (it == index.end()) {
+    keys.push_back(std::move(key));
+    it = index.try_emplace(ArrayRef<const void *>(keys.back())).first;
+  }
+  it->second.push_back({op, &rules.back()});
+  return rules.back();
 }
 
 static ArrayAttr names(MLIRContext *ctx, ArrayRef<StringRef> axes) {
@@ -75,18 +129,29 @@ ShardingAttr planc::plan::projectSharding(
       s.segments = {};
     splits.push_back(s);
   }
-  std::string key;
+  // The key is the bytes of what the layout is made of (no formatting: a
+  // pass asks once per operand and result of every op): counts, then
+  // NUL-ended axis names and 8-byte segments, so that it reads one way.
+  SmallString<128> key;
   if (cache) {
-    llvm::raw_string_ostream os(key);
-    os << mesh.getValue() << '|';
+    auto addAxes = [&](ArrayRef<StringRef> axes) {
+      key.push_back(char(axes.size()));
+      for (StringRef a : axes) {
+        key += a;
+        key.push_back('\0');
+      }
+    };
+    key += mesh.getValue();
+    key.push_back('\0');
+    key.push_back(char(splits.size()));
     for (const Split &s : splits) {
-      llvm::interleave(s.axes, os, ",");
-      os << ':';
-      llvm::interleave(s.segments, os, ",");
-      os << ';';
+      addAxes(s.axes);
+      key.push_back(char(s.segments.size()));
+      key.append(reinterpret_cast<const char *>(s.segments.data()),
+                 reinterpret_cast<const char *>(s.segments.data() +
+                                                s.segments.size()));
     }
-    os << '|';
-    llvm::interleave(partial, os, ",");
+    addAxes(partial);
     if (ShardingAttr hit = cache->lookup(key))
       return hit;
   }
@@ -108,8 +173,8 @@ ShardingAttr planc::plan::projectSharding(
 }
 
 SmallVector<ShardingAttr>
-planc::plan::effectiveOperandShardings(Operation *op,
-                                       const FactorAxes &factors) {
+planc::plan::effectiveOperandShardings(Operation *op, const FactorAxes &factors,
+                                       RuleCache *rules) {
   // Whether `user` would take `s` pending in operand `i`: linear there, and
   // none of its factors split over an axis of the pending sum.
   auto takesPending = [&](Operation *user, unsigned i, ShardingAttr s) {
@@ -121,7 +186,9 @@ planc::plan::effectiveOperandShardings(Operation *op,
     auto r = dyn_cast<ShardingRuleOpInterface>(user);
     if (!r || isa<SumSqOp>(user))
       return false;
-    OpShardingRule rule = r.getShardingRule();
+    std::optional<OpShardingRule> built;
+    const OpShardingRule &rule =
+        rules ? rules->get(r) : built.emplace(r.getShardingRule());
     if (!rule.isLinearIn(i))
       return false;
     // A gradient's inverse loss scale waits for the sum over microbatches:
@@ -181,9 +248,10 @@ planc::plan::effectiveOperandShardings(Operation *op,
 
 SmallVector<SmallVector<StringRef>>
 planc::plan::acceptedPartials(Operation *op, const OpShardingRule &rule,
-                              const FactorAxes &factors) {
+                              const FactorAxes &factors, RuleCache *rules) {
   using Lin = OpShardingRule::Linearity;
-  SmallVector<ShardingAttr> operands = effectiveOperandShardings(op, factors);
+  SmallVector<ShardingAttr> operands =
+      effectiveOperandShardings(op, factors, rules);
   SmallVector<SmallVector<StringRef>> out(operands.size());
   SmallVector<unsigned> partial;
   for (unsigned i : rule.linearOperands)

@@ -11,6 +11,8 @@
 #include "dialects/plan/PlanDialect.h"
 #include "llvm/ADT/StringMap.h"
 
+#include <deque>
+
 namespace planc::plan {
 
 inline constexpr llvm::StringLiteral kFactorAxesAttr = "plan.factor_axes";
@@ -34,7 +36,32 @@ bool isParamCopy(mlir::Value v, mlir::func::FuncOp f);
 
 /// The factor axes recorded on `op`, or none when it has no record.
 std::optional<FactorAxes> readFactorAxes(mlir::Operation *op);
-void writeFactorAxes(mlir::Operation *op, const FactorAxes &axes);
+/// Records `axes` on `op`. `cache` (optional) makes each distinct record's
+/// attribute once: a step's million ops have a few dozen.
+void writeFactorAxes(mlir::Operation *op, const FactorAxes &axes,
+                     llvm::StringMap<mlir::ArrayAttr> *cache = nullptr);
+
+/// Sharding rules built once per kind of op. A rule depends only on the
+/// op's name, properties, types and discardable attributes
+/// (dialects/plan/ShardingRules.cpp), never on `plan.layer`, so the ops of
+/// repeated layers share one: a 10000-layer GPT has a handful of kinds of
+/// op and a million ops. Rules found here stay valid while the cache lives.
+class RuleCache {
+public:
+  const OpShardingRule &get(ShardingRuleOpInterface r);
+
+private:
+  struct Entry {
+    mlir::Operation *op; // the first op with this key: its properties
+    const OpShardingRule *rule;
+  };
+  // Deques: rules and keys do not move as they grow (SmallVector's move
+  // may throw, so a vector would copy every rule on each reallocation).
+  std::deque<OpShardingRule> rules;
+  std::deque<llvm::SmallVector<const void *, 16>> keys;
+  llvm::DenseMap<llvm::ArrayRef<const void *>, llvm::SmallVector<Entry, 1>>
+      index;
+};
 
 /// Layouts made by projectSharding, by what they describe (within one pass
 /// and context): a pass makes the same few layouts for millions of values,
@@ -55,8 +82,10 @@ ShardingAttr projectSharding(mlir::MLIRContext *ctx,
 /// The operands' shardings as `op` (with factor axes `factors`) may take
 /// them: a pending sum that some use of the value needs whole is resolved
 /// once for every use, so it counts as whole here.
+/// `rules` (optional) builds the users' rules once per kind.
 llvm::SmallVector<ShardingAttr>
-effectiveOperandShardings(mlir::Operation *op, const FactorAxes &factors);
+effectiveOperandShardings(mlir::Operation *op, const FactorAxes &factors,
+                          RuleCache *rules = nullptr);
 
 /// The pending sums among the operands of `op` that it passes through to
 /// its results, per operand (empty: that operand must be whole). A pending
@@ -66,7 +95,7 @@ effectiveOperandShardings(mlir::Operation *op, const FactorAxes &factors);
 /// reduced once, for all of them.
 llvm::SmallVector<llvm::SmallVector<llvm::StringRef>>
 acceptedPartials(mlir::Operation *op, const OpShardingRule &rule,
-                 const FactorAxes &factors);
+                 const FactorAxes &factors, RuleCache *rules = nullptr);
 
 /// The sharding of result `i`: its factors' axes, pending over the axes of
 /// factors that the operands have and it lacks, and over `passed` (the
