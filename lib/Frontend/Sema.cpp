@@ -248,7 +248,7 @@ std::optional<InitAttr> Sema::evalInit(PlanParser::ExprContext *e) {
   auto *call = dynamic_cast<PlanParser::CallExprContext *>(e);
   auto *name = dynamic_cast<PlanParser::NameExprContext *>(e);
   std::string kind = call   ? call->callee->getText()
-                     : name ? name->getText()
+                     : name ? name->IDENT()->getSymbol()->getText()
                             : "";
   if (kind != "zeros" && kind != "ones" && kind != "normal" &&
       kind != "uniform") {
@@ -372,6 +372,12 @@ Val Sema::evalArith(Location l, char op, Val lhs, Val rhs) {
 
 Val Sema::eval(PlanParser::ExprContext *e) {
   Location l = loc(e);
+  // The commonest kinds first (a layer's body is names and calls), and
+  // single tokens' text from the token: a rule's getText() walks its tree.
+  if (auto *n = dynamic_cast<PlanParser::NameExprContext *>(e))
+    return lookup(n->IDENT()->getSymbol()->getText(), l);
+  if (auto *c = dynamic_cast<PlanParser::CallExprContext *>(e))
+    return evalCall(c);
   if (auto *p = dynamic_cast<PlanParser::ParenExprContext *>(e))
     return eval(p->expr());
   if (auto *n = dynamic_cast<PlanParser::NegExprContext *>(e)) {
@@ -395,8 +401,6 @@ Val Sema::eval(PlanParser::ExprContext *e) {
     Val rhs = eval(a->rhs);
     return evalArith(loc(a->op), a->op->getText()[0], lhs, rhs);
   }
-  if (auto *c = dynamic_cast<PlanParser::CallExprContext *>(e))
-    return evalCall(c);
   if (auto *r = dynamic_cast<PlanParser::RepeatExprContext *>(e))
     return evalRepeat(r);
   if (auto *list = dynamic_cast<PlanParser::ListExprContext *>(e)) {
@@ -415,11 +419,11 @@ Val Sema::eval(PlanParser::ExprContext *e) {
     return Val{out, l};
   }
   if (auto *s = dynamic_cast<PlanParser::StringExprContext *>(e)) {
-    std::string t = s->getText();
+    std::string t = s->STRING()->getSymbol()->getText();
     return Val{t.substr(1, t.size() - 2), l};
   }
   if (auto *num = dynamic_cast<PlanParser::NumberExprContext *>(e)) {
-    std::string t = num->getText();
+    std::string t = num->NUMBER()->getSymbol()->getText();
     if (t.find_first_of(".eE") == std::string::npos) {
       int64_t v;
       if (StringRef(t).getAsInteger(10, v)) {
@@ -435,10 +439,7 @@ Val Sema::eval(PlanParser::ExprContext *e) {
     }
     return Val{d, l};
   }
-  auto *n = dynamic_cast<PlanParser::NameExprContext *>(e);
-  if (!n)
-    return Val::error(l);
-  return lookup(n->getText(), l);
+  return Val::error(l);
 }
 
 //===----------------------------------------------------------------------===//

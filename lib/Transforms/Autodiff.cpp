@@ -634,6 +634,11 @@ void AutodiffPass::runOnOperation() {
 
   SmallVector<Value> results{loss, sumsq}, states;
   SmallVector<DictionaryAttr> stateArgAttrs;
+  // What every moment's argument says besides its name, made once.
+  NamedAttribute stateKind =
+      b.getNamedAttr(kKindAttr, b.getStringAttr("state"));
+  NamedAttribute stateInit =
+      b.getNamedAttr(kInitAttr, InitAttr::get(b.getContext(), "zeros", 0, 0));
   // The model's state (running statistics) comes first among the updated
   // state, in the order of its arguments; the optimizer's follows.
   for (unsigned i = 0; i < model.getNumArguments(); ++i) {
@@ -675,11 +680,10 @@ void AutodiffPass::runOnOperation() {
       // Block arguments now; the function's type and argument attributes
       // are written once at the end (per argument would be quadratic).
       auto stateArg = [&](StringRef suffix) {
-        NamedAttrList attrs;
-        attrs.set(kKindAttr, b.getStringAttr("state"));
-        attrs.set(kNameAttr, b.getStringAttr(pname + suffix));
-        attrs.set(kInitAttr, InitAttr::get(b.getContext(), "zeros", 0, 0));
-        stateArgAttrs.push_back(attrs.getDictionary(b.getContext()));
+        stateArgAttrs.push_back(b.getDictionaryAttr(
+            {stateKind,
+             b.getNamedAttr(kNameAttr, b.getStringAttr(pname + suffix)),
+             stateInit}));
         return body->addArgument(w.getType(), w.getLoc());
       };
       Value m = stateArg(".exp_avg"), v = stateArg(".exp_avg_sq");

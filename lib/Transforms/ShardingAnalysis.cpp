@@ -81,7 +81,7 @@ const OpShardingRule &RuleCache::get(ShardingRuleOpInterface r) {
     key.push_back(t.getAsOpaquePointer());
   for (Type t : op->getResultTypes())
     key.push_back(t.getAsOpaquePointer());
-  for (NamedAttribute a : op->getDiscardableAttrDictionary())
+  for (NamedAttribute a : op->getDiscardableAttrs())
     if (a.getName() != kLayerAttr) {
       key.push_back(a.getName().getAsOpaquePointer());
       key.push_back(a.getValue().getAsOpaquePointer());
