@@ -45,7 +45,9 @@ void writeFactorAxes(mlir::Operation *op, const FactorAxes &axes,
 /// op's name, properties, types and discardable attributes
 /// (dialects/plan/ShardingRules.cpp), never on `plan.layer`, so the ops of
 /// repeated layers share one: a 10000-layer GPT has a handful of kinds of
-/// op and a million ops. Rules found here stay valid while the cache lives.
+/// op and a million ops. Rules found here stay valid while the cache lives;
+/// the ops it was asked about must outlive it (their properties are
+/// compared with later ops').
 class RuleCache {
 public:
   const OpShardingRule &get(ShardingRuleOpInterface r);
