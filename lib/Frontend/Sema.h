@@ -280,10 +280,10 @@ private:
   /// Each token source's file name, made once (loc() is called per token
   /// of every inlined layer, and ANTLR returns the name as a new string).
   llvm::DenseMap<antlr4::TokenSource *, mlir::StringAttr> sourceNames;
-  std::string paramPrefix;                      // "block.3." inside blocks
-  llvm::StringMap<int64_t> instanceCount;       // per prefix + block name
-  llvm::StringMap<mlir::Location> paramNames;   // full names, for clashes
-  llvm::StringMap<mlir::Location> bufferNames;  // running statistics, alike
+  std::string paramPrefix;                     // "block.3." inside blocks
+  llvm::StringMap<int64_t> instanceCount;      // per prefix + block name
+  llvm::StringMap<mlir::Location> paramNames;  // full names, for clashes
+  llvm::StringMap<mlir::Location> bufferNames; // running statistics, alike
   /// "<prefix><block>.<i>." for the next instance of `block` here.
   std::string nextInstancePrefix(llvm::StringRef block);
   std::optional<int64_t> layer; // repeat iteration, if any

@@ -67,10 +67,10 @@ SmallVector<StringRef> readOrigins(Attribute a, StringRef fallback) {
 struct DimState {
   SmallVector<StringRef, 2> axes;
   SmallVector<int64_t, 0> segments; // rare (packed q/k/v): none inline
-  int prio = kOpen;      // kOpen: nothing known yet
-  bool closed = false;   // a seed: propagation never changes it
-  bool anchored = false; // the layout of a parameter
-  LocationAttr origin;   // where the claim comes from (for errors)
+  int prio = kOpen;                 // kOpen: nothing known yet
+  bool closed = false;              // a seed: propagation never changes it
+  bool anchored = false;            // the layout of a parameter
+  LocationAttr origin;              // where the claim comes from (for errors)
   // axes[weakFrom..] hold only at weakPrio (a ZeRO refinement).
   size_t weakFrom = SIZE_MAX;
   int weakPrio = kOpen;
