@@ -37,6 +37,7 @@
 #include "column_sums.h"
 #include "embedding.h"
 #include "norms.h"
+#include "optimizer.h"
 #include "planrt/context_parallel.h"
 #include "planrt/kernels.h"
 #include "sums.h"
@@ -119,12 +120,28 @@ struct CudaState {
   // The last communication issued since the last wait for the streams
   // (named in the watchdog's message; axis_mask -2: none).
   watchdog::Op last_comm = watchdog::group_op("the device's work", -2);
+  /// AdamW updates queued since the last other use of the stream
+  /// (lib/cuda/optimizer_blocks.h): launched together by flush_updates.
+  optimizer::AdamWBatch updates;
 };
 
+/// Launches the queued AdamW updates, in one grid.
+void flush_updates(CudaState *s) {
+  cuda_optimizer::adamw(s->stream, s->updates);
+  s->updates.count = 0;
+}
+
+/// The backend's state, with the queued updates launched: everything that
+/// puts work on a stream, copies or frees asks for it here, so the updates
+/// run before whatever comes after them in the program (and the queue holds
+/// only updates that follow each other).
 CudaState *state(Context *ctx) {
   if (!ctx->backend)
     fatal("cuda backend used before it was initialized");
-  return (CudaState *)ctx->backend;
+  auto *s = (CudaState *)ctx->backend;
+  if (s->updates.count)
+    flush_updates(s);
+  return s;
 }
 
 /// Every communicator of the context (the world one included).
@@ -305,9 +322,9 @@ void init(Context *ctx) {
 }
 
 void finalize(Context *ctx) {
-  CudaState *s = (CudaState *)ctx->backend;
-  if (!s)
+  if (!ctx->backend)
     return;
+  CudaState *s = state(ctx);
   stream_wait(ctx, s, s->stream);
   stream_wait(ctx, s, s->comm_stream);
   for (auto &kv : s->channels) {
@@ -363,7 +380,10 @@ void *alloc_bytes(Context *ctx, size_t bytes) {
   return p;
 }
 
-void free_bytes(Context *, void *p) {
+void free_bytes(Context *ctx, void *p) {
+  // A queued update may read the buffer: it runs first.
+  if (ctx && ctx->backend)
+    (void)state(ctx);
   if (p)
     CUDA_CHECK(cudaFree(p));
 }
@@ -473,6 +493,19 @@ void launch(Context *ctx, int64_t n, const kernels::AttentionGradKVFn<T> &f) {
 template <class T>
 void launch(Context *ctx, int64_t, const kernels::EmbeddingGradColumnFn<T> &f) {
   cuda_embedding::grad(state(ctx)->stream, f);
+}
+
+/// AdamW (lib/cuda/optimizer.cu): queued, and launched with the updates that
+/// follow it, kMaxTensors at a time, when anything else uses the stream.
+inline void launch(Context *ctx, int64_t n, const kernels::AdamWFn &f) {
+  if (!ctx->backend)
+    fatal("cuda backend used before it was initialized");
+  auto *s = (CudaState *)ctx->backend;
+  if (n <= 0)
+    return;
+  optimizer::add(s->updates, n, f);
+  if (s->updates.count == optimizer::kMaxTensors)
+    flush_updates(s);
 }
 
 /// Whole-tensor sums (lib/cuda/sums.cu): a block per chunk, one for the

@@ -14,6 +14,7 @@
 #include "cuda/column_sums_blocks.h"
 #include "cuda/embedding_blocks.h"
 #include "cuda/norms_blocks.h"
+#include "cuda/optimizer_blocks.h"
 #include "cuda/sums_blocks.h"
 
 #include <gtest/gtest.h>
@@ -34,7 +35,8 @@ namespace {
 /// threads.
 static_assert(attn::kThreads == 256 && colsum::kThreads == 256 &&
                   sums::kThreads == 256 && embed::kThreads == 256 &&
-                  norms::kThreads == 256 && classifier::kThreads == 256,
+                  norms::kThreads == 256 && classifier::kThreads == 256 &&
+                  optimizer::kThreads == 256,
               "");
 template <class F>
 void run_blocks(int64_t gx, int64_t gy, size_t smem_floats, const F &body) {
@@ -556,3 +558,70 @@ TEST(Embedding, RowRangeBlocksEqualTheColumnFunctor) {
 }
 
 } // namespace
+
+TEST(Optimizer, BatchedAdamWEqualsOneLaunchPerTensor) {
+  // Tensors from 1 element to more than kMaxBlocks blocks' worth (their
+  // blocks stride), with and without clipping (a factor below 1, then
+  // none): each batch's grid updates every element exactly once, with the
+  // functor's bits.
+  const std::vector<int64_t> sizes = {
+      1,
+      255,
+      256,
+      257,
+      768,
+      5000,
+      optimizer::kMaxBlocks * optimizer::kThreads * optimizer::kPerThread +
+          777};
+  std::mt19937 gen(5);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (float sumsq : {400.0f, 0.25f}) {
+    std::vector<std::vector<float>> w, m, v, g, wr, mr, vr;
+    for (int64_t n : sizes) {
+      auto fill = [&](float scale) {
+        std::vector<float> x((size_t)n);
+        for (float &e : x)
+          e = scale * nd(gen);
+        return x;
+      };
+      w.push_back(fill(1.0f));
+      m.push_back(fill(0.1f));
+      v.push_back(fill(0.0f));
+      for (float &e : v.back())
+        e = 0.01f + std::fabs(nd(gen)) * 0.01f;
+      g.push_back(fill(3.0f));
+    }
+    wr = w, mr = m, vr = v;
+    auto fn = [&](std::vector<std::vector<float>> &W,
+                  std::vector<std::vector<float>> &M,
+                  std::vector<std::vector<float>> &V, size_t t) {
+      return kernels::AdamWFn{
+          W[t].data(), M[t].data(), V[t].data(), g[t].data(), 1e-3f,
+          0.9f,        0.95f,       1e-8f,       0.1f,        0.19f,
+          0.0975f,     &sumsq,      1.0f};
+    };
+    for (size_t t = 0; t < sizes.size(); ++t) {
+      kernels::AdamWFn f = fn(wr, mr, vr, t);
+      for (int64_t i = 0; i < sizes[t]; ++i)
+        f(i);
+    }
+    optimizer::AdamWBatch b;
+    for (size_t t = 0; t < sizes.size(); ++t)
+      optimizer::add(b, sizes[t], fn(w, m, v, t));
+    ASSERT_EQ(b.first_block[b.count], optimizer::grid(b));
+    ASSERT_EQ(b.first_block[b.count] - b.first_block[b.count - 1],
+              optimizer::kMaxBlocks)
+        << "the largest tensor's blocks stride over it";
+    run_blocks(optimizer::grid(b), 1, 0,
+               [&](const attn::Lane &l, float *, int64_t bx, int64_t) {
+                 optimizer::adamw_block(l, b, bx);
+               });
+    for (size_t t = 0; t < sizes.size(); ++t)
+      for (int64_t i = 0; i < sizes[t]; ++i) {
+        ASSERT_EQ(w[t][(size_t)i], wr[t][(size_t)i])
+            << "w of tensor " << t << " at " << i << ", sumsq " << sumsq;
+        ASSERT_EQ(m[t][(size_t)i], mr[t][(size_t)i]) << "m";
+        ASSERT_EQ(v[t][(size_t)i], vr[t][(size_t)i]) << "v";
+      }
+  }
+}
