@@ -68,13 +68,24 @@ public:
   }
 
   Attribute str(StringRef s) {
-    std::string quoted = "\"";
+    return ec::OpaqueAttr::get(b.getContext(), quoted(s));
+  }
+  /// `s` as a C++ string literal.
+  static std::string quoted(StringRef s) {
+    std::string out = "\"";
     for (char c : s) {
       if (c == '"' || c == '\\')
-        quoted += '\\';
-      quoted += c;
+        out += '\\';
+      out += c;
     }
-    return ec::OpaqueAttr::get(b.getContext(), quoted + "\"");
+    return out + "\"";
+  }
+  /// A finite f32 as the C++ emitter spells it (the same digits).
+  static std::string f32Text(float f) {
+    SmallString<32> text;
+    APFloat(f).toString(text, 0, 0, false);
+    text += 'f';
+    return std::string(text);
   }
   /// Numbers are passed as their C++ literal (an opaque attribute, made
   /// once per value): a large step passes millions of shapes, offsets and
@@ -95,12 +106,8 @@ public:
     std::memcpy(&bits, &f, sizeof bits);
     auto [it, fresh] = f32s.try_emplace(bits);
     if (fresh) {
-      APFloat a(f);
-      if (a.isFinite()) {
-        SmallString<32> text;
-        a.toString(text, 0, 0, false);
-        text += 'f';
-        it->second = ec::OpaqueAttr::get(b.getContext(), text);
+      if (std::isfinite(f)) {
+        it->second = ec::OpaqueAttr::get(b.getContext(), f32Text(f));
       } else {
         it->second = b.getF32FloatAttr(f);
       }
@@ -258,15 +265,56 @@ void LowerRankToEmitCPass::runOnOperation() {
         return s.getInt();
       return std::nullopt;
     };
+    // Parameters and state are declared from static tables, a row each
+    // (planrt::declare_params/declare_states); what only some have (a
+    // split, a stage, ...) follows as calls by index.
+    auto declareTable = [&](StringRef global, StringRef rowType,
+                            StringRef callee, ArrayRef<std::string> rows,
+                            Location loc) {
+      if (rows.empty())
+        return;
+      std::string init = "{\n";
+      for (const std::string &row : rows)
+        init += "  {" + row + "},\n";
+      init += "}";
+      auto arrayType = ec::ArrayType::get({int64_t(rows.size())},
+                                          ec::OpaqueType::get(ctx, rowType));
+      OpBuilder gb(setup);
+      auto g = ec::GlobalOp::create(gb, loc, global, arrayType,
+                                    ec::OpaqueAttr::get(ctx, init),
+                                    /*extern_specifier=*/false,
+                                    /*static_specifier=*/true,
+                                    /*const_specifier=*/true);
+      Value ref = ec::GetGlobalOp::create(b, loc, arrayType, g.getSymName());
+      c.call(loc, callee, {ref}, {c.i64(int64_t(rows.size()))});
+    };
+    auto shapeText = [](MemRefType t) {
+      std::string out = std::to_string(t.getRank());
+      for (int64_t d = 0; d < 4; ++d)
+        out += ", " + std::to_string(d < t.getRank() ? t.getDimSize(d) : 1);
+      return out;
+    };
+    {
+      SmallVector<std::string> rows;
+      for (auto p : module.getOps<rk::ParamDeclOp>()) {
+        plan::InitAttr init = p.getInit();
+        rows.push_back(
+            CallBuilder::quoted(p.getSymName()) + ", " +
+            shapeText(p.getType()) + ", " + initKindCode(init.getKind()) +
+            ", " + CallBuilder::f32Text(float(init.getA().convertToDouble())) +
+            ", " + CallBuilder::f32Text(float(init.getB().convertToDouble())));
+      }
+      declareTable("plan_params", "planrt::ParamDecl", "planrt::declare_params",
+                   rows, module.getLoc());
+      rows.clear();
+      for (auto st : module.getOps<rk::StateDeclOp>())
+        rows.push_back(CallBuilder::quoted(st.getSymName()) + ", " +
+                       shapeText(st.getType()));
+      declareTable("plan_states", "planrt::StateDecl", "planrt::declare_states",
+                   rows, module.getLoc());
+    }
     int64_t declared = 0;
     for (auto p : module.getOps<rk::ParamDeclOp>()) {
-      SmallVector<Attribute> a{c.str(p.getSymName())};
-      append_range(a, c.shape(p.getType()));
-      plan::InitAttr init = p.getInit();
-      a.push_back(ec::OpaqueAttr::get(ctx, initKindCode(init.getKind())));
-      a.push_back(c.f32(init.getA().convertToDouble()));
-      a.push_back(c.f32(init.getB().convertToDouble()));
-      c.call(p.getLoc(), "planrt::declare_param", {}, a);
       // A sharded parameter: which axes split each dimension (outer
       // first), and the segments a dimension is split by one at a time.
       if (auto s = p.getShardingAttr()) {
@@ -300,9 +348,6 @@ void LowerRankToEmitCPass::runOnOperation() {
     // rank's shard.
     int64_t states = 0;
     for (auto st : module.getOps<rk::StateDeclOp>()) {
-      SmallVector<Attribute> a{c.str(st.getSymName())};
-      append_range(a, c.shape(st.getType()));
-      c.call(st.getLoc(), "planrt::declare_state", {}, a);
       // Model state (batch norm's running statistics): its initializer,
       // and it is exported with the parameters.
       if (st.getBuffer()) {

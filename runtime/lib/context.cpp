@@ -116,9 +116,6 @@ void declare_param(Context *ctx, const char *name, int64_t ndim, int64_t d0,
     fatal("declare_param: called after the program started");
   if (!name || !*name)
     fatal("declare_param: empty parameter name");
-  for (auto &p : ctx->params)
-    if (p.name == name)
-      fatal("declare_param: parameter '%s' declared twice", name);
   int64_t d[4] = {d0, d1, d2, d3};
   check_dims("declare_param", name, ndim, d);
   if (init_kind < InitZeros || init_kind > InitUniform)
@@ -135,7 +132,20 @@ void declare_param(Context *ctx, const char *name, int64_t ndim, int64_t d0,
   p.a = a;
   p.b = b;
   p.t = make_shape(ndim, d);
+  if (!ctx->param_names.insert(p.name).second)
+    fatal("declare_param: parameter '%s' declared twice", name);
   ctx->params.push_back(std::move(p));
+}
+
+void declare_params(Context *ctx, const ParamDecl *rows, int64_t n) {
+  check_ctx(ctx, "declare_params");
+  if (n < 0 || (n > 0 && !rows))
+    fatal("declare_params: invalid table (%lld rows)", (long long)n);
+  for (int64_t i = 0; i < n; ++i) {
+    const ParamDecl &r = rows[i];
+    declare_param(ctx, r.name, r.ndim, r.d0, r.d1, r.d2, r.d3, r.init_kind, r.a,
+                  r.b);
+  }
 }
 
 void declare_input(Context *ctx, const char *name, int64_t role, int64_t ndim,
@@ -420,15 +430,24 @@ void declare_state(Context *ctx, const char *name, int64_t ndim, int64_t d0,
     fatal("declare_state: called after the program started");
   if (!name || !*name)
     fatal("declare_state: empty state name");
-  for (auto &st : ctx->states)
-    if (st.name == name)
-      fatal("declare_state: state '%s' declared twice", name);
   int64_t d[4] = {d0, d1, d2, d3};
   check_dims("declare_state", name, ndim, d);
   StateDesc st;
   st.name = name;
   st.t = make_shape(ndim, d);
+  if (!ctx->state_names.insert(st.name).second)
+    fatal("declare_state: state '%s' declared twice", name);
   ctx->states.push_back(std::move(st));
+}
+
+void declare_states(Context *ctx, const StateDecl *rows, int64_t n) {
+  check_ctx(ctx, "declare_states");
+  if (n < 0 || (n > 0 && !rows))
+    fatal("declare_states: invalid table (%lld rows)", (long long)n);
+  for (int64_t i = 0; i < n; ++i) {
+    const StateDecl &r = rows[i];
+    declare_state(ctx, r.name, r.ndim, r.d0, r.d1, r.d2, r.d3);
+  }
 }
 
 Tensor *state(Context *ctx, int64_t index) {

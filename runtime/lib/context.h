@@ -21,6 +21,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 namespace planrt {
@@ -118,6 +119,9 @@ struct Context {
   std::vector<int64_t> axis_sizes;
   std::deque<ParamDesc> params;
   std::deque<StateDesc> states;
+  // The names declared so far: a duplicate is found without a walk over
+  // every earlier declaration (a 10000-layer GPT declares 120k parameters).
+  std::unordered_set<std::string> param_names, state_names;
   std::deque<InputDesc> inputs;
   int64_t steps = 1, seed = 0, global_batch = 0, data_kind = 0;
   std::string data_path; // set_data_path (data_kind 1)

@@ -1,5 +1,11 @@
 // RUN: plan-opt %s --plan-lower-rank-to-emitc | FileCheck %s
 // RUN: plan-opt %s --plan-memory --plan-lower-rank-to-emitc | FileCheck %s --check-prefix=PLANNED
+// RUN: plan-opt %s --plan-lower-rank-to-emitc | FileCheck %s --check-prefix=TABLES
+// A parameter's row: name, ndim, 4 local dims, init kind (2 = normal, 0 =
+// zeros), mean, std; a state tensor's: name, ndim, 4 local dims (zero at
+// the start).
+// TABLES: emitc.global static const @plan_params : !emitc.array<2x!emitc.opaque<"planrt::ParamDecl">> = #emitc.opaque<"{\0A  {\22w\22, 2, 4, 2, 1, 1, 2, 0.0e+00f, 5.000000000e-01f},\0A  {\22b\22, 1, 2, 1, 1, 1, 0, 0.0e+00f, 0.0e+00f},\0A}">
+// TABLES: emitc.global static const @plan_states : !emitc.array<4x!emitc.opaque<"planrt::StateDecl">> = #emitc.opaque<"{\0A  {\22w.exp_avg\22, 2, 4, 2, 1, 1},\0A  {\22w.exp_avg_sq\22, 2, 4, 2, 1, 1},\0A  {\22b.exp_avg\22, 1, 2, 1, 1, 1},\0A  {\22b.exp_avg_sq\22, 1, 2, 1, 1, 1},\0A}">
 
 module {
   plan.mesh @mesh axes = ["dp"] shape = [2]
@@ -65,11 +71,12 @@ module {
 // CHECK: call_opaque "planrt::report_loss"
 // CHECK: emitc.func @plan_setup(%[[C:.*]]: !emitc.ptr<!emitc.opaque<"planrt::Context">>) attributes {specifiers = ["static"]}
 // CHECK: call_opaque "planrt::declare_mesh_axis"(%[[C]]) {args = [0 : index, #emitc.opaque<"\22dp\22">, #emitc.opaque<"2">]}
-// Name, ndim, 4 dims, init kind (2 = normal), mean, std.
-// CHECK: call_opaque "planrt::declare_param"(%[[C]]) {args = [0 : index, #emitc.opaque<"\22w\22">, #emitc.opaque<"2">, #emitc.opaque<"4">, #emitc.opaque<"2">, #emitc.opaque<"1">, #emitc.opaque<"1">, #emitc.opaque<"2">, #emitc.opaque<"0.0e+00f">, #emitc.opaque<"5.000000000e-01f">]}
-// CHECK: call_opaque "planrt::declare_param"(%[[C]]) {args = [0 : index, #emitc.opaque<"\22b\22">, #emitc.opaque<"1">, #emitc.opaque<"2">, #emitc.opaque<"1">, #emitc.opaque<"1">, #emitc.opaque<"1">, #emitc.opaque<"0">
-// Optimizer state: name, ndim, local dims (zero at the start).
-// CHECK: call_opaque "planrt::declare_state"(%[[C]]) {args = [0 : index, #emitc.opaque<"\22w.exp_avg\22">, #emitc.opaque<"2">, #emitc.opaque<"4">, #emitc.opaque<"2">, #emitc.opaque<"1">, #emitc.opaque<"1">]}
+// Parameters and optimizer state come from static tables (emitted before
+// the functions, checked by TABLES below), one row each.
+// CHECK: %[[P:.*]] = get_global @plan_params : !emitc.array<2x!emitc.opaque<"planrt::ParamDecl">>
+// CHECK: call_opaque "planrt::declare_params"(%[[C]], %[[P]]) {args = [0 : index, 1 : index, #emitc.opaque<"2">]}
+// CHECK: %[[S:.*]] = get_global @plan_states : !emitc.array<4x!emitc.opaque<"planrt::StateDecl">>
+// CHECK: call_opaque "planrt::declare_states"(%[[C]], %[[S]]) {args = [0 : index, 1 : index, #emitc.opaque<"4">]}
 // Name, role (1 = label), ndim, local dims, batch axis index.
 // CHECK: call_opaque "planrt::declare_input"(%[[C]]) {args = [0 : index, #emitc.opaque<"\22y\22">, #emitc.opaque<"1">, #emitc.opaque<"2">, #emitc.opaque<"4">, #emitc.opaque<"2">, #emitc.opaque<"1">, #emitc.opaque<"1">, #emitc.opaque<"0">]}
 // CHECK: call_opaque "planrt::set_training"(%[[C]]) {args = [0 : index, #emitc.opaque<"3">, #emitc.opaque<"1">, #emitc.opaque<"8">, #emitc.opaque<"0">]}

@@ -309,6 +309,47 @@ TEST(DeclareState, RejectsBadDeclarations) {
   internal::destroy_context(ctx);
 }
 
+// plan_setup's tables: each row is one declare_param / declare_state, in
+// order, with their checks.
+class TableTest : public test::ContextTest {
+protected:
+  TableTest() : ContextTest("tables", 5) {}
+  void declare() override {
+    const ParamDecl params[] = {{"w", 2, 3, 5, 1, 1, InitNormal, 0.0f, 0.02f},
+                                {"b", 1, 5, 1, 1, 1, InitOnes, 0.0f, 0.0f}};
+    declare_params(ctx, params, 2);
+    const StateDecl states[] = {{"w.m", 2, 3, 5, 1, 1}, {"b.m", 1, 5, 1, 1, 1}};
+    declare_states(ctx, states, 2);
+  }
+};
+
+TEST_F(TableTest, RowsDeclareLikeTheirCalls) {
+  EXPECT_EQ(param(ctx, 0)->shape[1], 5);
+  EXPECT_EQ(param(ctx, 1)->ndim, 1);
+  EXPECT_EQ(internal::to_host(ctx, param(ctx, 1)), std::vector<float>(5, 1.0f));
+  std::vector<float> w = internal::to_host(ctx, param(ctx, 0));
+  EXPECT_NE(w, std::vector<float>(15, 0.0f)) << "normal init";
+  for (float x : w)
+    EXPECT_LT(std::fabs(x), 0.2f) << "std 0.02";
+  EXPECT_EQ(state(ctx, 0)->shape[0], 3);
+  EXPECT_EQ(internal::to_host(ctx, state(ctx, 1)), std::vector<float>(5, 0.0f));
+}
+
+TEST(DeclareTables, RefuseDuplicatesAndBadTables) {
+  Context *ctx = internal::create_context("tables", false);
+  const ParamDecl params[] = {{"b", 1, 5, 1, 1, 1, InitZeros, 0.0f, 0.0f}};
+  declare_params(ctx, params, 1);
+  const StateDecl states[] = {{"b.m", 1, 5, 1, 1, 1}};
+  declare_states(ctx, states, 1);
+  EXPECT_DEATH(declare_param(ctx, "b", 1, 5, 1, 1, 1, InitZeros, 0, 0),
+               "declare_param: parameter 'b' declared twice");
+  EXPECT_DEATH(declare_states(ctx, states, 1),
+               "declare_state: state 'b.m' declared twice");
+  EXPECT_DEATH(declare_params(ctx, nullptr, 3),
+               "declare_params: invalid table \\(3 rows\\)");
+  internal::destroy_context(ctx);
+}
+
 //===--- Sharded and segmented parameters ---------------------------------===//
 
 TEST(ParamSegments, OneBlockSegmentsKeepTheWholeInit) {

@@ -76,6 +76,16 @@ void declare_mesh_axis(Context *ctx, const char *name, int64_t size);
 void declare_param(Context *ctx, const char *name, int64_t ndim, int64_t d0,
                    int64_t d1, int64_t d2, int64_t d3, int64_t init_kind,
                    float a, float b);
+/// One parameter's declare_param arguments, as a row of a static table.
+struct ParamDecl {
+  const char *name;
+  int64_t ndim, d0, d1, d2, d3, init_kind;
+  float a, b;
+};
+/// declare_param for each of the n rows, in order (the generated plan_setup
+/// declares its parameters from one table: a statement each would be
+/// 120k statements for a 10000-layer GPT).
+void declare_params(Context *ctx, const ParamDecl *rows, int64_t n);
 
 /// Declares per-step input number N. `d0..d3` is the local shape; if
 /// `batch_axis` >= 0, dimension 0 (the batch) is split over that mesh axis
@@ -239,6 +249,13 @@ void set_param_segments(Context *ctx, int64_t param_index, int64_t dim,
 /// plan_setup.
 void declare_state(Context *ctx, const char *name, int64_t ndim, int64_t d0,
                    int64_t d1, int64_t d2, int64_t d3);
+/// One state tensor's declare_state arguments, as a row of a static table.
+struct StateDecl {
+  const char *name;
+  int64_t ndim, d0, d1, d2, d3;
+};
+/// declare_state for each of the n rows, in order.
+void declare_states(Context *ctx, const StateDecl *rows, int64_t n);
 /// shard_param and set_param_segments for state tensor `state_index`: where
 /// this rank's shard sits in the global tensor (e.g. the AdamW moments of a
 /// tensor-parallel weight, or a ZeRO shard over dp). Only checkpoints use
