@@ -1,32 +1,34 @@
 //===- cuda_backend.cu - CUDA backend: cudaMalloc, cuBLASLt, NCCL ---------===//
 //
-// One GPU per rank, chosen by the rank's index within its node. Kernels run
-// the shared functors of planrt/kernels.h from a grid-stride __global__
-// kernel; GEMM is cuBLASLt (fp32 compute); collectives are NCCL, with one
-// communicator per axis mask split from a world communicator whose
-// ncclUniqueId is broadcast over MPI. Kernels and copies run on one compute
-// stream; every NCCL call runs on one communication stream, ordered after
-// the compute work issued before it by an event. Blocking collectives make
-// the compute stream wait for them at once; all_reduce_sum_start records an
-// event per slot that collective_wait makes the compute stream wait on, so
-// the compute stream runs on meanwhile. One stream for all NCCL calls keeps
-// them in program order on every rank (no cross-stream NCCL deadlock).
-// Point to point (send/recv): a header (count, dtype) goes over MPI first
-// (lib/pipeline.cpp), so the receiver checks the count before the NCCL
-// transfer. On the pipeline axis every ordered pair of coordinates (i -> j)
-// has its own 2-rank communicator and stream (made at init), so the sends
-// of one direction never wait behind the receives of the other: two ranks
-// that both send and then receive do not deadlock. send copies the tensor
-// into a stream-ordered buffer (cudaMallocAsync) freed after the transfer;
-// recv orders the compute stream after the transfer. Other axes use the
-// axis communicator on the communication stream (a send there is matched
-// in NCCL's order and may wait for the peer's receive).
-// Communicators are non-blocking (ncclConfig_t blocking = 0): every NCCL
-// call that returns ncclInProgress is polled with ncclCommGetAsyncError, and
-// every wait for a stream (cudaStreamSynchronize's uses) polls
-// cudaStreamQuery and the communicators' async errors, both under the
-// watchdog (lib/watchdog.h, --timeout): when it fires, the communicators are
-// aborted (ncclCommAbort) before MPI_Abort.
+// One GPU per rank, chosen by the rank's index within its node. Kernels run the
+// shared functors of planrt/kernels.h from a grid-stride __global__ kernel, or
+// a family's own kernel under lib/cuda/ (overloads of detail::launch below;
+// AdamW updates are queued and launched together); GEMM is cuBLASLt (fp32
+// accumulation, TF32 when the plan opts in); collectives are NCCL, with one
+// communicator per axis mask split from a world communicator whose ncclUniqueId
+// is broadcast over the control plane (planrt's TCP rendezvous, lib/net: the
+// cuda target does not use MPI). Kernels and copies run on one compute stream;
+// every NCCL call runs on one communication stream, ordered after the compute
+// work issued before it by an event. Blocking collectives make the compute
+// stream wait for them at once; all_reduce_sum_start records an event per slot
+// that collective_wait makes the compute stream wait on, so the compute stream
+// runs on meanwhile. One stream for all NCCL calls keeps them in program order
+// on every rank (no cross-stream NCCL deadlock). Point to point (send/recv): a
+// header (count, dtype) goes over the control plane first (lib/pipeline.cpp),
+// so the receiver checks the count before the NCCL transfer. On the pipeline
+// axis every ordered pair of coordinates (i -> j) has its own 2-rank
+// communicator and stream (made at init), so the sends of one direction never
+// wait behind the receives of the other: two ranks that both send and then
+// receive do not deadlock. send copies the tensor into a stream-ordered buffer
+// (cudaMallocAsync) freed after the transfer; recv orders the compute stream
+// after the transfer. Other axes use the axis communicator on the communication
+// stream (a send there is matched in NCCL's order and may wait for the peer's
+// receive). Communicators are non-blocking (ncclConfig_t blocking = 0): every
+// NCCL call that returns ncclInProgress is polled with ncclCommGetAsyncError,
+// and every wait for a stream (cudaStreamSynchronize's uses) polls
+// cudaStreamQuery and the communicators' async errors, both under the watchdog
+// (lib/watchdog.h, --timeout): when it fires, the communicators are aborted
+// (ncclCommAbort) before MPI_Abort.
 // This file does not include mpi.h (see mpi_bcast_bytes in context.h).
 //===----------------------------------------------------------------------===//
 
