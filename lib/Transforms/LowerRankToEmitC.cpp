@@ -288,10 +288,12 @@ void LowerRankToEmitCPass::runOnOperation() {
       Value ref = ec::GetGlobalOp::create(b, loc, arrayType, g.getSymName());
       c.call(loc, callee, {ref}, {c.i64(int64_t(rows.size()))});
     };
-    auto shapeText = [](MemRefType t) {
-      std::string out = std::to_string(t.getRank());
-      for (int64_t d = 0; d < 4; ++d)
-        out += ", " + std::to_string(d < t.getRank() ? t.getDimSize(d) : 1);
+    // CallBuilder's shape arguments (C++ literals), as a row's text.
+    auto shapeText = [&](MemRefType t) {
+      std::string out;
+      for (Attribute a : c.shape(t))
+        out += (out.empty() ? "" : ", ") +
+               cast<ec::OpaqueAttr>(a).getValue().str();
       return out;
     };
     {

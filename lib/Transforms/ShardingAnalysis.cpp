@@ -33,22 +33,32 @@ bool planc::plan::isParamCopy(Value v, func::FuncOp f) {
   return kind && kind.getValue() == "param";
 }
 
+// The caches' keys below are the bytes of what they describe: counts, then
+// NUL-ended axis names and 8-byte segments, so that a key reads one way
+// (no formatting: the passes ask once per operand and result of every op).
+static void appendAxesKey(SmallVectorImpl<char> &key,
+                          ArrayRef<StringRef> axes) {
+  key.push_back(char(axes.size()));
+  for (StringRef a : axes) {
+    key.append(a.begin(), a.end());
+    key.push_back('\0');
+  }
+}
+static void appendSegmentsKey(SmallVectorImpl<char> &key,
+                              ArrayRef<int64_t> segments) {
+  key.push_back(char(segments.size()));
+  key.append(reinterpret_cast<const char *>(segments.data()),
+             reinterpret_cast<const char *>(segments.data() + segments.size()));
+}
+
 void planc::plan::writeFactorAxes(Operation *op, const FactorAxes &axes,
                                   llvm::StringMap<ArrayAttr> *cache) {
-  // The cache's key: NUL-ended axis names and 8-byte segments, counted.
   SmallString<64> key;
   if (cache) {
     key.push_back(char(axes.size()));
     for (const FactorSharding &f : axes) {
-      key.push_back(char(f.axes.size()));
-      for (StringRef a : f.axes) {
-        key += a;
-        key.push_back('\0');
-      }
-      key.push_back(char(f.segments.size()));
-      key.append(reinterpret_cast<const char *>(f.segments.data()),
-                 reinterpret_cast<const char *>(f.segments.data() +
-                                                f.segments.size()));
+      appendAxesKey(key, f.axes);
+      appendSegmentsKey(key, f.segments);
     }
     if (ArrayAttr hit = cache->lookup(key)) {
       op->setAttr(kFactorAxesAttr, hit);
@@ -129,29 +139,16 @@ ShardingAttr planc::plan::projectSharding(
       s.segments = {};
     splits.push_back(s);
   }
-  // The key is the bytes of what the layout is made of (no formatting: a
-  // pass asks once per operand and result of every op): counts, then
-  // NUL-ended axis names and 8-byte segments, so that it reads one way.
   SmallString<128> key;
   if (cache) {
-    auto addAxes = [&](ArrayRef<StringRef> axes) {
-      key.push_back(char(axes.size()));
-      for (StringRef a : axes) {
-        key += a;
-        key.push_back('\0');
-      }
-    };
     key += mesh.getValue();
     key.push_back('\0');
     key.push_back(char(splits.size()));
     for (const Split &s : splits) {
-      addAxes(s.axes);
-      key.push_back(char(s.segments.size()));
-      key.append(reinterpret_cast<const char *>(s.segments.data()),
-                 reinterpret_cast<const char *>(s.segments.data() +
-                                                s.segments.size()));
+      appendAxesKey(key, s.axes);
+      appendSegmentsKey(key, s.segments);
     }
-    addAxes(partial);
+    appendAxesKey(key, partial);
     if (ShardingAttr hit = cache->lookup(key))
       return hit;
   }

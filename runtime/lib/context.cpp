@@ -137,10 +137,16 @@ void declare_param(Context *ctx, const char *name, int64_t ndim, int64_t d0,
   ctx->params.push_back(std::move(p));
 }
 
-void declare_params(Context *ctx, const ParamDecl *rows, int64_t n) {
-  check_ctx(ctx, "declare_params");
+/// The checks of a declaration table (declare_params, declare_states).
+static void check_table(Context *ctx, const char *op, const void *rows,
+                        int64_t n) {
+  check_ctx(ctx, op);
   if (n < 0 || (n > 0 && !rows))
-    fatal("declare_params: invalid table (%lld rows)", (long long)n);
+    fatal("%s: invalid table (%lld rows)", op, (long long)n);
+}
+
+void declare_params(Context *ctx, const ParamDecl *rows, int64_t n) {
+  check_table(ctx, "declare_params", rows, n);
   for (int64_t i = 0; i < n; ++i) {
     const ParamDecl &r = rows[i];
     declare_param(ctx, r.name, r.ndim, r.d0, r.d1, r.d2, r.d3, r.init_kind, r.a,
@@ -441,9 +447,7 @@ void declare_state(Context *ctx, const char *name, int64_t ndim, int64_t d0,
 }
 
 void declare_states(Context *ctx, const StateDecl *rows, int64_t n) {
-  check_ctx(ctx, "declare_states");
-  if (n < 0 || (n > 0 && !rows))
-    fatal("declare_states: invalid table (%lld rows)", (long long)n);
+  check_table(ctx, "declare_states", rows, n);
   for (int64_t i = 0; i < n; ++i) {
     const StateDecl &r = rows[i];
     declare_state(ctx, r.name, r.ndim, r.d0, r.d1, r.d2, r.d3);
