@@ -74,6 +74,12 @@ step() {
 for p in tiny-gpt-fp32 tiny-gpt-long-fp32 tiny-gpt-bf16 tiny-gpt-fp16 tiny-gpt-odd-bf16 tiny-gpt-mb-fp32 tiny-gpt-mb-bf16 tiny-gpt-drop-fp32 tiny-gpt-drop-bf16 tiny-llama-fp32 tiny-llama-bf16 tiny-mixtral-fp32 resnet-small-fp32; do
   step "$p" 45 "bin/$p" --save "$LOGS/$p.safetensors" --log-json "$LOGS/$p.json"
 done
+# 16-bit attention on cuDNN (PLANRT_ATTENTION=cudnn: the run fails where
+# cuDNN cannot run it) and on planrt's tiles, the same program.
+step tiny-gpt-long-bf16 45 env PLANRT_ATTENTION=cudnn bin/tiny-gpt-long-bf16 \
+  --log-json "$LOGS/tiny-gpt-long-bf16.json"
+step tiny-gpt-long-bf16-tiles 45 env PLANRT_ATTENTION=tiles bin/tiny-gpt-long-bf16 \
+  --log-json "$LOGS/tiny-gpt-long-bf16-tiles.json"
 # 2. compute-sanitizer over tiny-gpt: memcheck (2 steps), racecheck (1).
 if command -v compute-sanitizer >/dev/null; then
   step memcheck 90 compute-sanitizer --tool memcheck --error-exitcode 9 \

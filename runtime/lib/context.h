@@ -473,6 +473,12 @@ void to_device(Context *ctx, void *dst, const void *src, size_t bytes);
 void to_host(Context *ctx, void *dst, const void *src, size_t bytes);
 void synchronize(Context *ctx);
 const char *name();
+/// Device bytes the backend's libraries hold outside the planned memory
+/// (cuda: cuBLASLt's workspace, cuDNN attention's buffers); 0 on the host.
+int64_t library_bytes(Context *ctx);
+/// What the backend chose at run time that a user should know (cuda: which
+/// attention ran the 16-bit plan, and why), or empty.
+std::string library_note(Context *ctx);
 /// Device-to-device copy (ordered after the work issued so far).
 void copy_bytes(Context *ctx, void *dst, const void *src, size_t bytes);
 /// Point to point to the rank with coordinate `peer` on `axis` (world rank

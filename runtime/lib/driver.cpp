@@ -281,6 +281,14 @@ bool memory_report(Context *ctx) {
                     (long long)ctx->stash_high, (long long)ctx->stash_planned);
       std::printf("\n");
     }
+    if (int64_t lib = backend::library_bytes(ctx))
+      std::printf("memory outside the plan per rank: %lld B (the %s "
+                  "backend's libraries: workspaces, and attention's buffers "
+                  "on cuDNN)\n",
+                  (long long)lib, backend::name());
+    std::string note = backend::library_note(ctx);
+    if (!note.empty())
+      std::printf("attention: %s\n", note.c_str());
     std::fflush(stdout);
   }
   bool arena_bad = planned && plan.runs > 0 && plan.high_water != plan.bytes;

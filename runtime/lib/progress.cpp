@@ -349,7 +349,9 @@ void report_summary(Context *ctx, int64_t steps) {
   // (gradients, activations, workspace) and the planned arena.
   // device_peak_bytes: everything planrt holds on the device at once
   // (persistent tensors, the arena's and the stash pool's highest bytes).
-  int64_t mine[10] = {ctx->param_bytes,
+  // library_bytes: what the backend's libraries hold besides (cuBLASLt's
+  // workspace, cuDNN attention's buffers), outside the plan.
+  int64_t mine[11] = {ctx->param_bytes,
                       ctx->state_bytes,
                       (int64_t)ctx->arena_peak,
                       ctx->stash_peak_bytes,
@@ -359,15 +361,16 @@ void report_summary(Context *ctx, int64_t steps) {
                       ctx->planned_fns[0].bytes,
                       ctx->stash_high,
                       ctx->param_bytes + ctx->state_bytes + ctx->input_bytes +
-                          (int64_t)ctx->arena_peak + ctx->stash_high};
-  int64_t most[10];
-  std::copy(mine, mine + 10, most);
+                          (int64_t)ctx->arena_peak + ctx->stash_high,
+                      backend::library_bytes(ctx)};
+  int64_t most[11];
+  std::copy(mine, mine + 11, most);
   std::vector<int64_t> peaks;
   if (ctx->pipeline_axis >= 0)
     peaks = pipeline_peaks(ctx);
   std::vector<int64_t> peaks_most = peaks;
   if (ctx->use_mpi && ctx->world > 1) {
-    watchdog::reduce(ctx, mine, most, 10, MPI_INT64_T, MPI_MAX, 0,
+    watchdog::reduce(ctx, mine, most, 11, MPI_INT64_T, MPI_MAX, 0,
                      MPI_COMM_WORLD, watchdog::group_op("the summary", -1));
     if (!peaks.empty())
       watchdog::reduce(ctx, peaks.data(), peaks_most.data(), (int)peaks.size(),
@@ -388,7 +391,8 @@ void report_summary(Context *ctx, int64_t steps) {
                       ",\"planned_arena_bytes\":" + std::to_string(m[7]) +
                       ",\"stash_pool_bytes\":" + std::to_string(m[8])
                 : std::string()) +
-           ",\"device_peak_bytes\":" + std::to_string(m[9]) + "}";
+           ",\"device_peak_bytes\":" + std::to_string(m[9]) +
+           ",\"library_bytes\":" + std::to_string(m[10]) + "}";
   };
   double elapsed =
       std::chrono::duration<double>(Clock::now() - p->start).count();

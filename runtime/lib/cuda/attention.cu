@@ -18,11 +18,17 @@
 // Attention dropout multiplies the values' weights (and, in the backward,
 // dp) by the mask of kernels.h's AttnDropout, element by element, as the
 // functors do.
+//
+// 16-bit attention without dropout goes to cuDNN's flash attention first
+// (attention_cudnn.cpp), and comes here where cuDNN does not run it. Its
+// kept statistics are (log-sum-exp, 1): the same probabilities
+// exp(s - m) / l for the tiles' and the functors' backward.
 //===----------------------------------------------------------------------===//
 
 #include "../context.h"
 #include "attention.h"
 #include "attention_blocks.h"
+#include "attention_cudnn.h"
 #include "attention_tc_blocks.h"
 #include "check.h"
 
@@ -99,6 +105,23 @@ __global__ void __launch_bounds__(attn::kThreads)
                             rowstats, delta, (int64_t)blockIdx.x,
                             (int64_t)blockIdx.y * attn::kRows, drop);
 }
+
+/// stats[2 i] = lse[i], stats[2 i + 1] = 1: cuDNN's log-sum-exp as the
+/// (max, sum) pairs the backward reads.
+__global__ void pair_stats_kernel(const float *lse, float *stats,
+                                  int64_t rows) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < rows;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    stats[2 * i] = lse[i];
+    stats[2 * i + 1] = 1.0f;
+  }
+}
+
+/// Whether cuDNN may take this attention: 16-bit operands, no dropout.
+template <class T>
+constexpr bool kCudnnType = std::is_same<T, kernels::bf16_t>::value ||
+                            std::is_same<T, kernels::f16_t>::value;
+template <class T> constexpr bool kBf16 = std::is_same<T, kernels::bf16_t>::value;
 
 /// Whether T's tiles run on the tensor cores (16-bit plans).
 template <class T> constexpr bool kTensorCores = sizeof(T) == 2;
@@ -185,6 +208,20 @@ bool with_head_dim(const kernels::AttnShape &a, const F &f) {
 template <class T>
 bool forward(cudaStream_t s, const kernels::AttnShape &a, const T *qkv, T *out,
              float *stats, const kernels::AttnDropout &drop) {
+  if constexpr (kCudnnType<T>) {
+    if (!drop.on && cudnn::runs_forward(a, kBf16<T>, stats != nullptr)) {
+      const int64_t rows = a.B * a.H * a.S;
+      float *lse = stats ? cudnn::lse_scratch(rows) : nullptr;
+      cudnn::forward(s, a, kBf16<T>, qkv, out, lse);
+      if (stats) {
+        int64_t blocks = (rows + 255) / 256;
+        pair_stats_kernel<<<(unsigned)(blocks < 4096 ? blocks : 4096), 256, 0,
+                            s>>>(lse, stats, rows);
+        cuda_check::launch("attention's statistics (cuDNN's log-sum-exp)");
+      }
+      return true;
+    }
+  }
   return with_head_dim<T>(a, [&](auto dim) {
     constexpr int D = decltype(dim)::value;
     static bool ready = false;
@@ -210,6 +247,12 @@ template <class T>
 bool grad_q(cudaStream_t s, const kernels::AttnShape &a, const T *qkv,
             const T *dout, T *dqkv, const float *stats, float *rowstats,
             float *delta, const kernels::AttnDropout &drop) {
+  if constexpr (kCudnnType<T>) {
+    // cuDNN's backward is whole: dk and dv too (grad_kv then has nothing
+    // left to do).
+    if (!drop.on && cudnn::backward(s, a, kBf16<T>, qkv, dout, dqkv))
+      return true;
+  }
   return with_head_dim<T>(a, [&](auto dim) {
     constexpr int D = decltype(dim)::value;
     static bool ready = false;
@@ -236,6 +279,10 @@ template <class T>
 bool grad_kv(cudaStream_t s, const kernels::AttnShape &a, const T *qkv,
              const T *dout, T *dqkv, const float *rowstats, const float *delta,
              const kernels::AttnDropout &drop) {
+  if constexpr (kCudnnType<T>) {
+    if (!drop.on && cudnn::runs_backward(a, kBf16<T>))
+      return true; // grad_q's cuDNN backward wrote dk and dv
+  }
   return with_head_dim<T>(a, [&](auto dim) {
     constexpr int D = decltype(dim)::value;
     static bool ready = false;

@@ -3,7 +3,8 @@
 // One GPU per rank, chosen by the rank's index within its node. Kernels run the
 // shared functors of planrt/kernels.h from a grid-stride __global__ kernel, or
 // a family's own kernel under lib/cuda/ (overloads of detail::launch below;
-// AdamW updates are queued and launched together); GEMM is cuBLASLt (fp32
+// AdamW updates are queued and launched together; 16-bit attention goes to
+// cuDNN first, attention_cudnn.cpp); GEMM is cuBLASLt (fp32
 // accumulation, TF32 when the plan opts in); collectives are NCCL, with one
 // communicator per axis mask split from a world communicator whose ncclUniqueId
 // is broadcast over the control plane (planrt's TCP rendezvous, lib/net: the
@@ -35,6 +36,7 @@
 #include "../context.h"
 #include "../watchdog.h"
 #include "attention.h"
+#include "attention_cudnn.h"
 #include "classifier.h"
 #include "column_sums.h"
 #include "embedding.h"
@@ -252,6 +254,13 @@ ncclComm_t group_comm(Context *ctx, const char *op, int64_t axis_mask);
 namespace backend {
 
 const char *name() { return "cuda"; }
+
+int64_t library_bytes(Context *) {
+  return (int64_t)(kWorkspaceBytes + cuda_attention::cudnn::bytes_held());
+}
+std::string library_note(Context *) {
+  return cuda_attention::cudnn::status();
+}
 
 void init(Context *ctx) {
   CudaState *s = new CudaState;

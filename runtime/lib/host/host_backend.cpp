@@ -136,6 +136,9 @@ namespace backend {
 
 const char *name() { return "host"; }
 
+int64_t library_bytes(Context *) { return 0; }
+std::string library_note(Context *) { return std::string(); }
+
 void init(Context *ctx) {
   ctx->backend = new HostState;
   // Keep freed memory of up to 32 MiB blocks in the heap (see kPiece).

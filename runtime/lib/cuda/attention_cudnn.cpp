@@ -1,0 +1,471 @@
+//===- attention_cudnn.cpp - 16-bit causal attention on cuDNN's SDPA ------===//
+//
+// bf16 and fp16 attention without dropout runs on cuDNN's fused flash
+// attention (its "SDPA" graphs), built through cuDNN's header-only C++
+// frontend. On an H100 that is the fastest attention there is short of
+// writing FlashAttention-3 again; planrt's own tiles (attention_tc_blocks.h)
+// stay for fp32, for attention dropout (their mask is the host functors'
+// hash of the global index, which cuDNN's Philox generator cannot draw), for
+// head dims cuDNN does not take, and wherever cuDNN is absent.
+//
+// Loading. The program does not link cuDNN: the frontend's dynamic loading
+// finds libcudnn.so.9 with dlopen on the first 16-bit attention (in a CUDA
+// install or the nvidia-cudnn wheel, on LD_LIBRARY_PATH, or the file
+// PLANRT_CUDNN_LIBRARY names), so a node without cuDNN still starts and runs
+// the tiles. PLANRT_ATTENTION=tiles turns cuDNN off; PLANRT_ATTENTION=cudnn
+// makes a problem cuDNN cannot run fatal (a benchmark that must not measure the
+// tiles by accident).
+//
+// Graphs. One graph per problem shape (B, S, H, KV, D, type) and kind:
+// the forward without statistics (training's forward keeps none), the
+// forward with each row's log-sum-exp, and the backward. Each is built
+// once, with the engine cuDNN's heuristics rank first; a shape no engine
+// supports is remembered and runs the tiles, forward and backward alike.
+// The operands are read in place from the packed qkv [B, S, (H + 2 KV) D]
+// (strided [B, H, S, D] views), and dq, dk, dv written in place into dqkv.
+//
+// The backward needs the forward's output and log-sum-exp, which the plan
+// does not keep (the tiles recompute from the row statistics instead). So
+// it runs the forward again into buffers of its own: a sixth of
+// attention's work, and the plan keeps no extra tensor alive between the
+// passes. Those buffers and cuDNN's workspace are the only device memory
+// outside the plan (bytes_held(), printed with the memory report). The
+// backward asks cuDNN for its deterministic algorithm (no atomics in dq);
+// where no engine has one, the fastest one runs and status() says so.
+//===----------------------------------------------------------------------===//
+
+#include "attention_cudnn.h"
+
+#include "../context.h"
+#include "check.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+namespace planrt {
+namespace cuda_attention {
+namespace cudnn {
+namespace {
+
+enum class Mode { Auto, Cudnn, Tiles };
+
+/// PLANRT_ATTENTION, read once.
+Mode mode() {
+  static const Mode m = [] {
+    const char *v = std::getenv("PLANRT_ATTENTION");
+    if (!v || !*v || std::strcmp(v, "auto") == 0)
+      return Mode::Auto;
+    if (std::strcmp(v, "tiles") == 0)
+      return Mode::Tiles;
+    if (std::strcmp(v, "cudnn") == 0)
+      return Mode::Cudnn;
+    fatal("PLANRT_ATTENTION=%s: expected auto (cuDNN where it runs, else "
+          "planrt's tiles), cudnn (fatal where cuDNN cannot run) or tiles",
+          v);
+  }();
+  return m;
+}
+
+const char *const kTurnedOff =
+    "16-bit attention runs planrt's tiles (PLANRT_ATTENTION=tiles)";
+
+} // namespace
+} // namespace cudnn
+} // namespace cuda_attention
+} // namespace planrt
+
+#ifdef PLANRT_CUDNN_FRONTEND
+
+#define NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING
+#define CUDNN_FRONTEND_SKIP_JSON_LIB
+#include <cudnn_frontend.h>
+
+#include <dlfcn.h>
+#include <exception>
+#include <map>
+#include <memory>
+#include <tuple>
+#include <unordered_map>
+
+namespace cudnn_frontend {
+// The frontend's symbols come from this handle (dynamic loading).
+void *cudnn_dlhandle = nullptr;
+} // namespace cudnn_frontend
+
+namespace planrt {
+namespace cuda_attention {
+namespace cudnn {
+
+namespace {
+
+namespace fe = cudnn_frontend;
+
+enum class Kind { Forward, ForwardStats, Backward };
+
+// The graphs' tensors, by uid.
+enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kDO, kDQ, kDK, kDV };
+
+using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, bool, Kind>;
+
+struct Graph {
+  std::shared_ptr<fe::graph::Graph> graph; // null: cuDNN does not run it
+  int64_t workspace = 0;
+};
+
+/// A device buffer that only grows (cudaFree waits for the device first).
+struct Buffer {
+  void *p = nullptr;
+  size_t bytes = 0;
+  void *at_least(size_t need, const char *what) {
+    if (need > bytes) {
+      if (p)
+        cuda_check::call(cudaFree(p), what);
+      p = nullptr;
+      bytes = 0;
+      cudaError_t e = cudaMalloc(&p, need);
+      if (e != cudaSuccess)
+        fatal("attention on cuDNN: cudaMalloc of %zu B for %s failed (%s); "
+              "the device is full outside the planned memory: run with "
+              "PLANRT_ATTENTION=tiles, which needs none",
+              need, what, cudaGetErrorString(e));
+      bytes = need;
+    }
+    return p;
+  }
+};
+
+struct State {
+  enum { Untried, On, Off } load = Untried;
+  bool required = false; // PLANRT_ATTENTION=cudnn
+  std::string status;
+  cudnnHandle_t handle = nullptr;
+  std::map<Key, Graph> graphs;
+  Buffer workspace, out, lse;
+  bool nondeterministic = false; // some backward has no deterministic engine
+};
+
+State &state() {
+  static State s;
+  return s;
+}
+
+std::string shape_text(const kernels::AttnShape &a, bool bf16) {
+  return std::string(bf16 ? "bf16" : "fp16") + " B " + std::to_string(a.B) +
+         " S " + std::to_string(a.S) + " H " + std::to_string(a.H) + " KV " +
+         std::to_string(a.KV) + " D " + std::to_string(a.D);
+}
+
+/// Loads cuDNN once (false: attention runs the tiles).
+bool load() {
+  State &s = state();
+  if (s.load != State::Untried)
+    return s.load == State::On;
+  s.load = State::Off;
+  if (mode() == Mode::Tiles) {
+    s.status = kTurnedOff;
+    return false;
+  }
+  s.required = mode() == Mode::Cudnn;
+  auto off = [&](const std::string &why) {
+    s.status = "16-bit attention runs planrt's tiles: " + why;
+    if (s.required)
+      fatal("PLANRT_ATTENTION=cudnn, but %s", why.c_str());
+    return false;
+  };
+  // The frontend's few CUDA runtime calls go through a libcudart it opens
+  // itself: the one of this program's CUDA major (user's choice first).
+  std::string cudart = "libcudart.so." + std::to_string(CUDART_VERSION / 1000);
+  setenv("CUDNN_FRONTEND_CUDART_LIB_NAME", cudart.c_str(), 0);
+  const char *lib = std::getenv("PLANRT_CUDNN_LIBRARY");
+  if (!lib || !*lib)
+    lib = "libcudnn.so.9";
+  dlerror();
+  fe::cudnn_dlhandle = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+  if (!fe::cudnn_dlhandle) {
+    const char *e = dlerror();
+    return off(std::string("cuDNN 9 was not found (") + (e ? e : lib) +
+               "); put libcudnn.so.9 on LD_LIBRARY_PATH or name it in "
+               "PLANRT_CUDNN_LIBRARY");
+  }
+  try {
+    size_t version = fe::detail::get_backend_version();
+    if (version < 90000)
+      return off("cuDNN " + std::to_string(version) +
+                 " is older than 9.0, which its flash attention needs");
+    cudnnStatus_t st = fe::detail::create_handle(&s.handle);
+    if (st != CUDNN_STATUS_SUCCESS)
+      return off("cudnnCreate failed (status " + std::to_string((int)st) + ")");
+    s.status = "16-bit attention runs cuDNN " + std::to_string(version) +
+               "'s flash attention";
+  } catch (const std::exception &e) {
+    return off(std::string("loading cuDNN failed: ") + e.what());
+  }
+  s.load = State::On;
+  return true;
+}
+
+std::shared_ptr<fe::graph::Tensor_attributes>
+tensor(fe::graph::Graph &g, const char *name, Uid uid,
+       std::vector<int64_t> dims, std::vector<int64_t> strides) {
+  return g.tensor(fe::graph::Tensor_attributes()
+                      .set_name(name)
+                      .set_uid(uid)
+                      .set_dim(std::move(dims))
+                      .set_stride(std::move(strides)));
+}
+
+/// The graph of kind `k` for this problem (built at first use); null when
+/// no engine runs it, with the reason in `why`.
+std::shared_ptr<fe::graph::Graph> build(const kernels::AttnShape &a, bool bf16,
+                                        Kind k, bool deterministic,
+                                        int64_t &workspace, std::string &why) {
+  State &s = state();
+  auto g = std::make_shared<fe::graph::Graph>();
+  g->set_io_data_type(bf16 ? fe::DataType_t::BFLOAT16 : fe::DataType_t::HALF)
+      .set_intermediate_data_type(fe::DataType_t::FLOAT)
+      .set_compute_data_type(fe::DataType_t::FLOAT);
+  const int64_t B = a.B, S = a.S, H = a.H, KV = a.KV, D = a.D, W = a.width();
+  // q, k and v are column ranges of the packed rows: [B, heads, S, D] views
+  // with row stride W. out and dout are [B, S, H, D].
+  const std::vector<int64_t> packed = {S * W, D, W, 1};
+  const std::vector<int64_t> rows = {S * H * D, D, H * D, 1};
+  auto q = tensor(*g, "q", kQ, {B, H, S, D}, packed);
+  auto kt = tensor(*g, "k", kK, {B, KV, S, D}, packed);
+  auto v = tensor(*g, "v", kV, {B, KV, S, D}, packed);
+  if (k != Kind::Backward) {
+    auto opts = fe::graph::SDPA_attributes()
+                    .set_name("attention")
+                    .set_generate_stats(k == Kind::ForwardStats)
+                    .set_attn_scale(a.scale)
+                    .set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT)
+                    .set_diagonal_band_right_bound(0);
+    auto [o, stats] = g->sdpa(q, kt, v, opts);
+    o->set_output(true).set_uid(kO).set_dim({B, H, S, D}).set_stride(rows);
+    if (k == Kind::ForwardStats)
+      stats->set_output(true)
+          .set_uid(kStats)
+          .set_data_type(fe::DataType_t::FLOAT)
+          .set_dim({B, H, S, 1})
+          .set_stride({H * S, S, 1, 1});
+  } else {
+    auto o = tensor(*g, "o", kO, {B, H, S, D}, rows);
+    auto dout = tensor(*g, "dout", kDO, {B, H, S, D}, rows);
+    auto stats = g->tensor(fe::graph::Tensor_attributes()
+                               .set_name("stats")
+                               .set_uid(kStats)
+                               .set_dim({B, H, S, 1})
+                               .set_stride({H * S, S, 1, 1})
+                               .set_data_type(fe::DataType_t::FLOAT));
+    auto opts = fe::graph::SDPA_backward_attributes()
+                    .set_name("attention_grad")
+                    .set_attn_scale(a.scale)
+                    .set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT)
+                    .set_diagonal_band_right_bound(0)
+                    .set_deterministic_algorithm(deterministic);
+    auto [dq, dk, dv] = g->sdpa_backward(q, kt, v, o, dout, stats, opts);
+    dq->set_output(true).set_uid(kDQ).set_dim({B, H, S, D}).set_stride(packed);
+    dk->set_output(true).set_uid(kDK).set_dim({B, KV, S, D}).set_stride(packed);
+    dv->set_output(true).set_uid(kDV).set_dim({B, KV, S, D}).set_stride(packed);
+  }
+  auto ok = [&](fe::error_t e, const char *step) {
+    if (e.is_good())
+      return true;
+    why = std::string(step) + ": " + e.get_message();
+    return false;
+  };
+  if (!ok(g->validate(), "validate") ||
+      !ok(g->build_operation_graph(s.handle), "build_operation_graph") ||
+      !ok(g->create_execution_plans(
+              {fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}),
+          "create_execution_plans") ||
+      !ok(g->check_support(s.handle), "check_support") ||
+      !ok(g->build_plans(s.handle, fe::BuildPlanPolicy_t::HEURISTICS_CHOICE),
+          "build_plans") ||
+      !ok(g->get_workspace_size(workspace), "get_workspace_size"))
+    return nullptr;
+  return g;
+}
+
+/// The graph of kind k, built at first use; null: the tiles run it.
+const Graph &graph(const kernels::AttnShape &a, bool bf16, Kind k) {
+  State &s = state();
+  Key key{a.B, a.S, a.H, a.KV, a.D, bf16, k};
+  auto it = s.graphs.find(key);
+  if (it != s.graphs.end())
+    return it->second;
+  Graph made;
+  std::string why;
+  try {
+    made.graph = build(a, bf16, k, true, made.workspace, why);
+    if (!made.graph && k == Kind::Backward) {
+      // No deterministic engine: the fastest one, said in status().
+      std::string why_any;
+      made.graph = build(a, bf16, k, false, made.workspace, why_any);
+      if (made.graph)
+        s.nondeterministic = true;
+    }
+  } catch (const std::exception &e) {
+    made.graph = nullptr;
+    why = e.what();
+  }
+  if (!made.graph) {
+    const char *what = k == Kind::Backward ? "backward" : "forward";
+    if (s.required)
+      fatal("PLANRT_ATTENTION=cudnn, but cuDNN has no %s engine for "
+            "attention of %s: %s",
+            what, shape_text(a, bf16).c_str(), why.c_str());
+    s.status += "; the tiles run " + shape_text(a, bf16) + " (cuDNN's " + what +
+                ": " + why + ")";
+  }
+  return s.graphs.emplace(key, std::move(made)).first->second;
+}
+
+/// Whether cuDNN may run this problem at all (before any graph).
+bool candidate(const kernels::AttnShape &a) {
+  // 16-byte aligned operand views: head dims in multiples of 8 elements.
+  return a.D % 8 == 0 && a.D <= 256 && a.S > 0 && load();
+}
+
+void execute(cudaStream_t stream, const Graph &g,
+             std::unordered_map<int64_t, void *> pack, const char *what) {
+  State &s = state();
+  void *ws = g.workspace > 0 ? s.workspace.at_least((size_t)g.workspace,
+                                                    "cuDNN's workspace")
+                             : nullptr;
+  cudnnStatus_t st = fe::detail::set_stream(s.handle, stream);
+  if (st != CUDNN_STATUS_SUCCESS)
+    fatal("attention on cuDNN: cudnnSetStream failed (status %d)", (int)st);
+  fe::error_t e;
+  try {
+    e = g.graph->execute(s.handle, pack, ws);
+  } catch (const std::exception &x) {
+    fatal("attention on cuDNN: %s failed: %s", what, x.what());
+  }
+  if (!e.is_good())
+    fatal("attention on cuDNN: %s failed: %s", what, e.get_message().c_str());
+}
+
+void *at(const void *qkv, int64_t elements) {
+  return const_cast<char *>(static_cast<const char *>(qkv)) + 2 * elements;
+}
+
+} // namespace
+
+bool forward(cudaStream_t s, const kernels::AttnShape &a, bool bf16,
+             const void *qkv, void *out, float *lse) {
+  if (!candidate(a))
+    return false;
+  const Graph &g = graph(a, bf16, lse ? Kind::ForwardStats : Kind::Forward);
+  if (!g.graph)
+    return false;
+  std::unordered_map<int64_t, void *> pack = {{kQ, at(qkv, 0)},
+                                              {kK, at(qkv, a.H * a.D)},
+                                              {kV, at(qkv, (a.H + a.KV) * a.D)},
+                                              {kO, out}};
+  if (lse)
+    pack[kStats] = lse;
+  execute(s, g, std::move(pack), "the forward");
+  return true;
+}
+
+bool runs_forward(const kernels::AttnShape &a, bool bf16, bool lse) {
+  return candidate(a) &&
+         graph(a, bf16, lse ? Kind::ForwardStats : Kind::Forward).graph;
+}
+
+float *lse_scratch(int64_t rows) {
+  return static_cast<float *>(state().lse.at_least((size_t)rows * sizeof(float),
+                                                   "attention's log-sum-exp"));
+}
+
+bool runs_backward(const kernels::AttnShape &a, bool bf16) {
+  return candidate(a) && graph(a, bf16, Kind::ForwardStats).graph &&
+         graph(a, bf16, Kind::Backward).graph;
+}
+
+bool backward(cudaStream_t s, const kernels::AttnShape &a, bool bf16,
+              const void *qkv, const void *dout, void *dqkv) {
+  if (!runs_backward(a, bf16))
+    return false;
+  State &st = state();
+  const int64_t rows = a.B * a.H * a.S;
+  void *out = st.out.at_least((size_t)(rows * a.D * 2),
+                              "the backward's recomputed attention output");
+  float *lse = lse_scratch(rows);
+  forward(s, a, bf16, qkv, out, lse);
+  std::unordered_map<int64_t, void *> pack = {
+      {kQ, at(qkv, 0)},
+      {kK, at(qkv, a.H * a.D)},
+      {kV, at(qkv, (a.H + a.KV) * a.D)},
+      {kO, out},
+      {kStats, lse},
+      {kDO, const_cast<void *>(dout)},
+      {kDQ, at(dqkv, 0)},
+      {kDK, at(dqkv, a.H * a.D)},
+      {kDV, at(dqkv, (a.H + a.KV) * a.D)}};
+  execute(s, graph(a, bf16, Kind::Backward), std::move(pack), "the backward");
+  return true;
+}
+
+size_t bytes_held() {
+  const State &s = state();
+  return s.workspace.bytes + s.out.bytes + s.lse.bytes;
+}
+
+const char *status() {
+  State &s = state();
+  static std::string line;
+  line = s.status;
+  if (s.nondeterministic)
+    line += "; some backward had no deterministic engine (dq by atomics)";
+  return line.c_str();
+}
+
+} // namespace cudnn
+} // namespace cuda_attention
+} // namespace planrt
+
+#else // !PLANRT_CUDNN_FRONTEND
+
+// Built without cuDNN's frontend (scripts/setup.sh fetches it from PyPI):
+// 16-bit attention runs planrt's tiles.
+namespace planrt {
+namespace cuda_attention {
+namespace cudnn {
+
+namespace {
+std::string status_line;
+bool unavailable() {
+  if (mode() == Mode::Cudnn)
+    fatal("PLANRT_ATTENTION=cudnn, but this planrt was built without cuDNN's "
+          "frontend (scripts/setup.sh fetches it; rebuild libplanrt_cuda)");
+  status_line = mode() == Mode::Tiles
+                    ? kTurnedOff
+                    : "16-bit attention runs planrt's tiles: this planrt was "
+                      "built without cuDNN's frontend";
+  return false;
+}
+} // namespace
+
+bool forward(cudaStream_t, const kernels::AttnShape &, bool, const void *,
+             void *, float *) {
+  return unavailable();
+}
+bool runs_forward(const kernels::AttnShape &, bool, bool) {
+  return unavailable();
+}
+float *lse_scratch(int64_t) { return nullptr; }
+bool backward(cudaStream_t, const kernels::AttnShape &, bool, const void *,
+              const void *, void *) {
+  return unavailable();
+}
+bool runs_backward(const kernels::AttnShape &, bool) { return unavailable(); }
+size_t bytes_held() { return 0; }
+const char *status() { return status_line.c_str(); }
+
+} // namespace cudnn
+} // namespace cuda_attention
+} // namespace planrt
+
+#endif
