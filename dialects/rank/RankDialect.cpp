@@ -91,19 +91,42 @@ static std::pair<int64_t, int64_t> asMatrix(MemRefType t) {
   return {t.getNumElements() / last, last};
 }
 
-LogicalResult MatmulOp::verify() {
-  auto a = getLhs().getType(), b = getRhs().getType(), c = getOut().getType();
+/// The shapes of out = op(a) @ op(b), each viewed as a matrix.
+static LogicalResult verifyMatmulShapes(Operation *op, MemRefType a,
+                                        MemRefType b, MemRefType c,
+                                        bool transposeA, bool transposeB) {
   if (a.getRank() < 2 || b.getRank() < 2 || c.getRank() < 2)
-    return emitOpError() << "expects buffers of rank 2 or more (leading "
-                            "dimensions are rows)";
+    return op->emitOpError() << "expects buffers of rank 2 or more (leading "
+                                "dimensions are rows)";
   auto [ar, ac] = asMatrix(a);
   auto [br, bc] = asMatrix(b);
   auto [cr, cc] = asMatrix(c);
-  int64_t m = getTransposeLhs() ? ac : ar, k = getTransposeLhs() ? ar : ac;
-  int64_t k2 = getTransposeRhs() ? bc : br, n = getTransposeRhs() ? br : bc;
+  int64_t m = transposeA ? ac : ar, k = transposeA ? ar : ac;
+  int64_t k2 = transposeB ? bc : br, n = transposeB ? br : bc;
   if (k != k2 || cr != m || cc != n)
-    return emitOpError() << "shapes do not agree: " << a << ", " << b << " -> "
-                         << c;
+    return op->emitOpError()
+           << "shapes do not agree: " << a << ", " << b << " -> " << c;
+  return success();
+}
+
+LogicalResult MatmulOp::verify() {
+  return verifyMatmulShapes(*this, getLhs().getType(), getRhs().getType(),
+                            getOut().getType(), getTransposeLhs(),
+                            getTransposeRhs());
+}
+
+LogicalResult MatmulBiasOp::verify() {
+  MemRefType c = getOut().getType(), bias = getBias().getType();
+  if (failed(verifyMatmulShapes(*this, getLhs().getType(), getRhs().getType(),
+                                c, getTransposeLhs(), getTransposeRhs())))
+    return failure();
+  if (bias.getRank() != 1 ||
+      bias.getDimSize(0) != c.getDimSize(c.getRank() - 1))
+    return emitOpError() << "expects a bias of out's last dim ("
+                         << c.getDimSize(c.getRank() - 1) << "), got " << bias;
+  if (bias.getElementType() != c.getElementType())
+    return emitOpError() << "expects a bias of out's element type ("
+                         << c.getElementType() << "), got " << bias;
   return success();
 }
 
@@ -112,6 +135,10 @@ std::string MatmulOp::getRuntimeCallee() {
 }
 
 SmallVector<StringRef> MatmulOp::getRuntimeAttrNames() {
+  return {"transpose_lhs", "transpose_rhs"};
+}
+
+SmallVector<StringRef> MatmulBiasOp::getRuntimeAttrNames() {
   return {"transpose_lhs", "transpose_rhs"};
 }
 

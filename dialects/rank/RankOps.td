@@ -366,6 +366,27 @@ def Rank_MatmulOp : Rank_CallOp<"matmul",
   let hasVerifier = 1;
 }
 
+def Rank_MatmulBiasOp : Rank_CallOp<"matmul_bias",
+    [DeclareOpInterfaceMethods<RuntimeCallOpInterface, ["getRuntimeAttrNames"]>]> {
+  let summary = "out = op(a) @ op(b) + bias, bias along out's last dim";
+  let description = [{
+    A matmul whose only use is a bias add (plan-fuse-epilogues, cuda
+    target): planrt::matmul_bias adds the bias in the GEMM's epilogue
+    (cuBLASLt's CUBLASLT_EPILOGUE_BIAS) instead of a pass over out. The
+    bias has out's element type. Where the backend has no such epilogue,
+    planrt runs the matmul and the bias add, as before.
+  }];
+  let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$lhs,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$rhs,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$bias,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$out,
+                       BoolAttr:$transpose_lhs, BoolAttr:$transpose_rhs);
+  let assemblyFormat = [{
+    $lhs `,` $rhs `,` $bias `into` $out attr-dict `:` type($lhs) `,` type($rhs) `,` type($bias) `->` type($out)
+  }];
+  let hasVerifier = 1;
+}
+
 class Rank_UnaryCallOp<string mnemonic, string doc> : Rank_CallOp<mnemonic> {
   let summary = doc;
   let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$input,

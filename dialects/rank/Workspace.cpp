@@ -125,6 +125,10 @@ bool runsNative(Operation *op, const WorkspaceEnv &env) {
   if (auto m = dyn_cast<MatmulOp>(op); m && env.cuda)
     return nat::cuda_matmul(dtypeOf(m.getLhs()), dtypeOf(m.getRhs()),
                             dtypeOf(m.getOut()));
+  // The bias has out's type (its verifier): the epilogue reads it as is.
+  if (auto m = dyn_cast<MatmulBiasOp>(op); m && env.cuda)
+    return nat::cuda_matmul(dtypeOf(m.getLhs()), dtypeOf(m.getRhs()),
+                            dtypeOf(m.getOut()));
   return false;
 }
 } // namespace

@@ -240,7 +240,7 @@ struct OpCoster {
 
   OpCost cost(Operation *op) {
     OpCost c;
-    if (auto mm = dyn_cast<rk::MatmulOp>(op)) {
+    auto gemm = [&](auto mm) {
       auto [ar, ac] = asMatrix(mm.getLhs().getType());
       auto [br, bc] = asMatrix(mm.getRhs().getType());
       double m = mm.getTransposeLhs() ? ac : ar;
@@ -250,7 +250,12 @@ struct OpCoster {
       c.flops = 2 * m * n * k;
       c.time = tm.gemmTime(m, n, k, 1, actBytes);
       return c;
-    }
+    };
+    if (auto mm = dyn_cast<rk::MatmulOp>(op))
+      return gemm(mm);
+    // The bias is added in the GEMM's epilogue: no pass of its own.
+    if (auto mm = dyn_cast<rk::MatmulBiasOp>(op))
+      return gemm(mm);
     if (isa<rk::AttentionOp, rk::AttentionGradOp, rk::AttentionKeepOp,
             rk::AttentionGradKeptOp, rk::AttentionCpOp, rk::AttentionCpGradOp,
             rk::AttentionRingOp, rk::AttentionRingGradOp>(op)) {

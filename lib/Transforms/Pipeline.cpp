@@ -40,6 +40,10 @@ const Stage kStages[] = {
      }},
     {"plan-keep-experts", plain<planc::createKeepExperts>},
     {"plan-schedule-pipeline", plain<planc::createSchedulePipeline>},
+    {"plan-fuse-epilogues",
+     [](const planc::PipelineOptions &o) {
+       return planc::createFuseEpilogues({o.target});
+     }},
     {"plan-memory",
      [](const planc::PipelineOptions &o) {
        return planc::createPlanMemory({o.target});

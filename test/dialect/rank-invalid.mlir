@@ -80,3 +80,27 @@ func.func @routed(%x: memref<2x4x8xf32>, %c: memref<4x4x2xi32>, %out: memref<4x4
   rank.routed_all_gather %x routed by %c into %out over "ep" {experts_per_rank = 0 : i64} : memref<2x4x8xf32>, memref<4x4x2xi32> -> memref<4x4x8xf32>
   return
 }
+
+// -----
+
+func.func @matmul_bias(%a: memref<4x4xf32>, %b: memref<4x2xf32>, %bias: memref<4xf32>, %c: memref<4x2xf32>) {
+  // expected-error @below {{expects a bias of out's last dim (2), got 'memref<4xf32>'}}
+  rank.matmul_bias %a, %b, %bias into %c {transpose_lhs = false, transpose_rhs = false} : memref<4x4xf32>, memref<4x2xf32>, memref<4xf32> -> memref<4x2xf32>
+  return
+}
+
+// -----
+
+func.func @matmul_bias(%a: memref<4x4xbf16>, %b: memref<4x2xbf16>, %bias: memref<2xf32>, %c: memref<4x2xbf16>) {
+  // expected-error @below {{expects a bias of out's element type ('bf16'), got 'memref<2xf32>'}}
+  rank.matmul_bias %a, %b, %bias into %c {transpose_lhs = false, transpose_rhs = false} : memref<4x4xbf16>, memref<4x2xbf16>, memref<2xf32> -> memref<4x2xbf16>
+  return
+}
+
+// -----
+
+func.func @matmul_bias(%a: memref<4x4xf32>, %b: memref<3x2xf32>, %bias: memref<2xf32>, %c: memref<4x2xf32>) {
+  // expected-error @below {{shapes do not agree}}
+  rank.matmul_bias %a, %b, %bias into %c {transpose_lhs = false, transpose_rhs = false} : memref<4x4xf32>, memref<3x2xf32>, memref<2xf32> -> memref<4x2xf32>
+  return
+}

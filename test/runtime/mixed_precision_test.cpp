@@ -379,6 +379,47 @@ TEST_F(MixedPrecisionTest, SixteenBitTensorsTakeTwoBytes) {
   EXPECT_EQ((char *)s->data - (char *)h->data, 7 * 2);
 }
 
+TEST_F(MixedPrecisionTest, MatmulBiasIsTheMatmulThenTheBiasAdd) {
+  // planrt::matmul_bias (plan-fuse-epilogues' op): on the host it is
+  // matmul, then bias_add in place, with their bits (the 16-bit product
+  // rounded before the add), for every type and transpose.
+  for (int dtype : {F32, BF16, F16})
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        SCOPED_TRACE(std::to_string(dtype) + (ta ? " a^T" : "") +
+                     (tb ? " b^T" : ""));
+        Tensor *af = random(ta ? std::vector<int64_t>{64, 6}
+                               : std::vector<int64_t>{6, 64});
+        Tensor *bf = random(tb ? std::vector<int64_t>{5, 64}
+                               : std::vector<int64_t>{64, 5});
+        Tensor *biasf = random({5});
+        Tensor *a = af, *b = bf, *bias = biasf;
+        if (dtype != F32) {
+          a = narrowed(af, dtype).first;
+          b = narrowed(bf, dtype).first;
+          bias = narrowed(biasf, dtype).first;
+        }
+        Tensor *prod = make16({6, 5}, dtype), *ref = make16({6, 5}, dtype);
+        matmul(ctx, a, b, prod, ta, tb);
+        bias_add(ctx, prod, bias, ref);
+        Tensor *c = make16({6, 5}, dtype);
+        matmul_bias(ctx, a, b, bias, c, ta, tb);
+        size_t bytes = (size_t)c->numel() * (dtype == F32 ? 4 : 2);
+        EXPECT_EQ(std::memcmp(c->data, ref->data, bytes), 0);
+      }
+}
+
+TEST_F(MixedPrecisionTest, MatmulBiasChecksItsBias) {
+  Tensor *a = make({3, 4}), *b = make({4, 5}), *c = make({3, 5});
+  EXPECT_DEATH(matmul_bias(ctx, a, b, make({4}), c, false, false),
+               "matmul_bias: the bias must be 1-D, of c's last dim and type: "
+               "bias \\[4\\] \\(f32\\), c \\[3, 5\\] \\(f32\\)");
+  EXPECT_DEATH(matmul_bias(ctx, a, b, make16({5}, BF16), c, false, false),
+               "matmul_bias: the bias must be 1-D, of c's last dim and type");
+  EXPECT_DEATH(matmul_bias(ctx, a, make({3, 5}), make({5}), c, false, false),
+               "matmul: shape mismatch");
+}
+
 TEST_F(MixedPrecisionTest, SixteenBitMatmulChecksItsTensors) {
   // The 16-bit GEMM path checks its tensors as the fp32 one does.
   Tensor *a = make16({3, 4}, BF16), *b = make16({4, 5}, BF16);

@@ -299,6 +299,26 @@ def SchedulePipeline : Pass<"plan-schedule-pipeline", "mlir::ModuleOp"> {
   let dependentDialects = ["::planc::rank::RankDialect"];
 }
 
+def FuseEpilogues : Pass<"plan-fuse-epilogues", "mlir::ModuleOp"> {
+  let summary = "cuda: a matmul whose product only feeds a bias add adds the bias in its GEMM";
+  let description = [{
+    On the cuda target, `rank.matmul` (not accumulating) into a buffer whose
+    only reader is a `rank.bias_add` of a bias as long as the product's last
+    dim, of the same element type, in the same block, becomes one
+    `rank.matmul_bias` at the bias add's place: cuBLASLt adds the bias in
+    the GEMM's epilogue, and the product's buffer and the pass over it go.
+    The matmul moves down to the bias add only when every op between them
+    writes nothing but buffers allocated between them (a 16-bit plan's
+    cast of the bias, typically). On the host nothing changes: planrt
+    would run the GEMM and the add there anyway.
+  }];
+  let options = [
+    Option<"target", "target", "std::string", "\"host\"",
+           "host or cuda: the planrt backend the program links">,
+  ];
+  let dependentDialects = ["::planc::rank::RankDialect"];
+}
+
 def PlanMemory : Pass<"plan-memory", "mlir::ModuleOp"> {
   let summary = "Give every buffer and workspace of a step an offset in one arena";
   let description = [{

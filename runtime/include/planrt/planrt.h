@@ -418,6 +418,14 @@ void cast(Context *ctx, const Tensor *in, Tensor *out);
 /// [B,S,K], dY [B,S,N] (transpose_a) contracts over B*S into [K,N].
 void matmul(Context *ctx, const Tensor *a, const Tensor *b, Tensor *c,
             bool transpose_a, bool transpose_b);
+/// c = op(a) @ op(b) + bias (bias [N] of c's type, added to every row): a
+/// linear layer whose product only feeds its bias add (planc's
+/// plan-fuse-epilogues, cuda target). On cuda the bias is added in the
+/// GEMM's epilogue (cuBLASLt) when a, b, bias and c share one type; else,
+/// and on the host, it is matmul then bias_add, with their results.
+void matmul_bias(Context *ctx, const Tensor *a, const Tensor *b,
+                 const Tensor *bias, Tensor *c, bool transpose_a,
+                 bool transpose_b);
 /// c += op(a) @ op(b), the sum in fp32 (a weight gradient accumulated over
 /// microbatches by its GEMM, as Megatron's gradient-accumulation fusion).
 void matmul_accumulate(Context *ctx, const Tensor *a, const Tensor *b,

@@ -4,7 +4,8 @@
 // shared functors of planrt/kernels.h from a grid-stride __global__ kernel, or
 // a family's own kernel under lib/cuda/ (overloads of detail::launch below;
 // AdamW updates are queued and launched together; 16-bit attention goes to
-// cuDNN first, attention_cudnn.cpp); GEMM is cuBLASLt (fp32
+// cuDNN first, attention_cudnn.cpp); GEMM is cuBLASLt (with the bias of
+// matmul_bias in its epilogue; fp32
 // accumulation, TF32 when the plan opts in); collectives are NCCL, with one
 // communicator per axis mask split from a world communicator whose ncclUniqueId
 // is broadcast over the control plane (planrt's TCP rendezvous, lib/net: the
@@ -83,18 +84,20 @@ void check_nccl(ncclResult_t r, const char *what, const char *file, int line) {
 #define CUBLAS_CHECK(call) check_cublas((call), #call, __FILE__, __LINE__)
 #define NCCL_CHECK(call) check_nccl((call), #call, __FILE__, __LINE__)
 
-/// A cached cuBLASLt matmul: descriptors and the chosen algorithm.
+/// A cached cuBLASLt matmul: descriptors and the chosen algorithm (none:
+/// cuBLASLt has no algorithm with this one's bias epilogue).
 struct GemmPlan {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulAlgo_t algo;
+  bool found = false;
 };
 
 // (ta, tb, m, n, k, lda, ldb, ldc, alignment of a, b, c, element type of a
-// and b, of c)
+// and b, of c, alignment of the bias (0: no bias epilogue))
 using GemmKey =
     std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-               int, int, int, cudaDataType_t, cudaDataType_t>;
+               int, int, int, cudaDataType_t, cudaDataType_t, int>;
 
 constexpr size_t kWorkspaceBytes = size_t(32) << 20;
 
@@ -571,15 +574,19 @@ namespace {
 /// (CUBLAS_COMPUTE_32F_FAST_TF32).
 /// cuBLASLt is column-major: a row-major matrix is its transpose in
 /// column-major, so we compute c^T[n,m] = op(b)^T op(a)^T with b as the
-/// first operand.
-void gemm_lt(Context *ctx, cudaDataType_t type, cudaDataType_t c_type, bool ta,
+/// first operand. With `bias` (beta 0, of c's type), c[i, j] += bias[j] in
+/// the epilogue (CUBLASLT_EPILOGUE_BIAS: the bias runs along c^T's n rows);
+/// false, having done nothing, when cuBLASLt has no algorithm for that (the
+/// caller adds the bias itself). Without a bias it is always true.
+bool gemm_lt(Context *ctx, cudaDataType_t type, cudaDataType_t c_type, bool ta,
              bool tb, int64_t m, int64_t n, int64_t k, const void *a,
              int64_t lda, const void *b, int64_t ldb, void *c, int64_t ldc,
-             float beta) {
+             float beta, const void *bias = nullptr) {
   CudaState *s = state(ctx);
   int al_a = pointer_alignment(a), al_b = pointer_alignment(b),
-      al_c = pointer_alignment(c);
-  GemmKey key{ta, tb, m, n, k, lda, ldb, ldc, al_a, al_b, al_c, type, c_type};
+      al_c = pointer_alignment(c), al_bias = bias ? pointer_alignment(bias) : 0;
+  GemmKey key{ta, tb,   m,    n,    k,    lda,    ldb,
+              ldc, al_a, al_b, al_c, type, c_type, al_bias};
   auto it = s->gemms.find(key);
   if (it == s->gemms.end()) {
     GemmPlan p;
@@ -593,6 +600,17 @@ void gemm_lt(Context *ctx, cudaDataType_t type, cudaDataType_t c_type, bool ta,
         p.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof(op_first)));
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
         p.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof(op_second)));
+    if (bias) {
+      cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+          p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+      cudaDataType_t bias_type = c_type;
+      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+          p.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+          sizeof(bias_type)));
+      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+          p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+    }
     // First operand: b's storage, column-major [cols(b) x rows(b)].
     uint64_t b_rows = tb ? k : n, b_cols = tb ? n : k;
     // Second operand: a's storage, column-major [cols(a) x rows(a)].
@@ -621,24 +639,47 @@ void gemm_lt(Context *ctx, cudaDataType_t type, cudaDataType_t c_type, bool ta,
         sizeof(align_c)));
     cublasLtMatmulHeuristicResult_t result;
     int found = 0;
-    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(s->lt, p.op, p.a, p.b, p.c, p.c,
-                                                pref, 1, &result, &found));
+    // A bias epilogue cuBLASLt cannot run is not an error (see above).
+    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(
+        s->lt, p.op, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
+    if (!(bias && st == CUBLAS_STATUS_NOT_SUPPORTED))
+      CUBLAS_CHECK(st);
     CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
-    if (found == 0)
+    if (found == 0 && !bias)
       fatal("matmul: cuBLASLt has no algorithm for m=%lld n=%lld k=%lld "
             "(transpose a=%d, b=%d)",
             (long long)m, (long long)n, (long long)k, (int)ta, (int)tb);
-    p.algo = result.algo;
+    p.found = found > 0;
+    if (p.found)
+      p.algo = result.algo;
     it = s->gemms.emplace(key, p).first;
   }
   const GemmPlan &p = it->second;
+  if (!p.found)
+    return false;
+  if (bias) // the descriptor is cached; the bias is this call's
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+        p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
   // beta = 1 accumulates into c (C and D are the same buffer).
   const float alpha = 1.0f;
   CUBLAS_CHECK(cublasLtMatmul(s->lt, p.op, &alpha, b, p.a, a, p.b, &beta, c,
                               p.c, c, p.c, &p.algo, s->workspace,
                               kWorkspaceBytes, s->stream));
+  return true;
+}
+
+cudaDataType_t cuda_type(int dtype) {
+  return dtype == BF16 ? CUDA_R_16BF : dtype == F16 ? CUDA_R_16F : CUDA_R_32F;
 }
 } // namespace
+
+bool gemm_bias(Context *ctx, int dtype, bool ta, bool tb, int64_t m, int64_t n,
+               int64_t k, const void *a, int64_t lda, const void *b,
+               int64_t ldb, const void *bias, void *c, int64_t ldc) {
+  cudaDataType_t t = cuda_type(dtype);
+  return gemm_lt(ctx, t, t, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, 0.0f,
+                 bias);
+}
 
 void gemm(Context *ctx, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
           const float *a, int64_t lda, const float *b, int64_t ldb, float *c,

@@ -341,6 +341,15 @@ void gemm16(Context *ctx, int dtype, int c_dtype, bool ta, bool tb, int64_t m,
   launch(ctx, nc, kernels::CastFn{c32, c, kernels::CastF32, dtype});
 }
 
+/// No epilogues on the host: matmul_bias runs the GEMM, then bias_add
+/// (oneDNN's sgemm has no bias, and the 16-bit product is rounded before
+/// the add, as the two ops round it).
+bool gemm_bias(Context *, int, bool, bool, int64_t, int64_t, int64_t,
+               const void *, int64_t, const void *, int64_t, const void *,
+               void *, int64_t) {
+  return false;
+}
+
 namespace {
 MPI_Comm group_comm(Context *ctx, const char *op, int64_t axis_mask) {
   if (!ctx->use_mpi)

@@ -1,0 +1,97 @@
+// RUN: plan-opt %s --split-input-file --plan-fuse-epilogues=target=cuda | FileCheck %s
+// RUN: plan-opt %s --split-input-file --plan-fuse-epilogues=target=host | FileCheck %s --check-prefix=HOST
+
+// A linear layer: the product's only reader is the bias add, so the GEMM
+// adds the bias in its epilogue and the product's buffer goes. On the host
+// nothing changes.
+func.func @plan_step(%x: memref<2x8x16xf32>, %w: memref<16x32xf32>, %b: memref<32xf32>) {
+  %p = rank.alloc : memref<2x8x32xf32>
+  rank.matmul %x, %w into %p {transpose_lhs = false, transpose_rhs = false} : memref<2x8x16xf32>, memref<16x32xf32> -> memref<2x8x32xf32>
+  %y = rank.alloc : memref<2x8x32xf32>
+  rank.bias_add %p, %b into %y : memref<2x8x32xf32>, memref<32xf32> -> memref<2x8x32xf32>
+  rank.gelu %y into %p : memref<2x8x32xf32> -> memref<2x8x32xf32>
+  return
+}
+// CHECK-LABEL: func.func @plan_step
+// CHECK-NEXT: %[[P:.*]] = rank.alloc : memref<2x8x32xf32>
+// CHECK-NEXT: rank.matmul %{{.*}}, %{{.*}} into %[[P]]
+// CHECK-NEXT: %[[Y:.*]] = rank.alloc
+// CHECK-NEXT: rank.bias_add %[[P]]
+// HOST-LABEL: func.func @plan_step
+// HOST: rank.matmul
+// HOST: rank.bias_add
+
+// -----
+
+// The product has a second reader (the gelu above): a fused GEMM would
+// never write it, so nothing changes. Without one, the pair fuses.
+func.func @plan_step(%x: memref<2x8x16xf32>, %w: memref<32x16xf32>, %b: memref<32xf32>) {
+  %p = rank.alloc : memref<2x8x32xf32>
+  rank.matmul %x, %w into %p {transpose_lhs = false, transpose_rhs = true, rank.stage = 1 : i64} : memref<2x8x16xf32>, memref<32x16xf32> -> memref<2x8x32xf32>
+  %y = rank.alloc : memref<2x8x32xf32>
+  rank.bias_add %p, %b into %y : memref<2x8x32xf32>, memref<32xf32> -> memref<2x8x32xf32>
+  return
+}
+// CHECK-LABEL: func.func @plan_step
+// CHECK-NEXT: %[[Y:.*]] = rank.alloc : memref<2x8x32xf32>
+// CHECK-NEXT: rank.matmul_bias %arg0, %arg1, %arg2 into %[[Y]] {rank.stage = 1 : i64, transpose_lhs = false, transpose_rhs = true} : memref<2x8x16xf32>, memref<32x16xf32>, memref<32xf32> -> memref<2x8x32xf32>
+// CHECK-NEXT: return
+// HOST-LABEL: func.func @plan_step
+// HOST: rank.matmul %
+// HOST: rank.bias_add
+
+// -----
+
+// bf16: the bias is cast between the two. The cast writes a buffer
+// allocated after the GEMM, so the GEMM moves down to the add's place.
+func.func @plan_step(%x: memref<8x16xbf16>, %w: memref<16x32xbf16>, %b: memref<32xf32>) {
+  %p = rank.alloc : memref<8x32xbf16>
+  rank.matmul %x, %w into %p {transpose_lhs = false, transpose_rhs = false} : memref<8x16xbf16>, memref<16x32xbf16> -> memref<8x32xbf16>
+  %b16 = rank.alloc : memref<32xbf16>
+  rank.cast %b into %b16 : memref<32xf32> -> memref<32xbf16>
+  %y = rank.alloc : memref<8x32xbf16>
+  rank.bias_add %p, %b16 into %y : memref<8x32xbf16>, memref<32xbf16> -> memref<8x32xbf16>
+  return
+}
+// CHECK-LABEL: func.func @plan_step
+// CHECK-NEXT: %[[B16:.*]] = rank.alloc : memref<32xbf16>
+// CHECK-NEXT: rank.cast %arg2 into %[[B16]]
+// CHECK-NEXT: %[[Y:.*]] = rank.alloc : memref<8x32xbf16>
+// CHECK-NEXT: rank.matmul_bias %arg0, %arg1, %[[B16]] into %[[Y]]
+// CHECK-NEXT: return
+
+// -----
+
+// An op between the two writes the GEMM's input: the GEMM cannot move past
+// it, so the pair stays.
+func.func @plan_step(%x: memref<8x16xf32>, %w: memref<16x32xf32>, %b: memref<32xf32>, %z: memref<8x16xf32>) {
+  %p = rank.alloc : memref<8x32xf32>
+  rank.matmul %x, %w into %p {transpose_lhs = false, transpose_rhs = false} : memref<8x16xf32>, memref<16x32xf32> -> memref<8x32xf32>
+  rank.gelu %z into %x : memref<8x16xf32> -> memref<8x16xf32>
+  %y = rank.alloc : memref<8x32xf32>
+  rank.bias_add %p, %b into %y : memref<8x32xf32>, memref<32xf32> -> memref<8x32xf32>
+  return
+}
+// CHECK-LABEL: func.func @plan_step
+// CHECK: rank.matmul %
+// CHECK: rank.gelu
+// CHECK: rank.bias_add
+
+// -----
+
+// An accumulating GEMM (a weight gradient over microbatches) and a bias
+// that repeats along the last dim are left alone.
+func.func @plan_step(%x: memref<8x16xf32>, %w: memref<16x32xf32>, %b: memref<32xf32>, %b8: memref<8xf32>) {
+  %p = rank.alloc : memref<8x32xf32>
+  rank.matmul %x, %w into %p {transpose_lhs = false, transpose_rhs = false, accumulate} : memref<8x16xf32>, memref<16x32xf32> -> memref<8x32xf32>
+  %y = rank.alloc : memref<8x32xf32>
+  rank.bias_add %p, %b into %y : memref<8x32xf32>, memref<32xf32> -> memref<8x32xf32>
+  %q = rank.alloc : memref<8x32xf32>
+  rank.matmul %x, %w into %q {transpose_lhs = false, transpose_rhs = false} : memref<8x16xf32>, memref<16x32xf32> -> memref<8x32xf32>
+  %z = rank.alloc : memref<8x32xf32>
+  rank.bias_add %q, %b8 into %z : memref<8x32xf32>, memref<8xf32> -> memref<8x32xf32>
+  return
+}
+// CHECK-LABEL: func.func @plan_step
+// CHECK-NOT: rank.matmul_bias
+// CHECK: return
