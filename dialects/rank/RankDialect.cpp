@@ -115,19 +115,41 @@ LogicalResult MatmulOp::verify() {
                             getTransposeRhs());
 }
 
-LogicalResult MatmulBiasOp::verify() {
-  MemRefType c = getOut().getType(), bias = getBias().getType();
-  if (failed(verifyMatmulShapes(*this, getLhs().getType(), getRhs().getType(),
-                                c, getTransposeLhs(), getTransposeRhs())))
+/// A GEMM with a bias epilogue: the shapes, and a bias of c's last dim
+/// and element type.
+static LogicalResult verifyBiasedMatmul(Operation *op, MemRefType a,
+                                        MemRefType b, MemRefType bias,
+                                        MemRefType c, bool transposeA,
+                                        bool transposeB) {
+  if (failed(verifyMatmulShapes(op, a, b, c, transposeA, transposeB)))
     return failure();
   if (bias.getRank() != 1 ||
       bias.getDimSize(0) != c.getDimSize(c.getRank() - 1))
-    return emitOpError() << "expects a bias of out's last dim ("
-                         << c.getDimSize(c.getRank() - 1) << "), got " << bias;
+    return op->emitOpError()
+           << "expects a bias of out's last dim ("
+           << c.getDimSize(c.getRank() - 1) << "), got " << bias;
   if (bias.getElementType() != c.getElementType())
-    return emitOpError() << "expects a bias of out's element type ("
-                         << c.getElementType() << "), got " << bias;
+    return op->emitOpError() << "expects a bias of out's element type ("
+                             << c.getElementType() << "), got " << bias;
   return success();
+}
+
+LogicalResult MatmulBiasOp::verify() {
+  return verifyBiasedMatmul(*this, getLhs().getType(), getRhs().getType(),
+                            getBias().getType(), getOut().getType(),
+                            getTransposeLhs(), getTransposeRhs());
+}
+
+LogicalResult MatmulBiasGeluOp::verify() {
+  if (getPre().getType() != getOut().getType())
+    return emitOpError() << "expects pre and out of one type, got "
+                         << getPre().getType() << " and " << getOut().getType();
+  if (getPre() == getOut())
+    return emitOpError() << "expects pre and out in two buffers (the "
+                            "backward reads pre)";
+  return verifyBiasedMatmul(*this, getLhs().getType(), getRhs().getType(),
+                            getBias().getType(), getOut().getType(),
+                            getTransposeLhs(), getTransposeRhs());
 }
 
 std::string MatmulOp::getRuntimeCallee() {
@@ -139,6 +161,10 @@ SmallVector<StringRef> MatmulOp::getRuntimeAttrNames() {
 }
 
 SmallVector<StringRef> MatmulBiasOp::getRuntimeAttrNames() {
+  return {"transpose_lhs", "transpose_rhs"};
+}
+
+SmallVector<StringRef> MatmulBiasGeluOp::getRuntimeAttrNames() {
   return {"transpose_lhs", "transpose_rhs"};
 }
 

@@ -387,6 +387,29 @@ def Rank_MatmulBiasOp : Rank_CallOp<"matmul_bias",
   let hasVerifier = 1;
 }
 
+def Rank_MatmulBiasGeluOp : Rank_CallOp<"matmul_bias_gelu",
+    [DeclareOpInterfaceMethods<RuntimeCallOpInterface, ["getRuntimeAttrNames"]>]> {
+  let summary = "pre = op(a) @ op(b) + bias; out = gelu(pre), tanh form";
+  let description = [{
+    A `rank.matmul_bias` whose result a `rank.gelu` reads next
+    (plan-fuse-epilogues, cuda target): planrt::matmul_bias_gelu writes the
+    pre-activation (which the backward's gelu_grad reads) and its GELU from
+    the GEMM's epilogue (cuBLASLt's CUBLASLT_EPILOGUE_GELU_AUX_BIAS, the
+    tanh form). Where the backend has no such epilogue, planrt runs the
+    matmul, the bias add and the gelu, as before.
+  }];
+  let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$lhs,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$rhs,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$bias,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$pre,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$out,
+                       BoolAttr:$transpose_lhs, BoolAttr:$transpose_rhs);
+  let assemblyFormat = [{
+    $lhs `,` $rhs `,` $bias `into` $pre `,` $out attr-dict `:` type($lhs) `,` type($rhs) `,` type($bias) `->` type($pre) `,` type($out)
+  }];
+  let hasVerifier = 1;
+}
+
 class Rank_UnaryCallOp<string mnemonic, string doc> : Rank_CallOp<mnemonic> {
   let summary = doc;
   let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$input,

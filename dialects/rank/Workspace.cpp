@@ -129,6 +129,9 @@ bool runsNative(Operation *op, const WorkspaceEnv &env) {
   if (auto m = dyn_cast<MatmulBiasOp>(op); m && env.cuda)
     return nat::cuda_matmul(dtypeOf(m.getLhs()), dtypeOf(m.getRhs()),
                             dtypeOf(m.getOut()));
+  if (auto m = dyn_cast<MatmulBiasGeluOp>(op); m && env.cuda)
+    return nat::cuda_matmul(dtypeOf(m.getLhs()), dtypeOf(m.getRhs()),
+                            dtypeOf(m.getOut()));
   return false;
 }
 } // namespace

@@ -253,8 +253,10 @@ struct OpCoster {
     };
     if (auto mm = dyn_cast<rk::MatmulOp>(op))
       return gemm(mm);
-    // The bias is added in the GEMM's epilogue: no pass of its own.
+    // The bias (and GELU) in the GEMM's epilogue: no pass of their own.
     if (auto mm = dyn_cast<rk::MatmulBiasOp>(op))
+      return gemm(mm);
+    if (auto mm = dyn_cast<rk::MatmulBiasGeluOp>(op))
       return gemm(mm);
     if (isa<rk::AttentionOp, rk::AttentionGradOp, rk::AttentionKeepOp,
             rk::AttentionGradKeptOp, rk::AttentionCpOp, rk::AttentionCpGradOp,

@@ -17,6 +17,13 @@
 // as it is. A row-parallel layer's bias is added after its all-reduce, so
 // it is not the GEMM's only reader's neighbour and stays unfused.
 //
+// A GELU (tanh form, GPT's) that reads the biased product next goes into
+// the epilogue too (CUBLASLT_EPILOGUE_GELU_AUX_BIAS): the GEMM writes the
+// pre-activation, which the backward's gelu_grad reads, and the GELU, as
+// rank.matmul_bias_gelu at the gelu's place. The same rule for the ops
+// between, and none of them may read the pre-activation (it would be read
+// before the fused GEMM writes it).
+//
 // The host keeps the pair: planrt would run the GEMM and the add there
 // anyway, and its 16-bit bits (the product rounded before the add) stay
 // what every test expects.
@@ -97,6 +104,26 @@ rk::BiasAddOp fusableAdd(rk::MatmulOp mm) {
       return {};
   return add;
 }
+
+/// The rank.gelu that reads mm's result next, when the GELU can join the
+/// epilogue; null otherwise.
+rk::GeluOp fusableGelu(rk::MatmulBiasOp mm) {
+  Value pre = mm.getOut();
+  Operation *next = nullptr; // the first reader after mm in its block
+  for (Operation *user : pre.getUsers())
+    if (user != mm.getOperation() && user->getBlock() == mm->getBlock() &&
+        mm->isBeforeInBlock(user) && (!next || user->isBeforeInBlock(next)))
+      next = user;
+  auto gelu = dyn_cast_or_null<rk::GeluOp>(next);
+  if (!gelu || gelu.getInput() != pre || gelu.getOut() == pre ||
+      gelu.getOut().getType() != pre.getType())
+    return {};
+  for (Operation *op = mm->getNextNode(); op != gelu.getOperation();
+       op = op->getNextNode())
+    if (!writesOnlyFresh(op, mm) || llvm::is_contained(op->getOperands(), pre))
+      return {};
+  return gelu;
+}
 } // namespace
 
 void FuseEpiloguesPass::runOnOperation() {
@@ -118,5 +145,16 @@ void FuseEpiloguesPass::runOnOperation() {
     mm.erase();
     if (alloc->use_empty())
       alloc->erase();
+    rk::GeluOp gelu = fusableGelu(fused);
+    if (!gelu)
+      continue;
+    builder.setInsertionPoint(gelu);
+    auto withGelu = rk::MatmulBiasGeluOp::create(
+        builder, fused.getLoc(), fused.getLhs(), fused.getRhs(),
+        fused.getBias(), fused.getOut(), gelu.getOut(),
+        fused.getTransposeLhsAttr(), fused.getTransposeRhsAttr());
+    withGelu->setDiscardableAttrs(fused->getDiscardableAttrDictionary());
+    gelu.erase();
+    fused.erase();
   }
 }

@@ -104,3 +104,27 @@ func.func @matmul_bias(%a: memref<4x4xf32>, %b: memref<3x2xf32>, %bias: memref<2
   rank.matmul_bias %a, %b, %bias into %c {transpose_lhs = false, transpose_rhs = false} : memref<4x4xf32>, memref<3x2xf32>, memref<2xf32> -> memref<4x2xf32>
   return
 }
+
+// -----
+
+func.func @matmul_bias_gelu(%a: memref<4x4xf32>, %b: memref<4x2xf32>, %bias: memref<2xf32>, %c: memref<4x2xf32>) {
+  // expected-error @below {{expects pre and out in two buffers (the backward reads pre)}}
+  rank.matmul_bias_gelu %a, %b, %bias into %c, %c {transpose_lhs = false, transpose_rhs = false} : memref<4x4xf32>, memref<4x2xf32>, memref<2xf32> -> memref<4x2xf32>, memref<4x2xf32>
+  return
+}
+
+// -----
+
+func.func @matmul_bias_gelu(%a: memref<4x4xf32>, %b: memref<4x2xf32>, %bias: memref<2xf32>, %c: memref<4x2xf32>, %g: memref<4x2xbf16>) {
+  // expected-error @below {{expects pre and out of one type, got 'memref<4x2xf32>' and 'memref<4x2xbf16>'}}
+  rank.matmul_bias_gelu %a, %b, %bias into %c, %g {transpose_lhs = false, transpose_rhs = false} : memref<4x4xf32>, memref<4x2xf32>, memref<2xf32> -> memref<4x2xf32>, memref<4x2xbf16>
+  return
+}
+
+// -----
+
+func.func @matmul_bias_gelu(%a: memref<4x4xf32>, %b: memref<4x2xf32>, %bias: memref<4xf32>, %c: memref<4x2xf32>, %g: memref<4x2xf32>) {
+  // expected-error @below {{expects a bias of out's last dim (2), got 'memref<4xf32>'}}
+  rank.matmul_bias_gelu %a, %b, %bias into %c, %g {transpose_lhs = false, transpose_rhs = false} : memref<4x4xf32>, memref<4x2xf32>, memref<4xf32> -> memref<4x2xf32>, memref<4x2xf32>
+  return
+}

@@ -20,6 +20,9 @@ func.func @step() {
   %w2 = rank.alloc : memref<2x4xf32>
   %bias2 = rank.alloc : memref<2xf32>
   rank.matmul_bias %x, %w2, %bias2 into %t {transpose_lhs = false, transpose_rhs = true} : memref<4x4xf32>, memref<2x4xf32>, memref<2xf32> -> memref<4x2xf32>
+  %g2 = rank.alloc : memref<4x2xf32>
+  // CHECK: rank.matmul_bias_gelu %{{.*}}, %{{.*}}, %{{.*}} into %{{.*}}, %{{.*}} {transpose_lhs = false, transpose_rhs = true}
+  rank.matmul_bias_gelu %x, %w2, %bias2 into %t, %g2 {transpose_lhs = false, transpose_rhs = true} : memref<4x4xf32>, memref<2x4xf32>, memref<2xf32> -> memref<4x2xf32>, memref<4x2xf32>
   %l = rank.alloc : memref<f32>
   // CHECK: rank.mse_loss {{.*}} {scale = 1.250000e-01 : f32}
   rank.mse_loss %t, %y into %l {scale = 0.125 : f32} : memref<4x2xf32>, memref<4x2xf32> -> memref<f32>

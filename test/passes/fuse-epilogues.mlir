@@ -95,3 +95,58 @@ func.func @plan_step(%x: memref<8x16xf32>, %w: memref<16x32xf32>, %b: memref<32x
 // CHECK-LABEL: func.func @plan_step
 // CHECK-NOT: rank.matmul_bias
 // CHECK: return
+
+// -----
+
+// GPT's MLP: the GELU that reads the biased product next joins the
+// epilogue; the pre-activation stays (the backward's gelu_grad reads it).
+func.func @plan_step(%x: memref<8x16xbf16>, %w: memref<16x32xbf16>, %b: memref<32xbf16>, %dy: memref<8x32xbf16>) {
+  %p = rank.alloc : memref<8x32xbf16>
+  rank.matmul %x, %w into %p {transpose_lhs = false, transpose_rhs = false} : memref<8x16xbf16>, memref<16x32xbf16> -> memref<8x32xbf16>
+  %y = rank.alloc : memref<8x32xbf16>
+  rank.bias_add %p, %b into %y : memref<8x32xbf16>, memref<32xbf16> -> memref<8x32xbf16>
+  %g = rank.alloc : memref<8x32xbf16>
+  rank.gelu %y into %g : memref<8x32xbf16> -> memref<8x32xbf16>
+  %dx = rank.alloc : memref<8x32xbf16>
+  rank.gelu_grad %y, %dy into %dx : memref<8x32xbf16>, memref<8x32xbf16> -> memref<8x32xbf16>
+  return
+}
+// CHECK-LABEL: func.func @plan_step
+// CHECK-NEXT: %[[Y:.*]] = rank.alloc : memref<8x32xbf16>
+// CHECK-NEXT: %[[G:.*]] = rank.alloc : memref<8x32xbf16>
+// CHECK-NEXT: rank.matmul_bias_gelu %arg0, %arg1, %arg2 into %[[Y]], %[[G]] {transpose_lhs = false, transpose_rhs = false} : memref<8x16xbf16>, memref<16x32xbf16>, memref<32xbf16> -> memref<8x32xbf16>, memref<8x32xbf16>
+// CHECK-NEXT: %[[DX:.*]] = rank.alloc
+// CHECK-NEXT: rank.gelu_grad %[[Y]], %arg3 into %[[DX]]
+// HOST-LABEL: func.func @plan_step
+// HOST-NOT: matmul_bias
+// HOST: rank.gelu %
+
+// -----
+
+// Something reads the biased product before the gelu: the GELU stays out
+// (the fused GEMM would write the product after that read). An exact
+// (erf) GELU is never fused: the epilogue's is the tanh form.
+func.func @plan_step(%x: memref<8x16xf32>, %w: memref<16x32xf32>, %b: memref<32xf32>) {
+  %p = rank.alloc : memref<8x32xf32>
+  rank.matmul %x, %w into %p {transpose_lhs = false, transpose_rhs = false} : memref<8x16xf32>, memref<16x32xf32> -> memref<8x32xf32>
+  %y = rank.alloc : memref<8x32xf32>
+  rank.bias_add %p, %b into %y : memref<8x32xf32>, memref<32xf32> -> memref<8x32xf32>
+  %r = rank.alloc : memref<8x32xf32>
+  rank.relu %y into %r : memref<8x32xf32> -> memref<8x32xf32>
+  %g = rank.alloc : memref<8x32xf32>
+  rank.gelu %y into %g : memref<8x32xf32> -> memref<8x32xf32>
+  %q = rank.alloc : memref<8x32xf32>
+  rank.matmul %x, %w into %q {transpose_lhs = false, transpose_rhs = false} : memref<8x16xf32>, memref<16x32xf32> -> memref<8x32xf32>
+  %z = rank.alloc : memref<8x32xf32>
+  rank.bias_add %q, %b into %z : memref<8x32xf32>, memref<32xf32> -> memref<8x32xf32>
+  %e = rank.alloc : memref<8x32xf32>
+  rank.gelu_exact %z into %e : memref<8x32xf32> -> memref<8x32xf32>
+  return
+}
+// CHECK-LABEL: func.func @plan_step
+// CHECK-NOT: matmul_bias_gelu
+// CHECK: rank.matmul_bias
+// CHECK: rank.relu
+// CHECK: rank.gelu %
+// CHECK: rank.matmul_bias
+// CHECK: rank.gelu_exact

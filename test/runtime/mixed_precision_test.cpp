@@ -409,6 +409,37 @@ TEST_F(MixedPrecisionTest, MatmulBiasIsTheMatmulThenTheBiasAdd) {
       }
 }
 
+TEST_F(MixedPrecisionTest, MatmulBiasGeluIsTheThreeOps) {
+  // planrt::matmul_bias_gelu: on the host matmul, bias_add and gelu, with
+  // their bits, the pre-activation kept for the backward.
+  for (int dtype : {F32, BF16, F16}) {
+    SCOPED_TRACE(dtype);
+    Tensor *a = random({6, 64}), *b = random({64, 8}), *bias = random({8});
+    if (dtype != F32) {
+      a = narrowed(a, dtype).first;
+      b = narrowed(b, dtype).first;
+      bias = narrowed(bias, dtype).first;
+    }
+    Tensor *prod = make16({6, 8}, dtype), *pre_ref = make16({6, 8}, dtype);
+    Tensor *ref = make16({6, 8}, dtype);
+    matmul(ctx, a, b, prod, false, false);
+    bias_add(ctx, prod, bias, pre_ref);
+    gelu(ctx, pre_ref, ref);
+    Tensor *pre = make16({6, 8}, dtype), *out = make16({6, 8}, dtype);
+    matmul_bias_gelu(ctx, a, b, bias, pre, out, false, false);
+    size_t bytes = (size_t)out->numel() * (dtype == F32 ? 4 : 2);
+    EXPECT_EQ(std::memcmp(pre->data, pre_ref->data, bytes), 0);
+    EXPECT_EQ(std::memcmp(out->data, ref->data, bytes), 0);
+  }
+  Tensor *a = make({3, 4}), *b = make({4, 5}), *bias = make({5});
+  Tensor *pre = make({3, 5});
+  EXPECT_DEATH(matmul_bias_gelu(ctx, a, b, bias, pre, pre, false, false),
+               "matmul_bias_gelu: out may not alias pre");
+  EXPECT_DEATH(
+      matmul_bias_gelu(ctx, a, b, bias, pre, make({5, 3}), false, false),
+      "matmul_bias_gelu: pre .* and out .* have different shapes");
+}
+
 TEST_F(MixedPrecisionTest, MatmulBiasChecksItsBias) {
   Tensor *a = make({3, 4}), *b = make({4, 5}), *c = make({3, 5});
   EXPECT_DEATH(matmul_bias(ctx, a, b, make({4}), c, false, false),

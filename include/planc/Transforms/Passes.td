@@ -309,8 +309,11 @@ def FuseEpilogues : Pass<"plan-fuse-epilogues", "mlir::ModuleOp"> {
     the GEMM's epilogue, and the product's buffer and the pass over it go.
     The matmul moves down to the bias add only when every op between them
     writes nothing but buffers allocated between them (a 16-bit plan's
-    cast of the bias, typically). On the host nothing changes: planrt
-    would run the GEMM and the add there anyway.
+    cast of the bias, typically). A `rank.gelu` (tanh form) that reads the
+    result next, with nothing reading it in between, joins as well:
+    `rank.matmul_bias_gelu` writes the pre-activation (for the backward)
+    and the GELU. On the host nothing changes: planrt would run the ops
+    there anyway.
   }];
   let options = [
     Option<"target", "target", "std::string", "\"host\"",

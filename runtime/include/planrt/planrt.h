@@ -426,6 +426,13 @@ void matmul(Context *ctx, const Tensor *a, const Tensor *b, Tensor *c,
 void matmul_bias(Context *ctx, const Tensor *a, const Tensor *b,
                  const Tensor *bias, Tensor *c, bool transpose_a,
                  bool transpose_b);
+/// pre = op(a) @ op(b) + bias, out = gelu(pre) (tanh form): matmul_bias
+/// followed by gelu (plan-fuse-epilogues, cuda target). On cuda both come
+/// from the GEMM's epilogue (cuBLASLt's GELU_AUX_BIAS) when all five tensors
+/// share one type; else, and on the host, it is matmul_bias then gelu.
+void matmul_bias_gelu(Context *ctx, const Tensor *a, const Tensor *b,
+                      const Tensor *bias, Tensor *pre, Tensor *out,
+                      bool transpose_a, bool transpose_b);
 /// c += op(a) @ op(b), the sum in fp32 (a weight gradient accumulated over
 /// microbatches by its GEMM, as Megatron's gradient-accumulation fusion).
 void matmul_accumulate(Context *ctx, const Tensor *a, const Tensor *b,

@@ -94,10 +94,11 @@ struct GemmPlan {
 };
 
 // (ta, tb, m, n, k, lda, ldb, ldc, alignment of a, b, c, element type of a
-// and b, of c, alignment of the bias (0: no bias epilogue))
+// and b, of c, alignment of the bias (0: no bias epilogue), of the GELU
+// epilogue's pre-activation (0: none))
 using GemmKey =
     std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-               int, int, int, cudaDataType_t, cudaDataType_t, int>;
+               int, int, int, cudaDataType_t, cudaDataType_t, int, int>;
 
 constexpr size_t kWorkspaceBytes = size_t(32) << 20;
 
@@ -576,17 +577,20 @@ namespace {
 /// column-major, so we compute c^T[n,m] = op(b)^T op(a)^T with b as the
 /// first operand. With `bias` (beta 0, of c's type), c[i, j] += bias[j] in
 /// the epilogue (CUBLASLT_EPILOGUE_BIAS: the bias runs along c^T's n rows);
-/// false, having done nothing, when cuBLASLt has no algorithm for that (the
-/// caller adds the bias itself). Without a bias it is always true.
+/// with `pre` as well, pre gets that and c its GELU, tanh form
+/// (CUBLASLT_EPILOGUE_GELU_AUX_BIAS, pre as the auxiliary output, ld ldc).
+/// False, having done nothing, when cuBLASLt has no algorithm for that
+/// epilogue (the caller runs the ops itself). Without one it is always true.
 bool gemm_lt(Context *ctx, cudaDataType_t type, cudaDataType_t c_type, bool ta,
              bool tb, int64_t m, int64_t n, int64_t k, const void *a,
              int64_t lda, const void *b, int64_t ldb, void *c, int64_t ldc,
-             float beta, const void *bias = nullptr) {
+             float beta, const void *bias = nullptr, void *pre = nullptr) {
   CudaState *s = state(ctx);
   int al_a = pointer_alignment(a), al_b = pointer_alignment(b),
-      al_c = pointer_alignment(c), al_bias = bias ? pointer_alignment(bias) : 0;
-  GemmKey key{ta, tb,   m,    n,    k,    lda,    ldb,
-              ldc, al_a, al_b, al_c, type, c_type, al_bias};
+      al_c = pointer_alignment(c), al_bias = bias ? pointer_alignment(bias) : 0,
+      al_pre = pre ? pointer_alignment(pre) : 0;
+  GemmKey key{ta,   tb,   m,    n,    k,      lda,     ldb,   ldc,
+              al_a, al_b, al_c, type, c_type, al_bias, al_pre};
   auto it = s->gemms.find(key);
   if (it == s->gemms.end()) {
     GemmPlan p;
@@ -601,7 +605,8 @@ bool gemm_lt(Context *ctx, cudaDataType_t type, cudaDataType_t c_type, bool ta,
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
         p.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof(op_second)));
     if (bias) {
-      cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+      cublasLtEpilogue_t epilogue =
+          pre ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_BIAS;
       CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
           p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
       cudaDataType_t bias_type = c_type;
@@ -610,6 +615,19 @@ bool gemm_lt(Context *ctx, cudaDataType_t type, cudaDataType_t c_type, bool ta,
           sizeof(bias_type)));
       CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
           p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+      if (pre) {
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+            p.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &pre,
+            sizeof(pre)));
+        int64_t aux_ld = ldc;
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+            p.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld,
+            sizeof(aux_ld)));
+        cudaDataType_t aux_type = c_type;
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+            p.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &aux_type,
+            sizeof(aux_type)));
+      }
     }
     // First operand: b's storage, column-major [cols(b) x rows(b)].
     uint64_t b_rows = tb ? k : n, b_cols = tb ? n : k;
@@ -642,8 +660,10 @@ bool gemm_lt(Context *ctx, cudaDataType_t type, cudaDataType_t c_type, bool ta,
     // A bias epilogue cuBLASLt cannot run is not an error (see above).
     cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(
         s->lt, p.op, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
-    if (!(bias && st == CUBLAS_STATUS_NOT_SUPPORTED))
+    if (!bias)
       CUBLAS_CHECK(st);
+    else if (st != CUBLAS_STATUS_SUCCESS)
+      found = 0;
     CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
     if (found == 0 && !bias)
       fatal("matmul: cuBLASLt has no algorithm for m=%lld n=%lld k=%lld "
@@ -657,9 +677,12 @@ bool gemm_lt(Context *ctx, cudaDataType_t type, cudaDataType_t c_type, bool ta,
   const GemmPlan &p = it->second;
   if (!p.found)
     return false;
-  if (bias) // the descriptor is cached; the bias is this call's
+  if (bias) // the descriptor is cached; the pointers are this call's
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
         p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+  if (pre)
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+        p.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &pre, sizeof(pre)));
   // beta = 1 accumulates into c (C and D are the same buffer).
   const float alpha = 1.0f;
   CUBLAS_CHECK(cublasLtMatmul(s->lt, p.op, &alpha, b, p.a, a, p.b, &beta, c,
@@ -675,8 +698,14 @@ cudaDataType_t cuda_type(int dtype) {
 
 bool gemm_bias(Context *ctx, int dtype, bool ta, bool tb, int64_t m, int64_t n,
                int64_t k, const void *a, int64_t lda, const void *b,
-               int64_t ldb, const void *bias, void *c, int64_t ldc) {
+               int64_t ldb, const void *bias, void *c, int64_t ldc,
+               void *gelu = nullptr) {
   cudaDataType_t t = cuda_type(dtype);
+  // With the GELU, the epilogue's output D is the GELU and c (the
+  // pre-activation) its auxiliary output.
+  if (gelu)
+    return gemm_lt(ctx, t, t, ta, tb, m, n, k, a, lda, b, ldb, gelu, ldc, 0.0f,
+                   bias, c);
   return gemm_lt(ctx, t, t, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, 0.0f,
                  bias);
 }

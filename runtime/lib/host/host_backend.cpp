@@ -346,7 +346,7 @@ void gemm16(Context *ctx, int dtype, int c_dtype, bool ta, bool tb, int64_t m,
 /// the add, as the two ops round it).
 bool gemm_bias(Context *, int, bool, bool, int64_t, int64_t, int64_t,
                const void *, int64_t, const void *, int64_t, const void *,
-               void *, int64_t) {
+               void *, int64_t, void * = nullptr) {
   return false;
 }
 
