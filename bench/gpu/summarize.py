@@ -176,12 +176,13 @@ for tool, steps in (("memcheck", 2), ("racecheck", 1)):
         "clean" if m == 0 else f"exit {m}: {last_error(tool)}", "clean",
         m == 0)
 
-def attention_line(name):
-    """What the run's "attention:" line says (which attention ran)."""
+def library_line(name, prefix):
+    """What the run's line starting with `prefix` says ("attention: ":
+    which attention ran; "gemm epilogues: ": which GEMMs fused their bias)."""
     try:
         for line in open(os.path.join(LOGS, name + ".log"), errors="replace"):
-            if line.startswith("attention: "):
-                return line[len("attention: "):].strip()
+            if line.startswith(prefix):
+                return line[len(prefix):].strip()
     except OSError:
         pass
     return ""
@@ -211,9 +212,11 @@ for prec in ("bf16", "fp32"):
         "device_peak_bytes", 0)
     lib = summary.get("memory", {}).get("max_over_ranks", {}).get(
         "library_bytes", 0)
-    attention = attention_line(name)
-    if attention:
-        notes.append(f"{name}: attention: {attention}")
+    attention = library_line(name, "attention: ")
+    epilogues = library_line(name, "gemm epilogues: ")
+    for label, text in (("attention", attention), ("gemm epilogues", epilogues)):
+        if text:
+            notes.append(f"- {name}: {label}: {text}")
     try:
         rep = json.load(open(os.path.join(
             HERE, "plans", f"{name}.{kind}.report.json")))
@@ -227,7 +230,8 @@ for prec in ("bf16", "fp32"):
                   pred))
     results[name] = {"ms": ms, "tokens_per_s": tok, "mfu": mfu,
                      "peak_bytes": mem, "library_bytes": lib,
-                     "attention": attention, "predicted": pred}
+                     "attention": attention, "epilogues": epilogues,
+                     "predicted": pred}
 for name, label in (("torch-bf16-eager", "PyTorch eager bf16 autocast"),
                     ("torch-tf32-eager", "PyTorch eager fp32 (TF32)"),
                     ("torch-bf16-compile", "PyTorch compile bf16 autocast")):

@@ -476,8 +476,9 @@ const char *name();
 /// Device bytes the backend's libraries hold outside the planned memory
 /// (cuda: cuBLASLt's workspace, cuDNN attention's buffers); 0 on the host.
 int64_t library_bytes(Context *ctx);
-/// What the backend chose at run time that a user should know (cuda: which
-/// attention ran the 16-bit plan, and why), or empty.
+/// What the backend chose at run time that a user should know, as whole
+/// lines (cuda: which attention ran the 16-bit plan and why, and which
+/// GEMMs took their bias and GELU in the epilogue), or empty.
 std::string library_note(Context *ctx);
 /// Device-to-device copy (ordered after the work issued so far).
 void copy_bytes(Context *ctx, void *dst, const void *src, size_t bytes);

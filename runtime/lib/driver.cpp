@@ -288,7 +288,7 @@ bool memory_report(Context *ctx) {
                   (long long)lib, backend::name());
     std::string note = backend::library_note(ctx);
     if (!note.empty())
-      std::printf("attention: %s\n", note.c_str());
+      std::printf("%s", note.c_str());
     std::fflush(stdout);
   }
   bool arena_bad = planned && plan.runs > 0 && plan.high_water != plan.bytes;

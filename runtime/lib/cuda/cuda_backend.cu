@@ -128,6 +128,9 @@ struct CudaState {
   // The last communication issued since the last wait for the streams
   // (named in the watchdog's message; axis_mask -2: none).
   watchdog::Op last_comm = watchdog::group_op("the device's work", -2);
+  /// GEMM shapes (plan cache entries) with a bias epilogue that cuBLASLt
+  /// runs, and that it has no algorithm for (matmul_bias falls back).
+  int64_t epilogues_run = 0, epilogues_refused = 0;
   /// AdamW updates queued since the last other use of the stream
   /// (lib/cuda/optimizer_blocks.h): launched together by flush_updates.
   optimizer::AdamWBatch updates;
@@ -262,8 +265,17 @@ const char *name() { return "cuda"; }
 int64_t library_bytes(Context *) {
   return (int64_t)(kWorkspaceBytes + cuda_attention::cudnn::bytes_held());
 }
-std::string library_note(Context *) {
-  return cuda_attention::cudnn::status();
+std::string library_note(Context *ctx) {
+  std::string note;
+  if (*cuda_attention::cudnn::status())
+    note += std::string("attention: ") + cuda_attention::cudnn::status() + "\n";
+  const CudaState *s = static_cast<const CudaState *>(ctx->backend);
+  if (s && (s->epilogues_run || s->epilogues_refused))
+    note += "gemm epilogues: " + std::to_string(s->epilogues_run) +
+            " GEMM shape(s) add their bias (and GELU) in cuBLASLt's epilogue, " +
+            std::to_string(s->epilogues_refused) +
+            " fell back to separate kernels (no cuBLASLt algorithm)\n";
+  return note;
 }
 
 void init(Context *ctx) {
@@ -672,6 +684,8 @@ bool gemm_lt(Context *ctx, cudaDataType_t type, cudaDataType_t c_type, bool ta,
     p.found = found > 0;
     if (p.found)
       p.algo = result.algo;
+    if (bias)
+      ++(p.found ? s->epilogues_run : s->epilogues_refused);
     it = s->gemms.emplace(key, p).first;
   }
   const GemmPlan &p = it->second;
