@@ -90,7 +90,8 @@ rk::BiasAddOp fusableAdd(rk::MatmulOp mm) {
       return {};
     add = b;
   }
-  if (!add)
+  // The fused GEMM writes the add's output while it reads its inputs.
+  if (!add || add.getOut() == mm.getLhs() || add.getOut() == mm.getRhs())
     return {};
   auto out = cast<MemRefType>(add.getOut().getType());
   auto bias = cast<MemRefType>(add.getRhs().getType());
@@ -109,14 +110,25 @@ rk::BiasAddOp fusableAdd(rk::MatmulOp mm) {
 /// epilogue; null otherwise.
 rk::GeluOp fusableGelu(rk::MatmulBiasOp mm) {
   Value pre = mm.getOut();
-  Operation *next = nullptr; // the first reader after mm in its block
-  for (Operation *user : pre.getUsers())
-    if (user != mm.getOperation() && user->getBlock() == mm->getBlock() &&
-        mm->isBeforeInBlock(user) && (!next || user->isBeforeInBlock(next)))
-      next = user;
+  // pre is a buffer of its own (no view of it, or of what it views, can
+  // be read in between), and the gelu is its first reader after mm.
+  if (!pre.getDefiningOp<rk::AllocOp>())
+    return {};
+  Operation *next = nullptr;
+  for (Operation *user : pre.getUsers()) {
+    if (user == mm.getOperation())
+      continue;
+    Operation *at = mm->getBlock()->findAncestorOpInBlock(*user);
+    if (!at || !mm->isBeforeInBlock(at))
+      return {}; // a view made earlier, or a use we cannot place
+    if (!next || at->isBeforeInBlock(next))
+      next = at;
+  }
   auto gelu = dyn_cast_or_null<rk::GeluOp>(next);
   if (!gelu || gelu.getInput() != pre || gelu.getOut() == pre ||
-      gelu.getOut().getType() != pre.getType())
+      gelu.getOut().getType() != pre.getType() ||
+      llvm::is_contained({mm.getLhs(), mm.getRhs(), mm.getBias()},
+                         gelu.getOut()))
     return {};
   for (Operation *op = mm->getNextNode(); op != gelu.getOperation();
        op = op->getNextNode())

@@ -150,3 +150,33 @@ func.func @plan_step(%x: memref<8x16xf32>, %w: memref<16x32xf32>, %b: memref<32x
 // CHECK: rank.gelu %
 // CHECK: rank.matmul_bias
 // CHECK: rank.gelu_exact
+
+// -----
+
+// A view of the biased product, made before the GEMM and read between the
+// bias add and the gelu, would be read before the fused GEMM writes it: the
+// GELU stays out. And a fused op never writes one of its inputs: a bias add
+// or a gelu into the GEMM's own input keeps the ops apart.
+func.func @plan_step(%x: memref<8x16xf32>, %w: memref<16x32xf32>, %b: memref<32xf32>, %w2: memref<16x16xf32>, %b2: memref<16xf32>) {
+  %y = rank.alloc : memref<8x32xf32>
+  %yv = rank.view %y : memref<8x32xf32> -> memref<16x16xf32>
+  %p = rank.alloc : memref<8x32xf32>
+  rank.matmul %x, %w into %p {transpose_lhs = false, transpose_rhs = false} : memref<8x16xf32>, memref<16x32xf32> -> memref<8x32xf32>
+  rank.bias_add %p, %b into %y : memref<8x32xf32>, memref<32xf32> -> memref<8x32xf32>
+  %r = rank.alloc : memref<16x16xf32>
+  rank.relu %yv into %r : memref<16x16xf32> -> memref<16x16xf32>
+  %g = rank.alloc : memref<8x32xf32>
+  rank.gelu %y into %g : memref<8x32xf32> -> memref<8x32xf32>
+  %q = rank.alloc : memref<16x16xf32>
+  rank.matmul %w2, %w2 into %q {transpose_lhs = false, transpose_rhs = false} : memref<16x16xf32>, memref<16x16xf32> -> memref<16x16xf32>
+  rank.bias_add %q, %b2 into %w2 : memref<16x16xf32>, memref<16xf32> -> memref<16x16xf32>
+  return
+}
+// CHECK-LABEL: func.func @plan_step
+// CHECK-NOT: matmul_bias_gelu
+// CHECK: rank.matmul_bias %arg0, %arg1, %arg2
+// CHECK-NEXT: rank.alloc
+// CHECK-NEXT: rank.relu
+// CHECK: rank.gelu %
+// CHECK: rank.matmul %arg3, %arg3
+// CHECK-NEXT: rank.bias_add

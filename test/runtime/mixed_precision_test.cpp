@@ -435,6 +435,10 @@ TEST_F(MixedPrecisionTest, MatmulBiasGeluIsTheThreeOps) {
   Tensor *pre = make({3, 5});
   EXPECT_DEATH(matmul_bias_gelu(ctx, a, b, bias, pre, pre, false, false),
                "matmul_bias_gelu: out may not alias pre");
+  Tensor *sq = make({5, 5});
+  EXPECT_DEATH(
+      matmul_bias_gelu(ctx, sq, sq, bias, make({5, 5}), sq, false, false),
+      "matmul_bias_gelu: out may not alias an input");
   EXPECT_DEATH(
       matmul_bias_gelu(ctx, a, b, bias, pre, make({5, 3}), false, false),
       "matmul_bias_gelu: pre .* and out .* have different shapes");

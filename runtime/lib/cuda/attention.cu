@@ -121,7 +121,8 @@ __global__ void pair_stats_kernel(const float *lse, float *stats,
 template <class T>
 constexpr bool kCudnnType = std::is_same<T, kernels::bf16_t>::value ||
                             std::is_same<T, kernels::f16_t>::value;
-template <class T> constexpr bool kBf16 = std::is_same<T, kernels::bf16_t>::value;
+template <class T>
+constexpr bool kBf16 = std::is_same<T, kernels::bf16_t>::value;
 
 /// Whether T's tiles run on the tensor cores (16-bit plans).
 template <class T> constexpr bool kTensorCores = sizeof(T) == 2;
@@ -209,7 +210,7 @@ template <class T>
 bool forward(cudaStream_t s, const kernels::AttnShape &a, const T *qkv, T *out,
              float *stats, const kernels::AttnDropout &drop) {
   if constexpr (kCudnnType<T>) {
-    if (!drop.on && cudnn::runs_forward(a, kBf16<T>, stats != nullptr)) {
+    if (cudnn::runs_forward(a, kBf16<T>, stats != nullptr, drop.on)) {
       const int64_t rows = a.B * a.H * a.S;
       float *lse = stats ? cudnn::lse_scratch(rows) : nullptr;
       cudnn::forward(s, a, kBf16<T>, qkv, out, lse);
@@ -250,7 +251,7 @@ bool grad_q(cudaStream_t s, const kernels::AttnShape &a, const T *qkv,
   if constexpr (kCudnnType<T>) {
     // cuDNN's backward is whole: dk and dv too (grad_kv then has nothing
     // left to do).
-    if (!drop.on && cudnn::backward(s, a, kBf16<T>, qkv, dout, dqkv))
+    if (cudnn::backward(s, a, kBf16<T>, drop.on, qkv, dout, dqkv))
       return true;
   }
   return with_head_dim<T>(a, [&](auto dim) {
@@ -280,7 +281,7 @@ bool grad_kv(cudaStream_t s, const kernels::AttnShape &a, const T *qkv,
              const T *dout, T *dqkv, const float *rowstats, const float *delta,
              const kernels::AttnDropout &drop) {
   if constexpr (kCudnnType<T>) {
-    if (!drop.on && cudnn::runs_backward(a, kBf16<T>))
+    if (cudnn::runs_backward(a, kBf16<T>, drop.on))
       return true; // grad_q's cuDNN backward wrote dk and dv
   }
   return with_head_dim<T>(a, [&](auto dim) {

@@ -30,8 +30,11 @@
 // attention's work, and the plan keeps no extra tensor alive between the
 // passes. Those buffers and cuDNN's workspace are the only device memory
 // outside the plan (bytes_held(), printed with the memory report). The
-// backward asks cuDNN for its deterministic algorithm (no atomics in dq);
-// where no engine has one, the fastest one runs and status() says so.
+// backward asks cuDNN for its deterministic algorithm (no atomics in dq)
+// when its workspace stays linear in the sequence: cuDNN 9.25 and later
+// order dq's sums on Hopper; older ones keep an S x S dP matrix per head
+// (400 MB for GPT-2 at B 16, tens of GB at long context), which the plan
+// never holds, so there the fastest algorithm runs and status() says so.
 //===----------------------------------------------------------------------===//
 
 #include "attention_cudnn.h"
@@ -177,6 +180,9 @@ bool load() {
   // itself: the one of this program's CUDA major (user's choice first).
   std::string cudart = "libcudart.so." + std::to_string(CUDART_VERSION / 1000);
   setenv("CUDNN_FRONTEND_CUDART_LIB_NAME", cudart.c_str(), 0);
+  // A deterministic backward without the S x S dP workspace: the ordered
+  // dq sums of cuDNN >= 9.25 on Hopper (the user's setting first).
+  setenv("CUDNN_FRONTEND_ATTN_DP_WORKSPACE_LIMIT", "0", 0);
   const char *lib = std::getenv("PLANRT_CUDNN_LIBRARY");
   if (!lib || !*lib)
     lib = "libcudnn.so.9";
@@ -296,14 +302,25 @@ const Graph &graph(const kernels::AttnShape &a, bool bf16, Kind k) {
     return it->second;
   Graph made;
   std::string why;
+  // Linear in S: the fp32 dq accumulator and row sums flash attention's
+  // backward keeps, twice over, and 64 MiB.
+  const int64_t budget =
+      (int64_t(64) << 20) + 2 * a.B * a.H * a.S * (a.D + 1) * 4;
   try {
     made.graph = build(a, bf16, k, true, made.workspace, why);
-    if (!made.graph && k == Kind::Backward) {
-      // No deterministic engine: the fastest one, said in status().
+    if (k == Kind::Backward && (!made.graph || made.workspace > budget)) {
+      // No deterministic engine within the budget: the fastest one, said
+      // in status().
       std::string why_any;
       made.graph = build(a, bf16, k, false, made.workspace, why_any);
       if (made.graph)
         s.nondeterministic = true;
+    }
+    if (made.graph && made.workspace > budget) {
+      why = "its workspace, " + std::to_string(made.workspace) +
+            " B, grows faster than the sequence (budget " +
+            std::to_string(budget) + " B)";
+      made.graph = nullptr;
     }
   } catch (const std::exception &e) {
     made.graph = nullptr;
@@ -321,10 +338,31 @@ const Graph &graph(const kernels::AttnShape &a, bool bf16, Kind k) {
   return s.graphs.emplace(key, std::move(made)).first->second;
 }
 
-/// Whether cuDNN may run this problem at all (before any graph).
-bool candidate(const kernels::AttnShape &a) {
+/// Whether cuDNN may run this problem at all (before any graph); with
+/// PLANRT_ATTENTION=cudnn, a problem it may not run is fatal.
+bool candidate(const kernels::AttnShape &a, bool bf16, bool dropout) {
   // 16-byte aligned operand views: head dims in multiples of 8 elements.
-  return a.D % 8 == 0 && a.D <= 256 && a.S > 0 && load();
+  const char *why =
+      dropout ? "attention dropout draws planrt's own mask, which cuDNN "
+                "cannot draw"
+      : a.D % 8 != 0 || a.D > 256
+          ? "cuDNN's flash attention takes head dims that are multiples of "
+            "8, up to 256"
+      : a.S <= 0 ? "the sequence is empty"
+                 : nullptr;
+  if (!why)
+    return load();
+  if (mode() == Mode::Cudnn)
+    fatal("PLANRT_ATTENTION=cudnn, but cuDNN cannot run attention of %s: %s",
+          shape_text(a, bf16).c_str(), why);
+  State &s = state();
+  if (!load())
+    return false;
+  std::string line =
+      "; the tiles run " + shape_text(a, bf16) + " (" + why + ")";
+  if (s.status.find(line) == std::string::npos)
+    s.status += line;
+  return false;
 }
 
 void execute(cudaStream_t stream, const Graph &g,
@@ -354,7 +392,7 @@ void *at(const void *qkv, int64_t elements) {
 
 bool forward(cudaStream_t s, const kernels::AttnShape &a, bool bf16,
              const void *qkv, void *out, float *lse) {
-  if (!candidate(a))
+  if (!candidate(a, bf16, false))
     return false;
   const Graph &g = graph(a, bf16, lse ? Kind::ForwardStats : Kind::Forward);
   if (!g.graph)
@@ -369,8 +407,9 @@ bool forward(cudaStream_t s, const kernels::AttnShape &a, bool bf16,
   return true;
 }
 
-bool runs_forward(const kernels::AttnShape &a, bool bf16, bool lse) {
-  return candidate(a) &&
+bool runs_forward(const kernels::AttnShape &a, bool bf16, bool lse,
+                  bool dropout) {
+  return candidate(a, bf16, dropout) &&
          graph(a, bf16, lse ? Kind::ForwardStats : Kind::Forward).graph;
 }
 
@@ -379,14 +418,15 @@ float *lse_scratch(int64_t rows) {
                                                    "attention's log-sum-exp"));
 }
 
-bool runs_backward(const kernels::AttnShape &a, bool bf16) {
-  return candidate(a) && graph(a, bf16, Kind::ForwardStats).graph &&
+bool runs_backward(const kernels::AttnShape &a, bool bf16, bool dropout) {
+  return candidate(a, bf16, dropout) &&
+         graph(a, bf16, Kind::ForwardStats).graph &&
          graph(a, bf16, Kind::Backward).graph;
 }
 
 bool backward(cudaStream_t s, const kernels::AttnShape &a, bool bf16,
-              const void *qkv, const void *dout, void *dqkv) {
-  if (!runs_backward(a, bf16))
+              bool dropout, const void *qkv, const void *dout, void *dqkv) {
+  if (!runs_backward(a, bf16, dropout))
     return false;
   State &st = state();
   const int64_t rows = a.B * a.H * a.S;
@@ -452,15 +492,17 @@ bool forward(cudaStream_t, const kernels::AttnShape &, bool, const void *,
              void *, float *) {
   return unavailable();
 }
-bool runs_forward(const kernels::AttnShape &, bool, bool) {
+bool runs_forward(const kernels::AttnShape &, bool, bool, bool) {
   return unavailable();
 }
 float *lse_scratch(int64_t) { return nullptr; }
-bool backward(cudaStream_t, const kernels::AttnShape &, bool, const void *,
-              const void *, void *) {
+bool backward(cudaStream_t, const kernels::AttnShape &, bool, bool,
+              const void *, const void *, void *) {
   return unavailable();
 }
-bool runs_backward(const kernels::AttnShape &, bool) { return unavailable(); }
+bool runs_backward(const kernels::AttnShape &, bool, bool) {
+  return unavailable();
+}
 size_t bytes_held() { return 0; }
 const char *status() { return status_line.c_str(); }
 

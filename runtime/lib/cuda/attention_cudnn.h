@@ -21,8 +21,11 @@ namespace cudnn {
 bool forward(cudaStream_t s, const kernels::AttnShape &a, bool bf16,
              const void *qkv, void *out, float *lse);
 
-/// Whether forward() runs this problem (with or without `lse`).
-bool runs_forward(const kernels::AttnShape &a, bool bf16, bool lse);
+/// Whether forward() runs this problem (with or without `lse`); never with
+/// attention dropout (the tiles draw the host's mask). With
+/// PLANRT_ATTENTION=cudnn, false is fatal instead.
+bool runs_forward(const kernels::AttnShape &a, bool bf16, bool lse,
+                  bool dropout);
 
 /// A device buffer of `rows` floats held here, for forward()'s `lse`: the
 /// same one the backward recomputes into (stream order keeps them apart).
@@ -33,11 +36,11 @@ float *lse_scratch(int64_t rows);
 /// backward reads the output and its log-sum-exp, which the plan does not
 /// keep). False when cuDNN does not run this problem: nothing launched.
 bool backward(cudaStream_t s, const kernels::AttnShape &a, bool bf16,
-              const void *qkv, const void *dout, void *dqkv);
+              bool dropout, const void *qkv, const void *dout, void *dqkv);
 
 /// Whether backward() ran (or would run) this problem: the key side of the
 /// tiled backward asks, after backward() was called for the same problem.
-bool runs_backward(const kernels::AttnShape &a, bool bf16);
+bool runs_backward(const kernels::AttnShape &a, bool bf16, bool dropout);
 
 /// Device bytes held for cuDNN (its workspace, the backward's recomputed
 /// output and log-sum-exp), outside the planned memory.

@@ -271,10 +271,11 @@ std::string library_note(Context *ctx) {
     note += std::string("attention: ") + cuda_attention::cudnn::status() + "\n";
   const CudaState *s = static_cast<const CudaState *>(ctx->backend);
   if (s && (s->epilogues_run || s->epilogues_refused))
-    note += "gemm epilogues: " + std::to_string(s->epilogues_run) +
-            " GEMM shape(s) add their bias (and GELU) in cuBLASLt's epilogue, " +
-            std::to_string(s->epilogues_refused) +
-            " fell back to separate kernels (no cuBLASLt algorithm)\n";
+    note +=
+        "gemm epilogues: " + std::to_string(s->epilogues_run) +
+        " GEMM shape(s) add their bias (and GELU) in cuBLASLt's epilogue, " +
+        std::to_string(s->epilogues_refused) +
+        " fell back to separate kernels (no cuBLASLt algorithm)\n";
   return note;
 }
 

@@ -34,17 +34,19 @@ bool has_gpu() {
   return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
 
-/// In the child: asks whether cuDNN runs the forward and the backward,
-/// prints the status line and what was decided to stderr, exits 0.
-[[noreturn]] void decide(const char *mode, const char *library) {
+/// In the child: asks whether cuDNN runs the forward and the backward of
+/// `a` (with attention dropout or not), prints the status line and what
+/// was decided to stderr, exits 0.
+[[noreturn]] void decide(const char *mode, const char *library,
+                         kernels::AttnShape a = shape(), bool dropout = false) {
   if (mode)
     setenv("PLANRT_ATTENTION", mode, 1);
   else
     unsetenv("PLANRT_ATTENTION");
   if (library)
     setenv("PLANRT_CUDNN_LIBRARY", library, 1);
-  bool f = cudnn::runs_forward(shape(), true, false);
-  bool b = cudnn::runs_backward(shape(), true);
+  bool f = cudnn::runs_forward(a, true, false, dropout);
+  bool b = cudnn::runs_backward(a, true, dropout);
   std::fprintf(stderr, "forward %d backward %d held %zu: %s\n", f, b,
                cudnn::bytes_held(), cudnn::status());
   std::exit(0);
@@ -72,6 +74,25 @@ TEST_F(AttentionCudnn, UnknownModeIsAnError) {
 }
 
 #ifdef PLANRT_TEST_CUDNN_FRONTEND
+TEST_F(AttentionCudnn, WhatCudnnNeverRunsIsFatalWhenRequired) {
+  // Attention dropout (the host's mask) and head dims cuDNN does not take
+  // stop a PLANRT_ATTENTION=cudnn run before any device work.
+  EXPECT_EXIT(decide("cudnn", nullptr, shape(), true),
+              ::testing::ExitedWithCode(1),
+              "planrt: error: PLANRT_ATTENTION=cudnn, but cuDNN cannot run "
+              "attention of bf16 B 2 S 128 H 4 KV 2 D 64: attention dropout "
+              "draws planrt's own mask, which cuDNN cannot draw");
+  kernels::AttnShape odd = shape();
+  odd.D = 12;
+  EXPECT_EXIT(decide("cudnn", nullptr, odd), ::testing::ExitedWithCode(1),
+              "cuDNN cannot run attention of bf16 B 2 S 128 H 4 KV 2 D 12: "
+              "cuDNN's flash attention takes head dims that are multiples of "
+              "8, up to 256");
+  // Not required: the tiles run them.
+  EXPECT_EXIT(decide("auto", "/nonexistent/libcudnn.so.9", odd),
+              ::testing::ExitedWithCode(0), "forward 0 backward 0 held 0");
+}
+
 TEST_F(AttentionCudnn, MissingLibraryRunsTheTiles) {
   EXPECT_EXIT(decide(nullptr, "/nonexistent/libcudnn.so.9"),
               ::testing::ExitedWithCode(0),
