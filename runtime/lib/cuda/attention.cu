@@ -117,15 +117,11 @@ __global__ void pair_stats_kernel(const float *lse, float *stats,
   }
 }
 
-/// Whether cuDNN may take this attention: 16-bit operands, no dropout.
-template <class T>
-constexpr bool kCudnnType = std::is_same<T, kernels::bf16_t>::value ||
-                            std::is_same<T, kernels::f16_t>::value;
+/// Whether T's tiles run on the tensor cores (16-bit plans); cuDNN takes
+/// those types first.
+template <class T> constexpr bool kTensorCores = sizeof(T) == 2;
 template <class T>
 constexpr bool kBf16 = std::is_same<T, kernels::bf16_t>::value;
-
-/// Whether T's tiles run on the tensor cores (16-bit plans).
-template <class T> constexpr bool kTensorCores = sizeof(T) == 2;
 
 /// The tensor-core tiles copy 16 bytes at a time: operands come whole from
 /// the arena (256-byte aligned), so a misaligned one is planrt's bug.
@@ -209,7 +205,7 @@ bool with_head_dim(const kernels::AttnShape &a, const F &f) {
 template <class T>
 bool forward(cudaStream_t s, const kernels::AttnShape &a, const T *qkv, T *out,
              float *stats, const kernels::AttnDropout &drop) {
-  if constexpr (kCudnnType<T>) {
+  if constexpr (kTensorCores<T>) {
     if (cudnn::runs_forward(a, kBf16<T>, stats != nullptr, drop.on)) {
       const int64_t rows = a.B * a.H * a.S;
       float *lse = stats ? cudnn::lse_scratch(rows) : nullptr;
@@ -248,7 +244,7 @@ template <class T>
 bool grad_q(cudaStream_t s, const kernels::AttnShape &a, const T *qkv,
             const T *dout, T *dqkv, const float *stats, float *rowstats,
             float *delta, const kernels::AttnDropout &drop) {
-  if constexpr (kCudnnType<T>) {
+  if constexpr (kTensorCores<T>) {
     // cuDNN's backward is whole: dk and dv too (grad_kv then has nothing
     // left to do).
     if (cudnn::backward(s, a, kBf16<T>, drop.on, qkv, dout, dqkv))
@@ -280,7 +276,7 @@ template <class T>
 bool grad_kv(cudaStream_t s, const kernels::AttnShape &a, const T *qkv,
              const T *dout, T *dqkv, const float *rowstats, const float *delta,
              const kernels::AttnDropout &drop) {
-  if constexpr (kCudnnType<T>) {
+  if constexpr (kTensorCores<T>) {
     if (cudnn::runs_backward(a, kBf16<T>, drop.on))
       return true; // grad_q's cuDNN backward wrote dk and dv
   }
