@@ -77,6 +77,43 @@ PLANRT_BLOCK_FN float row_sum16(const Lane &l, float v) {
   return v;
 }
 
+/// For a block of kThreads threads that all call it: the number of lanes
+/// with a lower tid whose `flag` is set (a stream compaction's slot, in tid
+/// order), and in `total` the number over the whole block. `counts` is
+/// kThreads / 32 ints of shared memory. It ends with a barrier, so it may be
+/// called again at once.
+template <int kThreads>
+PLANRT_BLOCK_FN int count_before(const Lane &l, bool flag, int *counts,
+                                 int &total) {
+  static_assert(kThreads % 32 == 0, "whole warps");
+  int before = 0, all = 0;
+#ifdef __CUDACC__
+  const unsigned votes = __ballot_sync(0xffffffffu, flag);
+  const int warp = l.tid / 32, lane = l.tid % 32;
+  if (lane == 0)
+    counts[warp] = __popc(votes);
+  __syncthreads();
+  before = __popc(votes & ((1u << lane) - 1u));
+  for (int w = 0; w < kThreads / 32; ++w) {
+    all += counts[w];
+    before += w < warp ? counts[w] : 0;
+  }
+  __syncthreads();
+#else
+  (void)counts;
+  l.xbuf[l.tid] = flag ? 1.0f : 0.0f;
+  PLANRT_BLOCK_BARRIER();
+  for (int t = 0; t < kThreads; ++t) {
+    const int v = l.xbuf[t] != 0.0f;
+    all += v;
+    before += t < l.tid ? v : 0;
+  }
+  PLANRT_BLOCK_BARRIER();
+#endif
+  total = all;
+  return before;
+}
+
 } // namespace block
 } // namespace planrt
 

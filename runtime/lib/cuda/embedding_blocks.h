@@ -8,19 +8,25 @@
 //
 // Here the owners are finer: a block of 256 threads owns a range of
 // kRangeRows table rows for 256 columns (thread tid: column c0 + tid), and
-// sums into those rows in shared memory. It reads the ids 256 at a time,
-// each thread turning one into its local row (or a mark: another range, a
-// bad id), and then every thread walks the round's rows in order, adding
-// dout[r][c] into its column of the row's sum. Every table element has one
-// writer that adds in row order, starting from the table's value (read at
-// the row's first hit): the functor's order, so the same bits as the host.
-// Rows no id hits are neither read nor written.
+// sums into those rows in shared memory. It reads the ids 256 at a time
+// (the next round's while this one runs), each thread turning one into its
+// local row or a mark (another range, a bad id). A block-wide count of the
+// hits (block::count_before: a ballot per warp) gives each hit its slot in
+// row order; a round without hits, nearly every round of nearly every block
+// (a range is 32 of 50 304 rows), ends there. Then every thread walks the
+// round's hits in order, adding dout[r][c] into its column of the row's
+// sum. Every table element has one writer that adds in row order, starting
+// from the table's value (read at the row's first hit): the functor's
+// order, so the same bits as the host. Rows no id hits are neither read nor
+// written.
 //
-// The walk issues the loads of kBatch rows before it adds any of them: a
+// The walk issues the loads of kBatch hits before it adds any of them: a
 // frequent token's block (GPT-2's data: a few tokens take a tenth of the
-// rows) would otherwise wait for one load per row, in series. Each block
+// rows) would otherwise wait for one load per row, in series. Every block
 // reads all the ids (64 KB for 16 384 rows, from L2): the price of needing
-// no workspace.
+// no workspace. An earlier version walked all 256 marks of every round in
+// every thread, hits or not: 16 384 shared-memory reads per thread in each
+// of the 4 716 blocks of GPT-2's table, where the sums take a few hundred.
 //===----------------------------------------------------------------------===//
 #ifndef PLANRT_LIB_CUDA_EMBEDDING_BLOCKS_H
 #define PLANRT_LIB_CUDA_EMBEDDING_BLOCKS_H
@@ -38,10 +44,12 @@ using block::Lane;
 constexpr int kThreads = 256;
 constexpr int64_t kRangeRows = 32; // table rows a block owns (a bit mask)
 constexpr int kIds = kThreads;     // ids staged per round
-constexpr int kBatch = 8;          // loads in flight per walk step
+constexpr int kBatch = 16;         // loads in flight per walk step
 /// Shared memory, in floats: the range's sums [kRangeRows][kThreads], then
-/// the round's local rows (int32).
-constexpr int kSmemFloats = (int)kRangeRows * kThreads + kIds;
+/// (int32) the round's hits (their rows in the round, their local rows) and
+/// the per-warp counts of block::count_before.
+constexpr int kSmemFloats =
+    (int)kRangeRows * kThreads + 2 * kIds + kThreads / 32;
 
 /// Marks of a staged id that adds nothing here.
 constexpr int32_t kElsewhere = -1; // another range or another rank's row
@@ -55,37 +63,54 @@ template <class T>
 PLANRT_BLOCK_FN void grad_block(const Lane &l, float *smem,
                                 const kernels::EmbeddingGradColumnFn<T> &f,
                                 int64_t c0, int64_t l0, bool flags) {
+  static_assert(kIds == kThreads, "one staged id per thread");
   float *sum = smem; // [kRangeRows][kThreads]
-  int32_t *local = reinterpret_cast<int32_t *>(smem + kRangeRows * kThreads);
+  int32_t *hit_row = reinterpret_cast<int32_t *>(smem + kRangeRows * kThreads);
+  int32_t *hit_at = hit_row + kIds;
+  int *counts = hit_at + kIds;
   const int64_t c = c0 + l.tid;
   const bool mine = c < f.C;
   uint32_t touched = 0; // rows of the range hit so far (the same everywhere)
+  int32_t next = l.tid < f.rows ? f.ids[l.tid] : 0;
   for (int64_t r0 = 0; r0 < f.rows; r0 += kIds) {
-    const int n = f.rows - r0 < kIds ? (int)(f.rows - r0) : kIds;
-    PLANRT_BLOCK_BARRIER();
-    if (l.tid < n) {
-      const int32_t id = f.ids[r0 + l.tid];
-      int32_t mark = kBadId;
+    const bool staged = r0 + l.tid < f.rows;
+    const int32_t id = next;
+    if (r0 + kIds + l.tid < f.rows)
+      next = f.ids[r0 + kIds + l.tid];
+    int32_t mark = kElsewhere;
+    if (staged) {
+      mark = kBadId;
       if (f.vocab.valid(id)) {
         const int64_t row = f.vocab.local(id); // -1: another rank's
         mark = row >= l0 && row < l0 + kRangeRows ? (int32_t)(row - l0)
                                                   : kElsewhere;
       }
-      local[l.tid] = mark;
+    }
+    if (flags) { // the last bad id of the round, in row order
+      int bad = 0;
+      const int slot =
+          block::count_before<kThreads>(l, mark == kBadId, counts, bad);
+      if (mark == kBadId && slot == bad - 1)
+        kernels::flag_bad_index(f.flag, id);
+    }
+    int hits = 0;
+    const int slot = block::count_before<kThreads>(l, mark >= 0, counts, hits);
+    if (hits == 0) // the same in every thread: no barrier skipped unevenly
+      continue;
+    if (mark >= 0) {
+      hit_row[slot] = l.tid;
+      hit_at[slot] = mark;
     }
     PLANRT_BLOCK_BARRIER();
-    if (flags && l.tid == 0)
-      for (int k = 0; k < n; ++k)
-        if (local[k] == kBadId)
-          kernels::flag_bad_index(f.flag, f.ids[r0 + k]);
-    for (int k0 = 0; k0 < n; k0 += kBatch) {
+    for (int k0 = 0; k0 < hits; k0 += kBatch) {
       float v[kBatch];
       int32_t at[kBatch];
       PLANRT_UNROLL
       for (int b = 0; b < kBatch; ++b) {
-        at[b] = k0 + b < n ? local[k0 + b] : kElsewhere;
-        v[b] = at[b] >= 0 && mine ? kernels::ld(f.dout[(r0 + k0 + b) * f.C + c])
-                                  : 0.0f;
+        at[b] = k0 + b < hits ? hit_at[k0 + b] : kElsewhere;
+        v[b] = at[b] >= 0 && mine
+                   ? kernels::ld(f.dout[(r0 + hit_row[k0 + b]) * f.C + c])
+                   : 0.0f;
       }
       PLANRT_UNROLL
       for (int b = 0; b < kBatch; ++b) {
@@ -102,6 +127,7 @@ PLANRT_BLOCK_FN void grad_block(const Lane &l, float *smem,
           *s += v[b];
       }
     }
+    PLANRT_BLOCK_BARRIER(); // the hits are read before the next round's
   }
   if (!mine)
     return;
