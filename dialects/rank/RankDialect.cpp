@@ -30,7 +30,8 @@ int64_t planc::rank::classifierClasses(ModuleOp module, Operation *step) {
   plan::MeshOp mesh = plan::getMesh(module);
   int64_t classes = 0;
   step->walk([&](Operation *op) {
-    if (classes || !isa<CrossEntropyOp, CeLocalStatsOp>(op))
+    if (classes ||
+        !isa<CrossEntropyOp, CrossEntropyInPlaceOp, CeLocalStatsOp>(op))
       return;
     auto logits = cast<MemRefType>(op->getOperand(0).getType());
     classes = logits.getShape().back();
@@ -166,6 +167,10 @@ SmallVector<StringRef> MatmulBiasOp::getRuntimeAttrNames() {
 
 SmallVector<StringRef> MatmulBiasGeluOp::getRuntimeAttrNames() {
   return {"transpose_lhs", "transpose_rhs"};
+}
+
+SmallVector<StringRef> CrossEntropyInPlaceOp::getRuntimeAttrNames() {
+  return {"scale", "grad_scale", "valid_classes"};
 }
 
 std::string AdamWUpdateOp::getRuntimeCallee() {

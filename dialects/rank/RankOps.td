@@ -879,6 +879,25 @@ def Rank_CrossEntropyGradOp : Rank_CallOp<"cross_entropy_grad"> {
   }];
 }
 
+def Rank_CrossEntropyInPlaceOp : Rank_CallOp<"cross_entropy_in_place",
+    [DeclareOpInterfaceMethods<RuntimeCallOpInterface, ["getRuntimeAttrNames"]>]> {
+  let summary = "cross_entropy and cross_entropy_grad in one pass, the gradient over the logits";
+  let description = [{
+    out = scale * sum over rows of (logsumexp(row) - row[target]), and the
+    logits replaced by grad_scale * (softmax(row) - onehot(target)): what
+    plan-fuse-epilogues makes of the LM head's loss and its gradient on the
+    cuda target (the logits in the GEMM's 16-bit type, read once for both).
+  }];
+  let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead, MemWrite]>:$logits,
+                       Arg<Rank_I32Buffer, "", [MemRead]>:$targets,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$out, F32Attr:$scale,
+                       F32Attr:$grad_scale,
+                       DefaultValuedAttr<I64Attr, "0">:$valid_classes);
+  let assemblyFormat = [{
+    $logits `,` $targets `into` $out attr-dict `:` type($logits) `,` type($targets) `->` type($out)
+  }];
+}
+
 //===--- Gradient norm ------------------------------------------------------===//
 
 def Rank_FillOp : Rank_CallOp<"fill"> {

@@ -120,6 +120,9 @@ bool runsNative(Operation *op, const WorkspaceEnv &env) {
         headDim(a.getQkv(), a.getNumHeads(), a.getNumKvHeads()));
   if (auto g = dyn_cast<CrossEntropyGradOp>(op))
     return nat::loss_grad(dtypeOf(g.getLogits()), dtypeOf(g.getOut()));
+  // One float type (the logits); the loss is an f32 scalar.
+  if (isa<CrossEntropyInPlaceOp>(op))
+    return true;
   if (auto g = dyn_cast<CeGradFromStatsOp>(op))
     return nat::loss_grad(dtypeOf(g.getLogits()), dtypeOf(g.getOut()));
   if (auto m = dyn_cast<MatmulOp>(op); m && env.cuda)
@@ -176,6 +179,9 @@ template <typename OpT> int64_t embeddingGrad(OpT op, const WorkspaceEnv &) {
   return ws::index_check(numel(op.getGrad()));
 }
 int64_t crossEntropy(CrossEntropyOp op, const WorkspaceEnv &env) {
+  return ws::cross_entropy(leadRows(op.getLogits()), env.classifier);
+}
+int64_t crossEntropyInPlace(CrossEntropyInPlaceOp op, const WorkspaceEnv &env) {
   return ws::cross_entropy(leadRows(op.getLogits()), env.classifier);
 }
 int64_t crossEntropyGrad(CrossEntropyGradOp op, const WorkspaceEnv &) {
@@ -374,6 +380,8 @@ void planc::rank::registerWorkspaceModels(MLIRContext *ctx) {
   EmbeddingGradAddOp::attachInterface<
       Model<EmbeddingGradAddOp, embeddingGrad<EmbeddingGradAddOp>>>(*ctx);
   CrossEntropyOp::attachInterface<Model<CrossEntropyOp, crossEntropy>>(*ctx);
+  CrossEntropyInPlaceOp::attachInterface<
+      Model<CrossEntropyInPlaceOp, crossEntropyInPlace>>(*ctx);
   CrossEntropyGradOp::attachInterface<
       Model<CrossEntropyGradOp, crossEntropyGrad>>(*ctx);
   CeLocalStatsOp::attachInterface<Model<CeLocalStatsOp, ceLocalStats>>(*ctx);

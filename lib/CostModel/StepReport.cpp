@@ -691,8 +691,8 @@ FailureOr<StepReport> planc::computeStepReport(ModuleOp module,
   Operation *lossGrad = nullptr;
   step.walk([&](Operation *op) {
     if (!lossGrad && !op->getParentOfType<rk::PipelineOp>() &&
-        isa<rk::CrossEntropyGradOp, rk::CeGradFromStatsOp, rk::MseLossGradOp>(
-            op))
+        isa<rk::CrossEntropyGradOp, rk::CrossEntropyInPlaceOp,
+            rk::CeGradFromStatsOp, rk::MseLossGradOp>(op))
       lossGrad = op;
   });
   if (lossGrad) {

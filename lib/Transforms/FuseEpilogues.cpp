@@ -24,12 +24,29 @@
 // between, and none of them may read the pre-activation (it would be read
 // before the fused GEMM writes it).
 //
-// The host keeps the pair: planrt would run the GEMM and the add there
-// anyway, and its 16-bit bits (the product rounded before the add) stay
-// what every test expects.
+// The LM head's GEMM feeds the loss: rank.cross_entropy reads the logits
+// (fp32, even in a 16-bit plan, where the GEMM widens its output for the
+// fp32 loss), then rank.cross_entropy_grad reads them again and writes the
+// gradient the backward GEMMs read into a buffer of its own. For GPT-2 (B
+// 16, T 1024, 50304 classes) that is a 3.3 GB buffer written once and read
+// five times (the loss's two passes, the gradient's three), and a 1.6 GB
+// one. On the cuda target the two become rank.cross_entropy_in_place: the
+// GEMM writes the logits in the gradient's type (bf16: cuBLASLt rounds its
+// fp32 accumulators once), and one kernel per row computes the loss and
+// writes the gradient over the logits, which nothing reads afterwards. The
+// loss's statistics stay fp32, from bf16 logits, as PyTorch's autocast
+// computes them. The fused op sits at the loss's place; the logits'
+// observers (--dump-step0) move before it. With fp32 (or fp16, whose loss
+// gradient stays fp32 for the loss scale) the gradient is written over the
+// fp32 logits. Not for a classifier, whose accuracy reads the logits.
+//
+// The host keeps every pair: planrt would run the separate ops there
+// anyway, and its 16-bit bits (the product rounded before the add, fp32
+// logits) stay what every test expects.
 //===----------------------------------------------------------------------===//
 #include "planc/Transforms/Passes.h"
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 
 namespace planc {
@@ -136,6 +153,107 @@ rk::GeluOp fusableGelu(rk::MatmulBiasOp mm) {
       return {};
   return gelu;
 }
+/// The LM head's loss and its gradient (and the GEMM writing the logits),
+/// when they can be one rank.cross_entropy_in_place over `buffer`.
+struct InPlaceLoss {
+  rk::MatmulOp mm;
+  rk::CrossEntropyOp loss;
+  SmallVector<rk::ObserveOp> observers;
+  Value buffer; // the logits, or the gradient's 16-bit buffer
+};
+
+std::optional<InPlaceLoss> fusableLoss(rk::CrossEntropyGradOp grad) {
+  Value logits = grad.getLogits(), targets = grad.getTargets();
+  Block *block = grad->getBlock();
+  auto alloc = logits.getDefiningOp<rk::AllocOp>();
+  if (!alloc || alloc->getBlock() != block)
+    return std::nullopt;
+  // The logits' only users: the GEMM writing them, the loss, the gradient
+  // and observers, in this block.
+  InPlaceLoss f;
+  for (Operation *user : logits.getUsers()) {
+    if (user == grad.getOperation())
+      continue;
+    if (user->getBlock() != block)
+      return std::nullopt;
+    if (auto mm = dyn_cast<rk::MatmulOp>(user);
+        mm && !f.mm && mm.getOut() == logits && mm.getLhs() != logits &&
+        mm.getRhs() != logits && !mm.getAccumulate())
+      f.mm = mm;
+    else if (auto ce = dyn_cast<rk::CrossEntropyOp>(user);
+             ce && !f.loss && ce.getLogits() == logits)
+      f.loss = ce;
+    else if (auto o = dyn_cast<rk::ObserveOp>(user))
+      f.observers.push_back(o);
+    else
+      return std::nullopt;
+  }
+  if (!f.mm || !f.loss || f.loss.getTargets() != targets ||
+      f.loss.getValidClasses() != grad.getValidClasses() ||
+      !f.mm->isBeforeInBlock(f.loss) || !f.loss->isBeforeInBlock(grad))
+    return std::nullopt;
+  for (rk::ObserveOp o : f.observers)
+    if (!f.mm->isBeforeInBlock(o) || !o->isBeforeInBlock(grad))
+      return std::nullopt;
+  // The gradient's buffer: the logits' type (in place on them), or the
+  // GEMM's 16-bit operand type (the GEMM writes into it). Nothing uses it
+  // before the gradient.
+  Value out = grad.getOut();
+  auto lt = cast<MemRefType>(logits.getType());
+  auto gt = cast<MemRefType>(out.getType());
+  Type half = cast<MemRefType>(f.mm.getLhs().getType()).getElementType();
+  if (gt == lt)
+    f.buffer = logits;
+  else if (gt.getShape() == lt.getShape() && gt.getElementType() == half &&
+           !half.isF32() &&
+           cast<MemRefType>(f.mm.getRhs().getType()).getElementType() == half &&
+           out.getDefiningOp<rk::AllocOp>() &&
+           out.getDefiningOp()->getBlock() == block)
+    f.buffer = out;
+  else
+    return std::nullopt;
+  for (Operation *user : out.getUsers()) {
+    Operation *at = block->findAncestorOpInBlock(*user);
+    if (user != grad.getOperation() && (!at || !grad->isBeforeInBlock(at)))
+      return std::nullopt;
+  }
+  // Between the loss and its gradient, which now run together: nothing
+  // but writes to fresh buffers, and not of the targets.
+  for (Operation *op = f.loss->getNextNode(); op != grad.getOperation();
+       op = op->getNextNode())
+    if (!writesOnlyFresh(op, f.mm) ||
+        llvm::is_contained(op->getOperands(), targets))
+      return std::nullopt;
+  // A classifier counts its correct rows from the logits (planrt).
+  auto fn = grad->getParentOfType<func::FuncOp>();
+  if (!fn || rk::classifierClasses(grad->getParentOfType<ModuleOp>(), fn) != 0)
+    return std::nullopt;
+  return f;
+}
+
+void fuseLoss(rk::CrossEntropyGradOp grad, InPlaceLoss &f) {
+  Value logits = grad.getLogits(), out = grad.getOut();
+  if (f.buffer != logits) {
+    out.getDefiningOp()->moveBefore(f.mm);
+    f.mm.getOutMutable().assign(f.buffer);
+  }
+  for (rk::ObserveOp o : f.observers) {
+    o.getBufferMutable().assign(f.buffer);
+    o->moveBefore(f.loss);
+  }
+  OpBuilder b(f.loss);
+  auto fused = rk::CrossEntropyInPlaceOp::create(
+      b, f.loss.getLoc(), f.buffer, f.loss.getTargets(), f.loss.getOut(),
+      f.loss.getScaleAttr(), grad.getScaleAttr(), f.loss.getValidClassesAttr());
+  fused->setDiscardableAttrs(f.loss->getDiscardableAttrDictionary());
+  grad.erase();
+  f.loss.erase();
+  if (f.buffer == logits)
+    out.replaceAllUsesWith(logits);
+  for (Value v : {logits, out})
+    if (Operation *alloc = v.getDefiningOp(); alloc && alloc->use_empty())
+      alloc->erase();
+}
 } // namespace
 
 void FuseEpiloguesPass::runOnOperation() {
@@ -169,4 +287,9 @@ void FuseEpiloguesPass::runOnOperation() {
     gelu.erase();
     fused.erase();
   }
+  SmallVector<rk::CrossEntropyGradOp> losses;
+  getOperation().walk([&](rk::CrossEntropyGradOp g) { losses.push_back(g); });
+  for (rk::CrossEntropyGradOp grad : losses)
+    if (std::optional<InPlaceLoss> f = fusableLoss(grad))
+      fuseLoss(grad, *f);
 }

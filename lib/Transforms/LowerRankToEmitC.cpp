@@ -467,8 +467,9 @@ void LowerRankToEmitCPass::runOnOperation() {
           vocab *= mesh.getShape()[mesh.getAxisIndex(emb.getVocabAxis())];
       }
       auto classes = op->getAttrOfType<IntegerAttr>("valid_classes");
-      if (isa<rk::CrossEntropyOp, rk::CeLocalStatsOp>(op) && classes &&
-          classes.getInt() > 0)
+      if (isa<rk::CrossEntropyOp, rk::CrossEntropyInPlaceOp,
+              rk::CeLocalStatsOp>(op) &&
+          classes && classes.getInt() > 0)
         valid = classes.getInt();
     });
     if (vocab > 0)

@@ -24,6 +24,10 @@ func.func @step() {
   // CHECK: rank.matmul_bias_gelu %{{.*}}, %{{.*}}, %{{.*}} into %{{.*}}, %{{.*}} {transpose_lhs = false, transpose_rhs = true}
   rank.matmul_bias_gelu %x, %w2, %bias2 into %t, %g2 {transpose_lhs = false, transpose_rhs = true} : memref<4x4xf32>, memref<2x4xf32>, memref<2xf32> -> memref<4x2xf32>, memref<4x2xf32>
   %l = rank.alloc : memref<f32>
+  %logits = rank.alloc : memref<4x8xbf16>
+  %ids = rank.alloc : memref<4xi32>
+  // CHECK: rank.cross_entropy_in_place %{{.*}}, %{{.*}} into %{{.*}} {grad_scale = 2.500000e-01 : f32, scale = 5.000000e-01 : f32, valid_classes = 7 : i64} : memref<4x8xbf16>, memref<4xi32> -> memref<f32>
+  rank.cross_entropy_in_place %logits, %ids into %l {scale = 0.5 : f32, grad_scale = 0.25 : f32, valid_classes = 7} : memref<4x8xbf16>, memref<4xi32> -> memref<f32>
   // CHECK: rank.mse_loss {{.*}} {scale = 1.250000e-01 : f32}
   rank.mse_loss %t, %y into %l {scale = 0.125 : f32} : memref<4x2xf32>, memref<4x2xf32> -> memref<f32>
   // CHECK: rank.all_reduce %{{.*}} over ["dp"] : memref<f32>

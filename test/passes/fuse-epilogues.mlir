@@ -180,3 +180,144 @@ func.func @plan_step(%x: memref<8x16xf32>, %w: memref<16x32xf32>, %b: memref<32x
 // CHECK: rank.gelu %
 // CHECK: rank.matmul %arg3, %arg3
 // CHECK-NEXT: rank.bias_add
+
+// -----
+
+// bf16 LM head: the GEMM widens the logits for the fp32 loss, and the
+// loss gradient is written in bf16 for the backward GEMMs. On the cuda
+// target the GEMM writes bf16 logits into the gradient's buffer and one
+// op computes the loss and writes the gradient over them, at the loss's
+// place; the logits' observer moves before it. On the host nothing
+// changes.
+func.func @plan_step(%h: memref<2x4x8xbf16>, %w: memref<16x8xbf16>, %t: memref<2x4xi32>) {
+  %logits = rank.alloc : memref<2x4x16xf32>
+  rank.matmul %h, %w into %logits {transpose_lhs = false, transpose_rhs = true} : memref<2x4x8xbf16>, memref<16x8xbf16> -> memref<2x4x16xf32>
+  %loss = rank.alloc : memref<f32>
+  rank.cross_entropy %logits, %t into %loss {scale = 1.250000e-01 : f32, valid_classes = 13 : i64} : memref<2x4x16xf32>, memref<2x4xi32> -> memref<f32>
+  rank.observe %logits as "logits" : memref<2x4x16xf32>
+  %d = rank.alloc : memref<2x4x16xbf16>
+  rank.cross_entropy_grad %logits, %t into %d {scale = 2.500000e-01 : f32, valid_classes = 13 : i64} : memref<2x4x16xf32>, memref<2x4xi32> -> memref<2x4x16xbf16>
+  %dh = rank.alloc : memref<2x4x8xbf16>
+  rank.matmul %d, %w into %dh {transpose_lhs = false, transpose_rhs = false} : memref<2x4x16xbf16>, memref<16x8xbf16> -> memref<2x4x8xbf16>
+  rank.report_loss %loss : memref<f32>
+  return
+}
+// CHECK-LABEL: func.func @plan_step
+// CHECK-NEXT: %[[D:.*]] = rank.alloc : memref<2x4x16xbf16>
+// CHECK-NEXT: rank.matmul %arg0, %arg1 into %[[D]] {{.*}} -> memref<2x4x16xbf16>
+// CHECK-NEXT: %[[L:.*]] = rank.alloc : memref<f32>
+// CHECK-NEXT: rank.observe %[[D]] as "logits" : memref<2x4x16xbf16>
+// CHECK-NEXT: rank.cross_entropy_in_place %[[D]], %arg2 into %[[L]] {grad_scale = 2.500000e-01 : f32, scale = 1.250000e-01 : f32, valid_classes = 13 : i64} : memref<2x4x16xbf16>, memref<2x4xi32> -> memref<f32>
+// CHECK-NEXT: %[[DH:.*]] = rank.alloc
+// CHECK-NEXT: rank.matmul %[[D]], %arg1 into %[[DH]]
+// CHECK-NEXT: rank.report_loss %[[L]]
+// CHECK-NOT: memref<2x4x16xf32>
+// HOST-NOT: cross_entropy_in_place
+// HOST: rank.cross_entropy %
+// HOST: rank.cross_entropy_grad
+
+// -----
+
+// fp32: the gradient has the logits' type, so it is written over them and
+// its readers read the logits' buffer.
+func.func @plan_step(%h: memref<4x8xf32>, %w: memref<8x16xf32>, %t: memref<4xi32>) {
+  %logits = rank.alloc : memref<4x16xf32>
+  rank.matmul %h, %w into %logits {transpose_lhs = false, transpose_rhs = false} : memref<4x8xf32>, memref<8x16xf32> -> memref<4x16xf32>
+  %loss = rank.alloc : memref<f32>
+  rank.cross_entropy %logits, %t into %loss {scale = 2.500000e-01 : f32} : memref<4x16xf32>, memref<4xi32> -> memref<f32>
+  %d = rank.alloc : memref<4x16xf32>
+  rank.cross_entropy_grad %logits, %t into %d {scale = 2.500000e-01 : f32} : memref<4x16xf32>, memref<4xi32> -> memref<4x16xf32>
+  %dh = rank.alloc : memref<4x8xf32>
+  rank.matmul %d, %w into %dh {transpose_lhs = false, transpose_rhs = true} : memref<4x16xf32>, memref<8x16xf32> -> memref<4x8xf32>
+  return
+}
+// CHECK-LABEL: func.func @plan_step
+// CHECK-NEXT: %[[X:.*]] = rank.alloc : memref<4x16xf32>
+// CHECK-NEXT: rank.matmul %arg0, %arg1 into %[[X]]
+// CHECK-NEXT: %[[L:.*]] = rank.alloc : memref<f32>
+// CHECK-NEXT: rank.cross_entropy_in_place %[[X]], %arg2 into %[[L]] {grad_scale = 2.500000e-01 : f32, scale = 2.500000e-01 : f32} :
+// CHECK-NEXT: %[[DH:.*]] = rank.alloc
+// CHECK-NEXT: rank.matmul %[[X]], %arg1 into %[[DH]]
+// CHECK-NEXT: return
+
+// -----
+
+// What keeps the loss and its gradient apart: the logits read after the
+// gradient (they would hold the gradient), the gradient read before it,
+// the two over different classes, the targets written in between, and a
+// 16-bit gradient of f32 GEMM operands (the GEMM cannot write 16 bits).
+func.func @plan_step(%h: memref<4x8xf32>, %w: memref<8x16xf32>, %t: memref<4xi32>, %y: memref<4x16xf32>) {
+  %logits = rank.alloc : memref<4x16xf32>
+  rank.matmul %h, %w into %logits {transpose_lhs = false, transpose_rhs = false} : memref<4x8xf32>, memref<8x16xf32> -> memref<4x16xf32>
+  %loss = rank.alloc : memref<f32>
+  rank.cross_entropy %logits, %t into %loss {scale = 2.500000e-01 : f32} : memref<4x16xf32>, memref<4xi32> -> memref<f32>
+  %d = rank.alloc : memref<4x16xf32>
+  rank.cross_entropy_grad %logits, %t into %d {scale = 2.500000e-01 : f32} : memref<4x16xf32>, memref<4xi32> -> memref<4x16xf32>
+  rank.add %logits, %d into %y : memref<4x16xf32>, memref<4x16xf32> -> memref<4x16xf32>
+  return
+}
+// CHECK-LABEL: func.func @plan_step
+// CHECK-NOT: cross_entropy_in_place
+// CHECK: return
+
+// -----
+
+func.func @plan_step(%h: memref<4x8xf32>, %w: memref<8x16xf32>, %t: memref<4xi32>, %y: memref<4x16xf32>) {
+  %logits = rank.alloc : memref<4x16xf32>
+  rank.matmul %h, %w into %logits {transpose_lhs = false, transpose_rhs = false} : memref<4x8xf32>, memref<8x16xf32> -> memref<4x16xf32>
+  %d = rank.alloc : memref<4x16xf32>
+  rank.add %d, %y into %y : memref<4x16xf32>, memref<4x16xf32> -> memref<4x16xf32>
+  %loss = rank.alloc : memref<f32>
+  rank.cross_entropy %logits, %t into %loss {scale = 2.500000e-01 : f32} : memref<4x16xf32>, memref<4xi32> -> memref<f32>
+  rank.cross_entropy_grad %logits, %t into %d {scale = 2.500000e-01 : f32} : memref<4x16xf32>, memref<4xi32> -> memref<4x16xf32>
+  return
+}
+// CHECK-LABEL: func.func @plan_step
+// CHECK-NOT: cross_entropy_in_place
+// CHECK: return
+
+// -----
+
+func.func @plan_step(%h: memref<4x8xf32>, %w: memref<8x16xf32>, %t: memref<4xi32>) {
+  %logits = rank.alloc : memref<4x16xf32>
+  rank.matmul %h, %w into %logits {transpose_lhs = false, transpose_rhs = false} : memref<4x8xf32>, memref<8x16xf32> -> memref<4x16xf32>
+  %loss = rank.alloc : memref<f32>
+  rank.cross_entropy %logits, %t into %loss {scale = 2.500000e-01 : f32, valid_classes = 15 : i64} : memref<4x16xf32>, memref<4xi32> -> memref<f32>
+  %d = rank.alloc : memref<4x16xf32>
+  rank.cross_entropy_grad %logits, %t into %d {scale = 2.500000e-01 : f32} : memref<4x16xf32>, memref<4xi32> -> memref<4x16xf32>
+  return
+}
+// CHECK-LABEL: func.func @plan_step
+// CHECK-NOT: cross_entropy_in_place
+// CHECK: return
+
+// -----
+
+func.func @plan_step(%h: memref<4x1x8xf32>, %w: memref<8x16xf32>, %t: memref<4x1xi32>, %r: memref<4x1x3xf32>) {
+  %logits = rank.alloc : memref<4x1x16xf32>
+  rank.matmul %h, %w into %logits {transpose_lhs = false, transpose_rhs = false} : memref<4x1x8xf32>, memref<8x16xf32> -> memref<4x1x16xf32>
+  %loss = rank.alloc : memref<f32>
+  rank.cross_entropy %logits, %t into %loss {scale = 2.500000e-01 : f32} : memref<4x1x16xf32>, memref<4x1xi32> -> memref<f32>
+  rank.moe_topk %r into %t {top_k = 1 : i64, capacity = 0 : i64} : memref<4x1x3xf32> -> memref<4x1xi32>
+  %d = rank.alloc : memref<4x1x16xf32>
+  rank.cross_entropy_grad %logits, %t into %d {scale = 2.500000e-01 : f32} : memref<4x1x16xf32>, memref<4x1xi32> -> memref<4x1x16xf32>
+  return
+}
+// CHECK-LABEL: func.func @plan_step
+// CHECK-NOT: cross_entropy_in_place
+// CHECK: return
+
+// -----
+
+func.func @plan_step(%h: memref<4x8xf32>, %w: memref<8x16xf32>, %t: memref<4xi32>) {
+  %logits = rank.alloc : memref<4x16xf32>
+  rank.matmul %h, %w into %logits {transpose_lhs = false, transpose_rhs = false} : memref<4x8xf32>, memref<8x16xf32> -> memref<4x16xf32>
+  %loss = rank.alloc : memref<f32>
+  rank.cross_entropy %logits, %t into %loss {scale = 2.500000e-01 : f32} : memref<4x16xf32>, memref<4xi32> -> memref<f32>
+  %d = rank.alloc : memref<4x16xbf16>
+  rank.cross_entropy_grad %logits, %t into %d {scale = 2.500000e-01 : f32} : memref<4x16xf32>, memref<4xi32> -> memref<4x16xbf16>
+  return
+}
+// CHECK-LABEL: func.func @plan_step
+// CHECK-NOT: cross_entropy_in_place
+// CHECK: return

@@ -336,6 +336,51 @@ TEST_F(NativeOpsTest, LossGradientsWriteSixteenBits) {
   }
 }
 
+TEST_F(NativeOpsTest, CrossEntropyInPlaceIsTheLossAndItsGradient) {
+  // One pass writing the gradient over the logits: the bits of
+  // cross_entropy and cross_entropy_grad on the widened logits (fp32: on
+  // the logits), with padded classes, and no fp32 copies of 16-bit logits.
+  std::vector<int32_t> t(12);
+  for (int i = 0; i < 12; ++i)
+    t[i] = (i * 37) % 290;
+  Tensor *tg = ids({3, 4}, t);
+  Tensor *loss = make({}), *loss_ref = make({});
+  {
+    Tensor *x = random({3, 4, 300}, -4.0f, 4.0f), *d_ref = make({3, 4, 300});
+    cross_entropy(ctx, x, tg, loss_ref, 0.5f, 290);
+    cross_entropy_grad(ctx, x, tg, d_ref, 0.25f, 290);
+    cross_entropy_in_place(ctx, x, tg, loss, 0.5f, 0.25f, 290);
+    expect_equal(loss, loss_ref);
+    expect_equal(x, d_ref);
+  }
+  for (int dtype : {BF16, F16}) {
+    SCOPED_TRACE(name(dtype));
+    auto [x, xw] = narrowed(random({3, 4, 300}, -4.0f, 4.0f), dtype);
+    Tensor *d_ref = make({3, 4, 300}), *xw2 = make({3, 4, 300});
+    copy(ctx, xw, xw2);
+    cross_entropy(ctx, xw, tg, loss_ref, 0.5f, 290);
+    cross_entropy_grad(ctx, xw, tg, d_ref, 0.25f, 290);
+    // 16-bit logits in place take the scratch of fp32 ones.
+    run([&] { cross_entropy_in_place(ctx, x, tg, loss, 0.5f, 0.25f, 290); },
+        [&] {
+          cross_entropy_in_place(ctx, xw2, tg, loss_ref, 0.5f, 0.25f, 290);
+        });
+    expect_equal(loss, loss_ref);
+    expect_rounded(x, d_ref, dtype);
+  }
+}
+
+TEST_F(NativeOpsTest, CrossEntropyInPlaceRefusesAClassifier) {
+  // A classifier's accuracy reads the logits the gradient would overwrite
+  // (plan-fuse-epilogues never fuses there).
+  Tensor *x = random({4, 10}), *loss = make({});
+  Tensor *tg = ids({4}, {1, 2, 3, 4});
+  set_training(ctx, 1, 1, 4, /*synthetic images*/ 2);
+  EXPECT_DEATH(cross_entropy_in_place(ctx, x, tg, loss, 1.0f, 1.0f),
+               "cross_entropy_in_place: a classifier's accuracy reads the "
+               "logits this op overwrites");
+}
+
 TEST_F(NativeOpsTest, MixedTypesAreStaged) {
   // A mix the native rules do not cover still computes the fp32 result
   // rounded once, on fp32 copies (it takes more scratch than fp32).

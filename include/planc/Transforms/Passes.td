@@ -300,7 +300,7 @@ def SchedulePipeline : Pass<"plan-schedule-pipeline", "mlir::ModuleOp"> {
 }
 
 def FuseEpilogues : Pass<"plan-fuse-epilogues", "mlir::ModuleOp"> {
-  let summary = "cuda: a matmul whose product only feeds a bias add adds the bias in its GEMM";
+  let summary = "cuda: bias and GELU in the GEMM's epilogue, the LM head's loss and gradient in one pass";
   let description = [{
     On the cuda target, `rank.matmul` (not accumulating) into a buffer whose
     only reader is a `rank.bias_add` of a bias as long as the product's last
@@ -312,8 +312,14 @@ def FuseEpilogues : Pass<"plan-fuse-epilogues", "mlir::ModuleOp"> {
     cast of the bias, typically). A `rank.gelu` (tanh form) that reads the
     result next, with nothing reading it in between, joins as well:
     `rank.matmul_bias_gelu` writes the pre-activation (for the backward)
-    and the GELU. On the host nothing changes: planrt would run the ops
-    there anyway.
+    and the GELU. The LM head's `rank.cross_entropy` and
+    `rank.cross_entropy_grad` of the same logits (written by a
+    non-accumulating `rank.matmul`, read by nothing else but observers)
+    become one `rank.cross_entropy_in_place` at the loss's place: the
+    gradient is written over the logits, which the GEMM writes in the
+    gradient's 16-bit type when that is its operands' type (else the
+    gradient already has the logits' type); not for a classifier. On the
+    host nothing changes: planrt would run the ops there anyway.
   }];
   let options = [
     Option<"target", "target", "std::string", "\"host\"",

@@ -937,6 +937,47 @@ template <class G = float> struct CrossEntropyGradFn {
   }
 };
 
+/// Cross-entropy's loss and gradient in one pass per row, the gradient
+/// written over the logits (planrt::cross_entropy_in_place): loss[r] as
+/// CrossEntropyFn computes it, then logits[r] = scale * (softmax(logits[r])
+/// - onehot(targets[r])) as CrossEntropyGradFn computes it, every value from
+/// the row as it was. Logits of storage type T (f32, or 16 bits: the
+/// softmax's statistics in fp32 from the widened values, each gradient value
+/// rounded once), so the bits of cross_entropy and cross_entropy_grad on the
+/// widened logits.
+template <class T = float> struct CrossEntropyInPlaceFn {
+  T *logits;
+  const int32_t *targets;
+  float *loss;
+  int64_t C, valid;
+  float scale;
+  int *flag;
+  PLANRT_HD void operator()(int64_t r) const {
+    int32_t t = targets[r];
+    T *xr = logits + r * C;
+    for (int64_t j = valid; j < C; ++j)
+      st(xr[j], 0.0f);
+    if (t < 0 || t >= valid) {
+      flag_bad_index(flag, t);
+      loss[r] = 0.0f;
+      for (int64_t j = 0; j < valid; ++j)
+        st(xr[j], 0.0f);
+      return;
+    }
+    float m = ld(xr[0]), sum = 0.0f;
+    for (int64_t j = 1; j < valid; ++j)
+      m = ld(xr[j]) > m ? ld(xr[j]) : m;
+    for (int64_t j = 0; j < valid; ++j)
+      sum += exp_f32(ld(xr[j]) - m);
+    loss[r] = m + logf(sum) - ld(xr[t]);
+    float inv = scale / sum;
+    for (int64_t j = 0; j < valid; ++j) {
+      float v = exp_f32(ld(xr[j]) - m) * inv;
+      st(xr[j], j == t ? v - scale : v);
+    }
+  }
+};
+
 //===--- Cross-entropy over a split vocabulary ----------------------------===//
 //
 // With the vocabulary (last dim of the logits) split over ranks, each rank

@@ -756,6 +756,17 @@ void cross_entropy_grad(Context *ctx, const Tensor *logits,
                         const Tensor *targets, Tensor *dlogits, float scale,
                         int64_t valid_classes = 0);
 
+/// cross_entropy and cross_entropy_grad of the same logits in one pass,
+/// the gradient written over the logits (f32, bf16 or f16, read as their
+/// fp32 values): out = scale * the loss, logits = grad_scale * (softmax -
+/// onehot). The bits of the two ops on the widened logits, the gradient
+/// rounded once to the logits' type. What plan-fuse-epilogues makes of the
+/// LM head's loss on the cuda target; not for a classifier, whose accuracy
+/// reads the logits (a fatal error).
+void cross_entropy_in_place(Context *ctx, Tensor *logits, const Tensor *targets,
+                            Tensor *out, float scale, float grad_scale,
+                            int64_t valid_classes = 0);
+
 /// Cross-entropy over a vocabulary split over a mesh axis, as local kernels
 /// between collectives that the compiler inserts. logits [..., C] hold this
 /// rank's C columns of the vocabulary (global columns [g*C, (g+1)*C) with g

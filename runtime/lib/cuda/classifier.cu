@@ -2,7 +2,8 @@
 //
 // The kernels of classifier_blocks.h (its essay says how): a block of 256
 // threads per row of logits, forward (the per-row loss) and backward (the
-// logits' gradient, fp32 or 16-bit) side by side.
+// logits' gradient, fp32 or 16-bit) side by side, and both in one kernel,
+// the gradient written over the logits.
 //===----------------------------------------------------------------------===//
 
 #include "../context.h"
@@ -26,6 +27,13 @@ __global__ void __launch_bounds__(classifier::kThreads)
     grad_kernel(kernels::CrossEntropyGradFn<G> f) {
   __shared__ float smem[classifier::kThreads];
   classifier::grad_block(block::this_lane(), smem, f, (int64_t)blockIdx.x);
+}
+
+template <class T>
+__global__ void __launch_bounds__(classifier::kThreads)
+    in_place_kernel(kernels::CrossEntropyInPlaceFn<T> f) {
+  __shared__ float smem[classifier::kThreads];
+  classifier::in_place_block(block::this_lane(), smem, f, (int64_t)blockIdx.x);
 }
 
 /// One block per row: rows past the grid's limit would need a loop.
@@ -55,6 +63,22 @@ void grad(cudaStream_t s, int64_t rows,
   cuda_check::launch("cross-entropy's gradient");
 }
 
+template <class T>
+void in_place(cudaStream_t s, int64_t rows,
+              const kernels::CrossEntropyInPlaceFn<T> &f) {
+  if (rows <= 0)
+    return;
+  check_rows(rows);
+  in_place_kernel<T><<<(unsigned)rows, classifier::kThreads, 0, s>>>(f);
+  cuda_check::launch("cross-entropy's loss and gradient in place");
+}
+
+template void in_place(cudaStream_t, int64_t,
+                       const kernels::CrossEntropyInPlaceFn<float> &);
+template void in_place(cudaStream_t, int64_t,
+                       const kernels::CrossEntropyInPlaceFn<kernels::bf16_t> &);
+template void in_place(cudaStream_t, int64_t,
+                       const kernels::CrossEntropyInPlaceFn<kernels::f16_t> &);
 template void grad(cudaStream_t, int64_t,
                    const kernels::CrossEntropyGradFn<float> &);
 template void grad(cudaStream_t, int64_t,

@@ -14,6 +14,9 @@ void forward(cudaStream_t s, int64_t rows, const kernels::CrossEntropyFn &f);
 template <class G>
 void grad(cudaStream_t s, int64_t rows,
           const kernels::CrossEntropyGradFn<G> &f);
+template <class T>
+void in_place(cudaStream_t s, int64_t rows,
+              const kernels::CrossEntropyInPlaceFn<T> &f);
 
 } // namespace cuda_classifier
 } // namespace planrt

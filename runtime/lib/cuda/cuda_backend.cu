@@ -580,6 +580,11 @@ template <class G>
 void launch(Context *ctx, int64_t n, const kernels::CrossEntropyGradFn<G> &f) {
   cuda_classifier::grad(state(ctx)->stream, n, f);
 }
+template <class T>
+void launch(Context *ctx, int64_t n,
+            const kernels::CrossEntropyInPlaceFn<T> &f) {
+  cuda_classifier::in_place(state(ctx)->stream, n, f);
+}
 
 namespace {
 /// Row-major c[m,n] = op(a) op(b), a and b of element type `type`, c of

@@ -469,6 +469,47 @@ TEST(Classifier, BlockRowsEqualTheRowFunctors) {
     ASSERT_EQ(d[(size_t)(3 * C + j)], 0.0f) << "the bad row is not zero";
 }
 
+TEST(Classifier, InPlaceBlocksEqualTheInPlaceFunctor) {
+  // The loss and the gradient over bf16 logits in place: 5 rows of 1000,
+  // 990 valid (the padding zeroed), row 3's target out of range (a zero
+  // row), targets at both ends of a row (read before any thread writes).
+  const int64_t rows = 5, C = 1000, valid = 990;
+  std::mt19937 gen(9);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  std::vector<kernels::bf16_t> x((size_t)(rows * C));
+  for (auto &v : x)
+    kernels::st(v, nd(gen));
+  std::vector<kernels::bf16_t> x_ref = x;
+  std::vector<int32_t> targets = {0, 989, 500, 995, 17};
+  int flag[2] = {0, 0}, flag_ref[2] = {0, 0};
+  std::vector<float> loss(rows, NAN), loss_ref(rows);
+  kernels::CrossEntropyInPlaceFn<kernels::bf16_t> ref{
+      x_ref.data(), targets.data(), loss_ref.data(), C, valid, 0.2f, flag_ref};
+  for (int64_t r = 0; r < rows; ++r)
+    ref(r);
+  kernels::CrossEntropyInPlaceFn<kernels::bf16_t> f{
+      x.data(), targets.data(), loss.data(), C, valid, 0.2f, flag};
+  run_blocks(rows, 1, classifier::kThreads,
+             [&](const attn::Lane &l, float *smem, int64_t bx, int64_t) {
+               classifier::in_place_block(l, smem, f, bx);
+             });
+  EXPECT_LT(rel_err(loss, loss_ref), 1e-6);
+  EXPECT_EQ(flag[0], 1);
+  EXPECT_EQ(flag[1], 995);
+  std::vector<float> d, d_ref;
+  for (size_t i = 0; i < x.size(); ++i) {
+    d.push_back(kernels::ld(x[i]));
+    d_ref.push_back(kernels::ld(x_ref[i]));
+  }
+  EXPECT_LT(rel_err(d, d_ref), 1e-2); // the sums' order: one bf16 ulp
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = valid; j < C; ++j)
+      ASSERT_EQ(d[(size_t)(r * C + j)], 0.0f) << "padding at " << r;
+  for (int64_t j = 0; j < C; ++j)
+    ASSERT_EQ(d[(size_t)(3 * C + j)], 0.0f) << "the bad row is not zero";
+  EXPECT_LT(d[(size_t)(1 * C + 989)], 0.0f) << "the target's -scale";
+}
+
 TEST(Sums, ChunkBlocksEqualTheChunkFunctors) {
   // 2500 floats: two full chunks of 1024 and a partial one; sums and sums
   // of squares, then the partials added (AccumulateSumFn) and scaled.
