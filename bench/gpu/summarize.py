@@ -221,6 +221,9 @@ for prec in ("bf16", "fp32"):
         rep = json.load(open(os.path.join(
             HERE, "plans", f"{name}.{kind}.report.json")))
         pred = f"{rep['step_time_s'] * 1e3:.1f} ms, {rep['memory_per_rank']['peak'] / 1e9:.2f} GB"
+        outside = rep["memory_per_rank"].get("outside_plan", 0)
+        if outside:
+            pred += f" (+ at most {outside / 1e9:.2f} GB libraries)"
     except (OSError, ValueError, KeyError):
         pred = f"no report for this GPU ({kind or 'unknown kind'})"
     speed.append((f"planc {prec}", f"{ms:.1f} ms", f"{tok:.0f}",

@@ -46,7 +46,9 @@ CompiledReport planc::compilePlanText(llvm::StringRef path,
     pm.enableVerifier(false); // once, after the last pass
     if (succeeded(buildPipeline(pm, po)) && succeeded(pm.run(*module)) &&
         succeeded(verify(*module))) {
-      FailureOr<StepReport> r = computeStepReport(*module);
+      ReportOptions ro;
+      ro.cuda = true;
+      FailureOr<StepReport> r = computeStepReport(*module, ro);
       if (succeeded(r))
         out.report = std::move(*r);
     }

@@ -4,6 +4,7 @@
 
 #include "dialects/plan/PlanDialect.h"
 #include "dialects/rank/RankDialect.h"
+#include "planrt/workspace.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
@@ -546,6 +547,40 @@ FailureOr<StepReport> planc::computeStepReport(ModuleOp module,
   r.interAssumed = coster.tm.c.interAssumed;
   r.peakFlops = coster.tm.peakFlops();
   r.gpuMemoryBytes = coster.tm.c.gpu->memoryGB * 1e9;
+  if (opts.cuda) {
+    // Device memory outside the plan: cuBLASLt's workspace, and cuDNN's
+    // buffers, each grown to the largest attention that needs it (the
+    // backward's recomputed output, the log-sum-exp, the workspace).
+    namespace out = planrt::workspace::outside;
+    int64_t ws = 0, recomputed = 0, lse = 0;
+    module.walk([&](Operation *op) {
+      if (!isa<rk::AttentionOp, rk::AttentionGradOp, rk::AttentionKeepOp,
+               rk::AttentionGradKeptOp>(op))
+        return;
+      auto qkv = cast<MemRefType>(op->getOperand(0).getType());
+      int64_t h = op->getAttrOfType<IntegerAttr>("num_heads").getInt();
+      int64_t kv = op->getAttrOfType<IntegerAttr>("num_kv_heads").getInt();
+      auto dropout = op->getAttrOfType<FloatAttr>("dropout");
+      int64_t b = qkv.getDimSize(0), s = qkv.getDimSize(1);
+      int64_t d = qkv.getDimSize(2) / (h + 2 * kv);
+      if (!out::cudnn_attention(!qkv.getElementType().isF32(),
+                                dropout && dropout.getValueAsDouble() > 0, d))
+        return;
+      bool backward = isa<rk::AttentionGradOp, rk::AttentionGradKeptOp>(op);
+      ws = std::max(ws, out::cudnn_workspace_budget(b, h, s, d, backward));
+      lse = std::max(lse, out::cudnn_lse(b, h, s));
+      if (backward && out::cudnn_recomputed(b, h, s, d) > recomputed) {
+        recomputed = out::cudnn_recomputed(b, h, s, d);
+        r.cudnnAttention = llvm::formatv("backward of B {0}, S {1}, {2} "
+                                         "heads of {3}",
+                                         b, s, h, d)
+                               .str();
+      }
+      if (r.cudnnAttention.empty())
+        r.cudnnAttention = "forward only";
+    });
+    r.libraryBytes = out::kCublasLtWorkspace + ws + recomputed + lse;
+  }
 
   // Tokens per step: the global batch times the sequence of a token input
   // ([batch, seq] of i32); a sample counts as one token otherwise.
@@ -950,10 +985,24 @@ void planc::printStepReport(const StepReport &r, llvm::raw_ostream &os) {
                        "%.3f MB), stash pool %.3f MB, inputs %.3f MB\n",
                        mb(r.arenaBytes), mb(r.workspaceBytes), mb(r.stashBytes),
                        mb(r.inputBytes));
-  os << llvm::format("  peak memory         %.3f GB of the %s's %.0f GB: %s\n",
-                     r.memoryPeakBytes() / 1e9, r.gpu.c_str(),
-                     r.gpuMemoryBytes / 1e9,
-                     r.fits() ? "fits" : "does not fit");
+  if (r.libraryBytes > 0)
+    os << llvm::format(
+        "  outside the plan    at most %.3f MB: cuBLASLt's "
+        "workspace %.3f MB%s%s%s\n",
+        mb(double(r.libraryBytes)),
+        mb(double(planrt::workspace::outside::kCublasLtWorkspace)),
+        r.cudnnAttention.empty() ? "" : ", cuDNN's attention (",
+        r.cudnnAttention.c_str(), r.cudnnAttention.empty() ? "" : ")");
+  os << llvm::format(
+      "  peak memory         %.3f GB%s of the %s's %.0f GB: %s\n",
+      r.memoryPeakBytes() / 1e9,
+      r.libraryBytes > 0 ? llvm::formatv(" + {0:f3} GB outside the plan",
+                                         double(r.libraryBytes) / 1e9)
+                               .str()
+                               .c_str()
+                         : "",
+      r.gpu.c_str(), r.gpuMemoryBytes / 1e9,
+      r.fits() ? "fits" : "does not fit");
   if (r.moeLayers > 0 && r.moeEp == 1)
     os << llvm::format("  mixture of experts  %lld layers of %lld experts (top "
                        "%lld): expert weights %.3f MB, whole on every rank "
@@ -1059,6 +1108,8 @@ llvm::json::Object planc::stepReportJson(const StepReport &r) {
     memory["inputs"] = r.inputBytes;
   }
   memory["peak"] = r.memoryPeakBytes();
+  if (r.libraryBytes > 0)
+    memory["outside_plan"] = r.libraryBytes;
   const TimeBreakdown &t = r.time;
   llvm::json::Object o{
       {"ranks", r.ranks},

@@ -423,6 +423,7 @@ int main(int argc, char **argv) {
 
   if (report != Report::None && stopAfter.empty()) {
     ReportOptions ro;
+    ro.cuda = target == Target::Cuda;
     if (tokens.getNumOccurrences())
       ro.tokens = tokens;
     FailureOr<StepReport> r = computeStepReport(*module, ro);

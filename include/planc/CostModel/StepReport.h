@@ -108,6 +108,11 @@ struct StepReport {
   double moeDispatchBytes = 0, moeDispatchSent = 0, moeCombineBytes = 0,
          moeCombineSent = 0, moeRoutedShare = 0;
   double gpuMemoryBytes = 0;
+  // cuda: what the libraries may hold outside the plan at most (cuBLASLt's
+  // workspace, cuDNN's attention buffers: planrt/workspace.h outside), and
+  // the largest attention cuDNN may run ("" when none).
+  int64_t libraryBytes = 0;
+  std::string cudnnAttention;
 
   double sentBytes() const;
   double tokensPerSecond() const { return tokensPerStep / stepTime; }
@@ -129,11 +134,15 @@ struct StepReport {
     return double(weightBytes + gradientBytes + optimizerBytes) +
            activationBytes + double(workspaceBytes);
   }
-  bool fits() const { return memoryPeakBytes() <= gpuMemoryBytes; }
+  /// The plan's peak and what the libraries may hold besides it.
+  bool fits() const {
+    return memoryPeakBytes() + double(libraryBytes) <= gpuMemoryBytes;
+  }
 };
 
 struct ReportOptions {
   std::optional<double> tokens; // a training budget: report its time
+  bool cuda = false;            // the cuda target: count its libraries' memory
 };
 
 /// The plan's cluster section as the time model sees it, or the assumed

@@ -347,6 +347,42 @@ constexpr int64_t routed_exchange(int64_t rows, int64_t width, int64_t group,
                    2 * round((group - 1) * rows * width * elem_bytes);
 }
 
+//===--- Device memory outside the plan (cuda) ----------------------------===//
+//
+// Two libraries of the cuda backend hold device memory the plan does not
+// lay out: cuBLASLt's workspace, allocated once, and for 16-bit attention on
+// cuDNN (runtime/lib/cuda/attention_cudnn.cpp) the backward's recomputed
+// output and log-sum-exp and cuDNN's workspace, each grown to the largest
+// attention that needs it. The runtime measures what they hold
+// (library_bytes); planc --report adds the most they may hold to the plan's
+// peak before it says whether a plan fits.
+namespace outside {
+/// cuBLASLt's workspace, in bytes.
+constexpr int64_t kCublasLtWorkspace = int64_t(32) << 20;
+/// Whether cuDNN may run an attention: 16-bit, no dropout (planrt draws its
+/// own mask), head dims cuDNN's flash attention takes.
+constexpr bool cudnn_attention(bool sixteen_bit, bool dropout,
+                               int64_t head_dim) {
+  return sixteen_bit && !dropout && head_dim > 0 && head_dim % 8 == 0 &&
+         head_dim <= 256;
+}
+/// The largest cuDNN workspace planrt accepts for an attention of B x H x S
+/// rows of head dim D: 64 MiB for a forward, and for the backward also
+/// twice the fp32 dq accumulator and row sums of flash attention's backward
+/// (linear in S). A graph that wants more runs planrt's tiles.
+constexpr int64_t cudnn_workspace_budget(int64_t B, int64_t H, int64_t S,
+                                         int64_t D, bool backward) {
+  return (int64_t(64) << 20) + (backward ? 2 * B * H * S * (D + 1) * 4 : 0);
+}
+/// The backward's recomputed output (16 bits) and log-sum-exp (f32).
+constexpr int64_t cudnn_recomputed(int64_t B, int64_t H, int64_t S, int64_t D) {
+  return B * H * S * D * 2;
+}
+constexpr int64_t cudnn_lse(int64_t B, int64_t H, int64_t S) {
+  return B * H * S * 4;
+}
+} // namespace outside
+
 } // namespace workspace
 } // namespace planrt
 

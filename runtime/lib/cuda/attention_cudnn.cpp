@@ -29,7 +29,9 @@
 // it runs the forward again into buffers of its own: a sixth of
 // attention's work, and the plan keeps no extra tensor alive between the
 // passes. Those buffers and cuDNN's workspace are the only device memory
-// outside the plan (bytes_held(), printed with the memory report). The
+// outside the plan (bytes_held(), printed with the memory report; planc
+// --report bounds them with planrt/workspace.h's outside, so a graph whose
+// workspace is more than that bound runs the tiles). The
 // backward asks cuDNN for its deterministic algorithm (no atomics in dq)
 // when its workspace stays linear in the sequence: cuDNN 9.25 and later
 // order dq's sums on Hopper; older ones keep an S x S dP matrix per head
@@ -41,6 +43,7 @@
 
 #include "../context.h"
 #include "check.h"
+#include "planrt/workspace.h"
 
 #include <cstdlib>
 #include <cstring>
@@ -302,10 +305,11 @@ const Graph &graph(const kernels::AttnShape &a, bool bf16, Kind k) {
     return it->second;
   Graph made;
   std::string why;
-  // Linear in S: the fp32 dq accumulator and row sums flash attention's
-  // backward keeps, twice over, and 64 MiB.
-  const int64_t budget =
-      (int64_t(64) << 20) + 2 * a.B * a.H * a.S * (a.D + 1) * 4;
+  // 64 MiB, and for the backward (linear in S) the fp32 dq accumulator and
+  // row sums flash attention's backward keeps, twice over: what planc
+  // --report counts outside the plan.
+  const int64_t budget = workspace::outside::cudnn_workspace_budget(
+      a.B, a.H, a.S, a.D, k == Kind::Backward);
   try {
     made.graph = build(a, bf16, k, true, made.workspace, why);
     if (k == Kind::Backward && (!made.graph || made.workspace > budget)) {
@@ -318,8 +322,8 @@ const Graph &graph(const kernels::AttnShape &a, bool bf16, Kind k) {
     }
     if (made.graph && made.workspace > budget) {
       why = "its workspace, " + std::to_string(made.workspace) +
-            " B, grows faster than the sequence (budget " +
-            std::to_string(budget) + " B)";
+            " B, is more than planc counts for it (" + std::to_string(budget) +
+            " B)";
       made.graph = nullptr;
     }
   } catch (const std::exception &e) {
@@ -345,7 +349,7 @@ bool candidate(const kernels::AttnShape &a, bool bf16, bool dropout) {
   const char *why =
       dropout ? "attention dropout draws planrt's own mask, which cuDNN "
                 "cannot draw"
-      : a.D % 8 != 0 || a.D > 256
+      : !workspace::outside::cudnn_attention(true, false, a.D)
           ? "cuDNN's flash attention takes head dims that are multiples of "
             "8, up to 256"
       : a.S <= 0 ? "the sequence is empty"
@@ -430,8 +434,9 @@ bool backward(cudaStream_t s, const kernels::AttnShape &a, bool bf16,
     return false;
   State &st = state();
   const int64_t rows = a.B * a.H * a.S;
-  void *out = st.out.at_least((size_t)(rows * a.D * 2),
-                              "the backward's recomputed attention output");
+  void *out = st.out.at_least(
+      (size_t)workspace::outside::cudnn_recomputed(a.B, a.H, a.S, a.D),
+      "the backward's recomputed attention output");
   float *lse = lse_scratch(rows);
   forward(s, a, bf16, qkv, out, lse);
   std::unordered_map<int64_t, void *> pack = {

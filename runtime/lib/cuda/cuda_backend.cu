@@ -41,6 +41,7 @@
 #include "classifier.h"
 #include "column_sums.h"
 #include "embedding.h"
+#include "planrt/workspace.h"
 #include "norms.h"
 #include "optimizer.h"
 #include "planrt/context_parallel.h"
@@ -100,7 +101,8 @@ using GemmKey =
     std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
                int, int, int, cudaDataType_t, cudaDataType_t, int, int>;
 
-constexpr size_t kWorkspaceBytes = size_t(32) << 20;
+constexpr size_t kWorkspaceBytes =
+    (size_t)workspace::outside::kCublasLtWorkspace;
 
 struct CudaState {
   int device = 0;
