@@ -178,7 +178,7 @@ for tool, steps in (("memcheck", 2), ("racecheck", 1)):
 
 def library_line(name, prefix):
     """What the run's line starting with `prefix` says ("attention: ":
-    which attention ran; "gemm epilogues: ": which GEMMs fused their bias)."""
+    which attention ran; "gemm epilogues: ": which epilogues cuBLASLt ran)."""
     try:
         for line in open(os.path.join(LOGS, name + ".log"), errors="replace"):
             if line.startswith(prefix):

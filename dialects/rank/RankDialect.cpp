@@ -153,6 +153,37 @@ LogicalResult MatmulBiasGeluOp::verify() {
                             getTransposeLhs(), getTransposeRhs());
 }
 
+LogicalResult MatmulDgeluOp::verify() {
+  if (getPre().getType() != getOut().getType())
+    return emitOpError() << "expects pre and out of one type, got "
+                         << getPre().getType() << " and " << getOut().getType();
+  if (getPre() == getOut())
+    return emitOpError() << "expects pre and out in two buffers";
+  return verifyMatmulShapes(*this, getLhs().getType(), getRhs().getType(),
+                            getOut().getType(), getTransposeLhs(),
+                            getTransposeRhs());
+}
+
+LogicalResult MatmulBiasGradOp::verify() {
+  if (getTransposeRhs())
+    return emitOpError() << "expects rhs not transposed (the bias gradient "
+                            "sums its rows)";
+  auto rhs = getRhs().getType();
+  auto db = getBiasGrad().getType();
+  if (db.getRank() != 1 ||
+      db.getDimSize(0) != rhs.getDimSize(rhs.getRank() - 1))
+    return emitOpError() << "expects a bias gradient of rhs's last dim ("
+                         << rhs.getDimSize(rhs.getRank() - 1) << "), got "
+                         << db;
+  if (db.getElementType() != rhs.getElementType() &&
+      !db.getElementType().isF32())
+    return emitOpError() << "expects a bias gradient of rhs's element type "
+                            "or f32, got "
+                         << db;
+  return verifyMatmulShapes(*this, getLhs().getType(), rhs, getOut().getType(),
+                            getTransposeLhs(), getTransposeRhs());
+}
+
 std::string MatmulOp::getRuntimeCallee() {
   return getAccumulate() ? "planrt::matmul_accumulate" : "planrt::matmul";
 }
@@ -166,6 +197,14 @@ SmallVector<StringRef> MatmulBiasOp::getRuntimeAttrNames() {
 }
 
 SmallVector<StringRef> MatmulBiasGeluOp::getRuntimeAttrNames() {
+  return {"transpose_lhs", "transpose_rhs"};
+}
+
+SmallVector<StringRef> MatmulDgeluOp::getRuntimeAttrNames() {
+  return {"transpose_lhs", "transpose_rhs"};
+}
+
+SmallVector<StringRef> MatmulBiasGradOp::getRuntimeAttrNames() {
   return {"transpose_lhs", "transpose_rhs"};
 }
 

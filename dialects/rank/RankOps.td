@@ -410,6 +410,51 @@ def Rank_MatmulBiasGeluOp : Rank_CallOp<"matmul_bias_gelu",
   let hasVerifier = 1;
 }
 
+def Rank_MatmulDgeluOp : Rank_CallOp<"matmul_dgelu",
+    [DeclareOpInterfaceMethods<RuntimeCallOpInterface, ["getRuntimeAttrNames"]>]> {
+  let summary = "dpre = (op(a) @ op(b)) * gelu'(pre), tanh form";
+  let description = [{
+    A matmul whose product's only reader is a `rank.gelu_grad` with `pre`
+    as its input (plan-fuse-epilogues, cuda target): the GELU's backward
+    applied in the GEMM's epilogue (cuBLASLt's CUBLASLT_EPILOGUE_DGELU,
+    reading the pre-activation that `rank.matmul_bias_gelu` wrote), so the
+    product is never written. Where the backend has no such epilogue,
+    planrt runs the matmul and the gelu_grad, as before.
+  }];
+  let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$lhs,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$rhs,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$pre,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$out,
+                       BoolAttr:$transpose_lhs, BoolAttr:$transpose_rhs);
+  let assemblyFormat = [{
+    $lhs `,` $rhs `,` $pre `into` $out attr-dict `:` type($lhs) `,` type($rhs) `,` type($pre) `->` type($out)
+  }];
+  let hasVerifier = 1;
+}
+
+def Rank_MatmulBiasGradOp : Rank_CallOp<"matmul_bias_grad",
+    [DeclareOpInterfaceMethods<RuntimeCallOpInterface, ["getRuntimeAttrNames"]>]> {
+  let summary = "out = op(a) @ op(b); bias_grad = sum over the rows of b";
+  let description = [{
+    A linear layer's weight gradient (x^T dy) and its bias gradient (the
+    column sums of dy), which `rank.bias_grad` computed in a pass of its own
+    over dy (plan-fuse-epilogues, cuda target): cuBLASLt sums dy's rows as
+    the GEMM reads them (CUBLASLT_EPILOGUE_BGRADA). `rhs` is not
+    transposed. Where the backend has no such epilogue, planrt runs the
+    matmul and the bias_grad, as before (so the op takes bias_grad's
+    workspace).
+  }];
+  let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$lhs,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$rhs,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$out,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$bias_grad,
+                       BoolAttr:$transpose_lhs, BoolAttr:$transpose_rhs);
+  let assemblyFormat = [{
+    $lhs `,` $rhs `into` $out `,` $bias_grad attr-dict `:` type($lhs) `,` type($rhs) `->` type($out) `,` type($bias_grad)
+  }];
+  let hasVerifier = 1;
+}
+
 class Rank_UnaryCallOp<string mnemonic, string doc> : Rank_CallOp<mnemonic> {
   let summary = doc;
   let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$input,

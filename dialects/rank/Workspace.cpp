@@ -135,6 +135,15 @@ bool runsNative(Operation *op, const WorkspaceEnv &env) {
   if (auto m = dyn_cast<MatmulBiasGeluOp>(op); m && env.cuda)
     return nat::cuda_matmul(dtypeOf(m.getLhs()), dtypeOf(m.getRhs()),
                             dtypeOf(m.getOut()));
+  // pre has out's type (the verifier), so the fallback's gelu_grad is
+  // native whenever the GEMM is.
+  if (auto m = dyn_cast<MatmulDgeluOp>(op); m && env.cuda)
+    return nat::cuda_matmul(dtypeOf(m.getLhs()), dtypeOf(m.getRhs()),
+                            dtypeOf(m.getOut()));
+  if (auto m = dyn_cast<MatmulBiasGradOp>(op); m && env.cuda)
+    return nat::cuda_matmul(dtypeOf(m.getLhs()), dtypeOf(m.getRhs()),
+                            dtypeOf(m.getOut())) &&
+           nat::column_sum(dtypeOf(m.getRhs()), dtypeOf(m.getBiasGrad()));
   return false;
 }
 } // namespace
@@ -213,6 +222,11 @@ int64_t rmsNormGrad(RmsNormGradOp op, const WorkspaceEnv &env) {
 int64_t biasGrad(BiasGradOp op, const WorkspaceEnv &env) {
   int64_t n = numel(op.getOut());
   return n == 0 ? 0 : ws::bias_grad(numel(op.getInput()) / n, n, env.cuda);
+}
+/// What the fallback's bias_grad takes (cuBLASLt's epilogue takes none).
+int64_t matmulBiasGrad(MatmulBiasGradOp op, const WorkspaceEnv &env) {
+  int64_t n = numel(op.getBiasGrad());
+  return n == 0 ? 0 : ws::bias_grad(numel(op.getRhs()) / n, n, env.cuda);
 }
 int64_t attentionGrad(AttentionGradOp op, const WorkspaceEnv &) {
   Value qkv = op.getQkv();
@@ -372,6 +386,8 @@ int64_t moeAuxGrad(MoeAuxGradOp op, const WorkspaceEnv &) {
 
 void planc::rank::registerWorkspaceModels(MLIRContext *ctx) {
   MseLossOp::attachInterface<Model<MseLossOp, mseLoss>>(*ctx);
+  MatmulBiasGradOp::attachInterface<Model<MatmulBiasGradOp, matmulBiasGrad>>(
+      *ctx);
   SumSqAccumulateOp::attachInterface<Model<SumSqAccumulateOp, sumSq>>(*ctx);
   LossScaleOp::attachInterface<Model<LossScaleOp, lossScale>>(*ctx);
   EmbeddingOp::attachInterface<Model<EmbeddingOp, embedding>>(*ctx);

@@ -259,6 +259,12 @@ struct OpCoster {
       return gemm(mm);
     if (auto mm = dyn_cast<rk::MatmulBiasGeluOp>(op))
       return gemm(mm);
+    // The GELU's derivative, or the bias gradient, in the backward GEMM's
+    // epilogue: likewise.
+    if (auto mm = dyn_cast<rk::MatmulDgeluOp>(op))
+      return gemm(mm);
+    if (auto mm = dyn_cast<rk::MatmulBiasGradOp>(op))
+      return gemm(mm);
     if (isa<rk::AttentionOp, rk::AttentionGradOp, rk::AttentionKeepOp,
             rk::AttentionGradKeptOp, rk::AttentionCpOp, rk::AttentionCpGradOp,
             rk::AttentionRingOp, rk::AttentionRingGradOp>(op)) {
@@ -580,6 +586,7 @@ FailureOr<StepReport> planc::computeStepReport(ModuleOp module,
         r.cudnnAttention = "forward only";
     });
     r.libraryBytes = out::kCublasLtWorkspace + ws + recomputed + lse;
+    r.sendCopies = pp > 1;
   }
 
   // Tokens per step: the global batch times the sequence of a token input
@@ -988,11 +995,13 @@ void planc::printStepReport(const StepReport &r, llvm::raw_ostream &os) {
   if (r.libraryBytes > 0)
     os << llvm::format(
         "  outside the plan    at most %.3f MB: cuBLASLt's "
-        "workspace %.3f MB%s%s%s\n",
+        "workspace %.3f MB%s%s%s (not counted: the CUDA context, NCCL's "
+        "buffers%s)\n",
         mb(double(r.libraryBytes)),
         mb(double(planrt::workspace::outside::kCublasLtWorkspace)),
         r.cudnnAttention.empty() ? "" : ", cuDNN's attention (",
-        r.cudnnAttention.c_str(), r.cudnnAttention.empty() ? "" : ")");
+        r.cudnnAttention.c_str(), r.cudnnAttention.empty() ? "" : ")",
+        r.sendCopies ? ", the copies of the tensors a stage sends" : "");
   os << llvm::format(
       "  peak memory         %.3f GB%s of the %s's %.0f GB: %s\n",
       r.memoryPeakBytes() / 1e9,

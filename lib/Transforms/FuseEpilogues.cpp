@@ -24,6 +24,18 @@
 // between, and none of them may read the pre-activation (it would be read
 // before the fused GEMM writes it).
 //
+// The backward has the mirror images. The GEMM of GELU's output gradient
+// (dh = dy W2^T) is read only by rank.gelu_grad (dpre = dh gelu'(pre)):
+// rank.matmul_dgelu applies the derivative in the epilogue
+// (CUBLASLT_EPILOGUE_DGELU, reading the pre-activation the forward's
+// epilogue wrote), at the gelu_grad's place, and dh is never written. A
+// linear layer's bias gradient (rank.bias_grad: column sums of dy, a pass
+// of its own over dy) and its weight gradient (x^T dy, dy not transposed,
+// not accumulating) read the same dy: rank.matmul_bias_grad sums dy's rows
+// as the GEMM reads them (CUBLASLT_EPILOGUE_BGRADA), at the later op's
+// place; the ops between may not write what the earlier one reads or
+// touch what it writes.
+//
 // The LM head's GEMM feeds the loss: rank.cross_entropy reads the logits
 // (fp32, even in a 16-bit plan, where the GEMM widens its output for the
 // fp32 loss), then rank.cross_entropy_grad reads them again and writes the
@@ -85,6 +97,18 @@ bool writesOnlyFresh(Operation *op, Operation *from) {
       return false;
   }
   return true;
+}
+
+/// The buffer `v` is a view of (through rank.view, rank.rows and the other
+/// pure ops that see a buffer in place), or `v` itself.
+Value viewRoot(Value v) {
+  while (Operation *def = v.getDefiningOp()) {
+    if (!isPure(def) || def->getNumOperands() == 0 ||
+        !isa<MemRefType>(def->getOperand(0).getType()))
+      break;
+    v = def->getOperand(0);
+  }
+  return v;
 }
 
 /// The bias add that is the only reader of mm's product, when the pair
@@ -198,7 +222,13 @@ std::optional<InPlaceLoss> fusableLoss(rk::CrossEntropyGradOp grad) {
   // The gradient's buffer: the logits' type (in place on them), or the
   // GEMM's 16-bit operand type (the GEMM writes into it). Nothing uses it
   // before the gradient.
+  // The gradient's buffer is a fresh one of this block: a view of another
+  // (or an argument) would keep its old contents once the gradient lives
+  // only in the logits.
   Value out = grad.getOut();
+  auto outAlloc = out.getDefiningOp<rk::AllocOp>();
+  if (!outAlloc || outAlloc->getBlock() != block)
+    return std::nullopt;
   auto lt = cast<MemRefType>(logits.getType());
   auto gt = cast<MemRefType>(out.getType());
   Type half = cast<MemRefType>(f.mm.getLhs().getType()).getElementType();
@@ -206,9 +236,7 @@ std::optional<InPlaceLoss> fusableLoss(rk::CrossEntropyGradOp grad) {
     f.buffer = logits;
   else if (gt.getShape() == lt.getShape() && gt.getElementType() == half &&
            !half.isF32() &&
-           cast<MemRefType>(f.mm.getRhs().getType()).getElementType() == half &&
-           out.getDefiningOp<rk::AllocOp>() &&
-           out.getDefiningOp()->getBlock() == block)
+           cast<MemRefType>(f.mm.getRhs().getType()).getElementType() == half)
     f.buffer = out;
   else
     return std::nullopt;
@@ -218,11 +246,15 @@ std::optional<InPlaceLoss> fusableLoss(rk::CrossEntropyGradOp grad) {
       return std::nullopt;
   }
   // Between the loss and its gradient, which now run together: nothing
-  // but writes to fresh buffers, and not of the targets.
+  // but writes to fresh buffers, and none of them the targets or the buffer
+  // they are a view of.
+  Value targetsRoot = viewRoot(targets);
   for (Operation *op = f.loss->getNextNode(); op != grad.getOperation();
        op = op->getNextNode())
     if (!writesOnlyFresh(op, f.mm) ||
-        llvm::is_contained(op->getOperands(), targets))
+        llvm::is_contained(op->getOperands(), targets) ||
+        llvm::any_of(op->getOperands(),
+                     [&](Value v) { return viewRoot(v) == targetsRoot; }))
       return std::nullopt;
   // A classifier counts its correct rows from the logits (planrt).
   auto fn = grad->getParentOfType<func::FuncOp>();
@@ -256,6 +288,93 @@ void fuseLoss(rk::CrossEntropyGradOp grad, InPlaceLoss &f) {
 }
 } // namespace
 
+/// Whether an op between `from` and the place a moved op lands reads or
+/// writes `v` (or the buffer it is a view of, or a view of it).
+bool touches(Operation *op, Value v) {
+  Value root = viewRoot(v);
+  return llvm::any_of(op->getOperands(),
+                      [&](Value o) { return viewRoot(o) == root; });
+}
+
+/// The rank.gelu_grad that is the only reader of mm's product (as its
+/// output gradient), when the pair can be one rank.matmul_dgelu; null
+/// otherwise.
+rk::GeluGradOp fusableDgelu(rk::MatmulOp mm) {
+  if (mm.getAccumulate())
+    return {};
+  Value product = mm.getOut();
+  auto alloc = product.getDefiningOp<rk::AllocOp>();
+  if (!alloc || alloc->getBlock() != mm->getBlock())
+    return {};
+  rk::GeluGradOp grad;
+  for (Operation *user : product.getUsers()) {
+    if (user == mm.getOperation())
+      continue;
+    auto g = dyn_cast<rk::GeluGradOp>(user);
+    if (!g || grad || g.getRhs() != product || g.getLhs() == product ||
+        g->getBlock() != mm->getBlock() || !mm->isBeforeInBlock(g))
+      return {};
+    grad = g;
+  }
+  if (!grad)
+    return {};
+  // The fused GEMM reads pre and writes the gradient's output (the
+  // product's buffer or another) while it reads its operands.
+  Value pre = grad.getLhs(), out = grad.getOut();
+  if (pre.getType() != out.getType() || out.getType() != product.getType() ||
+      viewRoot(out) == viewRoot(pre) ||
+      llvm::is_contained({mm.getLhs(), mm.getRhs()}, out))
+    return {};
+  // Between the two: nothing that writes what the GEMM reads, or touches
+  // pre or the output.
+  for (Operation *op = mm->getNextNode(); op != grad.getOperation();
+       op = op->getNextNode())
+    if (!writesOnlyFresh(op, mm) || touches(op, pre) ||
+        (out != product && touches(op, out)))
+      return {};
+  return grad;
+}
+
+/// The weight-gradient GEMM (x^T dy, dy not transposed) that reads the
+/// bias gradient's dy, when the two can be one rank.matmul_bias_grad; null
+/// otherwise. The fused op runs at the later of the two, so the ops between
+/// must neither write what the earlier one reads nor touch what it writes.
+rk::MatmulOp fusableBiasGrad(rk::BiasGradOp bg) {
+  Value dy = bg.getInput();
+  auto db = cast<MemRefType>(bg.getOut().getType());
+  auto dyType = cast<MemRefType>(dy.getType());
+  if (db.getRank() != 1 ||
+      db.getDimSize(0) != dyType.getDimSize(dyType.getRank() - 1))
+    return {};
+  rk::MatmulOp mm;
+  for (Operation *user : dy.getUsers()) {
+    auto m = dyn_cast<rk::MatmulOp>(user);
+    if (m && !mm && m.getRhs() == dy && !m.getTransposeRhs() &&
+        !m.getAccumulate() && m.getLhs() != dy &&
+        m->getBlock() == bg->getBlock())
+      mm = m;
+  }
+  if (!mm)
+    return {};
+  Value outs[] = {mm.getOut(), bg.getOut()};
+  if (viewRoot(outs[0]) == viewRoot(outs[1]) ||
+      llvm::any_of(outs, [&](Value o) {
+        return viewRoot(o) == viewRoot(dy) ||
+               viewRoot(o) == viewRoot(mm.getLhs());
+      }))
+    return {};
+  Operation *first =
+      mm->isBeforeInBlock(bg) ? mm.getOperation() : bg.getOperation();
+  Operation *second =
+      first == mm.getOperation() ? bg.getOperation() : mm.getOperation();
+  Value firstOut = first == mm.getOperation() ? outs[0] : outs[1];
+  for (Operation *op = first->getNextNode(); op != second;
+       op = op->getNextNode())
+    if (!writesOnlyFresh(op, first) || touches(op, firstOut))
+      return {};
+  return mm;
+}
+
 void FuseEpiloguesPass::runOnOperation() {
   if (target != "cuda")
     return;
@@ -286,6 +405,40 @@ void FuseEpiloguesPass::runOnOperation() {
     withGelu->setDiscardableAttrs(fused->getDiscardableAttrDictionary());
     gelu.erase();
     fused.erase();
+  }
+  // The backward: GELU's derivative in the GEMM of its output gradient.
+  matmuls.clear();
+  getOperation().walk([&](rk::MatmulOp mm) { matmuls.push_back(mm); });
+  for (rk::MatmulOp mm : matmuls) {
+    rk::GeluGradOp grad = fusableDgelu(mm);
+    if (!grad)
+      continue;
+    OpBuilder builder(grad);
+    auto fused = rk::MatmulDgeluOp::create(
+        builder, mm.getLoc(), mm.getLhs(), mm.getRhs(), grad.getLhs(),
+        grad.getOut(), mm.getTransposeLhsAttr(), mm.getTransposeRhsAttr());
+    fused->setDiscardableAttrs(mm->getDiscardableAttrDictionary());
+    Operation *alloc = mm.getOut().getDefiningOp();
+    grad.erase();
+    mm.erase();
+    if (alloc->use_empty())
+      alloc->erase();
+  }
+  // A linear layer's bias gradient in its weight gradient's GEMM.
+  SmallVector<rk::BiasGradOp> biasGrads;
+  getOperation().walk([&](rk::BiasGradOp bg) { biasGrads.push_back(bg); });
+  for (rk::BiasGradOp bg : biasGrads) {
+    rk::MatmulOp mm = fusableBiasGrad(bg);
+    if (!mm)
+      continue;
+    OpBuilder builder(mm->isBeforeInBlock(bg) ? bg.getOperation()
+                                              : mm.getOperation());
+    auto fused = rk::MatmulBiasGradOp::create(
+        builder, mm.getLoc(), mm.getLhs(), mm.getRhs(), mm.getOut(),
+        bg.getOut(), mm.getTransposeLhsAttr(), mm.getTransposeRhsAttr());
+    fused->setDiscardableAttrs(mm->getDiscardableAttrDictionary());
+    bg.erase();
+    mm.erase();
   }
   SmallVector<rk::CrossEntropyGradOp> losses;
   getOperation().walk([&](rk::CrossEntropyGradOp g) { losses.push_back(g); });

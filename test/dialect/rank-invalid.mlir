@@ -128,3 +128,43 @@ func.func @matmul_bias_gelu(%a: memref<4x4xf32>, %b: memref<4x2xf32>, %bias: mem
   rank.matmul_bias_gelu %a, %b, %bias into %c, %g {transpose_lhs = false, transpose_rhs = false} : memref<4x4xf32>, memref<4x2xf32>, memref<4xf32> -> memref<4x2xf32>, memref<4x2xf32>
   return
 }
+
+// -----
+
+func.func @matmul_dgelu(%a: memref<4x4xf32>, %b: memref<4x2xf32>, %c: memref<4x2xf32>) {
+  // expected-error @below {{expects pre and out in two buffers}}
+  rank.matmul_dgelu %a, %b, %c into %c {transpose_lhs = false, transpose_rhs = false} : memref<4x4xf32>, memref<4x2xf32>, memref<4x2xf32> -> memref<4x2xf32>
+  return
+}
+
+// -----
+
+func.func @matmul_dgelu(%a: memref<4x4xf32>, %b: memref<4x2xf32>, %p: memref<4x2xbf16>, %c: memref<4x2xf32>) {
+  // expected-error @below {{expects pre and out of one type, got 'memref<4x2xbf16>' and 'memref<4x2xf32>'}}
+  rank.matmul_dgelu %a, %b, %p into %c {transpose_lhs = false, transpose_rhs = false} : memref<4x4xf32>, memref<4x2xf32>, memref<4x2xbf16> -> memref<4x2xf32>
+  return
+}
+
+// -----
+
+func.func @matmul_bias_grad(%a: memref<4x4xf32>, %b: memref<2x4xf32>, %c: memref<4x2xf32>, %db: memref<4xf32>) {
+  // expected-error @below {{expects rhs not transposed (the bias gradient sums its rows)}}
+  rank.matmul_bias_grad %a, %b into %c, %db {transpose_lhs = true, transpose_rhs = true} : memref<4x4xf32>, memref<2x4xf32> -> memref<4x2xf32>, memref<4xf32>
+  return
+}
+
+// -----
+
+func.func @matmul_bias_grad(%a: memref<4x4xf32>, %b: memref<4x2xf32>, %c: memref<4x2xf32>, %db: memref<4xf32>) {
+  // expected-error @below {{expects a bias gradient of rhs's last dim (2), got 'memref<4xf32>'}}
+  rank.matmul_bias_grad %a, %b into %c, %db {transpose_lhs = true, transpose_rhs = false} : memref<4x4xf32>, memref<4x2xf32> -> memref<4x2xf32>, memref<4xf32>
+  return
+}
+
+// -----
+
+func.func @matmul_bias_grad(%a: memref<4x4xf32>, %b: memref<4x2xf32>, %c: memref<4x2xf32>, %db: memref<2xbf16>) {
+  // expected-error @below {{expects a bias gradient of rhs's element type or f32, got 'memref<2xbf16>'}}
+  rank.matmul_bias_grad %a, %b into %c, %db {transpose_lhs = true, transpose_rhs = false} : memref<4x4xf32>, memref<4x2xf32> -> memref<4x2xf32>, memref<2xbf16>
+  return
+}

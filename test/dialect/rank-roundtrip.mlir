@@ -23,6 +23,13 @@ func.func @step() {
   %g2 = rank.alloc : memref<4x2xf32>
   // CHECK: rank.matmul_bias_gelu %{{.*}}, %{{.*}}, %{{.*}} into %{{.*}}, %{{.*}} {transpose_lhs = false, transpose_rhs = true}
   rank.matmul_bias_gelu %x, %w2, %bias2 into %t, %g2 {transpose_lhs = false, transpose_rhs = true} : memref<4x4xf32>, memref<2x4xf32>, memref<2xf32> -> memref<4x2xf32>, memref<4x2xf32>
+  %d2 = rank.alloc : memref<4x2xf32>
+  // CHECK: rank.matmul_dgelu %{{.*}}, %{{.*}}, %{{.*}} into %{{.*}} {transpose_lhs = false, transpose_rhs = true}
+  rank.matmul_dgelu %x, %w2, %t into %d2 {transpose_lhs = false, transpose_rhs = true} : memref<4x4xf32>, memref<2x4xf32>, memref<4x2xf32> -> memref<4x2xf32>
+  %dw = rank.alloc : memref<4x2xf32>
+  %db = rank.alloc : memref<2xf32>
+  // CHECK: rank.matmul_bias_grad %{{.*}}, %{{.*}} into %{{.*}}, %{{.*}} {transpose_lhs = true, transpose_rhs = false} : memref<4x4xf32>, memref<4x2xf32> -> memref<4x2xf32>, memref<2xf32>
+  rank.matmul_bias_grad %x, %t into %dw, %db {transpose_lhs = true, transpose_rhs = false} : memref<4x4xf32>, memref<4x2xf32> -> memref<4x2xf32>, memref<2xf32>
   %l = rank.alloc : memref<f32>
   %logits = rank.alloc : memref<4x8xbf16>
   %ids = rank.alloc : memref<4xi32>

@@ -321,3 +321,149 @@ func.func @plan_step(%h: memref<4x8xf32>, %w: memref<8x16xf32>, %t: memref<4xi32
 // CHECK-LABEL: func.func @plan_step
 // CHECK-NOT: cross_entropy_in_place
 // CHECK: return
+
+// -----
+
+// The gradient written into a view of a caller's buffer: fused, the
+// gradient would live only in the logits and the buffer keep old values.
+func.func @plan_step(%h: memref<4x8xf32>, %w: memref<8x16xf32>, %t: memref<4xi32>, %big: memref<64xf32>) {
+  %logits = rank.alloc : memref<4x16xf32>
+  rank.matmul %h, %w into %logits {transpose_lhs = false, transpose_rhs = false} : memref<4x8xf32>, memref<8x16xf32> -> memref<4x16xf32>
+  %loss = rank.alloc : memref<f32>
+  rank.cross_entropy %logits, %t into %loss {scale = 2.500000e-01 : f32} : memref<4x16xf32>, memref<4xi32> -> memref<f32>
+  %d = rank.view %big : memref<64xf32> -> memref<4x16xf32>
+  rank.cross_entropy_grad %logits, %t into %d {scale = 2.500000e-01 : f32} : memref<4x16xf32>, memref<4xi32> -> memref<4x16xf32>
+  return
+}
+// CHECK-LABEL: func.func @plan_step
+// CHECK-NOT: cross_entropy_in_place
+// CHECK: return
+
+// -----
+
+// The targets a view of a fresh buffer that is written between the loss
+// and the gradient (through the buffer, not the view).
+func.func @plan_step(%h: memref<4x1x8xf32>, %w: memref<8x16xf32>, %r: memref<4x1x3xf32>, %c0: index) {
+  %logits = rank.alloc : memref<4x1x16xf32>
+  rank.matmul %h, %w into %logits {transpose_lhs = false, transpose_rhs = false} : memref<4x1x8xf32>, memref<8x16xf32> -> memref<4x1x16xf32>
+  %tb = rank.alloc : memref<4x1xi32>
+  %t = rank.rows %tb, %c0 of 1 : memref<4x1xi32> -> memref<4x1xi32>
+  %loss = rank.alloc : memref<f32>
+  rank.cross_entropy %logits, %t into %loss {scale = 2.500000e-01 : f32} : memref<4x1x16xf32>, memref<4x1xi32> -> memref<f32>
+  rank.moe_topk %r into %tb {top_k = 1 : i64, capacity = 0 : i64} : memref<4x1x3xf32> -> memref<4x1xi32>
+  %d = rank.alloc : memref<4x1x16xf32>
+  rank.cross_entropy_grad %logits, %t into %d {scale = 2.500000e-01 : f32} : memref<4x1x16xf32>, memref<4x1xi32> -> memref<4x1x16xf32>
+  return
+}
+// CHECK-LABEL: func.func @plan_step
+// CHECK-NOT: cross_entropy_in_place
+// CHECK: return
+
+// -----
+
+// The backward of GELU: the GEMM of its output gradient, read only by the
+// gelu_grad, applies the derivative in its epilogue (reading pre), and the
+// product's buffer goes.
+func.func @plan_step(%dy: memref<8x16xbf16>, %w2: memref<32x16xbf16>, %pre: memref<8x32xbf16>) {
+  %dh = rank.alloc : memref<8x32xbf16>
+  rank.matmul %dy, %w2 into %dh {transpose_lhs = false, transpose_rhs = true} : memref<8x16xbf16>, memref<32x16xbf16> -> memref<8x32xbf16>
+  %dpre = rank.alloc : memref<8x32xbf16>
+  rank.gelu_grad %pre, %dh into %dpre : memref<8x32xbf16>, memref<8x32xbf16> -> memref<8x32xbf16>
+  return
+}
+// CHECK-LABEL: func.func @plan_step
+// CHECK-NEXT: %[[D:.*]] = rank.alloc : memref<8x32xbf16>
+// CHECK-NEXT: rank.matmul_dgelu %arg0, %arg1, %arg2 into %[[D]] {transpose_lhs = false, transpose_rhs = true} : memref<8x16xbf16>, memref<32x16xbf16>, memref<8x32xbf16> -> memref<8x32xbf16>
+// CHECK-NEXT: return
+
+// -----
+
+// The product read by another op too, or pre written in between: apart.
+func.func @plan_step(%dy: memref<8x16xbf16>, %w2: memref<32x16xbf16>, %pre: memref<8x32xbf16>, %y: memref<8x32xbf16>) {
+  %dh = rank.alloc : memref<8x32xbf16>
+  rank.matmul %dy, %w2 into %dh {transpose_lhs = false, transpose_rhs = true} : memref<8x16xbf16>, memref<32x16xbf16> -> memref<8x32xbf16>
+  %dpre = rank.alloc : memref<8x32xbf16>
+  rank.gelu_grad %pre, %dh into %dpre : memref<8x32xbf16>, memref<8x32xbf16> -> memref<8x32xbf16>
+  rank.add %dh, %dpre into %y : memref<8x32xbf16>, memref<8x32xbf16> -> memref<8x32xbf16>
+  return
+}
+// CHECK-LABEL: func.func @plan_step
+// CHECK-NOT: matmul_dgelu
+// CHECK: return
+
+// -----
+
+func.func @plan_step(%dy: memref<8x16xbf16>, %w2: memref<32x16xbf16>, %y: memref<8x32xbf16>) {
+  %pre = rank.alloc : memref<8x32xbf16>
+  %dh = rank.alloc : memref<8x32xbf16>
+  rank.matmul %dy, %w2 into %dh {transpose_lhs = false, transpose_rhs = true} : memref<8x16xbf16>, memref<32x16xbf16> -> memref<8x32xbf16>
+  rank.gelu %y into %pre : memref<8x32xbf16> -> memref<8x32xbf16>
+  %dpre = rank.alloc : memref<8x32xbf16>
+  rank.gelu_grad %pre, %dh into %dpre : memref<8x32xbf16>, memref<8x32xbf16> -> memref<8x32xbf16>
+  return
+}
+// CHECK-LABEL: func.func @plan_step
+// CHECK-NOT: matmul_dgelu
+// CHECK: return
+
+// -----
+
+// A linear layer's bias gradient and weight gradient of one dy: one GEMM
+// that sums dy's rows in its epilogue, at the later op's place.
+func.func @plan_step(%x: memref<8x16xbf16>, %dy: memref<8x32xbf16>, %w: memref<16x32xbf16>) {
+  %db = rank.alloc : memref<32xf32>
+  rank.bias_grad %dy into %db : memref<8x32xbf16> -> memref<32xf32>
+  %dx = rank.alloc : memref<8x16xbf16>
+  rank.matmul %dy, %w into %dx {transpose_lhs = false, transpose_rhs = true} : memref<8x32xbf16>, memref<16x32xbf16> -> memref<8x16xbf16>
+  %dw = rank.alloc : memref<16x32xf32>
+  rank.matmul %x, %dy into %dw {transpose_lhs = true, transpose_rhs = false} : memref<8x16xbf16>, memref<8x32xbf16> -> memref<16x32xf32>
+  return
+}
+// CHECK-LABEL: func.func @plan_step
+// CHECK-NEXT: %[[DB:.*]] = rank.alloc : memref<32xf32>
+// CHECK-NEXT: %[[DX:.*]] = rank.alloc : memref<8x16xbf16>
+// CHECK-NEXT: rank.matmul %arg1, %arg2 into %[[DX]]
+// CHECK-NEXT: %[[DW:.*]] = rank.alloc : memref<16x32xf32>
+// CHECK-NEXT: rank.matmul_bias_grad %arg0, %arg1 into %[[DW]], %[[DB]] {transpose_lhs = true, transpose_rhs = false} : memref<8x16xbf16>, memref<8x32xbf16> -> memref<16x32xf32>, memref<32xf32>
+// CHECK-NEXT: return
+
+// -----
+
+// Apart: the bias gradient read before the weight gradient's GEMM, an
+// accumulating GEMM, dy transposed.
+func.func @plan_step(%x: memref<8x16xbf16>, %dy: memref<8x32xbf16>, %s: memref<32xf32>) {
+  %db = rank.alloc : memref<32xf32>
+  rank.bias_grad %dy into %db : memref<8x32xbf16> -> memref<32xf32>
+  rank.add %db, %db into %s : memref<32xf32>, memref<32xf32> -> memref<32xf32>
+  %dw = rank.alloc : memref<16x32xf32>
+  rank.matmul %x, %dy into %dw {transpose_lhs = true, transpose_rhs = false} : memref<8x16xbf16>, memref<8x32xbf16> -> memref<16x32xf32>
+  return
+}
+// CHECK-LABEL: func.func @plan_step
+// CHECK-NOT: matmul_bias_grad
+// CHECK: return
+
+// -----
+
+func.func @plan_step(%x: memref<8x16xbf16>, %dy: memref<8x32xbf16>, %dw: memref<16x32xf32>) {
+  %db = rank.alloc : memref<32xf32>
+  rank.bias_grad %dy into %db : memref<8x32xbf16> -> memref<32xf32>
+  rank.matmul %x, %dy into %dw {transpose_lhs = true, transpose_rhs = false, accumulate} : memref<8x16xbf16>, memref<8x32xbf16> -> memref<16x32xf32>
+  return
+}
+// CHECK-LABEL: func.func @plan_step
+// CHECK-NOT: matmul_bias_grad
+// CHECK: return
+
+// -----
+
+func.func @plan_step(%x: memref<32x16xbf16>, %dy: memref<8x32xbf16>) {
+  %db = rank.alloc : memref<32xf32>
+  rank.bias_grad %dy into %db : memref<8x32xbf16> -> memref<32xf32>
+  %dw = rank.alloc : memref<16x8xf32>
+  rank.matmul %x, %dy into %dw {transpose_lhs = true, transpose_rhs = true} : memref<32x16xbf16>, memref<8x32xbf16> -> memref<16x8xf32>
+  return
+}
+// CHECK-LABEL: func.func @plan_step
+// CHECK-NOT: matmul_bias_grad
+// CHECK: return

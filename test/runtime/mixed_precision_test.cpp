@@ -489,6 +489,64 @@ TEST_F(MixedPrecisionTest, MatmulBiasGeluIsTheThreeOps) {
       "matmul_bias_gelu: pre .* and out .* have different shapes");
 }
 
+TEST_F(MixedPrecisionTest, MatmulDgeluIsTheTwoOps) {
+  // planrt::matmul_dgelu: on the host matmul, then gelu_grad over the
+  // product, with their bits.
+  for (int dtype : {F32, BF16, F16}) {
+    SCOPED_TRACE(dtype);
+    Tensor *a = random({6, 64}), *b = random({8, 64}), *pre = random({6, 8});
+    if (dtype != F32) {
+      a = narrowed(a, dtype).first;
+      b = narrowed(b, dtype).first;
+      pre = narrowed(pre, dtype).first;
+    }
+    Tensor *prod = make16({6, 8}, dtype), *ref = make16({6, 8}, dtype);
+    matmul(ctx, a, b, prod, false, true);
+    gelu_grad(ctx, pre, prod, ref);
+    Tensor *dpre = make16({6, 8}, dtype);
+    matmul_dgelu(ctx, a, b, pre, dpre, false, true);
+    size_t bytes = (size_t)dpre->numel() * (dtype == F32 ? 4 : 2);
+    EXPECT_EQ(std::memcmp(dpre->data, ref->data, bytes), 0);
+  }
+  Tensor *a = make({3, 4}), *b = make({4, 5}), *pre = make({3, 5});
+  EXPECT_DEATH(matmul_dgelu(ctx, a, b, pre, pre, false, false),
+               "matmul_dgelu: dpre may not alias pre");
+  EXPECT_DEATH(matmul_dgelu(ctx, a, b, make({5, 3}), pre, false, false),
+               "matmul_dgelu: pre .* and dpre .* have different shapes");
+}
+
+TEST_F(MixedPrecisionTest, MatmulBiasGradIsTheTwoOps) {
+  // planrt::matmul_bias_grad: on the host matmul (x^T dy), then bias_grad
+  // of dy, with their bits; the gradients in dy's type or fp32 (a 16-bit
+  // plan's, widened for the fp32 master weights).
+  for (int dtype : {F32, BF16, F16})
+    for (int gtype : {dtype, int(F32)}) {
+      SCOPED_TRACE(::testing::Message() << dtype << " " << gtype);
+      Tensor *x = random({12, 16}), *dy = random({12, 8});
+      if (dtype != F32) {
+        x = narrowed(x, dtype).first;
+        dy = narrowed(dy, dtype).first;
+      }
+      Tensor *cref = make16({16, 8}, gtype), *dbref = make16({8}, gtype);
+      matmul(ctx, x, dy, cref, true, false);
+      bias_grad(ctx, dy, dbref);
+      Tensor *c = make16({16, 8}, gtype), *db = make16({8}, gtype);
+      matmul_bias_grad(ctx, x, dy, c, db, true, false);
+      const size_t w = gtype == F32 ? 4 : 2;
+      EXPECT_EQ(std::memcmp(c->data, cref->data, c->numel() * w), 0);
+      EXPECT_EQ(std::memcmp(db->data, dbref->data, db->numel() * w), 0);
+    }
+  Tensor *x = make({3, 4}), *dy = make({3, 5}), *c = make({4, 5});
+  EXPECT_DEATH(matmul_bias_grad(ctx, x, dy, c, make({4}), true, false),
+               "matmul_bias_grad: db must be 1-D of b's last dim: b \\[3, "
+               "5\\], db \\[4\\]");
+  Tensor *db = make({5});
+  EXPECT_DEATH(matmul_bias_grad(ctx, x, dy, c, c, true, false),
+               "matmul_bias_grad: db must be 1-D");
+  EXPECT_DEATH(matmul_bias_grad(ctx, x, db, c, db, true, false),
+               "matmul_bias_grad: db must be 1-D of b's last dim");
+}
+
 TEST_F(MixedPrecisionTest, MatmulBiasChecksItsBias) {
   Tensor *a = make({3, 4}), *b = make({4, 5}), *c = make({3, 5});
   EXPECT_DEATH(matmul_bias(ctx, a, b, make({4}), c, false, false),

@@ -113,6 +113,9 @@ struct StepReport {
   // the largest attention cuDNN may run ("" when none).
   int64_t libraryBytes = 0;
   std::string cudnnAttention;
+  /// Pipelined on the cuda target: each send copies its tensor into a
+  /// buffer of its own until it is sent (not counted in libraryBytes).
+  bool sendCopies = false;
 
   double sentBytes() const;
   double tokensPerSecond() const { return tokensPerStep / stepTime; }

@@ -300,7 +300,7 @@ def SchedulePipeline : Pass<"plan-schedule-pipeline", "mlir::ModuleOp"> {
 }
 
 def FuseEpilogues : Pass<"plan-fuse-epilogues", "mlir::ModuleOp"> {
-  let summary = "cuda: bias and GELU in the GEMM's epilogue, the LM head's loss and gradient in one pass";
+  let summary = "cuda: bias, GELU and their gradients in the GEMMs' epilogues, the LM head's loss and gradient in one pass";
   let description = [{
     On the cuda target, `rank.matmul` (not accumulating) into a buffer whose
     only reader is a `rank.bias_add` of a bias as long as the product's last
@@ -312,7 +312,14 @@ def FuseEpilogues : Pass<"plan-fuse-epilogues", "mlir::ModuleOp"> {
     cast of the bias, typically). A `rank.gelu` (tanh form) that reads the
     result next, with nothing reading it in between, joins as well:
     `rank.matmul_bias_gelu` writes the pre-activation (for the backward)
-    and the GELU. The LM head's `rank.cross_entropy` and
+    and the GELU. In the backward, a matmul whose product only a
+    `rank.gelu_grad` reads (as its output gradient) becomes
+    `rank.matmul_dgelu` at the gelu_grad's place (the derivative in the
+    epilogue, reading the pre-activation), and a `rank.bias_grad` of dy
+    with the non-accumulating `rank.matmul` x^T dy (dy not transposed)
+    becomes `rank.matmul_bias_grad` at the later one's place (cuBLASLt sums
+    dy's rows as it reads them), when the ops between neither write what
+    the moved op reads nor touch what it writes. The LM head's `rank.cross_entropy` and
     `rank.cross_entropy_grad` of the same logits (written by a
     non-accumulating `rank.matmul`, read by nothing else but observers)
     become one `rank.cross_entropy_in_place` at the loss's place: the

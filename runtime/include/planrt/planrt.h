@@ -433,6 +433,22 @@ void matmul_bias(Context *ctx, const Tensor *a, const Tensor *b,
 void matmul_bias_gelu(Context *ctx, const Tensor *a, const Tensor *b,
                       const Tensor *bias, Tensor *pre, Tensor *out,
                       bool transpose_a, bool transpose_b);
+/// dpre = (op(a) @ op(b)) * gelu'(pre) (tanh form): the GEMM of GELU's
+/// output gradient followed by gelu_grad (plan-fuse-epilogues, cuda
+/// target). On cuda the derivative is applied in the GEMM's epilogue
+/// (cuBLASLt's DGELU, reading pre) when all five tensors share one type;
+/// else, and on the host, it is matmul then gelu_grad, with their results.
+void matmul_dgelu(Context *ctx, const Tensor *a, const Tensor *b,
+                  const Tensor *pre, Tensor *dpre, bool transpose_a,
+                  bool transpose_b);
+/// c = op(a) @ op(b) and db = bias_grad(b): a linear layer's weight
+/// gradient x^T dy and its bias gradient (plan-fuse-epilogues, cuda
+/// target). On cuda db comes from the GEMM's epilogue (cuBLASLt's BGRADA,
+/// which sums the rows of b as it reads them) when b is not transposed and
+/// cuBLASLt has an algorithm; else, and on the host, it is matmul then
+/// bias_grad, with their results.
+void matmul_bias_grad(Context *ctx, const Tensor *a, const Tensor *b, Tensor *c,
+                      Tensor *db, bool transpose_a, bool transpose_b);
 /// c += op(a) @ op(b), the sum in fp32 (a weight gradient accumulated over
 /// microbatches by its GEMM, as Megatron's gradient-accumulation fusion).
 void matmul_accumulate(Context *ctx, const Tensor *a, const Tensor *b,

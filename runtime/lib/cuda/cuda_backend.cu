@@ -2,7 +2,8 @@
 //
 // One GPU per rank, chosen by the rank's index within its node. Kernels run the
 // shared functors of planrt/kernels.h from a grid-stride __global__ kernel, or
-// a family's own kernel under lib/cuda/ (overloads of detail::launch below;
+// a family's own kernel under lib/cuda/ (overloads of detail::launch below:
+// element-wise functors eight elements a thread, elementwise.cu;
 // AdamW updates are queued and launched together; 16-bit attention goes to
 // cuDNN first, attention_cudnn.cpp); GEMM is cuBLASLt (with the bias of
 // matmul_bias in its epilogue; fp32
@@ -40,6 +41,7 @@
 #include "attention_cudnn.h"
 #include "classifier.h"
 #include "column_sums.h"
+#include "elementwise.h"
 #include "embedding.h"
 #include "planrt/workspace.h"
 #include "norms.h"
@@ -86,7 +88,7 @@ void check_nccl(ncclResult_t r, const char *what, const char *file, int line) {
 #define NCCL_CHECK(call) check_nccl((call), #call, __FILE__, __LINE__)
 
 /// A cached cuBLASLt matmul: descriptors and the chosen algorithm (none:
-/// cuBLASLt has no algorithm with this one's bias epilogue).
+/// cuBLASLt has no algorithm with this one's epilogue).
 struct GemmPlan {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
@@ -94,12 +96,25 @@ struct GemmPlan {
   bool found = false;
 };
 
+/// What a GEMM does besides the product, in cuBLASLt's epilogue: `kind`
+/// (CUBLASLT_EPILOGUE_DEFAULT: nothing), its vector (a bias read, or a
+/// bias gradient written: CUBLASLT_MATMUL_DESC_BIAS_POINTER) of type
+/// `vector_type`, and its auxiliary matrix (GELU's pre-activation, written
+/// by GELU_AUX_BIAS, read by DGELU), laid out like c.
+struct Epilogue {
+  cublasLtEpilogue_t kind = CUBLASLT_EPILOGUE_DEFAULT;
+  const void *vector = nullptr;
+  cudaDataType_t vector_type = CUDA_R_32F;
+  const void *aux = nullptr;
+};
+
 // (ta, tb, m, n, k, lda, ldb, ldc, alignment of a, b, c, element type of a
-// and b, of c, alignment of the bias (0: no bias epilogue), of the GELU
-// epilogue's pre-activation (0: none))
+// and b, of c, the epilogue, its vector's type and alignment, its auxiliary
+// matrix's alignment)
 using GemmKey =
     std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-               int, int, int, cudaDataType_t, cudaDataType_t, int, int>;
+               int, int, int, cudaDataType_t, cudaDataType_t, int,
+               cudaDataType_t, int, int>;
 
 constexpr size_t kWorkspaceBytes =
     (size_t)workspace::outside::kCublasLtWorkspace;
@@ -130,9 +145,9 @@ struct CudaState {
   // The last communication issued since the last wait for the streams
   // (named in the watchdog's message; axis_mask -2: none).
   watchdog::Op last_comm = watchdog::group_op("the device's work", -2);
-  /// GEMM shapes (plan cache entries) with a bias epilogue that cuBLASLt
-  /// runs, and that it has no algorithm for (matmul_bias falls back).
-  int64_t epilogues_run = 0, epilogues_refused = 0;
+  /// GEMM shapes (plan cache entries) by (epilogue, whether cuBLASLt has an
+  /// algorithm for it: else the op runs its parts as separate kernels).
+  std::map<std::pair<int, bool>, int64_t> epilogues;
   /// AdamW updates queued since the last other use of the stream
   /// (lib/cuda/optimizer_blocks.h): launched together by flush_updates.
   optimizer::AdamWBatch updates;
@@ -272,12 +287,29 @@ std::string library_note(Context *ctx) {
   if (*cuda_attention::cudnn::status())
     note += std::string("attention: ") + cuda_attention::cudnn::status() + "\n";
   const CudaState *s = static_cast<const CudaState *>(ctx->backend);
-  if (s && (s->epilogues_run || s->epilogues_refused))
-    note +=
-        "gemm epilogues: " + std::to_string(s->epilogues_run) +
-        " GEMM shape(s) add their bias (and GELU) in cuBLASLt's epilogue, " +
-        std::to_string(s->epilogues_refused) +
-        " fell back to separate kernels (no cuBLASLt algorithm)\n";
+  if (!s || s->epilogues.empty())
+    return note;
+  // Per epilogue: GEMM shapes that ran it, and that fell back to separate
+  // kernels (cuBLASLt had no algorithm).
+  std::map<int, std::pair<int64_t, int64_t>> by_kind;
+  for (const auto &kv : s->epilogues)
+    (kv.first.second ? by_kind[kv.first.first].first
+                     : by_kind[kv.first.first].second) += kv.second;
+  note += "gemm epilogues:";
+  const char *sep = " ";
+  for (const auto &kv : by_kind) {
+    const char *name = kv.first == CUBLASLT_EPILOGUE_BIAS ? "bias"
+                       : kv.first == CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+                           ? "bias+gelu"
+                       : kv.first == CUBLASLT_EPILOGUE_DGELU ? "dgelu"
+                       : kv.first == CUBLASLT_EPILOGUE_BGRADA ? "bias grad"
+                                                              : "other";
+    note += sep + std::string(name) + " " + std::to_string(kv.second.first) +
+            " shape(s) in cuBLASLt's epilogue, " +
+            std::to_string(kv.second.second) + " as separate kernels";
+    sep = "; ";
+  }
+  note += "\n";
   return note;
 }
 
@@ -494,6 +526,48 @@ template <class F> void launch(Context *ctx, int64_t n, const F &f) {
   launch_rows(ctx, n, f);
 }
 
+/// Element-wise functors (lib/cuda/elementwise.cu): eight elements a
+/// thread with 128-bit loads and stores where the pointers allow it, one
+/// thread per element where they do not.
+template <class F> void launch_groups(Context *ctx, int64_t n, const F &f) {
+  if (!cuda_elementwise::run(state(ctx)->stream, n, f))
+    launch_rows(ctx, n, f);
+}
+template <class T>
+void launch(Context *ctx, int64_t n, const kernels::AddFn<T> &f) {
+  launch_groups(ctx, n, f);
+}
+template <class T>
+void launch(Context *ctx, int64_t n, const kernels::SubFn<T> &f) {
+  launch_groups(ctx, n, f);
+}
+template <class T>
+void launch(Context *ctx, int64_t n, const kernels::MulFn<T> &f) {
+  launch_groups(ctx, n, f);
+}
+template <class T>
+void launch(Context *ctx, int64_t n, const kernels::ScaleFn<T> &f) {
+  launch_groups(ctx, n, f);
+}
+template <class T>
+void launch(Context *ctx, int64_t n, const kernels::BiasAddFn<T> &f) {
+  launch_groups(ctx, n, f);
+}
+template <class A, class T>
+void launch(Context *ctx, int64_t n, const kernels::MapFn<A, T> &f) {
+  launch_groups(ctx, n, f);
+}
+template <class A, class T>
+void launch(Context *ctx, int64_t n, const kernels::MapGradFn<A, T> &f) {
+  launch_groups(ctx, n, f);
+}
+inline void launch(Context *ctx, int64_t n, const kernels::CopyFn &f) {
+  launch_groups(ctx, n, f);
+}
+inline void launch(Context *ctx, int64_t n, const kernels::CastFn &f) {
+  launch_groups(ctx, n, f);
+}
+
 /// Attention (lib/cuda/attention.cu) for the head dims it is built for.
 /// Its tiles keep no exponentials: the forward writes only the row
 /// statistics, and the backward reads those (never `keep`), consistently,
@@ -595,22 +669,29 @@ namespace {
 /// (CUBLAS_COMPUTE_32F_FAST_TF32).
 /// cuBLASLt is column-major: a row-major matrix is its transpose in
 /// column-major, so we compute c^T[n,m] = op(b)^T op(a)^T with b as the
-/// first operand. With `bias` (beta 0, of c's type), c[i, j] += bias[j] in
-/// the epilogue (CUBLASLT_EPILOGUE_BIAS: the bias runs along c^T's n rows);
-/// with `pre` as well, pre gets that and c its GELU, tanh form
-/// (CUBLASLT_EPILOGUE_GELU_AUX_BIAS, pre as the auxiliary output, ld ldc).
+/// first operand ("A" to cuBLASLt). So in the epilogue a vector along
+/// c's rows in cuBLASLt's terms runs along row-major c's columns: BIAS adds
+/// bias[j] to c[i, j]; GELU_AUX_BIAS also writes the biased product to the
+/// auxiliary matrix and its GELU (tanh form) to c; DGELU multiplies the
+/// product by gelu'(aux); BGRADA writes the sum over k of b (the first
+/// operand), i.e. db[j] = sum_r b[r, j] for b = dy [rows, n] of a weight
+/// gradient x^T dy. The auxiliary matrix has c's layout (ld ldc).
 /// False, having done nothing, when cuBLASLt has no algorithm for that
 /// epilogue (the caller runs the ops itself). Without one it is always true.
 bool gemm_lt(Context *ctx, cudaDataType_t type, cudaDataType_t c_type, bool ta,
              bool tb, int64_t m, int64_t n, int64_t k, const void *a,
              int64_t lda, const void *b, int64_t ldb, void *c, int64_t ldc,
-             float beta, const void *bias = nullptr, void *pre = nullptr) {
+             float beta, const Epilogue &ep = {}) {
   CudaState *s = state(ctx);
+  const bool fused = ep.kind != CUBLASLT_EPILOGUE_DEFAULT;
   int al_a = pointer_alignment(a), al_b = pointer_alignment(b),
-      al_c = pointer_alignment(c), al_bias = bias ? pointer_alignment(bias) : 0,
-      al_pre = pre ? pointer_alignment(pre) : 0;
-  GemmKey key{ta,   tb,   m,    n,    k,      lda,     ldb,   ldc,
-              al_a, al_b, al_c, type, c_type, al_bias, al_pre};
+      al_c = pointer_alignment(c),
+      al_vec = ep.vector ? pointer_alignment(ep.vector) : 0,
+      al_aux = ep.aux ? pointer_alignment(ep.aux) : 0;
+  GemmKey key{ta,   tb,     m,       n,       k,
+              lda,  ldb,    ldc,     al_a,    al_b,
+              al_c, type,   c_type,  (int)ep.kind, ep.vector_type,
+              al_vec, al_aux};
   auto it = s->gemms.find(key);
   if (it == s->gemms.end()) {
     GemmPlan p;
@@ -624,21 +705,21 @@ bool gemm_lt(Context *ctx, cudaDataType_t type, cudaDataType_t c_type, bool ta,
         p.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof(op_first)));
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
         p.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof(op_second)));
-    if (bias) {
-      cublasLtEpilogue_t epilogue =
-          pre ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_BIAS;
+    if (fused) {
       CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-          p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
-      cudaDataType_t bias_type = c_type;
-      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-          p.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
-          sizeof(bias_type)));
-      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-          p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
-      if (pre) {
+          p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep.kind, sizeof(ep.kind)));
+      if (ep.vector) {
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-            p.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &pre,
-            sizeof(pre)));
+            p.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &ep.vector_type,
+            sizeof(ep.vector_type)));
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+            p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &ep.vector,
+            sizeof(ep.vector)));
+      }
+      if (ep.aux) {
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+            p.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &ep.aux,
+            sizeof(ep.aux)));
         int64_t aux_ld = ldc;
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
             p.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld,
@@ -677,34 +758,37 @@ bool gemm_lt(Context *ctx, cudaDataType_t type, cudaDataType_t c_type, bool ta,
         sizeof(align_c)));
     cublasLtMatmulHeuristicResult_t result;
     int found = 0;
-    // A bias epilogue cuBLASLt cannot run is not an error (see above).
+    // An epilogue cuBLASLt cannot run is not an error (see above).
     cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(
         s->lt, p.op, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
-    if (!bias)
+    if (!fused)
       CUBLAS_CHECK(st);
     else if (st != CUBLAS_STATUS_SUCCESS)
       found = 0;
     CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
-    if (found == 0 && !bias)
+    if (found == 0 && !fused)
       fatal("matmul: cuBLASLt has no algorithm for m=%lld n=%lld k=%lld "
             "(transpose a=%d, b=%d)",
             (long long)m, (long long)n, (long long)k, (int)ta, (int)tb);
     p.found = found > 0;
     if (p.found)
       p.algo = result.algo;
-    if (bias)
-      ++(p.found ? s->epilogues_run : s->epilogues_refused);
+    if (fused)
+      ++s->epilogues[{(int)ep.kind, p.found}];
     it = s->gemms.emplace(key, p).first;
   }
   const GemmPlan &p = it->second;
   if (!p.found)
     return false;
-  if (bias) // the descriptor is cached; the pointers are this call's
+  // The descriptor is cached; the pointers are this call's.
+  if (ep.vector)
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-        p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
-  if (pre)
+        p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &ep.vector,
+        sizeof(ep.vector)));
+  if (ep.aux)
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-        p.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &pre, sizeof(pre)));
+        p.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &ep.aux,
+        sizeof(ep.aux)));
   // beta = 1 accumulates into c (C and D are the same buffer).
   const float alpha = 1.0f;
   CUBLAS_CHECK(cublasLtMatmul(s->lt, p.op, &alpha, b, p.a, a, p.b, &beta, c,
@@ -723,13 +807,43 @@ bool gemm_bias(Context *ctx, int dtype, bool ta, bool tb, int64_t m, int64_t n,
                int64_t ldb, const void *bias, void *c, int64_t ldc,
                void *gelu = nullptr) {
   cudaDataType_t t = cuda_type(dtype);
+  Epilogue ep;
+  ep.vector = bias;
+  ep.vector_type = t;
+  if (!gelu) {
+    ep.kind = CUBLASLT_EPILOGUE_BIAS;
+    return gemm_lt(ctx, t, t, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, 0.0f,
+                   ep);
+  }
   // With the GELU, the epilogue's output D is the GELU and c (the
   // pre-activation) its auxiliary output.
-  if (gelu)
-    return gemm_lt(ctx, t, t, ta, tb, m, n, k, a, lda, b, ldb, gelu, ldc, 0.0f,
-                   bias, c);
-  return gemm_lt(ctx, t, t, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, 0.0f,
-                 bias);
+  ep.kind = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+  ep.aux = c;
+  return gemm_lt(ctx, t, t, ta, tb, m, n, k, a, lda, b, ldb, gelu, ldc, 0.0f,
+                 ep);
+}
+
+bool gemm_dgelu(Context *ctx, int dtype, bool ta, bool tb, int64_t m,
+                int64_t n, int64_t k, const void *a, int64_t lda,
+                const void *b, int64_t ldb, const void *pre, void *c,
+                int64_t ldc) {
+  cudaDataType_t t = cuda_type(dtype);
+  Epilogue ep;
+  ep.kind = CUBLASLT_EPILOGUE_DGELU;
+  ep.aux = pre;
+  return gemm_lt(ctx, t, t, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, 0.0f, ep);
+}
+
+bool gemm_bgrad(Context *ctx, int dtype, int c_dtype, int db_dtype, bool ta,
+                bool tb, int64_t m, int64_t n, int64_t k, const void *a,
+                int64_t lda, const void *b, int64_t ldb, void *c, int64_t ldc,
+                void *db) {
+  Epilogue ep;
+  ep.kind = CUBLASLT_EPILOGUE_BGRADA;
+  ep.vector = db;
+  ep.vector_type = cuda_type(db_dtype);
+  return gemm_lt(ctx, cuda_type(dtype), cuda_type(c_dtype), ta, tb, m, n, k, a,
+                 lda, b, ldb, c, ldc, 0.0f, ep);
 }
 
 void gemm(Context *ctx, bool ta, bool tb, int64_t m, int64_t n, int64_t k,

@@ -343,10 +343,21 @@ void gemm16(Context *ctx, int dtype, int c_dtype, bool ta, bool tb, int64_t m,
 
 /// No epilogues on the host: matmul_bias runs the GEMM, then bias_add
 /// (oneDNN's sgemm has no bias, and the 16-bit product is rounded before
-/// the add, as the two ops round it).
+/// the add, as the two ops round it); matmul_dgelu and matmul_bias_grad
+/// run their two ops likewise.
 bool gemm_bias(Context *, int, bool, bool, int64_t, int64_t, int64_t,
                const void *, int64_t, const void *, int64_t, const void *,
                void *, int64_t, void * = nullptr) {
+  return false;
+}
+bool gemm_dgelu(Context *, int, bool, bool, int64_t, int64_t, int64_t,
+                const void *, int64_t, const void *, int64_t, const void *,
+                void *, int64_t) {
+  return false;
+}
+bool gemm_bgrad(Context *, int, int, int, bool, bool, int64_t, int64_t, int64_t,
+                const void *, int64_t, const void *, int64_t, void *, int64_t,
+                void *) {
   return false;
 }
 

@@ -12,6 +12,7 @@
 #include "cuda/attention_tc_blocks.h"
 #include "cuda/classifier_blocks.h"
 #include "cuda/column_sums_blocks.h"
+#include "cuda/elementwise_blocks.h"
 #include "cuda/embedding_blocks.h"
 #include "cuda/norms_blocks.h"
 #include "cuda/optimizer_blocks.h"
@@ -665,4 +666,120 @@ TEST(Optimizer, BatchedAdamWEqualsOneLaunchPerTensor) {
         ASSERT_EQ(v[t][(size_t)i], vr[t][(size_t)i]) << "v";
       }
   }
+}
+
+namespace {
+
+/// n elements of T at a 64-byte aligned address (+ `shift` elements),
+/// random values (16-bit ones from rounded floats).
+template <class T> struct Aligned {
+  std::vector<unsigned char> raw;
+  T *p;
+  Aligned(int64_t n, std::mt19937 &gen, int64_t shift = 0)
+      : raw((size_t)(n + shift) * sizeof(T) + 64) {
+    uintptr_t a = (uintptr_t)raw.data();
+    p = (T *)(raw.data() + (64 - a % 64) % 64) + shift;
+    std::normal_distribution<float> nd(0.0f, 2.0f);
+    for (int64_t i = 0; i < n; ++i)
+      kernels::st(p[i], nd(gen));
+  }
+  Aligned(const Aligned &o) : raw(o.raw) {
+    p = (T *)(raw.data() + ((const unsigned char *)o.p - o.raw.data()));
+  }
+};
+
+template <class T> bool same_bits(const T *a, const T *b, int64_t n) {
+  return std::memcmp(a, b, (size_t)n * sizeof(T)) == 0;
+}
+
+/// f over [0, n) the way the kernel runs it (elementwise::thread_work on
+/// `threads` threads) equals f over [0, n) one element at a time, on the
+/// outputs `out` (compared with a run of `ref`, the same functor on copies).
+template <class F, class Run>
+void expect_groups(const F &f, const F &ref, int64_t n, const Run &compare) {
+  ASSERT_TRUE(elementwise::Io<F>::aligned(f));
+  for (int64_t i = 0; i < n; ++i)
+    ref(i);
+  // Fewer threads than groups (each strides) and more.
+  const int64_t threads = n / elementwise::kGroup > 8 ? 3 : 64;
+  for (int64_t t = 0; t < threads; ++t)
+    elementwise::thread_work(f, t, threads, n);
+  compare();
+}
+
+template <class T> void elementwise_groups_for(int64_t n) {
+  using namespace kernels;
+  std::mt19937 gen(11 + (int)n);
+  Aligned<T> a(n, gen), b(n, gen), out(n, gen);
+  Aligned<T> ra(a), rout(out);
+  SCOPED_TRACE(::testing::Message()
+               << "n " << n << ", " << sizeof(T) * 8 << "-bit");
+  auto outs = [&] { EXPECT_TRUE(same_bits(out.p, rout.p, n)); };
+  expect_groups(AddFn<T>{a.p, b.p, out.p}, AddFn<T>{a.p, b.p, rout.p}, n, outs);
+  expect_groups(SubFn<T>{a.p, b.p, out.p}, SubFn<T>{a.p, b.p, rout.p}, n, outs);
+  expect_groups(MulFn<T>{a.p, b.p, out.p}, MulFn<T>{a.p, b.p, rout.p}, n, outs);
+  expect_groups(ScaleFn<T>{a.p, out.p, 0.37f}, ScaleFn<T>{a.p, rout.p, 0.37f},
+                n, outs);
+  expect_groups(MapFn<GeluTanh, T>{a.p, out.p}, MapFn<GeluTanh, T>{a.p, rout.p},
+                n, outs);
+  expect_groups(MapFn<Silu, T>{a.p, out.p}, MapFn<Silu, T>{a.p, rout.p}, n,
+                outs);
+  expect_groups(MapGradFn<GeluTanh, T>{a.p, b.p, out.p},
+                MapGradFn<GeluTanh, T>{a.p, b.p, rout.p}, n, outs);
+  expect_groups(MapGradFn<Relu, T>{a.p, b.p, out.p},
+                MapGradFn<Relu, T>{a.p, b.p, rout.p}, n, outs);
+  // In place: the output is the first input (a residual add).
+  expect_groups(AddFn<T>{a.p, b.p, a.p}, AddFn<T>{ra.p, b.p, ra.p}, n,
+                [&] { EXPECT_TRUE(same_bits(a.p, ra.p, n)); });
+  // A bias over rows of 24 (a multiple of 8); rows of 12 are not grouped.
+  if (n % 24 == 0) {
+    Aligned<T> bias(24, gen);
+    expect_groups(BiasAddFn<T>{a.p, bias.p, out.p, 24},
+                  BiasAddFn<T>{a.p, bias.p, rout.p, 24}, n, outs);
+    EXPECT_FALSE(
+        elementwise::Io<BiasAddFn<T>>::aligned({a.p, bias.p, out.p, 12}));
+  }
+  // A view one element in: no groups.
+  Aligned<T> shifted(n, gen, 1);
+  EXPECT_FALSE(elementwise::Io<AddFn<T>>::aligned({shifted.p, b.p, out.p}));
+}
+
+} // namespace
+
+TEST(Elementwise, GroupsEqualTheFunctors) {
+  // Whole groups only, a partial last group, fewer elements than a group,
+  // and rows of a bias (24 x 37).
+  for (int64_t n :
+       {int64_t(8 * 37), int64_t(8 * 37 + 5), int64_t(3), int64_t(24 * 37)}) {
+    elementwise_groups_for<float>(n);
+    elementwise_groups_for<kernels::bf16_t>(n);
+    elementwise_groups_for<kernels::f16_t>(n);
+  }
+}
+
+TEST(Elementwise, CastGroupsEqualTheFunctor) {
+  // Every pair of fp32, bf16 and fp16, with a partial last group.
+  const int64_t n = 8 * 29 + 7;
+  std::mt19937 gen(3);
+  Aligned<float> f32(n, gen), out32(n, gen), ref32(out32);
+  Aligned<kernels::bf16_t> bf(n, gen), outbf(n, gen), refbf(outbf);
+  Aligned<kernels::f16_t> hf(n, gen), outhf(n, gen), refhf(outhf);
+  const void *ins[] = {f32.p, bf.p, hf.p};
+  void *outs[] = {out32.p, outbf.p, outhf.p};
+  void *refs[] = {ref32.p, refbf.p, refhf.p};
+  const int types[] = {kernels::CastF32, kernels::CastBF16, kernels::CastF16};
+  const size_t widths[] = {4, 2, 2};
+  for (int from = 0; from < 3; ++from)
+    for (int to = 0; to < 3; ++to) {
+      SCOPED_TRACE(::testing::Message() << "from " << from << " to " << to);
+      expect_groups(
+          kernels::CastFn{ins[from], outs[to], types[from], types[to]},
+          kernels::CastFn{ins[from], refs[to], types[from], types[to]}, n, [&] {
+            EXPECT_EQ(std::memcmp(outs[to], refs[to], (size_t)n * widths[to]),
+                      0);
+          });
+    }
+  Aligned<float> src(n, gen), dst(n, gen), refdst(dst);
+  expect_groups(kernels::CopyFn{src.p, dst.p}, kernels::CopyFn{src.p, refdst.p},
+                n, [&] { EXPECT_TRUE(same_bits(dst.p, refdst.p, n)); });
 }
