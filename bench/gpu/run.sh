@@ -74,6 +74,11 @@ step() {
 for p in tiny-gpt-fp32 tiny-gpt-long-fp32 tiny-gpt-bf16 tiny-gpt-fp16 tiny-gpt-odd-bf16 tiny-gpt-mb-fp32 tiny-gpt-mb-bf16 tiny-gpt-drop-fp32 tiny-gpt-drop-bf16 tiny-llama-fp32 tiny-llama-bf16 tiny-mixtral-fp32 resnet-small-fp32; do
   step "$p" 45 "bin/$p" --save "$LOGS/$p.safetensors" --log-json "$LOGS/$p.json"
 done
+# The fp32 plan with every cuBLASLt epilogue turned off (bias, GELU and
+# their gradients as separate kernels): tells an epilogue's fault from the
+# rest's when tiny-gpt-fp32 misses the host.
+step tiny-gpt-fp32-noepi 45 env PLANRT_GEMM_EPILOGUES=off bin/tiny-gpt-fp32 \
+  --save "$LOGS/tiny-gpt-fp32-noepi.safetensors" --log-json "$LOGS/tiny-gpt-fp32-noepi.json"
 # 16-bit attention on cuDNN (PLANRT_ATTENTION=cudnn: the run fails where
 # cuDNN cannot run it) and on planrt's tiles, the same program.
 step tiny-gpt-long-bf16 45 env PLANRT_ATTENTION=cudnn bin/tiny-gpt-long-bf16 \

@@ -157,6 +157,8 @@ for p in ("tiny-gpt", "tiny-gpt-long", "tiny-gpt-mb", "tiny-gpt-drop",
           "tiny-llama", "tiny-mixtral"):
     guarded(parity, f"{p}-fp32", f"{p}-fp32", 1e-4, 1e-3)
 guarded(parity, "resnet-small-fp32", "resnet-small-fp32", 1e-4, 1e-3)
+# tiny-gpt fp32 without cuBLASLt's epilogues (PLANRT_GEMM_EPILOGUES=off).
+guarded(parity, "tiny-gpt-fp32-noepi", "tiny-gpt-fp32", 1e-4, 1e-3)
 for p in ("tiny-gpt-bf16", "tiny-gpt-fp16", "tiny-gpt-odd-bf16",
           "tiny-gpt-mb-bf16", "tiny-gpt-drop-bf16", "tiny-llama-bf16"):
     guarded(parity, p, p.rsplit("-", 1)[0] + "-fp32", 0.02, None)

@@ -20,6 +20,22 @@ void RankDialect::initialize() {
   registerWorkspaceModels(getContext());
 }
 
+Value planc::rank::viewRoot(Value v) {
+  while (Operation *d = v.getDefiningOp()) {
+    if (auto vw = dyn_cast<ViewOp>(d))
+      v = vw.getSource();
+    else if (auto sv = dyn_cast<SubviewOp>(d))
+      v = sv.getSource();
+    else if (auto r = dyn_cast<RowsOp>(d))
+      v = r.getSource();
+    else if (auto sh = dyn_cast<ShardViewOp>(d))
+      v = sh.getSource();
+    else
+      break;
+  }
+  return v;
+}
+
 int64_t planc::rank::classifierClasses(ModuleOp module, Operation *step) {
   auto trains = module.getOps<plan::TrainOp>();
   if (trains.empty() || (*trains.begin()).getData() == "shards")
@@ -170,6 +186,10 @@ LogicalResult MatmulBiasGradOp::verify() {
                             "sums its rows)";
   auto rhs = getRhs().getType();
   auto db = getBiasGrad().getType();
+  if (failed(verifyMatmulShapes(*this, getLhs().getType(), rhs,
+                                getOut().getType(), getTransposeLhs(),
+                                getTransposeRhs())))
+    return failure();
   if (db.getRank() != 1 ||
       db.getDimSize(0) != rhs.getDimSize(rhs.getRank() - 1))
     return emitOpError() << "expects a bias gradient of rhs's last dim ("
@@ -180,8 +200,7 @@ LogicalResult MatmulBiasGradOp::verify() {
     return emitOpError() << "expects a bias gradient of rhs's element type "
                             "or f32, got "
                          << db;
-  return verifyMatmulShapes(*this, getLhs().getType(), rhs, getOut().getType(),
-                            getTransposeLhs(), getTransposeRhs());
+  return success();
 }
 
 std::string MatmulOp::getRuntimeCallee() {

@@ -39,6 +39,12 @@ int64_t stagingBytes(mlir::Operation *op, const WorkspaceEnv &env);
 #include "dialects/rank/RankOps.h.inc"
 
 namespace planc::rank {
+/// The buffer a value views (through rank.view, rank.subview, rank.rows and
+/// rank.shard_view), or the value itself.
+mlir::Value viewRoot(mlir::Value v);
+} // namespace planc::rank
+
+namespace planc::rank {
 /// On @plan_step: the bytes of parameters, gradients and optimizer state
 /// this rank holds (local shapes), which the runtime checks against what it
 /// allocates.

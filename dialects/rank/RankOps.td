@@ -902,6 +902,41 @@ def Rank_AttentionGradKeptOp : Rank_AttentionCallOp<"attention_grad_kept"> {
   }];
 }
 
+def Rank_AttentionLseOp : Rank_AttentionCallOp<"attention_lse"> {
+  let summary = "attention that keeps each row's log-sum-exp for cuDNN's backward (cuda)";
+  let description = [{
+    plan-keep-attention on the cuda target, for a 16-bit attention without
+    dropout that cuDNN may run: `lse` [B, H, S] (f32) receives each query
+    row's log-sum-exp when cuDNN runs the forward, so that
+    `rank.attention_grad_lse` reads it and the forward's output instead of
+    running cuDNN's forward again. Where cuDNN does not run, `lse` is not
+    written and the backward recomputes as `rank.attention_grad` does.
+  }];
+  let arguments = !con((ins Arg<Rank_FloatBuffer, "", [MemRead]>:$qkv,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$out,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$lse,
+                       I64Attr:$num_heads, I64Attr:$num_kv_heads),
+                       Rank_AttnDropoutArgs);
+  let assemblyFormat = [{
+    $qkv `into` $out `,` $lse attr-dict `:` type($qkv) `->` type($out) `,` type($lse)
+  }];
+}
+
+def Rank_AttentionGradLseOp : Rank_AttentionCallOp<"attention_grad_lse"> {
+  let summary = "d qkv of causal attention from the forward's output and log-sum-exp (cuda)";
+  let arguments = !con((ins Arg<Rank_FloatBuffer, "", [MemRead]>:$qkv,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$fwd_out,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$lse,
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$grad,
+                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$out,
+                       I64Attr:$num_heads, I64Attr:$num_kv_heads),
+                       Rank_AttnDropoutArgs);
+  let assemblyFormat = [{
+    $qkv `,` $fwd_out `,` $lse `,` $grad `into` $out attr-dict `:` type($qkv)
+    `,` type($fwd_out) `,` type($lse) `,` type($grad) `->` type($out)
+  }];
+}
+
 def Rank_CrossEntropyOp : Rank_CallOp<"cross_entropy"> {
   let summary = "out = scale * sum over rows of (logsumexp(row) - row[target])";
   let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$logits,

@@ -104,6 +104,17 @@ bool runsNative(Operation *op, const WorkspaceEnv &env) {
     return nat::attention(
         dtypeOf(a.getQkv()), dtypeOf(a.getOut()), -1,
         headDim(a.getQkv(), a.getNumHeads(), a.getNumKvHeads()));
+  // The kept output and log-sum-exp are read as they are (cuDNN), or not
+  // at all (the tiles).
+  if (auto a = dyn_cast<AttentionLseOp>(op))
+    return nat::attention(
+        dtypeOf(a.getQkv()), dtypeOf(a.getOut()), -1,
+        headDim(a.getQkv(), a.getNumHeads(), a.getNumKvHeads()));
+  if (auto a = dyn_cast<AttentionGradLseOp>(op))
+    return dtypeOf(a.getFwdOut()) == dtypeOf(a.getGrad()) &&
+           nat::attention_grad(
+               dtypeOf(a.getQkv()), dtypeOf(a.getGrad()), dtypeOf(a.getOut()),
+               -1, headDim(a.getQkv(), a.getNumHeads(), a.getNumKvHeads()));
   if (auto a = dyn_cast<AttentionKeepOp>(op))
     return nat::attention(
         dtypeOf(a.getQkv()), dtypeOf(a.getOut()),
@@ -229,6 +240,11 @@ int64_t matmulBiasGrad(MatmulBiasGradOp op, const WorkspaceEnv &env) {
   return n == 0 ? 0 : ws::bias_grad(numel(op.getRhs()) / n, n, env.cuda);
 }
 int64_t attentionGrad(AttentionGradOp op, const WorkspaceEnv &) {
+  Value qkv = op.getQkv();
+  return ws::attention_grad(numel(qkv),
+                            dim(qkv, 0) * dim(qkv, 1) * op.getNumHeads());
+}
+int64_t attentionGradLse(AttentionGradLseOp op, const WorkspaceEnv &) {
   Value qkv = op.getQkv();
   return ws::attention_grad(numel(qkv),
                             dim(qkv, 0) * dim(qkv, 1) * op.getNumHeads());
@@ -411,6 +427,8 @@ void planc::rank::registerWorkspaceModels(MLIRContext *ctx) {
   RmsNormGradOp::attachInterface<Model<RmsNormGradOp, rmsNormGrad>>(*ctx);
   BiasGradOp::attachInterface<Model<BiasGradOp, biasGrad>>(*ctx);
   AttentionGradOp::attachInterface<Model<AttentionGradOp, attentionGrad>>(*ctx);
+  AttentionGradLseOp::attachInterface<
+      Model<AttentionGradLseOp, attentionGradLse>>(*ctx);
   AttentionGradKeptOp::attachInterface<
       Model<AttentionGradKeptOp, attentionGradKept>>(*ctx);
   AllGatherOp::attachInterface<Model<AllGatherOp, allGather>>(*ctx);

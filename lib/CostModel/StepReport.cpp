@@ -266,8 +266,9 @@ struct OpCoster {
     if (auto mm = dyn_cast<rk::MatmulBiasGradOp>(op))
       return gemm(mm);
     if (isa<rk::AttentionOp, rk::AttentionGradOp, rk::AttentionKeepOp,
-            rk::AttentionGradKeptOp, rk::AttentionCpOp, rk::AttentionCpGradOp,
-            rk::AttentionRingOp, rk::AttentionRingGradOp>(op)) {
+            rk::AttentionGradKeptOp, rk::AttentionLseOp, rk::AttentionGradLseOp,
+            rk::AttentionCpOp, rk::AttentionCpGradOp, rk::AttentionRingOp,
+            rk::AttentionRingGradOp>(op)) {
       // Costed as Megatron-LM (2021) runs it: batched GEMMs over the heads
       // and a materialized score matrix for the softmax; the backward keeps
       // the probabilities (dV, dP, dQ, dK: four GEMMs, twice the forward's
@@ -296,8 +297,8 @@ struct OpCoster {
       double forward = tm.gemmTime(sq, sk, d, bh, actBytes) + // Q K^T
                        tm.memoryTime(2 * scores) +            // softmax
                        tm.gemmTime(sq, d, sk, bh, actBytes);  // P V
-      if (isa<rk::AttentionOp, rk::AttentionKeepOp, rk::AttentionCpOp,
-              rk::AttentionRingOp>(op)) {
+      if (isa<rk::AttentionOp, rk::AttentionKeepOp, rk::AttentionLseOp,
+              rk::AttentionCpOp, rk::AttentionRingOp>(op)) {
         c.time = forward;
       } else {
         c.flops *= 2;
@@ -561,7 +562,8 @@ FailureOr<StepReport> planc::computeStepReport(ModuleOp module,
     int64_t ws = 0, recomputed = 0, lse = 0;
     module.walk([&](Operation *op) {
       if (!isa<rk::AttentionOp, rk::AttentionGradOp, rk::AttentionKeepOp,
-               rk::AttentionGradKeptOp>(op))
+               rk::AttentionGradKeptOp, rk::AttentionLseOp,
+               rk::AttentionGradLseOp>(op))
         return;
       auto qkv = cast<MemRefType>(op->getOperand(0).getType());
       int64_t h = op->getAttrOfType<IntegerAttr>("num_heads").getInt();
@@ -572,16 +574,27 @@ FailureOr<StepReport> planc::computeStepReport(ModuleOp module,
       if (!out::cudnn_attention(!qkv.getElementType().isF32(),
                                 dropout && dropout.getValueAsDouble() > 0, d))
         return;
-      bool backward = isa<rk::AttentionGradOp, rk::AttentionGradKeptOp>(op);
+      bool backward = isa<rk::AttentionGradOp, rk::AttentionGradKeptOp,
+                          rk::AttentionGradLseOp>(op);
       ws = std::max(ws, out::cudnn_workspace_budget(b, h, s, d, backward));
-      lse = std::max(lse, out::cudnn_lse(b, h, s));
-      if (backward && out::cudnn_recomputed(b, h, s, d) > recomputed) {
+      // The kept pair (plan-keep-attention) writes and reads the plan's
+      // log-sum-exp and output: no buffers of cuDNN's own for them.
+      bool kept = isa<rk::AttentionLseOp, rk::AttentionGradLseOp>(op);
+      if (!kept)
+        lse = std::max(lse, out::cudnn_lse(b, h, s));
+      if (backward && !kept && out::cudnn_recomputed(b, h, s, d) > recomputed) {
         recomputed = out::cudnn_recomputed(b, h, s, d);
         r.cudnnAttention = llvm::formatv("backward of B {0}, S {1}, {2} "
                                          "heads of {3}",
                                          b, s, h, d)
                                .str();
       }
+      if (backward && kept &&
+          (r.cudnnAttention.empty() || r.cudnnAttention == "forward only"))
+        r.cudnnAttention = llvm::formatv("backward of B {0}, S {1}, {2} heads "
+                                         "of {3} from the kept output",
+                                         b, s, h, d)
+                               .str();
       if (r.cudnnAttention.empty())
         r.cudnnAttention = "forward only";
     });

@@ -69,6 +69,7 @@ namespace planc {
 using namespace mlir;
 using namespace planc;
 namespace rk = planc::rank;
+using rk::viewRoot;
 
 namespace {
 struct FuseEpiloguesPass
@@ -97,18 +98,6 @@ bool writesOnlyFresh(Operation *op, Operation *from) {
       return false;
   }
   return true;
-}
-
-/// The buffer `v` is a view of (through rank.view, rank.rows and the other
-/// pure ops that see a buffer in place), or `v` itself.
-Value viewRoot(Value v) {
-  while (Operation *def = v.getDefiningOp()) {
-    if (!isPure(def) || def->getNumOperands() == 0 ||
-        !isa<MemRefType>(def->getOperand(0).getType()))
-      break;
-    v = def->getOperand(0);
-  }
-  return v;
 }
 
 /// The bias add that is the only reader of mm's product, when the pair
@@ -288,6 +277,7 @@ void fuseLoss(rk::CrossEntropyGradOp grad, InPlaceLoss &f) {
 }
 } // namespace
 
+namespace {
 /// Whether an op between `from` and the place a moved op lands reads or
 /// writes `v` (or the buffer it is a view of, or a view of it).
 bool touches(Operation *op, Value v) {
@@ -322,8 +312,8 @@ rk::GeluGradOp fusableDgelu(rk::MatmulOp mm) {
   // product's buffer or another) while it reads its operands.
   Value pre = grad.getLhs(), out = grad.getOut();
   if (pre.getType() != out.getType() || out.getType() != product.getType() ||
-      viewRoot(out) == viewRoot(pre) ||
-      llvm::is_contained({mm.getLhs(), mm.getRhs()}, out))
+      llvm::any_of(ValueRange{pre, mm.getLhs(), mm.getRhs()},
+                   [&](Value v) { return viewRoot(v) == viewRoot(out); }))
     return {};
   // Between the two: nothing that writes what the GEMM reads, or touches
   // pre or the output.
@@ -374,6 +364,7 @@ rk::MatmulOp fusableBiasGrad(rk::BiasGradOp bg) {
       return {};
   return mm;
 }
+} // namespace
 
 void FuseEpiloguesPass::runOnOperation() {
   if (target != "cuda")

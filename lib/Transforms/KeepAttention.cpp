@@ -1,4 +1,4 @@
-//===- KeepAttention.cpp - recompute = none keeps attention's scores -----===//
+//===- KeepAttention.cpp - What attention keeps for its backward ---------===//
 //
 // The three recompute policies are three points of one trade between memory
 // and backward work:
@@ -16,14 +16,25 @@
 //   three policies give the same bits.
 // A pipeline's forward and backward of a layer run in different units
 // (they would need the stash): there, `none` recomputes like `selective`.
-// The cuda target keeps nothing either: its tiled attention (runtime/lib/
-// cuda/attention.cu) recomputes the exponentials tile by tile from the row
-// statistics, as flash attention does, which is cheaper on a GPU than
-// writing and reading back S^2 floats per head, and it never reads `keep`.
+// The cuda target keeps no score matrix under any policy: its tiled
+// attention (runtime/lib/cuda/attention.cu) recomputes the exponentials
+// tile by tile from the row statistics, as flash attention does, which is
+// cheaper on a GPU than writing and reading back S^2 floats per head. What
+// it keeps instead is for cuDNN's flash attention (16-bit, no dropout),
+// whose backward reads the forward's output and each row's log-sum-exp:
+// the forward becomes rank.attention_lse, writing the log-sum-exp [B, H, S]
+// (4 bytes per row and head) to a new buffer, and the backward
+// rank.attention_grad_lse, which reads it and the forward's output (which
+// the output projection's weight gradient keeps alive anyway). Without
+// them cuDNN's backward runs the forward again first (a sixth of
+// attention's work, in buffers outside the plan). Where the tiles run
+// instead, the two are ignored and the backward recomputes as before.
 //===----------------------------------------------------------------------===//
 #include "planc/Transforms/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "planrt/workspace.h"
 
 namespace planc {
 #define GEN_PASS_DEF_KEEPATTENTION
@@ -42,23 +53,140 @@ struct KeepAttentionPass
 };
 } // namespace
 
+namespace {
+/// The rank.attention_grad of `fwd`'s qkv in its block, after it, with its
+/// heads; null if none.
+rk::AttentionGradOp backwardOf(rk::AttentionOp fwd) {
+  rk::AttentionGradOp bwd;
+  for (Operation *user : fwd.getQkv().getUsers())
+    if (auto g = dyn_cast<rk::AttentionGradOp>(user);
+        g && g->getBlock() == fwd->getBlock() &&
+        g.getNumHeads() == fwd.getNumHeads() &&
+        g.getNumKvHeads() == fwd.getNumKvHeads() && fwd->isBeforeInBlock(g))
+      bwd = g;
+  return bwd;
+}
+
+/// Builds NewOp(operands..., old's attributes) at `old`'s place, with
+/// old's discardable attributes (old stays for the caller to erase).
+template <class NewOp, class OldOp, class... Operands>
+void rebuild(OldOp old, Operands... operands) {
+  OpBuilder b(old);
+  auto op = NewOp::create(b, old.getLoc(), operands..., old.getNumHeads(),
+                          old.getNumKvHeads(), old.getDropout(),
+                          old.getDropoutUid(), old.getBatchAxes(),
+                          old.getMicrobatches(), old.getMbInnerAxes(),
+                          old.getHeadAxes(), old.getHeadInnerAxes());
+  op->setDiscardableAttrs(old->getDiscardableAttrDictionary());
+}
+
+/// Whether `op`, or an op nested in it, may write or free the buffer
+/// `root` (through any view of it).
+bool writes(Operation *op, Value root) {
+  WalkResult r = op->walk([&](Operation *inner) {
+    for (Value v : inner->getOperands()) {
+      if (!isa<MemRefType>(v.getType()) || rk::viewRoot(v) != root)
+        continue;
+      auto effects = dyn_cast<MemoryEffectOpInterface>(inner);
+      if (!effects)
+        return isPure(inner) ? WalkResult::advance() : WalkResult::interrupt();
+      SmallVector<MemoryEffects::EffectInstance> list;
+      effects.getEffects(list);
+      for (const MemoryEffects::EffectInstance &e : list)
+        if (e.getValue() == v && !isa<MemoryEffects::Read>(e.getEffect()))
+          return WalkResult::interrupt();
+    }
+    return WalkResult::advance();
+  });
+  return r.wasInterrupted();
+}
+
+/// Whether an op from `from` (excluded) to `to` (excluded) may write or
+/// free `buffer` or a view of what it views.
+bool writtenBetween(Operation *from, Operation *to, Value buffer) {
+  Value root = rk::viewRoot(buffer);
+  for (Operation *op = from->getNextNode(); op != to; op = op->getNextNode())
+    if (writes(op, root))
+      return true;
+  return false;
+}
+
+/// Whether `buffer` (or what it views) is read between the last writer of
+/// `grad`'s buffer before `bwd` and `bwd` itself: the forward's output is
+/// then alive in the backward anyway (the output projection's weight
+/// gradient reads it), so reading it in `bwd` costs nearly nothing. Where
+/// the attention writes a buffer of its own that only the forward reads
+/// (Ulysses' heads_to_seq copies it out), keeping it would hold a whole
+/// output per layer.
+bool readInBackward(Operation *bwd, Value grad, Value buffer) {
+  Value root = rk::viewRoot(buffer), gradRoot = rk::viewRoot(grad);
+  for (Operation *op = bwd->getPrevNode(); op; op = op->getPrevNode()) {
+    if (llvm::any_of(op->getOperands(), [&](Value v) {
+          return isa<MemRefType>(v.getType()) && rk::viewRoot(v) == root;
+        }))
+      return true;
+    if (writes(op, gradRoot))
+      return false; // grad's producer
+  }
+  return false;
+}
+
+/// The cuda target: a 16-bit attention without dropout that cuDNN may run
+/// (planrt/workspace.h outside::cudnn_attention) keeps each row's
+/// log-sum-exp [B, H, S] for its backward, which also reads the forward's
+/// output (alive until the output projection's weight gradient anyway),
+/// so cuDNN's backward does not run the forward again. Not when anything
+/// between the two writes that output.
+void keepForCudnn(func::FuncOp step) {
+  SmallVector<rk::AttentionOp> forwards;
+  step.walk([&](rk::AttentionOp a) { forwards.push_back(a); });
+  for (rk::AttentionOp fwd : forwards) {
+    rk::AttentionGradOp bwd = backwardOf(fwd);
+    auto qkv = cast<MemRefType>(fwd.getQkv().getType());
+    Value out = fwd.getOut();
+    if (!bwd || out.getType() != bwd.getGrad().getType() ||
+        cast<MemRefType>(out.getType()).getElementType() !=
+            qkv.getElementType() ||
+        rk::viewRoot(bwd.getOut()) == rk::viewRoot(out) ||
+        writtenBetween(fwd, bwd, out) ||
+        !readInBackward(bwd, bwd.getGrad(), out))
+      continue;
+    int64_t b = qkv.getDimSize(0), s = qkv.getDimSize(1), h = fwd.getNumHeads();
+    int64_t d = qkv.getDimSize(2) / (h + 2 * fwd.getNumKvHeads());
+    if (!planrt::workspace::outside::cudnn_attention(
+            !qkv.getElementType().isF32(),
+            fwd.getDropout().convertToFloat() > 0, d))
+      continue;
+    OpBuilder builder(fwd);
+    auto lse =
+        rk::AllocOp::create(builder, fwd.getLoc(),
+                            MemRefType::get({b, h, s}, builder.getF32Type()));
+    if (auto st = fwd->getAttr(rk::kRankStageAttr))
+      lse->setAttr(rk::kRankStageAttr, st);
+    rebuild<rk::AttentionLseOp>(fwd, fwd.getQkv(), out, lse.getResult());
+    rebuild<rk::AttentionGradLseOp>(bwd, bwd.getQkv(), out, lse.getResult(),
+                                    bwd.getGrad(), bwd.getOut());
+    fwd.erase();
+    bwd.erase();
+  }
+}
+} // namespace
+
 void KeepAttentionPass::runOnOperation() {
   ModuleOp module = getOperation();
-  if (plan::recomputePolicy(module, policy) != "none" || target == "cuda")
-    return;
   auto step = module.lookupSymbol<func::FuncOp>("plan_step");
   if (!step)
+    return;
+  if (target == "cuda") {
+    keepForCudnn(step);
+    return;
+  }
+  if (plan::recomputePolicy(module, policy) != "none")
     return;
   SmallVector<rk::AttentionOp> forwards;
   step.walk([&](rk::AttentionOp a) { forwards.push_back(a); });
   for (rk::AttentionOp fwd : forwards) {
-    rk::AttentionGradOp bwd;
-    for (Operation *user : fwd.getQkv().getUsers())
-      if (auto g = dyn_cast<rk::AttentionGradOp>(user);
-          g && g->getBlock() == fwd->getBlock() &&
-          g.getNumHeads() == fwd.getNumHeads() &&
-          g.getNumKvHeads() == fwd.getNumKvHeads() && fwd->isBeforeInBlock(g))
-        bwd = g;
+    rk::AttentionGradOp bwd = backwardOf(fwd);
     if (!bwd)
       continue;
     auto qkv = cast<MemRefType>(fwd.getQkv().getType());
@@ -73,19 +201,11 @@ void KeepAttentionPass::runOnOperation() {
     for (Operation *alloc : {keep.getOperation(), stats.getOperation()})
       if (auto st = fwd->getAttr(rk::kRankStageAttr))
         alloc->setAttr(rk::kRankStageAttr, st);
-    auto kept = rk::AttentionKeepOp::create(
-        builder, loc, fwd.getQkv(), fwd.getOut(), keep, stats,
-        fwd.getNumHeads(), fwd.getNumKvHeads(), fwd.getDropout(),
-        fwd.getDropoutUid(), fwd.getBatchAxes(), fwd.getMicrobatches(),
-        fwd.getMbInnerAxes(), fwd.getHeadAxes(), fwd.getHeadInnerAxes());
-    kept->setDiscardableAttrs(fwd->getDiscardableAttrDictionary());
-    builder.setInsertionPoint(bwd);
-    auto grad = rk::AttentionGradKeptOp::create(
-        builder, bwd.getLoc(), bwd.getQkv(), keep, stats, bwd.getGrad(),
-        bwd.getOut(), bwd.getNumHeads(), bwd.getNumKvHeads(), bwd.getDropout(),
-        bwd.getDropoutUid(), bwd.getBatchAxes(), bwd.getMicrobatches(),
-        bwd.getMbInnerAxes(), bwd.getHeadAxes(), bwd.getHeadInnerAxes());
-    grad->setDiscardableAttrs(bwd->getDiscardableAttrDictionary());
+    rebuild<rk::AttentionKeepOp>(fwd, fwd.getQkv(), fwd.getOut(),
+                                 keep.getResult(), stats.getResult());
+    rebuild<rk::AttentionGradKeptOp>(bwd, bwd.getQkv(), keep.getResult(),
+                                     stats.getResult(), bwd.getGrad(),
+                                     bwd.getOut());
     fwd.erase();
     bwd.erase();
   }

@@ -44,28 +44,10 @@ using namespace planc;
 namespace rk = planc::rank;
 
 namespace {
-/// The buffer a value views (through rank.view / subview / rows /
-/// shard_view), or the value itself.
-Value viewRoot(Value v) {
-  while (Operation *d = v.getDefiningOp()) {
-    if (auto vw = dyn_cast<rk::ViewOp>(d))
-      v = vw.getSource();
-    else if (auto sv = dyn_cast<rk::SubviewOp>(d))
-      v = sv.getSource();
-    else if (auto r = dyn_cast<rk::RowsOp>(d))
-      v = r.getSource();
-    else if (auto sh = dyn_cast<rk::ShardViewOp>(d))
-      v = sh.getSource();
-    else
-      break;
-  }
-  return v;
-}
-
 /// The alloc a buffer is a view of (or null: a parameter, state, input or
 /// stash read).
 rk::AllocOp rootAlloc(Value v) {
-  return viewRoot(v).getDefiningOp<rk::AllocOp>();
+  return rk::viewRoot(v).getDefiningOp<rk::AllocOp>();
 }
 
 bool planned(rk::AllocOp a) { return !a->hasAttr("rank.stash"); }
@@ -421,8 +403,9 @@ SmallVector<int64_t> planStash(rk::PipelineOp pipe, int64_t pp) {
         localOf[get.getResult()] = id;
         events[i].push_back({Kind::Get, get.getSlot(), 0, id});
       } else if (auto put = dyn_cast<rk::StashPutOp>(op)) {
-        events[i].push_back({Kind::Put, put.getSlot(), put.getReaders(),
-                             localOf.lookup_or(viewRoot(put.getBuffer()), -1)});
+        events[i].push_back(
+            {Kind::Put, put.getSlot(), put.getReaders(),
+             localOf.lookup_or(rk::viewRoot(put.getBuffer()), -1)});
       } else if (auto rel = dyn_cast<rk::StashReleaseOp>(op)) {
         events[i].push_back({Kind::Release, rel.getSlot()});
       }

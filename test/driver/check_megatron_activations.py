@@ -6,6 +6,12 @@ no dropout:
   no recompute:            sbh (8 + 24/t) + 2as^2b/t  (with SP: 32sbh/t + 2as^2b/t)
   selective recompute:     sbh (8 + 24/t)             (with SP: 32sbh/t)
   full recompute:          2sbh                       (with SP: 2sbh/t)
+On the cuda target a 16-bit attention also keeps each row's log-sum-exp
+for cuDNN's flash-attention backward, 4asb/t bytes per layer (fp32), as
+Megatron-Core's fused attention (TransformerEngine) keeps it: the rule
+there adds that term, except with full recompute (the layer's attention
+and its backward then both run in the backward) and on a pipeline, whose
+forward and backward of a layer run in different units (nothing kept).
 A layer's bytes are read from two compiled reports that differ by one layer.
 With a pipeline, the first stage holds L/p layers of p microbatches with
 1F1B, and of p (1 + (p-1)/(pv)) with the interleaved schedule: its stash is
@@ -71,13 +77,15 @@ def activations(name, target, **kw):
     return json.loads(out.stdout)["memory_per_rank"]["activations"]
 
 
-def rule(sp, recompute, b):
+def rule(sp, recompute, b, lse=False):
     sbh = S * b * H
     if recompute == "full":
         return 2 * sbh / T if sp else 2 * sbh
     kept = 32 * sbh / T if sp else sbh * (8 + 24 / T)
     if recompute == "none":
         kept += 2 * A * S * S * b / T
+    if lse:  # flash attention's log-sum-exp (the cuda target)
+        kept += 4 * A * S * b / T
     return kept
 
 
@@ -107,7 +115,7 @@ for target in ["cuda", "host"]:
             per = (activations(name + "-2", target, layers=2, **kw) -
                    activations(name + "-1", target, layers=1, **kw))
             report(f"{target} {rc:9} sp={str(sp):5} per layer (sbh)", per,
-                   rule(sp, rc, b), S * b * H)
+                   rule(sp, rc, b, lse=target == "cuda"), S * b * H)
 
 # The first stage of a pipeline (pp 4, 16 microbatches of 1, 48 layers).
 L, p = 48, 4

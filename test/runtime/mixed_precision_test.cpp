@@ -547,6 +547,38 @@ TEST_F(MixedPrecisionTest, MatmulBiasGradIsTheTwoOps) {
                "matmul_bias_grad: db must be 1-D of b's last dim");
 }
 
+TEST_F(MixedPrecisionTest, AttentionKeptForCudnnIsAttentionOnTheHost) {
+  // planrt::attention_lse and attention_grad_lse (plan-keep-attention, cuda
+  // target): where cuDNN does not run them (here, the host) they are
+  // attention and attention_grad, with their bits.
+  for (int dtype : {F32, BF16}) {
+    SCOPED_TRACE(dtype);
+    Tensor *qkv = random({2, 8, 128}), *dout = random({2, 8, 64});
+    if (dtype != F32) {
+      qkv = narrowed(qkv, dtype).first;
+      dout = narrowed(dout, dtype).first;
+    }
+    Tensor *ref = make16({2, 8, 64}, dtype), *out = make16({2, 8, 64}, dtype);
+    attention(ctx, qkv, ref, 4, 2);
+    Tensor *lse = make({2, 4, 8});
+    attention_lse(ctx, qkv, out, lse, 4, 2);
+    const size_t w = dtype == F32 ? 4 : 2;
+    EXPECT_EQ(std::memcmp(out->data, ref->data, out->numel() * w), 0);
+    Tensor *dref = make16({2, 8, 128}, dtype), *d = make16({2, 8, 128}, dtype);
+    attention_grad(ctx, qkv, dout, dref, 4, 2);
+    attention_grad_lse(ctx, qkv, out, lse, dout, d, 4, 2);
+    EXPECT_EQ(std::memcmp(d->data, dref->data, d->numel() * w), 0);
+  }
+  Tensor *qkv = make({2, 8, 128}), *out = make({2, 8, 64});
+  EXPECT_DEATH(attention_lse(ctx, qkv, out, make({2, 8}), 4, 2),
+               "attention_lse: lse \\[2, 8\\] must hold one float per row "
+               "of each head \\(\\[B, H, S\\] for B 2, H 4, S 8\\)");
+  EXPECT_DEATH(attention_grad_lse(ctx, qkv, make({2, 8, 32}), make({2, 4, 8}),
+                                  out, make({2, 8, 128}), 4, 2),
+               "attention_grad_lse: fwd_out .* and dout .* have different "
+               "shapes");
+}
+
 TEST_F(MixedPrecisionTest, MatmulBiasChecksItsBias) {
   Tensor *a = make({3, 4}), *b = make({4, 5}), *c = make({3, 5});
   EXPECT_DEATH(matmul_bias(ctx, a, b, make({4}), c, false, false),

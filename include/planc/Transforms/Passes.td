@@ -257,7 +257,7 @@ def KeepExperts : Pass<"plan-keep-experts", "mlir::ModuleOp"> {
 }
 
 def KeepAttention : Pass<"plan-keep-attention", "mlir::ModuleOp"> {
-  let summary = "recompute = none: attention keeps its score matrix for the backward";
+  let summary = "What attention keeps for its backward: the score matrix (recompute = none), cuDNN's log-sum-exp (cuda)";
   let description = [{
     With `recompute = none`, each `rank.attention` of `@plan_step` whose
     backward (`rank.attention_grad` of the same qkv) runs in the same block
@@ -266,9 +266,14 @@ def KeepAttention : Pass<"plan-keep-attention", "mlir::ModuleOp"> {
     `rank.attention_grad_kept`, which reads them instead of recomputing q.k
     and exp. `selective` (and `full`) recompute them. Same values, same
     results. In a pipeline the two run in different units and are left as
-    they are. On the cuda target nothing is kept: its tiled attention
-    recomputes the exponentials tile by tile from the row statistics (flash
-    attention), which costs less than reading S x S floats back.
+    they are. On the cuda target no score matrix is kept (its tiled
+    attention recomputes the exponentials tile by tile from the row
+    statistics, flash attention's way); instead, under every policy, a
+    16-bit attention without dropout that cuDNN may run becomes
+    `rank.attention_lse`, writing each row's log-sum-exp [B, H, S] to a new
+    buffer, and its backward `rank.attention_grad_lse`, which reads it and
+    the forward's output (unless something between the two writes that
+    output), so that cuDNN's backward does not run the forward again.
   }];
   let options = [
     Option<"policy", "policy", "std::string", "\"\"",

@@ -1351,6 +1351,9 @@ template <class T = float> struct AttentionFn {
   AttnShape a;
   float *keep = nullptr, *stats = nullptr;
   AttnDropout drop = {};
+  /// cuda: where cuDNN's forward writes each row's log-sum-exp [B, H, S]
+  /// for attention_grad_lse (planrt::attention_lse); the functor ignores it.
+  float *lse = nullptr;
   PLANRT_HD void operator()(int64_t i) const {
     int64_t t = i % a.S, h = (i / a.S) % a.H, b = i / (a.S * a.H);
     int64_t g = h / (a.H / a.KV), D = a.D;
@@ -1514,6 +1517,11 @@ template <class T = float> struct AttentionGradQFn {
   AttnShape a;
   const float *keep = nullptr, *stats = nullptr;
   AttnDropout drop = {}; // dp (the dropped probabilities' gradient) masked
+  /// cuda: the forward's output and log-sum-exp, which cuDNN's backward
+  /// reads where the forward ran on cuDNN (planrt::attention_grad_lse);
+  /// the functor recomputes instead and ignores them.
+  const T *fwd_out = nullptr;
+  const float *lse = nullptr;
   /// dout . v of query t and key u, through the mask.
   PLANRT_HD float dp(const T *dy, int64_t b, int64_t h, int64_t t, int64_t u,
                      int64_t g) const {

@@ -739,6 +739,26 @@ void attention_grad(Context *ctx, const Tensor *qkv, const Tensor *dout,
                     int64_t batch_axes = 0, int64_t microbatches = 0,
                     int64_t mb_inner_axes = 0, int64_t head_axes = 0,
                     int64_t head_inner_axes = 0);
+/// attention that also writes, where the cuda backend runs it on cuDNN,
+/// each row's log-sum-exp to lse ([B, H, S] f32), for attention_grad_lse
+/// (planc's plan-keep-attention, cuda target); elsewhere it is attention
+/// and lse is not written.
+void attention_lse(Context *ctx, const Tensor *qkv, Tensor *out, Tensor *lse,
+                   int64_t num_heads, int64_t num_kv_heads,
+                   float dropout = 0.0f, int64_t dropout_uid = 0,
+                   int64_t batch_axes = 0, int64_t microbatches = 0,
+                   int64_t mb_inner_axes = 0, int64_t head_axes = 0,
+                   int64_t head_inner_axes = 0);
+/// attention_grad that reads attention_lse's output fwd_out and lse where
+/// the forward ran on cuDNN (cuDNN's backward then does not run the forward
+/// again); elsewhere it is attention_grad, with its results.
+void attention_grad_lse(Context *ctx, const Tensor *qkv, const Tensor *fwd_out,
+                        const Tensor *lse, const Tensor *dout, Tensor *dqkv,
+                        int64_t num_heads, int64_t num_kv_heads,
+                        float dropout = 0.0f, int64_t dropout_uid = 0,
+                        int64_t batch_axes = 0, int64_t microbatches = 0,
+                        int64_t mb_inner_axes = 0, int64_t head_axes = 0,
+                        int64_t head_inner_axes = 0);
 /// attention that also keeps, for recompute = none, the exponentials e =
 /// exp(scale q.k - m) of every query row [B, H, S, S] (keys after the query
 /// are not written) and each row's (m, sum e) [B, H, S, 2];

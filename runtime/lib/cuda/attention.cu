@@ -204,11 +204,16 @@ bool with_head_dim(const kernels::AttnShape &a, const F &f) {
 
 template <class T>
 bool forward(cudaStream_t s, const kernels::AttnShape &a, const T *qkv, T *out,
-             float *stats, const kernels::AttnDropout &drop) {
+             float *stats, const kernels::AttnDropout &drop, float *kept_lse) {
   if constexpr (kTensorCores<T>) {
-    if (cudnn::runs_forward(a, kBf16<T>, stats != nullptr, drop.on)) {
+    // A kept log-sum-exp asks for the forward with statistics, so that
+    // grad_q's test (runs_forward with them) matches what ran here.
+    const bool want_lse = stats != nullptr || kept_lse != nullptr;
+    if (cudnn::runs_forward(a, kBf16<T>, want_lse, drop.on)) {
       const int64_t rows = a.B * a.H * a.S;
-      float *lse = stats ? cudnn::lse_scratch(rows) : nullptr;
+      float *lse = kept_lse ? kept_lse
+                   : stats  ? cudnn::lse_scratch(rows)
+                            : nullptr;
       cudnn::forward(s, a, kBf16<T>, qkv, out, lse);
       if (stats) {
         int64_t blocks = (rows + 255) / 256;
@@ -243,10 +248,17 @@ bool forward(cudaStream_t s, const kernels::AttnShape &a, const T *qkv, T *out,
 template <class T>
 bool grad_q(cudaStream_t s, const kernels::AttnShape &a, const T *qkv,
             const T *dout, T *dqkv, const float *stats, float *rowstats,
-            float *delta, const kernels::AttnDropout &drop) {
+            float *delta, const kernels::AttnDropout &drop, const T *fwd_out,
+            const float *fwd_lse) {
   if constexpr (kTensorCores<T>) {
     // cuDNN's backward is whole: dk and dv too (grad_kv then has nothing
-    // left to do).
+    // left to do). The kept output and log-sum-exp are there when the
+    // forward ran on cuDNN with statistics (the test forward() made).
+    if (fwd_out && fwd_lse &&
+        cudnn::runs_forward(a, kBf16<T>, true, drop.on) &&
+        cudnn::backward_kept(s, a, kBf16<T>, drop.on, qkv, fwd_out, fwd_lse,
+                             dout, dqkv))
+      return true;
     if (cudnn::backward(s, a, kBf16<T>, drop.on, qkv, dout, dqkv))
       return true;
   }
@@ -305,10 +317,11 @@ bool grad_kv(cudaStream_t s, const kernels::AttnShape &a, const T *qkv,
 #define PLANRT_ATTENTION_TYPES(T)                                              \
   template bool forward<T>(cudaStream_t, const kernels::AttnShape &,           \
                            const T *, T *, float *,                            \
-                           const kernels::AttnDropout &);                      \
+                           const kernels::AttnDropout &, float *);             \
   template bool grad_q<T>(cudaStream_t, const kernels::AttnShape &, const T *, \
                           const T *, T *, const float *, float *, float *,     \
-                          const kernels::AttnDropout &);                       \
+                          const kernels::AttnDropout &, const T *,             \
+                          const float *);                                      \
   template bool grad_kv<T>(cudaStream_t, const kernels::AttnShape &,           \
                            const T *, const T *, T *, const float *,           \
                            const float *, const kernels::AttnDropout &);

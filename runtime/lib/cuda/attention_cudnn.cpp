@@ -24,11 +24,13 @@
 // The operands are read in place from the packed qkv [B, S, (H + 2 KV) D]
 // (strided [B, H, S, D] views), and dq, dk, dv written in place into dqkv.
 //
-// The backward needs the forward's output and log-sum-exp, which the plan
-// does not keep (the tiles recompute from the row statistics instead). So
-// it runs the forward again into buffers of its own: a sixth of
-// attention's work, and the plan keeps no extra tensor alive between the
-// passes. Those buffers and cuDNN's workspace are the only device memory
+// The backward needs the forward's output and log-sum-exp. A training
+// step's attention keeps them (planc's plan-keep-attention: attention_lse
+// writes the log-sum-exp into the plan's buffer, and attention_grad_lse
+// reads it with the forward's output: backward_kept). Where they are not
+// kept (an attention_grad of another origin) the backward runs the forward
+// again into buffers of its own: a sixth of attention's work. Those
+// buffers and cuDNN's workspace are the only device memory
 // outside the plan (bytes_held(), printed with the memory report; planc
 // --report bounds them with planrt/workspace.h's outside, so a graph whose
 // workspace is more than that bound runs the tiles). The
@@ -428,6 +430,25 @@ bool runs_backward(const kernels::AttnShape &a, bool bf16, bool dropout) {
          graph(a, bf16, Kind::Backward).graph;
 }
 
+bool backward_kept(cudaStream_t s, const kernels::AttnShape &a, bool bf16,
+                   bool dropout, const void *qkv, const void *out,
+                   const float *lse, const void *dout, void *dqkv) {
+  if (!runs_backward(a, bf16, dropout))
+    return false;
+  std::unordered_map<int64_t, void *> pack = {
+      {kQ, at(qkv, 0)},
+      {kK, at(qkv, a.H * a.D)},
+      {kV, at(qkv, (a.H + a.KV) * a.D)},
+      {kO, const_cast<void *>(out)},
+      {kStats, const_cast<float *>(lse)},
+      {kDO, const_cast<void *>(dout)},
+      {kDQ, at(dqkv, 0)},
+      {kDK, at(dqkv, a.H * a.D)},
+      {kDV, at(dqkv, (a.H + a.KV) * a.D)}};
+  execute(s, graph(a, bf16, Kind::Backward), std::move(pack), "the backward");
+  return true;
+}
+
 bool backward(cudaStream_t s, const kernels::AttnShape &a, bool bf16,
               bool dropout, const void *qkv, const void *dout, void *dqkv) {
   if (!runs_backward(a, bf16, dropout))
@@ -439,18 +460,7 @@ bool backward(cudaStream_t s, const kernels::AttnShape &a, bool bf16,
       "the backward's recomputed attention output");
   float *lse = lse_scratch(rows);
   forward(s, a, bf16, qkv, out, lse);
-  std::unordered_map<int64_t, void *> pack = {
-      {kQ, at(qkv, 0)},
-      {kK, at(qkv, a.H * a.D)},
-      {kV, at(qkv, (a.H + a.KV) * a.D)},
-      {kO, out},
-      {kStats, lse},
-      {kDO, const_cast<void *>(dout)},
-      {kDQ, at(dqkv, 0)},
-      {kDK, at(dqkv, a.H * a.D)},
-      {kDV, at(dqkv, (a.H + a.KV) * a.D)}};
-  execute(s, graph(a, bf16, Kind::Backward), std::move(pack), "the backward");
-  return true;
+  return backward_kept(s, a, bf16, dropout, qkv, out, lse, dout, dqkv);
 }
 
 size_t bytes_held() {
@@ -503,6 +513,11 @@ bool runs_forward(const kernels::AttnShape &, bool, bool, bool) {
 float *lse_scratch(int64_t) { return nullptr; }
 bool backward(cudaStream_t, const kernels::AttnShape &, bool, bool,
               const void *, const void *, void *) {
+  return unavailable();
+}
+bool backward_kept(cudaStream_t, const kernels::AttnShape &, bool, bool,
+                   const void *, const void *, const float *, const void *,
+                   void *) {
   return unavailable();
 }
 bool runs_backward(const kernels::AttnShape &, bool, bool) {

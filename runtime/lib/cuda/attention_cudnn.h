@@ -38,6 +38,13 @@ float *lse_scratch(int64_t rows);
 bool backward(cudaStream_t s, const kernels::AttnShape &a, bool bf16,
               bool dropout, const void *qkv, const void *dout, void *dqkv);
 
+/// The backward from the forward's output `out` and log-sum-exp `lse`
+/// (what forward() wrote with `lse`), without running the forward again.
+/// False when cuDNN does not run this problem: nothing launched.
+bool backward_kept(cudaStream_t s, const kernels::AttnShape &a, bool bf16,
+                   bool dropout, const void *qkv, const void *out,
+                   const float *lse, const void *dout, void *dqkv);
+
 /// Whether backward() ran (or would run) this problem: the key side of the
 /// tiled backward asks, after backward() was called for the same problem.
 bool runs_backward(const kernels::AttnShape &a, bool bf16, bool dropout);

@@ -55,6 +55,8 @@
 #include <nccl.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <set>
 #include <tuple>
@@ -576,13 +578,14 @@ inline void launch(Context *ctx, int64_t n, const kernels::CastFn &f) {
 template <class T>
 void launch(Context *ctx, int64_t n, const kernels::AttentionFn<T> &f) {
   if (!cuda_attention::forward(state(ctx)->stream, f.a, f.qkv, f.out, f.stats,
-                               f.drop))
+                               f.drop, f.lse))
     launch_rows(ctx, n, f);
 }
 template <class T>
 void launch(Context *ctx, int64_t n, const kernels::AttentionGradQFn<T> &f) {
   if (!cuda_attention::grad_q(state(ctx)->stream, f.a, f.qkv, f.dout, f.dqkv,
-                              f.stats, f.rowstats, f.delta, f.drop))
+                              f.stats, f.rowstats, f.delta, f.drop, f.fwd_out,
+                              f.lse))
     launch_rows(ctx, n, f);
 }
 template <class T>
@@ -663,6 +666,24 @@ void launch(Context *ctx, int64_t n,
 }
 
 namespace {
+/// PLANRT_GEMM_EPILOGUES=off: no GEMM runs an epilogue; every fused op runs
+/// its parts as separate kernels (to tell an epilogue's fault from the
+/// rest's on a new GPU or cuBLASLt). Read once.
+bool epilogues_on() {
+  static const bool on = [] {
+    const char *v = std::getenv("PLANRT_GEMM_EPILOGUES");
+    if (!v || !*v || std::strcmp(v, "on") == 0)
+      return true;
+    if (std::strcmp(v, "off") == 0)
+      return false;
+    fatal("PLANRT_GEMM_EPILOGUES=%s: expected on (the default: bias, GELU and "
+          "their gradients in cuBLASLt's epilogues where it has an algorithm) "
+          "or off (separate kernels)",
+          v);
+  }();
+  return on;
+}
+
 /// Row-major c[m,n] = op(a) op(b), a and b of element type `type`, c of
 /// `c_type`, the products summed in fp32 (CUBLAS_COMPUTE_32F, fp32 alpha and
 /// beta); fp32 operands of a `precision = tf32` plan on the tensor cores
@@ -684,6 +705,8 @@ bool gemm_lt(Context *ctx, cudaDataType_t type, cudaDataType_t c_type, bool ta,
              float beta, const Epilogue &ep = {}) {
   CudaState *s = state(ctx);
   const bool fused = ep.kind != CUBLASLT_EPILOGUE_DEFAULT;
+  if (fused && !epilogues_on())
+    return false;
   int al_a = pointer_alignment(a), al_b = pointer_alignment(b),
       al_c = pointer_alignment(c),
       al_vec = ep.vector ? pointer_alignment(ep.vector) : 0,

@@ -1,0 +1,99 @@
+// RUN: plan-opt %s --split-input-file --plan-keep-attention="policy=selective target=cuda" | FileCheck %s
+// RUN: plan-opt %s --split-input-file --plan-keep-attention="policy=none target=host" | FileCheck %s --check-prefix=HOST
+
+// cuda, bf16 without dropout (cuDNN's flash attention may run it): the
+// forward keeps each row's log-sum-exp [B, H, S], and the backward reads it
+// with the forward's output, under any recompute policy. The host keeps
+// its score matrix instead (recompute = none).
+func.func @plan_step() {
+  %qkv = rank.alloc : memref<2x8x128xbf16>
+  %out = rank.alloc : memref<2x8x64xbf16>
+  rank.attention %qkv into %out {num_heads = 4 : i64, num_kv_heads = 2 : i64} : memref<2x8x128xbf16> -> memref<2x8x64xbf16>
+  %y = rank.alloc : memref<2x8x64xbf16>
+  rank.scale %out into %y {factor = 2.0 : f32} : memref<2x8x64xbf16> -> memref<2x8x64xbf16>
+  %dout = rank.alloc : memref<2x8x64xbf16>
+  %dqkv = rank.alloc : memref<2x8x128xbf16>
+  rank.attention_grad %qkv, %dout into %dqkv {num_heads = 4 : i64, num_kv_heads = 2 : i64} : memref<2x8x128xbf16>, memref<2x8x64xbf16> -> memref<2x8x128xbf16>
+  return
+}
+// CHECK-LABEL: func.func @plan_step
+// CHECK: %[[QKV:.*]] = rank.alloc : memref<2x8x128xbf16>
+// CHECK-NEXT: %[[OUT:.*]] = rank.alloc : memref<2x8x64xbf16>
+// CHECK-NEXT: %[[LSE:.*]] = rank.alloc : memref<2x4x8xf32>
+// CHECK-NEXT: rank.attention_lse %[[QKV]] into %[[OUT]], %[[LSE]] {num_heads = 4 : i64, num_kv_heads = 2 : i64}
+// CHECK: rank.attention_grad_lse %[[QKV]], %[[OUT]], %[[LSE]], %{{.*}} into %{{.*}} {num_heads = 4 : i64, num_kv_heads = 2 : i64}
+// CHECK-NOT: rank.attention_grad %
+// HOST-LABEL: func.func @plan_step
+// HOST: rank.attention_keep
+// HOST-NOT: attention_lse
+
+// -----
+
+// Attention dropout (the tiles draw planrt's mask), fp32 (the tiles), or the
+// output written between the two: nothing kept.
+func.func @plan_step() {
+  %qkv = rank.alloc : memref<2x8x128xbf16>
+  %out = rank.alloc : memref<2x8x64xbf16>
+  rank.attention %qkv into %out {num_heads = 4 : i64, num_kv_heads = 2 : i64, dropout = 1.000000e-01 : f32, dropout_uid = 3 : i64} : memref<2x8x128xbf16> -> memref<2x8x64xbf16>
+  %dout = rank.alloc : memref<2x8x64xbf16>
+  %dqkv = rank.alloc : memref<2x8x128xbf16>
+  rank.attention_grad %qkv, %dout into %dqkv {num_heads = 4 : i64, num_kv_heads = 2 : i64, dropout = 1.000000e-01 : f32, dropout_uid = 3 : i64} : memref<2x8x128xbf16>, memref<2x8x64xbf16> -> memref<2x8x128xbf16>
+  return
+}
+// CHECK-LABEL: func.func @plan_step
+// CHECK-NOT: attention_lse
+// CHECK: return
+
+// -----
+
+func.func @plan_step() {
+  %qkv = rank.alloc : memref<2x8x128xf32>
+  %out = rank.alloc : memref<2x8x64xf32>
+  rank.attention %qkv into %out {num_heads = 4 : i64, num_kv_heads = 2 : i64} : memref<2x8x128xf32> -> memref<2x8x64xf32>
+  %dout = rank.alloc : memref<2x8x64xf32>
+  %dqkv = rank.alloc : memref<2x8x128xf32>
+  rank.attention_grad %qkv, %dout into %dqkv {num_heads = 4 : i64, num_kv_heads = 2 : i64} : memref<2x8x128xf32>, memref<2x8x64xf32> -> memref<2x8x128xf32>
+  return
+}
+// CHECK-LABEL: func.func @plan_step
+// CHECK-NOT: attention_lse
+// CHECK: return
+
+// -----
+
+func.func @plan_step(%r: memref<2x8x64xbf16>) {
+  %qkv = rank.alloc : memref<2x8x128xbf16>
+  %out = rank.alloc : memref<2x8x64xbf16>
+  rank.attention %qkv into %out {num_heads = 4 : i64, num_kv_heads = 2 : i64} : memref<2x8x128xbf16> -> memref<2x8x64xbf16>
+  %v = rank.view %out : memref<2x8x64xbf16> -> memref<16x64xbf16>
+  %rv = rank.view %r : memref<2x8x64xbf16> -> memref<16x64xbf16>
+  rank.add %v, %rv into %v : memref<16x64xbf16>, memref<16x64xbf16> -> memref<16x64xbf16>
+  %dout = rank.alloc : memref<2x8x64xbf16>
+  %dqkv = rank.alloc : memref<2x8x128xbf16>
+  rank.attention_grad %qkv, %dout into %dqkv {num_heads = 4 : i64, num_kv_heads = 2 : i64} : memref<2x8x128xbf16>, memref<2x8x64xbf16> -> memref<2x8x128xbf16>
+  return
+}
+// CHECK-LABEL: func.func @plan_step
+// CHECK-NOT: attention_lse
+// CHECK: return
+
+// -----
+
+// The output read only before the backward's output gradient is written
+// (as Ulysses' heads_to_seq reads its own attention output): keeping it
+// would hold a whole output per layer; not kept.
+func.func @plan_step(%r: memref<2x8x64xbf16>) {
+  %qkv = rank.alloc : memref<2x8x128xbf16>
+  %out = rank.alloc : memref<2x8x64xbf16>
+  rank.attention %qkv into %out {num_heads = 4 : i64, num_kv_heads = 2 : i64} : memref<2x8x128xbf16> -> memref<2x8x64xbf16>
+  %y = rank.alloc : memref<2x8x64xbf16>
+  rank.scale %out into %y {factor = 2.0 : f32} : memref<2x8x64xbf16> -> memref<2x8x64xbf16>
+  %dout = rank.alloc : memref<2x8x64xbf16>
+  rank.scale %r into %dout {factor = 2.0 : f32} : memref<2x8x64xbf16> -> memref<2x8x64xbf16>
+  %dqkv = rank.alloc : memref<2x8x128xbf16>
+  rank.attention_grad %qkv, %dout into %dqkv {num_heads = 4 : i64, num_kv_heads = 2 : i64} : memref<2x8x128xbf16>, memref<2x8x64xbf16> -> memref<2x8x128xbf16>
+  return
+}
+// CHECK-LABEL: func.func @plan_step
+// CHECK-NOT: attention_lse
+// CHECK: return
