@@ -100,6 +100,14 @@ bool writesOnlyFresh(Operation *op, Operation *from) {
   return true;
 }
 
+/// Whether `op` (between an op that moves and the place it lands) reads or
+/// writes `v`, the buffer it is a view of, or a view of that.
+bool touches(Operation *op, Value v) {
+  Value root = viewRoot(v);
+  return llvm::any_of(op->getOperands(),
+                      [&](Value o) { return viewRoot(o) == root; });
+}
+
 /// The bias add that is the only reader of mm's product, when the pair
 /// can be one rank.matmul_bias; null otherwise.
 rk::BiasAddOp fusableAdd(rk::MatmulOp mm) {
@@ -237,13 +245,9 @@ std::optional<InPlaceLoss> fusableLoss(rk::CrossEntropyGradOp grad) {
   // Between the loss and its gradient, which now run together: nothing
   // but writes to fresh buffers, and none of them the targets or the buffer
   // they are a view of.
-  Value targetsRoot = viewRoot(targets);
   for (Operation *op = f.loss->getNextNode(); op != grad.getOperation();
        op = op->getNextNode())
-    if (!writesOnlyFresh(op, f.mm) ||
-        llvm::is_contained(op->getOperands(), targets) ||
-        llvm::any_of(op->getOperands(),
-                     [&](Value v) { return viewRoot(v) == targetsRoot; }))
+    if (!writesOnlyFresh(op, f.mm) || touches(op, targets))
       return std::nullopt;
   // A classifier counts its correct rows from the logits (planrt).
   auto fn = grad->getParentOfType<func::FuncOp>();
@@ -274,16 +278,6 @@ void fuseLoss(rk::CrossEntropyGradOp grad, InPlaceLoss &f) {
   for (Value v : {logits, out})
     if (Operation *alloc = v.getDefiningOp(); alloc && alloc->use_empty())
       alloc->erase();
-}
-} // namespace
-
-namespace {
-/// Whether an op between `from` and the place a moved op lands reads or
-/// writes `v` (or the buffer it is a view of, or a view of it).
-bool touches(Operation *op, Value v) {
-  Value root = viewRoot(v);
-  return llvm::any_of(op->getOperands(),
-                      [&](Value o) { return viewRoot(o) == root; });
 }
 
 /// The rank.gelu_grad that is the only reader of mm's product (as its

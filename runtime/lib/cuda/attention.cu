@@ -254,8 +254,7 @@ bool grad_q(cudaStream_t s, const kernels::AttnShape &a, const T *qkv,
     // cuDNN's backward is whole: dk and dv too (grad_kv then has nothing
     // left to do). The kept output and log-sum-exp are there when the
     // forward ran on cuDNN with statistics (the test forward() made).
-    if (fwd_out && fwd_lse &&
-        cudnn::runs_forward(a, kBf16<T>, true, drop.on) &&
+    if (fwd_out && fwd_lse && cudnn::runs_forward(a, kBf16<T>, true, drop.on) &&
         cudnn::backward_kept(s, a, kBf16<T>, drop.on, qkv, fwd_out, fwd_lse,
                              dout, dqkv))
       return true;

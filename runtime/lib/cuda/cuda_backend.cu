@@ -42,12 +42,13 @@
 #include "classifier.h"
 #include "column_sums.h"
 #include "elementwise.h"
+#include "elementwise_blocks.h"
 #include "embedding.h"
-#include "planrt/workspace.h"
 #include "norms.h"
 #include "optimizer.h"
 #include "planrt/context_parallel.h"
 #include "planrt/kernels.h"
+#include "planrt/workspace.h"
 #include "sums.h"
 
 #include <cublasLt.h>
@@ -60,6 +61,7 @@
 #include <map>
 #include <set>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 namespace planrt {
@@ -113,10 +115,9 @@ struct Epilogue {
 // (ta, tb, m, n, k, lda, ldb, ldc, alignment of a, b, c, element type of a
 // and b, of c, the epilogue, its vector's type and alignment, its auxiliary
 // matrix's alignment)
-using GemmKey =
-    std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-               int, int, int, cudaDataType_t, cudaDataType_t, int,
-               cudaDataType_t, int, int>;
+using GemmKey = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t,
+                           int64_t, int64_t, int, int, int, cudaDataType_t,
+                           cudaDataType_t, int, cudaDataType_t, int, int>;
 
 constexpr size_t kWorkspaceBytes =
     (size_t)workspace::outside::kCublasLtWorkspace;
@@ -303,7 +304,7 @@ std::string library_note(Context *ctx) {
     const char *name = kv.first == CUBLASLT_EPILOGUE_BIAS ? "bias"
                        : kv.first == CUBLASLT_EPILOGUE_GELU_AUX_BIAS
                            ? "bias+gelu"
-                       : kv.first == CUBLASLT_EPILOGUE_DGELU ? "dgelu"
+                       : kv.first == CUBLASLT_EPILOGUE_DGELU  ? "dgelu"
                        : kv.first == CUBLASLT_EPILOGUE_BGRADA ? "bias grad"
                                                               : "other";
     note += sep + std::string(name) + " " + std::to_string(kv.second.first) +
@@ -523,51 +524,22 @@ template <class F> void launch_rows(Context *ctx, int64_t n, const F &f) {
 // The kernels the ops launch (lib/ops_impl.inc calls detail::launch with a
 // functor of kernels.h): the functor's own GPU kernel where this backend has
 // one (its family's file under lib/cuda/), else the functor one thread per
-// invocation. One overload per functor with a kernel of its own.
-template <class F> void launch(Context *ctx, int64_t n, const F &f) {
+// invocation. One overload per functor with a kernel of its own; the
+// element-wise ones (elementwise_blocks.h Io) share one.
+template <class F>
+std::enable_if_t<!elementwise::Io<F>::kGroups> launch(Context *ctx, int64_t n,
+                                                      const F &f) {
   launch_rows(ctx, n, f);
 }
 
 /// Element-wise functors (lib/cuda/elementwise.cu): eight elements a
 /// thread with 128-bit loads and stores where the pointers allow it, one
 /// thread per element where they do not.
-template <class F> void launch_groups(Context *ctx, int64_t n, const F &f) {
+template <class F>
+std::enable_if_t<elementwise::Io<F>::kGroups> launch(Context *ctx, int64_t n,
+                                                     const F &f) {
   if (!cuda_elementwise::run(state(ctx)->stream, n, f))
     launch_rows(ctx, n, f);
-}
-template <class T>
-void launch(Context *ctx, int64_t n, const kernels::AddFn<T> &f) {
-  launch_groups(ctx, n, f);
-}
-template <class T>
-void launch(Context *ctx, int64_t n, const kernels::SubFn<T> &f) {
-  launch_groups(ctx, n, f);
-}
-template <class T>
-void launch(Context *ctx, int64_t n, const kernels::MulFn<T> &f) {
-  launch_groups(ctx, n, f);
-}
-template <class T>
-void launch(Context *ctx, int64_t n, const kernels::ScaleFn<T> &f) {
-  launch_groups(ctx, n, f);
-}
-template <class T>
-void launch(Context *ctx, int64_t n, const kernels::BiasAddFn<T> &f) {
-  launch_groups(ctx, n, f);
-}
-template <class A, class T>
-void launch(Context *ctx, int64_t n, const kernels::MapFn<A, T> &f) {
-  launch_groups(ctx, n, f);
-}
-template <class A, class T>
-void launch(Context *ctx, int64_t n, const kernels::MapGradFn<A, T> &f) {
-  launch_groups(ctx, n, f);
-}
-inline void launch(Context *ctx, int64_t n, const kernels::CopyFn &f) {
-  launch_groups(ctx, n, f);
-}
-inline void launch(Context *ctx, int64_t n, const kernels::CastFn &f) {
-  launch_groups(ctx, n, f);
 }
 
 /// Attention (lib/cuda/attention.cu) for the head dims it is built for.
@@ -711,10 +683,23 @@ bool gemm_lt(Context *ctx, cudaDataType_t type, cudaDataType_t c_type, bool ta,
       al_c = pointer_alignment(c),
       al_vec = ep.vector ? pointer_alignment(ep.vector) : 0,
       al_aux = ep.aux ? pointer_alignment(ep.aux) : 0;
-  GemmKey key{ta,   tb,     m,       n,       k,
-              lda,  ldb,    ldc,     al_a,    al_b,
-              al_c, type,   c_type,  (int)ep.kind, ep.vector_type,
-              al_vec, al_aux};
+  GemmKey key{ta,
+              tb,
+              m,
+              n,
+              k,
+              lda,
+              ldb,
+              ldc,
+              al_a,
+              al_b,
+              al_c,
+              type,
+              c_type,
+              (int)ep.kind,
+              ep.vector_type,
+              al_vec,
+              al_aux};
   auto it = s->gemms.find(key);
   if (it == s->gemms.end()) {
     GemmPlan p;
@@ -805,9 +790,9 @@ bool gemm_lt(Context *ctx, cudaDataType_t type, cudaDataType_t c_type, bool ta,
     return false;
   // The descriptor is cached; the pointers are this call's.
   if (ep.vector)
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-        p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &ep.vector,
-        sizeof(ep.vector)));
+    CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                       &ep.vector, sizeof(ep.vector)));
   if (ep.aux)
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
         p.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &ep.aux,
@@ -846,10 +831,9 @@ bool gemm_bias(Context *ctx, int dtype, bool ta, bool tb, int64_t m, int64_t n,
                  ep);
 }
 
-bool gemm_dgelu(Context *ctx, int dtype, bool ta, bool tb, int64_t m,
-                int64_t n, int64_t k, const void *a, int64_t lda,
-                const void *b, int64_t ldb, const void *pre, void *c,
-                int64_t ldc) {
+bool gemm_dgelu(Context *ctx, int dtype, bool ta, bool tb, int64_t m, int64_t n,
+                int64_t k, const void *a, int64_t lda, const void *b,
+                int64_t ldb, const void *pre, void *c, int64_t ldc) {
   cudaDataType_t t = cuda_type(dtype);
   Epilogue ep;
   ep.kind = CUBLASLT_EPILOGUE_DGELU;

@@ -31,8 +31,7 @@ template <class F> bool run(cudaStream_t s, int64_t n, const F &f) {
   if (!elementwise::Io<F>::aligned(f))
     return false;
   const int64_t groups = n / elementwise::kGroup;
-  int64_t blocks =
-      (groups + elementwise::kThreads - 1) / elementwise::kThreads;
+  int64_t blocks = (groups + elementwise::kThreads - 1) / elementwise::kThreads;
   if (blocks < 1)
     blocks = 1; // the elements after the last group
   if (blocks > 65536)

@@ -98,45 +98,31 @@ struct Io<kernels::SubFn<T>> : BinaryIo<kernels::SubFn, T> {};
 template <class T>
 struct Io<kernels::MulFn<T>> : BinaryIo<kernels::MulFn, T> {};
 
+/// out = f(x), F's pointers named x and out (ScaleFn, MapFn).
+template <class Fn, class T> struct UnaryIo {
+  static constexpr bool kGroups = true;
+  using F = Fn;
+  struct Regs {
+    Group<T> x, out;
+  };
+  static bool aligned(const F &f) { return aligned16(f.x) && aligned16(f.out); }
+  PLANRT_BLOCK_FN static F local(const F &f, int64_t i, Regs &r) {
+    r.x.load(f.x + i);
+    F l = f;
+    l.x = r.x.v;
+    l.out = r.out.v;
+    return l;
+  }
+  PLANRT_BLOCK_FN static void store(const F &f, int64_t i, const Regs &r) {
+    r.out.store(f.out + i);
+  }
+};
 /// out = factor x.
-template <class T> struct Io<kernels::ScaleFn<T>> {
-  static constexpr bool kGroups = true;
-  using F = kernels::ScaleFn<T>;
-  struct Regs {
-    Group<T> x, out;
-  };
-  static bool aligned(const F &f) { return aligned16(f.x) && aligned16(f.out); }
-  PLANRT_BLOCK_FN static F local(const F &f, int64_t i, Regs &r) {
-    r.x.load(f.x + i);
-    F l = f;
-    l.x = r.x.v;
-    l.out = r.out.v;
-    return l;
-  }
-  PLANRT_BLOCK_FN static void store(const F &f, int64_t i, const Regs &r) {
-    r.out.store(f.out + i);
-  }
-};
-
+template <class T>
+struct Io<kernels::ScaleFn<T>> : UnaryIo<kernels::ScaleFn<T>, T> {};
 /// out = A(x): GELU, ReLU, SiLU.
-template <class A, class T> struct Io<kernels::MapFn<A, T>> {
-  static constexpr bool kGroups = true;
-  using F = kernels::MapFn<A, T>;
-  struct Regs {
-    Group<T> x, out;
-  };
-  static bool aligned(const F &f) { return aligned16(f.x) && aligned16(f.out); }
-  PLANRT_BLOCK_FN static F local(const F &f, int64_t i, Regs &r) {
-    r.x.load(f.x + i);
-    F l = f;
-    l.x = r.x.v;
-    l.out = r.out.v;
-    return l;
-  }
-  PLANRT_BLOCK_FN static void store(const F &f, int64_t i, const Regs &r) {
-    r.out.store(f.out + i);
-  }
-};
+template <class A, class T>
+struct Io<kernels::MapFn<A, T>> : UnaryIo<kernels::MapFn<A, T>, T> {};
 
 /// dx = dy A'(x).
 template <class A, class T> struct Io<kernels::MapGradFn<A, T>> {
