@@ -68,85 +68,60 @@ inline bool aligned16(const void *p) { return (uintptr_t)p % 16 == 0; }
 /// Functors without groups run one thread per element.
 template <class F> struct Io { static constexpr bool kGroups = false; };
 
-/// out = a op b (AddFn, SubFn, MulFn).
-template <template <class> class Bin, class T> struct BinaryIo {
+/// A functor whose group reads element i of its inputs `Ins` and writes
+/// element i of its output `Out` (pointer members of F, elements of T).
+template <class F, class T, auto Out, auto... Ins> struct MemberIo {
   static constexpr bool kGroups = true;
-  using F = Bin<T>;
+  static constexpr int kIns = sizeof...(Ins);
   struct Regs {
-    Group<T> a, b, out;
+    Group<T> in[kIns], out;
   };
   static bool aligned(const F &f) {
-    return aligned16(f.a) && aligned16(f.b) && aligned16(f.out);
+    return aligned16(f.*Out) && (aligned16(f.*Ins) && ...);
   }
   PLANRT_BLOCK_FN static F local(const F &f, int64_t i, Regs &r) {
-    r.a.load(f.a + i);
-    r.b.load(f.b + i);
     F l = f;
-    l.a = r.a.v;
-    l.b = r.b.v;
-    l.out = r.out.v;
+    int k = 0;
+    ((r.in[k].load(f.*Ins + i), l.*Ins = r.in[k].v, ++k), ...);
+    l.*Out = r.out.v;
     return l;
   }
   PLANRT_BLOCK_FN static void store(const F &f, int64_t i, const Regs &r) {
-    r.out.store(f.out + i);
+    r.out.store(f.*Out + i);
   }
 };
 template <class T>
-struct Io<kernels::AddFn<T>> : BinaryIo<kernels::AddFn, T> {};
+struct Io<kernels::AddFn<T>>
+    : MemberIo<kernels::AddFn<T>, T, &kernels::AddFn<T>::out,
+               &kernels::AddFn<T>::a, &kernels::AddFn<T>::b> {};
 template <class T>
-struct Io<kernels::SubFn<T>> : BinaryIo<kernels::SubFn, T> {};
+struct Io<kernels::SubFn<T>>
+    : MemberIo<kernels::SubFn<T>, T, &kernels::SubFn<T>::out,
+               &kernels::SubFn<T>::a, &kernels::SubFn<T>::b> {};
 template <class T>
-struct Io<kernels::MulFn<T>> : BinaryIo<kernels::MulFn, T> {};
-
-/// out = f(x), F's pointers named x and out (ScaleFn, MapFn).
-template <class Fn, class T> struct UnaryIo {
-  static constexpr bool kGroups = true;
-  using F = Fn;
-  struct Regs {
-    Group<T> x, out;
-  };
-  static bool aligned(const F &f) { return aligned16(f.x) && aligned16(f.out); }
-  PLANRT_BLOCK_FN static F local(const F &f, int64_t i, Regs &r) {
-    r.x.load(f.x + i);
-    F l = f;
-    l.x = r.x.v;
-    l.out = r.out.v;
-    return l;
-  }
-  PLANRT_BLOCK_FN static void store(const F &f, int64_t i, const Regs &r) {
-    r.out.store(f.out + i);
-  }
-};
+struct Io<kernels::MulFn<T>>
+    : MemberIo<kernels::MulFn<T>, T, &kernels::MulFn<T>::out,
+               &kernels::MulFn<T>::a, &kernels::MulFn<T>::b> {};
 /// out = factor x.
 template <class T>
-struct Io<kernels::ScaleFn<T>> : UnaryIo<kernels::ScaleFn<T>, T> {};
+struct Io<kernels::ScaleFn<T>>
+    : MemberIo<kernels::ScaleFn<T>, T, &kernels::ScaleFn<T>::out,
+               &kernels::ScaleFn<T>::x> {};
 /// out = A(x): GELU, ReLU, SiLU.
 template <class A, class T>
-struct Io<kernels::MapFn<A, T>> : UnaryIo<kernels::MapFn<A, T>, T> {};
-
+struct Io<kernels::MapFn<A, T>>
+    : MemberIo<kernels::MapFn<A, T>, T, &kernels::MapFn<A, T>::out,
+               &kernels::MapFn<A, T>::x> {};
 /// dx = dy A'(x).
-template <class A, class T> struct Io<kernels::MapGradFn<A, T>> {
-  static constexpr bool kGroups = true;
-  using F = kernels::MapGradFn<A, T>;
-  struct Regs {
-    Group<T> x, dy, dx;
-  };
-  static bool aligned(const F &f) {
-    return aligned16(f.x) && aligned16(f.dy) && aligned16(f.dx);
-  }
-  PLANRT_BLOCK_FN static F local(const F &f, int64_t i, Regs &r) {
-    r.x.load(f.x + i);
-    r.dy.load(f.dy + i);
-    F l = f;
-    l.x = r.x.v;
-    l.dy = r.dy.v;
-    l.dx = r.dx.v;
-    return l;
-  }
-  PLANRT_BLOCK_FN static void store(const F &f, int64_t i, const Regs &r) {
-    r.dx.store(f.dx + i);
-  }
-};
+template <class A, class T>
+struct Io<kernels::MapGradFn<A, T>>
+    : MemberIo<kernels::MapGradFn<A, T>, T, &kernels::MapGradFn<A, T>::dx,
+               &kernels::MapGradFn<A, T>::x, &kernels::MapGradFn<A, T>::dy> {};
+/// dst = src (fp32).
+template <>
+struct Io<kernels::CopyFn>
+    : MemberIo<kernels::CopyFn, float, &kernels::CopyFn::dst,
+               &kernels::CopyFn::src> {};
 
 /// out = x + b[i % n]: a group lies in one row when n is a multiple of 8,
 /// and reads 8 consecutive elements of b.
@@ -172,28 +147,6 @@ template <class T> struct Io<kernels::BiasAddFn<T>> {
   }
   PLANRT_BLOCK_FN static void store(const F &f, int64_t i, const Regs &r) {
     r.out.store(f.out + i);
-  }
-};
-
-/// dst = src (fp32).
-template <> struct Io<kernels::CopyFn> {
-  static constexpr bool kGroups = true;
-  using F = kernels::CopyFn;
-  struct Regs {
-    Group<float> src, dst;
-  };
-  static bool aligned(const F &f) {
-    return aligned16(f.src) && aligned16(f.dst);
-  }
-  PLANRT_BLOCK_FN static F local(const F &f, int64_t i, Regs &r) {
-    r.src.load(f.src + i);
-    F l = f;
-    l.src = r.src.v;
-    l.dst = r.dst.v;
-    return l;
-  }
-  PLANRT_BLOCK_FN static void store(const F &f, int64_t i, const Regs &r) {
-    r.dst.store(f.dst + i);
   }
 };
 
