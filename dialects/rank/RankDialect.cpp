@@ -84,6 +84,56 @@ LogicalResult ParamOp::verifySymbolUses(SymbolTableCollection &tables) {
                                     "rank.param_decl");
 }
 
+LogicalResult ParamDeclOp::verify() {
+  if (auto copy = getCopyAttr()) {
+    Type t = copy.getValue();
+    if (!t.isBF16() && !t.isF16())
+      return emitOpError() << "keeps a copy in bf16 or f16, got " << t;
+    if (!getType().getElementType().isF32())
+      return emitOpError() << "keeps a 16-bit copy of an f32 parameter, not of "
+                           << getType();
+  }
+  return success();
+}
+
+LogicalResult ParamCopyOp::verifySymbolUses(SymbolTableCollection &tables) {
+  auto decl = tables.lookupNearestSymbolFrom<ParamDeclOp>(*this, getNameAttr());
+  if (!decl)
+    return emitOpError() << "refers to " << getNameAttr()
+                         << ", which is not a rank.param_decl";
+  if (!decl.getCopyAttr())
+    return emitOpError() << getNameAttr()
+                         << " is declared without a 'copy' type";
+  MemRefType want =
+      MemRefType::get(decl.getType().getShape(), decl.getCopyAttr().getValue());
+  if (getType() != want)
+    return emitOpError() << "has type " << getType() << " but " << getNameAttr()
+                         << "'s copy is " << want;
+  return success();
+}
+
+/// An update's `copy`: the parameter's shape in a 16-bit type.
+static LogicalResult verifyUpdateCopy(Operation *op, Value param, Value copy) {
+  if (!copy)
+    return success();
+  auto p = cast<MemRefType>(param.getType());
+  auto c = cast<MemRefType>(copy.getType());
+  if (!p.getElementType().isF32() || c.getShape() != p.getShape() ||
+      !(c.getElementType().isBF16() || c.getElementType().isF16()))
+    return op->emitOpError() << "writes a copy " << c << " of a parameter " << p
+                             << ": expected its shape in bf16 or f16 of an "
+                                "f32 parameter";
+  return success();
+}
+
+LogicalResult SgdUpdateOp::verify() {
+  return verifyUpdateCopy(*this, getParam(), getCopy());
+}
+
+std::string SgdUpdateOp::getRuntimeCallee() {
+  return getCopy() ? "planrt::sgd_update_copy" : "planrt::sgd_update";
+}
+
 LogicalResult StateOp::verifySymbolUses(SymbolTableCollection &tables) {
   return verifyDeclRef<StateDeclOp>(*this, getNameAttr(), getType(), tables,
                                     "rank.state_decl");
@@ -232,13 +282,15 @@ SmallVector<StringRef> CrossEntropyInPlaceOp::getRuntimeAttrNames() {
 }
 
 std::string AdamWUpdateOp::getRuntimeCallee() {
-  return getClipSumsq() ? "planrt::adamw_update_clipped"
-                        : "planrt::adamw_update";
+  std::string callee =
+      getClipSumsq() ? "planrt::adamw_update_clipped" : "planrt::adamw_update";
+  return getCopy() ? callee + "_copy" : callee;
 }
 
 SmallVector<StringRef> AdamWUpdateOp::getRuntimeAttrNames() {
   // planrt::adamw_update(ctx, w, g, m, v, lr, beta1, beta2, eps, wd) and
-  // planrt::adamw_update_clipped(ctx, w, g, m, v, sumsq, ..., max_norm).
+  // planrt::adamw_update_clipped(ctx, w, g, m, v, sumsq, ..., max_norm);
+  // the _copy variants take the copy after v (and sumsq).
   if (getClipSumsq())
     return {"lr", "beta1", "beta2", "eps", "weight_decay", "max_norm"};
   return {"lr", "beta1", "beta2", "eps", "weight_decay"};
@@ -268,7 +320,7 @@ LogicalResult AdamWUpdateOp::verify() {
   if (auto m = getMaxNormAttr(); m && !(m.getValueAsDouble() > 0))
     return emitOpError() << "max_norm must be > 0, got "
                          << m.getValueAsDouble();
-  return success();
+  return verifyUpdateCopy(*this, getParam(), getCopy());
 }
 
 LogicalResult ViewOp::verify() {

@@ -81,11 +81,21 @@ def Rank_ParamDeclOp : Rank_Op<"param_decl", [Symbol]> {
     as it says (axes of a dimension outer first; segments split one by one);
     initialization and export use global element indices, so values do not
     depend on the plan.
+    With `copy` (bf16 or f16; plan-keep-param-copies), planrt also keeps the
+    parameter rounded to that type, which `rank.param_copy` reads: the
+    optimizer update writes it with the parameter, and planrt rounds it
+    again whenever it sets the parameter otherwise (start, --resume,
+    --init-from). It is derived, so checkpoints do not hold it.
   }];
   let arguments = (ins SymbolNameAttr:$sym_name, TypeAttrOf<Rank_FloatBuffer>:$type,
                        Plan_InitAttr:$init, OptionalAttr<Plan_ShardingAttr>:$sharding,
-                       OptionalAttr<I64Attr>:$export_rows);
-  let assemblyFormat = "$sym_name `:` $type `init` $init (`sharding` $sharding^)? attr-dict";
+                       OptionalAttr<I64Attr>:$export_rows,
+                       OptionalAttr<TypeAttr>:$copy);
+  let assemblyFormat = [{
+    $sym_name `:` $type `init` $init (`sharding` $sharding^)? (`copy` $copy^)?
+    attr-dict
+  }];
+  let hasVerifier = 1;
 }
 
 def Rank_StateDeclOp : Rank_Op<"state_decl", [Symbol]> {
@@ -139,6 +149,19 @@ def Rank_InputDeclOp : Rank_Op<"input_decl", [Symbol]> {
 def Rank_ParamOp : Rank_Op<"param", [Pure,
     DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
   let summary = "This rank's buffer of a declared parameter";
+  let arguments = (ins FlatSymbolRefAttr:$name);
+  let results = (outs Rank_FloatBuffer:$result);
+  let assemblyFormat = "$name attr-dict `:` type($result)";
+}
+
+def Rank_ParamCopyOp : Rank_Op<"param_copy", [Pure,
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "This rank's 16-bit copy of a declared parameter";
+  let description = [{
+    The parameter rounded to its declaration's `copy` type, as `rank.cast`
+    would round it: valid whenever a step or evaluation runs, written by the
+    parameter's optimizer update (which must name it as its `copy`).
+  }];
   let arguments = (ins FlatSymbolRefAttr:$name);
   let results = (outs Rank_FloatBuffer:$result);
   let assemblyFormat = "$name attr-dict `:` type($result)";
@@ -506,33 +529,45 @@ def Rank_MseLossGradOp : Rank_CallOp<"mse_loss_grad"> {
   }];
 }
 
-def Rank_SgdUpdateOp : Rank_CallOp<"sgd_update"> {
+def Rank_SgdUpdateOp : Rank_CallOp<"sgd_update",
+    [DeclareOpInterfaceMethods<RuntimeCallOpInterface, ["getRuntimeCallee"]>]> {
   let summary = "param -= lr * grad, in place";
+  let description = [{
+    With `copy %c`, the updated parameter is also rounded into `%c` (its
+    `rank.param_copy`) in the same pass.
+  }];
   let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead, MemWrite]>:$param,
-                       Arg<Rank_FloatBuffer, "", [MemRead]>:$grad, F32Attr:$lr);
-  let assemblyFormat = "$param `,` $grad attr-dict `:` type($param) `,` type($grad)";
+                       Arg<Rank_FloatBuffer, "", [MemRead]>:$grad,
+                       Arg<Optional<Rank_FloatBuffer>, "", [MemWrite]>:$copy,
+                       F32Attr:$lr);
+  let assemblyFormat = [{
+    $param `,` $grad (`copy` $copy^)? attr-dict `:` type($param) `,` type($grad) (`,` type($copy)^)?
+  }];
+  let hasVerifier = 1;
 }
 
 def Rank_AdamWUpdateOp : Rank_CallOp<"adamw_update",
-    [DeclareOpInterfaceMethods<RuntimeCallOpInterface,
+    [AttrSizedOperandSegments, DeclareOpInterfaceMethods<RuntimeCallOpInterface,
                                ["getRuntimeCallee", "getRuntimeAttrNames"]>]> {
   let summary = "AdamW step in place on the parameter and its two moments";
   let description = [{
     With `clipped by %sumsq`, the gradient is first scaled as
     `rank.clip_by_global_norm %grad, %sumsq {max_norm}` would scale it (the
     same factor, the same rounding) without being written back: one pass
-    over the gradient instead of two.
+    over the gradient instead of two. With `copy %c`, the updated parameter
+    is also rounded into `%c` (its `rank.param_copy`) in the same pass.
   }];
   let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead, MemWrite]>:$param,
                        Arg<Rank_FloatBuffer, "", [MemRead]>:$grad,
                        Arg<Rank_FloatBuffer, "", [MemRead, MemWrite]>:$exp_avg,
                        Arg<Rank_FloatBuffer, "", [MemRead, MemWrite]>:$exp_avg_sq,
                        Arg<Optional<Rank_FloatBuffer>, "", [MemRead]>:$clip_sumsq,
+                       Arg<Optional<Rank_FloatBuffer>, "", [MemWrite]>:$copy,
                        F32Attr:$lr, F32Attr:$beta1,
                        F32Attr:$beta2, F32Attr:$eps, F32Attr:$weight_decay,
                        OptionalAttr<F32Attr>:$max_norm);
   let assemblyFormat = [{
-    $param `,` $grad `,` $exp_avg `,` $exp_avg_sq (`clipped` `by` $clip_sumsq^)? attr-dict `:` type($param) `,` type($grad) `,` type($exp_avg) `,` type($exp_avg_sq) (`,` type($clip_sumsq)^)?
+    $param `,` $grad `,` $exp_avg `,` $exp_avg_sq (`clipped` `by` $clip_sumsq^)? (`copy` $copy^)? attr-dict `:` type($param) `,` type($grad) `,` type($exp_avg) `,` type($exp_avg_sq) (`,` type($clip_sumsq)^)? (`copy` type($copy)^)?
   }];
   let hasVerifier = 1;
 }

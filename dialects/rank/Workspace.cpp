@@ -166,9 +166,16 @@ int64_t planc::rank::stagingBytes(Operation *op, const WorkspaceEnv &env) {
                     ReduceScatterOp, ShardSliceOp>(op);
   if (!staged || runsNative(op, env))
     return 0;
+  // An update's 16-bit copy of the parameter is written as it is (planrt
+  // stages the other operands, then rounds the copy from the parameter).
+  Value copy;
+  if (auto u = dyn_cast<AdamWUpdateOp>(op))
+    copy = u.getCopy();
+  else if (auto u = dyn_cast<SgdUpdateOp>(op))
+    copy = u.getCopy();
   int64_t bytes = 0;
   for (Value v : op->getOperands())
-    if (isFloatBuffer(v) &&
+    if (v != copy && isFloatBuffer(v) &&
         !cast<MemRefType>(v.getType()).getElementType().isF32())
       bytes += ws::staging(cast<MemRefType>(v.getType()).getNumElements());
   return bytes;

@@ -638,6 +638,10 @@ FailureOr<StepReport> planc::computeStepReport(ModuleOp module,
           expertParams.insert(p.getName());
           break;
         }
+        if (auto p = w.getDefiningOp<rk::ParamCopyOp>()) {
+          expertParams.insert(p.getName());
+          break;
+        }
         w = copySource(w, /*gathers=*/true);
       }
   });
@@ -664,6 +668,10 @@ FailureOr<StepReport> planc::computeStepReport(ModuleOp module,
       if (owns(stageOf(d), c)) {
         params[c] += local;
         weightBytes[c] += (int64_t)bufferBytes(t);
+        // The 16-bit copy kept beside it (plan-keep-param-copies).
+        if (auto copy = d.getCopyAttr())
+          weightBytes[c] += (int64_t)bufferBytes(
+              MemRefType::get(t.getShape(), copy.getValue()));
         gradBytes[c] += (int64_t)bufferBytes(t) * dpSplit;
       }
   }

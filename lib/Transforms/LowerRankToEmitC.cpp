@@ -341,6 +341,12 @@ void LowerRankToEmitCPass::runOnOperation() {
       if (auto rows = p.getExportRowsAttr())
         c.call(p.getLoc(), "planrt::set_param_export_rows", {},
                {c.i64(declared), c.i64(rows.getInt())});
+      if (auto copy = p.getCopyAttr()) {
+        StringRef dtype =
+            copy.getValue().isBF16() ? "planrt::BF16" : "planrt::F16";
+        c.call(p.getLoc(), "planrt::set_param_copy", {},
+               {c.i64(declared), ec::OpaqueAttr::get(ctx, dtype)});
+      }
       if (auto st = stageAttr(p))
         c.call(p.getLoc(), "planrt::set_param_stage", {},
                {c.i64(declared), c.i64(*st)});
@@ -761,6 +767,9 @@ void LowerRankToEmitCPass::runOnOperation() {
         }
         if (auto p = dyn_cast<rk::ParamOp>(op)) {
           vals[p] = c.call(loc, "planrt::param", {},
+                           {c.i64(paramIdx.lookup(p.getName()))}, tensorType);
+        } else if (auto p = dyn_cast<rk::ParamCopyOp>(op)) {
+          vals[p] = c.call(loc, "planrt::param_copy", {},
                            {c.i64(paramIdx.lookup(p.getName()))}, tensorType);
         } else if (auto st = dyn_cast<rk::StateOp>(op)) {
           vals[st] = c.call(loc, "planrt::state", {},

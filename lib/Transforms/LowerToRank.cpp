@@ -245,7 +245,8 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
         auto decl = rk::ParamDeclOp::create(
             declB, loc, name, *type, init,
             s.isReplicated() ? ShardingAttr() : s,
-            src.getArgAttrOfType<IntegerAttr>(i, kExportRowsAttr));
+            src.getArgAttrOfType<IntegerAttr>(i, kExportRowsAttr),
+            /*copy=*/TypeAttr());
         paramBytes += type->getNumElements() * 4;
         if (pipelined) {
           decl->setAttr(rk::kRankStageAttr, b.getI64IntegerAttr(argStage(i)));
@@ -1312,15 +1313,17 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
           rk::ClipByGlobalNormOp::create(b, loc, in(1), buf.lookup(sumsq),
                                          sgd.getMaxNormAttr());
         }
-        rk::SgdUpdateOp::create(b, loc, in(0), in(1), sgd.getLrAttr());
+        rk::SgdUpdateOp::create(b, loc, in(0), in(1), /*copy=*/Value(),
+                                sgd.getLrAttr());
       } else {
         auto aw = cast<AdamWUpdateOp>(op);
         Value sumsq = aw.getClipSumsq();
         rk::AdamWUpdateOp::create(b, loc, in(0), in(1), in(2), in(3),
                                   sumsq ? buf.lookup(sumsq) : Value(),
-                                  aw.getLrAttr(), aw.getBeta1Attr(),
-                                  aw.getBeta2Attr(), aw.getEpsAttr(),
-                                  aw.getWeightDecayAttr(), aw.getMaxNormAttr());
+                                  /*copy=*/Value(), aw.getLrAttr(),
+                                  aw.getBeta1Attr(), aw.getBeta2Attr(),
+                                  aw.getEpsAttr(), aw.getWeightDecayAttr(),
+                                  aw.getMaxNormAttr());
         buf[aw.getNewExpAvg()] = in(2);
         buf[aw.getNewExpAvgSq()] = in(3);
       }

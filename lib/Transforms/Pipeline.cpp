@@ -40,6 +40,10 @@ const Stage kStages[] = {
      }},
     {"plan-keep-experts", plain<planc::createKeepExperts>},
     {"plan-schedule-pipeline", plain<planc::createSchedulePipeline>},
+    {"plan-keep-param-copies",
+     [](const planc::PipelineOptions &o) {
+       return planc::createKeepParamCopies({o.paramCopies});
+     }},
     {"plan-fuse-epilogues",
      [](const planc::PipelineOptions &o) {
        return planc::createFuseEpilogues({o.target});

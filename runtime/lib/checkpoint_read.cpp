@@ -181,6 +181,7 @@ std::string load_resume(Context *ctx, const std::string &dir,
                    r.t->shape, r.t->ndim, host[i].data(), copied[i]);
     }
   }
+  ctx->copies_stale = true; // parameters' 16-bit copies: rounded again
   for (size_t i = 0; i < mine.size(); ++i) {
     if (copied[i] != mine[i].t->numel())
       return join(dir, "manifest.json") + ": the shards of " + mine[i].kind +
@@ -311,6 +312,7 @@ std::string load_init_from(Context *ctx, const std::string &path,
     return "--init-from: cannot open '" + path + "': " + std::strerror(errno);
   std::unique_ptr<FILE, int (*)(FILE *)> closer(f, std::fclose);
   std::deque<ParamDesc> keep;
+  ctx->copies_stale = true; // parameters' 16-bit copies: rounded again
   for (ParamDesc *pp : model_tensors(ctx, keep)) {
     ParamDesc &p = *pp;
     if (!p.t.data)

@@ -500,6 +500,33 @@ Tensor *param(Context *ctx, int64_t index) {
   return t->data ? t : nullptr; // null: another pipeline rank's stage
 }
 
+void set_param_copy(Context *ctx, int64_t param_index, int64_t dtype) {
+  const char *op = "set_param_copy";
+  check_ctx(ctx, op);
+  if (ctx->started)
+    fatal("%s: called after the program started", op);
+  if (param_index < 0 || param_index >= (int64_t)ctx->params.size())
+    fatal("%s: parameter index %lld out of range (%zu parameters declared)", op,
+          (long long)param_index, ctx->params.size());
+  if (dtype != BF16 && dtype != F16)
+    fatal("%s '%s': a copy is bf16 or f16, got %s", op,
+          ctx->params[param_index].name.c_str(), dtype_name((int)dtype));
+  ctx->params[param_index].copy.dtype = (int)dtype;
+}
+
+Tensor *param_copy(Context *ctx, int64_t index) {
+  Tensor *p = param(ctx, index);
+  Tensor &c = ctx->params[index].copy;
+  if (c.dtype == F32)
+    fatal("param_copy: parameter '%s' keeps no copy (set_param_copy)",
+          ctx->params[index].name.c_str());
+  if (!p)
+    return nullptr;
+  if (ctx->copies_stale)
+    internal::refresh_param_copies(ctx);
+  return &c;
+}
+
 Tensor *input(Context *ctx, int64_t index) {
   check_ctx(ctx, "input");
   if (index < 0 || index >= (int64_t)ctx->inputs.size())

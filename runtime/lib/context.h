@@ -39,6 +39,9 @@ struct ParamDesc {
   std::vector<int64_t> segments[4];
   int64_t stage = -1; // pipeline stage (set_param_stage); -1: every rank
   Tensor t; // the parameter (device memory once started; null if unowned)
+  // A 16-bit copy kept beside it (set_param_copy; dtype F32: none): the
+  // optimizer update writes both, planrt's other writes mark it stale.
+  Tensor copy;
 };
 
 namespace internal {
@@ -50,6 +53,9 @@ void validate_layout(Context *ctx, const ParamDesc &p, const char *what);
 /// rank's pipeline coordinate, freed with the context.
 void allocate_plan_arena(Context *ctx);
 void free_plan_arena(Context *ctx);
+/// Rounds every kept 16-bit copy (set_param_copy) of this rank's parameters
+/// from its parameter again, and clears copies_stale.
+void refresh_param_copies(Context *ctx);
 /// An op's temporaries inside a planned function: from the workspace the
 /// plan gave the op (fatal beyond it).
 void *take_workspace(Context *ctx, size_t bytes);
@@ -119,6 +125,9 @@ struct Context {
   std::vector<int64_t> axis_sizes;
   std::deque<ParamDesc> params;
   std::deque<StateDesc> states;
+  // Parameters' 16-bit copies no longer equal their parameters (start,
+  // --resume, --init-from wrote those): param_copy rounds them again.
+  bool copies_stale = false;
   // The names declared so far: a duplicate is found without a walk over
   // every earlier declaration (a 10000-layer GPT declares 120k parameters).
   std::unordered_set<std::string> param_names, state_names;

@@ -657,6 +657,7 @@ void destroy_context(Context *ctx) {
     internal::free_plan_arena(ctx);
     for (auto &p : ctx->params) {
       backend::free_bytes(ctx, p.t.data);
+      backend::free_bytes(ctx, p.copy.data);
     }
     for (auto &st : ctx->states)
       backend::free_bytes(ctx, st.t.data);
@@ -745,7 +746,15 @@ void start(Context *ctx) {
           init_value_hashed(ctx->seed, h, layout.global_flat(p.t.shape, i),
                             p.init_kind, p.a, p.b);
     backend::to_device(ctx, p.t.data, host.data(), (size_t)n * sizeof(float));
+    if (p.copy.dtype != F32) { // rounded by the first param_copy()
+      int dtype = p.copy.dtype;
+      p.copy = p.t;
+      p.copy.dtype = dtype;
+      p.copy.data = (float *)backend::alloc_bytes(ctx, tensor_bytes(&p.copy));
+      ctx->param_bytes += (int64_t)tensor_bytes(&p.copy);
+    }
   }
+  ctx->copies_stale = true;
   for (auto &st : ctx->states) {
     if (st.stage >= 0 && stage_owner(ctx, st.stage) != my_pp)
       continue;
@@ -773,6 +782,13 @@ void start(Context *ctx) {
   }
   internal::allocate_plan_arena(ctx);
   backend::synchronize(ctx);
+}
+
+void refresh_param_copies(Context *ctx) {
+  ctx->copies_stale = false;
+  for (ParamDesc &p : ctx->params)
+    if (p.copy.data && p.t.data)
+      cast(ctx, &p.t, &p.copy);
 }
 
 void begin_step(Context *ctx, int64_t step) {

@@ -168,3 +168,34 @@ func.func @matmul_bias_grad(%a: memref<4x4xf32>, %b: memref<4x2xf32>, %c: memref
   rank.matmul_bias_grad %a, %b into %c, %db {transpose_lhs = true, transpose_rhs = false} : memref<4x4xf32>, memref<4x2xf32> -> memref<4x2xf32>, memref<2xbf16>
   return
 }
+
+// -----
+
+// expected-error @below {{keeps a copy in bf16 or f16, got 'f32'}}
+rank.param_decl @w : memref<4xf32> init <zeros> copy f32
+
+// -----
+
+rank.param_decl @w : memref<4xf32> init <zeros>
+func.func @step() {
+  // expected-error @below {{@w is declared without a 'copy' type}}
+  %c = rank.param_copy @w : memref<4xbf16>
+  return
+}
+
+// -----
+
+rank.param_decl @w : memref<4xf32> init <zeros> copy bf16
+func.func @step() {
+  // expected-error @below {{has type 'memref<4xf16>' but @w's copy is 'memref<4xbf16>'}}
+  %c = rank.param_copy @w : memref<4xf16>
+  return
+}
+
+// -----
+
+func.func @sgd(%w: memref<4xf32>, %c: memref<2xbf16>) {
+  // expected-error @below {{writes a copy 'memref<2xbf16>' of a parameter 'memref<4xf32>': expected its shape in bf16 or f16 of an f32 parameter}}
+  rank.sgd_update %w, %w copy %c {lr = 0.1 : f32} : memref<4xf32>, memref<4xf32>, memref<2xbf16>
+  return
+}

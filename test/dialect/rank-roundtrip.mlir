@@ -56,6 +56,24 @@ func.func @adamw(%w: memref<4xf32>, %g: memref<4xf32>, %m: memref<4xf32>, %v: me
   return
 }
 
+// A parameter with a kept 16-bit copy (plan-keep-param-copies): its
+// declaration, the copy, and the updates that write it.
+// CHECK: rank.param_decl @wc : memref<4xf32> init <zeros> copy bf16
+rank.param_decl @wc : memref<4xf32> init <zeros> copy bf16
+// CHECK-LABEL: func.func @copies(
+// CHECK: %[[C:.*]] = rank.param_copy @wc : memref<4xbf16>
+// CHECK: rank.adamw_update %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} clipped by %{{.*}} copy %[[C]] {{{.*}}} : memref<4xf32>, memref<4xf32>, memref<4xf32>, memref<4xf32>, memref<f32> copy memref<4xbf16>
+// CHECK: rank.adamw_update %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} copy %[[C]] {{{.*}}} : memref<4xf32>, memref<4xf32>, memref<4xf32>, memref<4xf32> copy memref<4xbf16>
+// CHECK: rank.sgd_update %{{.*}}, %{{.*}} copy %[[C]] {lr = {{.*}}} : memref<4xf32>, memref<4xf32>, memref<4xbf16>
+func.func @copies(%g: memref<4xf32>, %m: memref<4xf32>, %v: memref<4xf32>, %sq: memref<f32>) {
+  %w = rank.param @wc : memref<4xf32>
+  %c = rank.param_copy @wc : memref<4xbf16>
+  rank.adamw_update %w, %g, %m, %v clipped by %sq copy %c {beta1 = 0.9 : f32, beta2 = 0.95 : f32, eps = 1.0e-8 : f32, lr = 1.0e-3 : f32, max_norm = 1.0 : f32, weight_decay = 0.1 : f32} : memref<4xf32>, memref<4xf32>, memref<4xf32>, memref<4xf32>, memref<f32> copy memref<4xbf16>
+  rank.adamw_update %w, %g, %m, %v copy %c {beta1 = 0.9 : f32, beta2 = 0.95 : f32, eps = 1.0e-8 : f32, lr = 1.0e-3 : f32, weight_decay = 0.1 : f32} : memref<4xf32>, memref<4xf32>, memref<4xf32>, memref<4xf32> copy memref<4xbf16>
+  rank.sgd_update %w, %g copy %c {lr = 0.1 : f32} : memref<4xf32>, memref<4xf32>, memref<4xbf16>
+  return
+}
+
 // Batch norm's running statistics: model state with an initializer, the
 // sums and the in-place update of a step, and evaluation with them.
 // CHECK: rank.state_decl @bn.running_mean : memref<4xf32> buffer init <zeros>

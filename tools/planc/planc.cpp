@@ -123,6 +123,13 @@ static cl::opt<std::string>
            cl::desc("Write the IR after parsing and after every pass to "
                     "DIR/NN-<stage>.mlir"),
            cl::value_desc("DIR"), cl::cat(cat));
+static cl::opt<bool> paramCopies(
+    "param-copies", cl::init(true),
+    cl::desc("With precision = bf16 or fp16: keep the 16-bit weights across "
+             "steps, written by the optimizer update (2 bytes per parameter "
+             "more memory); =false casts the fp32 weights before every use "
+             "instead (plan-keep-param-copies)"),
+    cl::cat(cat));
 static cl::opt<bool> saveTemps("save-temps",
                                cl::desc("Keep the generated source next to "
                                         "the executable (<out>.cpp/.cu)"),
@@ -384,6 +391,7 @@ int main(int argc, char **argv) {
     PipelineOptions options;
     options.stopAfter = stopAfter;
     options.target = target == Target::Cuda ? "cuda" : "host";
+    options.paramCopies = paramCopies;
     if ((emit == Emit::Schedule || report != Report::None) && stopAfter.empty())
       options.stopAfter = "plan-memory";
     if (failed(buildPipeline(pm, options))) {

@@ -256,6 +256,27 @@ def KeepExperts : Pass<"plan-keep-experts", "mlir::ModuleOp"> {
   let dependentDialects = ["::planc::rank::RankDialect"];
 }
 
+def KeepParamCopies : Pass<"plan-keep-param-copies", "mlir::ModuleOp"> {
+  let summary = "Mixed precision's 16-bit weights kept across steps, written by the optimizer";
+  let description = [{
+    A parameter of `@plan_step` that one optimizer update writes whole, and
+    that is cast whole into fresh 16-bit buffers before it, keeps its 16-bit
+    copy across steps instead (`rank.param_decl ... copy bf16`): the casts
+    and their buffers go, their readers read `rank.param_copy`, and the
+    update (`rank.adamw_update` / `rank.sgd_update` `copy %c`) rounds the
+    new weight into the copy in its own pass. `@plan_forward` reads the same
+    copies. The bits do not change; the copies cost 2 bytes per parameter
+    across steps (`rank.expected_bytes` counts them with the parameters).
+    Not under ZeRO (`zero_stage` > 0), whose 16-bit plans cast their 1/dp
+    shard of each weight at each use and keep their memory budget.
+  }];
+  let options = [
+    Option<"enabled", "enabled", "bool", "true",
+           "false: leave the casts (planc --param-copies=false)">,
+  ];
+  let dependentDialects = ["::planc::rank::RankDialect"];
+}
+
 def KeepAttention : Pass<"plan-keep-attention", "mlir::ModuleOp"> {
   let summary = "What attention keeps for its backward: the score matrix (recompute = none), cuDNN's log-sum-exp (cuda)";
   let description = [{

@@ -21,6 +21,10 @@ struct PipelineOptions : public mlir::PassPipelineOptions<PipelineOptions> {
       *this, "target", llvm::cl::init("host"),
       llvm::cl::desc("host or cuda: the backend the program links (the "
                      "memory plan's 16-bit GEMM workspace depends on it)")};
+  Option<bool> paramCopies{
+      *this, "param-copies", llvm::cl::init(true),
+      llvm::cl::desc("Keep mixed precision's 16-bit weights across steps, "
+                     "written by the optimizer (plan-keep-param-copies)")};
 };
 
 /// The arguments of the pipeline's passes, in order.

@@ -251,12 +251,66 @@ struct MseGradFn {
   }
 };
 
+/// An optimizer update's 16-bit copy of the parameter (planrt.h
+/// set_param_copy): the updated value rounded as CastFn rounds it, written
+/// in the same pass. Kind 0: none, 1: bf16, 2: f16.
+struct ParamCopy {
+  uint16_t *bits = nullptr;
+  bool f16 = false;
+  PLANRT_HD int kind() const { return !bits ? 0 : f16 ? 2 : 1; }
+  template <int Kind> PLANRT_HD void store(int64_t i, float w) const {
+    if constexpr (Kind == 1)
+      bits[i] = bf16_from_float(w);
+    else if constexpr (Kind == 2)
+      bits[i] = f16_from_float(w);
+  }
+};
+
+/// body(std::integral_constant<int, kind>) for a ParamCopy's kind: the
+/// host's loops test it once, not per element.
+template <class Body>
+void with_copy_kind(const ParamCopy &c, const Body &body) {
+  switch (c.kind()) {
+  case 1:
+    return body(std::integral_constant<int, 1>());
+  case 2:
+    return body(std::integral_constant<int, 2>());
+  default:
+    return body(std::integral_constant<int, 0>());
+  }
+}
+
 struct SgdFn {
   static constexpr bool kElementwise = true;
   float *w;
   const float *g;
   float lr;
-  PLANRT_HD void operator()(int64_t i) const { w[i] -= lr * g[i]; }
+  ParamCopy copy = {};
+  template <int Kind> PLANRT_HD void update(int64_t i) const {
+    float wi = w[i] - lr * g[i];
+    w[i] = wi;
+    copy.store<Kind>(i, wi);
+  }
+  PLANRT_HD void operator()(int64_t i) const {
+    switch (copy.kind()) {
+    case 1:
+      return update<1>(i);
+    case 2:
+      return update<2>(i);
+    default:
+      return update<0>(i);
+    }
+  }
+  /// Host: the copy's kind once per range.
+  void range(int64_t begin, int64_t end) const {
+    const SgdFn a = *this;
+    with_copy_kind(copy, [&](auto kind) {
+      constexpr int K = decltype(kind)::value;
+      PLANRT_SIMD
+      for (int64_t i = begin; i < end; ++i)
+        a.update<K>(i);
+    });
+  }
 };
 
 /// AdamW (decoupled weight decay, bias-corrected moments). `bc1` and `bc2`
@@ -269,7 +323,8 @@ struct AdamWFn {
   float lr, beta1, beta2, eps, weight_decay, bc1, bc2;
   const float *clip_sumsq = nullptr;
   float max_norm = 0.0f;
-  PLANRT_HD void update(int64_t i, float gi) const {
+  ParamCopy copy = {};
+  template <int Kind> PLANRT_HD void update_as(int64_t i, float gi) const {
     float mi = beta1 * m[i] + (1.0f - beta1) * gi;
     float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
     m[i] = mi;
@@ -277,7 +332,19 @@ struct AdamWFn {
     float mhat = mi / bc1;
     float vhat = vi / bc2;
     float wi = w[i];
-    w[i] = wi - lr * (mhat / (sqrtf(vhat) + eps) + weight_decay * wi);
+    wi = wi - lr * (mhat / (sqrtf(vhat) + eps) + weight_decay * wi);
+    w[i] = wi;
+    copy.store<Kind>(i, wi);
+  }
+  PLANRT_HD void update(int64_t i, float gi) const {
+    switch (copy.kind()) {
+    case 1:
+      return update_as<1>(i, gi);
+    case 2:
+      return update_as<2>(i, gi);
+    default:
+      return update_as<0>(i, gi);
+    }
   }
   /// ClipFn's factor, or 1 (no scaling) without clipping or when >= 1.
   PLANRT_HD float clip_factor() const {
@@ -290,19 +357,22 @@ struct AdamWFn {
     float f = clip_factor();
     update(i, f < 1.0f ? g[i] * f : g[i]);
   }
-  /// Host: the factor once per range.
+  /// Host: the factor and the copy's kind once per range.
   void range(int64_t begin, int64_t end) const {
     const AdamWFn a = *this; // fields in registers
     float f = clip_factor();
-    if (f < 1.0f) {
-      PLANRT_SIMD
-      for (int64_t i = begin; i < end; ++i)
-        a.update(i, a.g[i] * f);
-    } else {
-      PLANRT_SIMD
-      for (int64_t i = begin; i < end; ++i)
-        a.update(i, a.g[i]);
-    }
+    with_copy_kind(copy, [&](auto kind) {
+      constexpr int K = decltype(kind)::value;
+      if (f < 1.0f) {
+        PLANRT_SIMD
+        for (int64_t i = begin; i < end; ++i)
+          a.update_as<K>(i, a.g[i] * f);
+      } else {
+        PLANRT_SIMD
+        for (int64_t i = begin; i < end; ++i)
+          a.update_as<K>(i, a.g[i]);
+      }
+    });
   }
 };
 

@@ -226,6 +226,15 @@ void shard_param(Context *ctx, int64_t param_index, int64_t dim,
 /// unpadded plan's.
 void set_param_export_rows(Context *ctx, int64_t param_index, int64_t rows);
 
+/// Keeps parameter `param_index` also as a 16-bit copy (dtype BF16 or F16):
+/// param_copy() returns it, rounded to nearest even from the parameter, and
+/// the *_copy optimizer updates write it with the parameter. Mixed
+/// precision's casts of the fp32 weights then happen once per step, in the
+/// update, instead of before every use (plan-keep-param-copies). The copy
+/// is derived: checkpoints and --save do not hold it. Call it from
+/// plan_setup.
+void set_param_copy(Context *ctx, int64_t param_index, int64_t dtype);
+
 /// Declares that global dimension `dim` of parameter `param_index` is the
 /// concatenation of segments of global sizes s0, s1, s2 (a 0 ends the list
 /// and every later size must be 0 too; s0 > 0), e.g. a packed [q | k | v]
@@ -316,6 +325,9 @@ void set_compute_precision(Context *ctx, const char *precision);
 /// param() is nullptr for a parameter of a pipeline stage this rank does not
 /// own (set_param_stage).
 Tensor *param(Context *ctx, int64_t index);
+/// The 16-bit copy of parameter `index` (set_param_copy), equal to the
+/// parameter rounded; nullptr where param() is.
+Tensor *param_copy(Context *ctx, int64_t index);
 Tensor *input(Context *ctx, int64_t index);
 /// Optimizer-state tensor by declaration index (declare_state; persistent);
 /// nullptr for a stage this rank does not own (set_state_stage).
@@ -478,6 +490,11 @@ void mse_loss_grad(Context *ctx, const Tensor *pred, const Tensor *target,
                    Tensor *dpred, float scale);
 /// w -= lr * g.
 void sgd_update(Context *ctx, Tensor *w, const Tensor *g, float lr);
+/// sgd_update that also rounds the updated w into `copy` (bf16 or f16, w's
+/// shape: the parameter's set_param_copy copy), as cast() would, in the same
+/// pass over w.
+void sgd_update_copy(Context *ctx, Tensor *w, const Tensor *g, Tensor *copy,
+                     float lr);
 /// AdamW with decoupled weight decay and bias correction. The moments are
 /// tensors the program owns (state(ctx, i) of declare_state, zero before the
 /// first step), each of w's shape:
@@ -495,6 +512,15 @@ void adamw_update_clipped(Context *ctx, Tensor *w, const Tensor *g, Tensor *m,
                           Tensor *v, const Tensor *sumsq, float lr, float beta1,
                           float beta2, float eps, float weight_decay,
                           float max_norm);
+/// adamw_update(_clipped) that also rounds the updated w into `copy` (as
+/// sgd_update_copy does).
+void adamw_update_copy(Context *ctx, Tensor *w, const Tensor *g, Tensor *m,
+                       Tensor *v, Tensor *copy, float lr, float beta1,
+                       float beta2, float eps, float weight_decay);
+void adamw_update_clipped_copy(Context *ctx, Tensor *w, const Tensor *g,
+                               Tensor *m, Tensor *v, const Tensor *sumsq,
+                               Tensor *copy, float lr, float beta1, float beta2,
+                               float eps, float weight_decay, float max_norm);
 
 //===--- Collectives ------------------------------------------------------===//
 //

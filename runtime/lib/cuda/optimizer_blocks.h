@@ -18,7 +18,10 @@
 //     entries at most, once per block) and walks its tensor with a
 //     grid-stride loop of its own blocks;
 //   - each element gets exactly AdamWFn's operator() arithmetic (the clip
-//     factor read once per thread), so the bits equal one launch per tensor.
+//     factor read once per thread), so the bits equal one launch per tensor;
+//   - a parameter's 16-bit copy (plan-keep-param-copies) is written from
+//     the updated value in registers: mixed precision's casts of the
+//     weights before their GEMMs cost no pass of their own.
 // The batch travels as the kernel's parameter (under 4 KB): no copy to the
 // device, no buffer to keep alive.
 //===----------------------------------------------------------------------===//
@@ -91,8 +94,20 @@ PLANRT_BLOCK_FN void adamw_block(const Lane &l, const AdamWBatch &b,
   const int64_t own = bx - b.first_block[t];
   const int64_t stride = (b.first_block[t + 1] - b.first_block[t]) * kThreads;
   const float clip = f.clip_factor();
-  for (int64_t i = own * kThreads + l.tid; i < n; i += stride)
-    f.update(i, clip < 1.0f ? f.g[i] * clip : f.g[i]);
+  // The copy's kind once per block, not per element.
+  auto walk = [&](auto kind) {
+    constexpr int K = decltype(kind)::value;
+    for (int64_t i = own * kThreads + l.tid; i < n; i += stride)
+      f.template update_as<K>(i, clip < 1.0f ? f.g[i] * clip : f.g[i]);
+  };
+  switch (f.copy.kind()) {
+  case 1:
+    return walk(std::integral_constant<int, 1>());
+  case 2:
+    return walk(std::integral_constant<int, 2>());
+  default:
+    return walk(std::integral_constant<int, 0>());
+  }
 }
 
 } // namespace optimizer

@@ -605,7 +605,8 @@ TEST(Optimizer, BatchedAdamWEqualsOneLaunchPerTensor) {
   // Tensors from 1 element to more than kMaxBlocks blocks' worth (their
   // blocks stride), with and without clipping (a factor below 1, then
   // none): each batch's grid updates every element exactly once, with the
-  // functor's bits.
+  // functor's bits. Tensor t keeps no 16-bit copy, a bf16 or an f16 one
+  // (t % 3): written with the update, the parameter's cast bits.
   const std::vector<int64_t> sizes = {
       1,
       255,
@@ -634,13 +635,19 @@ TEST(Optimizer, BatchedAdamWEqualsOneLaunchPerTensor) {
       g.push_back(fill(3.0f));
     }
     wr = w, mr = m, vr = v;
+    std::vector<std::vector<uint16_t>> copies;
+    for (int64_t n : sizes)
+      copies.emplace_back((size_t)n, uint16_t(0xffff));
     auto fn = [&](std::vector<std::vector<float>> &W,
                   std::vector<std::vector<float>> &M,
                   std::vector<std::vector<float>> &V, size_t t) {
-      return kernels::AdamWFn{
-          W[t].data(), M[t].data(), V[t].data(), g[t].data(), 1e-3f,
-          0.9f,        0.95f,       1e-8f,       0.1f,        0.19f,
-          0.0975f,     &sumsq,      1.0f};
+      kernels::AdamWFn f{W[t].data(), M[t].data(), V[t].data(), g[t].data(),
+                         1e-3f,       0.9f,        0.95f,       1e-8f,
+                         0.1f,        0.19f,       0.0975f,     &sumsq,
+                         1.0f};
+      if (t % 3 != 0 && &W == &w)
+        f.copy = {copies[t].data(), t % 3 == 2};
+      return f;
     };
     for (size_t t = 0; t < sizes.size(); ++t) {
       kernels::AdamWFn f = fn(wr, mr, vr, t);
@@ -664,7 +671,55 @@ TEST(Optimizer, BatchedAdamWEqualsOneLaunchPerTensor) {
             << "w of tensor " << t << " at " << i << ", sumsq " << sumsq;
         ASSERT_EQ(m[t][(size_t)i], mr[t][(size_t)i]) << "m";
         ASSERT_EQ(v[t][(size_t)i], vr[t][(size_t)i]) << "v";
+        uint16_t want = t % 3 == 0   ? uint16_t(0xffff)
+                        : t % 3 == 1 ? bf16_from_float(w[t][(size_t)i])
+                                     : f16_from_float(w[t][(size_t)i]);
+        ASSERT_EQ(copies[t][(size_t)i], want)
+            << "copy of tensor " << t << " at " << i;
       }
+  }
+}
+
+TEST(Optimizer, UpdatesWriteTheCastOfTheParameter) {
+  // The host's ranges (the copy's kind tested once per range) and the
+  // per-element operator() write the same bits as CastFn, for SGD and
+  // AdamW, bf16 and f16.
+  const int64_t n = 1000;
+  std::mt19937 gen(9);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (bool f16 : {false, true}) {
+    std::vector<float> w(n), g(n), m(n, 0.0f), v(n, 0.0f);
+    for (int64_t i = 0; i < n; ++i)
+      w[i] = nd(gen), g[i] = nd(gen);
+    std::vector<float> w2 = w, m2 = m, v2 = v;
+    std::vector<uint16_t> c1(n), c2(n), cast(n);
+    auto castAll = [&] {
+      kernels::CastFn c{w.data(), cast.data(), kernels::CastF32,
+                        f16 ? kernels::CastF16 : kernels::CastBF16};
+      for (int64_t i = 0; i < n; ++i)
+        c(i);
+    };
+    kernels::SgdFn s1{w.data(), g.data(), 0.1f, {c1.data(), f16}};
+    s1.range(0, n);
+    kernels::SgdFn s2{w2.data(), g.data(), 0.1f, {c2.data(), f16}};
+    for (int64_t i = 0; i < n; ++i)
+      s2(i);
+    castAll();
+    EXPECT_EQ(c1, cast);
+    EXPECT_EQ(c2, cast);
+    kernels::AdamWFn a1{w.data(), m.data(), v.data(), g.data(), 1e-2f, 0.9f,
+                        0.95f,    1e-8f,    0.1f,     0.1f,     0.05f};
+    a1.copy = {c1.data(), f16};
+    a1.range(0, n);
+    kernels::AdamWFn a2{w2.data(), m2.data(), v2.data(), g.data(), 1e-2f, 0.9f,
+                        0.95f,     1e-8f,     0.1f,      0.1f,     0.05f};
+    a2.copy = {c2.data(), f16};
+    for (int64_t i = 0; i < n; ++i)
+      a2(i);
+    castAll();
+    EXPECT_EQ(w, w2);
+    EXPECT_EQ(c1, cast);
+    EXPECT_EQ(c2, cast);
   }
 }
 
