@@ -598,7 +598,8 @@ FailureOr<StepReport> planc::computeStepReport(ModuleOp module,
       if (r.cudnnAttention.empty())
         r.cudnnAttention = "forward only";
     });
-    r.libraryBytes = out::kCublasLtWorkspace + ws + recomputed + lse;
+    r.libraryBytes =
+        out::kCublasLtWorkspace + out::kSumsqPartials + ws + recomputed + lse;
     r.sendCopies = pp > 1;
   }
 
@@ -1016,10 +1017,11 @@ void planc::printStepReport(const StepReport &r, llvm::raw_ostream &os) {
   if (r.libraryBytes > 0)
     os << llvm::format(
         "  outside the plan    at most %.3f MB: cuBLASLt's "
-        "workspace %.3f MB%s%s%s (not counted: the CUDA context, NCCL's "
-        "buffers%s)\n",
+        "workspace %.3f MB, the gradient norm's partial sums %.3f MB%s%s%s "
+        "(not counted: the CUDA context, NCCL's buffers%s)\n",
         mb(double(r.libraryBytes)),
         mb(double(planrt::workspace::outside::kCublasLtWorkspace)),
+        mb(double(planrt::workspace::outside::kSumsqPartials)),
         r.cudnnAttention.empty() ? "" : ", cuDNN's attention (",
         r.cudnnAttention.c_str(), r.cudnnAttention.empty() ? "" : ")",
         r.sendCopies ? ", the copies of the tensors a stage sends" : "");

@@ -489,6 +489,10 @@ int64_t library_bytes(Context *ctx);
 /// lines (cuda: which attention ran the 16-bit plan and why, and which
 /// GEMMs took their bias and GELU in the epilogue), or empty.
 std::string library_note(Context *ctx);
+/// acc (one f32) += sum(g^2), queued to run with the sums that follow it
+/// (cuda: the gradient norm's 148 sums of GPT-2 as two launches); false if
+/// the backend does not queue it (then the op runs it).
+bool queue_sumsq(Context *ctx, const Tensor *g, Tensor *acc);
 /// Device-to-device copy (ordered after the work issued so far).
 void copy_bytes(Context *ctx, void *dst, const void *src, size_t bytes);
 /// Point to point to the rank with coordinate `peer` on `axis` (world rank

@@ -283,7 +283,8 @@ bool memory_report(Context *ctx) {
     }
     if (int64_t lib = backend::library_bytes(ctx))
       std::printf("memory outside the plan per rank: %lld B (the %s "
-                  "backend's libraries: workspaces, and attention's buffers "
+                  "backend's libraries: workspaces, the gradient norm's "
+                  "partial sums, and attention's buffers "
                   "on cuDNN)\n",
                   (long long)lib, backend::name());
     std::string note = backend::library_note(ctx);

@@ -58,24 +58,33 @@ func.func @plan_forward() {
 
 // -----
 
-// SGD, and a pipeline stage's parameter: the bytes grow on the coordinate
-// that owns stage 3 of 2 coordinates (3 mod 2 = 1), and the copy carries
-// the stage.
+// SGD, and pipeline stages' parameters: the bytes grow on the coordinate
+// that owns stage 3 of 2 coordinates (3 mod 2 = 1), and on every one for
+// stage -1 (a weight tied across stages); the copy carries the stage.
 rank.param_decl @w : memref<4xf32> init <zeros> {rank.stage = 3 : i64}
-func.func @plan_step() attributes {rank.expected_bytes = array<i64: 0, 0, 0, 16, 16, 0>} {
+rank.param_decl @t : memref<8xf32> init <zeros> {rank.stage = -1 : i64}
+func.func @plan_step() attributes {rank.expected_bytes = array<i64: 32, 0, 0, 48, 16, 0>} {
   %w = rank.param @w {rank.stage = 3 : i64} : memref<4xf32>
   %c = rank.alloc : memref<4xf16>
   rank.cast %w into %c : memref<4xf32> -> memref<4xf16>
   %g = rank.alloc : memref<4xf32>
   rank.sgd_update %w, %g {lr = 1.0e-1 : f32} : memref<4xf32>, memref<4xf32>
+  %t = rank.param @t : memref<8xf32>
+  %ct = rank.alloc : memref<8xbf16>
+  rank.cast %t into %ct : memref<8xf32> -> memref<8xbf16>
+  %gt = rank.alloc : memref<8xf32>
+  rank.sgd_update %t, %gt {lr = 1.0e-1 : f32} : memref<8xf32>, memref<8xf32>
   return
 }
 // CHECK: rank.param_decl @w : memref<4xf32> init <zeros> copy f16
 // CHECK-SAME: rank.stage = 3
+// CHECK: rank.param_decl @t : memref<8xf32> init <zeros> copy bf16
 // CHECK-LABEL: func.func @plan_step
-// CHECK-SAME: array<i64: 0, 0, 0, 24, 16, 0>
+// CHECK-SAME: array<i64: 48, 0, 0, 72, 16, 0>
 // CHECK: %[[C:.*]] = rank.param_copy @w {rank.stage = 3 : i64} : memref<4xf16>
 // CHECK: rank.sgd_update %{{.*}}, %{{.*}} copy %[[C]] {lr = {{.*}}} : memref<4xf32>, memref<4xf32>, memref<4xf16>
+// CHECK: %[[T:.*]] = rank.param_copy @t : memref<8xbf16>
+// CHECK: rank.sgd_update %{{.*}}, %{{.*}} copy %[[T]] {lr = {{.*}}} : memref<8xf32>, memref<8xf32>, memref<8xbf16>
 
 // -----
 
@@ -123,3 +132,19 @@ func.func @plan_step() {
 // CHECK-NOT: param_copy
 // CHECK-COUNT-6: rank.cast
 // CHECK-NOT: copy
+
+// -----
+
+// ZeRO (the plan's zero_stage > 0): the casts of the shards stay.
+plan.parallel {zero_stage = 1 : i64}
+rank.param_decl @w : memref<4xf32> init <zeros>
+func.func @plan_step() {
+  %w = rank.param @w : memref<4xf32>
+  %c = rank.alloc : memref<4xbf16>
+  rank.cast %w into %c : memref<4xf32> -> memref<4xbf16>
+  %g = rank.alloc : memref<4xf32>
+  rank.sgd_update %w, %g {lr = 1.0e-1 : f32} : memref<4xf32>, memref<4xf32>
+  return
+}
+// CHECK-NOT: copy
+// CHECK: rank.cast

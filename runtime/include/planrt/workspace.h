@@ -349,16 +349,20 @@ constexpr int64_t routed_exchange(int64_t rows, int64_t width, int64_t group,
 
 //===--- Device memory outside the plan (cuda) ----------------------------===//
 //
-// Two libraries of the cuda backend hold device memory the plan does not
-// lay out: cuBLASLt's workspace, allocated once, and for 16-bit attention on
-// cuDNN (runtime/lib/cuda/attention_cudnn.cpp) the backward's recomputed
-// output and log-sum-exp and cuDNN's workspace, each grown to the largest
+// The cuda backend holds device memory the plan does not lay out:
+// cuBLASLt's workspace and the gradient norm's batched partial sums,
+// allocated once, and for 16-bit attention on cuDNN
+// (runtime/lib/cuda/attention_cudnn.cpp) the backward's recomputed output
+// and log-sum-exp and cuDNN's workspace, each grown to the largest
 // attention that needs it. The runtime measures what they hold
 // (library_bytes); planc --report adds the most they may hold to the plan's
 // peak before it says whether a plan fits.
 namespace outside {
 /// cuBLASLt's workspace, in bytes.
 constexpr int64_t kCublasLtWorkspace = int64_t(32) << 20;
+/// The partial sums of the gradient norm's batched sums of squares
+/// (runtime/lib/cuda/sums_blocks.h), in bytes.
+constexpr int64_t kSumsqPartials = int64_t(256) << 10;
 /// Whether cuDNN may run an attention: 16-bit, no dropout (planrt draws its
 /// own mask), head dims cuDNN's flash attention takes.
 constexpr bool cudnn_attention(bool sixteen_bit, bool dropout,

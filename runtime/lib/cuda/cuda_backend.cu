@@ -152,26 +152,36 @@ struct CudaState {
   /// algorithm for it: else the op runs its parts as separate kernels).
   std::map<std::pair<int, bool>, int64_t> epilogues;
   /// AdamW updates queued since the last other use of the stream
-  /// (lib/cuda/optimizer_blocks.h): launched together by flush_updates.
+  /// (lib/cuda/optimizer_blocks.h): launched together by flush_queues.
   optimizer::AdamWBatch updates;
+  /// The gradient norm's sums of squares likewise (lib/cuda/sums_blocks.h),
+  /// with their partials buffer (workspace::outside::kSumsqPartials). At
+  /// most one of the two queues holds work.
+  sums::SumsqBatch sumsq;
 };
 
-/// Launches the queued AdamW updates, in one grid.
-void flush_updates(CudaState *s) {
-  cuda_optimizer::adamw(s->stream, s->updates);
-  s->updates.count = 0;
+/// Launches what is queued (AdamW updates, or sums of squares).
+void flush_queues(CudaState *s) {
+  if (s->updates.count) {
+    cuda_optimizer::adamw(s->stream, s->updates);
+    s->updates.count = 0;
+  }
+  if (s->sumsq.count) {
+    cuda_sums::sumsq_batch(s->stream, s->sumsq);
+    s->sumsq.count = 0;
+  }
 }
 
-/// The backend's state, with the queued updates launched: everything that
-/// puts work on a stream, copies or frees asks for it here, so the updates
-/// run before whatever comes after them in the program (and the queue holds
-/// only updates that follow each other).
+/// The backend's state, with the queued work launched: everything that
+/// puts work on a stream, copies or frees asks for it here, so the queued
+/// work runs before whatever comes after it in the program (and a queue
+/// holds only ops that follow each other).
 CudaState *state(Context *ctx) {
   if (!ctx->backend)
     fatal("cuda backend used before it was initialized");
   auto *s = (CudaState *)ctx->backend;
-  if (s->updates.count)
-    flush_updates(s);
+  if (s->updates.count || s->sumsq.count)
+    flush_queues(s);
   return s;
 }
 
@@ -283,7 +293,21 @@ namespace backend {
 const char *name() { return "cuda"; }
 
 int64_t library_bytes(Context *) {
-  return (int64_t)(kWorkspaceBytes + cuda_attention::cudnn::bytes_held());
+  return (int64_t)(kWorkspaceBytes + workspace::outside::kSumsqPartials +
+                   cuda_attention::cudnn::bytes_held());
+}
+
+bool queue_sumsq(Context *ctx, const Tensor *g, Tensor *acc) {
+  if (!ctx->backend)
+    fatal("cuda backend used before it was initialized");
+  auto *s = (CudaState *)ctx->backend;
+  const int64_t n = g->numel();
+  if (n <= 0 || !sums::queueable(n))
+    return false;
+  if (s->updates.count || !sums::fits(s->sumsq, n))
+    flush_queues(s);
+  sums::add(s->sumsq, g->data, n, acc->data);
+  return true;
 }
 std::string library_note(Context *ctx) {
   std::string note;
@@ -336,6 +360,8 @@ void init(Context *ctx) {
   CUDA_CHECK(cudaEventCreateWithFlags(&s->done, cudaEventDisableTiming));
   CUBLAS_CHECK(cublasLtCreate(&s->lt));
   CUDA_CHECK(cudaMalloc(&s->workspace, kWorkspaceBytes));
+  CUDA_CHECK(cudaMalloc(&s->sumsq.partials,
+                        (size_t)workspace::outside::kSumsqPartials));
   watchdog::init(ctx);
   watchdog::set_abort_hook(ctx, abort_comms);
   if (ctx->use_mpi && ctx->world > 1) {
@@ -422,6 +448,7 @@ void finalize(Context *ctx) {
     CUBLAS_CHECK(cublasLtMatmulDescDestroy(p.op));
   }
   CUDA_CHECK(cudaFree(s->workspace));
+  CUDA_CHECK(cudaFree(s->sumsq.partials));
   CUBLAS_CHECK(cublasLtDestroy(s->lt));
   CUDA_CHECK(cudaStreamDestroy(s->comm_stream));
   CUDA_CHECK(cudaStreamDestroy(s->stream));
@@ -582,9 +609,11 @@ inline void launch(Context *ctx, int64_t n, const kernels::AdamWFn &f) {
   auto *s = (CudaState *)ctx->backend;
   if (n <= 0)
     return;
+  if (s->sumsq.count) // queued before this update: they run first
+    flush_queues(s);
   optimizer::add(s->updates, n, f);
   if (s->updates.count == optimizer::kMaxTensors)
-    flush_updates(s);
+    flush_queues(s);
 }
 
 /// Whole-tensor sums (lib/cuda/sums.cu): a block per chunk, one for the

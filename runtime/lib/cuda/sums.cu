@@ -27,6 +27,18 @@ __global__ void __launch_bounds__(sums::kThreads) partials_kernel(F f) {
   sums::partials_block(block::this_lane(), smem, f);
 }
 
+__global__ void __launch_bounds__(sums::kThreads)
+    batch_chunk_kernel(const __grid_constant__ sums::SumsqBatch b) {
+  __shared__ float smem[sums::kFloats];
+  sums::batch_chunk_block(block::this_lane(), smem, b, (int64_t)blockIdx.x);
+}
+
+__global__ void __launch_bounds__(sums::kThreads)
+    batch_partials_kernel(const __grid_constant__ sums::SumsqBatch b) {
+  __shared__ float smem[sums::kFloats];
+  sums::batch_partials_block(block::this_lane(), smem, b);
+}
+
 } // namespace
 
 void chunks(cudaStream_t s, int64_t chunks, const kernels::SumPartialFn &f) {
@@ -46,6 +58,16 @@ void partials(cudaStream_t s, const kernels::AccumulateSumFn &f) {
 void partials(cudaStream_t s, const kernels::ScaledSumFn &f) {
   partials_kernel<<<1, sums::kThreads, 0, s>>>(f);
   cuda_check::launch("the sum of a tensor's chunk sums");
+}
+
+void sumsq_batch(cudaStream_t s, const sums::SumsqBatch &b) {
+  if (b.count == 0)
+    return;
+  batch_chunk_kernel<<<(unsigned)b.first_chunk[b.count], sums::kThreads, 0,
+                       s>>>(b);
+  cuda_check::launch("the gradient norm's chunk sums");
+  batch_partials_kernel<<<1, sums::kThreads, 0, s>>>(b);
+  cuda_check::launch("the gradient norm's sums");
 }
 
 } // namespace cuda_sums

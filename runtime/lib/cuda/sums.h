@@ -3,6 +3,7 @@
 #define PLANRT_LIB_CUDA_SUMS_H
 
 #include "planrt/kernels.h"
+#include "sums_blocks.h"
 
 #include <cuda_runtime.h>
 
@@ -14,6 +15,8 @@ namespace cuda_sums {
 void chunks(cudaStream_t s, int64_t chunks, const kernels::SumPartialFn &f);
 void partials(cudaStream_t s, const kernels::AccumulateSumFn &f);
 void partials(cudaStream_t s, const kernels::ScaledSumFn &f);
+/// A batch of queued sums of squares (sums_blocks.h): two launches.
+void sumsq_batch(cudaStream_t s, const sums::SumsqBatch &b);
 
 } // namespace cuda_sums
 } // namespace planrt

@@ -82,6 +82,96 @@ PLANRT_BLOCK_FN void partials_block(const Lane &l, float *smem,
     f.out[0] = f.scale * s;
 }
 
+//===--- The gradient norm's sums, many tensors a launch ------------------===//
+//
+// The gradient norm sums the squares of every gradient into one scalar
+// (sumsq_accumulate, once per parameter: 148 for GPT-2 124M, all in a row
+// after the backward). Two launches each would be 296 launches of a few
+// microseconds over mostly small tensors. The cuda backend queues them
+// instead (as it queues AdamW's updates, cuda_backend.cu) and runs a batch
+// as two kernels:
+//   batch_chunk_block:    one block per chunk of every queued tensor (its
+//                         tensor found by a binary search over first_chunk),
+//                         chunk_block's arithmetic, into a buffer of the
+//                         backend's (kBatchPartials floats, outside the plan);
+//   batch_partials_block: one block that adds each tensor's partials as
+//                         partials_block does and adds the sum to that
+//                         tensor's accumulator, tensor after tensor, on
+//                         thread 0: the order and the bits of one pair of
+//                         launches per tensor.
+// A tensor of more than kQueueChunks chunks is not queued: its own launches
+// cost nothing next to its reads.
+
+/// Tensors per batch (the batch travels as the kernels' parameter).
+constexpr int kMaxSumsq = 64;
+/// The backend's partials buffer, in floats.
+constexpr int64_t kBatchPartials = workspace::outside::kSumsqPartials / 4;
+/// The most chunks a queued tensor has.
+constexpr int64_t kQueueChunks = kBatchPartials / 8;
+
+struct SumsqBatch {
+  int count = 0;
+  float *partials = nullptr; // kBatchPartials floats
+  const float *v[kMaxSumsq];
+  float *acc[kMaxSumsq];
+  int64_t n[kMaxSumsq];
+  /// Tensor t's chunks are [first_chunk[t], first_chunk[t + 1]).
+  int64_t first_chunk[kMaxSumsq + 1];
+};
+static_assert(sizeof(SumsqBatch) <= 4096,
+              "the batch must fit the 4 KB of a kernel's parameters");
+
+/// Chunks of a tensor of n elements.
+inline int64_t chunks_of(int64_t n) {
+  return (n + kernels::kReduceChunk - 1) / kernels::kReduceChunk;
+}
+
+/// Whether a tensor of n > 0 elements is queued at all, and whether it
+/// fits the batch as it is (else the batch runs first).
+inline bool queueable(int64_t n) { return chunks_of(n) <= kQueueChunks; }
+inline bool fits(const SumsqBatch &b, int64_t n) {
+  return b.count < kMaxSumsq &&
+         (b.count ? b.first_chunk[b.count] : 0) + chunks_of(n) <=
+             kBatchPartials;
+}
+
+/// Appends acc += sum(v^2) over n > 0 elements to a batch it fits.
+inline void add(SumsqBatch &b, const float *v, int64_t n, float *acc) {
+  if (b.count == 0)
+    b.first_chunk[0] = 0;
+  b.v[b.count] = v;
+  b.acc[b.count] = acc;
+  b.n[b.count] = n;
+  b.first_chunk[b.count + 1] = b.first_chunk[b.count] + chunks_of(n);
+  ++b.count;
+}
+
+/// Block `bx` of the chunk grid (first_chunk[count] blocks).
+PLANRT_BLOCK_FN void batch_chunk_block(const Lane &l, float *smem,
+                                       const SumsqBatch &b, int64_t bx) {
+  int lo = 0, hi = b.count - 1; // the last t with first_chunk[t] <= bx
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (b.first_chunk[mid] <= bx)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  const kernels::SumPartialFn f{b.v[lo], b.partials + b.first_chunk[lo],
+                                b.n[lo], true};
+  chunk_block(l, smem, f, bx - b.first_chunk[lo]);
+}
+
+/// The one block after the chunks: each tensor's acc += its partials' sum.
+PLANRT_BLOCK_FN void batch_partials_block(const Lane &l, float *smem,
+                                          const SumsqBatch &b) {
+  for (int t = 0; t < b.count; ++t) {
+    const kernels::AccumulateSumFn f{b.partials + b.first_chunk[t], b.acc[t],
+                                     b.first_chunk[t + 1] - b.first_chunk[t]};
+    partials_block(l, smem, f);
+  }
+}
+
 } // namespace sums
 } // namespace planrt
 

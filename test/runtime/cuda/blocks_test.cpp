@@ -548,6 +548,66 @@ TEST(Sums, ChunkBlocksEqualTheChunkFunctors) {
   }
 }
 
+TEST(Sums, BatchedSumsOfSquaresEqualOneLaunchPairPerTensor) {
+  // The gradient norm's batch: tensors from 1 element to several chunks,
+  // two of them into one accumulator and one into another, summed as one
+  // chunk grid and one partials block. The bits of chunk_block and
+  // partials_block per tensor, in the tensors' order.
+  const std::vector<int64_t> sizes = {1, 700, 1024, 2500, 3, 5000};
+  std::mt19937 gen(33);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<std::vector<float>> v;
+  for (int64_t n : sizes) {
+    v.emplace_back((size_t)n);
+    for (float &x : v.back())
+      x = nd(gen);
+  }
+  float acc_ref[2] = {0.5f, 0.0f}, acc[2] = {0.5f, 0.0f};
+  auto which = [](size_t t) { return t == 4 ? 1 : 0; };
+  for (size_t t = 0; t < sizes.size(); ++t) {
+    int64_t chunks = sums::chunks_of(sizes[t]);
+    std::vector<float> partial((size_t)chunks, NAN);
+    kernels::SumPartialFn f{v[t].data(), partial.data(), sizes[t], true};
+    run_blocks(chunks, 1, sums::kFloats,
+               [&](const attn::Lane &l, float *smem, int64_t bx, int64_t) {
+                 sums::chunk_block(l, smem, f, bx);
+               });
+    run_blocks(1, 1, sums::kFloats,
+               [&](const attn::Lane &l, float *smem, int64_t, int64_t) {
+                 sums::partials_block(
+                     l, smem,
+                     kernels::AccumulateSumFn{partial.data(),
+                                              &acc_ref[which(t)], chunks});
+               });
+  }
+  std::vector<float> partials((size_t)sums::kBatchPartials, NAN);
+  sums::SumsqBatch b;
+  b.partials = partials.data();
+  for (size_t t = 0; t < sizes.size(); ++t) {
+    ASSERT_TRUE(sums::queueable(sizes[t]) && sums::fits(b, sizes[t]));
+    sums::add(b, v[t].data(), sizes[t], &acc[which(t)]);
+  }
+  ASSERT_EQ(b.first_chunk[b.count], 1 + 1 + 1 + 3 + 1 + 5);
+  run_blocks(b.first_chunk[b.count], 1, sums::kFloats,
+             [&](const attn::Lane &l, float *smem, int64_t bx, int64_t) {
+               sums::batch_chunk_block(l, smem, b, bx);
+             });
+  run_blocks(1, 1, sums::kFloats,
+             [&](const attn::Lane &l, float *smem, int64_t, int64_t) {
+               sums::batch_partials_block(l, smem, b);
+             });
+  EXPECT_EQ(acc[0], acc_ref[0]);
+  EXPECT_EQ(acc[1], acc_ref[1]);
+  // A batch is full at kMaxSumsq tensors or at kBatchPartials chunks; a
+  // tensor of more than kQueueChunks chunks is never queued.
+  EXPECT_FALSE(
+      sums::queueable((sums::kQueueChunks + 1) * kernels::kReduceChunk));
+  sums::SumsqBatch full;
+  for (int t = 0; t < sums::kMaxSumsq; ++t)
+    sums::add(full, v[0].data(), 1, &acc[0]);
+  EXPECT_FALSE(sums::fits(full, 1));
+}
+
 TEST(Embedding, RowRangeBlocksEqualTheColumnFunctor) {
   // 603 rows of dout (three rounds of staged ids, the last partial and
   // ending in a partial batch) into a vocabulary slice of 1100 rows at row0
