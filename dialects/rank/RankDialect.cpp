@@ -123,6 +123,14 @@ static LogicalResult verifyUpdateCopy(Operation *op, Value param, Value copy) {
     return op->emitOpError() << "writes a copy " << c << " of a parameter " << p
                              << ": expected its shape in bf16 or f16 of an "
                                 "f32 parameter";
+  // The parameter's own copy: another's would go stale.
+  auto pc = copy.getDefiningOp<ParamCopyOp>();
+  auto po = param.getDefiningOp<ParamOp>();
+  if (!pc || (po && po.getName() != pc.getName()))
+    return op->emitOpError()
+           << "writes a copy that is not "
+           << (po ? "the rank.param_copy of " + po.getName().str()
+                  : std::string("a rank.param_copy"));
   return success();
 }
 

@@ -104,6 +104,7 @@ struct LayerCosts {
   bool hasStash = false, hasStashSplitW = false;
   double layerParams = 0, restParams = 0;                // on a tp rank
   double weightBytes = 4, gradBytes = 4, stateBytes = 8; // per parameter
+  double copyBytes = 0; // of weightBytes: kept 16-bit copies (zero = 0)
   double workspace = 0;
 };
 
@@ -149,6 +150,7 @@ LayerCosts layerCosts(const CompiledReport &one, const CompiledReport &two,
   c.optimizerPerParam = p2 > 0 ? o2 / p2 : 0;
   if (p1 > 0) {
     c.weightBytes = double(r1.weightBytes) / p1;
+    c.copyBytes = double(r1.paramCopyBytes) / p1;
     c.gradBytes = double(r1.gradientBytes) / p1;
     c.stateBytes = double(r1.optimizerBytes) / p1;
   }
@@ -542,18 +544,23 @@ struct Screen {
       acts = layersKept * lc.layerStashSplitW;
     else if (c.pp > 1 && lc.hasStash)
       acts = layersKept * lc.layerStash;
-    // ZeRO-3 splits the weights; in 16 bits ZeRO 1 and 2 split the fp32
-    // masters too, and hold a whole 16-bit copy through the step (as every
-    // 16-bit plan with microbatches or a pipeline does: one copy serves
-    // them all; with one microbatch each use casts its own, for a moment).
+    // Without ZeRO a 16-bit plan keeps its weights' 16-bit copies across
+    // steps (the probes' copyBytes, plan-keep-param-copies), which serve
+    // every microbatch. ZeRO keeps none: ZeRO-3 splits the weights; in 16
+    // bits ZeRO 1 and 2 split the fp32 masters too, and hold a whole 16-bit
+    // copy through the step (as a 16-bit plan without kept copies does with
+    // microbatches or a pipeline: one copy serves them all; with one
+    // microbatch each use casts its own, for a moment).
+    bool kept = c.zero == 0 && lc.copyBytes > 0;
+    double masters = lc.weightBytes - lc.copyBytes;
     double weightShards =
         c.zero == 3 || (p.lowPrecision && c.zero >= 1) ? stateShards : 1.0;
-    bool heldCopy = p.lowPrecision && c.zero < 3 &&
+    bool heldCopy = p.lowPrecision && c.zero < 3 && !kept &&
                     (c.zero >= 1 || c.microbatches > 1 || c.pp > 1);
-    e.memory =
-        params * (lc.weightBytes / weightShards + lc.gradBytes +
-                  lc.stateBytes / stateShards + (heldCopy ? actBytes : 0.0)) +
-        acts + lc.workspace;
+    e.memory = params * (masters / weightShards + (kept ? lc.copyBytes : 0.0) +
+                         lc.gradBytes + lc.stateBytes / stateShards +
+                         (heldCopy ? actBytes : 0.0)) +
+               acts + lc.workspace;
     return e;
   }
 };

@@ -620,7 +620,7 @@ FailureOr<StepReport> planc::computeStepReport(ModuleOp module,
   // Per pipeline coordinate: what its ranks hold and send.
   std::vector<Counter> counters(pp, Counter{mesh, {}});
   std::vector<int64_t> params(pp, 0), weightBytes(pp, 0), stateBytes(pp, 0),
-      gradBytes(pp, 0);
+      gradBytes(pp, 0), copyBytes(pp, 0);
   auto owns = [&](int64_t stage, int64_t c) {
     return stage < 0 || stage % pp == c;
   };
@@ -670,9 +670,12 @@ FailureOr<StepReport> planc::computeStepReport(ModuleOp module,
         params[c] += local;
         weightBytes[c] += (int64_t)bufferBytes(t);
         // The 16-bit copy kept beside it (plan-keep-param-copies).
-        if (auto copy = d.getCopyAttr())
-          weightBytes[c] += (int64_t)bufferBytes(
+        if (auto copy = d.getCopyAttr()) {
+          auto bytes = (int64_t)bufferBytes(
               MemRefType::get(t.getShape(), copy.getValue()));
+          weightBytes[c] += bytes;
+          copyBytes[c] += bytes;
+        }
         gradBytes[c] += (int64_t)bufferBytes(t) * dpSplit;
       }
   }
@@ -904,6 +907,7 @@ FailureOr<StepReport> planc::computeStepReport(ModuleOp module,
       fullest = c;
   r.paramsPerRank = params[fullest];
   r.weightBytes = weightBytes[fullest];
+  r.paramCopyBytes = copyBytes[fullest];
   r.gradientBytes = gradBytes[fullest]; // fp32, one per parameter
   r.optimizerBytes = stateBytes[fullest];
   r.activationBytes = activations[fullest];

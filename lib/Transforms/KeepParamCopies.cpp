@@ -66,19 +66,41 @@ bool writes(Operation *op, Value root) {
   });
 }
 
-/// The cast of `param` whose fresh buffer nothing else writes; null if
-/// `op` is not one.
-rk::CastOp castOfParam(Operation *op, Value param) {
+/// The ops of a function in program order, and the ops that touch each
+/// buffer (its value or a view of it).
+struct Touches {
+  DenseMap<Operation *, int64_t> order;
+  DenseMap<Value, SmallVector<Operation *>> ops;
+  explicit Touches(func::FuncOp fn) {
+    fn.walk([&](Operation *op) {
+      order[op] = int64_t(order.size());
+      for (Value operand : op->getOperands()) {
+        SmallVector<Operation *> &list = ops[rk::viewRoot(operand)];
+        if (list.empty() || list.back() != op)
+          list.push_back(op);
+      }
+    });
+  }
+  /// Whether every op that touches `buffer` (a cast's) comes before `op`.
+  bool allBefore(Value buffer, Operation *op) const {
+    auto it = ops.find(buffer);
+    return it == ops.end() || llvm::all_of(it->second, [&](Operation *t) {
+             return order.lookup(t) < order.lookup(op);
+           });
+  }
+};
+
+/// The cast of `param` into a fresh buffer that nothing else writes, also
+/// through a view; null if `op` is not one.
+rk::CastOp castOfParam(Operation *op, Value param, const Touches &touches) {
   auto c = dyn_cast<rk::CastOp>(op);
-  if (!c || c.getInput() != param)
+  if (!c || c.getInput() != param || !c.getOut().getDefiningOp<rk::AllocOp>())
     return {};
-  auto alloc = c.getOut().getDefiningOp<rk::AllocOp>();
-  if (!alloc)
-    return {};
-  for (Operation *user : alloc->getUsers())
-    if (user != op && !isa<rk::DeallocOp>(user) && writes(user, c.getOut()))
-      return {};
-  // Views of the buffer: written only through ops that use them.
+  auto it = touches.ops.find(c.getOut());
+  if (it != touches.ops.end())
+    for (Operation *t : it->second)
+      if (t != op && !isa<rk::DeallocOp>(t) && writes(t, c.getOut()))
+        return {};
   return c;
 }
 
@@ -91,7 +113,7 @@ struct Uses {
 };
 
 /// The casts (and update) of each parameter of `fn`, in program order.
-DenseMap<Value, Uses> usesOf(func::FuncOp fn) {
+DenseMap<Value, Uses> usesOf(func::FuncOp fn, const Touches &touches) {
   DenseMap<Value, Uses> uses;
   fn.walk([&](rk::ParamOp p) { uses[p.getResult()]; });
   fn.walk([&](Operation *op) {
@@ -101,7 +123,7 @@ DenseMap<Value, Uses> usesOf(func::FuncOp fn) {
         continue;
       Uses &u = it->second;
       Value param = it->first;
-      if (rk::CastOp c = castOfParam(op, param)) {
+      if (rk::CastOp c = castOfParam(op, param, touches)) {
         // A cast after the update would read the new weight.
         if (u.update)
           u.ok = false;
@@ -176,7 +198,8 @@ void KeepParamCopiesPass::runOnOperation() {
                                       : ArrayRef<int64_t>());
   // Parameters with copies: name -> the copy's element type.
   llvm::StringMap<Type> kept;
-  DenseMap<Value, Uses> uses = usesOf(step);
+  Touches touches(step);
+  DenseMap<Value, Uses> uses = usesOf(step, touches);
   // In program order, so the IR does not depend on the map's order.
   SmallVector<rk::ParamOp> params;
   step.walk([&](rk::ParamOp p) { params.push_back(p); });
@@ -184,6 +207,11 @@ void KeepParamCopiesPass::runOnOperation() {
     Uses &u = uses[p.getResult()];
     Type elem = castType(u.casts);
     if (!u.ok || !u.update || u.casts.empty() || !elem)
+      continue;
+    // The casts' buffers are read before the update writes the copy.
+    if (!llvm::all_of(u.casts, [&](rk::CastOp c) {
+          return touches.allBefore(c.getOut(), u.update);
+        }))
       continue;
     auto decl = symbols.lookup<rk::ParamDeclOp>(p.getName());
     if (!decl || decl.getCopyAttr() || decl.getType() != p.getType())
@@ -215,7 +243,8 @@ void KeepParamCopiesPass::runOnOperation() {
   auto forward = module.lookupSymbol<func::FuncOp>("plan_forward");
   if (!forward || kept.empty())
     return;
-  DenseMap<Value, Uses> fwdUses = usesOf(forward);
+  Touches fwdTouches(forward);
+  DenseMap<Value, Uses> fwdUses = usesOf(forward, fwdTouches);
   SmallVector<rk::ParamOp> fwdParams;
   forward.walk([&](rk::ParamOp p) { fwdParams.push_back(p); });
   for (rk::ParamOp p : fwdParams) {

@@ -199,3 +199,15 @@ func.func @sgd(%w: memref<4xf32>, %c: memref<2xbf16>) {
   rank.sgd_update %w, %w copy %c {lr = 0.1 : f32} : memref<4xf32>, memref<4xf32>, memref<2xbf16>
   return
 }
+
+// -----
+
+rank.param_decl @a : memref<4xf32> init <zeros> copy bf16
+rank.param_decl @b : memref<4xf32> init <zeros> copy bf16
+func.func @sgd(%g: memref<4xf32>) {
+  %a = rank.param @a : memref<4xf32>
+  %cb = rank.param_copy @b : memref<4xbf16>
+  // expected-error @below {{writes a copy that is not the rank.param_copy of a}}
+  rank.sgd_update %a, %g copy %cb {lr = 0.1 : f32} : memref<4xf32>, memref<4xf32>, memref<4xbf16>
+  return
+}

@@ -89,13 +89,17 @@ func.func @plan_step() attributes {rank.expected_bytes = array<i64: 32, 0, 0, 48
 // -----
 
 // Kept as they are: a cast after the update (it reads the new weight), a
-// weight something else writes too, a cast buffer something else writes,
-// a ZeRO shard's update (a view), and casts to two types.
+// weight something else writes too, a cast buffer something else writes
+// (also through a view), an update of a slice (a view), casts to two
+// types, and a cast buffer read after the update (it holds the old
+// weight, the copy the new one).
 rank.param_decl @a : memref<4xf32> init <zeros>
 rank.param_decl @b : memref<4xf32> init <zeros>
 rank.param_decl @c : memref<4xf32> init <zeros>
 rank.param_decl @d : memref<4xf32> init <zeros>
 rank.param_decl @e : memref<4xf32> init <zeros>
+rank.param_decl @f : memref<4xf32> init <zeros>
+rank.param_decl @h : memref<4xf32> init <zeros>
 func.func @plan_step() {
   %g = rank.alloc : memref<4xf32>
   %a = rank.param @a : memref<4xf32>
@@ -125,12 +129,24 @@ func.func @plan_step() {
   %ce2 = rank.alloc : memref<4xf16>
   rank.cast %e into %ce2 : memref<4xf32> -> memref<4xf16>
   rank.sgd_update %e, %g {lr = 1.0e-1 : f32} : memref<4xf32>, memref<4xf32>
+  %f = rank.param @f : memref<4xf32>
+  %cf = rank.alloc : memref<4xbf16>
+  rank.cast %f into %cf : memref<4xf32> -> memref<4xbf16>
+  %vf = rank.view %cf : memref<4xbf16> -> memref<2x2xbf16>
+  rank.fill %vf {value = 0.0 : f32} : memref<2x2xbf16>
+  rank.sgd_update %f, %g {lr = 1.0e-1 : f32} : memref<4xf32>, memref<4xf32>
+  %h = rank.param @h : memref<4xf32>
+  %ch = rank.alloc : memref<4xbf16>
+  rank.cast %h into %ch : memref<4xf32> -> memref<4xbf16>
+  rank.sgd_update %h, %g {lr = 1.0e-1 : f32} : memref<4xf32>, memref<4xf32>
+  %yh = rank.alloc : memref<4xbf16>
+  rank.scale %ch into %yh {factor = 2.0 : f32} : memref<4xbf16> -> memref<4xbf16>
   return
 }
 // CHECK-NOT: copy
 // CHECK-LABEL: func.func @plan_step
 // CHECK-NOT: param_copy
-// CHECK-COUNT-6: rank.cast
+// CHECK-COUNT-8: rank.cast
 // CHECK-NOT: copy
 
 // -----

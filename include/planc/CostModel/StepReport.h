@@ -54,6 +54,9 @@ struct StepReport {
   int64_t paramsPerRank = 0; // held by the most loaded rank
   double stepFlopsPerRank = 0;
   int64_t weightBytes = 0, gradientBytes = 0, optimizerBytes = 0;
+  // Of weightBytes: the 16-bit copies kept across steps
+  // (plan-keep-param-copies).
+  int64_t paramCopyBytes = 0;
   double activationBytes = 0; // kept from forward to backward, in flight
   std::vector<double> activationsByCoordinate; // the same per pp coordinate
   // The memory plan (plan-memory) of the fullest rank: the step's arena
