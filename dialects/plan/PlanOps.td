@@ -702,11 +702,14 @@ def Plan_PosEmbeddingGradOp : Plan_ComputeOp<"pos_embedding_grad", []> {
 
 def Plan_LayerNormGradOp : Plan_ComputeOp<"layernorm_grad",
     [AllTypesMatch<["input", "grad", "input_grad"]>,
-     AllTypesMatch<["gamma", "gamma_grad", "beta_grad"]>]> {
+     AllTypesMatch<["gamma_grad", "beta_grad"]>]> {
   let summary = "Gradients of layernorm: input, scale and shift";
   let description = [{
     Recomputes the statistics from `input`; `grad` is the gradient of the
-    layernorm's output. Results: d input, d gamma, d beta.
+    layernorm's output. Results: d input, d gamma, d beta. The parameters'
+    gradients have gamma's type, or gamma's shape in f32 (plan-fuse-casts:
+    a 16-bit plan's gradients that only widen to the fp32 master weight
+    are summed and written in fp32).
   }];
   let arguments = (ins Plan_FloatTensor:$input, Plan_FloatTensor:$gamma,
                        Plan_FloatTensor:$grad, DefaultValuedAttr<F32Attr, "1e-5">:$eps);
@@ -714,7 +717,9 @@ def Plan_LayerNormGradOp : Plan_ComputeOp<"layernorm_grad",
                       Plan_FloatTensor:$beta_grad);
   let assemblyFormat = [{
     $input `,` $gamma `,` $grad attr-dict `:` type($input) `,` type($gamma)
+    `->` type($gamma_grad)
   }];
+  let hasVerifier = 1;
   let builders = [OpBuilder<(ins "::mlir::Value":$input, "::mlir::Value":$gamma,
                                  "::mlir::Value":$grad, "::mlir::FloatAttr":$eps), [{
     build($_builder, $_state, ::mlir::TypeRange{input.getType(), gamma.getType(),
@@ -723,15 +728,19 @@ def Plan_LayerNormGradOp : Plan_ComputeOp<"layernorm_grad",
 }
 
 def Plan_RmsNormGradOp : Plan_ComputeOp<"rmsnorm_grad",
-    [AllTypesMatch<["input", "grad", "input_grad"]>,
-     AllTypesMatch<["gamma", "gamma_grad"]>]> {
+    [AllTypesMatch<["input", "grad", "input_grad"]>]> {
   let summary = "Gradients of rmsnorm: input and scale";
+  let description = [{
+    d gamma has gamma's type, or gamma's shape in f32 (as layernorm_grad's).
+  }];
   let arguments = (ins Plan_FloatTensor:$input, Plan_FloatTensor:$gamma,
                        Plan_FloatTensor:$grad, DefaultValuedAttr<F32Attr, "1e-5">:$eps);
   let results = (outs Plan_FloatTensor:$input_grad, Plan_FloatTensor:$gamma_grad);
   let assemblyFormat = [{
     $input `,` $gamma `,` $grad attr-dict `:` type($input) `,` type($gamma)
+    `->` type($gamma_grad)
   }];
+  let hasVerifier = 1;
   let builders = [OpBuilder<(ins "::mlir::Value":$input, "::mlir::Value":$gamma,
                                  "::mlir::Value":$grad, "::mlir::FloatAttr":$eps), [{
     build($_builder, $_state, ::mlir::TypeRange{input.getType(), gamma.getType()},

@@ -699,8 +699,11 @@ def Rank_LayerNormOp : Rank_CallOp<"layernorm",
 
 def Rank_LayerNormGradOp : Rank_CallOp<"layernorm_grad",
     [AllTypesMatch<["input", "grad", "input_grad"]>,
-     AllTypesMatch<["gamma", "gamma_grad", "beta_grad"]>]> {
+     AllTypesMatch<["gamma_grad", "beta_grad"]>]> {
   let summary = "d input, d gamma, d beta of layernorm (statistics recomputed)";
+  let description = [{
+    d gamma and d beta have gamma's type, or gamma's shape in f32.
+  }];
   let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$input,
                        Arg<Rank_FloatBuffer, "", [MemRead]>:$gamma,
                        Arg<Rank_FloatBuffer, "", [MemRead]>:$grad,
@@ -710,8 +713,10 @@ def Rank_LayerNormGradOp : Rank_CallOp<"layernorm_grad",
                        F32Attr:$eps);
   let assemblyFormat = [{
     $input `,` $gamma `,` $grad `into` $input_grad `,` $gamma_grad `,`
-    $beta_grad attr-dict `:` type($input) `,` type($gamma)
+    $beta_grad attr-dict `:` type($input) `,` type($gamma) `->`
+    type($gamma_grad)
   }];
+  let hasVerifier = 1;
 }
 
 def Rank_RmsNormOp : Rank_CallOp<"rmsnorm"> {
@@ -726,9 +731,11 @@ def Rank_RmsNormOp : Rank_CallOp<"rmsnorm"> {
 }
 
 def Rank_RmsNormGradOp : Rank_CallOp<"rmsnorm_grad",
-    [AllTypesMatch<["input", "grad", "input_grad"]>,
-     AllTypesMatch<["gamma", "gamma_grad"]>]> {
+    [AllTypesMatch<["input", "grad", "input_grad"]>]> {
   let summary = "d input, d gamma of rmsnorm";
+  let description = [{
+    d gamma has gamma's type, or gamma's shape in f32.
+  }];
   let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$input,
                        Arg<Rank_FloatBuffer, "", [MemRead]>:$gamma,
                        Arg<Rank_FloatBuffer, "", [MemRead]>:$grad,
@@ -737,8 +744,9 @@ def Rank_RmsNormGradOp : Rank_CallOp<"rmsnorm_grad",
                        F32Attr:$eps);
   let assemblyFormat = [{
     $input `,` $gamma `,` $grad `into` $input_grad `,` $gamma_grad attr-dict
-    `:` type($input) `,` type($gamma)
+    `:` type($input) `,` type($gamma) `->` type($gamma_grad)
   }];
+  let hasVerifier = 1;
 }
 
 // Attention dropout on every rank attention op (planrt.h attention): p

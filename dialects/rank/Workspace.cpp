@@ -63,11 +63,10 @@ bool runsNative(Operation *op, const WorkspaceEnv &env) {
   namespace nat = ws::native;
   if (isa<AddOp, MulOp, SubOp, BiasAddOp, ReluOp, ReluGradOp, GeluOp,
           GeluGradOp, GeluExactOp, GeluExactGradOp, SiluOp, SiluGradOp, CopyOp,
-          ScaleOp, RopeOp, PosEmbeddingOp, EmbeddingOp, LayerNormOp,
-          LayerNormGradOp, RmsNormOp, RmsNormGradOp, AllGatherOp, AllToAllOp,
-          RoutedAllGatherOp, ShardSliceOp, SeqToHeadsOp, HeadsToSeqOp,
-          KvGatherOp, AttentionCpOp, AttentionRingOp, AttentionRingGradOp>(
-          op)) {
+          ScaleOp, RopeOp, PosEmbeddingOp, EmbeddingOp, LayerNormOp, RmsNormOp,
+          AllGatherOp, AllToAllOp, RoutedAllGatherOp, ShardSliceOp,
+          SeqToHeadsOp, HeadsToSeqOp, KvGatherOp, AttentionCpOp,
+          AttentionRingOp, AttentionRingGradOp>(op)) {
     int first = -1;
     for (Value v : op->getOperands())
       if (isFloatBuffer(v)) {
@@ -84,6 +83,14 @@ bool runsNative(Operation *op, const WorkspaceEnv &env) {
                         dtypeOf(a.getGrad()), dtypeOf(a.getOut()));
   if (auto r = dyn_cast<KvReduceScatterOp>(op))
     return nat::kv_reduce_scatter(dtypeOf(r.getDkv()));
+  if (auto g = dyn_cast<LayerNormGradOp>(op))
+    return nat::norm_grad(dtypeOf(g.getInput()), dtypeOf(g.getGamma()),
+                          dtypeOf(g.getGrad()), dtypeOf(g.getInputGrad()),
+                          dtypeOf(g.getGammaGrad()), dtypeOf(g.getBetaGrad()));
+  if (auto g = dyn_cast<RmsNormGradOp>(op))
+    return nat::norm_grad(dtypeOf(g.getInput()), dtypeOf(g.getGamma()),
+                          dtypeOf(g.getGrad()), dtypeOf(g.getInputGrad()),
+                          dtypeOf(g.getGammaGrad()), -1);
   if (auto g = dyn_cast<BiasGradOp>(op))
     return nat::column_sum(dtypeOf(g.getInput()), dtypeOf(g.getOut()));
   if (auto g = dyn_cast<PosEmbeddingGradOp>(op))

@@ -1,11 +1,11 @@
 //===- FuseCasts.cpp - A sum writes the type its only reader wants --------===//
 //
 // planrt's matmul and its gradient sums (embedding_grad, bias_grad,
-// pos_embedding_grad) accumulate in fp32 and round only when they store a
-// 16-bit result, so such a result widened by its only user is
-// the fp32 result rounded once for nothing. With mixed precision this is where
-// every weight gradient comes from (autodiff's cast back to the fp32
-// master weight) and where the logits meet the fp32 loss. Likewise the
+// pos_embedding_grad, a norm's parameter gradients) accumulate in fp32 and
+// round only when they store a 16-bit result, so such a result widened by its
+// only user is the fp32 result rounded once for nothing. With mixed precision
+// this is where every weight gradient comes from (autodiff's cast back to the
+// fp32 master weight) and where the logits meet the fp32 loss. Likewise the
 // cross-entropy gradient, narrowed to bf16 by its only user, writes bf16.
 //===----------------------------------------------------------------------===//
 #include "planc/Transforms/Passes.h"
@@ -103,6 +103,26 @@ void FuseCastsPass::runOnOperation() {
         c.getInput().getType().getElementType().isF32() &&
         c.getType().getElementType().isBF16())
       casts.push_back(c);
+  });
+  // A norm's parameter gradients (sums over rows, like bias_grad's), both
+  // widened by their only users: written in f32 (PyTorch's autocast runs
+  // the norms in fp32 too).
+  getOperation().walk([&](Operation *op) {
+    auto fn = op->getParentOfType<func::FuncOp>();
+    if (!isa<LayerNormGradOp, RmsNormGradOp>(op) || !fn ||
+        !fn->hasAttr(kTrainStepAttr))
+      return;
+    SmallVector<CastOp> widen;
+    for (Value g : op->getResults().drop_front()) {
+      Type from = cast<ShapedType>(g.getType()).getElementType();
+      CastOp c =
+          g.hasOneUse() ? dyn_cast<CastOp>(*g.getUsers().begin()) : CastOp();
+      if (!c || !(from.isBF16() || (from.isF16() && wideSums)) ||
+          !c.getType().getElementType().isF32())
+        return;
+      widen.push_back(c);
+    }
+    append_range(casts, widen);
   });
   for (CastOp c : casts) {
     Value src = c.getInput();

@@ -104,3 +104,11 @@ func.func @clip_by_zero(%w: tensor<4xf32>, %g: tensor<4xf32>, %s: tensor<f32>) -
   %0:3 = plan.adamw_update %w, %g, %w, %w clipped by %s {lr = 0.1 : f32, beta1 = 0.9 : f32, beta2 = 0.95 : f32, eps = 1.0e-8 : f32, weight_decay = 0.1 : f32, max_norm = 0.0 : f32} : tensor<4xf32>, tensor<f32>
   return %0#0 : tensor<4xf32>
 }
+
+// -----
+
+func.func @norm(%x: tensor<2x4xbf16>, %g: tensor<4xbf16>) {
+  // expected-error @below {{has a parameter gradient 'tensor<8xf32>': expected 'tensor<4xbf16>' or its shape in f32}}
+  %0:3 = plan.layernorm_grad %x, %g, %x : tensor<2x4xbf16>, tensor<4xbf16> -> tensor<8xf32>
+  return
+}

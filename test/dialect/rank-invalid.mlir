@@ -211,3 +211,11 @@ func.func @sgd(%g: memref<4xf32>) {
   rank.sgd_update %a, %g copy %cb {lr = 0.1 : f32} : memref<4xf32>, memref<4xf32>, memref<4xbf16>
   return
 }
+
+// -----
+
+func.func @norm(%x: memref<2x4xbf16>, %g: memref<4xbf16>, %dg: memref<8xf32>) {
+  // expected-error @below {{has a parameter gradient 'memref<8xf32>': expected 'memref<4xbf16>' or its shape in f32}}
+  rank.rmsnorm_grad %x, %g, %x into %x, %dg {eps = 1.0e-5 : f32} : memref<2x4xbf16>, memref<4xbf16> -> memref<8xf32>
+  return
+}

@@ -5,6 +5,7 @@
 #include "planrt/dtype.h"
 #include "planrt/internal.h"
 #include "planrt/planrt.h"
+#include "planrt/workspace.h"
 
 #include "context_fixture.h"
 
@@ -304,6 +305,24 @@ TEST_F(NativeOpsTest, Norms) {
         [&] { rmsnorm_grad(ctx, xw, gw, dyw, ref, dgref, 1e-5f); });
     expect_rounded(out, ref, dtype);
     expect_rounded(dg, dgref, dtype);
+    // The parameters' gradients in f32 (plan-fuse-casts: gradients that
+    // only widen to the fp32 master weights): the fp32 sums, not rounded,
+    // in place (native::norm_grad).
+    Tensor *dg32 = make({300}), *dbe32 = make({300});
+    run([&] { layernorm_grad(ctx, x, g, dy, out, dg32, dbe32, 1e-5f); },
+        [&] { layernorm_grad(ctx, xw, gw, dyw, ref, dgref, dberef, 1e-5f); });
+    expect_rounded(out, ref, dtype);
+    expect_equal(dg32, dgref);
+    expect_equal(dbe32, dberef);
+    run([&] { rmsnorm_grad(ctx, x, g, dy, out, dg32, 1e-5f); },
+        [&] { rmsnorm_grad(ctx, xw, gw, dyw, ref, dgref, 1e-5f); });
+    expect_rounded(out, ref, dtype);
+    expect_equal(dg32, dgref);
+    EXPECT_TRUE(
+        workspace::native::norm_grad(dtype, dtype, dtype, dtype, F32, F32));
+    EXPECT_FALSE(
+        workspace::native::norm_grad(dtype, dtype, dtype, dtype, F32, dtype));
+    EXPECT_FALSE(workspace::native::norm_grad(F32, F32, F32, F32, dtype, -1));
   }
 }
 

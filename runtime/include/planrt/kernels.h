@@ -849,10 +849,11 @@ template <class T = float> struct NormGradXFn {
 
 /// dgamma[j] = sum_r dout[r, j] xhat[r, j], dbeta[j] = sum_r dout[r, j]
 /// (dbeta may be null); index space: the C columns, rows summed in order.
-template <class T = float> struct NormGradParamFn {
+/// G: the gradients' storage (T, or f32 for a fused widening).
+template <class T = float, class G = T> struct NormGradParamFn {
   const T *x, *dout;
   const float *mean, *rstd;
-  T *dgamma, *dbeta;
+  G *dgamma, *dbeta;
   int64_t rows, C;
   /// cuda: the chunks' partial sums, as BiasGradFn's.
   float *partials = nullptr;
@@ -873,7 +874,7 @@ template <class T = float> struct NormGradParamFn {
   void range(int64_t begin, int64_t end) const {
     if constexpr (!std::is_same<T, float>::value) {
       // 16-bit outputs: the sums in fp32 blocks, stored once.
-      for (T *out : {dgamma, dbeta}) {
+      for (G *out : {dgamma, dbeta}) {
         if (!out)
           continue;
         const bool gamma = out == dgamma;

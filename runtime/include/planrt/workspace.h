@@ -55,7 +55,7 @@ constexpr int kF32 = 0;
 constexpr bool is16(int dtype) { return dtype == 2 || dtype == 3; }
 /// Element-wise and row-wise ops (add, mul, sub, bias_add, activations and
 /// their gradients, pos_embedding, embedding's table and output, layer and
-/// RMS norms and their gradients) and the collectives that move values
+/// RMS norms) and the collectives that move values
 /// without adding them (all_gather, all_to_all, shard_slice: 16-bit values
 /// travel as 2 bytes): every float tensor of one type.
 constexpr bool uniform(int) { return true; }
@@ -66,6 +66,14 @@ template <class... D> constexpr bool uniform(int first, int second, D... rest) {
 /// in f32 (plan-fuse-casts: a gradient whose only use widens it).
 constexpr bool column_sum(int in, int grad) {
   return grad == in || grad == kF32;
+}
+/// layernorm_grad and rmsnorm_grad (dbeta -1: none): x, gamma, dout and dx
+/// of one type, the parameters' gradients in that type or in f32
+/// (plan-fuse-casts: gradients whose only uses widen them).
+constexpr bool norm_grad(int x, int gamma, int dout, int dx, int dgamma,
+                         int dbeta) {
+  return uniform(x, gamma, dout, dx) && column_sum(x, dgamma) &&
+         (dbeta == -1 || dbeta == dgamma);
 }
 /// embedding_grad(_add): into an f32 table. A 16-bit table is staged: its
 /// rows' additions are summed in the fp32 copy and rounded once.

@@ -28,9 +28,9 @@ __global__ void __launch_bounds__(colsum::kThreads)
                           chunked ? (int64_t)blockIdx.y : -1);
 }
 
-template <class T>
+template <class T, class G>
 __global__ void __launch_bounds__(colsum::kThreads)
-    norm_grad_param_kernel(kernels::NormGradParamFn<T> f, bool chunked) {
+    norm_grad_param_kernel(kernels::NormGradParamFn<T, G> f, bool chunked) {
   __shared__ float smem[colsum::kFloats<2>];
   colsum::norm_grad_param_block(block::this_lane(), smem, f,
                                 (int64_t)blockIdx.x * colsum::kTX,
@@ -69,11 +69,11 @@ void bias_grad(cudaStream_t s, const kernels::BiasGradFn<T, G> &f) {
               "bias_grad's column sums");
 }
 
-template <class T>
-void norm_grad_param(cudaStream_t s, const kernels::NormGradParamFn<T> &f) {
+template <class T, class G>
+void norm_grad_param(cudaStream_t s, const kernels::NormGradParamFn<T, G> &f) {
   if (f.C <= 0)
     return;
-  launch_sums(s, norm_grad_param_kernel<T>, f, f.rows, f.C,
+  launch_sums(s, norm_grad_param_kernel<T, G>, f, f.rows, f.C,
               "the norm's parameter gradients");
 }
 
@@ -103,6 +103,10 @@ template void norm_grad_param(cudaStream_t,
                               const kernels::NormGradParamFn<bf16_t> &);
 template void norm_grad_param(cudaStream_t,
                               const kernels::NormGradParamFn<f16_t> &);
+template void norm_grad_param(cudaStream_t,
+                              const kernels::NormGradParamFn<bf16_t, float> &);
+template void norm_grad_param(cudaStream_t,
+                              const kernels::NormGradParamFn<f16_t, float> &);
 
 } // namespace cuda_column_sums
 } // namespace planrt

@@ -13,8 +13,8 @@ namespace cuda_column_sums {
 template <class T, class G>
 void bias_grad(cudaStream_t s, const kernels::BiasGradFn<T, G> &f);
 /// What kernels::NormGradParamFn computes for all its f.C columns.
-template <class T>
-void norm_grad_param(cudaStream_t s, const kernels::NormGradParamFn<T> &f);
+template <class T, class G>
+void norm_grad_param(cudaStream_t s, const kernels::NormGradParamFn<T, G> &f);
 
 } // namespace cuda_column_sums
 } // namespace planrt

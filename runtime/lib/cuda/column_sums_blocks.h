@@ -122,10 +122,11 @@ PLANRT_BLOCK_FN void bias_grad_block(const Lane &l, float *smem,
 
 /// dgamma[j] = sum_r dy (x - mean) rstd, dbeta[j] = sum_r dy
 /// (kernels::NormGradParamFn's sums; no mean for RMS norm, no dbeta).
-template <class T>
-PLANRT_BLOCK_FN void norm_grad_param_block(const Lane &l, float *smem,
-                                           const kernels::NormGradParamFn<T> &f,
-                                           int64_t j0, int64_t chunk = -1) {
+template <class T, class G>
+PLANRT_BLOCK_FN void
+norm_grad_param_block(const Lane &l, float *smem,
+                      const kernels::NormGradParamFn<T, G> &f, int64_t j0,
+                      int64_t chunk = -1) {
   chunked_sums<2>(
       l, smem, f.rows, f.C, j0, chunk, f.partials,
       [&](int64_t r, int64_t j, float(&acc)[2]) {

@@ -633,8 +633,8 @@ template <class T, class G>
 void launch(Context *ctx, int64_t, const kernels::BiasGradFn<T, G> &f) {
   cuda_column_sums::bias_grad(state(ctx)->stream, f);
 }
-template <class T>
-void launch(Context *ctx, int64_t, const kernels::NormGradParamFn<T> &f) {
+template <class T, class G>
+void launch(Context *ctx, int64_t, const kernels::NormGradParamFn<T, G> &f) {
   cuda_column_sums::norm_grad_param(state(ctx)->stream, f);
 }
 

@@ -364,6 +364,33 @@ TEST(ColumnSums, BlocksEqualTheColumnFunctors) {
         EXPECT_TRUE(std::isnan(dbeta[0])) << "rms norm wrote a beta gradient";
       }
     }
+    // bf16 x and dy with f32 gradients (plan-fuse-casts: the gradients
+    // that only widen to the fp32 master weights): the sums of the widened
+    // values, stored unrounded.
+    std::vector<kernels::bf16_t> xb(x.size()), dyb(dy.size());
+    std::vector<float> xw(x.size()), dyw(dy.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      xb[i].bits = bf16_from_float(x[i]);
+      xw[i] = float_from_bf16(xb[i].bits);
+      dyb[i].bits = bf16_from_float(dy[i]);
+      dyw[i] = float_from_bf16(dyb[i].bits);
+    }
+    std::fill(partials.begin(), partials.end(), NAN);
+    std::vector<float> dg(C, NAN), dbeta(C, NAN), dg_ref(C), dbeta_ref(C);
+    kernels::NormGradParamFn<> ref{
+        xw.data(),     dyw.data(),       mean.data(), rstd.data(),
+        dg_ref.data(), dbeta_ref.data(), rows,        C};
+    for (int64_t j = 0; j < C; ++j)
+      ref(j);
+    kernels::NormGradParamFn<kernels::bf16_t, float> gpu{
+        xb.data(),    dyb.data(), mean.data(), rstd.data(), dg.data(),
+        dbeta.data(), rows,       C,           parts};
+    run_sums(chunked, colsum::kFloats<2>,
+             [&](const attn::Lane &l, float *smem, int64_t bx, int64_t k) {
+               colsum::norm_grad_param_block(l, smem, gpu, bx * colsum::kTX, k);
+             });
+    EXPECT_LT(rel_err(dg, dg_ref), 1e-6) << "bf16 into f32, " << how;
+    EXPECT_LT(rel_err(dbeta, dbeta_ref), 1e-6) << "bf16 into f32, " << how;
   }
 }
 
