@@ -230,6 +230,13 @@ static LogicalResult verifyBiasedMatmul(Operation *op, MemRefType a,
 }
 
 LogicalResult MatmulBiasOp::verify() {
+  if (Value r = getResidual()) {
+    if (r.getType() != getOut().getType())
+      return emitOpError() << "expects the residual of out's type, got "
+                           << r.getType() << " and " << getOut().getType();
+    if (viewRoot(r) == viewRoot(getOut()))
+      return emitOpError() << "expects the residual and out in two buffers";
+  }
   return verifyBiasedMatmul(*this, getLhs().getType(), getRhs().getType(),
                             getBias().getType(), getOut().getType(),
                             getTransposeLhs(), getTransposeRhs());
@@ -287,6 +294,10 @@ std::string MatmulOp::getRuntimeCallee() {
 
 SmallVector<StringRef> MatmulOp::getRuntimeAttrNames() {
   return {"transpose_lhs", "transpose_rhs"};
+}
+
+std::string MatmulBiasOp::getRuntimeCallee() {
+  return getResidual() ? "planrt::matmul_bias_add" : "planrt::matmul_bias";
 }
 
 SmallVector<StringRef> MatmulBiasOp::getRuntimeAttrNames() {

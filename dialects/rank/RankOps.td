@@ -390,22 +390,27 @@ def Rank_MatmulOp : Rank_CallOp<"matmul",
 }
 
 def Rank_MatmulBiasOp : Rank_CallOp<"matmul_bias",
-    [DeclareOpInterfaceMethods<RuntimeCallOpInterface, ["getRuntimeAttrNames"]>]> {
-  let summary = "out = op(a) @ op(b) + bias, bias along out's last dim";
+    [DeclareOpInterfaceMethods<RuntimeCallOpInterface,
+                               ["getRuntimeCallee", "getRuntimeAttrNames"]>]> {
+  let summary = "out = op(a) @ op(b) + bias (+ residual), bias along out's last dim";
   let description = [{
     A matmul whose only use is a bias add (plan-fuse-epilogues, cuda
     target): planrt::matmul_bias adds the bias in the GEMM's epilogue
     (cuBLASLt's CUBLASLT_EPILOGUE_BIAS) instead of a pass over out. The
-    bias has out's element type. Where the backend has no such epilogue,
-    planrt runs the matmul and the bias add, as before.
+    bias has out's element type. With `plus %r` (the residual add that was
+    the biased product's only reader), planrt::matmul_bias_add also adds
+    %r, of out's type, as the GEMM's C matrix (beta = 1): out is rounded
+    once. Where the backend has no such epilogue, planrt runs the matmul,
+    the bias add and the add, as before.
   }];
   let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$lhs,
                        Arg<Rank_FloatBuffer, "", [MemRead]>:$rhs,
                        Arg<Rank_FloatBuffer, "", [MemRead]>:$bias,
+                       Arg<Optional<Rank_FloatBuffer>, "", [MemRead]>:$residual,
                        Arg<Rank_FloatBuffer, "", [MemWrite]>:$out,
                        BoolAttr:$transpose_lhs, BoolAttr:$transpose_rhs);
   let assemblyFormat = [{
-    $lhs `,` $rhs `,` $bias `into` $out attr-dict `:` type($lhs) `,` type($rhs) `,` type($bias) `->` type($out)
+    $lhs `,` $rhs `,` $bias (`plus` $residual^)? `into` $out attr-dict `:` type($lhs) `,` type($rhs) `,` type($bias) (`plus` type($residual)^)? `->` type($out)
   }];
   let hasVerifier = 1;
 }

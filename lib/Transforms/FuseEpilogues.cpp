@@ -174,6 +174,43 @@ rk::GeluOp fusableGelu(rk::MatmulBiasOp mm) {
       return {};
   return gelu;
 }
+/// The rank.add that is the only reader of mm's biased product (besides its
+/// deallocation), with the other operand: the residual stream's add after
+/// an attention or MLP output projection; {null, null} if none can join.
+/// The fused GEMM runs at the add's place, so nothing between may write
+/// what it reads; its output is the add's, a buffer of its own.
+std::pair<Value, rk::AddOp> fusableResidual(rk::MatmulBiasOp mm) {
+  Value product = mm.getOut();
+  auto alloc = product.getDefiningOp<rk::AllocOp>();
+  if (!alloc || mm.getResidual())
+    return {};
+  rk::AddOp add;
+  for (Operation *user : product.getUsers()) {
+    if (user == mm.getOperation() || isa<rk::DeallocOp>(user))
+      continue;
+    auto a = dyn_cast<rk::AddOp>(user);
+    if (!a || add || a->getBlock() != mm->getBlock() || !mm->isBeforeInBlock(a))
+      return {};
+    add = a;
+  }
+  if (!add || add.getLhs() == add.getRhs() || add.getOut() == product)
+    return {};
+  Value residual = add.getLhs() == product ? add.getRhs() : add.getLhs();
+  Value out = add.getOut();
+  if (residual.getType() != product.getType() ||
+      out.getType() != product.getType() ||
+      rk::viewRoot(residual) == rk::viewRoot(out) ||
+      llvm::any_of(
+          ValueRange{mm.getLhs(), mm.getRhs(), mm.getBias()},
+          [&](Value v) { return rk::viewRoot(v) == rk::viewRoot(out); }))
+    return {};
+  for (Operation *op = mm->getNextNode(); op != add.getOperation();
+       op = op->getNextNode())
+    if (!writesOnlyFresh(op, mm) || touches(op, out))
+      return {};
+  return {residual, add};
+}
+
 /// The LM head's loss and its gradient (and the GEMM writing the logits),
 /// when they can be one rank.cross_entropy_in_place over `buffer`.
 struct InPlaceLoss {
@@ -372,7 +409,8 @@ void FuseEpiloguesPass::runOnOperation() {
     OpBuilder builder(add);
     auto fused = rk::MatmulBiasOp::create(
         builder, mm.getLoc(), mm.getLhs(), mm.getRhs(), add.getRhs(),
-        add.getOut(), mm.getTransposeLhsAttr(), mm.getTransposeRhsAttr());
+        /*residual=*/Value(), add.getOut(), mm.getTransposeLhsAttr(),
+        mm.getTransposeRhsAttr());
     fused->setDiscardableAttrs(mm->getDiscardableAttrDictionary());
     Operation *alloc = mm.getOut().getDefiningOp();
     add.erase();
@@ -380,8 +418,28 @@ void FuseEpiloguesPass::runOnOperation() {
     if (alloc->use_empty())
       alloc->erase();
     rk::GeluOp gelu = fusableGelu(fused);
-    if (!gelu)
+    if (!gelu) {
+      // The residual add that reads the biased product: its other operand
+      // becomes the GEMM's C matrix, at the add's place.
+      auto [residual, sum] = fusableResidual(fused);
+      if (!sum)
+        continue;
+      builder.setInsertionPoint(sum);
+      auto withResidual = rk::MatmulBiasOp::create(
+          builder, fused.getLoc(), fused.getLhs(), fused.getRhs(),
+          fused.getBias(), residual, sum.getOut(), fused.getTransposeLhsAttr(),
+          fused.getTransposeRhsAttr());
+      withResidual->setDiscardableAttrs(fused->getDiscardableAttrDictionary());
+      Operation *product = fused.getOut().getDefiningOp();
+      sum.erase();
+      fused.erase();
+      for (Operation *user : llvm::make_early_inc_range(product->getUsers()))
+        if (isa<rk::DeallocOp>(user))
+          user->erase();
+      if (product->use_empty())
+        product->erase();
       continue;
+    }
     builder.setInsertionPoint(gelu);
     auto withGelu = rk::MatmulBiasGeluOp::create(
         builder, fused.getLoc(), fused.getLhs(), fused.getRhs(),

@@ -467,3 +467,56 @@ func.func @plan_step(%x: memref<32x16xbf16>, %dy: memref<8x32xbf16>) {
 // CHECK-LABEL: func.func @plan_step
 // CHECK-NOT: matmul_bias_grad
 // CHECK: return
+
+// -----
+
+// The residual stream: the biased product's only reader (but its
+// deallocation) is an add, so the GEMM adds the other operand as its C
+// matrix (beta = 1), at the add's place, into the add's output; the
+// product's buffer goes. Written in between: only a buffer allocated after
+// the GEMM.
+func.func @plan_step(%x: memref<8x16xbf16>, %w: memref<16x32xbf16>, %b: memref<32xbf16>, %r: memref<8x32xbf16>) {
+  %p = rank.alloc : memref<8x32xbf16>
+  rank.matmul %x, %w into %p {transpose_lhs = false, transpose_rhs = false} : memref<8x16xbf16>, memref<16x32xbf16> -> memref<8x32xbf16>
+  %y = rank.alloc : memref<8x32xbf16>
+  rank.bias_add %p, %b into %y : memref<8x32xbf16>, memref<32xbf16> -> memref<8x32xbf16>
+  %t = rank.alloc : memref<8x32xbf16>
+  rank.scale %r into %t {factor = 2.0 : f32} : memref<8x32xbf16> -> memref<8x32xbf16>
+  %s = rank.alloc : memref<8x32xbf16>
+  rank.add %r, %y into %s : memref<8x32xbf16>, memref<8x32xbf16> -> memref<8x32xbf16>
+  rank.dealloc %y : memref<8x32xbf16>
+  return
+}
+// CHECK-LABEL: func.func @plan_step
+// CHECK-NEXT: %[[T:.*]] = rank.alloc : memref<8x32xbf16>
+// CHECK-NEXT: rank.scale %arg3 into %[[T]]
+// CHECK-NEXT: %[[S:.*]] = rank.alloc : memref<8x32xbf16>
+// CHECK-NEXT: rank.matmul_bias %arg0, %arg1, %arg2 plus %arg3 into %[[S]] {transpose_lhs = false, transpose_rhs = false} : memref<8x16xbf16>, memref<16x32xbf16>, memref<32xbf16> plus memref<8x32xbf16> -> memref<8x32xbf16>
+// CHECK-NEXT: return
+// HOST: rank.add %arg3
+
+// -----
+
+// Not joined: the add writes in place over the residual (the GEMM would
+// read C while it writes D over it: cuBLASLt allows it, the host's
+// fallback would not), and a product with a second reader.
+func.func @plan_step(%x: memref<8x16xbf16>, %w: memref<16x32xbf16>, %b: memref<32xbf16>, %r: memref<8x32xbf16>) {
+  %p = rank.alloc : memref<8x32xbf16>
+  rank.matmul %x, %w into %p {transpose_lhs = false, transpose_rhs = false} : memref<8x16xbf16>, memref<16x32xbf16> -> memref<8x32xbf16>
+  %y = rank.alloc : memref<8x32xbf16>
+  rank.bias_add %p, %b into %y : memref<8x32xbf16>, memref<32xbf16> -> memref<8x32xbf16>
+  rank.add %r, %y into %r : memref<8x32xbf16>, memref<8x32xbf16> -> memref<8x32xbf16>
+  %p2 = rank.alloc : memref<8x32xbf16>
+  rank.matmul %x, %w into %p2 {transpose_lhs = false, transpose_rhs = false} : memref<8x16xbf16>, memref<16x32xbf16> -> memref<8x32xbf16>
+  %y2 = rank.alloc : memref<8x32xbf16>
+  rank.bias_add %p2, %b into %y2 : memref<8x32xbf16>, memref<32xbf16> -> memref<8x32xbf16>
+  %s2 = rank.alloc : memref<8x32xbf16>
+  rank.add %r, %y2 into %s2 : memref<8x32xbf16>, memref<8x32xbf16> -> memref<8x32xbf16>
+  rank.scale %y2 into %r {factor = 2.0 : f32} : memref<8x32xbf16> -> memref<8x32xbf16>
+  return
+}
+// CHECK-LABEL: func.func @plan_step
+// CHECK-NOT: plus
+// CHECK: rank.add
+// CHECK: rank.add
+// CHECK-NOT: plus

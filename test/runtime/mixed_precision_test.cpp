@@ -473,6 +473,39 @@ TEST_F(MixedPrecisionTest, MatmulBiasIsTheMatmulThenTheBiasAdd) {
       }
 }
 
+TEST_F(MixedPrecisionTest, MatmulBiasAddIsTheThreeOps) {
+  // planrt::matmul_bias_add (a biased product into the residual stream):
+  // on the host matmul, bias_add and add (residual + product), with their
+  // bits; the residual may not be the output.
+  for (int dtype : {F32, BF16, F16}) {
+    SCOPED_TRACE(dtype);
+    Tensor *a = random({6, 64}), *b = random({64, 8}), *bias = random({8});
+    Tensor *r = random({6, 8});
+    if (dtype != F32) {
+      a = narrowed(a, dtype).first;
+      b = narrowed(b, dtype).first;
+      bias = narrowed(bias, dtype).first;
+      r = narrowed(r, dtype).first;
+    }
+    Tensor *prod = make16({6, 8}, dtype), *biased = make16({6, 8}, dtype);
+    Tensor *ref = make16({6, 8}, dtype);
+    matmul(ctx, a, b, prod, false, false);
+    bias_add(ctx, prod, bias, biased);
+    add(ctx, r, biased, ref);
+    Tensor *out = make16({6, 8}, dtype);
+    matmul_bias_add(ctx, a, b, bias, r, out, false, false);
+    size_t bytes = (size_t)out->numel() * (dtype == F32 ? 4 : 2);
+    EXPECT_EQ(std::memcmp(out->data, ref->data, bytes), 0);
+  }
+  Tensor *a = make({3, 4}), *b = make({4, 5}), *bias = make({5});
+  Tensor *c = make({3, 5});
+  EXPECT_DEATH(matmul_bias_add(ctx, a, b, bias, c, c, false, false),
+               "matmul_bias_add: c may not alias residual");
+  EXPECT_DEATH(matmul_bias_add(ctx, a, b, bias, make({3, 4}), c, false, false),
+               "matmul_bias_add: residual \\[3, 4\\] and c \\[3, 5\\] have "
+               "different shapes");
+}
+
 TEST_F(MixedPrecisionTest, MatmulBiasGeluIsTheThreeOps) {
   // planrt::matmul_bias_gelu: on the host matmul, bias_add and gelu, with
   // their bits, the pre-activation kept for the backward.

@@ -438,6 +438,14 @@ void matmul(Context *ctx, const Tensor *a, const Tensor *b, Tensor *c,
 void matmul_bias(Context *ctx, const Tensor *a, const Tensor *b,
                  const Tensor *bias, Tensor *c, bool transpose_a,
                  bool transpose_b);
+/// c = residual + (op(a) @ op(b) + bias), residual of c's type and shape
+/// (not c): a linear layer's biased product that only feeds the residual
+/// stream's add (plan-fuse-epilogues, cuda target). On cuda the residual is
+/// the GEMM's C matrix (beta = 1) with the bias in its epilogue, c rounded
+/// once; else, and on the host, matmul_bias then add, with their results.
+void matmul_bias_add(Context *ctx, const Tensor *a, const Tensor *b,
+                     const Tensor *bias, const Tensor *residual, Tensor *c,
+                     bool transpose_a, bool transpose_b);
 /// pre = op(a) @ op(b) + bias, out = gelu(pre) (tanh form): matmul_bias
 /// followed by gelu (plan-fuse-epilogues, cuda target). On cuda both come
 /// from the GEMM's epilogue (cuBLASLt's GELU_AUX_BIAS) when all five tensors

@@ -110,14 +110,17 @@ struct Epilogue {
   const void *vector = nullptr;
   cudaDataType_t vector_type = CUDA_R_32F;
   const void *aux = nullptr;
+  /// The C matrix of D = A B + beta C when it is not D (a residual, laid
+  /// out like D; beta 1).
+  const void *residual = nullptr;
 };
 
 // (ta, tb, m, n, k, lda, ldb, ldc, alignment of a, b, c, element type of a
 // and b, of c, the epilogue, its vector's type and alignment, its auxiliary
-// matrix's alignment)
+// matrix's alignment, the input C's alignment)
 using GemmKey = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t,
                            int64_t, int64_t, int, int, int, cudaDataType_t,
-                           cudaDataType_t, int, cudaDataType_t, int, int>;
+                           cudaDataType_t, int, cudaDataType_t, int, int, int>;
 
 constexpr size_t kWorkspaceBytes =
     (size_t)workspace::outside::kCublasLtWorkspace;
@@ -712,6 +715,11 @@ bool gemm_lt(Context *ctx, cudaDataType_t type, cudaDataType_t c_type, bool ta,
       al_c = pointer_alignment(c),
       al_vec = ep.vector ? pointer_alignment(ep.vector) : 0,
       al_aux = ep.aux ? pointer_alignment(ep.aux) : 0;
+  // C: the residual, or c itself (beta 0, or 1 to accumulate).
+  const void *c_in = ep.residual ? ep.residual : c;
+  const int al_c_in = pointer_alignment(c_in);
+  if (ep.residual)
+    beta = 1.0f;
   GemmKey key{ta,
               tb,
               m,
@@ -728,7 +736,8 @@ bool gemm_lt(Context *ctx, cudaDataType_t type, cudaDataType_t c_type, bool ta,
               (int)ep.kind,
               ep.vector_type,
               al_vec,
-              al_aux};
+              al_aux,
+              al_c_in};
   auto it = s->gemms.find(key);
   if (it == s->gemms.end()) {
     GemmPlan p;
@@ -780,7 +789,8 @@ bool gemm_lt(Context *ctx, cudaDataType_t type, cudaDataType_t c_type, bool ta,
     size_t ws = kWorkspaceBytes;
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
         pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-    uint32_t align_first = al_b, align_second = al_a, align_c = al_c;
+    uint32_t align_first = al_b, align_second = al_a,
+             align_c = std::min(al_c, al_c_in);
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
         pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_first,
         sizeof(align_first)));
@@ -826,9 +836,9 @@ bool gemm_lt(Context *ctx, cudaDataType_t type, cudaDataType_t c_type, bool ta,
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
         p.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &ep.aux,
         sizeof(ep.aux)));
-  // beta = 1 accumulates into c (C and D are the same buffer).
+  // beta = 1 adds C: c itself (accumulate), or a residual.
   const float alpha = 1.0f;
-  CUBLAS_CHECK(cublasLtMatmul(s->lt, p.op, &alpha, b, p.a, a, p.b, &beta, c,
+  CUBLAS_CHECK(cublasLtMatmul(s->lt, p.op, &alpha, b, p.a, a, p.b, &beta, c_in,
                               p.c, c, p.c, &p.algo, s->workspace,
                               kWorkspaceBytes, s->stream));
   return true;
@@ -842,11 +852,12 @@ cudaDataType_t cuda_type(int dtype) {
 bool gemm_bias(Context *ctx, int dtype, bool ta, bool tb, int64_t m, int64_t n,
                int64_t k, const void *a, int64_t lda, const void *b,
                int64_t ldb, const void *bias, void *c, int64_t ldc,
-               void *gelu = nullptr) {
+               void *gelu = nullptr, const void *residual = nullptr) {
   cudaDataType_t t = cuda_type(dtype);
   Epilogue ep;
   ep.vector = bias;
   ep.vector_type = t;
+  ep.residual = residual;
   if (!gelu) {
     ep.kind = CUBLASLT_EPILOGUE_BIAS;
     return gemm_lt(ctx, t, t, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, 0.0f,

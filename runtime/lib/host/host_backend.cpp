@@ -342,13 +342,14 @@ void gemm16(Context *ctx, int dtype, int c_dtype, bool ta, bool tb, int64_t m,
   launch(ctx, nc, kernels::CastFn{c32, c, kernels::CastF32, dtype});
 }
 
-/// No epilogues on the host: matmul_bias runs the GEMM, then bias_add
+/// No epilogues on the host: matmul_bias runs the GEMM, then bias_add (and
+/// matmul_bias_add the add)
 /// (oneDNN's sgemm has no bias, and the 16-bit product is rounded before
 /// the add, as the two ops round it); matmul_dgelu and matmul_bias_grad
 /// run their two ops likewise.
 bool gemm_bias(Context *, int, bool, bool, int64_t, int64_t, int64_t,
                const void *, int64_t, const void *, int64_t, const void *,
-               void *, int64_t, void * = nullptr) {
+               void *, int64_t, void * = nullptr, const void * = nullptr) {
   return false;
 }
 bool gemm_dgelu(Context *, int, bool, bool, int64_t, int64_t, int64_t,
