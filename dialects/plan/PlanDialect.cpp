@@ -345,9 +345,8 @@ int64_t MeshOp::getAxisSize(StringRef name) {
   return i < 0 ? 1 : getShape()[i];
 }
 
-/// A norm's parameter gradient: gamma's type, or gamma's shape in f32
-/// (plan-fuse-casts).
-static LogicalResult verifyNormParamGrad(Operation *op, Type gamma, Type grad) {
+LogicalResult planc::plan::verifyNormParamGrad(Operation *op, Type gamma,
+                                               Type grad) {
   auto g = cast<ShapedType>(gamma), d = cast<ShapedType>(grad);
   if (d == g || (d.getShape() == g.getShape() && d.getElementType().isF32()))
     return success();

@@ -89,6 +89,12 @@ inline int64_t spatialOutSize(int64_t in, int64_t kernel, int64_t stride,
   return (in + 2 * pad - span) / stride + 1;
 }
 
+/// The verifier of a norm's parameter gradient (plan's and rank's
+/// layernorm_grad and rmsnorm_grad): gamma's type, or gamma's shape in f32
+/// (plan-fuse-casts).
+mlir::LogicalResult verifyNormParamGrad(mlir::Operation *op, mlir::Type gamma,
+                                        mlir::Type grad);
+
 } // namespace planc::plan
 
 #endif

@@ -84,24 +84,14 @@ LogicalResult ParamOp::verifySymbolUses(SymbolTableCollection &tables) {
                                     "rank.param_decl");
 }
 
-/// A norm's parameter gradient: gamma's type, or gamma's shape in f32
-/// (plan-fuse-casts).
-static LogicalResult verifyNormParamGrad(Operation *op, Type gamma, Type grad) {
-  auto g = cast<ShapedType>(gamma), d = cast<ShapedType>(grad);
-  if (d == g || (d.getShape() == g.getShape() && d.getElementType().isF32()))
-    return success();
-  return op->emitOpError() << "has a parameter gradient " << grad
-                           << ": expected " << gamma << " or its shape in f32";
-}
-
 LogicalResult LayerNormGradOp::verify() {
-  return verifyNormParamGrad(*this, getGamma().getType(),
-                             getGammaGrad().getType());
+  return planc::plan::verifyNormParamGrad(*this, getGamma().getType(),
+                                          getGammaGrad().getType());
 }
 
 LogicalResult RmsNormGradOp::verify() {
-  return verifyNormParamGrad(*this, getGamma().getType(),
-                             getGammaGrad().getType());
+  return planc::plan::verifyNormParamGrad(*this, getGamma().getType(),
+                                          getGammaGrad().getType());
 }
 
 LogicalResult ParamDeclOp::verify() {

@@ -12,6 +12,8 @@
 #ifndef PLANRT_LIB_CUDA_BLOCK_H
 #define PLANRT_LIB_CUDA_BLOCK_H
 
+#include <cstdint>
+
 #ifdef __CUDACC__
 #define PLANRT_BLOCK_FN __device__ __forceinline__
 #define PLANRT_BLOCK_BARRIER() __syncthreads()
@@ -112,6 +114,21 @@ PLANRT_BLOCK_FN int count_before(const Lane &l, bool flag, int *counts,
 #endif
   total = all;
   return before;
+}
+
+/// The segment holding `x` of `count` >= 1 segments starting at first[0]
+/// <= first[1] < ... (the last t with first[t] <= x): which tensor a block
+/// of a multi-tensor grid works on (optimizer_blocks.h, sums_blocks.h).
+PLANRT_BLOCK_FN int segment_of(const int64_t *first, int count, int64_t x) {
+  int lo = 0, hi = count - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (first[mid] <= x)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return lo;
 }
 
 } // namespace block

@@ -80,15 +80,7 @@ inline int64_t grid(const AdamWBatch &b) {
 /// tensor's elements bx', bx' + blocks, ... (times kThreads, plus tid).
 PLANRT_BLOCK_FN void adamw_block(const Lane &l, const AdamWBatch &b,
                                  int64_t bx) {
-  int lo = 0, hi = b.count - 1; // the last t with first_block[t] <= bx
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (b.first_block[mid] <= bx)
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
-  const int t = lo;
+  const int t = block::segment_of(b.first_block, b.count, bx);
   const kernels::AdamWFn f = b.f[t]; // in registers, not per element
   const int64_t n = b.n[t];
   const int64_t own = bx - b.first_block[t];

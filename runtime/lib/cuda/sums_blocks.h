@@ -149,17 +149,10 @@ inline void add(SumsqBatch &b, const float *v, int64_t n, float *acc) {
 /// Block `bx` of the chunk grid (first_chunk[count] blocks).
 PLANRT_BLOCK_FN void batch_chunk_block(const Lane &l, float *smem,
                                        const SumsqBatch &b, int64_t bx) {
-  int lo = 0, hi = b.count - 1; // the last t with first_chunk[t] <= bx
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (b.first_chunk[mid] <= bx)
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
-  const kernels::SumPartialFn f{b.v[lo], b.partials + b.first_chunk[lo],
-                                b.n[lo], true};
-  chunk_block(l, smem, f, bx - b.first_chunk[lo]);
+  const int t = block::segment_of(b.first_chunk, b.count, bx);
+  const kernels::SumPartialFn f{b.v[t], b.partials + b.first_chunk[t], b.n[t],
+                                true};
+  chunk_block(l, smem, f, bx - b.first_chunk[t]);
 }
 
 /// The one block after the chunks: each tensor's acc += its partials' sum.
