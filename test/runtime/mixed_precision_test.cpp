@@ -323,7 +323,43 @@ TEST_F(NativeOpsTest, Norms) {
     EXPECT_FALSE(
         workspace::native::norm_grad(dtype, dtype, dtype, dtype, F32, dtype));
     EXPECT_FALSE(workspace::native::norm_grad(F32, F32, F32, F32, dtype, -1));
+    // With the residual stream's gradient added as dx is written (the
+    // _add forms, plan-fuse-epilogues): the fp32 dx plus the widened
+    // addend, rounded once; the parameters' gradients unchanged.
+    auto [plus, plusw] = narrowed(random({6, 300}), dtype);
+    Tensor *sum = make({6, 300});
+    run(
+        [&] {
+          layernorm_grad_add(ctx, x, g, dy, plus, out, dg32, dbe32, 1e-5f);
+        },
+        [&] { layernorm_grad(ctx, xw, gw, dyw, ref, dgref, dberef, 1e-5f); });
+    add(ctx, ref, plusw, sum);
+    expect_rounded(out, sum, dtype);
+    expect_equal(dg32, dgref);
+    expect_equal(dbe32, dberef);
+    run([&] { rmsnorm_grad_add(ctx, x, g, dy, plus, out, dg32, 1e-5f); },
+        [&] { rmsnorm_grad(ctx, xw, gw, dyw, ref, dgref, 1e-5f); });
+    add(ctx, ref, plusw, sum);
+    expect_rounded(out, sum, dtype);
+    expect_equal(dg32, dgref);
   }
+  // fp32: the same bits as the norm's gradient and then the add.
+  Tensor *x = random({6, 300}, -2.0f, 3.0f), *g = random({300}),
+         *dy = random({6, 300}), *plus = random({6, 300});
+  Tensor *dx = make({6, 300}), *ref = make({6, 300}), *sum = make({6, 300});
+  Tensor *dg = make({300}), *dbe = make({300}), *dgref = make({300}),
+         *dberef = make({300});
+  layernorm_grad_add(ctx, x, g, dy, plus, dx, dg, dbe, 1e-5f);
+  layernorm_grad(ctx, x, g, dy, ref, dgref, dberef, 1e-5f);
+  add(ctx, plus, ref, sum);
+  expect_equal(dx, sum);
+  expect_equal(dg, dgref);
+  expect_equal(dbe, dberef);
+  rmsnorm_grad_add(ctx, x, g, dy, plus, dx, dg, 1e-5f);
+  rmsnorm_grad(ctx, x, g, dy, ref, dgref, 1e-5f);
+  add(ctx, ref, plus, sum);
+  expect_equal(dx, sum);
+  expect_equal(dg, dgref);
 }
 
 TEST_F(NativeOpsTest, LossGradientsWriteSixteenBits) {

@@ -779,41 +779,38 @@ struct SoftmaxGradFn {
   }
 };
 
-/// Row statistics of a norm: mean (LayerNorm only; null for RMSNorm) and
-/// rstd = 1 / sqrt(var + eps) (var = mean of squares for RMSNorm).
-template <class T = float> struct NormStatsFn {
-  const T *x;
-  float *mean, *rstd;
+/// The statistics of a norm's row xr: mean (`centered`, LayerNorm; 0 for
+/// RMSNorm) and rstd = 1 / sqrt(var + eps) (var = mean of squares for
+/// RMSNorm). The output and the input gradient compute them per row, so a
+/// row is read from memory once for both.
+template <class T>
+PLANRT_HD void norm_row_stats(const T *xr, int64_t C, bool centered, float eps,
+                              float &mu, float &rs) {
+  mu = 0.0f;
+  if (centered) {
+    for (int64_t j = 0; j < C; ++j)
+      mu += ld(xr[j]);
+    mu /= (float)C;
+  }
+  float var = 0.0f;
+  for (int64_t j = 0; j < C; ++j) {
+    float d = ld(xr[j]) - mu;
+    var += d * d;
+  }
+  var /= (float)C;
+  rs = 1.0f / sqrtf(var + eps);
+}
+
+/// out = (x - mean) * rstd * gamma + beta, with row r's statistics
+/// (norm_row_stats; beta null for RMSNorm, which has no mean).
+template <class T = float> struct NormFn {
+  const T *x, *gamma, *beta;
+  T *out;
   int64_t C;
   float eps;
   PLANRT_HD void operator()(int64_t r) const {
-    const T *xr = x + r * C;
-    float mu = 0.0f;
-    if (mean) {
-      for (int64_t j = 0; j < C; ++j)
-        mu += ld(xr[j]);
-      mu /= (float)C;
-      mean[r] = mu;
-    }
-    float var = 0.0f;
-    for (int64_t j = 0; j < C; ++j) {
-      float d = ld(xr[j]) - mu;
-      var += d * d;
-    }
-    var /= (float)C;
-    rstd[r] = 1.0f / sqrtf(var + eps);
-  }
-};
-
-/// out = (x - mean) * rstd * gamma + beta, with the statistics of NormStatsFn
-/// (mean and beta null for RMSNorm).
-template <class T = float> struct NormFn {
-  const T *x, *gamma, *beta;
-  const float *mean, *rstd;
-  T *out;
-  int64_t C;
-  PLANRT_HD void operator()(int64_t r) const {
-    float mu = mean ? mean[r] : 0.0f, rs = rstd[r];
+    float mu, rs;
+    norm_row_stats(x + r * C, C, beta != nullptr, eps, mu, rs);
     for (int64_t j = 0; j < C; ++j) {
       float y = (ld(x[r * C + j]) - mu) * rs * ld(gamma[j]);
       st(out[r * C + j], beta ? y + ld(beta[j]) : y);
@@ -823,15 +820,23 @@ template <class T = float> struct NormFn {
 
 /// dx of LayerNorm (mean non-null): rstd (g dy - mean(g dy) - xhat
 /// mean(g dy xhat)); of RMSNorm (mean null): rstd (g dy - xhat mean(g dy
-/// xhat)), xhat = (x - mean) * rstd.
+/// xhat)), xhat = (x - mean) * rstd. Row r's statistics are computed here
+/// and stored in mean[r] and rstd[r] for the parameters' gradients
+/// (NormGradParamFn). With `plus` (the residual stream's gradient, of dx's
+/// type), dx = plus + that, rounded once.
 template <class T = float> struct NormGradXFn {
-  const T *x, *gamma, *dout;
-  const float *mean, *rstd;
+  const T *x, *gamma, *dout, *plus;
+  float *mean, *rstd;
   T *dx;
   int64_t C;
+  float eps;
   PLANRT_HD void operator()(int64_t r) const {
     const T *xr = x + r * C, *dyr = dout + r * C;
-    float mu = mean ? mean[r] : 0.0f, rs = rstd[r];
+    float mu, rs;
+    norm_row_stats(xr, C, mean != nullptr, eps, mu, rs);
+    if (mean)
+      mean[r] = mu;
+    rstd[r] = rs;
     float a = 0.0f, b = 0.0f;
     for (int64_t j = 0; j < C; ++j) {
       float gd = ld(gamma[j]) * ld(dyr[j]);
@@ -842,7 +847,8 @@ template <class T = float> struct NormGradXFn {
     b /= (float)C;
     for (int64_t j = 0; j < C; ++j) {
       float xhat = (ld(xr[j]) - mu) * rs;
-      st(dx[r * C + j], rs * (ld(gamma[j]) * ld(dyr[j]) - a - xhat * b));
+      float v = rs * (ld(gamma[j]) * ld(dyr[j]) - a - xhat * b);
+      st(dx[r * C + j], plus ? v + ld(plus[r * C + j]) : v);
     }
   }
 };

@@ -679,6 +679,15 @@ void rmsnorm(Context *ctx, const Tensor *x, const Tensor *gamma, Tensor *out,
              float eps);
 void rmsnorm_grad(Context *ctx, const Tensor *x, const Tensor *gamma,
                   const Tensor *dout, Tensor *dx, Tensor *dgamma, float eps);
+/// The same with dx = plus + the norm's input gradient, rounded once: the
+/// residual stream's gradient added where the norm's kernel writes dx
+/// (plan-fuse-epilogues, cuda target). plus has dx's type and shape.
+void layernorm_grad_add(Context *ctx, const Tensor *x, const Tensor *gamma,
+                        const Tensor *dout, const Tensor *plus, Tensor *dx,
+                        Tensor *dgamma, Tensor *dbeta, float eps);
+void rmsnorm_grad_add(Context *ctx, const Tensor *x, const Tensor *gamma,
+                      const Tensor *dout, const Tensor *plus, Tensor *dx,
+                      Tensor *dgamma, float eps);
 
 /// Causal grouped-query self-attention. qkv [B, S, (H + 2 KV) * D] holds the
 /// H query heads, then the KV key heads, then the KV value heads along the

@@ -130,6 +130,16 @@ inline void check_aligned(const void *p, const char *what) {
     fatal("attention (tensor cores): %s is not 16-byte aligned", what);
 }
 
+/// Whether cuDNN may take these operands: its frontend refuses, at
+/// execution, a tensor that is not 16-byte aligned (head dims of multiples
+/// of 8 keep the views into qkv aligned when qkv is).
+inline bool cudnn_aligned(std::initializer_list<const void *> ps) {
+  for (const void *p : ps)
+    if (reinterpret_cast<uintptr_t>(p) % 16)
+      return false;
+  return true;
+}
+
 /// Raises `kernel`'s dynamic shared memory limit to `bytes` (once).
 template <class K> void allow_smem(K kernel, size_t bytes, bool &done) {
   if (done)
@@ -148,21 +158,6 @@ dim3 grid(int64_t rows, int64_t groups) {
               (unsigned)((rows + attn::kRows - 1) / attn::kRows));
 }
 
-/// The most dynamic shared memory a block of this device may opt into
-/// (sm_80 and sm_90: 163 and 227 KB; sm_86 and sm_89: 99 KB).
-size_t smem_limit() {
-  static int limit = -1;
-  if (limit < 0) {
-    int device = 0;
-    cuda_check::call(cudaGetDevice(&device), "cudaGetDevice");
-    cuda_check::call(
-        cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin,
-                               device),
-        "cudaDeviceGetAttribute (shared memory per block)");
-  }
-  return (size_t)limit;
-}
-
 /// Whether all three kernels take head dim D on this device for shape `a`:
 /// the same answer for the forward and both backward parts, since the
 /// tiles keep no exponentials and the per-row functors read them.
@@ -177,7 +172,7 @@ template <int D, class T> bool fits(const kernels::AttnShape &a) {
     if (attn_tc::grad_kv_bytes<D>() > most)
       most = attn_tc::grad_kv_bytes<D>();
   }
-  return most <= smem_limit() &&
+  return most <= cuda_check::smem_optin() &&
          (a.S + attn::kRows - 1) / attn::kRows <= 65535 &&
          a.B * a.H <= 2147483647LL;
 }
@@ -204,12 +199,17 @@ bool with_head_dim(const kernels::AttnShape &a, const F &f) {
 
 template <class T>
 bool forward(cudaStream_t s, const kernels::AttnShape &a, const T *qkv, T *out,
-             float *stats, const kernels::AttnDropout &drop, float *kept_lse) {
+             float *stats, const kernels::AttnDropout &drop, float *kept_lse,
+             bool keeps) {
   if constexpr (kTensorCores<T>) {
     // A kept log-sum-exp asks for the forward with statistics, so that
     // grad_q's test (runs_forward with them) matches what ran here.
     const bool want_lse = stats != nullptr || kept_lse != nullptr;
-    if (cudnn::runs_forward(a, kBf16<T>, want_lse, drop.on)) {
+    // cuDNN writes no kept exponentials: where the op keeps them, only if
+    // cuDNN's backward (which does not read them) will run too.
+    if (cudnn_aligned({qkv, out, kept_lse}) &&
+        cudnn::runs_forward(a, kBf16<T>, want_lse, drop.on) &&
+        (!keeps || cudnn::runs_backward(a, kBf16<T>, drop.on))) {
       const int64_t rows = a.B * a.H * a.S;
       float *lse = kept_lse ? kept_lse
                    : stats  ? cudnn::lse_scratch(rows)
@@ -254,11 +254,14 @@ bool grad_q(cudaStream_t s, const kernels::AttnShape &a, const T *qkv,
     // cuDNN's backward is whole: dk and dv too (grad_kv then has nothing
     // left to do). The kept output and log-sum-exp are there when the
     // forward ran on cuDNN with statistics (the test forward() made).
-    if (fwd_out && fwd_lse && cudnn::runs_forward(a, kBf16<T>, true, drop.on) &&
+    // (grad_kv asks the same of qkv, dout and dqkv.)
+    const bool aligned = cudnn_aligned({qkv, dout, dqkv});
+    if (aligned && fwd_out && fwd_lse && cudnn_aligned({fwd_out, fwd_lse}) &&
+        cudnn::runs_forward(a, kBf16<T>, true, drop.on) &&
         cudnn::backward_kept(s, a, kBf16<T>, drop.on, qkv, fwd_out, fwd_lse,
                              dout, dqkv))
       return true;
-    if (cudnn::backward(s, a, kBf16<T>, drop.on, qkv, dout, dqkv))
+    if (aligned && cudnn::backward(s, a, kBf16<T>, drop.on, qkv, dout, dqkv))
       return true;
   }
   return with_head_dim<T>(a, [&](auto dim) {
@@ -288,7 +291,8 @@ bool grad_kv(cudaStream_t s, const kernels::AttnShape &a, const T *qkv,
              const T *dout, T *dqkv, const float *rowstats, const float *delta,
              const kernels::AttnDropout &drop) {
   if constexpr (kTensorCores<T>) {
-    if (cudnn::runs_backward(a, kBf16<T>, drop.on))
+    if (cudnn_aligned({qkv, dout, dqkv}) &&
+        cudnn::runs_backward(a, kBf16<T>, drop.on))
       return true; // grad_q's cuDNN backward wrote dk and dv
   }
   return with_head_dim<T>(a, [&](auto dim) {
@@ -316,7 +320,7 @@ bool grad_kv(cudaStream_t s, const kernels::AttnShape &a, const T *qkv,
 #define PLANRT_ATTENTION_TYPES(T)                                              \
   template bool forward<T>(cudaStream_t, const kernels::AttnShape &,           \
                            const T *, T *, float *,                            \
-                           const kernels::AttnDropout &, float *);             \
+                           const kernels::AttnDropout &, float *, bool);       \
   template bool grad_q<T>(cudaStream_t, const kernels::AttnShape &, const T *, \
                           const T *, T *, const float *, float *, float *,     \
                           const kernels::AttnDropout &, const T *,             \

@@ -15,10 +15,12 @@ namespace cuda_attention {
 /// parts take the forward's).
 /// With `lse` (attention_lse's [B H S] floats), a forward cuDNN runs
 /// writes each row's log-sum-exp there too, for grad_q's `fwd_lse`.
+/// `keeps`: the op keeps its exponentials for the backward (recompute =
+/// none), which only the per-row functors write and read.
 template <class T>
 bool forward(cudaStream_t s, const kernels::AttnShape &a, const T *qkv, T *out,
              float *stats, const kernels::AttnDropout &drop,
-             float *lse = nullptr);
+             float *lse = nullptr, bool keeps = false);
 
 /// The backward's query side: rowstats [2 B H S] (max, sum) and delta
 /// [B H S] (sum p dp) per row, from `stats` (the forward's) or recomputed

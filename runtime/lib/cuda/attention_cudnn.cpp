@@ -230,7 +230,8 @@ tensor(fe::graph::Graph &g, const char *name, Uid uid,
 /// no engine runs it, with the reason in `why`.
 std::shared_ptr<fe::graph::Graph> build(const kernels::AttnShape &a, bool bf16,
                                         Kind k, bool deterministic,
-                                        int64_t &workspace, std::string &why) {
+                                        int64_t budget, int64_t &workspace,
+                                        std::string &why) {
   State &s = state();
   auto g = std::make_shared<fe::graph::Graph>();
   g->set_io_data_type(bf16 ? fe::DataType_t::BFLOAT16 : fe::DataType_t::HALF)
@@ -289,8 +290,12 @@ std::shared_ptr<fe::graph::Graph> build(const kernels::AttnShape &a, bool bf16,
       !ok(g->build_operation_graph(s.handle), "build_operation_graph") ||
       !ok(g->create_execution_plans(
               {fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}),
-          "create_execution_plans") ||
-      !ok(g->check_support(s.handle), "check_support") ||
+          "create_execution_plans"))
+    return nullptr;
+  // Engines whose workspace is over the budget planc counts are passed
+  // over, so that the first that builds is one that may run.
+  g->deselect_workspace_greater_than(budget);
+  if (!ok(g->check_support(s.handle), "check_support") ||
       !ok(g->build_plans(s.handle, fe::BuildPlanPolicy_t::HEURISTICS_CHOICE),
           "build_plans") ||
       !ok(g->get_workspace_size(workspace), "get_workspace_size"))
@@ -313,14 +318,16 @@ const Graph &graph(const kernels::AttnShape &a, bool bf16, Kind k) {
   const int64_t budget = workspace::outside::cudnn_workspace_budget(
       a.B, a.H, a.S, a.D, k == Kind::Backward);
   try {
-    made.graph = build(a, bf16, k, true, made.workspace, why);
+    made.graph = build(a, bf16, k, true, budget, made.workspace, why);
     if (k == Kind::Backward && (!made.graph || made.workspace > budget)) {
       // No deterministic engine within the budget: the fastest one, said
       // in status().
       std::string why_any;
-      made.graph = build(a, bf16, k, false, made.workspace, why_any);
+      made.graph = build(a, bf16, k, false, budget, made.workspace, why_any);
       if (made.graph)
         s.nondeterministic = true;
+      else if (why.empty())
+        why = why_any;
     }
     if (made.graph && made.workspace > budget) {
       why = "its workspace, " + std::to_string(made.workspace) +

@@ -13,6 +13,7 @@
 #define PLANRT_LIB_CUDA_BLOCK_H
 
 #include <cstdint>
+#include <cstring>
 
 #ifdef __CUDACC__
 #define PLANRT_BLOCK_FN __device__ __forceinline__
@@ -49,6 +50,20 @@ __device__ __forceinline__ Lane this_lane() {
   return l;
 }
 #endif
+
+/// `bytes` (16 or 32) from 16-byte aligned `src` to 16-byte aligned `dst`.
+PLANRT_BLOCK_FN void copy16(void *dst, const void *src, int bytes) {
+#ifdef __CUDACC__
+  const uint4 *s = static_cast<const uint4 *>(src);
+  uint4 *d = static_cast<uint4 *>(dst);
+  PLANRT_UNROLL
+  for (int k = 0; k < 2; ++k)
+    if (16 * k < bytes)
+      d[k] = s[k];
+#else
+  memcpy(dst, src, (size_t)bytes);
+#endif
+}
 
 /// v of lane tid ^ m, for m < 16 (within the 16 lanes of a half warp).
 PLANRT_BLOCK_FN float shuffle_xor(const Lane &l, float v, int m) {

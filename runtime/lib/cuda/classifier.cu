@@ -36,6 +36,16 @@ __global__ void __launch_bounds__(classifier::kThreads)
   classifier::in_place_block(block::this_lane(), smem, f, (int64_t)blockIdx.x);
 }
 
+template <class T>
+__global__ void __launch_bounds__(classifier::kThreads)
+    in_place_staged_kernel(kernels::CrossEntropyInPlaceFn<T> f) {
+  __shared__ float smem[classifier::kThreads];
+  extern __shared__ __align__(16) unsigned char staged[];
+  classifier::in_place_staged_block(block::this_lane(), smem,
+                                    reinterpret_cast<T *>(staged), f,
+                                    (int64_t)blockIdx.x);
+}
+
 /// One block per row: rows past the grid's limit would need a loop.
 void check_rows(int64_t rows) {
   if (rows > 2147483647LL)
@@ -69,6 +79,25 @@ void in_place(cudaStream_t s, int64_t rows,
   if (rows <= 0)
     return;
   check_rows(rows);
+  // The row in shared memory where it fits beside the reductions' floats.
+  const size_t row_bytes = (size_t)f.C * sizeof(T);
+  if (classifier::stageable(f.logits, f.C) &&
+      row_bytes + sizeof(float) * classifier::kThreads <=
+          cuda_check::smem_optin()) {
+    static size_t allowed = 0; // per T: the kernel's opted-in bytes
+    if (row_bytes > allowed) {
+      cuda_check::call(
+          cudaFuncSetAttribute(in_place_staged_kernel<T>,
+                               cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               (int)row_bytes),
+          "cudaFuncSetAttribute (the classifier's staged rows)");
+      allowed = row_bytes;
+    }
+    in_place_staged_kernel<T>
+        <<<(unsigned)rows, classifier::kThreads, row_bytes, s>>>(f);
+    cuda_check::launch("cross-entropy's loss and gradient in place (staged)");
+    return;
+  }
   in_place_kernel<T><<<(unsigned)rows, classifier::kThreads, 0, s>>>(f);
   cuda_check::launch("cross-entropy's loss and gradient in place");
 }

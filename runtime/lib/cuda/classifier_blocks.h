@@ -17,6 +17,14 @@
 // times and written once, where fp32 logits and a separate gradient were a
 // 3.3 GB buffer written by the GEMM, read twice by the loss and three times
 // by the gradient, and a second 1.6 GB buffer.
+//
+// Where the row fits in a block's shared memory (50304 bf16 logits are 98
+// KB; an H100 block may opt into 227 KB), in_place_staged_block reads it
+// from memory once, with 16-byte loads (its max taken on the way), takes
+// the sum of exponentials from the copy, and writes the gradient from the
+// copy with 16-byte stores: the row crosses the memory bus twice instead of
+// four times. The arithmetic and its order are in_place_block's, so the
+// two give the same bits (test/runtime/cuda).
 //===----------------------------------------------------------------------===//
 #ifndef PLANRT_LIB_CUDA_CLASSIFIER_BLOCKS_H
 #define PLANRT_LIB_CUDA_CLASSIFIER_BLOCKS_H
@@ -25,6 +33,7 @@
 #include "planrt/kernels.h"
 
 #include <cmath>
+#include <cstdint>
 #include <type_traits>
 
 namespace planrt {
@@ -147,6 +156,74 @@ PLANRT_BLOCK_FN void in_place_block(const Lane &l, float *smem,
   for (int64_t j = l.tid; j < f.valid; j += kThreads) {
     float v = exp_f32(ld(xr[j]) - m) * inv;
     st(xr[j], j == t ? v - f.scale : v);
+  }
+}
+
+/// Whether in_place_staged_block can take rows of C logits of T at
+/// `logits`: whole 16-byte groups, 16-byte aligned (the arena's buffers
+/// are). Shared memory is the caller's to check.
+template <class T> inline bool stageable(const T *logits, int64_t C) {
+  return (C * (int64_t)sizeof(T)) % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(logits) % 16 == 0;
+}
+
+/// in_place_block with row r staged in `row` (shared memory, C elements,
+/// 16-byte aligned): one read of the row from memory and one write.
+template <class T>
+PLANRT_BLOCK_FN void
+in_place_staged_block(const Lane &l, float *smem, T *row,
+                      const kernels::CrossEntropyInPlaceFn<T> &f, int64_t r) {
+  const int32_t t = f.targets[r];
+  if (t < 0 || t >= f.valid) { // a zero row: nothing to stage
+    in_place_block(l, smem, f, r);
+    return;
+  }
+  constexpr int E = 16 / (int)sizeof(T); // elements per 16-byte group
+  constexpr int U = 4;                   // groups in flight per thread
+  T *xr = f.logits + r * f.C;
+  const int64_t groups = f.C / E;
+  float v = -INFINITY;
+  for (int64_t g0 = l.tid; g0 < groups; g0 += U * kThreads) {
+    alignas(16) T e[U][E];
+    PLANRT_UNROLL
+    for (int u = 0; u < U; ++u)
+      if (g0 + u * kThreads < groups)
+        block::copy16(e[u], xr + (g0 + u * kThreads) * E, 16);
+    PLANRT_UNROLL
+    for (int u = 0; u < U; ++u) {
+      const int64_t g = g0 + u * kThreads;
+      if (g >= groups)
+        break;
+      block::copy16(row + g * E, e[u], 16);
+      PLANRT_UNROLL
+      for (int k = 0; k < E; ++k)
+        if (g * E + k < f.valid)
+          v = ld(e[u][k]) > v ? ld(e[u][k]) : v;
+    }
+  }
+  // The barriers of the reductions also publish the staged row.
+  const float m = block_reduce<true>(l, smem, v);
+  float s = 0.0f;
+  for (int64_t j = l.tid; j < f.valid; j += kThreads)
+    s += exp_f32(ld(row[j]) - m);
+  const float sum = block_reduce<false>(l, smem, s);
+  if (l.tid == 0)
+    f.loss[r] = m + logf(sum) - ld(row[t]);
+  const float inv = f.scale / sum;
+  for (int64_t g = l.tid; g < groups; g += kThreads) {
+    alignas(16) T e[E];
+    block::copy16(e, row + g * E, 16);
+    PLANRT_UNROLL
+    for (int k = 0; k < E; ++k) {
+      const int64_t j = g * E + k;
+      float d = 0.0f;
+      if (j < f.valid) {
+        d = exp_f32(ld(e[k]) - m) * inv;
+        d = j == t ? d - f.scale : d;
+      }
+      st(e[k], d);
+    }
+    block::copy16(xr + g * E, e, 16);
   }
 }
 

@@ -121,24 +121,34 @@ PLANRT_BLOCK_FN void bias_grad_block(const Lane &l, float *smem,
 }
 
 /// dgamma[j] = sum_r dy (x - mean) rstd, dbeta[j] = sum_r dy
-/// (kernels::NormGradParamFn's sums; no mean for RMS norm, no dbeta).
+/// (kernels::NormGradParamFn's sums; no mean for RMS norm, no dbeta). The
+/// partials hold one sum per column for RMS norm, two for LayerNorm, as
+/// workspace::column_partials plans them.
 template <class T, class G>
 PLANRT_BLOCK_FN void
 norm_grad_param_block(const Lane &l, float *smem,
                       const kernels::NormGradParamFn<T, G> &f, int64_t j0,
                       int64_t chunk = -1) {
+  auto dgamma = [&](int64_t r, int64_t j) {
+    const float mu = f.mean ? f.mean[r] : 0.0f;
+    return ld(f.dout[r * f.C + j]) * (ld(f.x[r * f.C + j]) - mu) * f.rstd[r];
+  };
+  if (!f.dbeta) {
+    chunked_sums<1>(
+        l, smem, f.rows, f.C, j0, chunk, f.partials,
+        [&](int64_t r, int64_t j, float(&acc)[1]) { acc[0] += dgamma(r, j); },
+        [&](int64_t j, const float(&acc)[1]) { st(f.dgamma[j], acc[0]); });
+    return;
+  }
   chunked_sums<2>(
       l, smem, f.rows, f.C, j0, chunk, f.partials,
       [&](int64_t r, int64_t j, float(&acc)[2]) {
-        const float mu = f.mean ? f.mean[r] : 0.0f;
-        const float dy = ld(f.dout[r * f.C + j]);
-        acc[0] += dy * (ld(f.x[r * f.C + j]) - mu) * f.rstd[r];
-        acc[1] += dy;
+        acc[0] += dgamma(r, j);
+        acc[1] += ld(f.dout[r * f.C + j]);
       },
       [&](int64_t j, const float(&acc)[2]) {
         st(f.dgamma[j], acc[0]);
-        if (f.dbeta)
-          st(f.dbeta[j], acc[1]);
+        st(f.dbeta[j], acc[1]);
       });
 }
 

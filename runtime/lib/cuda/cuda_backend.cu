@@ -117,10 +117,12 @@ struct Epilogue {
 
 // (ta, tb, m, n, k, lda, ldb, ldc, alignment of a, b, c, element type of a
 // and b, of c, the epilogue, its vector's type and alignment, its auxiliary
-// matrix's alignment, the input C's alignment)
-using GemmKey = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t,
-                           int64_t, int64_t, int, int, int, cudaDataType_t,
-                           cudaDataType_t, int, cudaDataType_t, int, int, int>;
+// matrix's alignment, the input C's alignment, whether C is another
+// buffer than D: an algorithm chosen for C = D need not run out of place)
+using GemmKey =
+    std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+               int, int, int, cudaDataType_t, cudaDataType_t, int,
+               cudaDataType_t, int, int, int, bool>;
 
 constexpr size_t kWorkspaceBytes =
     (size_t)workspace::outside::kCublasLtWorkspace;
@@ -580,7 +582,7 @@ std::enable_if_t<elementwise::Io<F>::kGroups> launch(Context *ctx, int64_t n,
 template <class T>
 void launch(Context *ctx, int64_t n, const kernels::AttentionFn<T> &f) {
   if (!cuda_attention::forward(state(ctx)->stream, f.a, f.qkv, f.out, f.stats,
-                               f.drop, f.lse))
+                               f.drop, f.lse, f.keep != nullptr))
     launch_rows(ctx, n, f);
 }
 template <class T>
@@ -642,10 +644,6 @@ void launch(Context *ctx, int64_t, const kernels::NormGradParamFn<T, G> &f) {
 }
 
 /// Norms (lib/cuda/norms.cu): a half warp per row.
-template <class T>
-void launch(Context *ctx, int64_t n, const kernels::NormStatsFn<T> &f) {
-  cuda_norms::stats(state(ctx)->stream, n, f);
-}
 template <class T>
 void launch(Context *ctx, int64_t n, const kernels::NormFn<T> &f) {
   cuda_norms::norm(state(ctx)->stream, n, f);
@@ -711,6 +709,10 @@ bool gemm_lt(Context *ctx, cudaDataType_t type, cudaDataType_t c_type, bool ta,
   const bool fused = ep.kind != CUBLASLT_EPILOGUE_DEFAULT;
   if (fused && !epilogues_on())
     return false;
+  // cuBLASLt's GELU epilogues need the auxiliary matrix's leading dimension
+  // a multiple of 8.
+  if (ep.aux && ldc % 8 != 0)
+    return false;
   int al_a = pointer_alignment(a), al_b = pointer_alignment(b),
       al_c = pointer_alignment(c),
       al_vec = ep.vector ? pointer_alignment(ep.vector) : 0,
@@ -737,7 +739,8 @@ bool gemm_lt(Context *ctx, cudaDataType_t type, cudaDataType_t c_type, bool ta,
               ep.vector_type,
               al_vec,
               al_aux,
-              al_c_in};
+              al_c_in,
+              ep.residual != nullptr};
   auto it = s->gemms.find(key);
   if (it == s->gemms.end()) {
     GemmPlan p;
@@ -766,14 +769,12 @@ bool gemm_lt(Context *ctx, cudaDataType_t type, cudaDataType_t c_type, bool ta,
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
             p.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &ep.aux,
             sizeof(ep.aux)));
+        // The auxiliary matrix has D's type: cuBLASLt's default, which
+        // its documentation asks to leave unset outside FP8.
         int64_t aux_ld = ldc;
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
             p.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld,
             sizeof(aux_ld)));
-        cudaDataType_t aux_type = c_type;
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-            p.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &aux_type,
-            sizeof(aux_type)));
       }
     }
     // First operand: b's storage, column-major [cols(b) x rows(b)].
@@ -824,7 +825,7 @@ bool gemm_lt(Context *ctx, cudaDataType_t type, cudaDataType_t c_type, bool ta,
       ++s->epilogues[{(int)ep.kind, p.found}];
     it = s->gemms.emplace(key, p).first;
   }
-  const GemmPlan &p = it->second;
+  GemmPlan &p = it->second;
   if (!p.found)
     return false;
   // The descriptor is cached; the pointers are this call's.
@@ -838,9 +839,20 @@ bool gemm_lt(Context *ctx, cudaDataType_t type, cudaDataType_t c_type, bool ta,
         sizeof(ep.aux)));
   // beta = 1 adds C: c itself (accumulate), or a residual.
   const float alpha = 1.0f;
-  CUBLAS_CHECK(cublasLtMatmul(s->lt, p.op, &alpha, b, p.a, a, p.b, &beta, c_in,
-                              p.c, c, p.c, &p.algo, s->workspace,
-                              kWorkspaceBytes, s->stream));
+  cublasStatus_t st =
+      cublasLtMatmul(s->lt, p.op, &alpha, b, p.a, a, p.b, &beta, c_in, p.c, c,
+                     p.c, &p.algo, s->workspace, kWorkspaceBytes, s->stream);
+  // The heuristic's answer does not promise that the algorithm runs (a
+  // pointer's alignment, an epilogue's combination): a fused GEMM refused
+  // here, before any work, falls back to the separate ops for good.
+  if (fused && (st == CUBLAS_STATUS_NOT_SUPPORTED ||
+                st == CUBLAS_STATUS_INVALID_VALUE)) {
+    p.found = false;
+    --s->epilogues[{(int)ep.kind, true}];
+    ++s->epilogues[{(int)ep.kind, false}];
+    return false;
+  }
+  CUBLAS_CHECK(st);
   return true;
 }
 
@@ -885,6 +897,9 @@ bool gemm_bgrad(Context *ctx, int dtype, int c_dtype, int db_dtype, bool ta,
                 bool tb, int64_t m, int64_t n, int64_t k, const void *a,
                 int64_t lda, const void *b, int64_t ldb, void *c, int64_t ldc,
                 void *db) {
+  // cuBLASLt writes the bias gradient in D's type.
+  if (db_dtype != c_dtype)
+    return false;
   Epilogue ep;
   ep.kind = CUBLASLT_EPILOGUE_BGRADA;
   ep.vector = db;

@@ -41,19 +41,7 @@ namespace elementwise {
 constexpr int kGroup = 8;
 constexpr int kThreads = 256;
 
-/// `bytes` (a multiple of 16) from 16-byte aligned `src` to `dst`.
-PLANRT_BLOCK_FN void copy16(void *dst, const void *src, int bytes) {
-#ifdef __CUDACC__
-  const uint4 *s = static_cast<const uint4 *>(src);
-  uint4 *d = static_cast<uint4 *>(dst);
-  PLANRT_UNROLL
-  for (int k = 0; k < 2; ++k)
-    if (16 * k < bytes)
-      d[k] = s[k];
-#else
-  memcpy(dst, src, (size_t)bytes);
-#endif
-}
+using block::copy16;
 
 /// kGroup elements of T in a thread's registers (16 or 32 bytes).
 template <class T> struct Group {

@@ -1,4 +1,4 @@
-//===- norms.cu - Layer and RMS norm: statistics, output, input gradient --===//
+//===- norms.cu - Layer and RMS norm: output and input gradient -----------===//
 //
 // The kernels of norms_blocks.h (its essay says how): 16 rows a block, a
 // half warp a row. The parameters' gradients are in column_sums.cu.
@@ -14,12 +14,6 @@ namespace cuda_norms {
 
 namespace {
 
-template <class T>
-__global__ void __launch_bounds__(norms::kThreads)
-    stats_kernel(kernels::NormStatsFn<T> f, int64_t rows) {
-  norms::stats_block(block::this_lane(), f, rows,
-                     (int64_t)blockIdx.x * norms::kRowsPerBlock);
-}
 template <class T>
 __global__ void __launch_bounds__(norms::kThreads)
     norm_kernel(kernels::NormFn<T> f, int64_t rows) {
@@ -40,13 +34,6 @@ unsigned blocks(int64_t rows) {
 } // namespace
 
 template <class T>
-void stats(cudaStream_t s, int64_t rows, const kernels::NormStatsFn<T> &f) {
-  if (rows <= 0)
-    return;
-  stats_kernel<T><<<blocks(rows), norms::kThreads, 0, s>>>(f, rows);
-  cuda_check::launch("the norm's statistics");
-}
-template <class T>
 void norm(cudaStream_t s, int64_t rows, const kernels::NormFn<T> &f) {
   if (rows <= 0)
     return;
@@ -62,7 +49,6 @@ void grad_x(cudaStream_t s, int64_t rows, const kernels::NormGradXFn<T> &f) {
 }
 
 #define PLANRT_NORM_TYPES(T)                                                   \
-  template void stats(cudaStream_t, int64_t, const kernels::NormStatsFn<T> &); \
   template void norm(cudaStream_t, int64_t, const kernels::NormFn<T> &);       \
   template void grad_x(cudaStream_t, int64_t, const kernels::NormGradXFn<T> &);
 PLANRT_NORM_TYPES(float)

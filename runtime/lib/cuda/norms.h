@@ -11,8 +11,6 @@ namespace cuda_norms {
 
 /// What the functor computes for rows [0, rows), on stream s.
 template <class T>
-void stats(cudaStream_t s, int64_t rows, const kernels::NormStatsFn<T> &f);
-template <class T>
 void norm(cudaStream_t s, int64_t rows, const kernels::NormFn<T> &f);
 template <class T>
 void grad_x(cudaStream_t s, int64_t rows, const kernels::NormGradXFn<T> &f);

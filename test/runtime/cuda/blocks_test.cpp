@@ -322,7 +322,7 @@ TEST(ColumnSums, BlocksEqualTheColumnFunctors) {
   };
   for (bool chunked : {false, true}) {
     const char *how = chunked ? "two passes" : "one pass";
-    std::vector<float> partials((size_t)(chunks * C * 2), NAN);
+    std::vector<float> partials((size_t)(chunks * C * 2 + 64), NAN);
     float *parts = chunked ? partials.data() : nullptr;
     std::vector<float> db(C, NAN), db_ref(C);
     kernels::BiasGradFn<> bias{dy.data(), db_ref.data(), rows, C};
@@ -335,7 +335,12 @@ TEST(ColumnSums, BlocksEqualTheColumnFunctors) {
              });
     EXPECT_LT(rel_err(db, db_ref), 1e-6) << how;
     for (bool layer : {true, false}) {
+      // The partials as the plan sizes them (one sum a column for RMS
+      // norm, two for LayerNorm), then a guard that must stay untouched.
+      const size_t planned = (size_t)(chunks * C * (layer ? 2 : 1));
       std::fill(partials.begin(), partials.end(), NAN);
+      std::fill(partials.begin() + (std::ptrdiff_t)planned, partials.end(),
+                12345.0f);
       std::vector<float> dg(C, NAN), dbeta(C, NAN), dg_ref(C), dbeta_ref(C);
       const float *mu = layer ? mean.data() : nullptr;
       kernels::NormGradParamFn<> ref{x.data(),
@@ -363,6 +368,9 @@ TEST(ColumnSums, BlocksEqualTheColumnFunctors) {
       } else {
         EXPECT_TRUE(std::isnan(dbeta[0])) << "rms norm wrote a beta gradient";
       }
+      for (size_t i = planned; i < partials.size(); ++i)
+        ASSERT_EQ(partials[i], 12345.0f)
+            << (layer ? "layer" : "rms") << ": past the planned partials";
     }
     // bf16 x and dy with f32 gradients (plan-fuse-casts: the gradients
     // that only widen to the fp32 master weights): the sums of the widened
@@ -395,15 +403,19 @@ TEST(ColumnSums, BlocksEqualTheColumnFunctors) {
 }
 
 TEST(Norms, HalfWarpRowsEqualTheRowFunctors) {
-  // 37 rows (two blocks of 16 and a partial one) of 100 columns.
+  // 37 rows (two blocks of 16 and a partial one) of 100 columns; each
+  // kernel computes its rows' statistics, the backward stores them, and
+  // with `plus` adds the residual stream's gradient to dx.
   const int64_t rows = 37, C = 100;
   std::mt19937 gen(7);
   std::normal_distribution<float> nd(0.0f, 1.0f);
-  std::vector<float> x((size_t)(rows * C)), dy(x.size()), gamma((size_t)C),
-      beta((size_t)C);
+  std::vector<float> x((size_t)(rows * C)), dy(x.size()), plus(x.size()),
+      gamma((size_t)C), beta((size_t)C);
   for (float &v : x)
     v = 2.0f + nd(gen);
   for (float &v : dy)
+    v = nd(gen);
+  for (float &v : plus)
     v = nd(gen);
   for (int64_t j = 0; j < C; ++j) {
     gamma[(size_t)j] = 1.0f + 0.1f * nd(gen);
@@ -411,49 +423,63 @@ TEST(Norms, HalfWarpRowsEqualTheRowFunctors) {
   }
   const int64_t gx = (rows + norms::kRowsPerBlock - 1) / norms::kRowsPerBlock;
   for (bool layer : {true, false}) {
-    std::vector<float> mean(rows, NAN), rstd(rows, NAN), mean_ref(rows),
-        rstd_ref(rows);
-    kernels::NormStatsFn<> st_ref{x.data(), layer ? mean_ref.data() : nullptr,
-                                  rstd_ref.data(), C, 1e-5f};
-    for (int64_t r = 0; r < rows; ++r)
-      st_ref(r);
-    kernels::NormStatsFn<> st{x.data(), layer ? mean.data() : nullptr,
-                              rstd.data(), C, 1e-5f};
-    run_blocks(gx, 1, 0,
-               [&](const attn::Lane &l, float *, int64_t bx, int64_t) {
-                 norms::stats_block(l, st, rows, bx * norms::kRowsPerBlock);
-               });
-    EXPECT_LT(rel_err(rstd, rstd_ref), 1e-6);
-    if (layer) {
-      EXPECT_LT(rel_err(mean, mean_ref), 1e-6);
-    }
-    // Output and input gradient from the reference statistics.
-    const float *mu = layer ? mean_ref.data() : nullptr;
     const float *b = layer ? beta.data() : nullptr;
     std::vector<float> out(x.size(), NAN), out_ref(x.size());
-    kernels::NormFn<> n_ref{x.data(),        gamma.data(),   b, mu,
-                            rstd_ref.data(), out_ref.data(), C};
+    kernels::NormFn<> n_ref{x.data(), gamma.data(), b, out_ref.data(),
+                            C,        1e-5f};
     for (int64_t r = 0; r < rows; ++r)
       n_ref(r);
-    kernels::NormFn<> n{x.data(),        gamma.data(), b, mu,
-                        rstd_ref.data(), out.data(),   C};
+    kernels::NormFn<> n{x.data(), gamma.data(), b, out.data(), C, 1e-5f};
     run_blocks(gx, 1, 0,
                [&](const attn::Lane &l, float *, int64_t bx, int64_t) {
                  norms::norm_block(l, n, rows, bx * norms::kRowsPerBlock);
                });
-    EXPECT_EQ(out, out_ref); // element-wise: the same arithmetic
-    std::vector<float> dx(x.size(), NAN), dx_ref(x.size());
-    kernels::NormGradXFn<> g_ref{x.data(),        gamma.data(),  dy.data(), mu,
-                                 rstd_ref.data(), dx_ref.data(), C};
-    for (int64_t r = 0; r < rows; ++r)
-      g_ref(r);
-    kernels::NormGradXFn<> g{x.data(),        gamma.data(), dy.data(), mu,
-                             rstd_ref.data(), dx.data(),    C};
-    run_blocks(gx, 1, 0,
-               [&](const attn::Lane &l, float *, int64_t bx, int64_t) {
-                 norms::grad_x_block(l, g, rows, bx * norms::kRowsPerBlock);
-               });
-    EXPECT_LT(rel_err(dx, dx_ref), 1e-5) << (layer ? "layer" : "rms");
+    EXPECT_LT(rel_err(out, out_ref), 1e-6) << (layer ? "layer" : "rms");
+    for (bool add : {false, true}) {
+      std::vector<float> mean(rows, NAN), rstd(rows, NAN), mean_ref(rows, NAN),
+          rstd_ref(rows);
+      std::vector<float> dx(x.size(), NAN), dx_ref(x.size());
+      const float *p = add ? plus.data() : nullptr;
+      kernels::NormGradXFn<> g_ref{x.data(),
+                                   gamma.data(),
+                                   dy.data(),
+                                   p,
+                                   layer ? mean_ref.data() : nullptr,
+                                   rstd_ref.data(),
+                                   dx_ref.data(),
+                                   C,
+                                   1e-5f};
+      for (int64_t r = 0; r < rows; ++r)
+        g_ref(r);
+      kernels::NormGradXFn<> g{x.data(),
+                               gamma.data(),
+                               dy.data(),
+                               p,
+                               layer ? mean.data() : nullptr,
+                               rstd.data(),
+                               dx.data(),
+                               C,
+                               1e-5f};
+      run_blocks(gx, 1, 0,
+                 [&](const attn::Lane &l, float *, int64_t bx, int64_t) {
+                   norms::grad_x_block(l, g, rows, bx * norms::kRowsPerBlock);
+                 });
+      EXPECT_LT(rel_err(rstd, rstd_ref), 1e-6);
+      if (layer) {
+        EXPECT_LT(rel_err(mean, mean_ref), 1e-6);
+      }
+      EXPECT_LT(rel_err(dx, dx_ref), 1e-5) << (layer ? "layer" : "rms");
+      if (add) { // the row functor's dx + plus: the fused add's arithmetic
+        std::vector<float> dx0(x.size());
+        kernels::NormGradXFn<> g0 = g_ref;
+        g0.plus = nullptr;
+        g0.dx = dx0.data();
+        for (int64_t r = 0; r < rows; ++r)
+          g0(r);
+        for (size_t i = 0; i < dx0.size(); ++i)
+          ASSERT_EQ(dx_ref[i], dx0[i] + plus[i]) << i;
+      }
+    }
   }
 }
 
@@ -536,6 +562,55 @@ TEST(Classifier, InPlaceBlocksEqualTheInPlaceFunctor) {
   for (int64_t j = 0; j < C; ++j)
     ASSERT_EQ(d[(size_t)(3 * C + j)], 0.0f) << "the bad row is not zero";
   EXPECT_LT(d[(size_t)(1 * C + 989)], 0.0f) << "the target's -scale";
+}
+
+TEST(Classifier, StagedBlocksEqualTheInPlaceBlocks) {
+  // The row staged in shared memory gives in_place_block's bits: bf16 and
+  // f16 rows of 1000 (125 groups of 8, 990 valid) and fp32 rows of 1000
+  // (250 groups of 4), targets at both ends, row 3's out of range.
+  const int64_t rows = 5, C = 1000, valid = 990;
+  auto check = [&](auto zero) {
+    using T = decltype(zero);
+    std::mt19937 gen(10);
+    std::normal_distribution<float> nd(0.0f, 3.0f);
+    std::vector<T> x((size_t)(rows * C));
+    for (auto &v : x)
+      kernels::st(v, nd(gen));
+    std::vector<T> x_ref = x;
+    std::vector<int32_t> targets = {0, 989, 500, 995, 17};
+    int flag[2] = {0, 0}, flag_ref[2] = {0, 0};
+    std::vector<float> loss(rows, NAN), loss_ref(rows, NAN);
+    kernels::CrossEntropyInPlaceFn<T> ref{
+        x_ref.data(), targets.data(), loss_ref.data(), C,
+        valid,        0.2f,           flag_ref};
+    run_blocks(rows, 1, classifier::kThreads,
+               [&](const attn::Lane &l, float *smem, int64_t bx, int64_t) {
+                 classifier::in_place_block(l, smem, ref, bx);
+               });
+    ASSERT_TRUE(classifier::stageable(x.data(), C));
+    kernels::CrossEntropyInPlaceFn<T> f{
+        x.data(), targets.data(), loss.data(), C, valid, 0.2f, flag};
+    const size_t row_floats = (size_t)C * sizeof(T) / sizeof(float);
+    run_blocks(rows, 1, classifier::kThreads + row_floats,
+               [&](const attn::Lane &l, float *smem, int64_t bx, int64_t) {
+                 classifier::in_place_staged_block(
+                     l, smem,
+                     reinterpret_cast<T *>(smem + classifier::kThreads), f, bx);
+               });
+    for (int64_t r = 0; r < rows; ++r)
+      EXPECT_EQ(loss[(size_t)r], loss_ref[(size_t)r]) << "row " << r;
+    EXPECT_EQ(flag[0], 1);
+    EXPECT_EQ(flag[1], 995);
+    ASSERT_EQ(memcmp(x.data(), x_ref.data(), x.size() * sizeof(T)), 0)
+        << sizeof(T) << "-byte logits: not in_place_block's bits";
+  };
+  check(kernels::bf16_t());
+  check(kernels::f16_t());
+  check(0.0f);
+  // A width that is not whole 16-byte groups stays unstaged.
+  std::vector<kernels::bf16_t> odd(1001 + 8);
+  EXPECT_FALSE(classifier::stageable(odd.data(), 1001));
+  EXPECT_FALSE(classifier::stageable(odd.data() + 1, 1000));
 }
 
 TEST(Sums, ChunkBlocksEqualTheChunkFunctors) {
