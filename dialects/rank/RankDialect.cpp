@@ -84,14 +84,43 @@ LogicalResult ParamOp::verifySymbolUses(SymbolTableCollection &tables) {
                                     "rank.param_decl");
 }
 
+/// A norm's gradient with the residual stream's added to d input: of d
+/// input's type, in another buffer.
+static LogicalResult verifyNormResidual(Operation *op, Value residual,
+                                        Value inputGrad) {
+  if (!residual)
+    return success();
+  if (residual.getType() != inputGrad.getType())
+    return op->emitOpError()
+           << "expects the residual of the input gradient's type, got "
+           << residual.getType() << " and " << inputGrad.getType();
+  if (viewRoot(residual) == viewRoot(inputGrad))
+    return op->emitOpError()
+           << "expects the residual and the input gradient in two buffers";
+  return success();
+}
+
 LogicalResult LayerNormGradOp::verify() {
+  if (failed(verifyNormResidual(*this, getResidual(), getInputGrad())))
+    return failure();
   return planc::plan::verifyNormParamGrad(*this, getGamma().getType(),
                                           getGammaGrad().getType());
 }
 
 LogicalResult RmsNormGradOp::verify() {
+  if (failed(verifyNormResidual(*this, getResidual(), getInputGrad())))
+    return failure();
   return planc::plan::verifyNormParamGrad(*this, getGamma().getType(),
                                           getGammaGrad().getType());
+}
+
+std::string LayerNormGradOp::getRuntimeCallee() {
+  return getResidual() ? "planrt::layernorm_grad_add"
+                       : "planrt::layernorm_grad";
+}
+
+std::string RmsNormGradOp::getRuntimeCallee() {
+  return getResidual() ? "planrt::rmsnorm_grad_add" : "planrt::rmsnorm_grad";
 }
 
 LogicalResult ParamDeclOp::verify() {

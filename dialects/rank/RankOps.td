@@ -704,22 +704,28 @@ def Rank_LayerNormOp : Rank_CallOp<"layernorm",
 
 def Rank_LayerNormGradOp : Rank_CallOp<"layernorm_grad",
     [AllTypesMatch<["input", "grad", "input_grad"]>,
-     AllTypesMatch<["gamma_grad", "beta_grad"]>]> {
+     AllTypesMatch<["gamma_grad", "beta_grad"]>,
+     DeclareOpInterfaceMethods<RuntimeCallOpInterface, ["getRuntimeCallee"]>]> {
   let summary = "d input, d gamma, d beta of layernorm (statistics recomputed)";
   let description = [{
-    d gamma and d beta have gamma's type, or gamma's shape in f32.
+    d gamma and d beta have gamma's type, or gamma's shape in f32. With
+    `plus %r` (the residual stream's gradient, of d input's type, in another
+    buffer: the add that was d input's only reader, plan-fuse-epilogues on
+    the cuda target), planrt::layernorm_grad_add writes d input = %r + the
+    norm's input gradient, rounded once.
   }];
   let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$input,
                        Arg<Rank_FloatBuffer, "", [MemRead]>:$gamma,
                        Arg<Rank_FloatBuffer, "", [MemRead]>:$grad,
+                       Arg<Optional<Rank_FloatBuffer>, "", [MemRead]>:$residual,
                        Arg<Rank_FloatBuffer, "", [MemWrite]>:$input_grad,
                        Arg<Rank_FloatBuffer, "", [MemWrite]>:$gamma_grad,
                        Arg<Rank_FloatBuffer, "", [MemWrite]>:$beta_grad,
                        F32Attr:$eps);
   let assemblyFormat = [{
-    $input `,` $gamma `,` $grad `into` $input_grad `,` $gamma_grad `,`
-    $beta_grad attr-dict `:` type($input) `,` type($gamma) `->`
-    type($gamma_grad)
+    $input `,` $gamma `,` $grad (`plus` $residual^)? `into` $input_grad `,`
+    $gamma_grad `,` $beta_grad attr-dict `:` type($input) `,` type($gamma)
+    (`plus` type($residual)^)? `->` type($gamma_grad)
   }];
   let hasVerifier = 1;
 }
@@ -736,20 +742,24 @@ def Rank_RmsNormOp : Rank_CallOp<"rmsnorm"> {
 }
 
 def Rank_RmsNormGradOp : Rank_CallOp<"rmsnorm_grad",
-    [AllTypesMatch<["input", "grad", "input_grad"]>]> {
+    [AllTypesMatch<["input", "grad", "input_grad"]>,
+     DeclareOpInterfaceMethods<RuntimeCallOpInterface, ["getRuntimeCallee"]>]> {
   let summary = "d input, d gamma of rmsnorm";
   let description = [{
-    d gamma has gamma's type, or gamma's shape in f32.
+    d gamma has gamma's type, or gamma's shape in f32. `plus %r`: as
+    rank.layernorm_grad's (planrt::rmsnorm_grad_add).
   }];
   let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$input,
                        Arg<Rank_FloatBuffer, "", [MemRead]>:$gamma,
                        Arg<Rank_FloatBuffer, "", [MemRead]>:$grad,
+                       Arg<Optional<Rank_FloatBuffer>, "", [MemRead]>:$residual,
                        Arg<Rank_FloatBuffer, "", [MemWrite]>:$input_grad,
                        Arg<Rank_FloatBuffer, "", [MemWrite]>:$gamma_grad,
                        F32Attr:$eps);
   let assemblyFormat = [{
-    $input `,` $gamma `,` $grad `into` $input_grad `,` $gamma_grad attr-dict
-    `:` type($input) `,` type($gamma) `->` type($gamma_grad)
+    $input `,` $gamma `,` $grad (`plus` $residual^)? `into` $input_grad `,`
+    $gamma_grad attr-dict `:` type($input) `,` type($gamma)
+    (`plus` type($residual)^)? `->` type($gamma_grad)
   }];
   let hasVerifier = 1;
 }

@@ -230,15 +230,9 @@ int64_t ceLossFromStats(CeLossFromStatsOp op, const WorkspaceEnv &env) {
 int64_t ceGradFromStats(CeGradFromStatsOp op, const WorkspaceEnv &) {
   return ws::index_check(leadRows(op.getLogits()));
 }
-int64_t layerNorm(LayerNormOp op, const WorkspaceEnv &) {
-  return ws::norm(true, leadRows(op.getInput()), lastDim(op.getInput()));
-}
 int64_t layerNormGrad(LayerNormGradOp op, const WorkspaceEnv &env) {
   return ws::norm_grad(true, leadRows(op.getInput()), lastDim(op.getInput()),
                        env.cuda);
-}
-int64_t rmsNorm(RmsNormOp op, const WorkspaceEnv &) {
-  return ws::norm(false, leadRows(op.getInput()), lastDim(op.getInput()));
 }
 int64_t rmsNormGrad(RmsNormGradOp op, const WorkspaceEnv &env) {
   return ws::norm_grad(false, leadRows(op.getInput()), lastDim(op.getInput()),
@@ -435,9 +429,7 @@ void planc::rank::registerWorkspaceModels(MLIRContext *ctx) {
       *ctx);
   CeGradFromStatsOp::attachInterface<Model<CeGradFromStatsOp, ceGradFromStats>>(
       *ctx);
-  LayerNormOp::attachInterface<Model<LayerNormOp, layerNorm>>(*ctx);
   LayerNormGradOp::attachInterface<Model<LayerNormGradOp, layerNormGrad>>(*ctx);
-  RmsNormOp::attachInterface<Model<RmsNormOp, rmsNorm>>(*ctx);
   RmsNormGradOp::attachInterface<Model<RmsNormGradOp, rmsNormGrad>>(*ctx);
   BiasGradOp::attachInterface<Model<BiasGradOp, biasGrad>>(*ctx);
   AttentionGradOp::attachInterface<Model<AttentionGradOp, attentionGrad>>(*ctx);

@@ -1433,7 +1433,8 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
               return true;
             })
             .Case<LayerNormGradOp>([&](LayerNormGradOp g) {
-              rk::LayerNormGradOp::create(b, loc, in(0), in(1), in(2), outs[0],
+              rk::LayerNormGradOp::create(b, loc, in(0), in(1), in(2),
+                                          /*residual=*/Value(), outs[0],
                                           outs[1], outs[2], g.getEpsAttr());
               return true;
             })
@@ -1442,8 +1443,9 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
               return true;
             })
             .Case<RmsNormGradOp>([&](RmsNormGradOp g) {
-              rk::RmsNormGradOp::create(b, loc, in(0), in(1), in(2), outs[0],
-                                        outs[1], g.getEpsAttr());
+              rk::RmsNormGradOp::create(b, loc, in(0), in(1), in(2),
+                                        /*residual=*/Value(), outs[0], outs[1],
+                                        g.getEpsAttr());
               return true;
             })
             .Case<BatchNormOp>([&](BatchNormOp bn) {

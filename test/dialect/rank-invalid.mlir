@@ -219,3 +219,19 @@ func.func @norm(%x: memref<2x4xbf16>, %g: memref<4xbf16>, %dg: memref<8xf32>) {
   rank.rmsnorm_grad %x, %g, %x into %x, %dg {eps = 1.0e-5 : f32} : memref<2x4xbf16>, memref<4xbf16> -> memref<8xf32>
   return
 }
+
+// -----
+
+func.func @layernorm_grad(%x: memref<4x8xbf16>, %g: memref<8xbf16>, %dy: memref<4x8xbf16>, %r: memref<4x8xf32>, %dx: memref<4x8xbf16>, %dg: memref<8xf32>, %db: memref<8xf32>) {
+  // expected-error @+1 {{expects the residual of the input gradient's type, got 'memref<4x8xf32>' and 'memref<4x8xbf16>'}}
+  rank.layernorm_grad %x, %g, %dy plus %r into %dx, %dg, %db {eps = 1.0e-05 : f32} : memref<4x8xbf16>, memref<8xbf16> plus memref<4x8xf32> -> memref<8xf32>
+  return
+}
+
+// -----
+
+func.func @rmsnorm_grad(%x: memref<4x8xf32>, %g: memref<8xf32>, %dy: memref<4x8xf32>, %dx: memref<4x8xf32>, %dg: memref<8xf32>) {
+  // expected-error @+1 {{expects the residual and the input gradient in two buffers}}
+  rank.rmsnorm_grad %x, %g, %dy plus %dx into %dx, %dg {eps = 1.0e-05 : f32} : memref<4x8xf32>, memref<8xf32> plus memref<4x8xf32> -> memref<8xf32>
+  return
+}

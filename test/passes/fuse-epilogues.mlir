@@ -520,3 +520,75 @@ func.func @plan_step(%x: memref<8x16xbf16>, %w: memref<16x32xbf16>, %b: memref<3
 // CHECK: rank.add
 // CHECK: rank.add
 // CHECK-NOT: plus
+
+// -----
+
+// The residual stream's gradient meets the norms' input gradients in adds:
+// each add that is an input gradient's only reader joins the norm's
+// backward (`plus`), at the add's place, into the add's output. Written in
+// between: only fresh buffers; the input gradient's buffer goes.
+func.func @plan_step(%x: memref<8x16xbf16>, %g: memref<16xbf16>, %dy: memref<8x16xbf16>, %r: memref<8x16xbf16>) {
+  %dx = rank.alloc : memref<8x16xbf16>
+  %dg = rank.alloc : memref<16xf32>
+  %db = rank.alloc : memref<16xf32>
+  rank.layernorm_grad %x, %g, %dy into %dx, %dg, %db {eps = 1.0e-05 : f32} : memref<8x16xbf16>, memref<16xbf16> -> memref<16xf32>
+  %t = rank.alloc : memref<8x16xbf16>
+  rank.scale %r into %t {factor = 2.0 : f32} : memref<8x16xbf16> -> memref<8x16xbf16>
+  %s = rank.alloc : memref<8x16xbf16>
+  rank.add %r, %dx into %s : memref<8x16xbf16>, memref<8x16xbf16> -> memref<8x16xbf16>
+  rank.dealloc %dx : memref<8x16xbf16>
+  %dx2 = rank.alloc : memref<8x16xbf16>
+  %dg2 = rank.alloc : memref<16xf32>
+  rank.rmsnorm_grad %x, %g, %s into %dx2, %dg2 {eps = 1.0e-05 : f32} : memref<8x16xbf16>, memref<16xbf16> -> memref<16xf32>
+  %s2 = rank.alloc : memref<8x16xbf16>
+  rank.add %dx2, %s into %s2 : memref<8x16xbf16>, memref<8x16xbf16> -> memref<8x16xbf16>
+  return
+}
+// CHECK-LABEL: func.func @plan_step
+// CHECK-NEXT: %[[DG:.*]] = rank.alloc : memref<16xf32>
+// CHECK-NEXT: %[[DB:.*]] = rank.alloc : memref<16xf32>
+// CHECK-NEXT: %[[T:.*]] = rank.alloc : memref<8x16xbf16>
+// CHECK-NEXT: rank.scale %arg3 into %[[T]]
+// CHECK-NEXT: %[[S:.*]] = rank.alloc : memref<8x16xbf16>
+// CHECK-NEXT: rank.layernorm_grad %arg0, %arg1, %arg2 plus %arg3 into %[[S]], %[[DG]], %[[DB]] {eps = 9.99999974E-6 : f32} : memref<8x16xbf16>, memref<16xbf16> plus memref<8x16xbf16> -> memref<16xf32>
+// CHECK-NEXT: %[[DG2:.*]] = rank.alloc : memref<16xf32>
+// CHECK-NEXT: %[[S2:.*]] = rank.alloc : memref<8x16xbf16>
+// CHECK-NEXT: rank.rmsnorm_grad %arg0, %arg1, %[[S]] plus %[[S]] into %[[S2]], %[[DG2]] {eps = 9.99999974E-6 : f32} : memref<8x16xbf16>, memref<16xbf16> plus memref<8x16xbf16> -> memref<16xf32>
+// CHECK-NEXT: return
+// HOST: rank.layernorm_grad %arg0, %arg1, %arg2 into
+// HOST: rank.add
+// HOST: rank.rmsnorm_grad %arg0, %arg1, %{{.*}} into
+// HOST: rank.add
+
+// -----
+
+// Not joined: an op between reads the norm's parameter gradient (it would
+// read it before the moved norm writes it); the add writes over its other
+// operand; the input gradient has a second reader.
+func.func @plan_step(%x: memref<8x16xf32>, %g: memref<16xf32>, %dy: memref<8x16xf32>, %r: memref<8x16xf32>, %acc: memref<f32>) {
+  %dx = rank.alloc : memref<8x16xf32>
+  %dg = rank.alloc : memref<16xf32>
+  %db = rank.alloc : memref<16xf32>
+  rank.layernorm_grad %x, %g, %dy into %dx, %dg, %db {eps = 1.0e-05 : f32} : memref<8x16xf32>, memref<16xf32> -> memref<16xf32>
+  %t = rank.alloc : memref<16xf32>
+  rank.scale %dg into %t {factor = 2.0 : f32} : memref<16xf32> -> memref<16xf32>
+  %s = rank.alloc : memref<8x16xf32>
+  rank.add %r, %dx into %s : memref<8x16xf32>, memref<8x16xf32> -> memref<8x16xf32>
+  %dx2 = rank.alloc : memref<8x16xf32>
+  %dg2 = rank.alloc : memref<16xf32>
+  rank.rmsnorm_grad %x, %g, %dy into %dx2, %dg2 {eps = 1.0e-05 : f32} : memref<8x16xf32>, memref<16xf32> -> memref<16xf32>
+  rank.add %r, %dx2 into %r : memref<8x16xf32>, memref<8x16xf32> -> memref<8x16xf32>
+  %dx3 = rank.alloc : memref<8x16xf32>
+  %dg3 = rank.alloc : memref<16xf32>
+  rank.rmsnorm_grad %x, %g, %dy into %dx3, %dg3 {eps = 1.0e-05 : f32} : memref<8x16xf32>, memref<16xf32> -> memref<16xf32>
+  %s3 = rank.alloc : memref<8x16xf32>
+  rank.add %r, %dx3 into %s3 : memref<8x16xf32>, memref<8x16xf32> -> memref<8x16xf32>
+  rank.scale %dx3 into %s3 {factor = 2.0 : f32} : memref<8x16xf32> -> memref<8x16xf32>
+  return
+}
+// CHECK-LABEL: func.func @plan_step
+// CHECK-NOT: plus
+// CHECK: rank.add
+// CHECK: rank.add
+// CHECK: rank.add
+// CHECK-NOT: plus

@@ -123,8 +123,8 @@ TEST(MemoryPlanWorkspace, FormulasRoundLikeTheArena) {
   EXPECT_EQ(ws::floats(64), 256);
   EXPECT_EQ(ws::floats(65), 512);
   EXPECT_EQ(ws::reduce_sum(1024), 256);
-  EXPECT_EQ(ws::norm(true, 4, 8), 512);
-  EXPECT_EQ(ws::norm(false, 0, 8), 0);
+  EXPECT_EQ(ws::norm_grad(true, 4, 8), 512);
+  EXPECT_EQ(ws::norm_grad(false, 4, 8), 256);
   EXPECT_EQ(ws::all_gather(10, 20, 1, 2, 4), 0); // contiguous blocks
   EXPECT_EQ(ws::all_gather(10, 20, 2, 2, 4), 256);
   // 16-bit values staged as they are: 2 bytes each.

@@ -143,12 +143,10 @@ constexpr int64_t column_partials(int64_t rows, int64_t columns, int64_t n) {
 constexpr int64_t bias_grad(int64_t rows, int64_t columns, bool cuda) {
   return cuda ? column_partials(rows, columns, 1) : 0;
 }
-/// layernorm (layer) / rmsnorm over `rows` rows of c elements.
-constexpr int64_t norm(bool layer, int64_t rows, int64_t c) {
-  return rows == 0 || c == 0 ? 0 : (layer ? floats(rows) : 0) + floats(rows);
-}
-/// layernorm_grad / rmsnorm_grad (on cuda, also its gamma and beta sums'
-/// partials).
+/// layernorm_grad / rmsnorm_grad: the rows' statistics, which the input
+/// gradient's kernel computes and the parameters' sums read (on cuda, also
+/// those sums' partials). The forward norms keep their statistics in
+/// registers: no temporaries.
 constexpr int64_t norm_grad(bool layer, int64_t rows, int64_t c,
                             bool cuda = false) {
   return c == 0 ? 0
