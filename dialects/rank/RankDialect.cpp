@@ -224,6 +224,16 @@ static LogicalResult verifyMatmulShapes(Operation *op, MemRefType a,
 }
 
 LogicalResult MatmulOp::verify() {
+  if (Value r = getResidual()) {
+    if (getAccumulate())
+      return emitOpError() << "adds either a residual or its own output "
+                              "(accumulate), not both";
+    if (r.getType() != getOut().getType())
+      return emitOpError() << "expects the residual of out's type, got "
+                           << r.getType() << " and " << getOut().getType();
+    if (viewRoot(r) == viewRoot(getOut()))
+      return emitOpError() << "expects the residual and out in two buffers";
+  }
   return verifyMatmulShapes(*this, getLhs().getType(), getRhs().getType(),
                             getOut().getType(), getTransposeLhs(),
                             getTransposeRhs());
@@ -308,7 +318,9 @@ LogicalResult MatmulBiasGradOp::verify() {
 }
 
 std::string MatmulOp::getRuntimeCallee() {
-  return getAccumulate() ? "planrt::matmul_accumulate" : "planrt::matmul";
+  return getAccumulate() ? "planrt::matmul_accumulate"
+         : getResidual() ? "planrt::matmul_add"
+                         : "planrt::matmul";
 }
 
 SmallVector<StringRef> MatmulOp::getRuntimeAttrNames() {

@@ -377,14 +377,19 @@ def Rank_MatmulOp : Rank_CallOp<"matmul",
     With `accumulate`, out += op(a) @ op(b) (planrt::matmul_accumulate): a
     weight gradient summed over microbatches by its GEMM, with no temporary
     and no separate add. (`out` is declared read as well for that case.)
+    With `plus %r` (an unbiased projection whose product only fed the
+    residual stream's add, plan-fuse-epilogues on the cuda target), out =
+    %r + op(a) @ op(b) (planrt::matmul_add: cuBLASLt's C, beta = 1); %r has
+    out's type, in another buffer.
   }];
   let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$lhs,
                        Arg<Rank_FloatBuffer, "", [MemRead]>:$rhs,
+                       Arg<Optional<Rank_FloatBuffer>, "", [MemRead]>:$residual,
                        Arg<Rank_FloatBuffer, "", [MemRead, MemWrite]>:$out,
                        BoolAttr:$transpose_lhs, BoolAttr:$transpose_rhs,
                        UnitAttr:$accumulate);
   let assemblyFormat = [{
-    $lhs `,` $rhs `into` $out attr-dict `:` type($lhs) `,` type($rhs) `->` type($out)
+    $lhs `,` $rhs (`plus` $residual^)? `into` $out attr-dict `:` type($lhs) `,` type($rhs) (`plus` type($residual)^)? `->` type($out)
   }];
   let hasVerifier = 1;
 }

@@ -121,7 +121,7 @@ bool touches(Operation *op, Value v) {
 /// The bias add that is the only reader of mm's product, when the pair
 /// can be one rank.matmul_bias; null otherwise.
 rk::BiasAddOp fusableAdd(rk::MatmulOp mm) {
-  if (mm.getAccumulate())
+  if (mm.getAccumulate() || mm.getResidual())
     return {};
   Value product = mm.getOut();
   auto alloc = product.getDefiningOp<rk::AllocOp>();
@@ -184,12 +184,14 @@ rk::GeluOp fusableGelu(rk::MatmulBiasOp mm) {
       return {};
   return gelu;
 }
-/// The rank.add that is the only reader of mm's biased product (besides its
+/// The rank.add that is the only reader of mm's product (besides its
 /// deallocation), with the other operand: the residual stream's add after
-/// an attention or MLP output projection; {null, null} if none can join.
-/// The fused GEMM runs at the add's place, so nothing between may write
-/// what it reads; its output is the add's, a buffer of its own.
-std::pair<Value, rk::AddOp> fusableResidual(rk::MatmulBiasOp mm) {
+/// an attention or MLP output projection (rank.matmul_bias, or an unbiased
+/// rank.matmul); {null, null} if none can join. The fused GEMM runs at the
+/// add's place, so nothing between may write what it reads; its output is
+/// the add's, a buffer of its own.
+template <class Gemm>
+std::pair<Value, rk::AddOp> fusableResidual(Gemm mm, ValueRange reads) {
   Value product = mm.getOut();
   auto alloc = product.getDefiningOp<rk::AllocOp>();
   if (!alloc || mm.getResidual())
@@ -211,8 +213,7 @@ std::pair<Value, rk::AddOp> fusableResidual(rk::MatmulBiasOp mm) {
       out.getType() != product.getType() ||
       rk::viewRoot(residual) == rk::viewRoot(out) ||
       llvm::any_of(
-          ValueRange{mm.getLhs(), mm.getRhs(), mm.getBias()},
-          [&](Value v) { return rk::viewRoot(v) == rk::viewRoot(out); }))
+          reads, [&](Value v) { return rk::viewRoot(v) == rk::viewRoot(out); }))
     return {};
   for (Operation *op = mm->getNextNode(); op != add.getOperation();
        op = op->getNextNode())
@@ -308,7 +309,7 @@ std::optional<InPlaceLoss> fusableLoss(rk::CrossEntropyGradOp grad) {
       return std::nullopt;
     if (auto mm = dyn_cast<rk::MatmulOp>(user);
         mm && !f.mm && mm.getOut() == logits && mm.getLhs() != logits &&
-        mm.getRhs() != logits && !mm.getAccumulate())
+        mm.getRhs() != logits && !mm.getAccumulate() && !mm.getResidual())
       f.mm = mm;
     else if (auto ce = dyn_cast<rk::CrossEntropyOp>(user);
              ce && !f.loss && ce.getLogits() == logits)
@@ -393,7 +394,7 @@ void fuseLoss(rk::CrossEntropyGradOp grad, InPlaceLoss &f) {
 /// output gradient), when the pair can be one rank.matmul_dgelu; null
 /// otherwise.
 rk::GeluGradOp fusableDgelu(rk::MatmulOp mm) {
-  if (mm.getAccumulate())
+  if (mm.getAccumulate() || mm.getResidual())
     return {};
   Value product = mm.getOut();
   auto alloc = product.getDefiningOp<rk::AllocOp>();
@@ -443,7 +444,7 @@ rk::MatmulOp fusableBiasGrad(rk::BiasGradOp bg) {
   for (Operation *user : dy.getUsers()) {
     auto m = dyn_cast<rk::MatmulOp>(user);
     if (m && !mm && m.getRhs() == dy && !m.getTransposeRhs() &&
-        !m.getAccumulate() && m.getLhs() != dy &&
+        !m.getAccumulate() && !m.getResidual() && m.getLhs() != dy &&
         m->getBlock() == bg->getBlock())
       mm = m;
   }
@@ -493,7 +494,8 @@ void FuseEpiloguesPass::runOnOperation() {
     if (!gelu) {
       // The residual add that reads the biased product: its other operand
       // becomes the GEMM's C matrix, at the add's place.
-      auto [residual, sum] = fusableResidual(fused);
+      auto [residual, sum] = fusableResidual(
+          fused, {fused.getLhs(), fused.getRhs(), fused.getBias()});
       if (!sum)
         continue;
       builder.setInsertionPoint(sum);
@@ -554,6 +556,31 @@ void FuseEpiloguesPass::runOnOperation() {
     fused->setDiscardableAttrs(mm->getDiscardableAttrDictionary());
     bg.erase();
     mm.erase();
+  }
+  // An unbiased projection's product that only feeds the residual stream's
+  // add (Llama's output projections, or a gradient's sum of products): the
+  // add's other operand as the GEMM's C.
+  matmuls.clear();
+  getOperation().walk([&](rk::MatmulOp mm) { matmuls.push_back(mm); });
+  for (rk::MatmulOp mm : matmuls) {
+    if (mm.getAccumulate())
+      continue;
+    auto [residual, sum] = fusableResidual(mm, {mm.getLhs(), mm.getRhs()});
+    if (!sum)
+      continue;
+    OpBuilder builder(sum);
+    auto fused = rk::MatmulOp::create(
+        builder, mm.getLoc(), mm.getLhs(), mm.getRhs(), residual, sum.getOut(),
+        mm.getTransposeLhsAttr(), mm.getTransposeRhsAttr(), UnitAttr());
+    fused->setDiscardableAttrs(mm->getDiscardableAttrDictionary());
+    Operation *product = mm.getOut().getDefiningOp();
+    sum.erase();
+    mm.erase();
+    for (Operation *user : llvm::make_early_inc_range(product->getUsers()))
+      if (isa<rk::DeallocOp>(user))
+        user->erase();
+    if (product->use_empty())
+      product->erase();
   }
   // The residual stream's gradient added where the norms' backward writes
   // their input gradient.

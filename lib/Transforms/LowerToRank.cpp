@@ -1379,8 +1379,9 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
     bool ok =
         llvm::TypeSwitch<Operation *, bool>(&op)
             .Case<MatmulOp>([&](MatmulOp mm) {
-              rk::MatmulOp::create(b, loc, in(0), in(1), out,
-                                   mm.getTransposeLhs(), mm.getTransposeRhs());
+              rk::MatmulOp::create(b, loc, in(0), in(1), /*residual=*/Value(),
+                                   out, mm.getTransposeLhs(),
+                                   mm.getTransposeRhs());
               return true;
             })
             .Case<BiasAddOp>([&](auto) { return same(rk::BiasAddOp()); })

@@ -235,3 +235,27 @@ func.func @rmsnorm_grad(%x: memref<4x8xf32>, %g: memref<8xf32>, %dy: memref<4x8x
   rank.rmsnorm_grad %x, %g, %dy plus %dx into %dx, %dg {eps = 1.0e-05 : f32} : memref<4x8xf32>, memref<8xf32> plus memref<4x8xf32> -> memref<8xf32>
   return
 }
+
+// -----
+
+func.func @matmul(%a: memref<4x4xf32>, %b: memref<4x2xf32>, %r: memref<4x2xbf16>, %c: memref<4x2xf32>) {
+  // expected-error @+1 {{expects the residual of out's type, got 'memref<4x2xbf16>' and 'memref<4x2xf32>'}}
+  rank.matmul %a, %b plus %r into %c {transpose_lhs = false, transpose_rhs = false} : memref<4x4xf32>, memref<4x2xf32> plus memref<4x2xbf16> -> memref<4x2xf32>
+  return
+}
+
+// -----
+
+func.func @matmul(%a: memref<4x4xf32>, %b: memref<4x2xf32>, %r: memref<4x2xf32>, %c: memref<4x2xf32>) {
+  // expected-error @+1 {{adds either a residual or its own output (accumulate), not both}}
+  rank.matmul %a, %b plus %r into %c {transpose_lhs = false, transpose_rhs = false, accumulate} : memref<4x4xf32>, memref<4x2xf32> plus memref<4x2xf32> -> memref<4x2xf32>
+  return
+}
+
+// -----
+
+func.func @matmul(%a: memref<4x4xf32>, %b: memref<4x2xf32>, %c: memref<4x2xf32>) {
+  // expected-error @+1 {{expects the residual and out in two buffers}}
+  rank.matmul %a, %b plus %c into %c {transpose_lhs = false, transpose_rhs = false} : memref<4x4xf32>, memref<4x2xf32> plus memref<4x2xf32> -> memref<4x2xf32>
+  return
+}

@@ -592,3 +592,34 @@ func.func @plan_step(%x: memref<8x16xf32>, %g: memref<16xf32>, %dy: memref<8x16x
 // CHECK: rank.add
 // CHECK: rank.add
 // CHECK-NOT: plus
+
+// -----
+
+// An unbiased projection whose product only feeds an add (Llama's output
+// projections; a gradient's sum of two products): the add's other operand
+// becomes the GEMM's C, at the add's place, into the add's output. Not for
+// an accumulating GEMM, nor an add in place over its other operand.
+func.func @plan_step(%x: memref<8x16xbf16>, %w: memref<32x16xbf16>, %r: memref<8x32xbf16>, %dw: memref<16x32xbf16>) {
+  %p = rank.alloc : memref<8x32xbf16>
+  rank.matmul %x, %w into %p {transpose_lhs = false, transpose_rhs = true} : memref<8x16xbf16>, memref<32x16xbf16> -> memref<8x32xbf16>
+  %s = rank.alloc : memref<8x32xbf16>
+  rank.add %r, %p into %s : memref<8x32xbf16>, memref<8x32xbf16> -> memref<8x32xbf16>
+  rank.dealloc %p : memref<8x32xbf16>
+  %acc = rank.alloc : memref<16x32xbf16>
+  rank.matmul %x, %s into %acc {transpose_lhs = true, transpose_rhs = false, accumulate} : memref<8x16xbf16>, memref<8x32xbf16> -> memref<16x32xbf16>
+  %t = rank.alloc : memref<16x32xbf16>
+  rank.add %dw, %acc into %t : memref<16x32xbf16>, memref<16x32xbf16> -> memref<16x32xbf16>
+  %p2 = rank.alloc : memref<8x32xbf16>
+  rank.matmul %x, %w into %p2 {transpose_lhs = false, transpose_rhs = true} : memref<8x16xbf16>, memref<32x16xbf16> -> memref<8x32xbf16>
+  rank.add %r, %p2 into %r : memref<8x32xbf16>, memref<8x32xbf16> -> memref<8x32xbf16>
+  return
+}
+// CHECK-LABEL: func.func @plan_step
+// CHECK-NEXT: %[[S:.*]] = rank.alloc : memref<8x32xbf16>
+// CHECK-NEXT: rank.matmul %arg0, %arg1 plus %arg2 into %[[S]] {transpose_lhs = false, transpose_rhs = true} : memref<8x16xbf16>, memref<32x16xbf16> plus memref<8x32xbf16> -> memref<8x32xbf16>
+// CHECK-NEXT: %[[ACC:.*]] = rank.alloc : memref<16x32xbf16>
+// CHECK-NEXT: rank.matmul %arg0, %[[S]] into %[[ACC]] {accumulate, transpose_lhs = true, transpose_rhs = false}
+// CHECK-NEXT: %[[T:.*]] = rank.alloc : memref<16x32xbf16>
+// CHECK-NEXT: rank.add %arg3, %[[ACC]] into %[[T]]
+// CHECK-NOT: plus
+// HOST-NOT: plus

@@ -542,6 +542,32 @@ TEST_F(MixedPrecisionTest, MatmulBiasAddIsTheThreeOps) {
                "different shapes");
 }
 
+TEST_F(MixedPrecisionTest, MatmulAddIsTheTwoOps) {
+  // planrt::matmul_add (an unbiased product into the residual stream): on
+  // the host matmul and add (residual + product), with their bits.
+  for (int dtype : {F32, BF16, F16}) {
+    SCOPED_TRACE(dtype);
+    Tensor *a = random({6, 64}), *b = random({8, 64}), *r = random({6, 8});
+    if (dtype != F32) {
+      a = narrowed(a, dtype).first;
+      b = narrowed(b, dtype).first;
+      r = narrowed(r, dtype).first;
+    }
+    Tensor *prod = make16({6, 8}, dtype), *ref = make16({6, 8}, dtype);
+    matmul(ctx, a, b, prod, false, true);
+    add(ctx, r, prod, ref);
+    Tensor *out = make16({6, 8}, dtype);
+    matmul_add(ctx, a, b, r, out, false, true);
+    size_t bytes = (size_t)out->numel() * (dtype == F32 ? 4 : 2);
+    EXPECT_EQ(std::memcmp(out->data, ref->data, bytes), 0);
+  }
+  Tensor *a = make({3, 4}), *b = make({4, 5}), *c = make({3, 5});
+  EXPECT_DEATH(matmul_add(ctx, a, b, c, c, false, false),
+               "matmul_add: c may not alias residual");
+  EXPECT_DEATH(matmul_add(ctx, a, b, make16({3, 5}, BF16), c, false, false),
+               "matmul_add: residual");
+}
+
 TEST_F(MixedPrecisionTest, MatmulBiasGeluIsTheThreeOps) {
   // planrt::matmul_bias_gelu: on the host matmul, bias_add and gelu, with
   // their bits, the pre-activation kept for the backward.

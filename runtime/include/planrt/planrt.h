@@ -438,6 +438,13 @@ void matmul(Context *ctx, const Tensor *a, const Tensor *b, Tensor *c,
 void matmul_bias(Context *ctx, const Tensor *a, const Tensor *b,
                  const Tensor *bias, Tensor *c, bool transpose_a,
                  bool transpose_b);
+/// c = residual + op(a) @ op(b), residual of c's type and shape (not c): an
+/// unbiased projection that only feeds the residual stream's add
+/// (plan-fuse-epilogues, cuda target: cuBLASLt's C with beta = 1; where it
+/// has no algorithm, and on the host, matmul then add).
+void matmul_add(Context *ctx, const Tensor *a, const Tensor *b,
+                const Tensor *residual, Tensor *c, bool transpose_a,
+                bool transpose_b);
 /// c = residual + (op(a) @ op(b) + bias), residual of c's type and shape
 /// (not c): a linear layer's biased product that only feeds the residual
 /// stream's add (plan-fuse-epilogues, cuda target). On cuda the residual is

@@ -333,9 +333,10 @@ std::string library_note(Context *ctx) {
     const char *name = kv.first == CUBLASLT_EPILOGUE_BIAS ? "bias"
                        : kv.first == CUBLASLT_EPILOGUE_GELU_AUX_BIAS
                            ? "bias+gelu"
-                       : kv.first == CUBLASLT_EPILOGUE_DGELU  ? "dgelu"
-                       : kv.first == CUBLASLT_EPILOGUE_BGRADA ? "bias grad"
-                                                              : "other";
+                       : kv.first == CUBLASLT_EPILOGUE_DGELU   ? "dgelu"
+                       : kv.first == CUBLASLT_EPILOGUE_BGRADA  ? "bias grad"
+                       : kv.first == CUBLASLT_EPILOGUE_DEFAULT ? "residual"
+                                                               : "other";
     note += sep + std::string(name) + " " + std::to_string(kv.second.first) +
             " shape(s) in cuBLASLt's epilogue, " +
             std::to_string(kv.second.second) + " as separate kernels";
@@ -706,7 +707,8 @@ bool gemm_lt(Context *ctx, cudaDataType_t type, cudaDataType_t c_type, bool ta,
              int64_t lda, const void *b, int64_t ldb, void *c, int64_t ldc,
              float beta, const Epilogue &ep = {}) {
   CudaState *s = state(ctx);
-  const bool fused = ep.kind != CUBLASLT_EPILOGUE_DEFAULT;
+  // A residual as C is a fusion too: cuBLASLt may refuse it out of place.
+  const bool fused = ep.kind != CUBLASLT_EPILOGUE_DEFAULT || ep.residual;
   if (fused && !epilogues_on())
     return false;
   // cuBLASLt's GELU epilogues need the auxiliary matrix's leading dimension
@@ -871,7 +873,8 @@ bool gemm_bias(Context *ctx, int dtype, bool ta, bool tb, int64_t m, int64_t n,
   ep.vector_type = t;
   ep.residual = residual;
   if (!gelu) {
-    ep.kind = CUBLASLT_EPILOGUE_BIAS;
+    // No bias: only the residual, as C (the default epilogue).
+    ep.kind = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
     return gemm_lt(ctx, t, t, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, 0.0f,
                    ep);
   }
