@@ -57,10 +57,11 @@
 // each three passes over B T C). Where that add is the norm gradient's
 // input-gradient's only reader, the norm's backward kernel adds the other
 // operand as it writes dx (rank.layernorm_grad / rmsnorm_grad ... plus %r),
-// at the add's place: the norm's backward moves down past ops that write
-// only fresh buffers and touch neither its parameters' gradients nor the
-// add's output. fp32 gives the same bits; 16-bit rounds once instead of
-// twice.
+// at the add's place when the norm's backward can move down to it (past
+// ops that write only fresh buffers and touch neither its parameters'
+// gradients nor the add's output), else at the norm's place (see
+// fusableNormResidual). fp32 on the host gives the same bits; 16-bit rounds
+// once instead of twice (and nvcc may contract the add into the multiply).
 //
 // The host keeps every pair: planrt would run the separate ops there
 // anyway, and its 16-bit bits (the product rounded before the add, fp32
@@ -69,6 +70,7 @@
 #include "planc/Transforms/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Dominance.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 
 namespace planc {
@@ -222,16 +224,43 @@ std::pair<Value, rk::AddOp> fusableResidual(Gemm mm, ValueRange reads) {
   return {residual, add};
 }
 
+/// Whether `op` may write (or free) the buffer `v` is a view of: its
+/// declared effects, or, without them, whether it takes that buffer.
+bool mayWrite(Operation *op, Value v) {
+  auto effects = dyn_cast<MemoryEffectOpInterface>(op);
+  if (!effects || op->getNumRegions() != 0)
+    return touches(op, v);
+  SmallVector<MemoryEffects::EffectInstance> list;
+  effects.getEffects(list);
+  Value root = viewRoot(v);
+  return llvm::any_of(list, [&](const MemoryEffects::EffectInstance &e) {
+    return isa<MemoryEffects::Write, MemoryEffects::Free>(e.getEffect()) &&
+           (!e.getValue() || viewRoot(e.getValue()) == root);
+  });
+}
+
+/// A norm gradient's input gradient and the rank.add that joins it to the
+/// residual stream's gradient (`residual`), and where the fused op goes.
+struct NormResidual {
+  Value residual;
+  rk::AddOp add;
+  bool atNorm = false; // at the norm's place (else at the add's)
+};
+
 /// The rank.add that is the only reader (besides deallocations) of a norm
 /// gradient's input gradient, with the add's other operand: the residual
-/// stream's gradient; {null, null} if the add cannot join the norm's
-/// backward. The fused op runs at the add's place, so the ops between may
-/// write only fresh buffers and may touch neither the norm's parameters'
-/// gradients (they would read them before they are written) nor the add's
-/// output.
+/// stream's gradient; no add if it cannot join the norm's backward. The
+/// fused op runs at the add's place when the ops between write only fresh
+/// buffers and touch neither the norm's parameters' gradients (they would
+/// read them before they are written) nor the add's output (a single
+/// microbatch on one rank). Otherwise (the parameter gradients' all-reduce
+/// starts in between, or a microbatch's accumulation reads them) it runs
+/// at the norm's place, when the residual and the output exist there (the
+/// output's allocation moves up) and nothing between writes the residual
+/// or touches the output.
 template <class NormGrad>
-std::pair<Value, rk::AddOp> fusableNormResidual(NormGrad g,
-                                                ValueRange paramGrads) {
+NormResidual fusableNormResidual(NormGrad g, ValueRange paramGrads,
+                                 DominanceInfo &dom) {
   Value dx = g.getInputGrad();
   auto alloc = dx.getDefiningOp<rk::AllocOp>();
   if (!alloc || g.getResidual())
@@ -257,25 +286,48 @@ std::pair<Value, rk::AddOp> fusableNormResidual(NormGrad g,
       llvm::any_of(paramGrads,
                    [&](Value v) { return viewRoot(v) == viewRoot(out); }))
     return {};
+  bool down = true, up = true;
+  auto outAlloc = out.getDefiningOp<rk::AllocOp>();
+  bool outMoves = outAlloc && outAlloc->getBlock() == g->getBlock() &&
+                  g->isBeforeInBlock(outAlloc);
+  if (!dom.properlyDominates(residual, g) ||
+      !(outMoves || dom.properlyDominates(out, g)))
+    up = false;
   for (Operation *op = g->getNextNode(); op != add.getOperation();
-       op = op->getNextNode())
-    if (!writesOnlyFresh(op, g) || touches(op, out) ||
-        llvm::any_of(paramGrads, [&](Value v) { return touches(op, v); }))
+       op = op->getNextNode()) {
+    if (op == outAlloc.getOperation())
+      continue;
+    if (touches(op, out))
       return {};
-  return {residual, add};
+    if (!writesOnlyFresh(op, g) ||
+        llvm::any_of(paramGrads, [&](Value v) { return touches(op, v); }))
+      down = false;
+    if (mayWrite(op, residual))
+      up = false;
+  }
+  if (!down && !up)
+    return {};
+  return {residual, add, !down};
 }
 
 /// Replaces norm gradient g and the add that reads its input gradient with
-/// one op of g's kind at the add's place (fusableNormResidual said they
-/// can), built by `make(builder, residual, out)`.
+/// one op of g's kind (fusableNormResidual said they can, and where), built
+/// by `make(builder, residual, out)`.
 template <class NormGrad, class Make>
-void fuseNormResidual(NormGrad g, Value residual, rk::AddOp add,
-                      const Make &make) {
-  OpBuilder builder(add);
-  Operation *fused = make(builder, residual, add.getOut());
+void fuseNormResidual(NormGrad g, NormResidual f, const Make &make) {
+  Value out = f.add.getOut();
+  OpBuilder builder(f.add);
+  if (f.atNorm) {
+    if (auto outAlloc = out.getDefiningOp<rk::AllocOp>();
+        outAlloc && outAlloc->getBlock() == g->getBlock() &&
+        g->isBeforeInBlock(outAlloc))
+      outAlloc->moveBefore(g);
+    builder.setInsertionPoint(g);
+  }
+  Operation *fused = make(builder, f.residual, out);
   fused->setDiscardableAttrs(g->getDiscardableAttrDictionary());
   Operation *dx = g.getInputGrad().getDefiningOp();
-  add.erase();
+  f.add.erase();
   g.erase();
   for (Operation *user : llvm::make_early_inc_range(dx->getUsers()))
     if (isa<rk::DeallocOp>(user))
@@ -589,21 +641,22 @@ void FuseEpiloguesPass::runOnOperation() {
     if (isa<rk::LayerNormGradOp, rk::RmsNormGradOp>(op))
       norms.push_back(op);
   });
+  DominanceInfo dom(getOperation());
   for (Operation *op : norms) {
     if (auto g = dyn_cast<rk::LayerNormGradOp>(op)) {
-      auto [residual, add] =
-          fusableNormResidual(g, {g.getGammaGrad(), g.getBetaGrad()});
-      if (add)
-        fuseNormResidual(g, residual, add, [&](OpBuilder &b, Value r, Value o) {
+      NormResidual f =
+          fusableNormResidual(g, {g.getGammaGrad(), g.getBetaGrad()}, dom);
+      if (f.add)
+        fuseNormResidual(g, f, [&](OpBuilder &b, Value r, Value o) {
           return rk::LayerNormGradOp::create(
                      b, g.getLoc(), g.getInput(), g.getGamma(), g.getGrad(), r,
                      o, g.getGammaGrad(), g.getBetaGrad(), g.getEpsAttr())
               .getOperation();
         });
     } else if (auto g = dyn_cast<rk::RmsNormGradOp>(op)) {
-      auto [residual, add] = fusableNormResidual(g, {g.getGammaGrad()});
-      if (add)
-        fuseNormResidual(g, residual, add, [&](OpBuilder &b, Value r, Value o) {
+      NormResidual f = fusableNormResidual(g, {g.getGammaGrad()}, dom);
+      if (f.add)
+        fuseNormResidual(g, f, [&](OpBuilder &b, Value r, Value o) {
           return rk::RmsNormGradOp::create(b, g.getLoc(), g.getInput(),
                                            g.getGamma(), g.getGrad(), r, o,
                                            g.getGammaGrad(), g.getEpsAttr())

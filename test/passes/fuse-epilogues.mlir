@@ -563,15 +563,15 @@ func.func @plan_step(%x: memref<8x16xbf16>, %g: memref<16xbf16>, %dy: memref<8x1
 // -----
 
 // Not joined: an op between reads the norm's parameter gradient (it would
-// read it before the moved norm writes it); the add writes over its other
+// read it before the moved norm writes it) and writes the residual (the add
+// cannot move up to the norm either); the add writes over its other
 // operand; the input gradient has a second reader.
 func.func @plan_step(%x: memref<8x16xf32>, %g: memref<16xf32>, %dy: memref<8x16xf32>, %r: memref<8x16xf32>, %acc: memref<f32>) {
   %dx = rank.alloc : memref<8x16xf32>
   %dg = rank.alloc : memref<16xf32>
   %db = rank.alloc : memref<16xf32>
   rank.layernorm_grad %x, %g, %dy into %dx, %dg, %db {eps = 1.0e-05 : f32} : memref<8x16xf32>, memref<16xf32> -> memref<16xf32>
-  %t = rank.alloc : memref<16xf32>
-  rank.scale %dg into %t {factor = 2.0 : f32} : memref<16xf32> -> memref<16xf32>
+  rank.bias_add %r, %dg into %r : memref<8x16xf32>, memref<16xf32> -> memref<8x16xf32>
   %s = rank.alloc : memref<8x16xf32>
   rank.add %r, %dx into %s : memref<8x16xf32>, memref<8x16xf32> -> memref<8x16xf32>
   %dx2 = rank.alloc : memref<8x16xf32>
@@ -623,3 +623,35 @@ func.func @plan_step(%x: memref<8x16xbf16>, %w: memref<32x16xbf16>, %r: memref<8
 // CHECK-NEXT: rank.add %arg3, %[[ACC]] into %[[T]]
 // CHECK-NOT: plus
 // HOST-NOT: plus
+
+// -----
+
+// With data parallelism the norm's parameter gradients' all-reduce starts
+// between the norm and the add, so the norm cannot move down to the add:
+// the fused op runs at the norm's place instead, the add's output allocated
+// before it. Not when an op between writes the residual.
+func.func @plan_step(%x: memref<8x16xf32>, %g: memref<16xf32>, %dy: memref<8x16xf32>, %r: memref<8x16xf32>, %dg: memref<16xf32>, %db: memref<16xf32>) {
+  %dx = rank.alloc : memref<8x16xf32>
+  rank.layernorm_grad %x, %g, %dy into %dx, %dg, %db {eps = 1.0e-05 : f32} : memref<8x16xf32>, memref<16xf32> -> memref<16xf32>
+  rank.all_reduce_start %dg over ["dp"] slot 0 : memref<16xf32>
+  rank.collective_wait slot 0
+  %s = rank.alloc : memref<8x16xf32>
+  rank.add %r, %dx into %s : memref<8x16xf32>, memref<8x16xf32> -> memref<8x16xf32>
+  %dx2 = rank.alloc : memref<8x16xf32>
+  rank.layernorm_grad %x, %g, %s into %dx2, %dg, %db {eps = 1.0e-05 : f32} : memref<8x16xf32>, memref<16xf32> -> memref<16xf32>
+  rank.all_reduce_start %dg over ["dp"] slot 1 : memref<16xf32>
+  rank.collective_wait slot 1
+  rank.scale %dy into %r {factor = 2.0 : f32} : memref<8x16xf32> -> memref<8x16xf32>
+  %s2 = rank.alloc : memref<8x16xf32>
+  rank.add %r, %dx2 into %s2 : memref<8x16xf32>, memref<8x16xf32> -> memref<8x16xf32>
+  return
+}
+// CHECK-LABEL: func.func @plan_step
+// CHECK-NEXT: %[[S:.*]] = rank.alloc : memref<8x16xf32>
+// CHECK-NEXT: rank.layernorm_grad %arg0, %arg1, %arg2 plus %arg3 into %[[S]], %arg4, %arg5
+// CHECK-NEXT: rank.all_reduce_start %arg4 over ["dp"] slot 0
+// CHECK-NEXT: rank.collective_wait slot 0
+// CHECK-NEXT: %[[DX2:.*]] = rank.alloc : memref<8x16xf32>
+// CHECK-NEXT: rank.layernorm_grad %arg0, %arg1, %[[S]] into %[[DX2]], %arg4, %arg5
+// CHECK: rank.scale %arg2 into %arg3
+// CHECK: rank.add %arg3, %[[DX2]]

@@ -205,11 +205,11 @@ bool forward(cudaStream_t s, const kernels::AttnShape &a, const T *qkv, T *out,
     // A kept log-sum-exp asks for the forward with statistics, so that
     // grad_q's test (runs_forward with them) matches what ran here.
     const bool want_lse = stats != nullptr || kept_lse != nullptr;
-    // cuDNN writes no kept exponentials: where the op keeps them, only if
-    // cuDNN's backward (which does not read them) will run too.
-    if (cudnn_aligned({qkv, out, kept_lse}) &&
-        cudnn::runs_forward(a, kBf16<T>, want_lse, drop.on) &&
-        (!keeps || cudnn::runs_backward(a, kBf16<T>, drop.on))) {
+    // cuDNN writes no kept exponentials, which the per-row backward would
+    // read: an op that keeps them (recompute = none; planc keeps the
+    // log-sum-exp instead on cuda) runs the tiles or the per-row functors.
+    if (!keeps && cudnn_aligned({qkv, out, kept_lse}) &&
+        cudnn::runs_forward(a, kBf16<T>, want_lse, drop.on)) {
       const int64_t rows = a.B * a.H * a.S;
       float *lse = kept_lse ? kept_lse
                    : stats  ? cudnn::lse_scratch(rows)

@@ -18,8 +18,9 @@
 // 3.3 GB buffer written by the GEMM, read twice by the loss and three times
 // by the gradient, and a second 1.6 GB buffer.
 //
-// Where the row fits in a block's shared memory (50304 bf16 logits are 98
-// KB; an H100 block may opt into 227 KB), in_place_staged_block reads it
+// Where the row fits in half the shared memory a block may have (50304 bf16
+// logits are 98 KB; an H100 block may opt into 227 KB), so that two blocks
+// share an SM and overlap their phases, in_place_staged_block reads it
 // from memory once, with 16-byte loads (its max taken on the way), takes
 // the sum of exponentials from the copy, and writes the gradient from the
 // copy with 16-byte stores: the row crosses the memory bus twice instead of

@@ -867,6 +867,8 @@ bool gemm_bias(Context *ctx, int dtype, bool ta, bool tb, int64_t m, int64_t n,
                int64_t k, const void *a, int64_t lda, const void *b,
                int64_t ldb, const void *bias, void *c, int64_t ldc,
                void *gelu = nullptr, const void *residual = nullptr) {
+  if (gelu && !bias) // cuBLASLt's GELU epilogue here is GELU_AUX_BIAS
+    return false;
   cudaDataType_t t = cuda_type(dtype);
   Epilogue ep;
   ep.vector = bias;
