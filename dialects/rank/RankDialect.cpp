@@ -20,6 +20,33 @@ void RankDialect::initialize() {
   registerWorkspaceModels(getContext());
 }
 
+planc::rank::Extent planc::rank::extentOf(Value v) {
+  auto elements = [](Value x) {
+    return cast<MemRefType>(x.getType()).getNumElements();
+  };
+  int64_t offset = 0, n = elements(v);
+  bool exact = true;
+  while (Operation *def = v.getDefiningOp()) {
+    if (auto sv = dyn_cast<SubviewOp>(def)) {
+      offset += sv.getOffset();
+      v = sv.getSource();
+    } else if (auto vw = dyn_cast<ViewOp>(def)) {
+      v = vw.getSource();
+    } else if (auto r = dyn_cast<RowsOp>(def)) {
+      exact = false;
+      v = r.getSource();
+    } else if (auto sh = dyn_cast<ShardViewOp>(def)) {
+      exact = false;
+      v = sh.getSource();
+    } else {
+      break;
+    }
+  }
+  if (!exact)
+    return {v, 0, elements(v)};
+  return {v, offset, offset + n};
+}
+
 Value planc::rank::viewRoot(Value v) {
   while (Operation *d = v.getDefiningOp()) {
     if (auto vw = dyn_cast<ViewOp>(d))

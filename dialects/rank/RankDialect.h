@@ -42,6 +42,18 @@ namespace planc::rank {
 /// The buffer a value views (through rank.view, rank.subview, rank.rows and
 /// rank.shard_view), or the value itself.
 mlir::Value viewRoot(mlir::Value v);
+
+/// The elements [begin, end) of `root` (viewRoot) a buffer covers: exact
+/// through rank.view and rank.subview; the whole root through rank.rows and
+/// rank.shard_view, whose block is known at run time.
+struct Extent {
+  mlir::Value root;
+  int64_t begin = 0, end = 0;
+  bool overlaps(const Extent &o) const {
+    return root == o.root && begin < o.end && o.begin < end;
+  }
+};
+Extent extentOf(mlir::Value v);
 } // namespace planc::rank
 
 namespace planc::rank {

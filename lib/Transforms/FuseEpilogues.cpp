@@ -112,12 +112,20 @@ bool writesOnlyFresh(Operation *op, Operation *from) {
   return true;
 }
 
-/// Whether `op` (between an op that moves and the place it lands) reads or
-/// writes `v`, the buffer it is a view of, or a view of that.
+/// Whether buffers a and b may share elements (views of one buffer whose
+/// ranges overlap, or may).
+bool overlap(Value a, Value b) {
+  return rk::extentOf(a).overlaps(rk::extentOf(b));
+}
+
+/// Whether `op` (between an op that moves and the place it lands) may read
+/// or write elements of `v`. A view (a pure op) accesses nothing.
 bool touches(Operation *op, Value v) {
-  Value root = viewRoot(v);
-  return llvm::any_of(op->getOperands(),
-                      [&](Value o) { return viewRoot(o) == root; });
+  if (isPure(op))
+    return false;
+  return llvm::any_of(op->getOperands(), [&](Value o) {
+    return isa<MemRefType>(o.getType()) && overlap(o, v);
+  });
 }
 
 /// The bias add that is the only reader of mm's product, when the pair
@@ -232,10 +240,10 @@ bool mayWrite(Operation *op, Value v) {
     return touches(op, v);
   SmallVector<MemoryEffects::EffectInstance> list;
   effects.getEffects(list);
-  Value root = viewRoot(v);
   return llvm::any_of(list, [&](const MemoryEffects::EffectInstance &e) {
     return isa<MemoryEffects::Write, MemoryEffects::Free>(e.getEffect()) &&
-           (!e.getValue() || viewRoot(e.getValue()) == root);
+           (!e.getValue() || !isa<MemRefType>(e.getValue().getType()) ||
+            overlap(e.getValue(), v));
   });
 }
 
@@ -481,11 +489,45 @@ rk::GeluGradOp fusableDgelu(rk::MatmulOp mm) {
   return grad;
 }
 
+/// Whether v can exist before `at`: it does (dominance), or an allocation
+/// or a pure view in at's block after it defines v from values that can
+/// (hoistDefs then moves those definitions above `at`).
+bool hoistable(Value v, Operation *at, DominanceInfo &dom, int depth = 0) {
+  if (dom.properlyDominates(v, at))
+    return true;
+  Operation *def = v.getDefiningOp();
+  if (!def || depth > 4 || def->getBlock() != at->getBlock() ||
+      !at->isBeforeInBlock(def) || def->getNumRegions() != 0 ||
+      !(isa<rk::AllocOp>(def) || isPure(def)))
+    return false;
+  return llvm::all_of(def->getOperands(), [&](Value o) {
+    return hoistable(o, at, dom, depth + 1);
+  });
+}
+void hoistDefs(Value v, Operation *at) {
+  Operation *def = v.getDefiningOp();
+  if (!def || def->getBlock() != at->getBlock() || !at->isBeforeInBlock(def))
+    return;
+  for (Value o : def->getOperands())
+    hoistDefs(o, at);
+  def->moveBefore(at);
+}
+
 /// The weight-gradient GEMM (x^T dy, dy not transposed) that reads the
-/// bias gradient's dy, when the two can be one rank.matmul_bias_grad; null
-/// otherwise. The fused op runs at the later of the two, so the ops between
-/// must neither write what the earlier one reads nor touch what it writes.
-rk::MatmulOp fusableBiasGrad(rk::BiasGradOp bg) {
+/// bias gradient's dy, when the two can be one rank.matmul_bias_grad, and
+/// where it runs.
+struct BiasGradFusion {
+  rk::MatmulOp mm;
+  bool atFirst = false; // at the earlier op's place (else the later's)
+};
+
+/// The fused op runs at the later of the two when the ops between neither
+/// write what the earlier one reads nor touch what it writes (one rank).
+/// Otherwise (with dp, the earlier one's output is all-reduced in between)
+/// at the earlier's place, when the later one's operands exist there (its
+/// output's allocation or view moves up) and the ops between neither write
+/// what the later one reads nor touch what it writes.
+BiasGradFusion fusableBiasGrad(rk::BiasGradOp bg, DominanceInfo &dom) {
   Value dy = bg.getInput();
   auto db = cast<MemRefType>(bg.getOut().getType());
   auto dyType = cast<MemRefType>(dy.getType());
@@ -502,23 +544,36 @@ rk::MatmulOp fusableBiasGrad(rk::BiasGradOp bg) {
   }
   if (!mm)
     return {};
+  // (Two ranges of one gradient bucket are two buffers.)
   Value outs[] = {mm.getOut(), bg.getOut()};
-  if (viewRoot(outs[0]) == viewRoot(outs[1]) ||
-      llvm::any_of(outs, [&](Value o) {
-        return viewRoot(o) == viewRoot(dy) ||
-               viewRoot(o) == viewRoot(mm.getLhs());
+  if (overlap(outs[0], outs[1]) || llvm::any_of(outs, [&](Value o) {
+        return overlap(o, dy) || overlap(o, mm.getLhs());
       }))
     return {};
-  Operation *first =
-      mm->isBeforeInBlock(bg) ? mm.getOperation() : bg.getOperation();
-  Operation *second =
-      first == mm.getOperation() ? bg.getOperation() : mm.getOperation();
-  Value firstOut = first == mm.getOperation() ? outs[0] : outs[1];
+  const bool mmFirst = mm->isBeforeInBlock(bg);
+  Operation *first = mmFirst ? mm.getOperation() : bg.getOperation();
+  Operation *second = mmFirst ? bg.getOperation() : mm.getOperation();
+  Value firstOut = mmFirst ? outs[0] : outs[1];
+  Value secondOut = mmFirst ? outs[1] : outs[0];
+  SmallVector<Value> secondReads = {dy};
+  if (!mmFirst)
+    secondReads.push_back(mm.getLhs());
+  bool later = true, earlier = hoistable(secondOut, first, dom) &&
+                               llvm::all_of(secondReads, [&](Value v) {
+                                 return hoistable(v, first, dom);
+                               });
   for (Operation *op = first->getNextNode(); op != second;
-       op = op->getNextNode())
+       op = op->getNextNode()) {
     if (!writesOnlyFresh(op, first) || touches(op, firstOut))
-      return {};
-  return mm;
+      later = false;
+    if (op != secondOut.getDefiningOp() &&
+        (touches(op, secondOut) ||
+         llvm::any_of(secondReads, [&](Value v) { return mayWrite(op, v); })))
+      earlier = false;
+  }
+  if (!later && !earlier)
+    return {};
+  return {mm, !later};
 }
 } // namespace
 
@@ -596,12 +651,19 @@ void FuseEpiloguesPass::runOnOperation() {
   // A linear layer's bias gradient in its weight gradient's GEMM.
   SmallVector<rk::BiasGradOp> biasGrads;
   getOperation().walk([&](rk::BiasGradOp bg) { biasGrads.push_back(bg); });
+  DominanceInfo dom(getOperation());
   for (rk::BiasGradOp bg : biasGrads) {
-    rk::MatmulOp mm = fusableBiasGrad(bg);
+    auto [mm, atFirst] = fusableBiasGrad(bg, dom);
     if (!mm)
       continue;
-    OpBuilder builder(mm->isBeforeInBlock(bg) ? bg.getOperation()
-                                              : mm.getOperation());
+    const bool mmFirst = mm->isBeforeInBlock(bg);
+    Operation *at = mmFirst == atFirst ? mm.getOperation() : bg.getOperation();
+    if (atFirst) { // the later op's operands, defined above it
+      hoistDefs(mmFirst ? bg.getOut() : mm.getOut(), at);
+      hoistDefs(mm.getLhs(), at);
+      hoistDefs(bg.getInput(), at);
+    }
+    OpBuilder builder(at);
     auto fused = rk::MatmulBiasGradOp::create(
         builder, mm.getLoc(), mm.getLhs(), mm.getRhs(), mm.getOut(),
         bg.getOut(), mm.getTransposeLhsAttr(), mm.getTransposeRhsAttr());
@@ -641,7 +703,6 @@ void FuseEpiloguesPass::runOnOperation() {
     if (isa<rk::LayerNormGradOp, rk::RmsNormGradOp>(op))
       norms.push_back(op);
   });
-  DominanceInfo dom(getOperation());
   for (Operation *op : norms) {
     if (auto g = dyn_cast<rk::LayerNormGradOp>(op)) {
       NormResidual f =

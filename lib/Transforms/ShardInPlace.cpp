@@ -31,42 +31,11 @@ namespace rk = planc::rank;
 
 namespace {
 
-/// The elements [begin, end) of `root` a buffer covers.
-struct Extent {
-  Value root;
-  int64_t begin = 0, end = 0;
-  bool overlaps(const Extent &o) const {
-    return root == o.root && begin < o.end && o.begin < end;
-  }
-};
-
-int64_t elements(Value v) {
-  return cast<MemRefType>(v.getType()).getNumElements();
-}
+using rk::Extent;
+using rk::extentOf;
 
 bool isView(Operation *op) {
   return isa<rk::ViewOp, rk::SubviewOp, rk::RowsOp, rk::ShardViewOp>(op);
-}
-
-Extent extentOf(Value v) {
-  int64_t offset = 0, n = elements(v);
-  bool exact = true;
-  while (Operation *def = v.getDefiningOp()) {
-    if (auto sv = dyn_cast<rk::SubviewOp>(def)) {
-      offset += sv.getOffset();
-      v = sv.getSource();
-    } else if (isa<rk::ViewOp>(def)) {
-      v = def->getOperand(0);
-    } else if (isa<rk::RowsOp, rk::ShardViewOp>(def)) {
-      exact = false; // a block whose position is known at run time
-      v = def->getOperand(0);
-    } else {
-      break;
-    }
-  }
-  if (!exact)
-    return {v, 0, elements(v)};
-  return {v, offset, offset + n};
 }
 
 /// Whether `op` may write (or read) its operand `v`; ops that do not say

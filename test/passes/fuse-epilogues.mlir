@@ -429,14 +429,41 @@ func.func @plan_step(%x: memref<8x16xbf16>, %dy: memref<8x32xbf16>, %w: memref<1
 
 // -----
 
-// Apart: the bias gradient read before the weight gradient's GEMM, an
-// accumulating GEMM, dy transposed.
-func.func @plan_step(%x: memref<8x16xbf16>, %dy: memref<8x32xbf16>, %s: memref<32xf32>) {
+// The bias gradient read before the weight gradient's GEMM (with dp, its
+// all-reduce starts there): the GEMM cannot wait, so the fused op runs at
+// the bias gradient's place, the weight gradient's buffer (here a range of
+// a gradient bucket, as is the bias gradient's) defined above it.
+func.func @plan_step(%x: memref<8x16xbf16>, %dy: memref<8x32xbf16>, %s: memref<32xf32>, %bucket: memref<1024xf32>) {
+  %db = rank.subview %bucket[0] : memref<1024xf32> -> memref<32xf32>
+  rank.bias_grad %dy into %db : memref<8x32xbf16> -> memref<32xf32>
+  rank.add %db, %db into %s : memref<32xf32>, memref<32xf32> -> memref<32xf32>
+  %dw = rank.subview %bucket[32] : memref<1024xf32> -> memref<16x32xf32>
+  rank.matmul %x, %dy into %dw {transpose_lhs = true, transpose_rhs = false} : memref<8x16xbf16>, memref<8x32xbf16> -> memref<16x32xf32>
+  return
+}
+// CHECK-LABEL: func.func @plan_step
+// CHECK-NEXT: %[[DB:.*]] = rank.subview %arg3[0]
+// CHECK-NEXT: %[[DW:.*]] = rank.subview %arg3[32]
+// CHECK-NEXT: rank.matmul_bias_grad %arg0, %arg1 into %[[DW]], %[[DB]]
+// CHECK-NEXT: rank.add %[[DB]], %[[DB]] into %arg2
+// CHECK-NEXT: return
+
+// -----
+
+// Apart: the bias gradient read before the GEMM, which reads x that an op
+// between writes; two ranges of a bucket that overlap; an accumulating
+// GEMM; dy transposed.
+func.func @plan_step(%x: memref<8x16xbf16>, %dy: memref<8x32xbf16>, %s: memref<32xf32>, %bucket: memref<1024xf32>, %dy2: memref<8x32xbf16>) {
   %db = rank.alloc : memref<32xf32>
   rank.bias_grad %dy into %db : memref<8x32xbf16> -> memref<32xf32>
   rank.add %db, %db into %s : memref<32xf32>, memref<32xf32> -> memref<32xf32>
+  rank.scale %x into %x {factor = 2.0 : f32} : memref<8x16xbf16> -> memref<8x16xbf16>
   %dw = rank.alloc : memref<16x32xf32>
   rank.matmul %x, %dy into %dw {transpose_lhs = true, transpose_rhs = false} : memref<8x16xbf16>, memref<8x32xbf16> -> memref<16x32xf32>
+  %db2 = rank.subview %bucket[0] : memref<1024xf32> -> memref<32xf32>
+  rank.bias_grad %dy2 into %db2 : memref<8x32xbf16> -> memref<32xf32>
+  %dw2 = rank.subview %bucket[16] : memref<1024xf32> -> memref<16x32xf32>
+  rank.matmul %x, %dy2 into %dw2 {transpose_lhs = true, transpose_rhs = false} : memref<8x16xbf16>, memref<8x32xbf16> -> memref<16x32xf32>
   return
 }
 // CHECK-LABEL: func.func @plan_step
