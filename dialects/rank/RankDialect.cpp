@@ -370,6 +370,11 @@ SmallVector<StringRef> MatmulDgeluOp::getRuntimeAttrNames() {
   return {"transpose_lhs", "transpose_rhs"};
 }
 
+std::string MatmulBiasGradOp::getRuntimeCallee() {
+  return getAccumulate() ? "planrt::matmul_bias_grad_accumulate"
+                         : "planrt::matmul_bias_grad";
+}
+
 SmallVector<StringRef> MatmulBiasGradOp::getRuntimeAttrNames() {
   return {"transpose_lhs", "transpose_rhs"};
 }

@@ -466,7 +466,8 @@ def Rank_MatmulDgeluOp : Rank_CallOp<"matmul_dgelu",
 }
 
 def Rank_MatmulBiasGradOp : Rank_CallOp<"matmul_bias_grad",
-    [DeclareOpInterfaceMethods<RuntimeCallOpInterface, ["getRuntimeAttrNames"]>]> {
+    [DeclareOpInterfaceMethods<RuntimeCallOpInterface,
+                               ["getRuntimeCallee", "getRuntimeAttrNames"]>]> {
   let summary = "out = op(a) @ op(b); bias_grad = sum over the rows of b";
   let description = [{
     A linear layer's weight gradient (x^T dy) and its bias gradient (the
@@ -475,13 +476,16 @@ def Rank_MatmulBiasGradOp : Rank_CallOp<"matmul_bias_grad",
     the GEMM reads them (CUBLASLT_EPILOGUE_BGRADA). `rhs` is not
     transposed. Where the backend has no such epilogue, planrt runs the
     matmul and the bias_grad, as before (so the op takes bias_grad's
-    workspace).
+    workspace). With `accumulate` (microbatches), out += op(a) @ op(b)
+    (planrt::matmul_bias_grad_accumulate, beta = 1) and bias_grad is still
+    written, not added to. (`out` is declared read as well for that case.)
   }];
   let arguments = (ins Arg<Rank_FloatBuffer, "", [MemRead]>:$lhs,
                        Arg<Rank_FloatBuffer, "", [MemRead]>:$rhs,
-                       Arg<Rank_FloatBuffer, "", [MemWrite]>:$out,
+                       Arg<Rank_FloatBuffer, "", [MemRead, MemWrite]>:$out,
                        Arg<Rank_FloatBuffer, "", [MemWrite]>:$bias_grad,
-                       BoolAttr:$transpose_lhs, BoolAttr:$transpose_rhs);
+                       BoolAttr:$transpose_lhs, BoolAttr:$transpose_rhs,
+                       UnitAttr:$accumulate);
   let assemblyFormat = [{
     $lhs `,` $rhs `into` $out `,` $bias_grad attr-dict `:` type($lhs) `,` type($rhs) `->` type($out) `,` type($bias_grad)
   }];

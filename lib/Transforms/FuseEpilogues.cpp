@@ -450,10 +450,42 @@ void fuseLoss(rk::CrossEntropyGradOp grad, InPlaceLoss &f) {
       alloc->erase();
 }
 
+/// Whether v can exist before `at`: it does (dominance), or an allocation
+/// or a pure view in at's block after it defines v from values that can
+/// (hoistDefs then moves those definitions above `at`).
+bool hoistable(Value v, Operation *at, DominanceInfo &dom, int depth = 0) {
+  if (dom.properlyDominates(v, at))
+    return true;
+  Operation *def = v.getDefiningOp();
+  if (!def || depth > 4 || def->getBlock() != at->getBlock() ||
+      !at->isBeforeInBlock(def) || def->getNumRegions() != 0 ||
+      !(isa<rk::AllocOp>(def) || isPure(def)))
+    return false;
+  return llvm::all_of(def->getOperands(), [&](Value o) {
+    return hoistable(o, at, dom, depth + 1);
+  });
+}
+void hoistDefs(Value v, Operation *at) {
+  Operation *def = v.getDefiningOp();
+  if (!def || def->getBlock() != at->getBlock() || !at->isBeforeInBlock(def))
+    return;
+  for (Value o : def->getOperands())
+    hoistDefs(o, at);
+  def->moveBefore(at);
+}
+
 /// The rank.gelu_grad that is the only reader of mm's product (as its
-/// output gradient), when the pair can be one rank.matmul_dgelu; null
-/// otherwise.
-rk::GeluGradOp fusableDgelu(rk::MatmulOp mm) {
+/// output gradient), when the pair can be one rank.matmul_dgelu, and
+/// where: at the gelu_grad's place when nothing between writes what the
+/// GEMM reads or touches pre or the output; else (an accumulating weight
+/// gradient's GEMM in between, with microbatches) at the GEMM's place, when
+/// pre and the output exist there (the output's allocation moves up) and
+/// nothing between writes pre or touches the output.
+struct DgeluFusion {
+  rk::GeluGradOp grad;
+  bool atMatmul = false;
+};
+DgeluFusion fusableDgelu(rk::MatmulOp mm, DominanceInfo &dom) {
   if (mm.getAccumulate() || mm.getResidual())
     return {};
   Value product = mm.getOut();
@@ -477,40 +509,21 @@ rk::GeluGradOp fusableDgelu(rk::MatmulOp mm) {
   Value pre = grad.getLhs(), out = grad.getOut();
   if (pre.getType() != out.getType() || out.getType() != product.getType() ||
       llvm::any_of(ValueRange{pre, mm.getLhs(), mm.getRhs()},
-                   [&](Value v) { return viewRoot(v) == viewRoot(out); }))
+                   [&](Value v) { return overlap(v, out); }))
     return {};
-  // Between the two: nothing that writes what the GEMM reads, or touches
-  // pre or the output.
+  bool atGrad = true, atMatmul = hoistable(pre, mm, dom) &&
+                                 (out == product || hoistable(out, mm, dom));
   for (Operation *op = mm->getNextNode(); op != grad.getOperation();
-       op = op->getNextNode())
-    if (!writesOnlyFresh(op, mm) || touches(op, pre) ||
-        (out != product && touches(op, out)))
-      return {};
-  return grad;
-}
-
-/// Whether v can exist before `at`: it does (dominance), or an allocation
-/// or a pure view in at's block after it defines v from values that can
-/// (hoistDefs then moves those definitions above `at`).
-bool hoistable(Value v, Operation *at, DominanceInfo &dom, int depth = 0) {
-  if (dom.properlyDominates(v, at))
-    return true;
-  Operation *def = v.getDefiningOp();
-  if (!def || depth > 4 || def->getBlock() != at->getBlock() ||
-      !at->isBeforeInBlock(def) || def->getNumRegions() != 0 ||
-      !(isa<rk::AllocOp>(def) || isPure(def)))
-    return false;
-  return llvm::all_of(def->getOperands(), [&](Value o) {
-    return hoistable(o, at, dom, depth + 1);
-  });
-}
-void hoistDefs(Value v, Operation *at) {
-  Operation *def = v.getDefiningOp();
-  if (!def || def->getBlock() != at->getBlock() || !at->isBeforeInBlock(def))
-    return;
-  for (Value o : def->getOperands())
-    hoistDefs(o, at);
-  def->moveBefore(at);
+       op = op->getNextNode()) {
+    const bool touchesOut = out != product && touches(op, out);
+    if (!writesOnlyFresh(op, mm) || touches(op, pre) || touchesOut)
+      atGrad = false;
+    if (op != out.getDefiningOp() && (mayWrite(op, pre) || touchesOut))
+      atMatmul = false;
+  }
+  if (!atGrad && !atMatmul)
+    return {};
+  return {grad, !atGrad};
 }
 
 /// The weight-gradient GEMM (x^T dy, dy not transposed) that reads the
@@ -538,8 +551,7 @@ BiasGradFusion fusableBiasGrad(rk::BiasGradOp bg, DominanceInfo &dom) {
   for (Operation *user : dy.getUsers()) {
     auto m = dyn_cast<rk::MatmulOp>(user);
     if (m && !mm && m.getRhs() == dy && !m.getTransposeRhs() &&
-        !m.getAccumulate() && !m.getResidual() && m.getLhs() != dy &&
-        m->getBlock() == bg->getBlock())
+        !m.getResidual() && m.getLhs() != dy && m->getBlock() == bg->getBlock())
       mm = m;
   }
   if (!mm)
@@ -558,6 +570,8 @@ BiasGradFusion fusableBiasGrad(rk::BiasGradOp bg, DominanceInfo &dom) {
   SmallVector<Value> secondReads = {dy};
   if (!mmFirst)
     secondReads.push_back(mm.getLhs());
+  // (An accumulating GEMM reads its output too: touching secondOut covers
+  // it.)
   bool later = true, earlier = hoistable(secondOut, first, dom) &&
                                llvm::all_of(secondReads, [&](Value v) {
                                  return hoistable(v, first, dom);
@@ -580,6 +594,7 @@ BiasGradFusion fusableBiasGrad(rk::BiasGradOp bg, DominanceInfo &dom) {
 void FuseEpiloguesPass::runOnOperation() {
   if (target != "cuda")
     return;
+  DominanceInfo dom(getOperation());
   SmallVector<rk::MatmulOp> matmuls;
   getOperation().walk([&](rk::MatmulOp mm) { matmuls.push_back(mm); });
   for (rk::MatmulOp mm : matmuls) {
@@ -634,10 +649,15 @@ void FuseEpiloguesPass::runOnOperation() {
   matmuls.clear();
   getOperation().walk([&](rk::MatmulOp mm) { matmuls.push_back(mm); });
   for (rk::MatmulOp mm : matmuls) {
-    rk::GeluGradOp grad = fusableDgelu(mm);
+    auto [grad, atMatmul] = fusableDgelu(mm, dom);
     if (!grad)
       continue;
     OpBuilder builder(grad);
+    if (atMatmul) {
+      hoistDefs(grad.getLhs(), mm);
+      hoistDefs(grad.getOut(), mm);
+      builder.setInsertionPoint(mm);
+    }
     auto fused = rk::MatmulDgeluOp::create(
         builder, mm.getLoc(), mm.getLhs(), mm.getRhs(), grad.getLhs(),
         grad.getOut(), mm.getTransposeLhsAttr(), mm.getTransposeRhsAttr());
@@ -651,7 +671,6 @@ void FuseEpiloguesPass::runOnOperation() {
   // A linear layer's bias gradient in its weight gradient's GEMM.
   SmallVector<rk::BiasGradOp> biasGrads;
   getOperation().walk([&](rk::BiasGradOp bg) { biasGrads.push_back(bg); });
-  DominanceInfo dom(getOperation());
   for (rk::BiasGradOp bg : biasGrads) {
     auto [mm, atFirst] = fusableBiasGrad(bg, dom);
     if (!mm)
@@ -666,7 +685,8 @@ void FuseEpiloguesPass::runOnOperation() {
     OpBuilder builder(at);
     auto fused = rk::MatmulBiasGradOp::create(
         builder, mm.getLoc(), mm.getLhs(), mm.getRhs(), mm.getOut(),
-        bg.getOut(), mm.getTransposeLhsAttr(), mm.getTransposeRhsAttr());
+        bg.getOut(), mm.getTransposeLhsAttr(), mm.getTransposeRhsAttr(),
+        mm.getAccumulateAttr());
     fused->setDiscardableAttrs(mm->getDiscardableAttrDictionary());
     bg.erase();
     mm.erase();

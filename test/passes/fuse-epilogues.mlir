@@ -451,8 +451,7 @@ func.func @plan_step(%x: memref<8x16xbf16>, %dy: memref<8x32xbf16>, %s: memref<3
 // -----
 
 // Apart: the bias gradient read before the GEMM, which reads x that an op
-// between writes; two ranges of a bucket that overlap; an accumulating
-// GEMM; dy transposed.
+// between writes; two ranges of a bucket that overlap; dy transposed.
 func.func @plan_step(%x: memref<8x16xbf16>, %dy: memref<8x32xbf16>, %s: memref<32xf32>, %bucket: memref<1024xf32>, %dy2: memref<8x32xbf16>) {
   %db = rank.alloc : memref<32xf32>
   rank.bias_grad %dy into %db : memref<8x32xbf16> -> memref<32xf32>
@@ -472,6 +471,7 @@ func.func @plan_step(%x: memref<8x16xbf16>, %dy: memref<8x32xbf16>, %s: memref<3
 
 // -----
 
+// An accumulating weight gradient's GEMM (microbatches) keeps accumulating.
 func.func @plan_step(%x: memref<8x16xbf16>, %dy: memref<8x32xbf16>, %dw: memref<16x32xf32>) {
   %db = rank.alloc : memref<32xf32>
   rank.bias_grad %dy into %db : memref<8x32xbf16> -> memref<32xf32>
@@ -479,8 +479,9 @@ func.func @plan_step(%x: memref<8x16xbf16>, %dy: memref<8x32xbf16>, %dw: memref<
   return
 }
 // CHECK-LABEL: func.func @plan_step
-// CHECK-NOT: matmul_bias_grad
-// CHECK: return
+// CHECK-NEXT: %[[DB:.*]] = rank.alloc : memref<32xf32>
+// CHECK-NEXT: rank.matmul_bias_grad %arg0, %arg1 into %arg2, %[[DB]] {accumulate, transpose_lhs = true, transpose_rhs = false}
+// CHECK-NEXT: return
 
 // -----
 
@@ -682,3 +683,31 @@ func.func @plan_step(%x: memref<8x16xf32>, %g: memref<16xf32>, %dy: memref<8x16x
 // CHECK-NEXT: rank.layernorm_grad %arg0, %arg1, %[[S]] into %[[DX2]], %arg4, %arg5
 // CHECK: rank.scale %arg2 into %arg3
 // CHECK: rank.add %arg3, %[[DX2]]
+
+// -----
+
+// With microbatches the weight gradients accumulate between the GEMM of
+// GELU's output gradient and the gelu_grad (and the bias gradient is added
+// to its accumulator before the weight gradient's GEMM): the fused ops run
+// at the earlier op's place, the outputs allocated above them; the weight
+// gradient's GEMM keeps accumulating.
+func.func @plan_step(%x: memref<8x16xbf16>, %dy: memref<8x16xbf16>, %w2: memref<32x16xbf16>, %pre: memref<8x32xbf16>, %h: memref<8x32xbf16>, %acc: memref<16x32xf32>, %acc2: memref<32x16xf32>, %bacc: memref<32xf32>) {
+  %p = rank.alloc : memref<8x32xbf16>
+  rank.matmul %dy, %w2 into %p {transpose_lhs = false, transpose_rhs = true} : memref<8x16xbf16>, memref<32x16xbf16> -> memref<8x32xbf16>
+  rank.matmul %h, %dy into %acc2 {transpose_lhs = true, transpose_rhs = false, accumulate} : memref<8x32xbf16>, memref<8x16xbf16> -> memref<32x16xf32>
+  %d = rank.alloc : memref<8x32xbf16>
+  rank.gelu_grad %pre, %p into %d : memref<8x32xbf16>, memref<8x32xbf16> -> memref<8x32xbf16>
+  %db = rank.alloc : memref<32xf32>
+  rank.bias_grad %d into %db : memref<8x32xbf16> -> memref<32xf32>
+  rank.add %bacc, %db into %bacc : memref<32xf32>, memref<32xf32> -> memref<32xf32>
+  rank.matmul %x, %d into %acc {transpose_lhs = true, transpose_rhs = false, accumulate} : memref<8x16xbf16>, memref<8x32xbf16> -> memref<16x32xf32>
+  return
+}
+// CHECK-LABEL: func.func @plan_step
+// CHECK-NEXT: %[[D:.*]] = rank.alloc : memref<8x32xbf16>
+// CHECK-NEXT: rank.matmul_dgelu %arg1, %arg2, %arg3 into %[[D]]
+// CHECK-NEXT: rank.matmul %arg4, %arg1 into %arg6 {accumulate
+// CHECK-NEXT: %[[DB:.*]] = rank.alloc : memref<32xf32>
+// CHECK-NEXT: rank.matmul_bias_grad %arg0, %[[D]] into %arg5, %[[DB]] {accumulate, transpose_lhs = true, transpose_rhs = false}
+// CHECK-NEXT: rank.add %arg7, %[[DB]] into %arg7
+// CHECK-NEXT: return

@@ -649,6 +649,12 @@ TEST_F(MixedPrecisionTest, MatmulBiasGradIsTheTwoOps) {
       const size_t w = gtype == F32 ? 4 : 2;
       EXPECT_EQ(std::memcmp(c->data, cref->data, c->numel() * w), 0);
       EXPECT_EQ(std::memcmp(db->data, dbref->data, db->numel() * w), 0);
+      // Accumulating (microbatches): c += x^T dy as matmul_accumulate adds
+      // it; db written, not added to.
+      matmul_accumulate(ctx, x, dy, cref, true, false);
+      matmul_bias_grad_accumulate(ctx, x, dy, c, db, true, false);
+      EXPECT_EQ(std::memcmp(c->data, cref->data, c->numel() * w), 0);
+      EXPECT_EQ(std::memcmp(db->data, dbref->data, db->numel() * w), 0);
     }
   Tensor *x = make({3, 4}), *dy = make({3, 5}), *c = make({4, 5});
   EXPECT_DEATH(matmul_bias_grad(ctx, x, dy, c, make({4}), true, false),

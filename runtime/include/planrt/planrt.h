@@ -476,6 +476,11 @@ void matmul_dgelu(Context *ctx, const Tensor *a, const Tensor *b,
 /// bias_grad, with their results.
 void matmul_bias_grad(Context *ctx, const Tensor *a, const Tensor *b, Tensor *c,
                       Tensor *db, bool transpose_a, bool transpose_b);
+/// The same with c += op(a) @ op(b) (beta 1: a weight gradient summed over
+/// microbatches); db is written, not added to.
+void matmul_bias_grad_accumulate(Context *ctx, const Tensor *a, const Tensor *b,
+                                 Tensor *c, Tensor *db, bool transpose_a,
+                                 bool transpose_b);
 /// c += op(a) @ op(b), the sum in fp32 (a weight gradient accumulated over
 /// microbatches by its GEMM, as Megatron's gradient-accumulation fusion).
 void matmul_accumulate(Context *ctx, const Tensor *a, const Tensor *b,

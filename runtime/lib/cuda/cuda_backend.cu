@@ -901,7 +901,7 @@ bool gemm_dgelu(Context *ctx, int dtype, bool ta, bool tb, int64_t m, int64_t n,
 bool gemm_bgrad(Context *ctx, int dtype, int c_dtype, int db_dtype, bool ta,
                 bool tb, int64_t m, int64_t n, int64_t k, const void *a,
                 int64_t lda, const void *b, int64_t ldb, void *c, int64_t ldc,
-                void *db) {
+                void *db, float beta) {
   // cuBLASLt writes the bias gradient in D's type.
   if (db_dtype != c_dtype)
     return false;
@@ -910,7 +910,7 @@ bool gemm_bgrad(Context *ctx, int dtype, int c_dtype, int db_dtype, bool ta,
   ep.vector = db;
   ep.vector_type = cuda_type(db_dtype);
   return gemm_lt(ctx, cuda_type(dtype), cuda_type(c_dtype), ta, tb, m, n, k, a,
-                 lda, b, ldb, c, ldc, 0.0f, ep);
+                 lda, b, ldb, c, ldc, beta, ep);
 }
 
 void gemm(Context *ctx, bool ta, bool tb, int64_t m, int64_t n, int64_t k,

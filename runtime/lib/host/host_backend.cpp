@@ -359,7 +359,7 @@ bool gemm_dgelu(Context *, int, bool, bool, int64_t, int64_t, int64_t,
 }
 bool gemm_bgrad(Context *, int, int, int, bool, bool, int64_t, int64_t, int64_t,
                 const void *, int64_t, const void *, int64_t, void *, int64_t,
-                void *) {
+                void *, float) {
   return false;
 }
 
