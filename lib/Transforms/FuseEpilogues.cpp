@@ -194,40 +194,52 @@ rk::GeluOp fusableGelu(rk::MatmulBiasOp mm) {
       return {};
   return gelu;
 }
-/// The rank.add that is the only reader of mm's product (besides its
-/// deallocation), with the other operand: the residual stream's add after
-/// an attention or MLP output projection (rank.matmul_bias, or an unbiased
-/// rank.matmul); {null, null} if none can join. The fused GEMM runs at the
-/// add's place, so nothing between may write what it reads; its output is
-/// the add's, a buffer of its own.
-template <class Gemm>
-std::pair<Value, rk::AddOp> fusableResidual(Gemm mm, ValueRange reads) {
-  Value product = mm.getOut();
-  auto alloc = product.getDefiningOp<rk::AllocOp>();
-  if (!alloc || mm.getResidual())
+/// The rank.add that is the only reader (besides deallocations) of
+/// `value`, a buffer of its own that `producer` writes, with the add's other
+/// operand, when the add writes a third buffer of value's type (as the
+/// fused op's verifier asks) that none of `reads` is a view of; {null,
+/// null} otherwise.
+std::pair<Value, rk::AddOp> onlyAddOf(Operation *producer, Value value,
+                                      ValueRange reads) {
+  if (!value.getDefiningOp<rk::AllocOp>())
     return {};
   rk::AddOp add;
-  for (Operation *user : product.getUsers()) {
-    if (user == mm.getOperation() || isa<rk::DeallocOp>(user))
+  for (Operation *user : value.getUsers()) {
+    if (user == producer || isa<rk::DeallocOp>(user))
       continue;
     auto a = dyn_cast<rk::AddOp>(user);
-    if (!a || add || a->getBlock() != mm->getBlock() || !mm->isBeforeInBlock(a))
+    if (!a || add || a->getBlock() != producer->getBlock() ||
+        !producer->isBeforeInBlock(a))
       return {};
     add = a;
   }
-  if (!add || add.getLhs() == add.getRhs() || add.getOut() == product)
+  if (!add || add.getLhs() == add.getRhs() || add.getOut() == value)
     return {};
-  Value residual = add.getLhs() == product ? add.getRhs() : add.getLhs();
+  Value other = add.getLhs() == value ? add.getRhs() : add.getLhs();
   Value out = add.getOut();
-  if (residual.getType() != product.getType() ||
-      out.getType() != product.getType() ||
-      rk::viewRoot(residual) == rk::viewRoot(out) ||
-      llvm::any_of(
-          reads, [&](Value v) { return rk::viewRoot(v) == rk::viewRoot(out); }))
+  if (other.getType() != value.getType() || out.getType() != value.getType() ||
+      viewRoot(other) == viewRoot(out) || llvm::any_of(reads, [&](Value v) {
+        return viewRoot(v) == viewRoot(out);
+      }))
+    return {};
+  return {other, add};
+}
+
+/// The rank.add that is the only reader of mm's product (onlyAddOf), with
+/// the other operand: the residual stream's add after an attention or MLP
+/// output projection (rank.matmul_bias, or an unbiased rank.matmul);
+/// {null, null} if none can join. The fused GEMM runs at the add's place,
+/// so nothing between may write what it reads; its output is the add's.
+template <class Gemm>
+std::pair<Value, rk::AddOp> fusableResidual(Gemm mm, ValueRange reads) {
+  if (mm.getResidual())
+    return {};
+  auto [residual, add] = onlyAddOf(mm, mm.getOut(), reads);
+  if (!add)
     return {};
   for (Operation *op = mm->getNextNode(); op != add.getOperation();
        op = op->getNextNode())
-    if (!writesOnlyFresh(op, mm) || touches(op, out))
+    if (!writesOnlyFresh(op, mm) || touches(op, add.getOut()))
       return {};
   return {residual, add};
 }
@@ -269,31 +281,14 @@ struct NormResidual {
 template <class NormGrad>
 NormResidual fusableNormResidual(NormGrad g, ValueRange paramGrads,
                                  DominanceInfo &dom) {
-  Value dx = g.getInputGrad();
-  auto alloc = dx.getDefiningOp<rk::AllocOp>();
-  if (!alloc || g.getResidual())
+  if (g.getResidual())
     return {};
-  rk::AddOp add;
-  for (Operation *user : dx.getUsers()) {
-    if (user == g.getOperation() || isa<rk::DeallocOp>(user))
-      continue;
-    auto a = dyn_cast<rk::AddOp>(user);
-    if (!a || add || a->getBlock() != g->getBlock() || !g->isBeforeInBlock(a))
-      return {};
-    add = a;
-  }
-  if (!add || add.getLhs() == add.getRhs() || add.getOut() == dx)
-    return {};
-  Value residual = add.getLhs() == dx ? add.getRhs() : add.getLhs();
-  Value out = add.getOut();
   SmallVector<Value> reads = {g.getInput(), g.getGamma(), g.getGrad()};
-  if (residual.getType() != dx.getType() || out.getType() != dx.getType() ||
-      viewRoot(residual) == viewRoot(out) ||
-      llvm::any_of(reads,
-                   [&](Value v) { return viewRoot(v) == viewRoot(out); }) ||
-      llvm::any_of(paramGrads,
-                   [&](Value v) { return viewRoot(v) == viewRoot(out); }))
+  reads.append(paramGrads.begin(), paramGrads.end());
+  auto [residual, add] = onlyAddOf(g, g.getInputGrad(), reads);
+  if (!add)
     return {};
+  Value out = add.getOut();
   bool down = true, up = true;
   auto outAlloc = out.getDefiningOp<rk::AllocOp>();
   bool outMoves = outAlloc && outAlloc->getBlock() == g->getBlock() &&
