@@ -194,6 +194,16 @@ rk::GeluOp fusableGelu(rk::MatmulBiasOp mm) {
       return {};
   return gelu;
 }
+/// Erases `alloc`'s deallocations, and the allocation itself once nothing
+/// else uses it: a buffer a fusion no longer writes.
+void dropBuffer(Operation *alloc) {
+  for (Operation *user : llvm::make_early_inc_range(alloc->getUsers()))
+    if (isa<rk::DeallocOp>(user))
+      user->erase();
+  if (alloc->use_empty())
+    alloc->erase();
+}
+
 /// The rank.add that is the only reader (besides deallocations) of
 /// `value`, a buffer of its own that `producer` writes, with the add's other
 /// operand, when the add writes a third buffer of value's type (as the
@@ -332,11 +342,7 @@ void fuseNormResidual(NormGrad g, NormResidual f, const Make &make) {
   Operation *dx = g.getInputGrad().getDefiningOp();
   f.add.erase();
   g.erase();
-  for (Operation *user : llvm::make_early_inc_range(dx->getUsers()))
-    if (isa<rk::DeallocOp>(user))
-      user->erase();
-  if (dx->use_empty())
-    dx->erase();
+  dropBuffer(dx);
 }
 
 /// The LM head's loss and its gradient (and the GEMM writing the logits),
@@ -624,11 +630,7 @@ void FuseEpiloguesPass::runOnOperation() {
       Operation *product = fused.getOut().getDefiningOp();
       sum.erase();
       fused.erase();
-      for (Operation *user : llvm::make_early_inc_range(product->getUsers()))
-        if (isa<rk::DeallocOp>(user))
-          user->erase();
-      if (product->use_empty())
-        product->erase();
+      dropBuffer(product);
       continue;
     }
     builder.setInsertionPoint(gelu);
@@ -705,11 +707,7 @@ void FuseEpiloguesPass::runOnOperation() {
     Operation *product = mm.getOut().getDefiningOp();
     sum.erase();
     mm.erase();
-    for (Operation *user : llvm::make_early_inc_range(product->getUsers()))
-      if (isa<rk::DeallocOp>(user))
-        user->erase();
-    if (product->use_empty())
-      product->erase();
+    dropBuffer(product);
   }
   // The residual stream's gradient added where the norms' backward writes
   // their input gradient.
