@@ -204,12 +204,32 @@ std::optional<MoeExpertsView> moeExpertsView(Operation *op) {
   return std::nullopt;
 }
 
+/// Whether the cuda target's planrt may run `op` on cuDNN's SDPA
+/// (planrt/workspace.h outside::cudnn_attention: 16 bits, no dropout, a head
+/// size cuDNN takes): one GPU's attentions, not context parallelism's.
+static bool mayRunCudnn(Operation *op) {
+  if (!isa<rk::AttentionOp, rk::AttentionGradOp, rk::AttentionKeepOp,
+           rk::AttentionGradKeptOp, rk::AttentionLseOp, rk::AttentionGradLseOp>(
+          op))
+    return false;
+  auto qkv = cast<MemRefType>(op->getOperand(0).getType());
+  int64_t h = op->getAttrOfType<IntegerAttr>("num_heads").getInt();
+  int64_t kv = op->getAttrOfType<IntegerAttr>("num_kv_heads").getInt();
+  auto dropout = op->getAttrOfType<FloatAttr>("dropout");
+  return planrt::workspace::outside::cudnn_attention(
+      !qkv.getElementType().isF32(), dropout && dropout.getValueAsDouble() > 0,
+      qkv.getDimSize(2) / (h + 2 * kv));
+}
+
 /// Costs rank ops with the time model. Bytes are those of the buffers' real
 /// element types (mixed precision: 16-bit activations, f32 master weights,
 /// gradients and state); GEMMs run at the rate of the plan's precision.
 struct OpCoster {
   TimeModel tm;
   double actBytes = 4;
+  // The cuda target: attentions cuDNN runs are costed as the fused kernel
+  // they are, not as Megatron-LM's materialized scores.
+  bool cuda = false;
   std::vector<std::string> axes;
   std::vector<int64_t> sizes;
   std::map<std::vector<std::string>, Link> links;
@@ -294,6 +314,20 @@ struct OpCoster {
       double bh = b * double(heads), scores = bh * sq * sk * actBytes;
       c.kind = OpCost::Attention;
       c.flops = 4 * bh * sq * sk * d;
+      // cuDNN's fused attention: no score matrix. The forward that keeps
+      // its exponentials (recompute = none) runs planrt's tiles instead; a
+      // backward without the kept output and log-sum-exp runs the forward
+      // again first.
+      if (cuda && mayRunCudnn(op) &&
+          !isa<rk::AttentionKeepOp, rk::AttentionGradKeptOp>(op)) {
+        bool grad = isa<rk::AttentionGradOp, rk::AttentionGradLseOp>(op);
+        c.time = tm.flashAttentionTime(bh, sq, sk, d, grad);
+        if (grad)
+          c.flops *= 2;
+        if (isa<rk::AttentionGradOp>(op))
+          c.time += tm.flashAttentionTime(bh, sq, sk, d, false);
+        return c;
+      }
       double forward = tm.gemmTime(sq, sk, d, bh, actBytes) + // Q K^T
                        tm.memoryTime(2 * scores) +            // softmax
                        tm.gemmTime(sq, d, sk, bh, actBytes);  // P V
@@ -539,6 +573,7 @@ FailureOr<StepReport> planc::computeStepReport(ModuleOp module,
   coster.tm.lowPrecision = r.precision == "bf16" || r.precision == "fp16";
   coster.tm.tf32 = r.precision == "tf32";
   coster.actBytes = coster.tm.lowPrecision ? 2 : 4;
+  coster.cuda = opts.cuda;
   for (auto [a, n] : llvm::zip(mesh.getAxes(), mesh.getShape())) {
     StringRef name = cast<StringAttr>(a).getValue();
     if (mesh.isSequential(name))
@@ -561,19 +596,13 @@ FailureOr<StepReport> planc::computeStepReport(ModuleOp module,
     namespace out = planrt::workspace::outside;
     int64_t ws = 0, recomputed = 0, lse = 0;
     module.walk([&](Operation *op) {
-      if (!isa<rk::AttentionOp, rk::AttentionGradOp, rk::AttentionKeepOp,
-               rk::AttentionGradKeptOp, rk::AttentionLseOp,
-               rk::AttentionGradLseOp>(op))
+      if (!mayRunCudnn(op))
         return;
       auto qkv = cast<MemRefType>(op->getOperand(0).getType());
       int64_t h = op->getAttrOfType<IntegerAttr>("num_heads").getInt();
       int64_t kv = op->getAttrOfType<IntegerAttr>("num_kv_heads").getInt();
-      auto dropout = op->getAttrOfType<FloatAttr>("dropout");
       int64_t b = qkv.getDimSize(0), s = qkv.getDimSize(1);
       int64_t d = qkv.getDimSize(2) / (h + 2 * kv);
-      if (!out::cudnn_attention(!qkv.getElementType().isF32(),
-                                dropout && dropout.getValueAsDouble() > 0, d))
-        return;
       bool backward = isa<rk::AttentionGradOp, rk::AttentionGradKeptOp,
                           rk::AttentionGradLseOp>(op);
       ws = std::max(ws, out::cudnn_workspace_budget(b, h, s, d, backward));

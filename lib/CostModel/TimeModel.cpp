@@ -62,6 +62,20 @@ double TimeModel::gemmTime(double m, double n, double k, double batch,
   return c.k.kernelLaunchS + std::max(compute, memory);
 }
 
+double TimeModel::flashAttentionTime(double batch, double sq, double sk,
+                                     double d, bool backward) const {
+  if (batch <= 0 || sq <= 0 || sk <= 0 || d <= 0)
+    return c.k.kernelLaunchS;
+  // Causal: a query sees the keys up to its own position, half of them on
+  // average (this rank's queries over every rank's keys, likewise).
+  double forward = 4.0 * batch * sq * sk * d / 2.0;
+  double flops = backward ? 2.5 * forward : forward;
+  double fraction =
+      backward ? c.k.flashBackwardFraction : c.k.flashForwardFraction;
+  return c.k.kernelLaunchS +
+         flops / (peakFlops() * fraction * sk / (sk + c.k.flashKeys0));
+}
+
 double TimeModel::memoryTime(double bytes) const {
   return c.k.kernelLaunchS + bytes / (c.gpu->hbmGBps * 1e9 * c.k.hbmFraction);
 }

@@ -131,12 +131,24 @@ bool readInBackward(Operation *bwd, Value grad, Value buffer) {
   return false;
 }
 
+/// Whether no other attention runs between `fwd` and `bwd`: the forward
+/// recomputed in its layer's backward (recompute = full), or a model of one
+/// layer. Keeping the output then holds it for one layer's backward at
+/// most, even where nothing else reads it there.
+bool sameLayer(Operation *fwd, Operation *bwd) {
+  for (Operation *op = fwd->getNextNode(); op != bwd; op = op->getNextNode())
+    if (isa<rk::AttentionOp, rk::AttentionGradOp, rk::AttentionLseOp,
+            rk::AttentionGradLseOp>(op))
+      return false;
+  return true;
+}
+
 /// The cuda target: a 16-bit attention without dropout that cuDNN may run
 /// (planrt/workspace.h outside::cudnn_attention) keeps each row's
 /// log-sum-exp [B, H, S] for its backward, which also reads the forward's
-/// output (alive until the output projection's weight gradient anyway),
-/// so cuDNN's backward does not run the forward again. Not when anything
-/// between the two writes that output.
+/// output (alive until the output projection's weight gradient anyway, or
+/// recomputed beside it), so cuDNN's backward does not run the forward
+/// again. Not when anything between the two writes that output.
 void keepForCudnn(func::FuncOp step) {
   SmallVector<rk::AttentionOp> forwards;
   step.walk([&](rk::AttentionOp a) { forwards.push_back(a); });
@@ -149,7 +161,7 @@ void keepForCudnn(func::FuncOp step) {
             qkv.getElementType() ||
         rk::viewRoot(bwd.getOut()) == rk::viewRoot(out) ||
         writtenBetween(fwd, bwd, out) ||
-        !readInBackward(bwd, bwd.getGrad(), out))
+        !(readInBackward(bwd, bwd.getGrad(), out) || sameLayer(fwd, bwd)))
       continue;
     int64_t b = qkv.getDimSize(0), s = qkv.getDimSize(1), h = fwd.getNumHeads();
     int64_t d = qkv.getDimSize(2) / (h + 2 * fwd.getNumKvHeads());

@@ -32,6 +32,7 @@ struct AttnDropoutAttrs {
 };
 
 struct LowerToRankPass : public planc::impl::LowerToRankBase<LowerToRankPass> {
+  using LowerToRankBase::LowerToRankBase;
   void runOnOperation() override;
 
   /// This rank's buffer type for `v`, or failure (with an error) if a split
@@ -432,6 +433,9 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
   // else all_to_all where G divides the heads and moves fewer bytes in the
   // forward than gathering the keys and values ((q/k/v + output) (G - 1) /
   // G against keys and values (G - 1) per position), all_gather otherwise.
+  // On the cuda target all_to_all wherever G divides the heads: the bytes
+  // matter less than the attention kernel (the heads' attention is one
+  // GPU's: cuDNN or planrt's tiles; the gathered keys' runs the functors).
   std::string cpComm;
   for (auto par : src->getParentOfType<ModuleOp>().getOps<ParallelOp>())
     if (std::optional<StringRef> c = par.getCpComm())
@@ -441,6 +445,8 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
       return cpComm;
     if (h % G != 0 || kv % G != 0)
       return "all_gather";
+    if (target == "cuda")
+      return "all_to_all";
     double a2a = double(2 * h + 2 * kv) * double(G - 1) / double(G);
     double gather = double(2 * kv) * double(G - 1);
     return gather < a2a ? "all_gather" : "all_to_all";

@@ -80,14 +80,26 @@ func.func @plan_step(%r: memref<2x8x64xbf16>) {
 // -----
 
 // The output read only before the backward's output gradient is written
-// (as Ulysses' heads_to_seq reads its own attention output): keeping it
-// would hold a whole output per layer; not kept.
+// (as Ulysses' heads_to_seq reads its own attention output), with another
+// layer's attention in between: keeping it would hold a whole output per
+// layer; not kept. The second layer's forward runs next to its backward
+// (as a forward recomputed in its layer's backward does, recompute = full):
+// kept, for one layer's backward at most.
 func.func @plan_step(%r: memref<2x8x64xbf16>) {
   %qkv = rank.alloc : memref<2x8x128xbf16>
   %out = rank.alloc : memref<2x8x64xbf16>
   rank.attention %qkv into %out {num_heads = 4 : i64, num_kv_heads = 2 : i64} : memref<2x8x128xbf16> -> memref<2x8x64xbf16>
   %y = rank.alloc : memref<2x8x64xbf16>
   rank.scale %out into %y {factor = 2.0 : f32} : memref<2x8x64xbf16> -> memref<2x8x64xbf16>
+  %qkv2 = rank.alloc : memref<2x8x128xbf16>
+  %out2 = rank.alloc : memref<2x8x64xbf16>
+  rank.attention %qkv2 into %out2 {num_heads = 4 : i64, num_kv_heads = 2 : i64} : memref<2x8x128xbf16> -> memref<2x8x64xbf16>
+  %y2 = rank.alloc : memref<2x8x64xbf16>
+  rank.scale %out2 into %y2 {factor = 2.0 : f32} : memref<2x8x64xbf16> -> memref<2x8x64xbf16>
+  %dout2 = rank.alloc : memref<2x8x64xbf16>
+  rank.scale %r into %dout2 {factor = 2.0 : f32} : memref<2x8x64xbf16> -> memref<2x8x64xbf16>
+  %dqkv2 = rank.alloc : memref<2x8x128xbf16>
+  rank.attention_grad %qkv2, %dout2 into %dqkv2 {num_heads = 4 : i64, num_kv_heads = 2 : i64} : memref<2x8x128xbf16>, memref<2x8x64xbf16> -> memref<2x8x128xbf16>
   %dout = rank.alloc : memref<2x8x64xbf16>
   rank.scale %r into %dout {factor = 2.0 : f32} : memref<2x8x64xbf16> -> memref<2x8x64xbf16>
   %dqkv = rank.alloc : memref<2x8x128xbf16>
@@ -95,5 +107,8 @@ func.func @plan_step(%r: memref<2x8x64xbf16>) {
   return
 }
 // CHECK-LABEL: func.func @plan_step
-// CHECK-NOT: attention_lse
+// CHECK: rank.attention %{{.*}} into
+// CHECK: rank.attention_lse
+// CHECK: rank.attention_grad_lse
+// CHECK: rank.attention_grad %
 // CHECK: return

@@ -49,6 +49,13 @@ struct TimeConstants {
   double networkFraction = 0.90;  // NCCL bus bandwidth / NIC bandwidth
   double nvlinkHopLatencyS = 2e-6;
   double networkHopLatencyS = 6e-6;
+  // Fused (flash) causal attention, cuDNN's SDPA: the fraction of the
+  // 16-bit peak its executed FLOPs reach at long rows, and the keys per
+  // row at which it reaches half of that (the per-row-block cost of loading
+  // the queries, writing the output, and the diagonal's masked tiles).
+  double flashForwardFraction = 0.39;
+  double flashBackwardFraction = 0.45;
+  double flashKeys0 = 512;
 };
 
 /// The machines: a GPU kind, GPUs per node and per-GPU link bandwidths
@@ -83,6 +90,13 @@ struct TimeModel {
   /// when slower, plus a launch.
   double gemmTime(double m, double n, double k, double batch,
                   double elemBytes) const;
+  /// A fused causal attention (cuDNN's SDPA) over `batch` heads of `sq`
+  /// queries and `sk` keys of head size `d`: the forward's two products over
+  /// the unmasked half of the scores, or the backward's five (it computes
+  /// the scores again), at flash*Fraction of the 16-bit peak scaled by
+  /// sk / (sk + flashKeys0), plus a launch. No score matrix in memory.
+  double flashAttentionTime(double batch, double sq, double sk, double d,
+                            bool backward) const;
   /// A memory-bound kernel moving `bytes`.
   double memoryTime(double bytes) const;
   /// A collective of `kind` (all_reduce, all_gather, reduce_scatter,

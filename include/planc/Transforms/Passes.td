@@ -196,7 +196,17 @@ def LowerToRank : Pass<"plan-lower-to-rank", "mlir::ModuleOp"> {
     destination-style rank op, `plan.all_reduce` an in-place collective,
     and the loss is reported to the runtime. Parameters are updated in
     place. The forward function is dropped.
+
+    Context parallelism without `cp_comm`: all-to-all where `cp` divides
+    the heads and it moves fewer bytes than gathering the keys and values;
+    on the cuda target, all-to-all wherever `cp` divides the heads (its
+    attention is one GPU's, cuDNN's fused kernel or planrt's tiles, while
+    the gathered keys' attention runs planrt's reference loops there).
   }];
+  let options = [
+    Option<"target", "target", "std::string", "\"host\"",
+           "host or cuda: the planrt backend the program links">,
+  ];
   let dependentDialects = ["::planc::rank::RankDialect",
                            "::mlir::memref::MemRefDialect"];
 }
