@@ -230,6 +230,12 @@ struct OpCoster {
   // The cuda target: attentions cuDNN runs are costed as the fused kernel
   // they are, not as Megatron-LM's materialized scores.
   bool cuda = false;
+  // The cuda backend's queues (planrt/workspace.h outside::kAdamWBatch):
+  // the last queued op costed (ops come in program order), its batch's
+  // size and chunks.
+  Operation *queued = nullptr;
+  int queuedCount = 0;
+  int64_t queuedChunks = 0;
   std::vector<std::string> axes;
   std::vector<int64_t> sizes;
   std::map<std::vector<std::string>, Link> links;
@@ -257,6 +263,37 @@ struct OpCoster {
     c.kind = async ? OpCost::Async : OpCost::Collective;
     c.time = tm.collectiveTime(kind, bytes, group(g), link(g));
     return c;
+  }
+
+  /// Whether the cuda backend launches `op` with the batch of the op before
+  /// it (AdamW updates, small f32 tensors' sums of squares), at no launch of
+  /// its own. Allocations and observations in between use no stream.
+  bool joinsBatch(Operation *op) {
+    namespace out = planrt::workspace::outside;
+    bool adamw = isa<rk::AdamWUpdateOp>(op);
+    int64_t chunks = 0;
+    if (auto sq = dyn_cast<rk::SumSqAccumulateOp>(op)) {
+      auto t = cast<MemRefType>(sq.getInput().getType());
+      chunks = (t.getNumElements() + planrt::workspace::kReduceChunk - 1) /
+               planrt::workspace::kReduceChunk;
+      if (!t.getElementType().isF32() || chunks > out::kSumsqQueueChunks)
+        chunks = 0;
+    }
+    if (!cuda || (!adamw && chunks == 0)) {
+      queued = nullptr;
+      return false;
+    }
+    Operation *prev = op->getPrevNode();
+    while (prev && isa<rk::AllocOp, rk::DeallocOp, rk::ObserveOp>(prev))
+      prev = prev->getPrevNode();
+    bool joins = prev && prev == queued && prev->getName() == op->getName() &&
+                 (adamw ? queuedCount < out::kAdamWBatch
+                        : queuedCount < out::kSumsqBatch &&
+                              queuedChunks + chunks <= out::kSumsqBatchChunks);
+    queuedCount = joins ? queuedCount + 1 : 1;
+    queuedChunks = joins ? queuedChunks + chunks : chunks;
+    queued = op;
+    return joins;
   }
 
   OpCost cost(Operation *op) {
@@ -459,6 +496,8 @@ struct OpCoster {
     }
     c.kind = OpCost::Memory;
     c.time = tm.memoryTime(bytes);
+    if (joinsBatch(op))
+      c.time -= tm.c.k.kernelLaunchS;
     return c;
   }
 };

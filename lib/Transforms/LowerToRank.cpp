@@ -33,6 +33,8 @@ struct AttnDropoutAttrs {
 
 struct LowerToRankPass : public planc::impl::LowerToRankBase<LowerToRankPass> {
   using LowerToRankBase::LowerToRankBase;
+  /// The cuda target's warning about cp's reference-loop attention, once.
+  bool warnedCpKernel = false;
   void runOnOperation() override;
 
   /// This rank's buffer type for `v`, or failure (with an error) if a split
@@ -1550,6 +1552,21 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
               }
               int64_t G = mesh.getAxisSize(cp.getValue());
               std::string how = cpExchange(h.getInt(), kv.getInt(), G);
+              if (target == "cuda" && how != "all_to_all" && !warnedCpKernel) {
+                warnedCpKernel = true;
+                InFlightDiagnostic w = a.emitWarning();
+                w << "on the cuda target, cp_comm = " << how
+                  << " attends with planrt's reference loops (one GPU thread "
+                     "per query row), far slower than one GPU's fused "
+                     "attention; ";
+                if (h.getInt() % G == 0 && kv.getInt() % G == 0)
+                  w << "cp_comm = all_to_all runs cuDNN's (or planrt's tiles)";
+                else
+                  w << "cp = " << G << " does not divide this rank's "
+                    << h.getInt() << " query and " << kv.getInt()
+                    << " key/value heads, which cp_comm = all_to_all needs "
+                       "(a cp that divides them runs cuDNN's attention)";
+              }
               if (how == "ring") {
                 z.create<rk::AttentionRingOp>(b, loc, in(0), out, h, kv, cp);
                 return true;

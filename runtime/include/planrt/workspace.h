@@ -369,6 +369,16 @@ constexpr int64_t kCublasLtWorkspace = int64_t(32) << 20;
 /// The partial sums of the gradient norm's batched sums of squares
 /// (runtime/lib/cuda/sums_blocks.h), in bytes.
 constexpr int64_t kSumsqPartials = int64_t(256) << 10;
+/// Work the cuda backend queues and launches in batches (the cost model
+/// charges one launch per batch): AdamW updates that follow each other, up
+/// to kAdamWBatch a launch (runtime/lib/cuda/optimizer_blocks.h), and sums
+/// of squares of tensors of at most kSumsqQueueChunks chunks of
+/// kReduceChunk, up to kSumsqBatch a launch whose chunks fit the partials
+/// (runtime/lib/cuda/sums_blocks.h).
+constexpr int kAdamWBatch = 32;
+constexpr int kSumsqBatch = 64;
+constexpr int64_t kSumsqBatchChunks = kSumsqPartials / 4;
+constexpr int64_t kSumsqQueueChunks = kSumsqBatchChunks / 8;
 /// Whether cuDNN may run an attention: 16-bit, no dropout (planrt draws its
 /// own mask), head dims cuDNN's flash attention takes.
 constexpr bool cudnn_attention(bool sixteen_bit, bool dropout,

@@ -30,6 +30,7 @@
 
 #include "block.h"
 #include "planrt/kernels.h"
+#include "planrt/workspace.h"
 
 namespace planrt {
 namespace optimizer {
@@ -38,7 +39,7 @@ using block::Lane;
 
 constexpr int kThreads = 256;
 /// Tensors per launch: the batch stays a kernel parameter (4 KB at most).
-constexpr int kMaxTensors = 32;
+constexpr int kMaxTensors = workspace::outside::kAdamWBatch;
 /// Elements per thread before a tensor's blocks start striding.
 constexpr int64_t kPerThread = 4;
 /// Blocks per tensor at most (a large tensor's blocks stride over it).

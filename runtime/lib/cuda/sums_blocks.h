@@ -19,6 +19,7 @@
 
 #include "block.h"
 #include "planrt/kernels.h"
+#include "planrt/workspace.h"
 
 namespace planrt {
 namespace sums {
@@ -103,11 +104,11 @@ PLANRT_BLOCK_FN void partials_block(const Lane &l, float *smem,
 // cost nothing next to its reads.
 
 /// Tensors per batch (the batch travels as the kernels' parameter).
-constexpr int kMaxSumsq = 64;
+constexpr int kMaxSumsq = workspace::outside::kSumsqBatch;
 /// The backend's partials buffer, in floats.
-constexpr int64_t kBatchPartials = workspace::outside::kSumsqPartials / 4;
+constexpr int64_t kBatchPartials = workspace::outside::kSumsqBatchChunks;
 /// The most chunks a queued tensor has.
-constexpr int64_t kQueueChunks = kBatchPartials / 8;
+constexpr int64_t kQueueChunks = workspace::outside::kSumsqQueueChunks;
 
 struct SumsqBatch {
   int count = 0;
