@@ -117,18 +117,21 @@ PLAN
 for gpu in h100 h200; do
   gpt2 "" $gpu >gpt2-fp32.$gpu.plan
   gpt2 "  precision = bf16" $gpu >gpt2-bf16.$gpu.plan
-  for p in fp32 bf16; do
+  # fp32 values with TF32 GEMMs: PyTorch's fp32 row runs TF32 too.
+  gpt2 "  precision = tf32" $gpu >gpt2-tf32.$gpu.plan
+  for p in fp32 tf32 bf16; do
     "$PLANC" gpt2-$p.$gpu.plan --target=cuda --report=json >gpt2-$p.$gpu.report.json
   done
 done
 cp gpt2-fp32.h100.plan gpt2-fp32.plan
 cp gpt2-bf16.h100.plan gpt2-bf16.plan
+cp gpt2-tf32.h100.plan gpt2-tf32.plan
 
 # The cuda programs, and the host reference runs of the small plans (one
 # rank, the same plan, with --log-json for the memory comparison).
 cd "$DIR"
 SMALL=(tiny-gpt-fp32 tiny-gpt-long-fp32 tiny-gpt-long-bf16 tiny-gpt-bf16 tiny-gpt-fp16 tiny-gpt-odd-bf16 tiny-gpt-mb-fp32 tiny-gpt-mb-bf16 tiny-gpt-drop-fp32 tiny-gpt-drop-bf16 tiny-llama-fp32 tiny-llama-bf16 tiny-mixtral-fp32 resnet-small-fp32)
-for p in "${SMALL[@]}" gpt2-fp32 gpt2-bf16; do
+for p in "${SMALL[@]}" gpt2-fp32 gpt2-tf32 gpt2-bf16; do
   "$PLANC" "plans/$p.plan" --target=cuda -o "bin/$p"
   strip "bin/$p"
 done

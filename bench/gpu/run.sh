@@ -97,7 +97,7 @@ else
   echo "compute-sanitizer not found" >"$LOGS/racecheck.log"; echo 127 >"$LOGS/racecheck.rc"
 fi
 # 3. GPT-2 124M, B 16, T 1024: planc, then PyTorch on the same GPU.
-for p in gpt2-bf16 gpt2-fp32; do
+for p in gpt2-bf16 gpt2-tf32 gpt2-fp32; do
   step "$p" 90 "bin/$p" --quiet --log-json "$LOGS/$p.json"
 done
 T="50257 1024 768 12 12 16 12 8 cuda"

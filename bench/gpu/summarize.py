@@ -30,9 +30,8 @@ HERE, LOGS, GPU, OUT = sys.argv[1:5]
 sys.path.insert(0, HERE)
 from compare_runs import read_losses, read_safetensors  # noqa: E402
 
-# Dense peaks in TFLOP/s of the SXM parts (docs/cost-model.md): bf16 on
-# tensor cores, and plain fp32 (planc's fp32 GEMMs compute in fp32). Other
-# variants (PCIe, NVL) have other peaks and no cost-model entry: no MFU.
+# The SXM parts (docs/cost-model.md) have a cost-model entry; other
+# variants (PCIe, NVL) have other peaks and none: no MFU.
 def gpu_kind(name):
     if "H200" in name:
         return "h200"
@@ -43,7 +42,11 @@ def gpu_kind(name):
     return None
 
 
-PEAKS = {"h200": (989.0, 67.0), "h100": (989.0, 67.0), "a100": (312.0, 19.5)}
+# Dense peaks, TFLOP/s: bf16, fp32 (no tensor cores), tf32 (as planc's
+# TimeModel.cpp has them).
+PEAKS = {"h200": (989.0, 67.0, 494.7), "h100": (989.0, 67.0, 494.7),
+         "a100": (312.0, 19.5, 156.0)}
+PEAK_INDEX = {"bf16": 0, "fp32": 1, "tf32": 2}
 kind = gpu_kind(GPU)
 rows, results, ok = [], {"gpu": GPU}, True
 
@@ -192,7 +195,7 @@ def library_line(name, prefix):
 
 # Speed.
 speed, notes = [], []
-for prec in ("bf16", "fp32"):
+for prec in ("bf16", "tf32", "fp32"):
     name = f"gpt2-{prec}"
     if rc(name) != 0:
         speed.append((f"planc {prec}", f"exit {rc(name)}: {last_error(name)}",
@@ -208,7 +211,7 @@ for prec in ("bf16", "fp32"):
     ms = statistics.median(r["step_time_s"] for r in steps) * 1e3
     tok = statistics.median(r["tokens_per_s"] for r in steps)
     flops = summary.get("step_flops_per_rank") or 0
-    peak = PEAKS.get(kind, (0, 0))[0 if prec == "bf16" else 1] * 1e12
+    peak = PEAKS.get(kind, (0, 0, 0))[PEAK_INDEX[prec]] * 1e12
     mfu = flops / (ms / 1e3) / peak if flops and peak else float("nan")
     mem = summary.get("memory", {}).get("max_over_ranks", {}).get(
         "device_peak_bytes", 0)
@@ -259,7 +262,8 @@ for name, label in (("torch-bf16-eager", "PyTorch eager bf16 autocast"),
 lines = [f"GPU: {GPU}", "",
          "| check | run | value | target | holds |", "|---|---|---|---|---|"]
 lines += ["| " + " | ".join(r) + " |" for r in rows]
-peaks = (f"bf16 {PEAKS[kind][0]:g}, fp32 {PEAKS[kind][1]:g} TFLOP/s of "
+peaks = (f"bf16 {PEAKS[kind][0]:g}, fp32 {PEAKS[kind][1]:g}, tf32 "
+         f"{PEAKS[kind][2]:g} TFLOP/s of "
          f"the {kind}" if kind in PEAKS else
          "none known for this GPU: no MFU")
 lines += ["", "GPT-2 124M, B 16, T 1024, one GPU; medians of the steps after "

@@ -304,7 +304,11 @@ def KeepAttention : Pass<"plan-keep-attention", "mlir::ModuleOp"> {
     `rank.attention_lse`, writing each row's log-sum-exp [B, H, S] to a new
     buffer, and its backward `rank.attention_grad_lse`, which reads it and
     the forward's output (unless something between the two writes that
-    output), so that cuDNN's backward does not run the forward again.
+    output), so that cuDNN's backward does not run the forward again. The
+    output must be alive in the backward anyway (read there, as the output
+    projection's weight gradient does) or the forward run next to its
+    backward with no other attention between (recomputed in its layer's
+    backward): keeping it then costs at most one layer's backward.
   }];
   let options = [
     Option<"policy", "policy", "std::string", "\"\"",
