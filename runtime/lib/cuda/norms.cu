@@ -1,7 +1,8 @@
 //===- norms.cu - Layer and RMS norm: output and input gradient -----------===//
 //
 // The kernels of norms_blocks.h (its essay says how): 16 rows a block, a
-// half warp a row. The parameters' gradients are in column_sums.cu.
+// half warp a row, 8 elements a lane at a time where rows and buffers allow
+// 128-bit accesses. The parameters' gradients are in column_sums.cu.
 //===----------------------------------------------------------------------===//
 
 #include "../context.h"
@@ -14,17 +15,17 @@ namespace cuda_norms {
 
 namespace {
 
-template <class T>
+template <int W, class T>
 __global__ void __launch_bounds__(norms::kThreads)
     norm_kernel(kernels::NormFn<T> f, int64_t rows) {
-  norms::norm_block(block::this_lane(), f, rows,
-                    (int64_t)blockIdx.x * norms::kRowsPerBlock);
+  norms::norm_block<W>(block::this_lane(), f, rows,
+                       (int64_t)blockIdx.x * norms::kRowsPerBlock);
 }
-template <class T>
+template <int W, class T>
 __global__ void __launch_bounds__(norms::kThreads)
     grad_x_kernel(kernels::NormGradXFn<T> f, int64_t rows) {
-  norms::grad_x_block(block::this_lane(), f, rows,
-                      (int64_t)blockIdx.x * norms::kRowsPerBlock);
+  norms::grad_x_block<W>(block::this_lane(), f, rows,
+                         (int64_t)blockIdx.x * norms::kRowsPerBlock);
 }
 
 unsigned blocks(int64_t rows) {
@@ -37,14 +38,22 @@ template <class T>
 void norm(cudaStream_t s, int64_t rows, const kernels::NormFn<T> &f) {
   if (rows <= 0)
     return;
-  norm_kernel<T><<<blocks(rows), norms::kThreads, 0, s>>>(f, rows);
+  if (norms::grouped(f.C, f.x, f.gamma, f.beta, f.out))
+    norm_kernel<norms::kGroup, T>
+        <<<blocks(rows), norms::kThreads, 0, s>>>(f, rows);
+  else
+    norm_kernel<1, T><<<blocks(rows), norms::kThreads, 0, s>>>(f, rows);
   cuda_check::launch("the norm");
 }
 template <class T>
 void grad_x(cudaStream_t s, int64_t rows, const kernels::NormGradXFn<T> &f) {
   if (rows <= 0)
     return;
-  grad_x_kernel<T><<<blocks(rows), norms::kThreads, 0, s>>>(f, rows);
+  if (norms::grouped(f.C, f.x, f.gamma, f.dout, f.plus, f.dx))
+    grad_x_kernel<norms::kGroup, T>
+        <<<blocks(rows), norms::kThreads, 0, s>>>(f, rows);
+  else
+    grad_x_kernel<1, T><<<blocks(rows), norms::kThreads, 0, s>>>(f, rows);
   cuda_check::launch("the norm's input gradient");
 }
 

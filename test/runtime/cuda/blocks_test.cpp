@@ -402,85 +402,125 @@ TEST(ColumnSums, BlocksEqualTheColumnFunctors) {
   }
 }
 
-TEST(Norms, HalfWarpRowsEqualTheRowFunctors) {
-  // 37 rows (two blocks of 16 and a partial one) of 100 columns; each
-  // kernel computes its rows' statistics, the backward stores them, and
-  // with `plus` adds the residual stream's gradient to dx.
-  const int64_t rows = 37, C = 100;
+/// T's values of v (bf16: rounded), and their floats back.
+template <class T> std::vector<T> as(const std::vector<float> &v) {
+  std::vector<T> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i)
+    kernels::st(out[i], v[i]);
+  return out;
+}
+template <class T> std::vector<float> floats(const std::vector<T> &v) {
+  std::vector<float> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i)
+    out[i] = kernels::ld(v[i]);
+  return out;
+}
+
+/// The norm and its input gradient on blocks, W elements a lane at a time,
+/// against the row functors in T: 37 rows (two blocks of 16 and a partial
+/// one) of C columns. Each kernel computes its rows' statistics, the
+/// backward stores them, and with `plus` adds the residual stream's
+/// gradient to dx. `tol`: the rows' sums run in another order (f32), and
+/// 16-bit outputs may round the other way.
+template <int W, class T> void check_norms(int64_t C, double tol) {
+  const int64_t rows = 37;
   std::mt19937 gen(7);
   std::normal_distribution<float> nd(0.0f, 1.0f);
-  std::vector<float> x((size_t)(rows * C)), dy(x.size()), plus(x.size()),
-      gamma((size_t)C), beta((size_t)C);
-  for (float &v : x)
+  std::vector<float> xf((size_t)(rows * C)), dyf(xf.size()), plusf(xf.size()),
+      gammaf((size_t)C), betaf((size_t)C);
+  for (float &v : xf)
     v = 2.0f + nd(gen);
-  for (float &v : dy)
+  for (float &v : dyf)
     v = nd(gen);
-  for (float &v : plus)
+  for (float &v : plusf)
     v = nd(gen);
   for (int64_t j = 0; j < C; ++j) {
-    gamma[(size_t)j] = 1.0f + 0.1f * nd(gen);
-    beta[(size_t)j] = nd(gen);
+    gammaf[(size_t)j] = 1.0f + 0.1f * nd(gen);
+    betaf[(size_t)j] = nd(gen);
   }
+  // Vectors of 16-byte aligned storage (the grouped path's 128-bit loads).
+  std::vector<T> x = as<T>(xf), dy = as<T>(dyf), plus = as<T>(plusf),
+                 gamma = as<T>(gammaf), beta = as<T>(betaf);
+  ASSERT_EQ(norms::grouped(C, x.data(), dy.data(), plus.data(), gamma.data(),
+                           beta.data()),
+            W == norms::kGroup);
   const int64_t gx = (rows + norms::kRowsPerBlock - 1) / norms::kRowsPerBlock;
+  const char *what = W == 1 ? "single elements" : "groups";
   for (bool layer : {true, false}) {
-    const float *b = layer ? beta.data() : nullptr;
-    std::vector<float> out(x.size(), NAN), out_ref(x.size());
-    kernels::NormFn<> n_ref{x.data(), gamma.data(), b, out_ref.data(),
-                            C,        1e-5f};
+    const T *b = layer ? beta.data() : nullptr;
+    std::vector<T> out(x.size()), out_ref(x.size());
+    kernels::NormFn<T> n_ref{x.data(), gamma.data(), b, out_ref.data(),
+                             C,        1e-5f};
     for (int64_t r = 0; r < rows; ++r)
       n_ref(r);
-    kernels::NormFn<> n{x.data(), gamma.data(), b, out.data(), C, 1e-5f};
+    kernels::NormFn<T> n{x.data(), gamma.data(), b, out.data(), C, 1e-5f};
     run_blocks(gx, 1, 0,
                [&](const attn::Lane &l, float *, int64_t bx, int64_t) {
-                 norms::norm_block(l, n, rows, bx * norms::kRowsPerBlock);
+                 norms::norm_block<W>(l, n, rows, bx * norms::kRowsPerBlock);
                });
-    EXPECT_LT(rel_err(out, out_ref), 1e-6) << (layer ? "layer" : "rms");
+    EXPECT_LT(rel_err(floats(out), floats(out_ref)), tol)
+        << (layer ? "layer, " : "rms, ") << what;
     for (bool add : {false, true}) {
       std::vector<float> mean(rows, NAN), rstd(rows, NAN), mean_ref(rows, NAN),
           rstd_ref(rows);
-      std::vector<float> dx(x.size(), NAN), dx_ref(x.size());
-      const float *p = add ? plus.data() : nullptr;
-      kernels::NormGradXFn<> g_ref{x.data(),
-                                   gamma.data(),
-                                   dy.data(),
-                                   p,
-                                   layer ? mean_ref.data() : nullptr,
-                                   rstd_ref.data(),
-                                   dx_ref.data(),
-                                   C,
-                                   1e-5f};
+      std::vector<T> dx(x.size()), dx_ref(x.size());
+      const T *p = add ? plus.data() : nullptr;
+      kernels::NormGradXFn<T> g_ref{x.data(),
+                                    gamma.data(),
+                                    dy.data(),
+                                    p,
+                                    layer ? mean_ref.data() : nullptr,
+                                    rstd_ref.data(),
+                                    dx_ref.data(),
+                                    C,
+                                    1e-5f};
       for (int64_t r = 0; r < rows; ++r)
         g_ref(r);
-      kernels::NormGradXFn<> g{x.data(),
-                               gamma.data(),
-                               dy.data(),
-                               p,
-                               layer ? mean.data() : nullptr,
-                               rstd.data(),
-                               dx.data(),
-                               C,
-                               1e-5f};
-      run_blocks(gx, 1, 0,
-                 [&](const attn::Lane &l, float *, int64_t bx, int64_t) {
-                   norms::grad_x_block(l, g, rows, bx * norms::kRowsPerBlock);
-                 });
-      EXPECT_LT(rel_err(rstd, rstd_ref), 1e-6);
+      kernels::NormGradXFn<T> g{x.data(),
+                                gamma.data(),
+                                dy.data(),
+                                p,
+                                layer ? mean.data() : nullptr,
+                                rstd.data(),
+                                dx.data(),
+                                C,
+                                1e-5f};
+      run_blocks(
+          gx, 1, 0, [&](const attn::Lane &l, float *, int64_t bx, int64_t) {
+            norms::grad_x_block<W>(l, g, rows, bx * norms::kRowsPerBlock);
+          });
+      EXPECT_LT(rel_err(rstd, rstd_ref), 1e-6) << what;
       if (layer) {
-        EXPECT_LT(rel_err(mean, mean_ref), 1e-6);
+        EXPECT_LT(rel_err(mean, mean_ref), 1e-6) << what;
       }
-      EXPECT_LT(rel_err(dx, dx_ref), 1e-5) << (layer ? "layer" : "rms");
-      if (add) { // the row functor's dx + plus: the fused add's arithmetic
-        std::vector<float> dx0(x.size());
-        kernels::NormGradXFn<> g0 = g_ref;
+      EXPECT_LT(rel_err(floats(dx), floats(dx_ref)), 10 * tol)
+          << (layer ? "layer, " : "rms, ") << what;
+      if (add && sizeof(T) == 4) { // the row functor's dx + plus
+        std::vector<T> dx0(x.size());
+        kernels::NormGradXFn<T> g0 = g_ref;
         g0.plus = nullptr;
         g0.dx = dx0.data();
         for (int64_t r = 0; r < rows; ++r)
           g0(r);
         for (size_t i = 0; i < dx0.size(); ++i)
-          ASSERT_EQ(dx_ref[i], dx0[i] + plus[i]) << i;
+          ASSERT_EQ(kernels::ld(dx_ref[i]),
+                    kernels::ld(dx0[i]) + kernels::ld(plus[i]))
+              << i;
       }
     }
   }
+}
+
+TEST(Norms, HalfWarpRowsEqualTheRowFunctors) {
+  // 100 columns: not a multiple of 8, single elements.
+  check_norms<1, float>(100, 1e-6);
+  // 136 columns: 17 groups of 8, so the half warp's last pass has one
+  // group and 15 idle lanes.
+  check_norms<norms::kGroup, float>(136, 1e-6);
+  // bf16: one 16-byte load per group; a 16-bit output rounds the other way
+  // where the sums' order moves it across a rounding boundary.
+  check_norms<norms::kGroup, kernels::bf16_t>(136, 4e-3);
+  check_norms<1, kernels::bf16_t>(100, 4e-3);
 }
 
 TEST(Classifier, BlockRowsEqualTheRowFunctors) {
