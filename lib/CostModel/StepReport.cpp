@@ -351,16 +351,21 @@ struct OpCoster {
       double bh = b * double(heads), scores = bh * sq * sk * actBytes;
       c.kind = OpCost::Attention;
       c.flops = 4 * bh * sq * sk * d;
-      // cuDNN's fused attention: no score matrix. The forward that keeps
-      // its exponentials (recompute = none) runs planrt's tiles instead; a
-      // backward without the kept output and log-sum-exp runs the forward
-      // again first.
-      if (cuda && mayRunCudnn(op) &&
-          !isa<rk::AttentionKeepOp, rk::AttentionGradKeptOp>(op)) {
+      // cuDNN's fused attention: no score matrix; a backward without the
+      // kept output and log-sum-exp runs the forward again first. (The
+      // cuda target keeps no exponentials: plan-keep-attention.)
+      // Elsewhere on the cuda target one GPU's attention runs planrt's
+      // tiles, also without a score matrix.
+      if (cuda && isa<rk::AttentionOp, rk::AttentionGradOp, rk::AttentionLseOp,
+                      rk::AttentionGradLseOp>(op)) {
         bool grad = isa<rk::AttentionGradOp, rk::AttentionGradLseOp>(op);
-        c.time = tm.flashAttentionTime(bh, sq, sk, d, grad);
         if (grad)
           c.flops *= 2;
+        if (!mayRunCudnn(op)) {
+          c.time = tm.tiledAttentionTime(bh, sq, sk, d, grad);
+          return c;
+        }
+        c.time = tm.flashAttentionTime(bh, sq, sk, d, grad);
         if (isa<rk::AttentionGradOp>(op))
           c.time += tm.flashAttentionTime(bh, sq, sk, d, false);
         return c;

@@ -56,6 +56,13 @@ struct TimeConstants {
   double flashForwardFraction = 0.39;
   double flashBackwardFraction = 0.45;
   double flashKeys0 = 512;
+  // planrt's own attention tiles (runtime/lib/cuda/attention.cu), where
+  // cuDNN does not run: the fraction of the peak their executed FLOPs
+  // reached in GPT-2 124M's step on an H200 (bench/RESULTS.md, 2026-11-27):
+  // 16-bit operands on the tensor cores (WMMA) 35.4 ms, fp32 on the SIMT
+  // cores 86 ms, for 1.39 TFLOP each.
+  double tilesTensorFraction = 0.039;
+  double tilesSimtFraction = 0.24;
 };
 
 /// The machines: a GPU kind, GPUs per node and per-GPU link bandwidths
@@ -96,6 +103,13 @@ struct TimeModel {
   /// the scores again), at flash*Fraction of the 16-bit peak scaled by
   /// sk / (sk + flashKeys0), plus a launch. No score matrix in memory.
   double flashAttentionTime(double batch, double sq, double sk, double d,
+                            bool backward) const;
+  /// planrt's attention tiles over the same problem: the causal forward's
+  /// two products, or the backward's seven (grad_q: the scores, dP and dQ;
+  /// grad_kv: the scores, dP, dV and dK), on the tensor cores for 16-bit
+  /// plans, else fp32 on the SIMT cores (TF32 plans too), plus a launch
+  /// (two for the backward).
+  double tiledAttentionTime(double batch, double sq, double sk, double d,
                             bool backward) const;
   /// A memory-bound kernel moving `bytes`.
   double memoryTime(double bytes) const;
