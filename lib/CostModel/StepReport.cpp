@@ -8,6 +8,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/SetVector.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringSet.h"
@@ -230,12 +231,6 @@ struct OpCoster {
   // The cuda target: attentions cuDNN runs are costed as the fused kernel
   // they are, not as Megatron-LM's materialized scores.
   bool cuda = false;
-  // The cuda backend's queues (planrt/workspace.h outside::kAdamWBatch):
-  // the last queued op costed (ops come in program order), its batch's
-  // size and chunks.
-  Operation *queued = nullptr;
-  int queuedCount = 0;
-  int64_t queuedChunks = 0;
   std::vector<std::string> axes;
   std::vector<int64_t> sizes;
   std::map<std::vector<std::string>, Link> links;
@@ -265,35 +260,26 @@ struct OpCoster {
     return c;
   }
 
-  /// Whether the cuda backend launches `op` with the batch of the op before
-  /// it (AdamW updates, small f32 tensors' sums of squares), at no launch of
-  /// its own. Allocations and observations in between use no stream.
-  bool joinsBatch(Operation *op) {
-    namespace out = planrt::workspace::outside;
-    bool adamw = isa<rk::AdamWUpdateOp>(op);
-    int64_t chunks = 0;
-    if (auto sq = dyn_cast<rk::SumSqAccumulateOp>(op)) {
-      auto t = cast<MemRefType>(sq.getInput().getType());
-      chunks = (t.getNumElements() + planrt::workspace::kReduceChunk - 1) /
-               planrt::workspace::kReduceChunk;
-      if (!t.getElementType().isF32() || chunks > out::kSumsqQueueChunks)
-        chunks = 0;
-    }
-    if (!cuda || (!adamw && chunks == 0)) {
-      queued = nullptr;
-      return false;
-    }
-    Operation *prev = op->getPrevNode();
-    while (prev && isa<rk::AllocOp, rk::DeallocOp, rk::ObserveOp>(prev))
-      prev = prev->getPrevNode();
-    bool joins = prev && prev == queued && prev->getName() == op->getName() &&
-                 (adamw ? queuedCount < out::kAdamWBatch
-                        : queuedCount < out::kSumsqBatch &&
-                              queuedChunks + chunks <= out::kSumsqBatchChunks);
-    queuedCount = joins ? queuedCount + 1 : 1;
-    queuedChunks = joins ? queuedChunks + chunks : chunks;
-    queued = op;
-    return joins;
+  /// Ops the cuda backend queues and launches in batches
+  /// (planrt/workspace.h outside::kAdamWBatch): 1 for an AdamW update, 2
+  /// for the sum of squares of a small f32 tensor (with its chunks in
+  /// `chunks`), 0 for every other op.
+  int batchKind(Operation *op, int64_t &chunks) const {
+    chunks = 0;
+    if (!cuda)
+      return 0;
+    if (isa<rk::AdamWUpdateOp>(op))
+      return 1;
+    auto sq = dyn_cast<rk::SumSqAccumulateOp>(op);
+    if (!sq)
+      return 0;
+    auto t = cast<MemRefType>(sq.getInput().getType());
+    chunks = (t.getNumElements() + planrt::workspace::kReduceChunk - 1) /
+             planrt::workspace::kReduceChunk;
+    return t.getElementType().isF32() &&
+                   chunks <= planrt::workspace::outside::kSumsqQueueChunks
+               ? 2
+               : 0;
   }
 
   OpCost cost(Operation *op) {
@@ -501,8 +487,6 @@ struct OpCoster {
     }
     c.kind = OpCost::Memory;
     c.time = tm.memoryTime(bytes);
-    if (joinsBatch(op))
-      c.time -= tm.c.k.kernelLaunchS;
     return c;
   }
 };
@@ -760,6 +744,36 @@ FailureOr<StepReport> planc::computeStepReport(ModuleOp module,
   // units.
   std::vector<Walk> walks(pp);
   DenseMap<Operation *, OpCost> costs;
+  // The cuda backend queues consecutive AdamW updates and small sums of
+  // squares and launches them in batches: per coordinate (a rank runs only
+  // its stages' ops), the batch its last op opened or joined, and the ops
+  // that joined one (no launch of their own). Allocations, observations and
+  // views use no stream.
+  struct Queue {
+    int kind = 0, count = 0;
+    int64_t chunks = 0;
+  };
+  std::vector<Queue> queues(pp);
+  std::vector<DenseSet<Operation *>> batched(pp);
+  auto joinsBatch = [&](Operation *op, int64_t c) {
+    namespace out = planrt::workspace::outside;
+    if (isa<rk::AllocOp, rk::DeallocOp, rk::ObserveOp>(op) ||
+        (op->getNumRegions() == 0 && !isa<rk::RuntimeCallOpInterface>(op)))
+      return false;
+    int64_t chunks = 0;
+    int kind = coster.batchKind(op, chunks);
+    Queue &q = queues[c];
+    bool joins = kind != 0 && q.kind == kind &&
+                 (kind == 1 ? q.count < out::kAdamWBatch
+                            : q.count < out::kSumsqBatch &&
+                                  q.chunks + chunks <= out::kSumsqBatchChunks);
+    q.kind = kind;
+    q.count = joins ? q.count + 1 : 1;
+    q.chunks = joins ? q.chunks + chunks : chunks;
+    if (joins)
+      batched[c].insert(op);
+    return joins;
+  };
   step.walk([&](Operation *op) {
     double times = 1;
     int64_t stage = stageOf(op);
@@ -778,7 +792,10 @@ FailureOr<StepReport> planc::computeStepReport(ModuleOp module,
     for (int64_t c2 = 0; c2 < pp; ++c2)
       if (owns(stage, c2)) {
         counters[c2].visit(op, times);
-        walks[c2].account(op, c, times);
+        OpCost mine = c;
+        if (joinsBatch(op, c2))
+          mine.time -= coster.tm.c.k.kernelLaunchS;
+        walks[c2].account(op, mine, times);
       }
   });
 
@@ -917,7 +934,9 @@ FailureOr<StepReport> planc::computeStepReport(ModuleOp module,
         w.clock += bodyTime(loop.getBody().front()) * double(loop.getCount());
         continue;
       }
-      const OpCost &oc = costs[&top];
+      OpCost oc = costs[&top];
+      if (batched[c].contains(&top))
+        oc.time -= coster.tm.c.k.kernelLaunchS;
       if (auto start = dyn_cast<rk::AllReduceStartOp>(&top)) {
         w.commClock = std::max(w.commClock, w.clock) + oc.time;
         w.slotDone[start.getSlot()] = w.commClock;

@@ -82,7 +82,7 @@ double TimeModel::tiledAttentionTime(double batch, double sq, double sk,
   if (batch <= 0 || sq <= 0 || sk <= 0 || d <= 0)
     return launches * c.k.kernelLaunchS;
   double forward = 4.0 * batch * sq * sk * d / 2.0;
-  double flops = backward ? 3.5 * forward : forward;
+  double flops = backward ? 4.5 * forward : forward;
   double rate = lowPrecision
                     ? c.gpu->peak16Tflops * 1e12 * c.k.tilesTensorFraction
                     : c.gpu->peak32Tflops * 1e12 * c.k.tilesSimtFraction;

@@ -136,10 +136,19 @@ bool readInBackward(Operation *bwd, Value grad, Value buffer) {
 /// layer. Keeping the output then holds it for one layer's backward at
 /// most, even where nothing else reads it there.
 bool sameLayer(Operation *fwd, Operation *bwd) {
-  for (Operation *op = fwd->getNextNode(); op != bwd; op = op->getNextNode())
-    if (isa<rk::AttentionOp, rk::AttentionGradOp, rk::AttentionLseOp,
-            rk::AttentionGradLseOp>(op))
+  for (Operation *op = fwd->getNextNode(); op != bwd; op = op->getNextNode()) {
+    WalkResult r = op->walk([](Operation *inner) {
+      return isa<rk::AttentionOp, rk::AttentionGradOp, rk::AttentionLseOp,
+                 rk::AttentionGradLseOp, rk::AttentionKeepOp,
+                 rk::AttentionGradKeptOp, rk::AttentionCpOp,
+                 rk::AttentionCpGradOp, rk::AttentionRingOp,
+                 rk::AttentionRingGradOp>(inner)
+                 ? WalkResult::interrupt()
+                 : WalkResult::advance();
+    });
+    if (r.wasInterrupted())
       return false;
+  }
   return true;
 }
 

@@ -60,9 +60,9 @@ struct TimeConstants {
   // cuDNN does not run: the fraction of the peak their executed FLOPs
   // reached in GPT-2 124M's step on an H200 (bench/RESULTS.md, 2026-11-27):
   // 16-bit operands on the tensor cores (WMMA) 35.4 ms, fp32 on the SIMT
-  // cores 86 ms, for 1.39 TFLOP each.
-  double tilesTensorFraction = 0.039;
-  double tilesSimtFraction = 0.24;
+  // cores 86 ms, for 1.70 TFLOP each.
+  double tilesTensorFraction = 0.048;
+  double tilesSimtFraction = 0.29;
 };
 
 /// The machines: a GPU kind, GPUs per node and per-GPU link bandwidths
@@ -105,8 +105,9 @@ struct TimeModel {
   double flashAttentionTime(double batch, double sq, double sk, double d,
                             bool backward) const;
   /// planrt's attention tiles over the same problem: the causal forward's
-  /// two products, or the backward's seven (grad_q: the scores, dP and dQ;
-  /// grad_kv: the scores, dP, dV and dK), on the tensor cores for 16-bit
+  /// two products, or the backward's nine (grad_q: the scores and dP in
+  /// each of its two passes, then dQ; grad_kv: the scores, dP, dV and dK),
+  /// on the tensor cores for 16-bit
   /// plans, else fp32 on the SIMT cores (TF32 plans too), plus a launch
   /// (two for the backward).
   double tiledAttentionTime(double batch, double sq, double sk, double d,
