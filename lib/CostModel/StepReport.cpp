@@ -337,11 +337,10 @@ struct OpCoster {
       double bh = b * double(heads), scores = bh * sq * sk * actBytes;
       c.kind = OpCost::Attention;
       c.flops = 4 * bh * sq * sk * d;
-      // cuDNN's fused attention: no score matrix; a backward without the
-      // kept output and log-sum-exp runs the forward again first. (The
-      // cuda target keeps no exponentials: plan-keep-attention.)
-      // Elsewhere on the cuda target one GPU's attention runs planrt's
-      // tiles, also without a score matrix.
+      // The cuda target keeps no score matrix (plan-keep-attention): one
+      // GPU's attention runs cuDNN's fused kernel where it may (a backward
+      // without the kept output and log-sum-exp runs the forward again
+      // first), else planrt's tiles.
       if (cuda && isa<rk::AttentionOp, rk::AttentionGradOp, rk::AttentionLseOp,
                       rk::AttentionGradLseOp>(op)) {
         bool grad = isa<rk::AttentionGradOp, rk::AttentionGradLseOp>(op);

@@ -107,9 +107,8 @@ struct TimeModel {
   /// planrt's attention tiles over the same problem: the causal forward's
   /// two products, or the backward's nine (grad_q: the scores and dP in
   /// each of its two passes, then dQ; grad_kv: the scores, dP, dV and dK),
-  /// on the tensor cores for 16-bit
-  /// plans, else fp32 on the SIMT cores (TF32 plans too), plus a launch
-  /// (two for the backward).
+  /// on the tensor cores for 16-bit plans, else fp32 on the SIMT cores
+  /// (TF32 plans too), plus a launch (two for the backward).
   double tiledAttentionTime(double batch, double sq, double sk, double d,
                             bool backward) const;
   /// A memory-bound kernel moving `bytes`.
