@@ -5,6 +5,7 @@
 #include "planrt/planrt.h"
 
 #include "context_fixture.h"
+#include "typed_vectors.h"
 
 #include <gtest/gtest.h>
 
@@ -520,18 +521,9 @@ TEST(HostRanges, AttentionRangesEqualTheIndexVersions) {
   }
 }
 
-template <class T> std::vector<T> narrow(const std::vector<float> &x) {
-  std::vector<T> out(x.size());
-  for (size_t i = 0; i < x.size(); ++i)
-    kernels::st(out[i], x[i]);
-  return out;
-}
-template <class T> std::vector<float> widen(const std::vector<T> &x) {
-  std::vector<float> out(x.size());
-  for (size_t i = 0; i < x.size(); ++i)
-    out[i] = kernels::ld(x[i]);
-  return out;
-}
+using test::narrow;
+using test::widen;
+
 /// The 16-bit values `ref` rounds to, widened back (to compare bits as
 /// floats).
 template <class T> std::vector<float> rounded(const std::vector<float> &ref) {

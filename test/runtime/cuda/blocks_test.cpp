@@ -8,6 +8,7 @@
 // and backward from the forward's statistics and without them, on shapes with a
 // partial last tile, grouped query heads and every head dim the kernels are
 // built for.
+#include "../typed_vectors.h"
 #include "cuda/attention_blocks.h"
 #include "cuda/attention_tc_blocks.h"
 #include "cuda/classifier_blocks.h"
@@ -29,6 +30,8 @@
 #include <vector>
 
 using namespace planrt;
+using test::narrow;
+using test::widen;
 
 namespace {
 
@@ -208,12 +211,6 @@ void check_tc_case(const Case &c, uint32_t seed,
     kernels::st(dout[i], nd(gen));
     dout32[i] = kernels::ld(dout[i]);
   }
-  auto widen = [](const std::vector<T> &v) {
-    std::vector<float> w(v.size());
-    for (size_t i = 0; i < v.size(); ++i)
-      w[i] = kernels::ld(v[i]);
-    return w;
-  };
   const int64_t gq = (a.S + attn::kRows - 1) / attn::kRows;
   // Measured: 2.3e-3 (bf16) and 3e-4 (fp16, 3 more bits).
   const double tol = std::is_same<T, kernels::f16_t>::value ? 1e-3 : 5e-3;
@@ -402,20 +399,6 @@ TEST(ColumnSums, BlocksEqualTheColumnFunctors) {
   }
 }
 
-/// T's values of v (bf16: rounded), and their floats back.
-template <class T> std::vector<T> as(const std::vector<float> &v) {
-  std::vector<T> out(v.size());
-  for (size_t i = 0; i < v.size(); ++i)
-    kernels::st(out[i], v[i]);
-  return out;
-}
-template <class T> std::vector<float> floats(const std::vector<T> &v) {
-  std::vector<float> out(v.size());
-  for (size_t i = 0; i < v.size(); ++i)
-    out[i] = kernels::ld(v[i]);
-  return out;
-}
-
 /// The norm and its input gradient on blocks, W elements a lane at a time,
 /// against the row functors in T: 37 rows (two blocks of 16 and a partial
 /// one) of C columns. Each kernel computes its rows' statistics, the
@@ -439,8 +422,9 @@ template <int W, class T> void check_norms(int64_t C, double tol) {
     betaf[(size_t)j] = nd(gen);
   }
   // Vectors of 16-byte aligned storage (the grouped path's 128-bit loads).
-  std::vector<T> x = as<T>(xf), dy = as<T>(dyf), plus = as<T>(plusf),
-                 gamma = as<T>(gammaf), beta = as<T>(betaf);
+  std::vector<T> x = narrow<T>(xf), dy = narrow<T>(dyf),
+                 plus = narrow<T>(plusf), gamma = narrow<T>(gammaf),
+                 beta = narrow<T>(betaf);
   ASSERT_EQ(norms::grouped(C, x.data(), dy.data(), plus.data(), gamma.data(),
                            beta.data()),
             W == norms::kGroup);
@@ -458,7 +442,7 @@ template <int W, class T> void check_norms(int64_t C, double tol) {
                [&](const attn::Lane &l, float *, int64_t bx, int64_t) {
                  norms::norm_block<W>(l, n, rows, bx * norms::kRowsPerBlock);
                });
-    EXPECT_LT(rel_err(floats(out), floats(out_ref)), tol)
+    EXPECT_LT(rel_err(widen(out), widen(out_ref)), tol)
         << (layer ? "layer, " : "rms, ") << what;
     for (bool add : {false, true}) {
       std::vector<float> mean(rows, NAN), rstd(rows, NAN), mean_ref(rows, NAN),
@@ -493,7 +477,7 @@ template <int W, class T> void check_norms(int64_t C, double tol) {
       if (layer) {
         EXPECT_LT(rel_err(mean, mean_ref), 1e-6) << what;
       }
-      EXPECT_LT(rel_err(floats(dx), floats(dx_ref)), 10 * tol)
+      EXPECT_LT(rel_err(widen(dx), widen(dx_ref)), 10 * tol)
           << (layer ? "layer, " : "rms, ") << what;
       if (add && sizeof(T) == 4) { // the row functor's dx + plus
         std::vector<T> dx0(x.size());
