@@ -4,7 +4,9 @@
 # Builds into DIR (at most 64 MiB) everything a bare GPU node needs to check
 # and time planc's cuda target, then DIR/run.sh OUT runs it there (see that
 # script). DIR holds:
-#   bin.tar.xz  the cuda programs (sm_80 and sm_90), no MPI among their needs
+#   bin.tar.xz  the cuda programs (sm_80 and sm_90), no MPI among their needs,
+#             and cp-tiles (context parallelism's attention tiles against
+#             the host functors)
 #   data/     token shards from plan-tokenize (enough for every run)
 #   ref/      the host target's runs of the same plans: logs and parameters
 #   plans/    the plans, and planc --report=json of the GPT-2 plans for the
@@ -16,7 +18,7 @@ DIR="${1:?usage: bench/gpu/prepare.sh DIR}"
 GPT2_STEPS="${GPT2_STEPS:-12}"
 TINY_STEPS=20
 
-PLANC_BUILD_TARGETS=(planc plan-tokenize planrt_host planrt_cuda)
+PLANC_BUILD_TARGETS=(planc plan-tokenize planrt_host planrt_cuda planrt_cuda_cp_tiles)
 source "$ROOT/scripts/setup.sh"
 if ! grep -q '^PLANC_ENABLE_CUDA:.*=ON' "$BUILD/CMakeCache.txt"; then
   echo "bench/gpu/prepare.sh: this build has no CUDA (nvcc not found when $BUILD was configured)" >&2
@@ -135,6 +137,10 @@ for p in "${SMALL[@]}" gpt2-fp32 gpt2-tf32 gpt2-bf16; do
   "$PLANC" "plans/$p.plan" --target=cuda -o "bin/$p"
   strip "bin/$p"
 done
+# Context parallelism's attention tiles against the host functors (a cp
+# plan needs two ranks, which one GPU cannot hold under NCCL).
+cp "$BUILD/bin/planrt_cuda_cp_tiles" bin/cp-tiles
+strip bin/cp-tiles
 for p in "${SMALL[@]}" tiny-gpt-odd-fp32; do
   "$PLANC" "plans/$p.plan" -o "ref/$p-host"
   mpirun --oversubscribe -np 1 "ref/$p-host" --save "ref/$p.safetensors" \

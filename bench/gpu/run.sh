@@ -85,6 +85,9 @@ step tiny-gpt-long-bf16 45 env PLANRT_ATTENTION=cudnn bin/tiny-gpt-long-bf16 \
   --log-json "$LOGS/tiny-gpt-long-bf16.json"
 step tiny-gpt-long-bf16-tiles 45 env PLANRT_ATTENTION=tiles bin/tiny-gpt-long-bf16 \
   --log-json "$LOGS/tiny-gpt-long-bf16-tiles.json"
+# Context parallelism's attention tiles against the host functors (the
+# cases of test/runtime/cuda/cp_attention_cases.h).
+step cp-tiles 30 bin/cp-tiles
 # 2. compute-sanitizer over tiny-gpt: memcheck (2 steps), racecheck (1).
 if command -v compute-sanitizer >/dev/null; then
   step memcheck 90 compute-sanitizer --tool memcheck --error-exitcode 9 \

@@ -14,7 +14,9 @@ Correctness rows, against the host target's run of the same plan:
   memory: the peak planc planned for the device (the report's) against the
         peak planrt measured on the GPU (--log-json), both without what the
         libraries hold outside the plan (shown beside GPT-2's peak);
-  memcheck, racecheck: compute-sanitizer finds no error in tiny-gpt.
+  memcheck, racecheck: compute-sanitizer finds no error in tiny-gpt;
+  cp tiles: context parallelism's attention tiles within 1e-5 of the host
+        functors on every case of test/runtime/cuda/cp_attention_cases.h.
 Speed rows: GPT-2 124M (B 16, T 1024), the median of the steps after the
 first two (tokens/s, step time, MFU against the card's dense peak for the
 plan's precision), next to PyTorch on the same GPU in the same run and the
@@ -175,6 +177,18 @@ for p in ("tiny-gpt-fp32", "tiny-gpt-long-fp32", "tiny-gpt-long-bf16",
           "tiny-mixtral-fp32",
           "resnet-small-fp32"):
     guarded(memory, p)
+def cp_tiles(name):
+    """Context parallelism's tiles on the GPU against the host functors."""
+    m = re.search(r"cp tiles: (\d+) cases, worst relative error (\S+)",
+                  open(os.path.join(LOGS, name + ".log"),
+                       errors="replace").read())
+    value = (f"{m.group(2)} over {m.group(1)} cases" if m else
+             f"exit {rc(name)}: {last_error(name)}")
+    row("cp attention tiles (all_gather, ring)", "GPU vs host functors",
+        value, "<= 1e-05", rc(name) == 0 and m is not None)
+
+
+guarded(cp_tiles, "cp-tiles")
 for tool, steps in (("memcheck", 2), ("racecheck", 1)):
     m = rc(tool)
     row(f"compute-sanitizer {tool}", f"tiny-gpt fp32, {steps} step(s)",

@@ -355,12 +355,27 @@ struct OpCoster {
           c.time += tm.flashAttentionTime(bh, sq, sk, d, false);
         return c;
       }
+      // Context parallelism's all_gather and ring attentions on cuda:
+      // planrt's fp32 tiles for a block of keys (attention_cp.cu), for every
+      // precision. Their gradient runs a forward first (the rows'
+      // statistics): all_gather's inside the op, ring's as a ring of its
+      // own (below).
+      const bool cpTiles = cuda && isa<rk::AttentionCpOp, rk::AttentionCpGradOp,
+                                       rk::AttentionRingOp,
+                                       rk::AttentionRingGradOp>(op);
       double forward = tm.gemmTime(sq, sk, d, bh, actBytes) + // Q K^T
                        tm.memoryTime(2 * scores) +            // softmax
                        tm.gemmTime(sq, d, sk, bh, actBytes);  // P V
+      if (cpTiles)
+        forward = tm.tiledAttentionTime(bh, sq, sk, d, false, /*simt=*/true);
       if (isa<rk::AttentionOp, rk::AttentionKeepOp, rk::AttentionLseOp,
               rk::AttentionCpOp, rk::AttentionRingOp>(op)) {
         c.time = forward;
+      } else if (cpTiles) {
+        c.flops *= 2;
+        c.time = tm.tiledAttentionTime(bh, sq, sk, d, true, /*simt=*/true);
+        if (ring) // the gradients' ring alone
+          c.time -= forward;
       } else {
         c.flops *= 2;
         c.time = tm.gemmTime(sk, d, sq, bh, actBytes) + // dV = P^T dO

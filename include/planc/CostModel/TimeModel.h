@@ -106,11 +106,13 @@ struct TimeModel {
                             bool backward) const;
   /// planrt's attention tiles over the same problem: the causal forward's
   /// two products, or the backward's nine (grad_q: the scores and dP in
-  /// each of its two passes, then dQ; grad_kv: the scores, dP, dV and dK),
-  /// on the tensor cores for 16-bit plans, else fp32 on the SIMT cores
-  /// (TF32 plans too), plus a launch (two for the backward).
+  /// each of its two passes, then dQ; grad_kv: the scores, dP, dV and dK;
+  /// context parallelism's tiles: a forward for the rows' statistics, then
+  /// seven), on the tensor cores for 16-bit plans unless `simt`, else fp32
+  /// on the SIMT cores (TF32 plans and every context-parallel tile), plus
+  /// a launch (two for the backward).
   double tiledAttentionTime(double batch, double sq, double sk, double d,
-                            bool backward) const;
+                            bool backward, bool simt = false) const;
   /// A memory-bound kernel moving `bytes`.
   double memoryTime(double bytes) const;
   /// A collective of `kind` (all_reduce, all_gather, reduce_scatter,

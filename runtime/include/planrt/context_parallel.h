@@ -28,9 +28,11 @@
 //   values' gradients travelling with their block and returning to its
 //   owner after a last shift.
 //
-// The all_gather and ring kernels are plain loops over a row's keys (or a key's
-// queries), in fp32 with 16-bit tensors read and written as they are: the
-// reference, not tiled yet. Every functor runs on both backends.
+// The all_gather and ring functors are plain loops over a row's keys (or a
+// key's queries), in fp32 with 16-bit tensors read and written as they are:
+// the reference. The cuda backend runs them as tiles
+// (runtime/lib/cuda/attention_cp_blocks.h) for the head dims those are
+// built for. Every functor runs on both backends.
 //===----------------------------------------------------------------------===//
 #ifndef PLANRT_CONTEXT_PARALLEL_H
 #define PLANRT_CONTEXT_PARALLEL_H

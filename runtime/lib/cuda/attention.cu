@@ -140,15 +140,10 @@ inline bool cudnn_aligned(std::initializer_list<const void *> ps) {
   return true;
 }
 
-/// Raises `kernel`'s dynamic shared memory limit to `bytes` (once).
-template <class K> void allow_smem(K kernel, size_t bytes, bool &done) {
-  if (done)
-    return;
-  cuda_check::call(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           (int)bytes),
-      "cudaFuncSetAttribute (attention's shared memory)");
-  done = true;
+/// Raises `kernel`'s shared memory limit (once per kernel).
+template <class K> void allow_smem(K kernel, size_t bytes, size_t &allowed) {
+  cuda_check::allow_smem(kernel, bytes, allowed,
+                         "cudaFuncSetAttribute (attention's shared memory)");
 }
 
 /// Blocks: x the row groups (B H or B KV, up to 2^31 - 1), y the tiles of
@@ -226,18 +221,18 @@ bool forward(cudaStream_t s, const kernels::AttnShape &a, const T *qkv, T *out,
   }
   return with_head_dim<T>(a, [&](auto dim) {
     constexpr int D = decltype(dim)::value;
-    static bool ready = false;
+    static size_t allowed = 0; // this (D, T)'s kernel
     if constexpr (kTensorCores<T>) {
       check_aligned(qkv, "qkv");
       size_t bytes = attn_tc::forward_bytes<D>();
-      allow_smem(forward_tc_kernel<D, T>, bytes, ready);
+      allow_smem(forward_tc_kernel<D, T>, bytes, allowed);
       forward_tc_kernel<D, T>
           <<<grid(a.S, a.B * a.H), attn::kThreads, bytes, s>>>(a, qkv, out,
                                                                stats, drop);
       cuda_check::launch("attention's forward (tensor cores)");
     } else {
       size_t bytes = attn::forward_floats<D>() * sizeof(float);
-      allow_smem(forward_kernel<D, T>, bytes, ready);
+      allow_smem(forward_kernel<D, T>, bytes, allowed);
       forward_kernel<D, T><<<grid(a.S, a.B * a.H), attn::kThreads, bytes, s>>>(
           a, qkv, out, stats, drop);
       cuda_check::launch("attention's forward");
@@ -266,19 +261,19 @@ bool grad_q(cudaStream_t s, const kernels::AttnShape &a, const T *qkv,
   }
   return with_head_dim<T>(a, [&](auto dim) {
     constexpr int D = decltype(dim)::value;
-    static bool ready = false;
+    static size_t allowed = 0; // this (D, T)'s kernel
     if constexpr (kTensorCores<T>) {
       check_aligned(qkv, "qkv");
       check_aligned(dout, "the output's gradient");
       size_t bytes = attn_tc::grad_q_bytes<D>();
-      allow_smem(grad_q_tc_kernel<D, T>, bytes, ready);
+      allow_smem(grad_q_tc_kernel<D, T>, bytes, allowed);
       grad_q_tc_kernel<D, T>
           <<<grid(a.S, a.B * a.H), attn::kThreads, bytes, s>>>(
               a, qkv, dout, dqkv, stats, rowstats, delta, drop);
       cuda_check::launch("attention's dq (tensor cores)");
     } else {
       size_t bytes = attn::grad_q_floats<D>() * sizeof(float);
-      allow_smem(grad_q_kernel<D, T>, bytes, ready);
+      allow_smem(grad_q_kernel<D, T>, bytes, allowed);
       grad_q_kernel<D, T><<<grid(a.S, a.B * a.H), attn::kThreads, bytes, s>>>(
           a, qkv, dout, dqkv, stats, rowstats, delta, drop);
       cuda_check::launch("attention's dq");
@@ -297,19 +292,19 @@ bool grad_kv(cudaStream_t s, const kernels::AttnShape &a, const T *qkv,
   }
   return with_head_dim<T>(a, [&](auto dim) {
     constexpr int D = decltype(dim)::value;
-    static bool ready = false;
+    static size_t allowed = 0; // this (D, T)'s kernel
     if constexpr (kTensorCores<T>) {
       check_aligned(qkv, "qkv");
       check_aligned(dout, "the output's gradient");
       size_t bytes = attn_tc::grad_kv_bytes<D>();
-      allow_smem(grad_kv_tc_kernel<D, T>, bytes, ready);
+      allow_smem(grad_kv_tc_kernel<D, T>, bytes, allowed);
       grad_kv_tc_kernel<D, T>
           <<<grid(a.S, a.B * a.KV), attn::kThreads, bytes, s>>>(
               a, qkv, dout, dqkv, rowstats, delta, drop);
       cuda_check::launch("attention's dk and dv (tensor cores)");
     } else {
       size_t bytes = attn::grad_kv_floats<D>() * sizeof(float);
-      allow_smem(grad_kv_kernel<D, T>, bytes, ready);
+      allow_smem(grad_kv_kernel<D, T>, bytes, allowed);
       grad_kv_kernel<D, T><<<grid(a.S, a.B * a.KV), attn::kThreads, bytes, s>>>(
           a, qkv, dout, dqkv, rowstats, delta, drop);
       cuda_check::launch("attention's dk and dv");

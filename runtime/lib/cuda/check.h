@@ -42,6 +42,19 @@ inline size_t smem_optin() {
   return (size_t)limit;
 }
 
+/// Raises `kernel`'s dynamic shared memory limit to `bytes` where
+/// `allowed` (the kernel's own, starting at 0) is below it: a kernel asking
+/// for more than 48 KB opts in first.
+template <class K>
+void allow_smem(K kernel, size_t bytes, size_t &allowed, const char *what) {
+  if (bytes <= allowed)
+    return;
+  call(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                            (int)bytes),
+       what);
+  allowed = bytes;
+}
+
 } // namespace cuda_check
 } // namespace planrt
 

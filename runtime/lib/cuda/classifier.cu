@@ -87,14 +87,9 @@ void in_place(cudaStream_t s, int64_t rows,
       2 * (row_bytes + sizeof(float) * classifier::kThreads) <=
           cuda_check::smem_optin()) {
     static size_t allowed = 0; // per T: the kernel's opted-in bytes
-    if (row_bytes > allowed) {
-      cuda_check::call(
-          cudaFuncSetAttribute(in_place_staged_kernel<T>,
-                               cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               (int)row_bytes),
-          "cudaFuncSetAttribute (the classifier's staged rows)");
-      allowed = row_bytes;
-    }
+    cuda_check::allow_smem(
+        in_place_staged_kernel<T>, row_bytes, allowed,
+        "cudaFuncSetAttribute (the classifier's staged rows)");
     in_place_staged_kernel<T>
         <<<(unsigned)rows, classifier::kThreads, row_bytes, s>>>(f);
     cuda_check::launch("cross-entropy's loss and gradient in place (staged)");

@@ -38,6 +38,7 @@
 #include "../context.h"
 #include "../watchdog.h"
 #include "attention.h"
+#include "attention_cp.h"
 #include "attention_cudnn.h"
 #include "classifier.h"
 #include "column_sums.h"
@@ -597,6 +598,27 @@ template <class T>
 void launch(Context *ctx, int64_t n, const kernels::AttentionGradKVFn<T> &f) {
   if (!cuda_attention::grad_kv(state(ctx)->stream, f.a, f.qkv, f.dout, f.dqkv,
                                f.rowstats, f.delta, f.drop))
+    launch_rows(ctx, n, f);
+}
+
+/// Context parallelism's attention over a block of keys (all_gather's and
+/// ring's; lib/cuda/attention_cp.cu): tiles for the head dims they are
+/// built for, the block functors one thread per row otherwise.
+template <class T>
+void launch(Context *ctx, int64_t n, const kernels::AttentionBlockFn<T> &f) {
+  if (!cuda_attention_cp::forward(state(ctx)->stream, f))
+    launch_rows(ctx, n, f);
+}
+template <class T>
+void launch(Context *ctx, int64_t n,
+            const kernels::AttentionBlockGradQFn<T> &f) {
+  if (!cuda_attention_cp::grad_q(state(ctx)->stream, f))
+    launch_rows(ctx, n, f);
+}
+template <class T>
+void launch(Context *ctx, int64_t n,
+            const kernels::AttentionBlockGradKVFn<T> &f) {
+  if (!cuda_attention_cp::grad_kv(state(ctx)->stream, f))
     launch_rows(ctx, n, f);
 }
 

@@ -9,7 +9,9 @@
 // partial last tile, grouped query heads and every head dim the kernels are
 // built for.
 #include "../typed_vectors.h"
+#include "cp_attention_cases.h"
 #include "cuda/attention_blocks.h"
+#include "cuda/attention_cp_blocks.h"
 #include "cuda/attention_tc_blocks.h"
 #include "cuda/classifier_blocks.h"
 #include "cuda/column_sums_blocks.h"
@@ -280,6 +282,85 @@ TEST(AttentionBlocks, TensorCoreTilesEqualTheRowFunctors) {
   // Attention dropout: the functors' mask, drawn by the tensor-core tiles.
   check_tc_case<16, bf16_t>({2, 70, 4, 2}, 16, dropout_case());
   check_tc_case<64, f16_t>({1, 130, 2, 1}, 17, dropout_case());
+}
+
+/// Context parallelism's tiles (attention_cp_blocks.h) run as host blocks,
+/// for cp_attention_cases.h (the device suite runs the same cases on a GPU).
+struct HostCpTiles {
+  template <class F> static void with_dim(int64_t D, const F &f) {
+    switch (D) {
+    case 16:
+      return f(std::integral_constant<int, 16>());
+    case 32:
+      return f(std::integral_constant<int, 32>());
+    case 64:
+      return f(std::integral_constant<int, 64>());
+    case 128:
+      return f(std::integral_constant<int, 128>());
+    }
+    FAIL() << "no tiles for head dim " << D;
+  }
+  static int64_t tiles(int64_t rows) {
+    return (rows + attn::kRows - 1) / attn::kRows;
+  }
+  template <class T>
+  void forward(const kernels::AttnCp &c, const kernels::KvBlock &kb,
+               const std::vector<T> &qkv, const std::vector<T> &blk,
+               std::vector<float> &acc, std::vector<float> &ml) const {
+    with_dim(c.a.D, [&](auto dim) {
+      constexpr int D = decltype(dim)::value;
+      run_blocks(tiles(c.a.S), c.a.B * c.a.H, attn_cp::forward_floats<D>(),
+                 [&](const attn::Lane &l, float *smem, int64_t bx, int64_t by) {
+                   attn_cp::forward_block<D>(l, smem, c, kb, qkv.data(),
+                                             blk.data(), acc.data(), ml.data(),
+                                             by, bx * attn::kRows);
+                 });
+    });
+  }
+  template <class T>
+  void grad_q(const kernels::AttnCp &c, const kernels::KvBlock &kb,
+              const std::vector<T> &qkv, const std::vector<T> &blk,
+              const std::vector<T> &dout, const std::vector<float> &ml,
+              const std::vector<float> &delta, std::vector<float> &dq) const {
+    with_dim(c.a.D, [&](auto dim) {
+      constexpr int D = decltype(dim)::value;
+      run_blocks(tiles(c.a.S), c.a.B * c.a.H, attn_cp::grad_q_floats<D>(),
+                 [&](const attn::Lane &l, float *smem, int64_t bx, int64_t by) {
+                   attn_cp::grad_q_block<D>(l, smem, c, kb, qkv.data(),
+                                            blk.data(), dout.data(), ml.data(),
+                                            delta.data(), dq.data(), by,
+                                            bx * attn::kRows);
+                 });
+    });
+  }
+  template <class T>
+  void grad_kv(const kernels::AttnCp &c, const kernels::KvBlock &kb,
+               const std::vector<T> &qkv, const std::vector<T> &blk,
+               const std::vector<T> &dout, const std::vector<float> &ml,
+               const std::vector<float> &delta, std::vector<float> &dkv) const {
+    with_dim(c.a.D, [&](auto dim) {
+      constexpr int D = decltype(dim)::value;
+      run_blocks(tiles(kb.rows), c.a.B * c.a.KV, attn_cp::grad_kv_floats<D>(),
+                 [&](const attn::Lane &l, float *smem, int64_t bx, int64_t by) {
+                   attn_cp::grad_kv_block<D>(l, smem, c, kb, qkv.data(),
+                                             blk.data(), dout.data(), ml.data(),
+                                             delta.data(), dkv.data(), by,
+                                             bx * attn::kRows);
+                 });
+    });
+  }
+};
+
+TEST(AttentionBlocks, ContextParallelTilesEqualTheBlockFunctors) {
+  auto report = [](const std::string &what, double err) {
+    EXPECT_LT(err, 1e-5) << what;
+  };
+  for (const test::CpCase &cs : test::cp_cases()) {
+    if (cs.bf16)
+      test::run_cp_case<kernels::bf16_t>(cs, HostCpTiles(), report);
+    else
+      test::run_cp_case<float>(cs, HostCpTiles(), report);
+  }
 }
 
 TEST(ColumnSums, BlocksEqualTheColumnFunctors) {

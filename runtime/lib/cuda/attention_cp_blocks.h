@@ -1,0 +1,297 @@
+//===- attention_cp_blocks.h - Context parallelism's attention in tiles ---===//
+//
+// Context parallelism by all_gather or ring (context_parallel.h) attends
+// with this rank's queries to a block of keys and values at other
+// positions: all_gather's one block of every position, ring's one rank's
+// block per step. The reference functors (AttentionBlockFn and its two
+// gradients) do that one thread per query (or key) row; these are their
+// tiles, the scheme of attention_blocks.h (read its essay first) with the
+// same block products, softmax and tile sizes, and three differences:
+//
+// - Positions. A query row's position is c.part.position(t) and a key's
+//   kb.position(u); the causal mask compares those. Both grow with the row
+//   (a rank's two chunks are in order, the later one past the earlier), so
+//   a query tile still stops at the first key tile past its last query, and
+//   a key tile skips the query tiles before its first key.
+// - Running statistics. The forward carries each row's (max, normalizer)
+//   and unnormalized weighted sum from block to block in ml and acc (f32,
+//   the functors' layout): a tile starts from them and writes them back;
+//   the division is AttentionFinishFn's, after the last block. A row that
+//   sees no key of the block keeps its state untouched.
+// - Accumulated gradients. dq (f32 [B H L, D]) and the block's dkv (f32,
+//   [B, rows, 2 KV D]) are sums over the blocks of the ring (or, for dkv,
+//   over the ranks by the reduce-scatter): the tiles add to them. Every row
+//   has one owner block, so there are no atomics and the bits do not vary.
+//
+// The products are fp32 on the SIMT cores for every storage type (16-bit
+// qkv is widened on load): the reference loops' arithmetic, tiled. The
+// same code runs on the host under OpenMP (block.h; test/runtime/cuda/
+// blocks_test compares it with the functors there).
+//===----------------------------------------------------------------------===//
+#ifndef PLANRT_LIB_CUDA_ATTENTION_CP_BLOCKS_H
+#define PLANRT_LIB_CUDA_ATTENTION_CP_BLOCKS_H
+
+#include "attention_blocks.h"
+#include "planrt/context_parallel.h"
+
+namespace planrt {
+namespace attn_cp {
+
+using attn::kCJ;
+using attn::kCols;
+using attn::kRI;
+using attn::kRows;
+using attn::kStride;
+using attn::kThreads;
+using attn::kTX;
+using attn::kTY;
+using attn::Lane;
+using kernels::AttnCp;
+using kernels::KvBlock;
+
+/// Shared memory of each kernel: as attention_blocks.h's.
+template <int D> constexpr int forward_floats() {
+  return attn::forward_floats<D>();
+}
+template <int D> constexpr int grad_q_floats() {
+  return attn::grad_q_floats<D>();
+}
+template <int D> constexpr int grad_kv_floats() {
+  return attn::grad_kv_floats<D>();
+}
+
+/// The key tile [k0, k0 + 64) of the block's kv head (b, g) into Ks and Vs
+/// (after the previous tile's last use), and s = the scaled scores of the
+/// queries in Qs (local rows q0 + ty + 16 i) against it, -inf where the
+/// causal mask (by position) or an end hides a pair.
+template <int D, class T>
+PLANRT_BLOCK_FN void key_tile(const Lane &l, const AttnCp &c, const KvBlock &kb,
+                              const T *blk, int64_t b, int64_t g, int64_t q0,
+                              int64_t k0, const float *Qs, float *Ks, float *Vs,
+                              float (&s)[kRI][kCJ]) {
+  const int64_t L = c.a.S, nk = kb.rows - k0 < kCols ? kb.rows - k0 : kCols;
+  PLANRT_BLOCK_BARRIER();
+  attn::load_tile<D>(l, Ks, kb.k(c, blk, b, 0, g), c.kvWidth(), k0, nk);
+  attn::load_tile<D>(l, Vs, kb.v(c, blk, b, 0, g), c.kvWidth(), k0, nk);
+  PLANRT_BLOCK_BARRIER();
+  attn::dots<D>(l, Qs, Ks, s);
+  for (int i = 0; i < kRI; ++i) {
+    const int64_t t = q0 + l.ty + kTY * i;
+    const int64_t p = t < L ? c.part.position(t, L) : -1;
+    for (int j = 0; j < kCJ; ++j) {
+      const int64_t u = k0 + l.tx + kTX * j;
+      const bool seen = t < L && u < kb.rows && kb.position(u) <= p;
+      s[i][j] = seen ? c.a.scale * s[i][j] : -INFINITY;
+    }
+  }
+}
+
+/// Whether the key tile at k0 has a key some query up to position `last`
+/// sees (keys are in position order).
+PLANRT_BLOCK_FN bool tile_seen(const KvBlock &kb, int64_t k0, int64_t last) {
+  return k0 < kb.rows && kb.position(k0) <= last;
+}
+
+/// The dropout mask of query t and key u (local rows), by global position.
+PLANRT_BLOCK_FN float keep_mask(const AttnCp &c, const KvBlock &kb, int64_t b,
+                                int64_t h, int64_t t, int64_t u) {
+  return c.drop.z(b, h, c.S, c.part.position(t, c.a.S), kb.position(u));
+}
+
+/// Forward over one block for query rows [q0, q0 + 64) of row group bh = b
+/// H + h: their running statistics (ml) and weighted sums (acc) merged with
+/// the block's visible keys (AttentionBlockFn's contract).
+template <int D, class T>
+PLANRT_BLOCK_FN void forward_block(const Lane &l, float *smem, const AttnCp &c,
+                                   const KvBlock &kb, const T *qkv,
+                                   const T *blk, float *acc, float *ml,
+                                   int64_t bh, int64_t q0) {
+  const kernels::AttnShape &a = c.a;
+  const int64_t L = a.S, b = bh / a.H, h = bh % a.H, g = h / (a.H / a.KV);
+  float *Qs = smem, *Ks = Qs + kRows * kStride<D>,
+        *Vs = Ks + kRows * kStride<D>, *Ps = Vs + kRows * kStride<D>;
+  const int64_t nq = L - q0 < kRows ? L - q0 : kRows;
+  attn::load_tile<D>(l, Qs, a.q(qkv, b, 0, h), a.width(), q0, nq);
+  float m[kRI], lsum[kRI], o[kRI][D / kTX];
+  for (int i = 0; i < kRI; ++i) {
+    const int64_t t = q0 + l.ty + kTY * i, row = bh * L + t;
+    // A normalizer of 0: no key seen yet (the max is not set).
+    lsum[i] = t < L ? ml[2 * row + 1] : 0.0f;
+    m[i] = lsum[i] > 0.0f ? ml[2 * row] : -INFINITY;
+    for (int k = 0; k < D / kTX; ++k)
+      o[i][k] = t < L ? acc[row * D + l.tx + kTX * k] : 0.0f;
+  }
+  const int64_t last = c.part.position(q0 + nq - 1, L);
+  for (int64_t k0 = 0; tile_seen(kb, k0, last); k0 += kCols) {
+    float s[kRI][kCJ];
+    key_tile<D>(l, c, kb, blk, b, g, q0, k0, Qs, Ks, Vs, s);
+    for (int i = 0; i < kRI; ++i) {
+      const float alpha = attn::online_softmax(l, s[i], m[i], lsum[i]);
+      for (int k = 0; k < D / kTX; ++k)
+        o[i][k] *= alpha;
+      if (c.drop.on) // the values' weights only, not the normalizer
+        for (int j = 0; j < kCJ; ++j)
+          if (s[i][j] != 0.0f)
+            s[i][j] *= keep_mask(c, kb, b, h, q0 + l.ty + kTY * i,
+                                 k0 + l.tx + kTX * j);
+    }
+    attn::store_p(l, Ps, s);
+    PLANRT_BLOCK_BARRIER();
+    attn::weighted<D>(l, Ps, Vs, o);
+  }
+  for (int i = 0; i < kRI; ++i) {
+    const int64_t t = q0 + l.ty + kTY * i, row = bh * L + t;
+    if (t >= L || m[i] == -INFINITY) // past the end, or saw no key yet
+      continue;
+    for (int k = 0; k < D / kTX; ++k)
+      acc[row * D + l.tx + kTX * k] = o[i][k];
+    if (l.tx == 0) {
+      ml[2 * row] = m[i];
+      ml[2 * row + 1] = lsum[i];
+    }
+  }
+}
+
+/// The backward's query side over one block for rows [q0, q0 + 64) of row
+/// group bh: dq += scale sum p (dp - delta) k over the block's visible keys,
+/// from the rows' final statistics (AttentionBlockGradQFn's contract).
+template <int D, class T>
+PLANRT_BLOCK_FN void
+grad_q_block(const Lane &l, float *smem, const AttnCp &c, const KvBlock &kb,
+             const T *qkv, const T *blk, const T *dout, const float *ml,
+             const float *delta, float *dq, int64_t bh, int64_t q0) {
+  const kernels::AttnShape &a = c.a;
+  const int64_t L = a.S, b = bh / a.H, h = bh % a.H, g = h / (a.H / a.KV);
+  float *Qs = smem, *Os = Qs + kRows * kStride<D>,
+        *Ks = Os + kRows * kStride<D>, *Vs = Ks + kRows * kStride<D>,
+        *Ps = Vs + kRows * kStride<D>;
+  const int64_t nq = L - q0 < kRows ? L - q0 : kRows;
+  attn::load_tile<D>(l, Qs, a.q(qkv, b, 0, h), a.width(), q0, nq);
+  attn::load_tile<D>(l, Os, dout + a.o(b, 0, h), a.H * D, q0, nq);
+  float m[kRI], lsum[kRI], dl[kRI], acc[kRI][D / kTX];
+  for (int i = 0; i < kRI; ++i) {
+    const int64_t t = q0 + l.ty + kTY * i, row = bh * L + t;
+    m[i] = t < L ? ml[2 * row] : 0.0f;
+    lsum[i] = t < L ? ml[2 * row + 1] : 1.0f;
+    dl[i] = t < L ? delta[row] : 0.0f;
+    for (int k = 0; k < D / kTX; ++k)
+      acc[i][k] = 0.0f;
+  }
+  const int64_t last = c.part.position(q0 + nq - 1, L);
+  for (int64_t k0 = 0; tile_seen(kb, k0, last); k0 += kCols) {
+    float s[kRI][kCJ], dp[kRI][kCJ];
+    key_tile<D>(l, c, kb, blk, b, g, q0, k0, Qs, Ks, Vs, s);
+    attn::dots<D>(l, Os, Vs, dp);
+    for (int i = 0; i < kRI; ++i)
+      for (int j = 0; j < kCJ; ++j) {
+        if (s[i][j] == -INFINITY) {
+          s[i][j] = 0.0f;
+          continue;
+        }
+        const float p = kernels::exp_f32(s[i][j] - m[i]) / lsum[i];
+        const float z = c.drop.on ? keep_mask(c, kb, b, h, q0 + l.ty + kTY * i,
+                                              k0 + l.tx + kTX * j)
+                                  : 1.0f;
+        s[i][j] = p * (z * dp[i][j] - dl[i]) * a.scale;
+      }
+    attn::store_p(l, Ps, s);
+    PLANRT_BLOCK_BARRIER();
+    attn::weighted<D>(l, Ps, Ks, acc);
+  }
+  for (int i = 0; i < kRI; ++i) {
+    const int64_t t = q0 + l.ty + kTY * i;
+    if (t >= L)
+      continue;
+    float *row = dq + (bh * L + t) * D;
+    for (int k = 0; k < D / kTX; ++k)
+      row[l.tx + kTX * k] += acc[i][k];
+  }
+}
+
+/// The backward's key side over one block for its keys [u0, u0 + 64) of kv
+/// group bg = b KV + g: the block's dk and dv (in dkv) += this rank's
+/// queries' share, over the group's query heads and the queries at or past
+/// each key's position (AttentionBlockGradKVFn's contract).
+template <int D, class T>
+PLANRT_BLOCK_FN void
+grad_kv_block(const Lane &l, float *smem, const AttnCp &c, const KvBlock &kb,
+              const T *qkv, const T *blk, const T *dout, const float *ml,
+              const float *delta, float *dkv, int64_t bg, int64_t u0) {
+  const kernels::AttnShape &a = c.a;
+  const int64_t L = a.S, b = bg / a.KV, g = bg % a.KV, rep = a.H / a.KV;
+  float *Ks = smem, *Vs = Ks + kRows * kStride<D>,
+        *Qs = Vs + kRows * kStride<D>, *Os = Qs + kRows * kStride<D>,
+        *Ps = Os + kRows * kStride<D>, *Ms = Ps + kRows * attn::kPStride,
+        *Ls = Ms + kCols, *Dl = Ls + kCols;
+  const int64_t nk = kb.rows - u0 < kRows ? kb.rows - u0 : kRows;
+  attn::load_tile<D>(l, Ks, kb.k(c, blk, b, 0, g), c.kvWidth(), u0, nk);
+  attn::load_tile<D>(l, Vs, kb.v(c, blk, b, 0, g), c.kvWidth(), u0, nk);
+  float dk[kRI][D / kTX], dv[kRI][D / kTX];
+  for (int i = 0; i < kRI; ++i)
+    for (int k = 0; k < D / kTX; ++k) {
+      dk[i][k] = 0.0f;
+      dv[i][k] = 0.0f;
+    }
+  const int64_t first = kb.position(u0); // the tile's earliest key
+  for (int64_t h = g * rep; h < (g + 1) * rep; ++h) {
+    const int64_t bh = b * a.H + h;
+    for (int64_t q0 = 0; q0 < L; q0 += kCols) {
+      const int64_t nq = L - q0 < kCols ? L - q0 : kCols;
+      if (c.part.position(q0 + nq - 1, L) < first)
+        continue; // every query here is before every key
+      PLANRT_BLOCK_BARRIER();
+      attn::load_tile<D>(l, Qs, a.q(qkv, b, 0, h), a.width(), q0, nq);
+      attn::load_tile<D>(l, Os, dout + a.o(b, 0, h), a.H * D, q0, nq);
+      for (int j = l.tid; j < kCols; j += kThreads) {
+        const int64_t row = bh * L + q0 + j;
+        Ms[j] = j < nq ? ml[2 * row] : 0.0f;
+        Ls[j] = j < nq ? ml[2 * row + 1] : 1.0f;
+        Dl[j] = j < nq ? delta[row] : 0.0f;
+      }
+      PLANRT_BLOCK_BARRIER();
+      float s[kRI][kCJ], dp[kRI][kCJ];
+      attn::dots<D>(l, Ks, Qs, s); // [key][query]
+      attn::dots<D>(l, Vs, Os, dp);
+      for (int i = 0; i < kRI; ++i) {
+        const int64_t u = u0 + l.ty + kTY * i;
+        const int64_t pu = u < kb.rows ? kb.position(u) : -1;
+        for (int j = 0; j < kCJ; ++j) {
+          const int jj = l.tx + kTX * j;
+          const int64_t t = q0 + jj;
+          const int64_t pt = t < L ? c.part.position(t, L) : -1;
+          const bool seen = u < kb.rows && t < L && pu <= pt;
+          const float p =
+              seen ? kernels::exp_f32(a.scale * s[i][j] - Ms[jj]) / Ls[jj]
+                   : 0.0f;
+          // Dropout: ds from the masked dp, dv from the dropped p.
+          const float z =
+              c.drop.on && seen ? c.drop.z(b, h, c.S, pt, pu) : 1.0f;
+          s[i][j] = p * z;
+          dp[i][j] = p * (z * dp[i][j] - Dl[jj]) * a.scale;
+        }
+      }
+      attn::store_p(l, Ps, s);
+      PLANRT_BLOCK_BARRIER();
+      attn::weighted<D>(l, Ps, Os, dv);
+      PLANRT_BLOCK_BARRIER();
+      attn::store_p(l, Ps, dp);
+      PLANRT_BLOCK_BARRIER();
+      attn::weighted<D>(l, Ps, Qs, dk);
+    }
+  }
+  for (int i = 0; i < kRI; ++i) {
+    const int64_t u = u0 + l.ty + kTY * i;
+    if (u >= kb.rows)
+      continue;
+    float *row = dkv + (b * kb.rows + u) * c.kvWidth();
+    for (int k = 0; k < D / kTX; ++k) {
+      row[g * D + l.tx + kTX * k] += dk[i][k];
+      row[(a.KV + g) * D + l.tx + kTX * k] += dv[i][k];
+    }
+  }
+}
+
+} // namespace attn_cp
+} // namespace planrt
+
+#endif // PLANRT_LIB_CUDA_ATTENTION_CP_BLOCKS_H

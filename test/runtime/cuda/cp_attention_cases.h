@@ -1,0 +1,147 @@
+//===- cp_attention_cases.h - Context parallelism's tiles vs functors -----===//
+//
+// The cases that compare the cuda backend's context-parallel attention tiles
+// (runtime/lib/cuda/attention_cp_blocks.h) with the block functors of
+// context_parallel.h, for two runners of the tiles: blocks_test runs them
+// on the host (block.h's OpenMP emulation), cp_tiles_gpu.cu on a GPU (the
+// device suite), so the same cases check the indexing there and the device
+// code here.
+//
+// A case is rank g of G: all_gather's one block of every position, or
+// ring's G blocks of one rank each in the ring's order, the running
+// statistics carried from block to block. Each gradient starts from random
+// values (the tiles add to them) and reads the functors' statistics, so
+// each part is checked alone.
+//===----------------------------------------------------------------------===//
+#ifndef PLANRT_TEST_CUDA_CP_ATTENTION_CASES_H
+#define PLANRT_TEST_CUDA_CP_ATTENTION_CASES_H
+
+#include "../typed_vectors.h"
+#include "planrt/context_parallel.h"
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace planrt {
+namespace test {
+
+struct CpCase {
+  int64_t B, L, H, KV, D; // L: this rank's rows (even)
+  int64_t G, g;
+  bool ring, dropout, bf16;
+  uint32_t seed;
+};
+
+/// L 70 rows a rank: chunks of 35 positions, so a query tile spans both of
+/// a rank's chunks and ends partial; grouped query heads; every head dim
+/// with tiles; 16-bit storage (widened on load, as the functors read it);
+/// dropout by global position.
+inline std::vector<CpCase> cp_cases() {
+  return {
+      {2, 70, 4, 2, 16, 2, 0, false, false, false, 21},
+      {2, 70, 4, 2, 16, 2, 1, true, false, false, 22},
+      {1, 130, 2, 1, 64, 3, 1, true, false, false, 23},
+      {1, 64, 2, 2, 32, 4, 3, false, false, false, 24},
+      {1, 20, 2, 1, 128, 2, 0, true, false, false, 25},
+      {1, 70, 4, 2, 16, 2, 1, true, false, true, 26},
+      {2, 70, 4, 2, 16, 2, 1, true, true, false, 27},
+      {1, 130, 2, 1, 64, 2, 0, false, true, false, 28},
+  };
+}
+
+inline double cp_rel_err(const std::vector<float> &a,
+                         const std::vector<float> &b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    double d = (double)a[i] - b[i];
+    num += d * d;
+    den += (double)b[i] * b[i];
+  }
+  return std::sqrt(num / (den > 0 ? den : 1));
+}
+
+/// Runs case `cs` with storage T through `tiles` (forward, grad_q, grad_kv
+/// over host vectors, with the functors' arguments) and the functors;
+/// calls report(what, relative error) for every compared tensor.
+template <class T, class Tiles, class Report>
+void run_cp_case(const CpCase &cs, const Tiles &tiles, const Report &report) {
+  kernels::AttnCp c;
+  c.a = {cs.B, cs.L, cs.H, cs.KV, cs.D, 1.0f / std::sqrt((float)cs.D)};
+  c.part = {cs.g, cs.G};
+  c.S = cs.L * cs.G;
+  // p = 0.2 at batch row 3 and head 1 of a global [8, 6, S, S].
+  if (cs.dropout)
+    c.drop = kernels::AttnDropout::make(0.2f, kernels::mix64(77), 3, 8, 1, 6);
+  const kernels::AttnShape &a = c.a;
+  const int64_t rows = a.B * a.H * a.S, D = a.D;
+  std::mt19937 gen(cs.seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  auto random = [&](int64_t n) {
+    std::vector<float> v((size_t)n);
+    for (float &x : v)
+      x = nd(gen);
+    return v;
+  };
+  // Ring step s holds rank (g - s) mod G's keys.
+  std::vector<kernels::KvBlock> kbs;
+  if (cs.ring)
+    for (int64_t s = 0; s < cs.G; ++s)
+      kbs.push_back({a.S, {(cs.g - s + cs.G) % cs.G, cs.G}});
+  else
+    kbs.push_back({c.S, {0, 1}});
+  const std::vector<T> qkv = narrow<T>(random(a.B * a.S * a.width()));
+  const std::vector<T> dout = narrow<T>(random(rows * D));
+  std::vector<std::vector<T>> blks;
+  for (const kernels::KvBlock &kb : kbs)
+    blks.push_back(narrow<T>(random(a.B * kb.rows * c.kvWidth())));
+  const std::string name = "D " + std::to_string(D) + ", G " +
+                           std::to_string(cs.G) + ", g " +
+                           std::to_string(cs.g) + ", block ";
+
+  // Forward: acc and ml after every block.
+  std::vector<float> acc_ref((size_t)(rows * D), 0.0f), ml_ref(2 * rows, 0.0f);
+  std::vector<float> acc(acc_ref), ml(ml_ref);
+  for (size_t k = 0; k < kbs.size(); ++k) {
+    kernels::AttentionBlockFn<T> f{
+        qkv.data(), blks[k].data(), acc_ref.data(), ml_ref.data(), c, kbs[k]};
+    for (int64_t i = 0; i < rows; ++i)
+      f(i);
+    tiles.forward(c, kbs[k], qkv, blks[k], acc, ml);
+    report("acc, " + name + std::to_string(k), cp_rel_err(acc, acc_ref));
+    report("ml, " + name + std::to_string(k), cp_rel_err(ml, ml_ref));
+  }
+  std::vector<float> delta((size_t)rows);
+  kernels::AttentionFinishFn<T> fin{acc_ref.data(), ml_ref.data(), nullptr,
+                                    dout.data(),    delta.data(),  a};
+  for (int64_t i = 0; i < rows; ++i)
+    fin(i);
+
+  // Backward, block by block.
+  for (size_t k = 0; k < kbs.size(); ++k) {
+    const kernels::KvBlock &kb = kbs[k];
+    std::vector<float> dq_ref = random(rows * D), dq(dq_ref);
+    std::vector<float> dkv_ref = random(a.B * kb.rows * c.kvWidth()),
+                       dkv(dkv_ref);
+    kernels::AttentionBlockGradQFn<T> fq{
+        qkv.data(),   blks[k].data(), dout.data(), ml_ref.data(),
+        delta.data(), dq_ref.data(),  c,           kb};
+    for (int64_t i = 0; i < rows; ++i)
+      fq(i);
+    kernels::AttentionBlockGradKVFn<T> fkv{
+        qkv.data(),   blks[k].data(), dout.data(), ml_ref.data(),
+        delta.data(), dkv_ref.data(), c,           kb};
+    for (int64_t i = 0; i < a.B * a.KV * kb.rows; ++i)
+      fkv(i);
+    tiles.grad_q(c, kb, qkv, blks[k], dout, ml_ref, delta, dq);
+    tiles.grad_kv(c, kb, qkv, blks[k], dout, ml_ref, delta, dkv);
+    report("dq, " + name + std::to_string(k), cp_rel_err(dq, dq_ref));
+    report("dkv, " + name + std::to_string(k), cp_rel_err(dkv, dkv_ref));
+  }
+}
+
+} // namespace test
+} // namespace planrt
+
+#endif // PLANRT_TEST_CUDA_CP_ATTENTION_CASES_H
