@@ -70,20 +70,45 @@ step() {
   [ "$rc" = 0 ] || tail -5 "$LOGS/$name.log" | sed 's/^/    /'
 }
 
+# program NAME LIMIT [ENV=VALUE...] bin/PROG ARGS...: a planc program's
+# step; where it fails (not by a time limit), it runs again for one step
+# with CUDA_LAUNCH_BLOCKING=1, so that an asynchronous fault is reported by
+# the launch that made it (planrt names each kernel's work), into
+# LOGS/NAME-blocking.log; at most DIAGNOSE (default 4) such reruns.
+DIAGNOSED=0
+program() {
+  local name="$1" limit="$2"
+  shift 2
+  step "$name" "$limit" "$@"
+  local rc
+  rc=$(cat "$LOGS/$name.rc")
+  case "$rc" in 0 | 124 | 125 | 137) return ;; esac
+  [ "$DIAGNOSED" -lt "${DIAGNOSE:-4}" ] || return
+  DIAGNOSED=$((DIAGNOSED + 1))
+  # The command without its --save/--log-json/--steps arguments.
+  local args=() skip=0 a
+  for a in "$@"; do
+    if [ "$skip" = 1 ]; then skip=0; continue; fi
+    case "$a" in --save | --log-json | --steps) skip=1; continue ;; esac
+    args+=("$a")
+  done
+  step "$name-blocking" 45 env CUDA_LAUNCH_BLOCKING=1 "${args[@]}" --steps 1
+}
+
 # 1. The small plans on the GPU (one process, no launcher), against the host.
 for p in tiny-gpt-fp32 tiny-gpt-long-fp32 tiny-gpt-bf16 tiny-gpt-fp16 tiny-gpt-odd-bf16 tiny-gpt-mb-fp32 tiny-gpt-mb-bf16 tiny-gpt-drop-fp32 tiny-gpt-drop-bf16 tiny-llama-fp32 tiny-llama-bf16 tiny-mixtral-fp32 resnet-small-fp32; do
-  step "$p" 45 "bin/$p" --save "$LOGS/$p.safetensors" --log-json "$LOGS/$p.json"
+  program "$p" 45 "bin/$p" --save "$LOGS/$p.safetensors" --log-json "$LOGS/$p.json"
 done
 # The fp32 plan with every cuBLASLt epilogue turned off (bias, GELU and
 # their gradients as separate kernels): tells an epilogue's fault from the
 # rest's when tiny-gpt-fp32 misses the host.
-step tiny-gpt-fp32-noepi 45 env PLANRT_GEMM_EPILOGUES=off bin/tiny-gpt-fp32 \
+program tiny-gpt-fp32-noepi 45 env PLANRT_GEMM_EPILOGUES=off bin/tiny-gpt-fp32 \
   --save "$LOGS/tiny-gpt-fp32-noepi.safetensors" --log-json "$LOGS/tiny-gpt-fp32-noepi.json"
 # 16-bit attention on cuDNN (PLANRT_ATTENTION=cudnn: the run fails where
 # cuDNN cannot run it) and on planrt's tiles, the same program.
-step tiny-gpt-long-bf16 45 env PLANRT_ATTENTION=cudnn bin/tiny-gpt-long-bf16 \
+program tiny-gpt-long-bf16 45 env PLANRT_ATTENTION=cudnn bin/tiny-gpt-long-bf16 \
   --log-json "$LOGS/tiny-gpt-long-bf16.json"
-step tiny-gpt-long-bf16-tiles 45 env PLANRT_ATTENTION=tiles bin/tiny-gpt-long-bf16 \
+program tiny-gpt-long-bf16-tiles 45 env PLANRT_ATTENTION=tiles bin/tiny-gpt-long-bf16 \
   --log-json "$LOGS/tiny-gpt-long-bf16-tiles.json"
 # Context parallelism's attention tiles against the host functors (the
 # cases of test/runtime/cuda/cp_attention_cases.h).
@@ -101,7 +126,7 @@ else
 fi
 # 3. GPT-2 124M, B 16, T 1024: planc, then PyTorch on the same GPU.
 for p in gpt2-bf16 gpt2-tf32 gpt2-fp32; do
-  step "$p" 90 "bin/$p" --quiet --log-json "$LOGS/$p.json"
+  program "$p" 90 "bin/$p" --quiet --log-json "$LOGS/$p.json"
 done
 T="50257 1024 768 12 12 16 12 8 cuda"
 step torch-bf16-eager 120 "$PY" torch_gpt.py $T bfloat16 eager

@@ -72,6 +72,15 @@ def last_error(name):
     return (lines[-1].strip()[:160] if lines else "no output")
 
 
+def failure(name):
+    """Why run `name` failed, with what its CUDA_LAUNCH_BLOCKING=1 rerun
+    (run.sh's program) says where there was one."""
+    text = f"exit {rc(name)}: {last_error(name)}"
+    if rc(name + "-blocking") is not None:
+        text += f"; blocking rerun: {last_error(name + '-blocking')}"
+    return text
+
+
 def json_lines(path):
     try:
         return [json.loads(l) for l in open(path) if l.strip()]
@@ -112,8 +121,7 @@ def parity(name, ref_name, loss_tol, param_tol):
     log = os.path.join(LOGS, name + ".log")
     ref_log = os.path.join(HERE, "ref", ref_name + ".log")
     if rc(name) != 0:
-        row(f"{name} runs", "GPU", f"exit {rc(name)}: {last_error(name)}",
-            "exit 0", False)
+        row(f"{name} runs", "GPU", failure(name), "exit 0", False)
         return
     try:
         err = loss_errors(ref_log, log)
@@ -212,8 +220,7 @@ speed, notes = [], []
 for prec in ("bf16", "tf32", "fp32"):
     name = f"gpt2-{prec}"
     if rc(name) != 0:
-        speed.append((f"planc {prec}", f"exit {rc(name)}: {last_error(name)}",
-                      "", "", "", ""))
+        speed.append((f"planc {prec}", failure(name), "", "", "", ""))
         ok = False  # a speed run that fails is a failure of the suite
         continue
     recs = json_lines(os.path.join(LOGS, name + ".json"))
