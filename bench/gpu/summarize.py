@@ -15,8 +15,10 @@ Correctness rows, against the host target's run of the same plan:
         peak planrt measured on the GPU (--log-json), both without what the
         libraries hold outside the plan (shown beside GPT-2's peak);
   memcheck, racecheck: compute-sanitizer finds no error in tiny-gpt;
-  cp tiles: context parallelism's attention tiles within 1e-5 of the host
-        functors on every case of test/runtime/cuda/cp_attention_cases.h.
+  cp tiles: context parallelism's attention tiles against the host
+        functors on every case of test/runtime/cuda/cp_attention_cases.h
+        (fp32 within 1e-5; the 16-bit tensor-core tiles within 5e-3 bf16,
+        1e-3 fp16).
 Speed rows: GPT-2 124M (B 16, T 1024), the median of the steps after the
 first two (tokens/s, step time, MFU against the card's dense peak for the
 plan's precision), next to PyTorch on the same GPU in the same run and the
@@ -190,10 +192,11 @@ def cp_tiles(name):
     m = re.search(r"cp tiles: (\d+) cases, worst relative error (\S+)",
                   open(os.path.join(LOGS, name + ".log"),
                        errors="replace").read())
-    value = (f"{m.group(2)} over {m.group(1)} cases" if m else
-             f"exit {rc(name)}: {last_error(name)}")
+    value = (f"{m.group(2)} of the tolerance, worst of {m.group(1)} cases"
+             if m else f"exit {rc(name)}: {last_error(name)}")
     row("cp attention tiles (all_gather, ring)", "GPU vs host functors",
-        value, "<= 1e-05", rc(name) == 0 and m is not None)
+        value, "<= 1 (fp32 1e-5; bf16 5e-3, fp16 1e-3)",
+        rc(name) == 0 and m is not None)
 
 
 guarded(cp_tiles, "cp-tiles")

@@ -356,10 +356,9 @@ struct OpCoster {
         return c;
       }
       // Context parallelism's all_gather and ring attentions on cuda:
-      // planrt's fp32 tiles for a block of keys (attention_cp.cu), for every
-      // precision. Their gradient runs a forward first (the rows'
-      // statistics): all_gather's inside the op, ring's as a ring of its
-      // own (below).
+      // planrt's tiles for a block of keys (attention_cp.cu), as one GPU's
+      // tiles. Their gradient runs a forward first (the rows' statistics):
+      // all_gather's inside the op, ring's as a ring of its own (below).
       const bool cpTiles = cuda && isa<rk::AttentionCpOp, rk::AttentionCpGradOp,
                                        rk::AttentionRingOp,
                                        rk::AttentionRingGradOp>(op);
@@ -367,13 +366,13 @@ struct OpCoster {
                        tm.memoryTime(2 * scores) +            // softmax
                        tm.gemmTime(sq, d, sk, bh, actBytes);  // P V
       if (cpTiles)
-        forward = tm.tiledAttentionTime(bh, sq, sk, d, false, /*simt=*/true);
+        forward = tm.tiledAttentionTime(bh, sq, sk, d, false);
       if (isa<rk::AttentionOp, rk::AttentionKeepOp, rk::AttentionLseOp,
               rk::AttentionCpOp, rk::AttentionRingOp>(op)) {
         c.time = forward;
       } else if (cpTiles) {
         c.flops *= 2;
-        c.time = tm.tiledAttentionTime(bh, sq, sk, d, true, /*simt=*/true);
+        c.time = tm.tiledAttentionTime(bh, sq, sk, d, true);
         if (ring) // the gradients' ring alone
           c.time -= forward;
       } else {

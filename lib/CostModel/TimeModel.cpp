@@ -77,14 +77,13 @@ double TimeModel::flashAttentionTime(double batch, double sq, double sk,
 }
 
 double TimeModel::tiledAttentionTime(double batch, double sq, double sk,
-                                     double d, bool backward,
-                                     bool simt) const {
+                                     double d, bool backward) const {
   double launches = backward ? 2 : 1;
   if (batch <= 0 || sq <= 0 || sk <= 0 || d <= 0)
     return launches * c.k.kernelLaunchS;
   double forward = 4.0 * batch * sq * sk * d / 2.0;
   double flops = backward ? 4.5 * forward : forward;
-  double rate = lowPrecision && !simt
+  double rate = lowPrecision
                     ? c.gpu->peak16Tflops * 1e12 * c.k.tilesTensorFraction
                     : c.gpu->peak32Tflops * 1e12 * c.k.tilesSimtFraction;
   return launches * c.k.kernelLaunchS + flops / rate;

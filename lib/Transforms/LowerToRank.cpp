@@ -1552,17 +1552,17 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
               }
               int64_t G = mesh.getAxisSize(cp.getValue());
               std::string how = cpExchange(h.getInt(), kv.getInt(), G);
-              // Its tiles are fp32 on the SIMT cores, as one GPU's fp32
-              // attention is: only a 16-bit plan loses the tensor cores.
+              // Its tiles are planrt's, as one GPU's fp32 attention is:
+              // only a 16-bit plan loses cuDNN.
               Type et = getElementTypeOrSelf(a.getQkv().getType());
               if (target == "cuda" && how != "all_to_all" &&
                   (et.isBF16() || et.isF16()) && !warnedCpKernel) {
                 warnedCpKernel = true;
                 InFlightDiagnostic w = a.emitWarning();
                 w << "on the cuda target, cp_comm = " << how
-                  << " attends with planrt's fp32 tiles on the SIMT cores, "
-                     "far slower than one GPU's 16-bit attention on the "
-                     "tensor cores; ";
+                  << " attends with planrt's tiles, several times slower "
+                     "than cuDNN's flash attention, which runs one GPU's "
+                     "16-bit attention; ";
                 if (h.getInt() % G == 0 && kv.getInt() % G == 0)
                   w << "cp_comm = all_to_all runs cuDNN's (or planrt's tiles)";
                 else

@@ -108,11 +108,10 @@ struct TimeModel {
   /// two products, or the backward's nine (grad_q: the scores and dP in
   /// each of its two passes, then dQ; grad_kv: the scores, dP, dV and dK;
   /// context parallelism's tiles: a forward for the rows' statistics, then
-  /// seven), on the tensor cores for 16-bit plans unless `simt`, else fp32
-  /// on the SIMT cores (TF32 plans and every context-parallel tile), plus
-  /// a launch (two for the backward).
+  /// seven), on the tensor cores for 16-bit plans, else fp32 on the SIMT
+  /// cores (TF32 plans too), plus a launch (two for the backward).
   double tiledAttentionTime(double batch, double sq, double sk, double d,
-                            bool backward, bool simt = false) const;
+                            bool backward) const;
   /// A memory-bound kernel moving `bytes`.
   double memoryTime(double bytes) const;
   /// A collective of `kind` (all_reduce, all_gather, reduce_scatter,

@@ -201,8 +201,8 @@ def LowerToRank : Pass<"plan-lower-to-rank", "mlir::ModuleOp"> {
     the heads and it moves fewer bytes than gathering the keys and values;
     on the cuda target, all-to-all wherever `cp` divides the heads (its
     attention is one GPU's, cuDNN's fused kernel or planrt's tiles, while
-    the gathered keys' attention runs planrt's fp32 tiles on the SIMT
-    cores there, which leave a 16-bit plan's tensor cores idle).
+    the gathered keys' attention runs planrt's tiles there, never
+    cuDNN's).
   }];
   let options = [
     Option<"target", "target", "std::string", "\"host\"",

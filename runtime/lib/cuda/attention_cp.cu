@@ -4,15 +4,23 @@
 // 64 rows, for all_gather's and ring's attention over a block of keys and
 // values: forward (grid: B H x query tiles), the backward's query side (B H
 // x query tiles: dq) and key side (B KV x the block's key tiles: dk, dv).
-// Head dims 16, 32, 64 and 128, where the tiles' shared memory fits the
-// device; other shapes run the block functors one thread per row, as
-// before. All three parts decide alone: each keeps the functors' contract
-// (the same ml, acc, dq and dkv), so mixing them is correct.
+// bf16 and fp16 plans take the tensor-core tiles of
+// attention_cp_tc_blocks.h (operands 16-byte aligned, as the arena gives
+// them), fp32 plans the fp32 ones. Head dims 16, 32, 64 and 128, where the
+// tiles' shared memory fits the device; other shapes run the block
+// functors one thread per row. All three parts decide alone: each keeps
+// the functors' contract (the same ml, acc, dq and dkv), so mixing them is
+// correct.
 //===----------------------------------------------------------------------===//
 
 #include "attention_cp.h"
 #include "attention_cp_blocks.h"
+#include "attention_cp_tc_blocks.h"
 #include "check.h"
+
+#include <cstdint>
+#include <initializer_list>
+#include <type_traits>
 
 namespace planrt {
 namespace cuda_attention_cp {
@@ -22,36 +30,49 @@ namespace {
 using kernels::AttnCp;
 using kernels::KvBlock;
 
-template <int D, class T>
+// TC: the tensor-core tiles (attention_cp_tc_blocks.h), for 16-bit T.
+template <int D, class T, bool TC>
 __global__ void __launch_bounds__(attn::kThreads)
     forward_kernel(AttnCp c, KvBlock kb, const T *qkv, const T *blk, float *acc,
                    float *ml) {
-  extern __shared__ float smem[];
-  attn_cp::forward_block<D>(block::this_lane(), smem, c, kb, qkv, blk, acc, ml,
-                            (int64_t)blockIdx.x,
-                            (int64_t)blockIdx.y * attn::kRows);
+  extern __shared__ __align__(128) char smem[];
+  const int64_t bh = blockIdx.x, q0 = (int64_t)blockIdx.y * attn::kRows;
+  if constexpr (TC)
+    attn_cp_tc::forward_block<D>(block::this_lane(), smem, c, kb, qkv, blk, acc,
+                                 ml, bh, q0);
+  else
+    attn_cp::forward_block<D>(block::this_lane(), (float *)smem, c, kb, qkv,
+                              blk, acc, ml, bh, q0);
 }
 
-template <int D, class T>
+template <int D, class T, bool TC>
 __global__ void __launch_bounds__(attn::kThreads)
     grad_q_kernel(AttnCp c, KvBlock kb, const T *qkv, const T *blk,
                   const T *dout, const float *ml, const float *delta,
                   float *dq) {
-  extern __shared__ float smem[];
-  attn_cp::grad_q_block<D>(block::this_lane(), smem, c, kb, qkv, blk, dout, ml,
-                           delta, dq, (int64_t)blockIdx.x,
-                           (int64_t)blockIdx.y * attn::kRows);
+  extern __shared__ __align__(128) char smem[];
+  const int64_t bh = blockIdx.x, q0 = (int64_t)blockIdx.y * attn::kRows;
+  if constexpr (TC)
+    attn_cp_tc::grad_q_block<D>(block::this_lane(), smem, c, kb, qkv, blk, dout,
+                                ml, delta, dq, bh, q0);
+  else
+    attn_cp::grad_q_block<D>(block::this_lane(), (float *)smem, c, kb, qkv, blk,
+                             dout, ml, delta, dq, bh, q0);
 }
 
-template <int D, class T>
+template <int D, class T, bool TC>
 __global__ void __launch_bounds__(attn::kThreads)
     grad_kv_kernel(AttnCp c, KvBlock kb, const T *qkv, const T *blk,
                    const T *dout, const float *ml, const float *delta,
                    float *dkv) {
-  extern __shared__ float smem[];
-  attn_cp::grad_kv_block<D>(block::this_lane(), smem, c, kb, qkv, blk, dout, ml,
-                            delta, dkv, (int64_t)blockIdx.x,
-                            (int64_t)blockIdx.y * attn::kRows);
+  extern __shared__ __align__(128) char smem[];
+  const int64_t bg = blockIdx.x, u0 = (int64_t)blockIdx.y * attn::kRows;
+  if constexpr (TC)
+    attn_cp_tc::grad_kv_block<D>(block::this_lane(), smem, c, kb, qkv, blk,
+                                 dout, ml, delta, dkv, bg, u0);
+  else
+    attn_cp::grad_kv_block<D>(block::this_lane(), (float *)smem, c, kb, qkv,
+                              blk, dout, ml, delta, dkv, bg, u0);
 }
 
 /// Blocks: x the row groups (up to 2^31 - 1), y the tiles of 64 rows (up to
@@ -65,16 +86,36 @@ dim3 grid(int64_t rows, int64_t groups) {
               (unsigned)((rows + attn::kRows - 1) / attn::kRows));
 }
 
-/// f(std::integral_constant<int, D>, shared bytes) for the head dims with
-/// tiles whose `floats` of shared memory fit this device; false otherwise.
-template <class Floats, class F>
-bool with_head_dim(int64_t D, const Floats &floats, const F &f) {
-  auto run = [&](auto dim) {
-    const size_t bytes = (size_t)floats(dim) * sizeof(float);
-    if (bytes > cuda_check::smem_optin())
+/// Whether T's blocks may take the tensor cores (16-bit plans).
+template <class T> constexpr bool kSixteenBit = sizeof(T) == 2;
+
+/// The tensor-core tiles copy 16 bytes at a time: operands come whole from
+/// the arena (256-byte aligned), so a misaligned one takes the fp32 tiles.
+inline bool aligned16(std::initializer_list<const void *> ps) {
+  for (const void *p : ps)
+    if (reinterpret_cast<uintptr_t>(p) % 16)
       return false;
-    f(dim, bytes);
-    return true;
+  return true;
+}
+
+/// f(std::integral_constant<int, D>, std::bool_constant<TC>, shared bytes)
+/// for the head dims with tiles: the tensor-core tiles where `tc` (16-bit T
+/// only) and they fit the device's shared memory, else the fp32 ones where
+/// those fit; false (nothing launched) otherwise.
+template <class T, class Bytes, class F>
+bool with_tiles(int64_t D, bool tc, const Bytes &bytes, const F &f) {
+  auto run = [&](auto dim) {
+    auto go = [&](auto with_tc) {
+      const size_t n = bytes(dim, with_tc);
+      if (n > cuda_check::smem_optin())
+        return false;
+      f(dim, with_tc, n);
+      return true;
+    };
+    if constexpr (kSixteenBit<T>)
+      if (tc && go(std::true_type()))
+        return true;
+    return go(std::false_type());
   };
   switch (D) {
   case 16:
@@ -97,6 +138,11 @@ template <class K> void allow_smem(K kernel, size_t bytes, size_t &allowed) {
       "cudaFuncSetAttribute (context parallelism's attention)");
 }
 
+/// "... (tensor cores)" for the launch's error message.
+const char *what(bool tc, const char *simt, const char *tensor) {
+  return tc ? tensor : simt;
+}
+
 } // namespace
 
 template <class T>
@@ -104,17 +150,24 @@ bool forward(cudaStream_t s, const kernels::AttentionBlockFn<T> &f) {
   const kernels::AttnShape &a = f.c.a;
   if (!gridable(a.S, a.B * a.H))
     return false;
-  return with_head_dim(
-      a.D,
-      [](auto dim) { return attn_cp::forward_floats<decltype(dim)::value>(); },
-      [&](auto dim, size_t bytes) {
+  auto bytes = [](auto dim, auto tc) -> size_t {
+    constexpr int D = decltype(dim)::value;
+    return decltype(tc)::value ? attn_cp_tc::forward_bytes<D>()
+                               : attn_cp::forward_floats<D>() * sizeof(float);
+  };
+  return with_tiles<T>(
+      a.D, aligned16({f.qkv, f.blk}), bytes, [&](auto dim, auto tc, size_t n) {
         constexpr int D = decltype(dim)::value;
-        static size_t allowed = 0; // this (D, T)'s kernel
-        allow_smem(forward_kernel<D, T>, bytes, allowed);
-        forward_kernel<D, T>
-            <<<grid(a.S, a.B * a.H), attn::kThreads, bytes, s>>>(
+        constexpr bool TC = decltype(tc)::value;
+        static size_t allowed = 0; // this (D, T, TC)'s kernel
+        allow_smem(forward_kernel<D, T, TC>, n, allowed);
+        forward_kernel<D, T, TC>
+            <<<grid(a.S, a.B * a.H), attn::kThreads, n, s>>>(
                 f.c, f.kb, f.qkv, f.blk, f.acc, f.ml);
-        cuda_check::launch("context parallelism's attention (a block's keys)");
+        cuda_check::launch(
+            what(TC, "context parallelism's attention (a block's keys)",
+                 "context parallelism's attention (a block's keys; tensor "
+                 "cores)"));
       });
 }
 
@@ -123,16 +176,23 @@ bool grad_q(cudaStream_t s, const kernels::AttentionBlockGradQFn<T> &f) {
   const kernels::AttnShape &a = f.c.a;
   if (!gridable(a.S, a.B * a.H))
     return false;
-  return with_head_dim(
-      a.D,
-      [](auto dim) { return attn_cp::grad_q_floats<decltype(dim)::value>(); },
-      [&](auto dim, size_t bytes) {
+  auto bytes = [](auto dim, auto tc) -> size_t {
+    constexpr int D = decltype(dim)::value;
+    return decltype(tc)::value ? attn_cp_tc::grad_q_bytes<D>()
+                               : attn_cp::grad_q_floats<D>() * sizeof(float);
+  };
+  return with_tiles<T>(
+      a.D, aligned16({f.qkv, f.blk, f.dout}), bytes,
+      [&](auto dim, auto tc, size_t n) {
         constexpr int D = decltype(dim)::value;
+        constexpr bool TC = decltype(tc)::value;
         static size_t allowed = 0;
-        allow_smem(grad_q_kernel<D, T>, bytes, allowed);
-        grad_q_kernel<D, T><<<grid(a.S, a.B * a.H), attn::kThreads, bytes, s>>>(
+        allow_smem(grad_q_kernel<D, T, TC>, n, allowed);
+        grad_q_kernel<D, T, TC><<<grid(a.S, a.B * a.H), attn::kThreads, n, s>>>(
             f.c, f.kb, f.qkv, f.blk, f.dout, f.ml, f.delta, f.dq);
-        cuda_check::launch("context parallelism's attention dq (a block)");
+        cuda_check::launch(
+            what(TC, "context parallelism's attention dq (a block)",
+                 "context parallelism's attention dq (a block; tensor cores)"));
       });
 }
 
@@ -141,17 +201,24 @@ bool grad_kv(cudaStream_t s, const kernels::AttentionBlockGradKVFn<T> &f) {
   const kernels::AttnShape &a = f.c.a;
   if (!gridable(f.kb.rows, a.B * a.KV))
     return false;
-  return with_head_dim(
-      a.D,
-      [](auto dim) { return attn_cp::grad_kv_floats<decltype(dim)::value>(); },
-      [&](auto dim, size_t bytes) {
+  auto bytes = [](auto dim, auto tc) -> size_t {
+    constexpr int D = decltype(dim)::value;
+    return decltype(tc)::value ? attn_cp_tc::grad_kv_bytes<D>()
+                               : attn_cp::grad_kv_floats<D>() * sizeof(float);
+  };
+  return with_tiles<T>(
+      a.D, aligned16({f.qkv, f.blk, f.dout}), bytes,
+      [&](auto dim, auto tc, size_t n) {
         constexpr int D = decltype(dim)::value;
+        constexpr bool TC = decltype(tc)::value;
         static size_t allowed = 0;
-        allow_smem(grad_kv_kernel<D, T>, bytes, allowed);
-        grad_kv_kernel<D, T>
-            <<<grid(f.kb.rows, a.B * a.KV), attn::kThreads, bytes, s>>>(
+        allow_smem(grad_kv_kernel<D, T, TC>, n, allowed);
+        grad_kv_kernel<D, T, TC>
+            <<<grid(f.kb.rows, a.B * a.KV), attn::kThreads, n, s>>>(
                 f.c, f.kb, f.qkv, f.blk, f.dout, f.ml, f.delta, f.dkv);
-        cuda_check::launch("context parallelism's attention dk, dv (a block)");
+        cuda_check::launch(what(
+            TC, "context parallelism's attention dk, dv (a block)",
+            "context parallelism's attention dk, dv (a block; tensor cores)"));
       });
 }
 

@@ -23,10 +23,11 @@
 //   over the ranks by the reduce-scatter): the tiles add to them. Every row
 //   has one owner block, so there are no atomics and the bits do not vary.
 //
-// The products are fp32 on the SIMT cores for every storage type (16-bit
-// qkv is widened on load): the reference loops' arithmetic, tiled. The
-// same code runs on the host under OpenMP (block.h; test/runtime/cuda/
-// blocks_test compares it with the functors there).
+// The products are fp32 on the SIMT cores (16-bit qkv widened on load):
+// fp32 plans run these, bf16 and fp16 plans attention_cp_tc_blocks.h's
+// tensor-core tiles (same scheme). The same code runs on the host under
+// OpenMP (block.h; test/runtime/cuda/blocks_test compares it with the
+// functors there, and the device suite on a GPU).
 //===----------------------------------------------------------------------===//
 #ifndef PLANRT_LIB_CUDA_ATTENTION_CP_BLOCKS_H
 #define PLANRT_LIB_CUDA_ATTENTION_CP_BLOCKS_H

@@ -12,6 +12,7 @@
 #include "cp_attention_cases.h"
 #include "cuda/attention_blocks.h"
 #include "cuda/attention_cp_blocks.h"
+#include "cuda/attention_cp_tc_blocks.h"
 #include "cuda/attention_tc_blocks.h"
 #include "cuda/classifier_blocks.h"
 #include "cuda/column_sums_blocks.h"
@@ -284,9 +285,11 @@ TEST(AttentionBlocks, TensorCoreTilesEqualTheRowFunctors) {
   check_tc_case<64, f16_t>({1, 130, 2, 1}, 17, dropout_case());
 }
 
-/// Context parallelism's tiles (attention_cp_blocks.h) run as host blocks,
-/// for cp_attention_cases.h (the device suite runs the same cases on a GPU).
-struct HostCpTiles {
+/// Context parallelism's tiles run as host blocks for cp_attention_cases.h
+/// (the device suite runs the same cases on a GPU): the fp32 SIMT tiles of
+/// attention_cp_blocks.h, or with TC the tensor-core tiles of
+/// attention_cp_tc_blocks.h (16-bit storage only).
+template <bool TC> struct HostCpTiles {
   template <class F> static void with_dim(int64_t D, const F &f) {
     switch (D) {
     case 16:
@@ -303,18 +306,29 @@ struct HostCpTiles {
   static int64_t tiles(int64_t rows) {
     return (rows + attn::kRows - 1) / attn::kRows;
   }
+  /// Shared memory of `bytes` as floats.
+  static size_t floats(size_t bytes) { return (bytes + 3) / 4; }
   template <class T>
   void forward(const kernels::AttnCp &c, const kernels::KvBlock &kb,
                const std::vector<T> &qkv, const std::vector<T> &blk,
                std::vector<float> &acc, std::vector<float> &ml) const {
     with_dim(c.a.D, [&](auto dim) {
       constexpr int D = decltype(dim)::value;
-      run_blocks(tiles(c.a.S), c.a.B * c.a.H, attn_cp::forward_floats<D>(),
-                 [&](const attn::Lane &l, float *smem, int64_t bx, int64_t by) {
-                   attn_cp::forward_block<D>(l, smem, c, kb, qkv.data(),
-                                             blk.data(), acc.data(), ml.data(),
-                                             by, bx * attn::kRows);
-                 });
+      auto body = [&](const attn::Lane &l, float *smem, int64_t bx,
+                      int64_t by) {
+        if constexpr (TC)
+          attn_cp_tc::forward_block<D>(l, (char *)smem, c, kb, qkv.data(),
+                                       blk.data(), acc.data(), ml.data(), by,
+                                       bx * attn::kRows);
+        else
+          attn_cp::forward_block<D>(l, smem, c, kb, qkv.data(), blk.data(),
+                                    acc.data(), ml.data(), by,
+                                    bx * attn::kRows);
+      };
+      run_blocks(tiles(c.a.S), c.a.B * c.a.H,
+                 TC ? floats(attn_cp_tc::forward_bytes<D>())
+                    : attn_cp::forward_floats<D>(),
+                 body);
     });
   }
   template <class T>
@@ -324,13 +338,21 @@ struct HostCpTiles {
               const std::vector<float> &delta, std::vector<float> &dq) const {
     with_dim(c.a.D, [&](auto dim) {
       constexpr int D = decltype(dim)::value;
-      run_blocks(tiles(c.a.S), c.a.B * c.a.H, attn_cp::grad_q_floats<D>(),
-                 [&](const attn::Lane &l, float *smem, int64_t bx, int64_t by) {
-                   attn_cp::grad_q_block<D>(l, smem, c, kb, qkv.data(),
-                                            blk.data(), dout.data(), ml.data(),
-                                            delta.data(), dq.data(), by,
-                                            bx * attn::kRows);
-                 });
+      auto body = [&](const attn::Lane &l, float *smem, int64_t bx,
+                      int64_t by) {
+        if constexpr (TC)
+          attn_cp_tc::grad_q_block<D>(
+              l, (char *)smem, c, kb, qkv.data(), blk.data(), dout.data(),
+              ml.data(), delta.data(), dq.data(), by, bx * attn::kRows);
+        else
+          attn_cp::grad_q_block<D>(l, smem, c, kb, qkv.data(), blk.data(),
+                                   dout.data(), ml.data(), delta.data(),
+                                   dq.data(), by, bx * attn::kRows);
+      };
+      run_blocks(tiles(c.a.S), c.a.B * c.a.H,
+                 TC ? floats(attn_cp_tc::grad_q_bytes<D>())
+                    : attn_cp::grad_q_floats<D>(),
+                 body);
     });
   }
   template <class T>
@@ -340,27 +362,50 @@ struct HostCpTiles {
                const std::vector<float> &delta, std::vector<float> &dkv) const {
     with_dim(c.a.D, [&](auto dim) {
       constexpr int D = decltype(dim)::value;
-      run_blocks(tiles(kb.rows), c.a.B * c.a.KV, attn_cp::grad_kv_floats<D>(),
-                 [&](const attn::Lane &l, float *smem, int64_t bx, int64_t by) {
-                   attn_cp::grad_kv_block<D>(l, smem, c, kb, qkv.data(),
-                                             blk.data(), dout.data(), ml.data(),
-                                             delta.data(), dkv.data(), by,
-                                             bx * attn::kRows);
-                 });
+      auto body = [&](const attn::Lane &l, float *smem, int64_t bx,
+                      int64_t by) {
+        if constexpr (TC)
+          attn_cp_tc::grad_kv_block<D>(
+              l, (char *)smem, c, kb, qkv.data(), blk.data(), dout.data(),
+              ml.data(), delta.data(), dkv.data(), by, bx * attn::kRows);
+        else
+          attn_cp::grad_kv_block<D>(l, smem, c, kb, qkv.data(), blk.data(),
+                                    dout.data(), ml.data(), delta.data(),
+                                    dkv.data(), by, bx * attn::kRows);
+      };
+      run_blocks(tiles(kb.rows), c.a.B * c.a.KV,
+                 TC ? floats(attn_cp_tc::grad_kv_bytes<D>())
+                    : attn_cp::grad_kv_floats<D>(),
+                 body);
     });
   }
 };
 
-TEST(AttentionBlocks, ContextParallelTilesEqualTheBlockFunctors) {
-  auto report = [](const std::string &what, double err) {
-    EXPECT_LT(err, 1e-5) << what;
-  };
-  for (const test::CpCase &cs : test::cp_cases()) {
-    if (cs.bf16)
-      test::run_cp_case<kernels::bf16_t>(cs, HostCpTiles(), report);
-    else
-      test::run_cp_case<float>(cs, HostCpTiles(), report);
+/// Every case through one runner, each compared at its tolerance.
+template <bool TC> void check_cp_cases(const std::vector<test::CpCase> &cases) {
+  for (const test::CpCase &cs : cases) {
+    const double tol = test::cp_tolerance(cs, TC);
+    auto report = [&](const std::string &what, double err) {
+      EXPECT_LT(err, tol) << what;
+    };
+    test::with_store(cs, [&](auto e) {
+      using T = decltype(e);
+      if constexpr (TC && std::is_same<T, float>::value)
+        FAIL() << "the tensor-core tiles take 16-bit storage only";
+      else
+        test::run_cp_case<T>(cs, HostCpTiles<TC>(), report);
+    });
   }
+}
+
+TEST(AttentionBlocks, ContextParallelTilesEqualTheBlockFunctors) {
+  check_cp_cases<false>(test::cp_cases());
+  // 16-bit storage widened on load, as the functors read it.
+  check_cp_cases<false>({test::cp_cases_16bit()[0]});
+}
+
+TEST(AttentionBlocks, ContextParallelTensorCoreTilesEqualTheBlockFunctors) {
+  check_cp_cases<true>(test::cp_cases_16bit());
 }
 
 TEST(ColumnSums, BlocksEqualTheColumnFunctors) {

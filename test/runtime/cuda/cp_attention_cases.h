@@ -27,28 +27,66 @@
 namespace planrt {
 namespace test {
 
+/// The storage type of qkv, the blocks and dout.
+enum class CpStore { f32, bf16, f16 };
+
 struct CpCase {
   int64_t B, L, H, KV, D; // L: this rank's rows (even)
   int64_t G, g;
-  bool ring, dropout, bf16;
+  bool ring, dropout;
+  CpStore store;
   uint32_t seed;
 };
 
 /// L 70 rows a rank: chunks of 35 positions, so a query tile spans both of
 /// a rank's chunks and ends partial; grouped query heads; every head dim
-/// with tiles; 16-bit storage (widened on load, as the functors read it);
-/// dropout by global position.
+/// with tiles; dropout by global position. fp32 storage: fp32 plans' tiles.
 inline std::vector<CpCase> cp_cases() {
+  using S = CpStore;
   return {
-      {2, 70, 4, 2, 16, 2, 0, false, false, false, 21},
-      {2, 70, 4, 2, 16, 2, 1, true, false, false, 22},
-      {1, 130, 2, 1, 64, 3, 1, true, false, false, 23},
-      {1, 64, 2, 2, 32, 4, 3, false, false, false, 24},
-      {1, 20, 2, 1, 128, 2, 0, true, false, false, 25},
-      {1, 70, 4, 2, 16, 2, 1, true, false, true, 26},
-      {2, 70, 4, 2, 16, 2, 1, true, true, false, 27},
-      {1, 130, 2, 1, 64, 2, 0, false, true, false, 28},
+      {2, 70, 4, 2, 16, 2, 0, false, false, S::f32, 21},
+      {2, 70, 4, 2, 16, 2, 1, true, false, S::f32, 22},
+      {1, 130, 2, 1, 64, 3, 1, true, false, S::f32, 23},
+      {1, 64, 2, 2, 32, 4, 3, false, false, S::f32, 24},
+      {1, 20, 2, 1, 128, 2, 0, true, false, S::f32, 25},
+      {2, 70, 4, 2, 16, 2, 1, true, true, S::f32, 27},
+      {1, 130, 2, 1, 64, 2, 0, false, true, S::f32, 28},
   };
+}
+
+/// The same kinds of case in 16-bit storage: bf16 and fp16 plans' tiles (on
+/// the tensor cores on a GPU; they round p and ds to the 16-bit type).
+inline std::vector<CpCase> cp_cases_16bit() {
+  using S = CpStore;
+  return {
+      {2, 70, 4, 2, 16, 2, 0, false, false, S::bf16, 31},
+      {1, 70, 4, 2, 32, 2, 1, true, false, S::f16, 32},
+      {1, 130, 2, 1, 64, 3, 1, true, false, S::bf16, 33},
+      {1, 20, 2, 1, 128, 2, 0, true, false, S::f16, 34},
+      {2, 70, 4, 2, 16, 2, 1, true, true, S::bf16, 35},
+      {1, 130, 2, 1, 64, 2, 0, false, true, S::f16, 36},
+  };
+}
+
+/// f<T>() with T the case's storage type.
+template <class F> void with_store(const CpCase &cs, const F &f) {
+  switch (cs.store) {
+  case CpStore::f32:
+    return f(float());
+  case CpStore::bf16:
+    return f(kernels::bf16_t());
+  case CpStore::f16:
+    return f(kernels::f16_t());
+  }
+}
+
+/// What a 16-bit case's tiles may differ by from the fp32 functors on the
+/// same values (tensor cores: p and ds rounded to 16 bits), and an fp32
+/// case's (the order of the sums).
+inline double cp_tolerance(const CpCase &cs, bool tensor_cores) {
+  if (!tensor_cores || cs.store == CpStore::f32)
+    return 1e-5;
+  return cs.store == CpStore::f16 ? 1e-3 : 5e-3;
 }
 
 inline double cp_rel_err(const std::vector<float> &a,
