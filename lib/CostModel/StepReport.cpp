@@ -359,9 +359,14 @@ struct OpCoster {
       // planrt's tiles for a block of keys (attention_cp.cu), as one GPU's
       // tiles. Their gradient runs a forward first (the rows' statistics):
       // all_gather's inside the op, ring's as a ring of its own (below).
-      const bool cpTiles = cuda && isa<rk::AttentionCpOp, rk::AttentionCpGradOp,
-                                       rk::AttentionRingOp,
-                                       rk::AttentionRingGradOp>(op);
+      // Other head dims run the reference loops, one thread per query row,
+      // which nothing here models: costed as Megatron's (an underestimate;
+      // planc warns where a plan lowers to them).
+      const bool cpTiles =
+          cuda &&
+          isa<rk::AttentionCpOp, rk::AttentionCpGradOp, rk::AttentionRingOp,
+              rk::AttentionRingGradOp>(op) &&
+          planrt::workspace::outside::tiled_attention(int64_t(d));
       double forward = tm.gemmTime(sq, sk, d, bh, actBytes) + // Q K^T
                        tm.memoryTime(2 * scores) +            // softmax
                        tm.gemmTime(sq, d, sk, bh, actBytes);  // P V

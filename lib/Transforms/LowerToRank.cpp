@@ -2,6 +2,7 @@
 #include "OpFlops.h"
 #include "ShardingAnalysis.h"
 #include "planc/Transforms/Passes.h"
+#include "planrt/workspace.h"
 
 #include "llvm/ADT/ScopeExit.h"
 #include "llvm/ADT/TypeSwitch.h"
@@ -31,9 +32,50 @@ struct AttnDropoutAttrs {
   }
 };
 
+/// On the cuda target, warns where context parallelism's all_gather or ring
+/// attention (`how`) runs slower than cp_comm = all_to_all would: with a
+/// head dim planrt has no tiles for, its reference loops (one GPU thread
+/// per query row); in a 16-bit plan that cuDNN could run as one GPU's
+/// attention, planrt's tiles instead of cuDNN. Elsewhere both ways run the
+/// same tiles. Returns whether it warned.
+static bool warnCpKernel(plan::AttentionOp a, llvm::StringRef how,
+                         int64_t heads, int64_t kvHeads, int64_t G,
+                         FloatAttr dropout) {
+  auto type = cast<ShapedType>(a.getQkv().getType());
+  int64_t d = type.getDimSize(2) /
+              (int64_t(a.getNumHeads()) + 2 * int64_t(a.getNumKvHeads()));
+  bool sixteen =
+      type.getElementType().isBF16() || type.getElementType().isF16();
+  bool dropping = dropout && dropout.getValueAsDouble() > 0;
+  bool tiled = planrt::workspace::outside::tiled_attention(d);
+  bool cudnn =
+      planrt::workspace::outside::cudnn_attention(sixteen, dropping, d);
+  if (tiled && !cudnn)
+    return false;
+  InFlightDiagnostic w = a.emitWarning();
+  w << "on the cuda target, cp_comm = " << how << " attends with ";
+  if (!tiled)
+    w << "planrt's reference loops (one GPU thread per query row: no tiles "
+         "for head dim "
+      << d << "; 16, 32, 64 and 128 have them)";
+  else
+    w << "planrt's tiles, several times slower than cuDNN's flash attention, "
+         "which runs one GPU's 16-bit attention";
+  w << "; ";
+  if (heads % G == 0 && kvHeads % G == 0)
+    w << "cp_comm = all_to_all runs one GPU's attention ("
+      << (cudnn ? "cuDNN's" : "planrt's") << ")";
+  else
+    w << "cp = " << G << " does not divide this rank's " << heads
+      << " query and " << kvHeads
+      << " key/value heads, which cp_comm = all_to_all needs (a cp that "
+         "divides them runs one GPU's attention)";
+  return true;
+}
+
 struct LowerToRankPass : public planc::impl::LowerToRankBase<LowerToRankPass> {
   using LowerToRankBase::LowerToRankBase;
-  /// The cuda target's warning about cp's reference-loop attention, once.
+  /// The cuda target's warning about cp's slower attention, once.
   bool warnedCpKernel = false;
   void runOnOperation() override;
 
@@ -1552,25 +1594,9 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
               }
               int64_t G = mesh.getAxisSize(cp.getValue());
               std::string how = cpExchange(h.getInt(), kv.getInt(), G);
-              // Its tiles are planrt's, as one GPU's fp32 attention is:
-              // only a 16-bit plan loses cuDNN.
-              Type et = getElementTypeOrSelf(a.getQkv().getType());
-              if (target == "cuda" && how != "all_to_all" &&
-                  (et.isBF16() || et.isF16()) && !warnedCpKernel) {
-                warnedCpKernel = true;
-                InFlightDiagnostic w = a.emitWarning();
-                w << "on the cuda target, cp_comm = " << how
-                  << " attends with planrt's tiles, several times slower "
-                     "than cuDNN's flash attention, which runs one GPU's "
-                     "16-bit attention; ";
-                if (h.getInt() % G == 0 && kv.getInt() % G == 0)
-                  w << "cp_comm = all_to_all runs cuDNN's (or planrt's tiles)";
-                else
-                  w << "cp = " << G << " does not divide this rank's "
-                    << h.getInt() << " query and " << kv.getInt()
-                    << " key/value heads, which cp_comm = all_to_all needs "
-                       "(a cp that divides them runs cuDNN's attention)";
-              }
+              if (target == "cuda" && how != "all_to_all" && !warnedCpKernel)
+                warnedCpKernel =
+                    warnCpKernel(a, how, h.getInt(), kv.getInt(), G, z.p);
               if (how == "ring") {
                 z.create<rk::AttentionRingOp>(b, loc, in(0), out, h, kv, cp);
                 return true;

@@ -386,6 +386,12 @@ constexpr bool cudnn_attention(bool sixteen_bit, bool dropout,
   return sixteen_bit && !dropout && head_dim > 0 && head_dim % 8 == 0 &&
          head_dim <= 256;
 }
+/// Whether planrt's cuda attention tiles are built for a head dim
+/// (runtime/lib/cuda/attention_blocks.h and the tiles that share its
+/// scheme); others run the per-row functors, one GPU thread per row.
+constexpr bool tiled_attention(int64_t head_dim) {
+  return head_dim == 16 || head_dim == 32 || head_dim == 64 || head_dim == 128;
+}
 /// The largest cuDNN workspace planrt accepts for an attention of B x H x S
 /// rows of head dim D: 64 MiB for a forward, and for the backward also
 /// twice the fp32 dq accumulator and row sums of flash attention's backward

@@ -50,9 +50,10 @@ constexpr int kTX = block::kTX, kTY = 16, kThreads = kTX * kTY;
 constexpr int kRI = kRows / kTY; // rows per thread
 constexpr int kCJ = kCols / kTX; // tile columns per thread
 
-/// Head dims with tiled kernels (others run the per-row functors).
+/// Head dims with tiled kernels (others run the per-row functors); planc's
+/// cost model reads the same rule.
 constexpr bool supported_head_dim(int64_t d) {
-  return d == 16 || d == 32 || d == 64 || d == 128;
+  return workspace::outside::tiled_attention(d);
 }
 
 using block::Lane;

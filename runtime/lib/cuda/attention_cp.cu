@@ -148,6 +148,8 @@ const char *what(bool tc, const char *simt, const char *tensor) {
 template <class T>
 bool forward(cudaStream_t s, const kernels::AttentionBlockFn<T> &f) {
   const kernels::AttnShape &a = f.c.a;
+  if (a.S == 0 || a.B * a.H == 0)
+    return true; // nothing to do (a grid of 0 blocks is an error)
   if (!gridable(a.S, a.B * a.H))
     return false;
   auto bytes = [](auto dim, auto tc) -> size_t {
@@ -174,6 +176,8 @@ bool forward(cudaStream_t s, const kernels::AttentionBlockFn<T> &f) {
 template <class T>
 bool grad_q(cudaStream_t s, const kernels::AttentionBlockGradQFn<T> &f) {
   const kernels::AttnShape &a = f.c.a;
+  if (a.S == 0 || a.B * a.H == 0)
+    return true; // nothing to do (a grid of 0 blocks is an error)
   if (!gridable(a.S, a.B * a.H))
     return false;
   auto bytes = [](auto dim, auto tc) -> size_t {
@@ -199,6 +203,8 @@ bool grad_q(cudaStream_t s, const kernels::AttentionBlockGradQFn<T> &f) {
 template <class T>
 bool grad_kv(cudaStream_t s, const kernels::AttentionBlockGradKVFn<T> &f) {
   const kernels::AttnShape &a = f.c.a;
+  if (f.kb.rows == 0 || a.B * a.KV == 0)
+    return true;
   if (!gridable(f.kb.rows, a.B * a.KV))
     return false;
   auto bytes = [](auto dim, auto tc) -> size_t {

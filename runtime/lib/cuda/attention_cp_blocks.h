@@ -61,29 +61,54 @@ template <int D> constexpr int grad_kv_floats() {
   return attn::grad_kv_floats<D>();
 }
 
+/// The positions of the query rows q0 + lane + 16 i (lane: the thread's ty
+/// for tile rows, tx for tile columns), -1 past the end: no key is seen
+/// there.
+template <int N>
+PLANRT_BLOCK_FN void query_positions(const AttnCp &c, int64_t q0, int lane,
+                                     int64_t (&pq)[N]) {
+  PLANRT_UNROLL
+  for (int i = 0; i < N; ++i) {
+    const int64_t t = q0 + lane + kTX * i; // kTX == kTY
+    pq[i] = t < c.a.S ? c.part.position(t, c.a.S) : -1;
+  }
+}
+/// The positions of the block's keys k0 + lane + 16 j, INT64_MAX past its
+/// end: no query sees them.
+template <int N>
+PLANRT_BLOCK_FN void key_positions(const KvBlock &kb, int64_t k0, int lane,
+                                   int64_t (&pk)[N]) {
+  PLANRT_UNROLL
+  for (int j = 0; j < N; ++j) {
+    const int64_t u = k0 + lane + kTX * j;
+    pk[j] = u < kb.rows ? kb.position(u) : INT64_MAX;
+  }
+}
+static_assert(kTX == kTY && kRI == kCJ,
+              "one position helper serves rows and columns");
+
 /// The key tile [k0, k0 + 64) of the block's kv head (b, g) into Ks and Vs
-/// (after the previous tile's last use), and s = the scaled scores of the
-/// queries in Qs (local rows q0 + ty + 16 i) against it, -inf where the
-/// causal mask (by position) or an end hides a pair.
+/// (after the previous tile's last use), s = the scaled scores of the
+/// queries in Qs (at positions pq) against it, -inf where the causal mask
+/// (by position) or an end hides a pair, and pk the keys' positions.
 template <int D, class T>
 PLANRT_BLOCK_FN void key_tile(const Lane &l, const AttnCp &c, const KvBlock &kb,
-                              const T *blk, int64_t b, int64_t g, int64_t q0,
-                              int64_t k0, const float *Qs, float *Ks, float *Vs,
-                              float (&s)[kRI][kCJ]) {
-  const int64_t L = c.a.S, nk = kb.rows - k0 < kCols ? kb.rows - k0 : kCols;
+                              const T *blk, int64_t b, int64_t g,
+                              const int64_t (&pq)[kRI], int64_t k0,
+                              const float *Qs, float *Ks, float *Vs,
+                              float (&s)[kRI][kCJ], int64_t (&pk)[kCJ]) {
+  const int64_t nk = kb.rows - k0 < kCols ? kb.rows - k0 : kCols;
   PLANRT_BLOCK_BARRIER();
   attn::load_tile<D>(l, Ks, kb.k(c, blk, b, 0, g), c.kvWidth(), k0, nk);
   attn::load_tile<D>(l, Vs, kb.v(c, blk, b, 0, g), c.kvWidth(), k0, nk);
   PLANRT_BLOCK_BARRIER();
   attn::dots<D>(l, Qs, Ks, s);
+  key_positions(kb, k0, l.tx, pk);
+  PLANRT_UNROLL
   for (int i = 0; i < kRI; ++i) {
-    const int64_t t = q0 + l.ty + kTY * i;
-    const int64_t p = t < L ? c.part.position(t, L) : -1;
-    for (int j = 0; j < kCJ; ++j) {
-      const int64_t u = k0 + l.tx + kTX * j;
-      const bool seen = t < L && u < kb.rows && kb.position(u) <= p;
-      s[i][j] = seen ? c.a.scale * s[i][j] : -INFINITY;
-    }
+    PLANRT_UNROLL
+    for (int j = 0; j < kCJ; ++j)
+      s[i][j] = pk[j] <= pq[i] ? c.a.scale * s[i][j] : -INFINITY;
   }
 }
 
@@ -93,10 +118,10 @@ PLANRT_BLOCK_FN bool tile_seen(const KvBlock &kb, int64_t k0, int64_t last) {
   return k0 < kb.rows && kb.position(k0) <= last;
 }
 
-/// The dropout mask of query t and key u (local rows), by global position.
-PLANRT_BLOCK_FN float keep_mask(const AttnCp &c, const KvBlock &kb, int64_t b,
-                                int64_t h, int64_t t, int64_t u) {
-  return c.drop.z(b, h, c.S, c.part.position(t, c.a.S), kb.position(u));
+/// The dropout mask of the query and key at positions pt and pu.
+PLANRT_BLOCK_FN float keep_mask(const AttnCp &c, int64_t b, int64_t h,
+                                int64_t pt, int64_t pu) {
+  return c.drop.z(b, h, c.S, pt, pu);
 }
 
 /// Forward over one block for query rows [q0, q0 + 64) of row group bh = b
@@ -114,36 +139,45 @@ PLANRT_BLOCK_FN void forward_block(const Lane &l, float *smem, const AttnCp &c,
   const int64_t nq = L - q0 < kRows ? L - q0 : kRows;
   attn::load_tile<D>(l, Qs, a.q(qkv, b, 0, h), a.width(), q0, nq);
   float m[kRI], lsum[kRI], o[kRI][D / kTX];
+  PLANRT_UNROLL
   for (int i = 0; i < kRI; ++i) {
     const int64_t t = q0 + l.ty + kTY * i, row = bh * L + t;
     // A normalizer of 0: no key seen yet (the max is not set).
     lsum[i] = t < L ? ml[2 * row + 1] : 0.0f;
     m[i] = lsum[i] > 0.0f ? ml[2 * row] : -INFINITY;
+    PLANRT_UNROLL
     for (int k = 0; k < D / kTX; ++k)
       o[i][k] = t < L ? acc[row * D + l.tx + kTX * k] : 0.0f;
   }
+  int64_t pq[kRI], pk[kCJ];
+  query_positions(c, q0, l.ty, pq);
   const int64_t last = c.part.position(q0 + nq - 1, L);
   for (int64_t k0 = 0; tile_seen(kb, k0, last); k0 += kCols) {
     float s[kRI][kCJ];
-    key_tile<D>(l, c, kb, blk, b, g, q0, k0, Qs, Ks, Vs, s);
+    key_tile<D>(l, c, kb, blk, b, g, pq, k0, Qs, Ks, Vs, s, pk);
+    PLANRT_UNROLL
     for (int i = 0; i < kRI; ++i) {
       const float alpha = attn::online_softmax(l, s[i], m[i], lsum[i]);
+      PLANRT_UNROLL
       for (int k = 0; k < D / kTX; ++k)
         o[i][k] *= alpha;
-      if (c.drop.on) // the values' weights only, not the normalizer
+      if (c.drop.on) { // the values' weights only, not the normalizer
+        PLANRT_UNROLL
         for (int j = 0; j < kCJ; ++j)
           if (s[i][j] != 0.0f)
-            s[i][j] *= keep_mask(c, kb, b, h, q0 + l.ty + kTY * i,
-                                 k0 + l.tx + kTX * j);
+            s[i][j] *= keep_mask(c, b, h, pq[i], pk[j]);
+      }
     }
     attn::store_p(l, Ps, s);
     PLANRT_BLOCK_BARRIER();
     attn::weighted<D>(l, Ps, Vs, o);
   }
+  PLANRT_UNROLL
   for (int i = 0; i < kRI; ++i) {
     const int64_t t = q0 + l.ty + kTY * i, row = bh * L + t;
     if (t >= L || m[i] == -INFINITY) // past the end, or saw no key yet
       continue;
+    PLANRT_UNROLL
     for (int k = 0; k < D / kTX; ++k)
       acc[row * D + l.tx + kTX * k] = o[i][k];
     if (l.tx == 0) {
@@ -170,40 +204,47 @@ grad_q_block(const Lane &l, float *smem, const AttnCp &c, const KvBlock &kb,
   attn::load_tile<D>(l, Qs, a.q(qkv, b, 0, h), a.width(), q0, nq);
   attn::load_tile<D>(l, Os, dout + a.o(b, 0, h), a.H * D, q0, nq);
   float m[kRI], lsum[kRI], dl[kRI], acc[kRI][D / kTX];
+  PLANRT_UNROLL
   for (int i = 0; i < kRI; ++i) {
     const int64_t t = q0 + l.ty + kTY * i, row = bh * L + t;
     m[i] = t < L ? ml[2 * row] : 0.0f;
     lsum[i] = t < L ? ml[2 * row + 1] : 1.0f;
     dl[i] = t < L ? delta[row] : 0.0f;
+    PLANRT_UNROLL
     for (int k = 0; k < D / kTX; ++k)
       acc[i][k] = 0.0f;
   }
+  int64_t pq[kRI], pk[kCJ];
+  query_positions(c, q0, l.ty, pq);
   const int64_t last = c.part.position(q0 + nq - 1, L);
   for (int64_t k0 = 0; tile_seen(kb, k0, last); k0 += kCols) {
     float s[kRI][kCJ], dp[kRI][kCJ];
-    key_tile<D>(l, c, kb, blk, b, g, q0, k0, Qs, Ks, Vs, s);
+    key_tile<D>(l, c, kb, blk, b, g, pq, k0, Qs, Ks, Vs, s, pk);
     attn::dots<D>(l, Os, Vs, dp);
-    for (int i = 0; i < kRI; ++i)
+    PLANRT_UNROLL
+    for (int i = 0; i < kRI; ++i) {
+      PLANRT_UNROLL
       for (int j = 0; j < kCJ; ++j) {
         if (s[i][j] == -INFINITY) {
           s[i][j] = 0.0f;
           continue;
         }
         const float p = kernels::exp_f32(s[i][j] - m[i]) / lsum[i];
-        const float z = c.drop.on ? keep_mask(c, kb, b, h, q0 + l.ty + kTY * i,
-                                              k0 + l.tx + kTX * j)
-                                  : 1.0f;
+        const float z = c.drop.on ? keep_mask(c, b, h, pq[i], pk[j]) : 1.0f;
         s[i][j] = p * (z * dp[i][j] - dl[i]) * a.scale;
       }
+    }
     attn::store_p(l, Ps, s);
     PLANRT_BLOCK_BARRIER();
     attn::weighted<D>(l, Ps, Ks, acc);
   }
+  PLANRT_UNROLL
   for (int i = 0; i < kRI; ++i) {
     const int64_t t = q0 + l.ty + kTY * i;
     if (t >= L)
       continue;
     float *row = dq + (bh * L + t) * D;
+    PLANRT_UNROLL
     for (int k = 0; k < D / kTX; ++k)
       row[l.tx + kTX * k] += acc[i][k];
   }
@@ -228,11 +269,16 @@ grad_kv_block(const Lane &l, float *smem, const AttnCp &c, const KvBlock &kb,
   attn::load_tile<D>(l, Ks, kb.k(c, blk, b, 0, g), c.kvWidth(), u0, nk);
   attn::load_tile<D>(l, Vs, kb.v(c, blk, b, 0, g), c.kvWidth(), u0, nk);
   float dk[kRI][D / kTX], dv[kRI][D / kTX];
-  for (int i = 0; i < kRI; ++i)
+  PLANRT_UNROLL
+  for (int i = 0; i < kRI; ++i) {
+    PLANRT_UNROLL
     for (int k = 0; k < D / kTX; ++k) {
       dk[i][k] = 0.0f;
       dv[i][k] = 0.0f;
     }
+  }
+  int64_t pk[kRI], pq[kCJ]; // rows: keys; columns: queries
+  key_positions(kb, u0, l.ty, pk);
   const int64_t first = kb.position(u0); // the tile's earliest key
   for (int64_t h = g * rep; h < (g + 1) * rep; ++h) {
     const int64_t bh = b * a.H + h;
@@ -253,20 +299,19 @@ grad_kv_block(const Lane &l, float *smem, const AttnCp &c, const KvBlock &kb,
       float s[kRI][kCJ], dp[kRI][kCJ];
       attn::dots<D>(l, Ks, Qs, s); // [key][query]
       attn::dots<D>(l, Vs, Os, dp);
+      query_positions(c, q0, l.tx, pq);
+      PLANRT_UNROLL
       for (int i = 0; i < kRI; ++i) {
-        const int64_t u = u0 + l.ty + kTY * i;
-        const int64_t pu = u < kb.rows ? kb.position(u) : -1;
+        PLANRT_UNROLL
         for (int j = 0; j < kCJ; ++j) {
           const int jj = l.tx + kTX * j;
-          const int64_t t = q0 + jj;
-          const int64_t pt = t < L ? c.part.position(t, L) : -1;
-          const bool seen = u < kb.rows && t < L && pu <= pt;
+          const bool seen = pk[i] <= pq[j];
           const float p =
               seen ? kernels::exp_f32(a.scale * s[i][j] - Ms[jj]) / Ls[jj]
                    : 0.0f;
           // Dropout: ds from the masked dp, dv from the dropped p.
           const float z =
-              c.drop.on && seen ? c.drop.z(b, h, c.S, pt, pu) : 1.0f;
+              c.drop.on && seen ? keep_mask(c, b, h, pq[j], pk[i]) : 1.0f;
           s[i][j] = p * z;
           dp[i][j] = p * (z * dp[i][j] - Dl[jj]) * a.scale;
         }
@@ -280,11 +325,13 @@ grad_kv_block(const Lane &l, float *smem, const AttnCp &c, const KvBlock &kb,
       attn::weighted<D>(l, Ps, Qs, dk);
     }
   }
+  PLANRT_UNROLL
   for (int i = 0; i < kRI; ++i) {
     const int64_t u = u0 + l.ty + kTY * i;
     if (u >= kb.rows)
       continue;
     float *row = dkv + (b * kb.rows + u) * c.kvWidth();
+    PLANRT_UNROLL
     for (int k = 0; k < D / kTX; ++k) {
       row[g * D + l.tx + kTX * k] += dk[i][k];
       row[(a.KV + g) * D + l.tx + kTX * k] += dv[i][k];

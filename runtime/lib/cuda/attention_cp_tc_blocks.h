@@ -44,13 +44,11 @@ template <int D> constexpr size_t grad_kv_bytes() {
   return attn_tc::grad_kv_bytes<D>();
 }
 
-/// The scaled score of local query row t and key u read from an fp32 score
-/// tile: -inf where the causal mask (by position) or an end hides the pair.
-PLANRT_BLOCK_FN float masked(const AttnCp &c, const KvBlock &kb, float s,
-                             int64_t t, int64_t u) {
-  const bool seen =
-      t < c.a.S && u < kb.rows && kb.position(u) <= c.part.position(t, c.a.S);
-  return seen ? c.a.scale * s : -INFINITY;
+/// The scaled score of the query at position pq and the key at pk read
+/// from an fp32 score tile: -inf where the causal mask or an end hides the
+/// pair (attn_cp's query_positions and key_positions mark the ends).
+PLANRT_BLOCK_FN float masked(const AttnCp &c, float s, int64_t pq, int64_t pk) {
+  return pk <= pq ? c.a.scale * s : -INFINITY;
 }
 
 /// Forward over one block for query rows [q0, q0 + 64) of row group bh = b
@@ -74,12 +72,15 @@ PLANRT_BLOCK_FN void forward_block(const Lane &l, char *smem, const AttnCp &c,
     Os[r * kOS<D> + d] = r < nq ? acc[(bh * L + q0 + r) * D + d] : 0.0f;
   }
   float m[kRI], lsum[kRI];
+  PLANRT_UNROLL
   for (int i = 0; i < kRI; ++i) {
     const int64_t t = q0 + l.ty + kTY * i, row = bh * L + t;
     lsum[i] = t < L ? ml[2 * row + 1] : 0.0f; // 0: no key seen yet
     m[i] = lsum[i] > 0.0f ? ml[2 * row] : -INFINITY;
   }
   const int64_t last = c.part.position(q0 + nq - 1, L);
+  int64_t pq[kRI], pk[kCJ];
+  attn_cp::query_positions(c, q0, l.ty, pq);
   for (int64_t k0 = 0; attn_cp::tile_seen(kb, k0, last); k0 += kCols) {
     const int64_t nk = kb.rows - k0 < kCols ? kb.rows - k0 : kCols;
     PLANRT_BLOCK_BARRIER();
@@ -87,23 +88,26 @@ PLANRT_BLOCK_FN void forward_block(const Lane &l, char *smem, const AttnCp &c,
     attn_tc::load_tile<D>(l, Vs, kb.v(c, blk, b, 0, g), c.kvWidth(), k0, nk);
     PLANRT_BLOCK_BARRIER();
     attn_tc::scores<D>(l, Qs, Ks, Ss);
+    attn_cp::key_positions(kb, k0, l.tx, pk);
     PLANRT_BLOCK_BARRIER();
     PLANRT_UNROLL
     for (int i = 0; i < kRI; ++i) {
       const int r = l.ty + kTY * i;
-      const int64_t t = q0 + r;
       float s[kCJ];
-      for (int j = 0; j < kCJ; ++j) {
-        const int cc = l.tx + kTX * j;
-        s[j] = masked(c, kb, Ss[r * kFS + cc], t, k0 + cc);
-      }
+      PLANRT_UNROLL
+      for (int j = 0; j < kCJ; ++j)
+        s[j] = masked(c, Ss[r * kFS + l.tx + kTX * j], pq[i], pk[j]);
       const float alpha = attn::online_softmax(l, s, m[i], lsum[i]);
-      if (c.drop.on) // the values' weights only, not the normalizer
+      if (c.drop.on) { // the values' weights only, not the normalizer
+        PLANRT_UNROLL
         for (int j = 0; j < kCJ; ++j)
           if (s[j] != 0.0f)
-            s[j] *= attn_cp::keep_mask(c, kb, b, h, t, k0 + l.tx + kTX * j);
+            s[j] *= attn_cp::keep_mask(c, b, h, pq[i], pk[j]);
+      }
+      PLANRT_UNROLL
       for (int j = 0; j < kCJ; ++j)
         kernels::st(Ps[r * kPS + l.tx + kTX * j], s[j]);
+      PLANRT_UNROLL
       for (int k = 0; k < D / kTX; ++k)
         Os[r * kOS<D> + l.tx + kTX * k] *= alpha;
     }
@@ -114,11 +118,13 @@ PLANRT_BLOCK_FN void forward_block(const Lane &l, char *smem, const AttnCp &c,
     attn_tc::store_tiles<D>(l, o, Os);
   }
   PLANRT_BLOCK_BARRIER();
+  PLANRT_UNROLL
   for (int i = 0; i < kRI; ++i) {
     const int r = l.ty + kTY * i;
     const int64_t t = q0 + r, row = bh * L + t;
     if (t >= L || m[i] == -INFINITY) // past the end, or saw no key yet
       continue;
+    PLANRT_UNROLL
     for (int k = 0; k < D / kTX; ++k)
       acc[row * D + l.tx + kTX * k] = Os[r * kOS<D> + l.tx + kTX * k];
     if (l.tx == 0) {
@@ -133,11 +139,13 @@ PLANRT_BLOCK_FN void forward_block(const Lane &l, char *smem, const AttnCp &c,
 template <int D>
 PLANRT_BLOCK_FN void add_rows(const Lane &l, float *dst, const float *O,
                               int64_t base, int64_t n) {
+  PLANRT_UNROLL
   for (int i = 0; i < kRI; ++i) {
     const int r = l.ty + kTY * i;
     if (r >= n)
       continue;
     float *row = dst + (base + r) * D;
+    PLANRT_UNROLL
     for (int k = 0; k < D / kTX; ++k)
       row[l.tx + kTX * k] += O[r * kOS<D> + l.tx + kTX * k];
   }
@@ -161,6 +169,7 @@ grad_q_block(const Lane &l, char *smem, const AttnCp &c, const KvBlock &kb,
   attn_tc::load_tile<D>(l, Qs, a.q(qkv, b, 0, h), a.width(), q0, nq);
   attn_tc::load_tile<D>(l, Os, dout + a.o(b, 0, h), a.H * D, q0, nq);
   float m[kRI], lsum[kRI], dl[kRI];
+  PLANRT_UNROLL
   for (int i = 0; i < kRI; ++i) {
     const int64_t t = q0 + l.ty + kTY * i, row = bh * L + t;
     m[i] = t < L ? ml[2 * row] : 0.0f;
@@ -169,6 +178,8 @@ grad_q_block(const Lane &l, char *smem, const AttnCp &c, const KvBlock &kb,
   }
   mma::Acc acc[kTilesPerWarp<D>];
   attn_tc::zero_tiles<D>(l, acc);
+  int64_t pq[kRI], pk[kCJ];
+  attn_cp::query_positions(c, q0, l.ty, pq);
   const int64_t last = c.part.position(q0 + nq - 1, L);
   for (int64_t k0 = 0; attn_cp::tile_seen(kb, k0, last); k0 += kCols) {
     const int64_t nk = kb.rows - k0 < kCols ? kb.rows - k0 : kCols;
@@ -178,18 +189,20 @@ grad_q_block(const Lane &l, char *smem, const AttnCp &c, const KvBlock &kb,
     PLANRT_BLOCK_BARRIER();
     attn_tc::scores<D>(l, Qs, Ks, Ss);
     attn_tc::scores<D>(l, Os, Vs, Dp);
+    attn_cp::key_positions(kb, k0, l.tx, pk);
     PLANRT_BLOCK_BARRIER();
+    PLANRT_UNROLL
     for (int i = 0; i < kRI; ++i) {
       const int r = l.ty + kTY * i;
-      const int64_t t = q0 + r;
+      PLANRT_UNROLL
       for (int j = 0; j < kCJ; ++j) {
         const int cc = l.tx + kTX * j;
-        const float s = masked(c, kb, Ss[r * kFS + cc], t, k0 + cc);
+        const float s = masked(c, Ss[r * kFS + cc], pq[i], pk[j]);
         float ds = 0.0f;
         if (s != -INFINITY) {
           const float p = kernels::exp_f32(s - m[i]) / lsum[i];
           const float z =
-              c.drop.on ? attn_cp::keep_mask(c, kb, b, h, t, k0 + cc) : 1.0f;
+              c.drop.on ? attn_cp::keep_mask(c, b, h, pq[i], pk[j]) : 1.0f;
           ds = p * (z * Dp[r * kFS + cc] - dl[i]) * a.scale;
         }
         kernels::st(Ps[r * kPS + cc], ds);
@@ -225,6 +238,8 @@ grad_kv_block(const Lane &l, char *smem, const AttnCp &c, const KvBlock &kb,
   mma::Acc dk[kTilesPerWarp<D>], dv[kTilesPerWarp<D>];
   attn_tc::zero_tiles<D>(l, dk);
   attn_tc::zero_tiles<D>(l, dv);
+  int64_t pk[kRI], pq[kCJ]; // rows: keys; columns: queries
+  attn_cp::key_positions(kb, u0, l.ty, pk);
   const int64_t first = kb.position(u0); // the tile's earliest key
   for (int64_t h = g * rep; h < (g + 1) * rep; ++h) {
     const int64_t bh = b * a.H + h;
@@ -244,23 +259,23 @@ grad_kv_block(const Lane &l, char *smem, const AttnCp &c, const KvBlock &kb,
       PLANRT_BLOCK_BARRIER();
       attn_tc::scores<D>(l, Ks, Qs, Ss); // [key][query]
       attn_tc::scores<D>(l, Vs, Os, Dp);
+      attn_cp::query_positions(c, q0, l.tx, pq);
       PLANRT_BLOCK_BARRIER();
+      PLANRT_UNROLL
       for (int i = 0; i < kRI; ++i) {
         const int r = l.ty + kTY * i;
-        const int64_t u = u0 + r;
-        const int64_t pu = u < kb.rows ? kb.position(u) : -1;
+        PLANRT_UNROLL
         for (int j = 0; j < kCJ; ++j) {
           const int cc = l.tx + kTX * j;
-          const int64_t t = q0 + cc;
-          const int64_t pt = t < L ? c.part.position(t, L) : -1;
-          const bool seen = u < kb.rows && t < L && pu <= pt;
+          const bool seen = pk[i] <= pq[j];
           const float p =
               seen ? kernels::exp_f32(a.scale * Ss[r * kFS + cc] - Ms[cc]) /
                          Ls[cc]
                    : 0.0f;
           // Dropout: ds from the masked dp, dv from the dropped p.
-          const float z =
-              c.drop.on && seen ? c.drop.z(b, h, c.S, pt, pu) : 1.0f;
+          const float z = c.drop.on && seen
+                              ? attn_cp::keep_mask(c, b, h, pq[j], pk[i])
+                              : 1.0f;
           kernels::st(Ps[r * kPS + cc], p * z);
           kernels::st(Ds[r * kPS + cc],
                       p * (z * Dp[r * kFS + cc] - Dl[cc]) * a.scale);
@@ -278,12 +293,14 @@ grad_kv_block(const Lane &l, char *smem, const AttnCp &c, const KvBlock &kb,
     PLANRT_BLOCK_BARRIER();
     attn_tc::store_tiles<D>(l, acc, Ss);
     PLANRT_BLOCK_BARRIER();
+    PLANRT_UNROLL
     for (int i = 0; i < kRI; ++i) {
       const int r = l.ty + kTY * i;
       const int64_t u = u0 + r;
       if (u >= kb.rows)
         continue;
       float *row = dkv + (b * kb.rows + u) * c.kvWidth() + col;
+      PLANRT_UNROLL
       for (int k = 0; k < D / kTX; ++k)
         row[l.tx + kTX * k] += Ss[r * kOS<D> + l.tx + kTX * k];
     }
