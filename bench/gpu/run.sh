@@ -113,16 +113,24 @@ program tiny-gpt-long-bf16-tiles 45 env PLANRT_ATTENTION=tiles bin/tiny-gpt-long
 # Context parallelism's attention tiles against the host functors (the
 # cases of test/runtime/cuda/cp_attention_cases.h).
 step cp-tiles 30 bin/cp-tiles
-# 2. compute-sanitizer over tiny-gpt: memcheck (2 steps), racecheck (1).
+# 2. compute-sanitizer over tiny-gpt: memcheck (2 steps), racecheck (1);
+# and over three cases of the cp tiles (5: fp32 ring at head dim 128; 10:
+# bf16 ring at 64; 11: fp16 ring at 128, the tensor-core tiles' largest
+# shared memory).
 if command -v compute-sanitizer >/dev/null; then
   step memcheck 90 compute-sanitizer --tool memcheck --error-exitcode 9 \
     bin/tiny-gpt-fp32 --steps 2 --quiet
   # racecheck: the block kernels' shared memory (a missing barrier).
   step racecheck 90 compute-sanitizer --tool racecheck --error-exitcode 9 \
     bin/tiny-gpt-fp32 --steps 1 --quiet
+  step cp-tiles-memcheck 60 compute-sanitizer --tool memcheck --error-exitcode 9 \
+    bin/cp-tiles 5 10 11
+  step cp-tiles-racecheck 60 compute-sanitizer --tool racecheck --error-exitcode 9 \
+    bin/cp-tiles 5 10 11
 else
-  echo "compute-sanitizer not found" >"$LOGS/memcheck.log"; echo 127 >"$LOGS/memcheck.rc"
-  echo "compute-sanitizer not found" >"$LOGS/racecheck.log"; echo 127 >"$LOGS/racecheck.rc"
+  for t in memcheck racecheck cp-tiles-memcheck cp-tiles-racecheck; do
+    echo "compute-sanitizer not found" >"$LOGS/$t.log"; echo 127 >"$LOGS/$t.rc"
+  done
 fi
 # 3. GPT-2 124M, B 16, T 1024: planc, then PyTorch on the same GPU.
 for p in gpt2-bf16 gpt2-tf32 gpt2-fp32; do

@@ -14,7 +14,8 @@ Correctness rows, against the host target's run of the same plan:
   memory: the peak planc planned for the device (the report's) against the
         peak planrt measured on the GPU (--log-json), both without what the
         libraries hold outside the plan (shown beside GPT-2's peak);
-  memcheck, racecheck: compute-sanitizer finds no error in tiny-gpt;
+  memcheck, racecheck: compute-sanitizer finds no error in tiny-gpt and in
+        two cases of the cp tiles;
   cp tiles: context parallelism's attention tiles against the host
         functors on every case of test/runtime/cuda/cp_attention_cases.h
         (fp32 within 1e-5; the 16-bit tensor-core tiles within 5e-3 bf16,
@@ -200,9 +201,13 @@ def cp_tiles(name):
 
 
 guarded(cp_tiles, "cp-tiles")
-for tool, steps in (("memcheck", 2), ("racecheck", 1)):
+for tool, run in (("memcheck", "tiny-gpt fp32, 2 steps"),
+                  ("racecheck", "tiny-gpt fp32, 1 step"),
+                  ("cp-tiles-memcheck", "cp tiles, cases 5, 10, 11"),
+                  ("cp-tiles-racecheck", "cp tiles, cases 5, 10, 11")):
     m = rc(tool)
-    row(f"compute-sanitizer {tool}", f"tiny-gpt fp32, {steps} step(s)",
+    name = tool.replace("cp-tiles-", "")
+    row(f"compute-sanitizer {name}", run,
         "clean" if m == 0 else f"exit {m}: {last_error(tool)}", "clean",
         m == 0)
 

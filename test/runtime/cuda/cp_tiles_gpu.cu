@@ -5,6 +5,8 @@
 // meet a GPU. fp32 cases run the fp32 tiles, 16-bit ones the tensor-core
 // tiles. Prints each case's worst relative error and exits 1 where one is
 // above its tolerance (cp_tolerance), or where the tiles do not run.
+//   cp_tiles_gpu [N...]   only cases N (1-based; the suite's sanitizer runs
+//                         take one fp32 and one 16-bit case)
 #include "cp_attention_cases.h"
 #include "cuda/attention_cp.h"
 
@@ -86,14 +88,27 @@ struct GpuCpTiles {
 
 } // namespace
 
-int main() {
+int main(int argc, char **argv) {
   double worst = 0; // relative to each case's tolerance
   int cases = 0, bad = 0;
   std::vector<test::CpCase> all = test::cp_cases();
   for (const test::CpCase &cs : test::cp_cases_16bit())
     all.push_back(cs);
+  std::vector<bool> wanted(all.size(), argc < 2);
+  for (int i = 1; i < argc; ++i) {
+    const int n = std::atoi(argv[i]);
+    if (n < 1 || n > (int)all.size()) {
+      std::fprintf(stderr, "cp_tiles_gpu: no case %s (1 to %zu)\n", argv[i],
+                   all.size());
+      return 2;
+    }
+    wanted[n - 1] = true;
+  }
   const char *names[] = {"fp32", "bf16", "fp16"};
-  for (const test::CpCase &cs : all) {
+  for (size_t n = 0; n < all.size(); ++n) {
+    if (!wanted[n])
+      continue;
+    const test::CpCase &cs = all[n];
     const double tol = test::cp_tolerance(cs, true);
     double err = 0;
     std::string where;
@@ -108,9 +123,10 @@ int main() {
     });
     ++cases;
     const bool good = err <= tol;
+    const int number = (int)n + 1;
     bad += !good;
     worst = err / tol > worst || err != err ? err / tol : worst;
-    std::printf("case %d (%s, %s%s): worst %.2e (<= %g) at %s%s\n", cases,
+    std::printf("case %d (%s, %s%s): worst %.2e (<= %g) at %s%s\n", number,
                 cs.ring ? "ring" : "all_gather", names[(int)cs.store],
                 cs.dropout ? ", dropout" : "", err, tol, where.c_str(),
                 good ? "" : "  FAIL");
