@@ -242,6 +242,22 @@ PLANRT_BLOCK_FN void mask_dp(const Lane &l, const kernels::AttnDropout &drop,
       dp[i][j] *= drop.z(b, h, S, q0 + l.ty + kTY * i, k0 + l.tx + kTX * j);
 }
 
+/// The key side's view of a query tile's rows row0 .. row0 + 63 (nq of
+/// them before the end): their (m, l) from `stats` and delta into Ms, Ls
+/// and Dl, harmless values (0, 1, 0) past the end. Every tile family's
+/// grad_kv reads its query tiles' statistics this way.
+PLANRT_BLOCK_FN void load_row_stats(const Lane &l, const float *stats,
+                                    const float *delta, int64_t row0,
+                                    int64_t nq, float *Ms, float *Ls,
+                                    float *Dl) {
+  for (int j = l.tid; j < kCols; j += kThreads) {
+    const int64_t row = row0 + j;
+    Ms[j] = j < nq ? stats[2 * row] : 0.0f;
+    Ls[j] = j < nq ? stats[2 * row + 1] : 1.0f;
+    Dl[j] = j < nq ? delta[row] : 0.0f;
+  }
+}
+
 /// Floats of shared memory each kernel takes.
 template <int D> constexpr int forward_floats() {
   return 3 * kRows * kStride<D> + kRows * kPStride;
@@ -398,12 +414,7 @@ grad_kv_block(const Lane &l, float *smem, const kernels::AttnShape &a,
       PLANRT_BLOCK_BARRIER();
       load_tile<D>(l, Qs, a.q(qkv, b, 0, h), a.width(), q0, nq);
       load_tile<D>(l, Os, dout + a.o(b, 0, h), a.H * D, q0, nq);
-      for (int j = l.tid; j < kCols; j += kThreads) {
-        const int64_t t = q0 + j, row = bh * S + t;
-        Ms[j] = j < nq ? rowstats[2 * row] : 0.0f;
-        Ls[j] = j < nq ? rowstats[2 * row + 1] : 1.0f;
-        Dl[j] = j < nq ? delta[row] : 0.0f;
-      }
+      load_row_stats(l, rowstats, delta, bh * S + q0, nq, Ms, Ls, Dl);
       PLANRT_BLOCK_BARRIER();
       float s[kRI][kCJ], dp[kRI][kCJ];
       dots<D>(l, Ks, Qs, s); // [key][query]

@@ -112,6 +112,34 @@ PLANRT_BLOCK_FN void key_tile(const Lane &l, const AttnCp &c, const KvBlock &kb,
   }
 }
 
+/// The running (m, l) of this thread's query rows q0 + ty + 16 i of row
+/// group bh from ml: a normalizer of 0 means no key seen yet (m is then
+/// -inf, whatever ml holds), as past the end.
+PLANRT_BLOCK_FN void load_running_stats(const Lane &l, const AttnCp &c,
+                                        const float *ml, int64_t bh, int64_t q0,
+                                        float (&m)[kRI], float (&lsum)[kRI]) {
+  PLANRT_UNROLL
+  for (int i = 0; i < kRI; ++i) {
+    const int64_t t = q0 + l.ty + kTY * i, row = bh * c.a.S + t;
+    lsum[i] = t < c.a.S ? ml[2 * row + 1] : 0.0f;
+    m[i] = lsum[i] > 0.0f ? ml[2 * row] : -INFINITY;
+  }
+}
+/// The rows' final (m, l) and delta for the backward (harmless values past
+/// the end).
+PLANRT_BLOCK_FN void load_final_stats(const Lane &l, const AttnCp &c,
+                                      const float *ml, const float *delta,
+                                      int64_t bh, int64_t q0, float (&m)[kRI],
+                                      float (&lsum)[kRI], float (&dl)[kRI]) {
+  PLANRT_UNROLL
+  for (int i = 0; i < kRI; ++i) {
+    const int64_t t = q0 + l.ty + kTY * i, row = bh * c.a.S + t;
+    m[i] = t < c.a.S ? ml[2 * row] : 0.0f;
+    lsum[i] = t < c.a.S ? ml[2 * row + 1] : 1.0f;
+    dl[i] = t < c.a.S ? delta[row] : 0.0f;
+  }
+}
+
 /// Whether the key tile at k0 has a key some query up to position `last`
 /// sees (keys are in position order).
 PLANRT_BLOCK_FN bool tile_seen(const KvBlock &kb, int64_t k0, int64_t last) {
@@ -139,12 +167,10 @@ PLANRT_BLOCK_FN void forward_block(const Lane &l, float *smem, const AttnCp &c,
   const int64_t nq = L - q0 < kRows ? L - q0 : kRows;
   attn::load_tile<D>(l, Qs, a.q(qkv, b, 0, h), a.width(), q0, nq);
   float m[kRI], lsum[kRI], o[kRI][D / kTX];
+  load_running_stats(l, c, ml, bh, q0, m, lsum);
   PLANRT_UNROLL
   for (int i = 0; i < kRI; ++i) {
     const int64_t t = q0 + l.ty + kTY * i, row = bh * L + t;
-    // A normalizer of 0: no key seen yet (the max is not set).
-    lsum[i] = t < L ? ml[2 * row + 1] : 0.0f;
-    m[i] = lsum[i] > 0.0f ? ml[2 * row] : -INFINITY;
     PLANRT_UNROLL
     for (int k = 0; k < D / kTX; ++k)
       o[i][k] = t < L ? acc[row * D + l.tx + kTX * k] : 0.0f;
@@ -204,12 +230,9 @@ grad_q_block(const Lane &l, float *smem, const AttnCp &c, const KvBlock &kb,
   attn::load_tile<D>(l, Qs, a.q(qkv, b, 0, h), a.width(), q0, nq);
   attn::load_tile<D>(l, Os, dout + a.o(b, 0, h), a.H * D, q0, nq);
   float m[kRI], lsum[kRI], dl[kRI], acc[kRI][D / kTX];
+  load_final_stats(l, c, ml, delta, bh, q0, m, lsum, dl);
   PLANRT_UNROLL
   for (int i = 0; i < kRI; ++i) {
-    const int64_t t = q0 + l.ty + kTY * i, row = bh * L + t;
-    m[i] = t < L ? ml[2 * row] : 0.0f;
-    lsum[i] = t < L ? ml[2 * row + 1] : 1.0f;
-    dl[i] = t < L ? delta[row] : 0.0f;
     PLANRT_UNROLL
     for (int k = 0; k < D / kTX; ++k)
       acc[i][k] = 0.0f;
@@ -289,12 +312,7 @@ grad_kv_block(const Lane &l, float *smem, const AttnCp &c, const KvBlock &kb,
       PLANRT_BLOCK_BARRIER();
       attn::load_tile<D>(l, Qs, a.q(qkv, b, 0, h), a.width(), q0, nq);
       attn::load_tile<D>(l, Os, dout + a.o(b, 0, h), a.H * D, q0, nq);
-      for (int j = l.tid; j < kCols; j += kThreads) {
-        const int64_t row = bh * L + q0 + j;
-        Ms[j] = j < nq ? ml[2 * row] : 0.0f;
-        Ls[j] = j < nq ? ml[2 * row + 1] : 1.0f;
-        Dl[j] = j < nq ? delta[row] : 0.0f;
-      }
+      attn::load_row_stats(l, ml, delta, bh * L + q0, nq, Ms, Ls, Dl);
       PLANRT_BLOCK_BARRIER();
       float s[kRI][kCJ], dp[kRI][kCJ];
       attn::dots<D>(l, Ks, Qs, s); // [key][query]

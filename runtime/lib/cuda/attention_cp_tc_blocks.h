@@ -72,12 +72,7 @@ PLANRT_BLOCK_FN void forward_block(const Lane &l, char *smem, const AttnCp &c,
     Os[r * kOS<D> + d] = r < nq ? acc[(bh * L + q0 + r) * D + d] : 0.0f;
   }
   float m[kRI], lsum[kRI];
-  PLANRT_UNROLL
-  for (int i = 0; i < kRI; ++i) {
-    const int64_t t = q0 + l.ty + kTY * i, row = bh * L + t;
-    lsum[i] = t < L ? ml[2 * row + 1] : 0.0f; // 0: no key seen yet
-    m[i] = lsum[i] > 0.0f ? ml[2 * row] : -INFINITY;
-  }
+  attn_cp::load_running_stats(l, c, ml, bh, q0, m, lsum);
   const int64_t last = c.part.position(q0 + nq - 1, L);
   int64_t pq[kRI], pk[kCJ];
   attn_cp::query_positions(c, q0, l.ty, pq);
@@ -169,13 +164,7 @@ grad_q_block(const Lane &l, char *smem, const AttnCp &c, const KvBlock &kb,
   attn_tc::load_tile<D>(l, Qs, a.q(qkv, b, 0, h), a.width(), q0, nq);
   attn_tc::load_tile<D>(l, Os, dout + a.o(b, 0, h), a.H * D, q0, nq);
   float m[kRI], lsum[kRI], dl[kRI];
-  PLANRT_UNROLL
-  for (int i = 0; i < kRI; ++i) {
-    const int64_t t = q0 + l.ty + kTY * i, row = bh * L + t;
-    m[i] = t < L ? ml[2 * row] : 0.0f;
-    lsum[i] = t < L ? ml[2 * row + 1] : 1.0f;
-    dl[i] = t < L ? delta[row] : 0.0f;
-  }
+  attn_cp::load_final_stats(l, c, ml, delta, bh, q0, m, lsum, dl);
   mma::Acc acc[kTilesPerWarp<D>];
   attn_tc::zero_tiles<D>(l, acc);
   int64_t pq[kRI], pk[kCJ];
@@ -250,12 +239,7 @@ grad_kv_block(const Lane &l, char *smem, const AttnCp &c, const KvBlock &kb,
       PLANRT_BLOCK_BARRIER();
       attn_tc::load_tile<D>(l, Qs, a.q(qkv, b, 0, h), a.width(), q0, nq);
       attn_tc::load_tile<D>(l, Os, dout + a.o(b, 0, h), a.H * D, q0, nq);
-      for (int j = l.tid; j < kCols; j += kThreads) {
-        const int64_t row = bh * L + q0 + j;
-        Ms[j] = j < nq ? ml[2 * row] : 0.0f;
-        Ls[j] = j < nq ? ml[2 * row + 1] : 1.0f;
-        Dl[j] = j < nq ? delta[row] : 0.0f;
-      }
+      attn::load_row_stats(l, ml, delta, bh * L + q0, nq, Ms, Ls, Dl);
       PLANRT_BLOCK_BARRIER();
       attn_tc::scores<D>(l, Ks, Qs, Ss); // [key][query]
       attn_tc::scores<D>(l, Vs, Os, Dp);

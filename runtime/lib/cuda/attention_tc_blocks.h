@@ -379,12 +379,7 @@ grad_kv_block(const Lane &l, char *smem, const kernels::AttnShape &a,
       PLANRT_BLOCK_BARRIER();
       load_tile<D>(l, Qs, a.q(qkv, b, 0, h), a.width(), q0, nq);
       load_tile<D>(l, Os, dout + a.o(b, 0, h), a.H * D, q0, nq);
-      for (int j = l.tid; j < kCols; j += kThreads) {
-        const int64_t row = bh * S + q0 + j;
-        Ms[j] = j < nq ? rowstats[2 * row] : 0.0f;
-        Ls[j] = j < nq ? rowstats[2 * row + 1] : 1.0f;
-        Dl[j] = j < nq ? delta[row] : 0.0f;
-      }
+      attn::load_row_stats(l, rowstats, delta, bh * S + q0, nq, Ms, Ls, Dl);
       PLANRT_BLOCK_BARRIER();
       scores<D>(l, Ks, Qs, Ss); // [key][query]
       scores<D>(l, Vs, Os, Dp);

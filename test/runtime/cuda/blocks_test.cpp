@@ -34,6 +34,7 @@
 
 using namespace planrt;
 using test::narrow;
+using test::rel_err;
 using test::widen;
 
 namespace {
@@ -67,16 +68,6 @@ void run_blocks(int64_t gx, int64_t gy, size_t smem_floats, const F &body) {
       }
       ASSERT_EQ(threads, attn::kThreads) << "OpenMP gave fewer threads";
     }
-}
-
-double rel_err(const std::vector<float> &a, const std::vector<float> &b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    double d = (double)a[i] - b[i];
-    num += d * d;
-    den += (double)b[i] * b[i];
-  }
-  return std::sqrt(num / (den > 0 ? den : 1));
 }
 
 struct Case {

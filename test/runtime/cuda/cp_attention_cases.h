@@ -89,17 +89,6 @@ inline double cp_tolerance(const CpCase &cs, bool tensor_cores) {
   return cs.store == CpStore::f16 ? 1e-3 : 5e-3;
 }
 
-inline double cp_rel_err(const std::vector<float> &a,
-                         const std::vector<float> &b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    double d = (double)a[i] - b[i];
-    num += d * d;
-    den += (double)b[i] * b[i];
-  }
-  return std::sqrt(num / (den > 0 ? den : 1));
-}
-
 /// The relative error of what was added to `start`: got - start against
 /// want - start.
 inline double cp_added_err(const std::vector<float> &got,
@@ -110,7 +99,7 @@ inline double cp_added_err(const std::vector<float> &got,
     g[i] = got[i] - start[i];
     w[i] = want[i] - start[i];
   }
-  return cp_rel_err(g, w);
+  return rel_err(g, w);
 }
 
 /// Runs case `cs` with storage T through `tiles` (forward, grad_q, grad_kv
@@ -160,8 +149,8 @@ void run_cp_case(const CpCase &cs, const Tiles &tiles, const Report &report) {
     for (int64_t i = 0; i < rows; ++i)
       f(i);
     tiles.forward(c, kbs[k], qkv, blks[k], acc, ml);
-    report("acc, " + name + std::to_string(k), cp_rel_err(acc, acc_ref));
-    report("ml, " + name + std::to_string(k), cp_rel_err(ml, ml_ref));
+    report("acc, " + name + std::to_string(k), rel_err(acc, acc_ref));
+    report("ml, " + name + std::to_string(k), rel_err(ml, ml_ref));
   }
   std::vector<float> delta((size_t)rows);
   kernels::AttentionFinishFn<T> fin{acc_ref.data(), ml_ref.data(), nullptr,
