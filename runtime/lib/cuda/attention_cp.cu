@@ -154,8 +154,8 @@ bool forward(cudaStream_t s, const kernels::AttentionBlockFn<T> &f) {
     return false;
   auto bytes = [](auto dim, auto tc) -> size_t {
     constexpr int D = decltype(dim)::value;
-    return decltype(tc)::value ? attn_cp_tc::forward_bytes<D>()
-                               : attn_cp::forward_floats<D>() * sizeof(float);
+    return decltype(tc)::value ? attn_tc::forward_bytes<D>()
+                               : attn::forward_floats<D>() * sizeof(float);
   };
   return with_tiles<T>(
       a.D, aligned16({f.qkv, f.blk}), bytes, [&](auto dim, auto tc, size_t n) {
@@ -182,8 +182,8 @@ bool grad_q(cudaStream_t s, const kernels::AttentionBlockGradQFn<T> &f) {
     return false;
   auto bytes = [](auto dim, auto tc) -> size_t {
     constexpr int D = decltype(dim)::value;
-    return decltype(tc)::value ? attn_cp_tc::grad_q_bytes<D>()
-                               : attn_cp::grad_q_floats<D>() * sizeof(float);
+    return decltype(tc)::value ? attn_tc::grad_q_bytes<D>()
+                               : attn::grad_q_floats<D>() * sizeof(float);
   };
   return with_tiles<T>(
       a.D, aligned16({f.qkv, f.blk, f.dout}), bytes,
@@ -209,8 +209,8 @@ bool grad_kv(cudaStream_t s, const kernels::AttentionBlockGradKVFn<T> &f) {
     return false;
   auto bytes = [](auto dim, auto tc) -> size_t {
     constexpr int D = decltype(dim)::value;
-    return decltype(tc)::value ? attn_cp_tc::grad_kv_bytes<D>()
-                               : attn_cp::grad_kv_floats<D>() * sizeof(float);
+    return decltype(tc)::value ? attn_tc::grad_kv_bytes<D>()
+                               : attn::grad_kv_floats<D>() * sizeof(float);
   };
   return with_tiles<T>(
       a.D, aligned16({f.qkv, f.blk, f.dout}), bytes,

@@ -50,16 +50,8 @@ using attn::Lane;
 using kernels::AttnCp;
 using kernels::KvBlock;
 
-/// Shared memory of each kernel: as attention_blocks.h's.
-template <int D> constexpr int forward_floats() {
-  return attn::forward_floats<D>();
-}
-template <int D> constexpr int grad_q_floats() {
-  return attn::grad_q_floats<D>();
-}
-template <int D> constexpr int grad_kv_floats() {
-  return attn::grad_kv_floats<D>();
-}
+/// Shared memory of each kernel: attention_blocks.h's forward_floats,
+/// grad_q_floats and grad_kv_floats (the same regions).
 
 /// The positions of the query rows q0 + lane + 16 i (lane: the thread's ty
 /// for tile rows, tx for tile columns), -1 past the end: no key is seen

@@ -33,22 +33,35 @@ using block::Lane;
 using kernels::AttnCp;
 using kernels::KvBlock;
 
-/// Shared memory of each kernel: as attention_tc_blocks.h's.
-template <int D> constexpr size_t forward_bytes() {
-  return attn_tc::forward_bytes<D>();
-}
-template <int D> constexpr size_t grad_q_bytes() {
-  return attn_tc::grad_q_bytes<D>();
-}
-template <int D> constexpr size_t grad_kv_bytes() {
-  return attn_tc::grad_kv_bytes<D>();
-}
+/// Shared memory of each kernel: attention_tc_blocks.h's forward_bytes,
+/// grad_q_bytes and grad_kv_bytes (the same regions).
 
 /// The scaled score of the query at position pq and the key at pk read
 /// from an fp32 score tile: -inf where the causal mask or an end hides the
 /// pair (attn_cp's query_positions and key_positions mark the ends).
 PLANRT_BLOCK_FN float masked(const AttnCp &c, float s, int64_t pq, int64_t pk) {
   return pk <= pq ? c.a.scale * s : -INFINITY;
+}
+
+/// The key tile at k0 of the block's kv head (b, g) into Ks and Vs (after
+/// the previous tile's last use), the scores of the queries in Qs against
+/// it into Ss and, with Os (dout's tile), dout . v into Dp; pk the keys'
+/// positions.
+template <int D, class T>
+PLANRT_BLOCK_FN void key_tile(const Lane &l, const AttnCp &c, const KvBlock &kb,
+                              const T *blk, int64_t b, int64_t g, int64_t k0,
+                              const T *Qs, T *Ks, T *Vs, float *Ss, const T *Os,
+                              float *Dp, int64_t (&pk)[kCJ]) {
+  const int64_t nk = kb.rows - k0 < kCols ? kb.rows - k0 : kCols;
+  PLANRT_BLOCK_BARRIER();
+  attn_tc::load_tile<D>(l, Ks, kb.k(c, blk, b, 0, g), c.kvWidth(), k0, nk);
+  attn_tc::load_tile<D>(l, Vs, kb.v(c, blk, b, 0, g), c.kvWidth(), k0, nk);
+  PLANRT_BLOCK_BARRIER();
+  attn_tc::scores<D>(l, Qs, Ks, Ss);
+  if (Os) // the same for the whole block
+    attn_tc::scores<D>(l, Os, Vs, Dp);
+  attn_cp::key_positions(kb, k0, l.tx, pk);
+  PLANRT_BLOCK_BARRIER();
 }
 
 /// Forward over one block for query rows [q0, q0 + 64) of row group bh = b
@@ -77,14 +90,8 @@ PLANRT_BLOCK_FN void forward_block(const Lane &l, char *smem, const AttnCp &c,
   int64_t pq[kRI], pk[kCJ];
   attn_cp::query_positions(c, q0, l.ty, pq);
   for (int64_t k0 = 0; attn_cp::tile_seen(kb, k0, last); k0 += kCols) {
-    const int64_t nk = kb.rows - k0 < kCols ? kb.rows - k0 : kCols;
-    PLANRT_BLOCK_BARRIER();
-    attn_tc::load_tile<D>(l, Ks, kb.k(c, blk, b, 0, g), c.kvWidth(), k0, nk);
-    attn_tc::load_tile<D>(l, Vs, kb.v(c, blk, b, 0, g), c.kvWidth(), k0, nk);
-    PLANRT_BLOCK_BARRIER();
-    attn_tc::scores<D>(l, Qs, Ks, Ss);
-    attn_cp::key_positions(kb, k0, l.tx, pk);
-    PLANRT_BLOCK_BARRIER();
+    key_tile<D>(l, c, kb, blk, b, g, k0, Qs, Ks, Vs, Ss, (const T *)nullptr,
+                nullptr, pk);
     PLANRT_UNROLL
     for (int i = 0; i < kRI; ++i) {
       const int r = l.ty + kTY * i;
@@ -171,15 +178,7 @@ grad_q_block(const Lane &l, char *smem, const AttnCp &c, const KvBlock &kb,
   attn_cp::query_positions(c, q0, l.ty, pq);
   const int64_t last = c.part.position(q0 + nq - 1, L);
   for (int64_t k0 = 0; attn_cp::tile_seen(kb, k0, last); k0 += kCols) {
-    const int64_t nk = kb.rows - k0 < kCols ? kb.rows - k0 : kCols;
-    PLANRT_BLOCK_BARRIER();
-    attn_tc::load_tile<D>(l, Ks, kb.k(c, blk, b, 0, g), c.kvWidth(), k0, nk);
-    attn_tc::load_tile<D>(l, Vs, kb.v(c, blk, b, 0, g), c.kvWidth(), k0, nk);
-    PLANRT_BLOCK_BARRIER();
-    attn_tc::scores<D>(l, Qs, Ks, Ss);
-    attn_tc::scores<D>(l, Os, Vs, Dp);
-    attn_cp::key_positions(kb, k0, l.tx, pk);
-    PLANRT_BLOCK_BARRIER();
+    key_tile<D>(l, c, kb, blk, b, g, k0, Qs, Ks, Vs, Ss, Os, Dp, pk);
     PLANRT_UNROLL
     for (int i = 0; i < kRI; ++i) {
       const int r = l.ty + kTY * i;

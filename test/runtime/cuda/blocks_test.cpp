@@ -317,8 +317,8 @@ template <bool TC> struct HostCpTiles {
                                     bx * attn::kRows);
       };
       run_blocks(tiles(c.a.S), c.a.B * c.a.H,
-                 TC ? floats(attn_cp_tc::forward_bytes<D>())
-                    : attn_cp::forward_floats<D>(),
+                 TC ? floats(attn_tc::forward_bytes<D>())
+                    : attn::forward_floats<D>(),
                  body);
     });
   }
@@ -341,8 +341,8 @@ template <bool TC> struct HostCpTiles {
                                    dq.data(), by, bx * attn::kRows);
       };
       run_blocks(tiles(c.a.S), c.a.B * c.a.H,
-                 TC ? floats(attn_cp_tc::grad_q_bytes<D>())
-                    : attn_cp::grad_q_floats<D>(),
+                 TC ? floats(attn_tc::grad_q_bytes<D>())
+                    : attn::grad_q_floats<D>(),
                  body);
     });
   }
@@ -365,8 +365,8 @@ template <bool TC> struct HostCpTiles {
                                     dkv.data(), by, bx * attn::kRows);
       };
       run_blocks(tiles(kb.rows), c.a.B * c.a.KV,
-                 TC ? floats(attn_cp_tc::grad_kv_bytes<D>())
-                    : attn_cp::grad_kv_floats<D>(),
+                 TC ? floats(attn_tc::grad_kv_bytes<D>())
+                    : attn::grad_kv_floats<D>(),
                  body);
     });
   }
