@@ -17,9 +17,9 @@
 #include "attention_cp_blocks.h"
 #include "attention_cp_tc_blocks.h"
 #include "check.h"
+#include "elementwise_blocks.h"
 
 #include <cstdint>
-#include <initializer_list>
 #include <type_traits>
 
 namespace planrt {
@@ -91,11 +91,8 @@ template <class T> constexpr bool kSixteenBit = sizeof(T) == 2;
 
 /// The tensor-core tiles copy 16 bytes at a time: operands come whole from
 /// the arena (256-byte aligned), so a misaligned one takes the fp32 tiles.
-inline bool aligned16(std::initializer_list<const void *> ps) {
-  for (const void *p : ps)
-    if (reinterpret_cast<uintptr_t>(p) % 16)
-      return false;
-  return true;
+template <class... P> bool aligned16(const P *...ps) {
+  return (elementwise::aligned16(ps) && ...);
 }
 
 /// f(std::integral_constant<int, D>, std::bool_constant<TC>, shared bytes)
@@ -158,7 +155,7 @@ bool forward(cudaStream_t s, const kernels::AttentionBlockFn<T> &f) {
                                : attn::forward_floats<D>() * sizeof(float);
   };
   return with_tiles<T>(
-      a.D, aligned16({f.qkv, f.blk}), bytes, [&](auto dim, auto tc, size_t n) {
+      a.D, aligned16(f.qkv, f.blk), bytes, [&](auto dim, auto tc, size_t n) {
         constexpr int D = decltype(dim)::value;
         constexpr bool TC = decltype(tc)::value;
         static size_t allowed = 0; // this (D, T, TC)'s kernel
@@ -186,7 +183,7 @@ bool grad_q(cudaStream_t s, const kernels::AttentionBlockGradQFn<T> &f) {
                                : attn::grad_q_floats<D>() * sizeof(float);
   };
   return with_tiles<T>(
-      a.D, aligned16({f.qkv, f.blk, f.dout}), bytes,
+      a.D, aligned16(f.qkv, f.blk, f.dout), bytes,
       [&](auto dim, auto tc, size_t n) {
         constexpr int D = decltype(dim)::value;
         constexpr bool TC = decltype(tc)::value;
@@ -213,7 +210,7 @@ bool grad_kv(cudaStream_t s, const kernels::AttentionBlockGradKVFn<T> &f) {
                                : attn::grad_kv_floats<D>() * sizeof(float);
   };
   return with_tiles<T>(
-      a.D, aligned16({f.qkv, f.blk, f.dout}), bytes,
+      a.D, aligned16(f.qkv, f.blk, f.dout), bytes,
       [&](auto dim, auto tc, size_t n) {
         constexpr int D = decltype(dim)::value;
         constexpr bool TC = decltype(tc)::value;
