@@ -176,18 +176,9 @@ template <int D, class T> bool fits(const kernels::AttnShape &a) {
 /// they fit (false: nothing launched, the functors run).
 template <class T, class F>
 bool with_head_dim(const kernels::AttnShape &a, const F &f) {
-  switch (a.D) {
-  case 16:
-    return fits<16, T>(a) && (f(std::integral_constant<int, 16>()), true);
-  case 32:
-    return fits<32, T>(a) && (f(std::integral_constant<int, 32>()), true);
-  case 64:
-    return fits<64, T>(a) && (f(std::integral_constant<int, 64>()), true);
-  case 128:
-    return fits<128, T>(a) && (f(std::integral_constant<int, 128>()), true);
-  default:
-    return false;
-  }
+  return attn::with_head_dim(a.D, [&](auto dim) {
+    return fits<decltype(dim)::value, T>(a) && (f(dim), true);
+  });
 }
 
 } // namespace

@@ -36,6 +36,7 @@
 #include "planrt/kernels.h"
 
 #include <cmath>
+#include <type_traits>
 
 namespace planrt {
 namespace attn {
@@ -54,6 +55,29 @@ constexpr int kCJ = kCols / kTX; // tile columns per thread
 /// cost model reads the same rule.
 constexpr bool supported_head_dim(int64_t d) {
   return workspace::outside::tiled_attention(d);
+}
+
+/// f(std::integral_constant<int, D>) for head dim d when it has tiles
+/// (each tile family's kernels are instantiated per D), returning what f
+/// returns; false for the other head dims.
+template <class F> bool with_head_dim(int64_t d, const F &f) {
+  static_assert(workspace::outside::tiled_attention(16) &&
+                    workspace::outside::tiled_attention(32) &&
+                    workspace::outside::tiled_attention(64) &&
+                    workspace::outside::tiled_attention(128),
+                "the cases below are the tiled head dims");
+  switch (d) {
+  case 16:
+    return f(std::integral_constant<int, 16>());
+  case 32:
+    return f(std::integral_constant<int, 32>());
+  case 64:
+    return f(std::integral_constant<int, 64>());
+  case 128:
+    return f(std::integral_constant<int, 128>());
+  default:
+    return false;
+  }
 }
 
 using block::Lane;

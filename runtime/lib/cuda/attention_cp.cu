@@ -114,18 +114,7 @@ bool with_tiles(int64_t D, bool tc, const Bytes &bytes, const F &f) {
         return true;
     return go(std::false_type());
   };
-  switch (D) {
-  case 16:
-    return run(std::integral_constant<int, 16>());
-  case 32:
-    return run(std::integral_constant<int, 32>());
-  case 64:
-    return run(std::integral_constant<int, 64>());
-  case 128:
-    return run(std::integral_constant<int, 128>());
-  default:
-    return false;
-  }
+  return attn::with_head_dim(D, run);
 }
 
 /// Raises a kernel's shared memory limit (once per kernel).

@@ -282,17 +282,8 @@ TEST(AttentionBlocks, TensorCoreTilesEqualTheRowFunctors) {
 /// attention_cp_tc_blocks.h (16-bit storage only).
 template <bool TC> struct HostCpTiles {
   template <class F> static void with_dim(int64_t D, const F &f) {
-    switch (D) {
-    case 16:
-      return f(std::integral_constant<int, 16>());
-    case 32:
-      return f(std::integral_constant<int, 32>());
-    case 64:
-      return f(std::integral_constant<int, 64>());
-    case 128:
-      return f(std::integral_constant<int, 128>());
-    }
-    FAIL() << "no tiles for head dim " << D;
+    if (!attn::with_head_dim(D, [&](auto dim) { return f(dim), true; }))
+      FAIL() << "no tiles for head dim " << D;
   }
   static int64_t tiles(int64_t rows) {
     return (rows + attn::kRows - 1) / attn::kRows;
