@@ -370,8 +370,13 @@ struct OpCoster {
       double forward = tm.gemmTime(sq, sk, d, bh, actBytes) + // Q K^T
                        tm.memoryTime(2 * scores) +            // softmax
                        tm.gemmTime(sq, d, sk, bh, actBytes);  // P V
+      // A ring launches its tiles once a block (G blocks; two kernels a
+      // block for the gradients).
+      double blocks = ring ? double(group(ringAxis)) : 1;
+      double launch = tm.c.k.kernelLaunchS;
       if (cpTiles)
-        forward = tm.tiledAttentionTime(bh, sq, sk, d, false);
+        forward =
+            tm.tiledAttentionTime(bh, sq, sk, d, false) + (blocks - 1) * launch;
       if (isa<rk::AttentionOp, rk::AttentionKeepOp, rk::AttentionLseOp,
               rk::AttentionCpOp, rk::AttentionRingOp>(op)) {
         c.time = forward;
@@ -379,7 +384,8 @@ struct OpCoster {
         c.flops *= 2;
         c.time = tm.tiledAttentionTime(bh, sq, sk, d, true);
         if (ring) // the gradients' ring alone
-          c.time -= forward;
+          c.time += (2 * blocks - 1) * launch -
+                    tm.tiledAttentionTime(bh, sq, sk, d, false);
       } else {
         c.flops *= 2;
         c.time = tm.gemmTime(sk, d, sq, bh, actBytes) + // dV = P^T dO

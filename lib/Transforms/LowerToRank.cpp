@@ -32,6 +32,30 @@ struct AttnDropoutAttrs {
   }
 };
 
+namespace {
+/// Which kernels a cuda plan's attention could run: planrt's tiles (its
+/// head dim has them) and cuDNN's flash attention (16 bits, no dropout).
+struct CudaAttentionKernels {
+  int64_t headDim;
+  bool tiled, cudnn;
+  /// Whether cp's all_gather and ring attentions run as fast as one GPU's:
+  /// both run planrt's tiles, which cuDNN would not beat.
+  bool cpAsFast() const { return tiled && !cudnn; }
+};
+} // namespace
+
+static CudaAttentionKernels cudaAttentionKernels(Value qkv, int64_t heads,
+                                                 int64_t kvHeads,
+                                                 FloatAttr dropout) {
+  auto type = cast<ShapedType>(qkv.getType());
+  int64_t d = type.getDimSize(2) / (heads + 2 * kvHeads);
+  bool sixteen =
+      type.getElementType().isBF16() || type.getElementType().isF16();
+  bool dropping = dropout && dropout.getValueAsDouble() > 0;
+  return {d, planrt::workspace::outside::tiled_attention(d),
+          planrt::workspace::outside::cudnn_attention(sixteen, dropping, d)};
+}
+
 /// On the cuda target, warns where context parallelism's all_gather or ring
 /// attention (`how`) runs slower than cp_comm = all_to_all would: with a
 /// head dim planrt has no tiles for, its reference loops (one GPU thread
@@ -41,16 +65,11 @@ struct AttnDropoutAttrs {
 static bool warnCpKernel(plan::AttentionOp a, llvm::StringRef how,
                          int64_t heads, int64_t kvHeads, int64_t G,
                          FloatAttr dropout) {
-  auto type = cast<ShapedType>(a.getQkv().getType());
-  int64_t d = type.getDimSize(2) /
-              (int64_t(a.getNumHeads()) + 2 * int64_t(a.getNumKvHeads()));
-  bool sixteen =
-      type.getElementType().isBF16() || type.getElementType().isF16();
-  bool dropping = dropout && dropout.getValueAsDouble() > 0;
-  bool tiled = planrt::workspace::outside::tiled_attention(d);
-  bool cudnn =
-      planrt::workspace::outside::cudnn_attention(sixteen, dropping, d);
-  if (tiled && !cudnn)
+  CudaAttentionKernels k = cudaAttentionKernels(a.getQkv(), a.getNumHeads(),
+                                                a.getNumKvHeads(), dropout);
+  int64_t d = k.headDim;
+  bool tiled = k.tiled, cudnn = k.cudnn;
+  if (k.cpAsFast())
     return false;
   InFlightDiagnostic w = a.emitWarning();
   w << "on the cuda target, cp_comm = " << how << " attends with ";
@@ -477,19 +496,25 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
   // else all_to_all where G divides the heads and moves fewer bytes in the
   // forward than gathering the keys and values ((q/k/v + output) (G - 1) /
   // G against keys and values (G - 1) per position), all_gather otherwise.
-  // On the cuda target all_to_all wherever G divides the heads: the bytes
-  // matter less than the attention kernel (the heads' attention is one
-  // GPU's: cuDNN or planrt's tiles; the gathered keys' runs the functors).
+  // On the cuda target all_to_all wherever G divides the heads and the
+  // gathered keys' attention would run a slower kernel (cuDNN runs one
+  // GPU's 16-bit attention, planrt's tiles the gathered keys'; a head dim
+  // without tiles runs the reference loops there): the bytes matter less
+  // than the kernel. Where both run the tiles, the bytes decide.
   std::string cpComm;
   for (auto par : src->getParentOfType<ModuleOp>().getOps<ParallelOp>())
     if (std::optional<StringRef> c = par.getCpComm())
       cpComm = c->str();
-  auto cpExchange = [&](int64_t h, int64_t kv, int64_t G) -> std::string {
+  auto cpExchange = [&](auto attn, int64_t h, int64_t kv, int64_t G,
+                        FloatAttr dropout) -> std::string {
     if (!cpComm.empty())
       return cpComm;
     if (h % G != 0 || kv % G != 0)
       return "all_gather";
-    if (target == "cuda")
+    if (target == "cuda" &&
+        !cudaAttentionKernels(attn.getQkv(), attn.getNumHeads(),
+                              attn.getNumKvHeads(), dropout)
+             .cpAsFast())
       return "all_to_all";
     double a2a = double(2 * h + 2 * kv) * double(G - 1) / double(G);
     double gather = double(2 * kv) * double(G - 1);
@@ -1593,7 +1618,7 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
                 return true;
               }
               int64_t G = mesh.getAxisSize(cp.getValue());
-              std::string how = cpExchange(h.getInt(), kv.getInt(), G);
+              std::string how = cpExchange(a, h.getInt(), kv.getInt(), G, z.p);
               if (target == "cuda" && how != "all_to_all" && !warnedCpKernel)
                 warnedCpKernel =
                     warnCpKernel(a, how, h.getInt(), kv.getInt(), G, z.p);
@@ -1685,7 +1710,7 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
                 return true;
               }
               int64_t G = mesh.getAxisSize(cp.getValue());
-              std::string how = cpExchange(h.getInt(), kv.getInt(), G);
+              std::string how = cpExchange(a, h.getInt(), kv.getInt(), G, z.p);
               if (how == "ring") {
                 z.create<rk::AttentionRingGradOp>(b, loc, in(0), in(1), out, h,
                                                   kv, cp);
