@@ -113,6 +113,10 @@ program tiny-gpt-long-bf16-tiles 45 env PLANRT_ATTENTION=tiles bin/tiny-gpt-long
 # Context parallelism's attention tiles against the host functors (the
 # cases of test/runtime/cuda/cp_attention_cases.h).
 step cp-tiles 30 bin/cp-tiles
+# all_gather's 16-bit attention whole on cuDNN (two chunks of queries over
+# key prefixes, the mask aligned to the last key) against the same functors;
+# PLANRT_ATTENTION=cudnn: a case cuDNN declines fails, saying why.
+step cp-cudnn 45 env PLANRT_ATTENTION=cudnn bin/cp-tiles --cudnn
 # 2. compute-sanitizer over tiny-gpt: memcheck (2 steps), racecheck (1);
 # and over three cases of the cp tiles (5: fp32 ring at head dim 128; 10:
 # bf16 ring at 64; 11: fp16 ring at 128, the tensor-core tiles' largest

@@ -188,19 +188,22 @@ for p in ("tiny-gpt-fp32", "tiny-gpt-long-fp32", "tiny-gpt-long-bf16",
           "tiny-mixtral-fp32",
           "resnet-small-fp32"):
     guarded(memory, p)
-def cp_tiles(name):
-    """Context parallelism's tiles on the GPU against the host functors."""
-    m = re.search(r"cp tiles: (\d+) cases, worst relative error (\S+)",
+def cp_tiles(name, kind, what, tolerance):
+    """Context parallelism's attention on the GPU against the host
+    functors: the tiles, or all_gather's whole attention on cuDNN."""
+    m = re.search(r"cp " + kind + r": (\d+) cases, worst relative error (\S+)",
                   open(os.path.join(LOGS, name + ".log"),
                        errors="replace").read())
     value = (f"{m.group(2)} of the tolerance, worst of {m.group(1)} cases"
              if m else f"exit {rc(name)}: {last_error(name)}")
-    row("cp attention tiles (all_gather, ring)", "GPU vs host functors",
-        value, "<= 1 (fp32 1e-5; bf16 5e-3, fp16 1e-3)",
+    row(what, "GPU vs host functors", value, tolerance,
         rc(name) == 0 and m is not None)
 
 
-guarded(cp_tiles, "cp-tiles")
+guarded(cp_tiles, "cp-tiles", "tiles", "cp attention tiles (all_gather, ring)",
+        "<= 1 (fp32 1e-5; bf16 5e-3, fp16 1e-3)")
+guarded(cp_tiles, "cp-cudnn", "cudnn", "cp all_gather attention on cuDNN",
+        "<= 1 (bf16 2e-2, fp16 3e-3)")
 for tool, run in (("memcheck", "tiny-gpt fp32, 2 steps"),
                   ("racecheck", "tiny-gpt fp32, 1 step"),
                   ("cp-tiles-memcheck", "cp tiles, cases 5, 10, 11"),

@@ -407,6 +407,11 @@ constexpr int64_t cudnn_recomputed(int64_t B, int64_t H, int64_t S, int64_t D) {
 constexpr int64_t cudnn_lse(int64_t B, int64_t H, int64_t S) {
   return B * H * S * 4;
 }
+/// Context parallelism's all_gather backward on cuDNN: a chunk's 16-bit dk
+/// and dv over the gathered keys [B, S, 2 KV D], before they are added up.
+constexpr int64_t cudnn_cp_dkv(int64_t B, int64_t S, int64_t KV, int64_t D) {
+  return B * S * 2 * KV * D * 2;
+}
 } // namespace outside
 
 } // namespace workspace

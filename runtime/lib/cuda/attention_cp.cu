@@ -11,13 +11,26 @@
 // functors one thread per row. All three parts decide alone: each keeps
 // the functors' contract (the same ml, acc, dq and dkv), so mixing them is
 // correct.
+//
+// all_gather's 16-bit attention without dropout runs on cuDNN instead,
+// whole (cudnn_forward, cudnn_backward): a rank's two chunks of queries
+// are two ordinary causal attentions, each over the gathered keys up to
+// its last position with the mask aligned to the last key (chunk j of c
+// rows over (j + 1) c keys), so neither needs the running statistics. The
+// backward runs each chunk's forward again for the output and log-sum-exp
+// cuDNN's backward reads (the op keeps neither), writes dq in place and
+// dk, dv of the chunk's keys into a 16-bit scratch, which a pass adds to
+// the f32 dkv the reduce-scatter sums: deterministic, since the chunks
+// run one after the other.
 //===----------------------------------------------------------------------===//
 
 #include "attention_cp.h"
 #include "attention_cp_blocks.h"
 #include "attention_cp_tc_blocks.h"
+#include "attention_cudnn.h"
 #include "check.h"
 #include "elementwise_blocks.h"
+#include "planrt/workspace.h"
 
 #include <cstdint>
 #include <type_traits>
@@ -29,6 +42,7 @@ namespace {
 
 using kernels::AttnCp;
 using kernels::KvBlock;
+namespace cudnn = cuda_attention::cudnn;
 
 // TC: the tensor-core tiles (attention_cp_tc_blocks.h), for 16-bit T.
 template <int D, class T, bool TC>
@@ -214,7 +228,120 @@ bool grad_kv(cudaStream_t s, const kernels::AttentionBlockGradKVFn<T> &f) {
       });
 }
 
+namespace {
+
+/// dkv (f32 [B, S, K]) += the 16-bit dk, dv of the first `keys` rows of
+/// each sequence (the same layout).
+template <class T>
+__global__ void add_kv_grads_kernel(const T *part, float *dkv, int64_t B,
+                                    int64_t S, int64_t keys, int64_t K) {
+  const int64_t n = B * keys * K, stride = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    const int64_t col = i % K, t = (i / K) % keys, b = i / (K * keys);
+    const int64_t at = (b * S + t) * K + col;
+    dkv[at] += kernels::ld(part[at]);
+  }
+}
+
+template <class T>
+void add_kv_grads(cudaStream_t s, const AttnCp &c, const T *part, float *dkv,
+                  int64_t keys) {
+  const int64_t n = c.a.B * keys * c.kvWidth();
+  if (n == 0)
+    return;
+  const int64_t blocks = (n + 255) / 256;
+  add_kv_grads_kernel<T>
+      <<<(unsigned)(blocks < 8192 ? blocks : 8192), 256, 0, s>>>(
+          part, dkv, c.a.B, c.S, keys, c.kvWidth());
+  cuda_check::launch("context parallelism's dk, dv from cuDNN (their sum)");
+}
+
+/// Whether cuDNN runs every chunk (the backward: with the forward it runs
+/// again), the operands 16-byte aligned.
+bool cudnn_runs(const std::vector<CudnnChunk> &cs, bool backward, bool dropout,
+                std::initializer_list<const void *> operands) {
+  for (const void *p : operands)
+    if (!elementwise::aligned16(p))
+      return false;
+  for (const CudnnChunk &k : cs)
+    if (!cudnn::runs(k.problem, backward, backward, dropout))
+      return false;
+  return true;
+}
+
+} // namespace
+
+template <class T>
+bool cudnn_forward(cudaStream_t s, const AttnCp &c, const T *qkv, const T *kv,
+                   T *out) {
+  if constexpr (!kSixteenBit<T>) {
+    return false;
+  } else {
+    const std::vector<CudnnChunk> cs =
+        cudnn_chunks(c, std::is_same<T, kernels::bf16_t>::value);
+    if (!cudnn_runs(cs, false, c.drop.on, {qkv, kv, out}))
+      return false;
+    const kernels::AttnShape &a = c.a;
+    for (const CudnnChunk &k : cs) {
+      cudnn::SdpaIo io;
+      io.q = qkv + k.row0 * a.width();
+      io.k = kv;
+      io.v = kv + a.KV * a.D;
+      io.o = out + k.row0 * a.H * a.D;
+      cudnn::forward(s, k.problem, io);
+    }
+    return true;
+  }
+}
+
+template <class T>
+bool cudnn_backward(cudaStream_t s, const AttnCp &c, const T *qkv, const T *kv,
+                    const T *dout, T *dqkv, float *dkv) {
+  if constexpr (!kSixteenBit<T>) {
+    return false;
+  } else {
+    const std::vector<CudnnChunk> cs =
+        cudnn_chunks(c, std::is_same<T, kernels::bf16_t>::value);
+    if (!cudnn_runs(cs, true, c.drop.on, {qkv, kv, dout, dqkv, dkv}))
+      return false;
+    const kernels::AttnShape &a = c.a;
+    namespace out = workspace::outside;
+    T *o = static_cast<T *>(
+        cudnn::scratch(cudnn::Scratch::Out,
+                       (size_t)out::cudnn_recomputed(a.B, a.H, a.S, a.D)));
+    float *lse = static_cast<float *>(cudnn::scratch(
+        cudnn::Scratch::Lse, (size_t)out::cudnn_lse(a.B, a.H, a.S)));
+    T *part = static_cast<T *>(cudnn::scratch(
+        cudnn::Scratch::Dkv, (size_t)out::cudnn_cp_dkv(a.B, c.S, a.KV, a.D)));
+    cuda_check::call(
+        cudaMemsetAsync(dkv, 0,
+                        (size_t)(a.B * c.S * c.kvWidth()) * sizeof(float), s),
+        "cudaMemsetAsync (context parallelism's dk, dv)");
+    for (const CudnnChunk &k : cs) {
+      cudnn::SdpaIo io;
+      io.q = qkv + k.row0 * a.width();
+      io.k = kv;
+      io.v = kv + a.KV * a.D;
+      io.o = o + k.row0 * a.H * a.D;
+      io.stats = lse + k.row0;
+      cudnn::forward(s, k.problem, io);
+      io.dout = dout + k.row0 * a.H * a.D;
+      io.dq = dqkv + k.row0 * a.width();
+      io.dk = part;
+      io.dv = part + a.KV * a.D;
+      cudnn::backward(s, k.problem, io);
+      add_kv_grads(s, c, part, dkv, k.problem.sk);
+    }
+    return true;
+  }
+}
+
 #define PLANRT_ATTENTION_CP_TYPES(T)                                           \
+  template bool cudnn_forward<T>(cudaStream_t, const AttnCp &, const T *,      \
+                                 const T *, T *);                              \
+  template bool cudnn_backward<T>(cudaStream_t, const AttnCp &, const T *,     \
+                                  const T *, const T *, T *, float *);         \
   template bool forward<T>(cudaStream_t,                                       \
                            const kernels::AttentionBlockFn<T> &);              \
   template bool grad_q<T>(cudaStream_t,                                        \

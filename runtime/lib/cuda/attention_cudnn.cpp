@@ -89,6 +89,7 @@ const char *const kTurnedOff =
 #define CUDNN_FRONTEND_SKIP_JSON_LIB
 #include <cudnn_frontend.h>
 
+#include <array>
 #include <dlfcn.h>
 #include <exception>
 #include <map>
@@ -114,7 +115,17 @@ enum class Kind { Forward, ForwardStats, Backward };
 // The graphs' tensors, by uid.
 enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kDO, kDQ, kDK, kDV };
 
-using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, bool, Kind>;
+/// Everything a graph depends on: the problem's dims, strides, mask, type
+/// and kind.
+using Key = std::tuple<std::array<int64_t, 13>, bool, bool, Kind>;
+
+Key key_of(const Sdpa &p, Kind k) {
+  return {{p.B, p.H, p.KV, p.D, p.sq, p.sk, p.q_batch, p.q_row, p.kv_batch,
+           p.kv_row, p.o_batch, p.o_row, p.stats_head},
+          p.bf16,
+          p.bottom_right,
+          k};
+}
 
 struct Graph {
   std::shared_ptr<fe::graph::Graph> graph; // null: cuDNN does not run it
@@ -149,7 +160,7 @@ struct State {
   std::string status;
   cudnnHandle_t handle = nullptr;
   std::map<Key, Graph> graphs;
-  Buffer workspace, out, lse;
+  Buffer workspace, out, lse, dkv;
   bool nondeterministic = false; // some backward has no deterministic engine
 };
 
@@ -158,10 +169,13 @@ State &state() {
   return s;
 }
 
-std::string shape_text(const kernels::AttnShape &a, bool bf16) {
-  return std::string(bf16 ? "bf16" : "fp16") + " B " + std::to_string(a.B) +
-         " S " + std::to_string(a.S) + " H " + std::to_string(a.H) + " KV " +
-         std::to_string(a.KV) + " D " + std::to_string(a.D);
+std::string shape_text(const Sdpa &p) {
+  std::string t = std::string(p.bf16 ? "bf16" : "fp16") + " B " +
+                  std::to_string(p.B) + " S " + std::to_string(p.sq);
+  if (p.sk != p.sq)
+    t += " over " + std::to_string(p.sk) + " keys";
+  return t + " H " + std::to_string(p.H) + " KV " + std::to_string(p.KV) +
+         " D " + std::to_string(p.D);
 }
 
 /// Loads cuDNN once (false: attention runs the tiles).
@@ -226,59 +240,63 @@ tensor(fe::graph::Graph &g, const char *name, Uid uid,
                       .set_stride(std::move(strides)));
 }
 
-/// The graph of kind `k` for this problem (built at first use); null when
+/// The graph of kind `k` for problem `p` (built at first use); null when
 /// no engine runs it, with the reason in `why`.
-std::shared_ptr<fe::graph::Graph> build(const kernels::AttnShape &a, bool bf16,
-                                        Kind k, bool deterministic,
-                                        int64_t budget, int64_t &workspace,
-                                        std::string &why) {
+std::shared_ptr<fe::graph::Graph> build(const Sdpa &p, Kind k,
+                                        bool deterministic, int64_t budget,
+                                        int64_t &workspace, std::string &why) {
   State &s = state();
   auto g = std::make_shared<fe::graph::Graph>();
-  g->set_io_data_type(bf16 ? fe::DataType_t::BFLOAT16 : fe::DataType_t::HALF)
+  g->set_io_data_type(p.bf16 ? fe::DataType_t::BFLOAT16 : fe::DataType_t::HALF)
       .set_intermediate_data_type(fe::DataType_t::FLOAT)
       .set_compute_data_type(fe::DataType_t::FLOAT);
-  const int64_t B = a.B, S = a.S, H = a.H, KV = a.KV, D = a.D, W = a.width();
-  // q, k and v are column ranges of the packed rows: [B, heads, S, D] views
-  // with row stride W. out and dout are [B, S, H, D].
-  const std::vector<int64_t> packed = {S * W, D, W, 1};
-  const std::vector<int64_t> rows = {S * H * D, D, H * D, 1};
-  auto q = tensor(*g, "q", kQ, {B, H, S, D}, packed);
-  auto kt = tensor(*g, "k", kK, {B, KV, S, D}, packed);
-  auto v = tensor(*g, "v", kV, {B, KV, S, D}, packed);
+  const int64_t B = p.B, H = p.H, KV = p.KV, D = p.D;
+  // Every operand is a strided [B, heads, rows, D] view, heads D apart.
+  const std::vector<int64_t> qs = {p.q_batch, D, p.q_row, 1},
+                             kvs = {p.kv_batch, D, p.kv_row, 1},
+                             os = {p.o_batch, D, p.o_row, 1},
+                             ss = {H * p.stats_head, p.stats_head, 1, 1};
+  auto q = tensor(*g, "q", kQ, {B, H, p.sq, D}, qs);
+  auto kt = tensor(*g, "k", kK, {B, KV, p.sk, D}, kvs);
+  auto v = tensor(*g, "v", kV, {B, KV, p.sk, D}, kvs);
+  // Causal: query row i sees keys up to i, or up to i + sk - sq aligned to
+  // the last key (a later chunk's queries over every key before them).
+  const auto align = p.bottom_right ? fe::DiagonalAlignment_t::BOTTOM_RIGHT
+                                    : fe::DiagonalAlignment_t::TOP_LEFT;
   if (k != Kind::Backward) {
     auto opts = fe::graph::SDPA_attributes()
                     .set_name("attention")
                     .set_generate_stats(k == Kind::ForwardStats)
-                    .set_attn_scale(a.scale)
-                    .set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT)
+                    .set_attn_scale(p.scale)
+                    .set_diagonal_alignment(align)
                     .set_diagonal_band_right_bound(0);
     auto [o, stats] = g->sdpa(q, kt, v, opts);
-    o->set_output(true).set_uid(kO).set_dim({B, H, S, D}).set_stride(rows);
+    o->set_output(true).set_uid(kO).set_dim({B, H, p.sq, D}).set_stride(os);
     if (k == Kind::ForwardStats)
       stats->set_output(true)
           .set_uid(kStats)
           .set_data_type(fe::DataType_t::FLOAT)
-          .set_dim({B, H, S, 1})
-          .set_stride({H * S, S, 1, 1});
+          .set_dim({B, H, p.sq, 1})
+          .set_stride(ss);
   } else {
-    auto o = tensor(*g, "o", kO, {B, H, S, D}, rows);
-    auto dout = tensor(*g, "dout", kDO, {B, H, S, D}, rows);
+    auto o = tensor(*g, "o", kO, {B, H, p.sq, D}, os);
+    auto dout = tensor(*g, "dout", kDO, {B, H, p.sq, D}, os);
     auto stats = g->tensor(fe::graph::Tensor_attributes()
                                .set_name("stats")
                                .set_uid(kStats)
-                               .set_dim({B, H, S, 1})
-                               .set_stride({H * S, S, 1, 1})
+                               .set_dim({B, H, p.sq, 1})
+                               .set_stride(ss)
                                .set_data_type(fe::DataType_t::FLOAT));
     auto opts = fe::graph::SDPA_backward_attributes()
                     .set_name("attention_grad")
-                    .set_attn_scale(a.scale)
-                    .set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT)
+                    .set_attn_scale(p.scale)
+                    .set_diagonal_alignment(align)
                     .set_diagonal_band_right_bound(0)
                     .set_deterministic_algorithm(deterministic);
     auto [dq, dk, dv] = g->sdpa_backward(q, kt, v, o, dout, stats, opts);
-    dq->set_output(true).set_uid(kDQ).set_dim({B, H, S, D}).set_stride(packed);
-    dk->set_output(true).set_uid(kDK).set_dim({B, KV, S, D}).set_stride(packed);
-    dv->set_output(true).set_uid(kDV).set_dim({B, KV, S, D}).set_stride(packed);
+    dq->set_output(true).set_uid(kDQ).set_dim({B, H, p.sq, D}).set_stride(qs);
+    dk->set_output(true).set_uid(kDK).set_dim({B, KV, p.sk, D}).set_stride(kvs);
+    dv->set_output(true).set_uid(kDV).set_dim({B, KV, p.sk, D}).set_stride(kvs);
   }
   auto ok = [&](fe::error_t e, const char *step) {
     if (e.is_good())
@@ -304,26 +322,26 @@ std::shared_ptr<fe::graph::Graph> build(const kernels::AttnShape &a, bool bf16,
 }
 
 /// The graph of kind k, built at first use; null: the tiles run it.
-const Graph &graph(const kernels::AttnShape &a, bool bf16, Kind k) {
+const Graph &graph(const Sdpa &p, Kind k) {
   State &s = state();
-  Key key{a.B, a.S, a.H, a.KV, a.D, bf16, k};
+  Key key = key_of(p, k);
   auto it = s.graphs.find(key);
   if (it != s.graphs.end())
     return it->second;
   Graph made;
   std::string why;
-  // 64 MiB, and for the backward (linear in S) the fp32 dq accumulator and
-  // row sums flash attention's backward keeps, twice over: what planc
-  // --report counts outside the plan.
+  // 64 MiB, and for the backward (linear in its queries) the fp32 dq
+  // accumulator and row sums flash attention's backward keeps, twice over:
+  // what planc --report counts outside the plan.
   const int64_t budget = workspace::outside::cudnn_workspace_budget(
-      a.B, a.H, a.S, a.D, k == Kind::Backward);
+      p.B, p.H, p.sq, p.D, k == Kind::Backward);
   try {
-    made.graph = build(a, bf16, k, true, budget, made.workspace, why);
+    made.graph = build(p, k, true, budget, made.workspace, why);
     if (k == Kind::Backward && (!made.graph || made.workspace > budget)) {
       // No deterministic engine within the budget: the fastest one, said
       // in status().
       std::string why_any;
-      made.graph = build(a, bf16, k, false, budget, made.workspace, why_any);
+      made.graph = build(p, k, false, budget, made.workspace, why_any);
       if (made.graph)
         s.nondeterministic = true;
       else if (why.empty())
@@ -344,8 +362,8 @@ const Graph &graph(const kernels::AttnShape &a, bool bf16, Kind k) {
     if (s.required)
       fatal("PLANRT_ATTENTION=cudnn, but cuDNN has no %s engine for "
             "attention of %s: %s",
-            what, shape_text(a, bf16).c_str(), why.c_str());
-    s.status += "; the tiles run " + shape_text(a, bf16) + " (cuDNN's " + what +
+            what, shape_text(p).c_str(), why.c_str());
+    s.status += "; the tiles run " + shape_text(p) + " (cuDNN's " + what +
                 ": " + why + ")";
   }
   return s.graphs.emplace(key, std::move(made)).first->second;
@@ -353,26 +371,25 @@ const Graph &graph(const kernels::AttnShape &a, bool bf16, Kind k) {
 
 /// Whether cuDNN may run this problem at all (before any graph); with
 /// PLANRT_ATTENTION=cudnn, a problem it may not run is fatal.
-bool candidate(const kernels::AttnShape &a, bool bf16, bool dropout) {
+bool candidate(const Sdpa &p, bool dropout) {
   // 16-byte aligned operand views: head dims in multiples of 8 elements.
   const char *why =
       dropout ? "attention dropout draws planrt's own mask, which cuDNN "
                 "cannot draw"
-      : !workspace::outside::cudnn_attention(true, false, a.D)
+      : !workspace::outside::cudnn_attention(true, false, p.D)
           ? "cuDNN's flash attention takes head dims that are multiples of "
             "8, up to 256"
-      : a.S <= 0 ? "the sequence is empty"
-                 : nullptr;
+      : p.sq <= 0 || p.sk <= 0 ? "the sequence is empty"
+                               : nullptr;
   if (!why)
     return load();
   if (mode() == Mode::Cudnn)
     fatal("PLANRT_ATTENTION=cudnn, but cuDNN cannot run attention of %s: %s",
-          shape_text(a, bf16).c_str(), why);
+          shape_text(p).c_str(), why);
   State &s = state();
   if (!load())
     return false;
-  std::string line =
-      "; the tiles run " + shape_text(a, bf16) + " (" + why + ")";
+  std::string line = "; the tiles run " + shape_text(p) + " (" + why + ")";
   if (s.status.find(line) == std::string::npos)
     s.status += line;
   return false;
@@ -397,82 +414,52 @@ void execute(cudaStream_t stream, const Graph &g,
     fatal("attention on cuDNN: %s failed: %s", what, e.get_message().c_str());
 }
 
-void *at(const void *qkv, int64_t elements) {
-  return const_cast<char *>(static_cast<const char *>(qkv)) + 2 * elements;
-}
+void *mut(const void *p) { return const_cast<void *>(p); }
 
 } // namespace
 
-bool forward(cudaStream_t s, const kernels::AttnShape &a, bool bf16,
-             const void *qkv, void *out, float *lse) {
-  if (!candidate(a, bf16, false))
+bool runs(const Sdpa &p, bool stats, bool backward, bool dropout) {
+  if (!candidate(p, dropout))
     return false;
-  const Graph &g = graph(a, bf16, lse ? Kind::ForwardStats : Kind::Forward);
-  if (!g.graph)
-    return false;
-  std::unordered_map<int64_t, void *> pack = {{kQ, at(qkv, 0)},
-                                              {kK, at(qkv, a.H * a.D)},
-                                              {kV, at(qkv, (a.H + a.KV) * a.D)},
-                                              {kO, out}};
-  if (lse)
-    pack[kStats] = lse;
-  execute(s, g, std::move(pack), "the forward");
-  return true;
+  if (backward)
+    return graph(p, Kind::ForwardStats).graph && graph(p, Kind::Backward).graph;
+  return graph(p, stats ? Kind::ForwardStats : Kind::Forward).graph != nullptr;
 }
 
-bool runs_forward(const kernels::AttnShape &a, bool bf16, bool lse,
-                  bool dropout) {
-  return candidate(a, bf16, dropout) &&
-         graph(a, bf16, lse ? Kind::ForwardStats : Kind::Forward).graph;
-}
-
-float *lse_scratch(int64_t rows) {
-  return static_cast<float *>(state().lse.at_least((size_t)rows * sizeof(float),
-                                                   "attention's log-sum-exp"));
-}
-
-bool runs_backward(const kernels::AttnShape &a, bool bf16, bool dropout) {
-  return candidate(a, bf16, dropout) &&
-         graph(a, bf16, Kind::ForwardStats).graph &&
-         graph(a, bf16, Kind::Backward).graph;
-}
-
-bool backward_kept(cudaStream_t s, const kernels::AttnShape &a, bool bf16,
-                   bool dropout, const void *qkv, const void *out,
-                   const float *lse, const void *dout, void *dqkv) {
-  if (!runs_backward(a, bf16, dropout))
-    return false;
+void forward(cudaStream_t s, const Sdpa &p, const SdpaIo &io) {
+  const Graph &g = graph(p, io.stats ? Kind::ForwardStats : Kind::Forward);
   std::unordered_map<int64_t, void *> pack = {
-      {kQ, at(qkv, 0)},
-      {kK, at(qkv, a.H * a.D)},
-      {kV, at(qkv, (a.H + a.KV) * a.D)},
-      {kO, const_cast<void *>(out)},
-      {kStats, const_cast<float *>(lse)},
-      {kDO, const_cast<void *>(dout)},
-      {kDQ, at(dqkv, 0)},
-      {kDK, at(dqkv, a.H * a.D)},
-      {kDV, at(dqkv, (a.H + a.KV) * a.D)}};
-  execute(s, graph(a, bf16, Kind::Backward), std::move(pack), "the backward");
-  return true;
+      {kQ, mut(io.q)}, {kK, mut(io.k)}, {kV, mut(io.v)}, {kO, io.o}};
+  if (io.stats)
+    pack[kStats] = io.stats;
+  execute(s, g, std::move(pack), "the forward");
 }
 
-bool backward(cudaStream_t s, const kernels::AttnShape &a, bool bf16,
-              bool dropout, const void *qkv, const void *dout, void *dqkv) {
-  if (!runs_backward(a, bf16, dropout))
-    return false;
-  State &st = state();
-  const int64_t rows = a.B * a.H * a.S;
-  void *out = st.out.at_least(
-      (size_t)workspace::outside::cudnn_recomputed(a.B, a.H, a.S, a.D),
-      "the backward's recomputed attention output");
-  float *lse = lse_scratch(rows);
-  forward(s, a, bf16, qkv, out, lse);
-  return backward_kept(s, a, bf16, dropout, qkv, out, lse, dout, dqkv);
+void backward(cudaStream_t s, const Sdpa &p, const SdpaIo &io) {
+  std::unordered_map<int64_t, void *> pack = {
+      {kQ, mut(io.q)}, {kK, mut(io.k)},    {kV, mut(io.v)},
+      {kO, io.o},      {kStats, io.stats}, {kDO, mut(io.dout)},
+      {kDQ, io.dq},    {kDK, io.dk},       {kDV, io.dv}};
+  execute(s, graph(p, Kind::Backward), std::move(pack), "the backward");
+}
+
+void *scratch(Scratch which, size_t bytes) {
+  State &s = state();
+  switch (which) {
+  case Scratch::Out:
+    return s.out.at_least(bytes, "the backward's recomputed attention output");
+  case Scratch::Lse:
+    return s.lse.at_least(bytes, "attention's log-sum-exp");
+  case Scratch::Dkv:
+    return s.dkv.at_least(bytes, "context parallelism's key and value "
+                                 "gradients from cuDNN");
+  }
+  return nullptr;
 }
 
 size_t bytes_held() {
   const State &s = state();
-  return s.workspace.bytes + s.out.bytes + s.lse.bytes;
+  return s.workspace.bytes + s.out.bytes + s.lse.bytes + s.dkv.bytes;
 }
 
 const char *status() {
@@ -498,7 +485,14 @@ namespace cudnn {
 
 namespace {
 std::string status_line;
-bool unavailable() {
+[[noreturn]] void never(const char *what) {
+  fatal("attention on cuDNN: %s called in a planrt built without cuDNN's "
+        "frontend, where runs() is always false",
+        what);
+}
+} // namespace
+
+bool runs(const Sdpa &, bool, bool, bool) {
   if (mode() == Mode::Cudnn)
     fatal("PLANRT_ATTENTION=cudnn, but this planrt was built without cuDNN's "
           "frontend (scripts/setup.sh fetches it; rebuild libplanrt_cuda)");
@@ -508,28 +502,9 @@ bool unavailable() {
                       "built without cuDNN's frontend";
   return false;
 }
-} // namespace
-
-bool forward(cudaStream_t, const kernels::AttnShape &, bool, const void *,
-             void *, float *) {
-  return unavailable();
-}
-bool runs_forward(const kernels::AttnShape &, bool, bool, bool) {
-  return unavailable();
-}
-float *lse_scratch(int64_t) { return nullptr; }
-bool backward(cudaStream_t, const kernels::AttnShape &, bool, bool,
-              const void *, const void *, void *) {
-  return unavailable();
-}
-bool backward_kept(cudaStream_t, const kernels::AttnShape &, bool, bool,
-                   const void *, const void *, const float *, const void *,
-                   void *) {
-  return unavailable();
-}
-bool runs_backward(const kernels::AttnShape &, bool, bool) {
-  return unavailable();
-}
+void forward(cudaStream_t, const Sdpa &, const SdpaIo &) { never("forward"); }
+void backward(cudaStream_t, const Sdpa &, const SdpaIo &) { never("backward"); }
+void *scratch(Scratch, size_t) { never("scratch"); }
 size_t bytes_held() { return 0; }
 const char *status() { return status_line.c_str(); }
 
@@ -538,3 +513,87 @@ const char *status() { return status_line.c_str(); }
 } // namespace planrt
 
 #endif
+
+// One GPU's attention over the packed qkv [B, S, (H + 2 KV) D] (attention.cu).
+namespace planrt {
+namespace cuda_attention {
+namespace cudnn {
+
+Sdpa Sdpa::whole(const kernels::AttnShape &a, bool bf16) {
+  const int64_t W = a.width(), O = a.H * a.D;
+  return {a.B,     a.H, a.KV,    a.D, a.S, a.S,     a.S * W, W,
+          a.S * W, W,   a.S * O, O,   a.S, a.scale, bf16,    false};
+}
+
+namespace {
+/// q, k and v: column ranges of the packed rows (2-byte elements).
+SdpaIo packed(const kernels::AttnShape &a, const void *qkv) {
+  const char *base = static_cast<const char *>(qkv);
+  SdpaIo io;
+  io.q = base;
+  io.k = base + 2 * a.H * a.D;
+  io.v = base + 2 * (a.H + a.KV) * a.D;
+  return io;
+}
+void *column(void *p, int64_t elements) {
+  return static_cast<char *>(p) + 2 * elements;
+}
+} // namespace
+
+bool forward(cudaStream_t s, const kernels::AttnShape &a, bool bf16,
+             const void *qkv, void *out, float *lse) {
+  const Sdpa p = Sdpa::whole(a, bf16);
+  if (!runs(p, lse != nullptr, false, false))
+    return false;
+  SdpaIo io = packed(a, qkv);
+  io.o = out;
+  io.stats = lse;
+  forward(s, p, io);
+  return true;
+}
+
+bool runs_forward(const kernels::AttnShape &a, bool bf16, bool lse,
+                  bool dropout) {
+  return runs(Sdpa::whole(a, bf16), lse, false, dropout);
+}
+
+float *lse_scratch(int64_t rows) {
+  return static_cast<float *>(
+      scratch(Scratch::Lse, (size_t)rows * sizeof(float)));
+}
+
+bool runs_backward(const kernels::AttnShape &a, bool bf16, bool dropout) {
+  return runs(Sdpa::whole(a, bf16), true, true, dropout);
+}
+
+bool backward_kept(cudaStream_t s, const kernels::AttnShape &a, bool bf16,
+                   bool dropout, const void *qkv, const void *out,
+                   const float *lse, const void *dout, void *dqkv) {
+  if (!runs_backward(a, bf16, dropout))
+    return false;
+  SdpaIo io = packed(a, qkv);
+  io.o = const_cast<void *>(out);
+  io.stats = const_cast<float *>(lse);
+  io.dout = dout;
+  io.dq = dqkv;
+  io.dk = column(dqkv, a.H * a.D);
+  io.dv = column(dqkv, (a.H + a.KV) * a.D);
+  backward(s, Sdpa::whole(a, bf16), io);
+  return true;
+}
+
+bool backward(cudaStream_t s, const kernels::AttnShape &a, bool bf16,
+              bool dropout, const void *qkv, const void *dout, void *dqkv) {
+  if (!runs_backward(a, bf16, dropout))
+    return false;
+  void *out =
+      scratch(Scratch::Out,
+              (size_t)workspace::outside::cudnn_recomputed(a.B, a.H, a.S, a.D));
+  float *lse = lse_scratch(a.B * a.H * a.S);
+  forward(s, a, bf16, qkv, out, lse);
+  return backward_kept(s, a, bf16, dropout, qkv, out, lse, dout, dqkv);
+}
+
+} // namespace cudnn
+} // namespace cuda_attention
+} // namespace planrt

@@ -13,6 +13,54 @@ namespace planrt {
 namespace cuda_attention {
 namespace cudnn {
 
+/// One causal attention as cuDNN's SDPA graphs see it: every operand a
+/// strided [B, heads, rows, D] view (heads D elements apart; strides in
+/// elements). One GPU's attention is whole(); context parallelism's
+/// all_gather attends with a chunk of a rank's queries over a prefix of
+/// the gathered keys (attention_cp.cu).
+struct Sdpa {
+  int64_t B, H, KV, D;
+  int64_t sq, sk;           // query rows, key rows
+  int64_t q_batch, q_row;   // q and dq [B, H, sq, D]
+  int64_t kv_batch, kv_row; // k, v, dk and dv [B, KV, sk, D]
+  int64_t o_batch, o_row;   // out and dout [B, H, sq, D]
+  int64_t stats_head;       // the log-sum-exp [B, H, sq] (f32), per head
+  float scale;
+  bool bf16;         // else fp16
+  bool bottom_right; // query row i sees keys <= i + sk - sq (else <= i)
+  /// One GPU's attention over the packed qkv of kernels::AttnShape.
+  static Sdpa whole(const kernels::AttnShape &a, bool bf16);
+};
+
+/// The operands of one forward (q, k, v -> o and, when not null, stats) or
+/// backward (q, k, v, o, stats, dout -> dq, dk, dv, overwritten).
+struct SdpaIo {
+  const void *q = nullptr, *k = nullptr, *v = nullptr;
+  void *o = nullptr;
+  float *stats = nullptr;
+  const void *dout = nullptr;
+  void *dq = nullptr, *dk = nullptr, *dv = nullptr;
+};
+
+/// Whether cuDNN runs problem `p`: its forward (with the log-sum-exp where
+/// `stats`), or with `backward` the forward with statistics and the
+/// backward. Never with attention dropout (the tiles draw the host's mask).
+/// Builds the graphs at first use; with PLANRT_ATTENTION=cudnn, false is
+/// fatal instead.
+bool runs(const Sdpa &p, bool stats, bool backward, bool dropout);
+/// Runs what runs() said cuDNN runs, on stream `s`.
+void forward(cudaStream_t s, const Sdpa &p, const SdpaIo &io);
+void backward(cudaStream_t s, const Sdpa &p, const SdpaIo &io);
+
+/// Device buffers held here for the callers' intermediates (outside the
+/// planned memory, counted by bytes_held()): each only grows.
+enum class Scratch {
+  Out, // a backward's recomputed output
+  Lse, // a forward's log-sum-exp
+  Dkv  // context parallelism's dk and dv before they are added up
+};
+void *scratch(Scratch which, size_t bytes);
+
 /// Causal attention of packed qkv (kernels::AttnShape's layout) into out on
 /// stream `s`, on cuDNN's fused flash attention; with `lse` (B H S floats),
 /// each row's log-sum-exp of its scaled scores. `bf16`: the operands are
@@ -49,8 +97,8 @@ bool backward_kept(cudaStream_t s, const kernels::AttnShape &a, bool bf16,
 /// tiled backward asks, after backward() was called for the same problem.
 bool runs_backward(const kernels::AttnShape &a, bool bf16, bool dropout);
 
-/// Device bytes held for cuDNN (its workspace, the backward's recomputed
-/// output and log-sum-exp), outside the planned memory.
+/// Device bytes held for cuDNN (its workspace and the scratch buffers),
+/// outside the planned memory.
 size_t bytes_held();
 
 /// One line on whether attention runs on cuDNN, and why not if it does

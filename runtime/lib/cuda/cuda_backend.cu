@@ -609,6 +609,20 @@ void launch(Context *ctx, int64_t n, const kernels::AttentionBlockFn<T> &f) {
   if (!cuda_attention_cp::forward(state(ctx)->stream, f))
     launch_rows(ctx, n, f);
 }
+/// all_gather's whole attention and gradient on cuDNN where it runs them
+/// (16-bit, no dropout; attention_cp.cu); false: the block functors run.
+template <class T>
+bool attention_cp_whole(Context *ctx, const kernels::AttnCp &c, const T *qkv,
+                        const T *kv, T *out) {
+  return cuda_attention_cp::cudnn_forward(state(ctx)->stream, c, qkv, kv, out);
+}
+template <class T>
+bool attention_cp_grad_whole(Context *ctx, const kernels::AttnCp &c,
+                             const T *qkv, const T *kv, const T *dout, T *dqkv,
+                             float *dkv) {
+  return cuda_attention_cp::cudnn_backward(state(ctx)->stream, c, qkv, kv, dout,
+                                           dqkv, dkv);
+}
 template <class T>
 void launch(Context *ctx, int64_t n,
             const kernels::AttentionBlockGradQFn<T> &f) {

@@ -247,6 +247,19 @@ constexpr bool kGemm16InPlace = false;
 /// chunks' partials of workspace.h column_partials: not on the host.
 constexpr bool kColumnPartials = false;
 
+/// all_gather's attention as one library call: none on the host (the
+/// block functors are the reference; cuda runs cuDNN there).
+template <class T>
+bool attention_cp_whole(Context *, const kernels::AttnCp &, const T *,
+                        const T *, T *) {
+  return false;
+}
+template <class T>
+bool attention_cp_grad_whole(Context *, const kernels::AttnCp &, const T *,
+                             const T *, const T *, T *, float *) {
+  return false;
+}
+
 /// Below this many invocations a kernel runs on the calling thread (a
 /// parallel region costs a few microseconds): element-wise and cheap
 /// functors (kernels.h) from 4096 on, functors with a loop inside (rows,

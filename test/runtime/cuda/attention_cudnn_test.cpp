@@ -5,13 +5,18 @@
 // PLANRT_ATTENTION=cudnn, the program stops and says why). Each case runs
 // in a child process: the choice is made once per process. On a machine
 // with a GPU these cases are skipped (the device suite runs cuDNN there).
+#include "cp_attention_cases.h"
+#include "cuda/attention_cp.h"
 #include "cuda/attention_cudnn.h"
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 using namespace planrt;
 namespace cudnn = planrt::cuda_attention::cudnn;
@@ -126,4 +131,197 @@ TEST_F(AttentionCudnn, BuiltWithoutTheFrontend) {
 }
 #endif
 
+/// What cuDNN's SDPA graphs compute for problem `p` (attention_cudnn.h's
+/// contract), on the host in fp32 over the same strided views: row i of
+/// each head sees keys up to i (+ sk - sq when aligned to the last key).
+struct HostSdpa {
+  const cudnn::Sdpa &p;
+  int64_t last(int64_t i) const {
+    return i + (p.bottom_right ? p.sk - p.sq : 0);
+  }
+  const float *q(const float *b, int64_t n, int64_t h, int64_t i) const {
+    return b + n * p.q_batch + h * p.D + i * p.q_row;
+  }
+  const float *kv(const float *b, int64_t n, int64_t g, int64_t j) const {
+    return b + n * p.kv_batch + g * p.D + j * p.kv_row;
+  }
+  int64_t o(int64_t n, int64_t h, int64_t i) const {
+    return n * p.o_batch + h * p.D + i * p.o_row;
+  }
+  float dot(const float *x, const float *y) const {
+    float s = 0;
+    for (int64_t d = 0; d < p.D; ++d)
+      s += x[d] * y[d];
+    return s;
+  }
+  /// out and, when not null, the log-sum-exp.
+  void forward(const float *q0, const float *k0, const float *v0, float *out,
+               float *lse) const {
+    for (int64_t n = 0; n < p.B; ++n)
+      for (int64_t h = 0; h < p.H; ++h)
+        for (int64_t i = 0; i < p.sq; ++i) {
+          const int64_t g = h / (p.H / p.KV);
+          float m = -INFINITY, l = 0;
+          for (int64_t j = 0; j <= last(i); ++j)
+            m = std::fmax(m, p.scale * dot(q(q0, n, h, i), kv(k0, n, g, j)));
+          std::vector<float> acc((size_t)p.D, 0.0f);
+          for (int64_t j = 0; j <= last(i); ++j) {
+            float e =
+                std::exp(p.scale * dot(q(q0, n, h, i), kv(k0, n, g, j)) - m);
+            l += e;
+            for (int64_t d = 0; d < p.D; ++d)
+              acc[d] += e * kv(v0, n, g, j)[d];
+          }
+          for (int64_t d = 0; d < p.D; ++d)
+            out[o(n, h, i) + d] = acc[d] / l;
+          if (lse)
+            lse[(n * p.H + h) * p.stats_head + i] = m + std::log(l);
+        }
+  }
+  /// dq (overwritten), dk and dv (overwritten: keys 0..sk-1).
+  void backward(const float *q0, const float *k0, const float *v0,
+                const float *out, const float *lse, const float *dout,
+                float *dq, float *dk, float *dv) const {
+    for (int64_t n = 0; n < p.B; ++n)
+      for (int64_t g = 0; g < p.KV; ++g)
+        for (int64_t j = 0; j < p.sk; ++j)
+          for (int64_t d = 0; d < p.D; ++d) {
+            const_cast<float *>(kv(dk, n, g, j))[d] = 0;
+            const_cast<float *>(kv(dv, n, g, j))[d] = 0;
+          }
+    for (int64_t n = 0; n < p.B; ++n)
+      for (int64_t h = 0; h < p.H; ++h)
+        for (int64_t i = 0; i < p.sq; ++i) {
+          const int64_t g = h / (p.H / p.KV);
+          const float *qi = q(q0, n, h, i), *dyi = dout + o(n, h, i);
+          const float L = lse[(n * p.H + h) * p.stats_head + i];
+          const float delta = dot(dyi, out + o(n, h, i));
+          float *dqi = const_cast<float *>(q(dq, n, h, i));
+          for (int64_t d = 0; d < p.D; ++d)
+            dqi[d] = 0;
+          for (int64_t j = 0; j <= last(i); ++j) {
+            const float pr = std::exp(p.scale * dot(qi, kv(k0, n, g, j)) - L);
+            const float ds = pr * (dot(dyi, kv(v0, n, g, j)) - delta);
+            float *dkj = const_cast<float *>(kv(dk, n, g, j)),
+                  *dvj = const_cast<float *>(kv(dv, n, g, j));
+            for (int64_t d = 0; d < p.D; ++d) {
+              dqi[d] += p.scale * ds * kv(k0, n, g, j)[d];
+              dkj[d] += p.scale * ds * qi[d];
+              dvj[d] += pr * dyi[d];
+            }
+          }
+        }
+  }
+};
+
+/// all_gather's whole attention as attention_cp.cu runs it on cuDNN
+/// (cudnn_chunks, a chunk's forward again before its backward, its dk and
+/// dv added up), each chunk run by HostSdpa.
+struct HostCpChunks {
+  bool forward(const kernels::AttnCp &c, const std::vector<float> &qkv,
+               const std::vector<float> &kv, std::vector<float> &out) const {
+    const kernels::AttnShape &a = c.a;
+    for (const cuda_attention_cp::CudnnChunk &k :
+         cuda_attention_cp::cudnn_chunks(c, true))
+      HostSdpa{k.problem}.forward(qkv.data() + k.row0 * a.width(), kv.data(),
+                                  kv.data() + a.KV * a.D,
+                                  out.data() + k.row0 * a.H * a.D, nullptr);
+    return true;
+  }
+  bool backward(const kernels::AttnCp &c, const std::vector<float> &qkv,
+                const std::vector<float> &kv, const std::vector<float> &dout,
+                std::vector<float> &dqkv, std::vector<float> &dkv) const {
+    const kernels::AttnShape &a = c.a;
+    std::vector<float> o((size_t)(a.B * a.S * a.H * a.D)),
+        lse((size_t)(a.B * a.H * a.S)), part(dkv.size());
+    std::fill(dkv.begin(), dkv.end(), 0.0f);
+    for (const cuda_attention_cp::CudnnChunk &k :
+         cuda_attention_cp::cudnn_chunks(c, true)) {
+      const HostSdpa sdpa{k.problem};
+      const float *q = qkv.data() + k.row0 * a.width();
+      const int64_t at = k.row0 * a.H * a.D;
+      sdpa.forward(q, kv.data(), kv.data() + a.KV * a.D, o.data() + at,
+                   lse.data() + k.row0);
+      sdpa.backward(q, kv.data(), kv.data() + a.KV * a.D, o.data() + at,
+                    lse.data() + k.row0, dout.data() + at,
+                    dqkv.data() + k.row0 * a.width(), part.data(),
+                    part.data() + a.KV * a.D);
+      for (int64_t n = 0; n < a.B; ++n)
+        for (int64_t i = 0; i < k.problem.sk * c.kvWidth(); ++i)
+          dkv[n * c.S * c.kvWidth() + i] += part[n * c.S * c.kvWidth() + i];
+    }
+    return true;
+  }
+};
+
 } // namespace
+
+// The chunks attention_cp.cu hands cuDNN, read as cuDNN's SDPA reads them,
+// are all_gather's attention: the device suite compares cuDNN itself
+// (bench/gpu cp-cudnn), this the decomposition and the views.
+TEST(AttentionCpCudnn, ChunksAreTheFunctorsAttention) {
+  for (test::CpCase cs : test::cp_cases_cudnn()) {
+    cs.store = test::CpStore::f32;
+    for (int64_t g = 0; g < cs.G; ++g) { // every rank's chunks
+      cs.g = g;
+      SCOPED_TRACE("G " + std::to_string(cs.G) + " g " + std::to_string(g) +
+                   " D " + std::to_string(cs.D));
+      int reports = 0;
+      EXPECT_TRUE(test::run_cp_whole_case<float>(
+          cs, HostCpChunks(), [&](const std::string &what, double err) {
+            ++reports;
+            EXPECT_LE(err, 1e-5) << what;
+          }));
+      EXPECT_EQ(reports, 3);
+    }
+  }
+}
+
+#ifdef PLANRT_TEST_CUDNN_FRONTEND
+/// In the child: asks cuDNN to run all_gather's attention of rank 1 of 2
+/// (with attention dropout or not; operands that are never read), prints
+/// whether it ran and the status line to stderr, exits 0.
+[[noreturn]] void decide_cp(const char *mode, bool dropout) {
+  setenv("PLANRT_ATTENTION", mode, 1);
+  kernels::AttnCp c;
+  c.a = shape();
+  c.a.S = 70;
+  c.S = 140;
+  c.part = {1, 2};
+  if (dropout)
+    c.drop = kernels::AttnDropout::make(0.1f, 7, 1, 2, 1, 4);
+  // 16-byte aligned addresses: nothing is launched where cuDNN declines.
+  auto *p = reinterpret_cast<kernels::bf16_t *>(uintptr_t(1) << 20);
+  bool f = cuda_attention_cp::cudnn_forward<kernels::bf16_t>(nullptr, c, p, p,
+                                                             p);
+  std::fprintf(stderr, "cp forward %d: %s\n", f, cudnn::status());
+  std::exit(0);
+}
+
+TEST_F(AttentionCudnn, CpAttentionDropoutIsFatalWhenRequired) {
+  EXPECT_EXIT(decide_cp("cudnn", true), ::testing::ExitedWithCode(1),
+              "planrt: error: PLANRT_ATTENTION=cudnn, but cuDNN cannot run "
+              "attention of bf16 B 2 S 35 over 70 keys H 4 KV 2 D 64: "
+              "attention dropout draws planrt's own mask");
+  EXPECT_EXIT(decide_cp("tiles", false), ::testing::ExitedWithCode(0),
+              "cp forward 0: 16-bit attention runs planrt's tiles "
+              "\\(PLANRT_ATTENTION=tiles\\)");
+}
+#endif
+
+TEST(AttentionCpCudnn, ChunksOfTheLastRankReachEveryKey) {
+  kernels::AttnCp c;
+  c.a = {1, 8, 2, 1, 16, 0.25f};
+  c.S = 32;
+  c.part = {3, 4};
+  auto cs = cuda_attention_cp::cudnn_chunks(c, false);
+  ASSERT_EQ(cs.size(), 2u);
+  // Rank 3 of 4: chunks 3 and 4 of 8 (4 rows each).
+  EXPECT_EQ(cs[0].row0, 0);
+  EXPECT_EQ(cs[0].problem.sq, 4);
+  EXPECT_EQ(cs[0].problem.sk, 16);
+  EXPECT_EQ(cs[1].row0, 4);
+  EXPECT_EQ(cs[1].problem.sk, 20);
+  EXPECT_TRUE(cs[1].problem.bottom_right);
+  EXPECT_FALSE(cs[1].problem.bf16);
+}

@@ -182,6 +182,101 @@ void run_cp_case(const CpCase &cs, const Tiles &tiles, const Report &report) {
   }
 }
 
+/// all_gather's 16-bit attention without dropout, which the cuda backend
+/// runs whole on cuDNN (attention_cp.cu cudnn_forward, cudnn_backward):
+/// chunks of 64 and of an odd 35 rows, grouped queries down to one key
+/// head (Llama-70B's at tp 8), head dims 32 to 128, a first and a last
+/// rank.
+inline std::vector<CpCase> cp_cases_cudnn() {
+  using S = CpStore;
+  return {
+      {2, 128, 4, 2, 64, 2, 0, false, false, S::bf16, 41},
+      {1, 256, 8, 1, 128, 4, 1, false, false, S::f16, 42},
+      {1, 70, 4, 2, 32, 2, 1, false, false, S::bf16, 43},
+      {2, 64, 2, 1, 128, 4, 3, false, false, S::bf16, 44},
+  };
+}
+
+/// What cuDNN's whole attention may differ by from the fp32 functors on the
+/// same values: its output, dq and each chunk's dk, dv are rounded to the
+/// 16-bit type (the functors keep dq and dkv in fp32), and its products
+/// round p and ds.
+inline double cp_cudnn_tolerance(const CpCase &cs) {
+  return cs.store == CpStore::f16 ? 3e-3 : 2e-2;
+}
+
+/// Runs all_gather case `cs` whole through `whole` (forward(c, qkv, kv,
+/// out) and backward(c, qkv, kv, dout, dqkv, dkv), each returning whether
+/// it ran) and the functors; calls report(what, relative error) for the
+/// output, dq (dqkv's query columns) and dkv. False where `whole` did not
+/// run.
+template <class T, class Whole, class Report>
+bool run_cp_whole_case(const CpCase &cs, const Whole &whole,
+                       const Report &report) {
+  kernels::AttnCp c;
+  c.a = {cs.B, cs.L, cs.H, cs.KV, cs.D, 1.0f / std::sqrt((float)cs.D)};
+  c.part = {cs.g, cs.G};
+  c.S = cs.L * cs.G;
+  const kernels::AttnShape &a = c.a;
+  const int64_t rows = a.B * a.H * a.S, D = a.D;
+  std::mt19937 gen(cs.seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  auto random = [&](int64_t n) {
+    std::vector<float> v((size_t)n);
+    for (float &x : v)
+      x = nd(gen);
+    return v;
+  };
+  const kernels::KvBlock kb{c.S, {0, 1}};
+  const std::vector<T> qkv = narrow<T>(random(a.B * a.S * a.width()));
+  const std::vector<T> kv = narrow<T>(random(a.B * c.S * c.kvWidth()));
+  const std::vector<T> dout = narrow<T>(random(rows * D));
+
+  // The functors: the op's forward, then its backward from zero.
+  std::vector<float> acc((size_t)(rows * D), 0.0f), ml(2 * rows, 0.0f);
+  kernels::AttentionBlockFn<T> f{qkv.data(), kv.data(), acc.data(),
+                                 ml.data(),  c,         kb};
+  for (int64_t i = 0; i < rows; ++i)
+    f(i);
+  std::vector<T> out_ref((size_t)(rows * D));
+  std::vector<float> delta((size_t)rows);
+  kernels::AttentionFinishFn<T> fin{acc.data(),  ml.data(),    out_ref.data(),
+                                    dout.data(), delta.data(), a};
+  for (int64_t i = 0; i < rows; ++i)
+    fin(i);
+  std::vector<float> dq_ref((size_t)(rows * D), 0.0f),
+      dkv_ref((size_t)(a.B * c.S * c.kvWidth()), 0.0f);
+  kernels::AttentionBlockGradQFn<T> fq{
+      qkv.data(),   kv.data(),     dout.data(), ml.data(),
+      delta.data(), dq_ref.data(), c,           kb};
+  for (int64_t i = 0; i < rows; ++i)
+    fq(i);
+  kernels::AttentionBlockGradKVFn<T> fkv{
+      qkv.data(),   kv.data(),      dout.data(), ml.data(),
+      delta.data(), dkv_ref.data(), c,           kb};
+  for (int64_t i = 0; i < a.B * a.KV * c.S; ++i)
+    fkv(i);
+
+  std::vector<T> out((size_t)(rows * D)), dqkv(qkv.size());
+  std::vector<float> dkv = random(a.B * c.S * c.kvWidth()); // overwritten
+  if (!whole.forward(c, qkv, kv, out) ||
+      !whole.backward(c, qkv, kv, dout, dqkv, dkv))
+    return false;
+  // dq [B H L, D] from dqkv's query columns.
+  std::vector<float> dq((size_t)(rows * D));
+  for (int64_t i = 0; i < rows; ++i) {
+    const int64_t t = i % a.S, h = (i / a.S) % a.H, b = i / (a.S * a.H);
+    for (int64_t d = 0; d < D; ++d)
+      dq[i * D + d] = kernels::ld(dqkv[(b * a.S + t) * a.width() + h * D + d]);
+  }
+  const std::string name = "D " + std::to_string(D) + ", G " +
+                           std::to_string(cs.G) + ", g " + std::to_string(cs.g);
+  report("out, " + name, rel_err(widen(out), widen(out_ref)));
+  report("dq, " + name, rel_err(dq, dq_ref));
+  report("dkv, " + name, rel_err(dkv, dkv_ref));
+  return true;
+}
+
 } // namespace test
 } // namespace planrt
 

@@ -5,10 +5,18 @@
 // meet a GPU. fp32 cases run the fp32 tiles, 16-bit ones the tensor-core
 // tiles. Prints each case's worst relative error and exits 1 where one is
 // above its tolerance (cp_tolerance), or where the tiles do not run.
-//   cp_tiles_gpu [N...]   only cases N (1-based; the suite's sanitizer runs
-//                         take one fp32 and one 16-bit case)
+//   cp_tiles_gpu [N...]          only cases N (1-based; the suite's
+//                                sanitizer runs take one fp32 and one 16-bit
+//                                case)
+//   cp_tiles_gpu --cudnn [N...]  all_gather's 16-bit attention whole on
+//                                cuDNN instead (cp_cases_cudnn; the suite
+//                                sets PLANRT_ATTENTION=cudnn, so a case
+//                                cuDNN declines is fatal, with its reason)
 #include "cp_attention_cases.h"
 #include "cuda/attention_cp.h"
+#include "cuda/attention_cudnn.h"
+
+#include <cstring>
 
 #include <cuda_runtime.h>
 
@@ -86,16 +94,46 @@ struct GpuCpTiles {
   }
 };
 
+/// all_gather's whole attention and gradient on cuDNN, over host vectors.
+struct GpuCpCudnn {
+  template <class T>
+  bool forward(const kernels::AttnCp &c, const std::vector<T> &qkv,
+               const std::vector<T> &kv, std::vector<T> &out) const {
+    Device<T> q(qkv), k(kv), o(out);
+    if (!cuda_attention_cp::cudnn_forward<T>(nullptr, c, q.p, k.p, o.p))
+      return false;
+    o.back(out);
+    return true;
+  }
+  template <class T>
+  bool backward(const kernels::AttnCp &c, const std::vector<T> &qkv,
+                const std::vector<T> &kv, const std::vector<T> &dout,
+                std::vector<T> &dqkv, std::vector<float> &dkv) const {
+    Device<T> q(qkv), k(kv), dy(dout), dx(dqkv);
+    Device<float> g(dkv);
+    if (!cuda_attention_cp::cudnn_backward<T>(nullptr, c, q.p, k.p, dy.p, dx.p,
+                                              g.p))
+      return false;
+    dx.back(dqkv);
+    g.back(dkv);
+    return true;
+  }
+};
+
 } // namespace
 
 int main(int argc, char **argv) {
   double worst = 0; // relative to each case's tolerance
   int cases = 0, bad = 0;
-  std::vector<test::CpCase> all = test::cp_cases();
-  for (const test::CpCase &cs : test::cp_cases_16bit())
-    all.push_back(cs);
-  std::vector<bool> wanted(all.size(), argc < 2);
-  for (int i = 1; i < argc; ++i) {
+  const bool cudnn = argc > 1 && std::strcmp(argv[1], "--cudnn") == 0;
+  const int first = cudnn ? 2 : 1;
+  std::vector<test::CpCase> all =
+      cudnn ? test::cp_cases_cudnn() : test::cp_cases();
+  if (!cudnn)
+    for (const test::CpCase &cs : test::cp_cases_16bit())
+      all.push_back(cs);
+  std::vector<bool> wanted(all.size(), argc <= first);
+  for (int i = first; i < argc; ++i) {
     const int n = std::atoi(argv[i]);
     if (n < 1 || n > (int)all.size()) {
       std::fprintf(stderr, "cp_tiles_gpu: no case %s (1 to %zu)\n", argv[i],
@@ -109,7 +147,8 @@ int main(int argc, char **argv) {
     if (!wanted[n])
       continue;
     const test::CpCase &cs = all[n];
-    const double tol = test::cp_tolerance(cs, true);
+    const double tol =
+        cudnn ? test::cp_cudnn_tolerance(cs) : test::cp_tolerance(cs, true);
     double err = 0;
     std::string where;
     auto report = [&](const std::string &what, double e) {
@@ -119,7 +158,11 @@ int main(int argc, char **argv) {
       }
     };
     test::with_store(cs, [&](auto e) {
-      test::run_cp_case<decltype(e)>(cs, GpuCpTiles(), report);
+      using T = decltype(e);
+      if (!cudnn)
+        test::run_cp_case<T>(cs, GpuCpTiles(), report);
+      else if constexpr (sizeof(T) == 2)
+        ran &= test::run_cp_whole_case<T>(cs, GpuCpCudnn(), report);
     });
     ++cases;
     const bool good = err <= tol;
@@ -131,8 +174,13 @@ int main(int argc, char **argv) {
                 cs.dropout ? ", dropout" : "", err, tol, where.c_str(),
                 good ? "" : "  FAIL");
   }
-  std::printf("cp tiles: %d cases, worst relative error %.2f of its "
+  if (cudnn)
+    std::printf("attention: %s\n", cuda_attention::cudnn::status());
+  std::printf("cp %s: %d cases, worst relative error %.2f of its "
               "tolerance (<= 1)%s\n",
-              cases, worst, ran ? "" : "; some part did not take the tiles");
+              cudnn ? "cudnn" : "tiles", cases, worst,
+              ran     ? ""
+              : cudnn ? "; cuDNN did not run some case (the attention line)"
+                      : "; some part did not take the tiles");
   return bad || !ran ? 1 : 0;
 }
