@@ -207,11 +207,12 @@ std::optional<MoeExpertsView> moeExpertsView(Operation *op) {
 
 /// Whether the cuda target's planrt may run `op` on cuDNN's SDPA
 /// (planrt/workspace.h outside::cudnn_attention: 16 bits, no dropout, a head
-/// size cuDNN takes): one GPU's attentions, not context parallelism's.
+/// size cuDNN takes): one GPU's attentions and context parallelism's
+/// all_gather (two chunks of queries over key prefixes), not its ring.
 static bool mayRunCudnn(Operation *op) {
   if (!isa<rk::AttentionOp, rk::AttentionGradOp, rk::AttentionKeepOp,
-           rk::AttentionGradKeptOp, rk::AttentionLseOp, rk::AttentionGradLseOp>(
-          op))
+           rk::AttentionGradKeptOp, rk::AttentionLseOp, rk::AttentionGradLseOp,
+           rk::AttentionCpOp, rk::AttentionCpGradOp>(op))
     return false;
   auto qkv = cast<MemRefType>(op->getOperand(0).getType());
   int64_t h = op->getAttrOfType<IntegerAttr>("num_heads").getInt();
@@ -353,6 +354,22 @@ struct OpCoster {
         c.time = tm.flashAttentionTime(bh, sq, sk, d, grad);
         if (isa<rk::AttentionGradOp>(op))
           c.time += tm.flashAttentionTime(bh, sq, sk, d, false);
+        return c;
+      }
+      // all_gather's on cuDNN: the rank's two chunks of queries, each over
+      // the keys before its end, together the causal work of its rows over
+      // every key (two launches a pass). The gradient runs each chunk's
+      // forward again, then its backward, and adds the chunk's f32 dk, dv.
+      if (cuda && isa<rk::AttentionCpOp, rk::AttentionCpGradOp>(op) &&
+          mayRunCudnn(op)) {
+        double launch = tm.c.k.kernelLaunchS;
+        c.time = tm.flashAttentionTime(bh, sq, sk, d, false) + launch;
+        if (isa<rk::AttentionCpGradOp>(op)) {
+          c.flops *= 2;
+          double dkv = b * sk * 2 * double(kv) * d;
+          c.time += tm.flashAttentionTime(bh, sq, sk, d, true) + launch +
+                    tm.memoryTime(dkv * (4 + 2 * (2 + 8)));
+        }
         return c;
       }
       // Context parallelism's all_gather and ring attentions on cuda:
@@ -646,7 +663,7 @@ FailureOr<StepReport> planc::computeStepReport(ModuleOp module,
     // buffers, each grown to the largest attention that needs it (the
     // backward's recomputed output, the log-sum-exp, the workspace).
     namespace out = planrt::workspace::outside;
-    int64_t ws = 0, recomputed = 0, lse = 0;
+    int64_t ws = 0, recomputed = 0, lse = 0, cpDkv = 0;
     module.walk([&](Operation *op) {
       if (!mayRunCudnn(op))
         return;
@@ -656,13 +673,29 @@ FailureOr<StepReport> planc::computeStepReport(ModuleOp module,
       int64_t b = qkv.getDimSize(0), s = qkv.getDimSize(1);
       int64_t d = qkv.getDimSize(2) / (h + 2 * kv);
       bool backward = isa<rk::AttentionGradOp, rk::AttentionGradKeptOp,
-                          rk::AttentionGradLseOp>(op);
+                          rk::AttentionGradLseOp, rk::AttentionCpGradOp>(op);
+      // cp's all_gather: its chunks' queries are fewer than its rows (the
+      // rows' count bounds them); its gradient's dk, dv before they are
+      // added up span the gathered keys.
       ws = std::max(ws, out::cudnn_workspace_budget(b, h, s, d, backward));
+      if (isa<rk::AttentionCpGradOp>(op))
+        cpDkv = std::max(
+            cpDkv,
+            out::cudnn_cp_dkv(
+                b, cast<MemRefType>(op->getOperand(1).getType()).getDimSize(1),
+                kv, d));
+      if (isa<rk::AttentionCpOp>(op)) { // a forward without statistics
+        if (r.cudnnAttention.empty())
+          r.cudnnAttention = "forward only";
+        return;
+      }
       // The kept pair (plan-keep-attention) writes and reads the plan's
       // log-sum-exp and output: no buffers of cuDNN's own for them.
       bool kept = isa<rk::AttentionLseOp, rk::AttentionGradLseOp>(op);
       if (!kept)
-        lse = std::max(lse, out::cudnn_lse(b, h, s));
+        lse = std::max(lse, isa<rk::AttentionCpGradOp>(op)
+                                ? out::cudnn_cp_lse(b, h, s)
+                                : out::cudnn_lse(b, h, s));
       if (backward && !kept && out::cudnn_recomputed(b, h, s, d) > recomputed) {
         recomputed = out::cudnn_recomputed(b, h, s, d);
         r.cudnnAttention = llvm::formatv("backward of B {0}, S {1}, {2} "
@@ -679,8 +712,8 @@ FailureOr<StepReport> planc::computeStepReport(ModuleOp module,
       if (r.cudnnAttention.empty())
         r.cudnnAttention = "forward only";
     });
-    r.libraryBytes =
-        out::kCublasLtWorkspace + out::kSumsqPartials + ws + recomputed + lse;
+    r.libraryBytes = out::kCublasLtWorkspace + out::kSumsqPartials + ws +
+                     recomputed + lse + cpDkv;
     r.sendCopies = pp > 1;
   }
 

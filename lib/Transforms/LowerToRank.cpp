@@ -33,14 +33,14 @@ struct AttnDropoutAttrs {
 };
 
 namespace {
-/// Which kernels a cuda plan's attention could run: planrt's tiles (its
-/// head dim has them) and cuDNN's flash attention (16 bits, no dropout).
+/// Which kernels a cuda plan's attention could run: cuDNN's flash attention
+/// (16 bits, no dropout, a head dim it takes), else planrt's tiles (its
+/// head dim has them), else the reference loops. One GPU's attention
+/// (all_to_all's) and cp's all_gather run the same of them; ring never
+/// runs cuDNN.
 struct CudaAttentionKernels {
   int64_t headDim;
   bool tiled, cudnn;
-  /// Whether cp's all_gather and ring attentions run as fast as one GPU's:
-  /// both run planrt's tiles, which cuDNN would not beat.
-  bool cpAsFast() const { return tiled && !cudnn; }
 };
 } // namespace
 
@@ -56,39 +56,32 @@ static CudaAttentionKernels cudaAttentionKernels(Value qkv, int64_t heads,
           planrt::workspace::outside::cudnn_attention(sixteen, dropping, d)};
 }
 
-/// On the cuda target, warns where context parallelism's all_gather or ring
-/// attention (`how`) runs slower than cp_comm = all_to_all would: with a
-/// head dim planrt has no tiles for, its reference loops (one GPU thread
-/// per query row); in a 16-bit plan that cuDNN could run as one GPU's
-/// attention, planrt's tiles instead of cuDNN. Elsewhere both ways run the
-/// same tiles. Returns whether it warned.
+/// On the cuda target, warns where context parallelism's ring attention
+/// runs slower than all_gather's and all_to_all's would: a 16-bit plan
+/// cuDNN runs elsewhere, attended with planrt's tiles (or, for a head dim
+/// without tiles, its reference loops: one GPU thread per query row).
+/// Returns whether it warned.
 static bool warnCpKernel(plan::AttentionOp a, llvm::StringRef how,
                          int64_t heads, int64_t kvHeads, int64_t G,
                          FloatAttr dropout) {
   CudaAttentionKernels k = cudaAttentionKernels(a.getQkv(), a.getNumHeads(),
                                                 a.getNumKvHeads(), dropout);
-  int64_t d = k.headDim;
-  bool tiled = k.tiled, cudnn = k.cudnn;
-  if (k.cpAsFast())
+  if (how != "ring" || !k.cudnn)
     return false;
   InFlightDiagnostic w = a.emitWarning();
-  w << "on the cuda target, cp_comm = " << how << " attends with ";
-  if (!tiled)
+  w << "on the cuda target, cp_comm = ring attends with ";
+  if (!k.tiled)
     w << "planrt's reference loops (one GPU thread per query row: no tiles "
          "for head dim "
-      << d << "; 16, 32, 64 and 128 have them)";
+      << k.headDim << "; 16, 32, 64 and 128 have them)";
   else
-    w << "planrt's tiles, several times slower than cuDNN's flash attention, "
-         "which runs one GPU's 16-bit attention";
-  w << "; ";
+    w << "planrt's tiles";
+  w << ", several times slower than cuDNN's flash attention, which runs "
+       "this 16-bit attention with cp_comm = all_gather";
   if (heads % G == 0 && kvHeads % G == 0)
-    w << "cp_comm = all_to_all runs one GPU's attention ("
-      << (cudnn ? "cuDNN's" : "planrt's") << ")";
-  else
-    w << "cp = " << G << " does not divide this rank's " << heads
-      << " query and " << kvHeads
-      << " key/value heads, which cp_comm = all_to_all needs (a cp that "
-         "divides them runs one GPU's attention)";
+    w << " or all_to_all";
+  w << " (ring holds one rank's keys and values at a time: pick it only "
+       "where the gathered ones do not fit)";
   return true;
 }
 
@@ -496,11 +489,11 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
   // else all_to_all where G divides the heads and moves fewer bytes in the
   // forward than gathering the keys and values ((q/k/v + output) (G - 1) /
   // G against keys and values (G - 1) per position), all_gather otherwise.
-  // On the cuda target all_to_all wherever G divides the heads and the
-  // gathered keys' attention would run a slower kernel (cuDNN runs one
-  // GPU's 16-bit attention, planrt's tiles the gathered keys'; a head dim
-  // without tiles runs the reference loops there): the bytes matter less
-  // than the kernel. Where both run the tiles, the bytes decide.
+  // On the cuda target, a 16-bit attention cuDNN runs takes all_to_all
+  // wherever G divides the heads, whatever the bytes: both exchanges run
+  // cuDNN there, but all_gather's backward runs its forward again (the
+  // log-sum-exp is not kept), over a quarter more attention work; elsewhere
+  // both run the same kernels and the bytes decide.
   std::string cpComm;
   for (auto par : src->getParentOfType<ModuleOp>().getOps<ParallelOp>())
     if (std::optional<StringRef> c = par.getCpComm())
@@ -512,9 +505,9 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
     if (h % G != 0 || kv % G != 0)
       return "all_gather";
     if (target == "cuda" &&
-        !cudaAttentionKernels(attn.getQkv(), attn.getNumHeads(),
-                              attn.getNumKvHeads(), dropout)
-             .cpAsFast())
+        cudaAttentionKernels(attn.getQkv(), attn.getNumHeads(),
+                             attn.getNumKvHeads(), dropout)
+            .cudnn)
       return "all_to_all";
     double a2a = double(2 * h + 2 * kv) * double(G - 1) / double(G);
     double gather = double(2 * kv) * double(G - 1);
@@ -1619,7 +1612,7 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
               }
               int64_t G = mesh.getAxisSize(cp.getValue());
               std::string how = cpExchange(a, h.getInt(), kv.getInt(), G, z.p);
-              if (target == "cuda" && how != "all_to_all" && !warnedCpKernel)
+              if (target == "cuda" && how == "ring" && !warnedCpKernel)
                 warnedCpKernel =
                     warnCpKernel(a, how, h.getInt(), kv.getInt(), G, z.p);
               if (how == "ring") {

@@ -199,10 +199,10 @@ def LowerToRank : Pass<"plan-lower-to-rank", "mlir::ModuleOp"> {
 
     Context parallelism without `cp_comm`: all-to-all where `cp` divides
     the heads and it moves fewer bytes than gathering the keys and values;
-    on the cuda target, all-to-all wherever `cp` divides the heads (its
-    attention is one GPU's, cuDNN's fused kernel or planrt's tiles, while
-    the gathered keys' attention runs planrt's tiles there, never
-    cuDNN's).
+    on the cuda target, a 16-bit attention cuDNN runs takes all-to-all
+    wherever `cp` divides the heads (both run cuDNN there, but the gathered
+    keys' backward runs its forward again). A 16-bit ring on cuda warns:
+    it runs planrt's tiles where the others run cuDNN.
   }];
   let options = [
     Option<"target", "target", "std::string", "\"host\"",

@@ -32,7 +32,9 @@
 // key's queries), in fp32 with 16-bit tensors read and written as they are:
 // the reference. The cuda backend runs them as tiles
 // (runtime/lib/cuda/attention_cp_blocks.h) for the head dims those are
-// built for. Every functor runs on both backends.
+// built for, and all_gather's 16-bit attention without dropout whole on
+// cuDNN (runtime/lib/cuda/attention_cp.cu). Every functor runs on both
+// backends.
 //===----------------------------------------------------------------------===//
 #ifndef PLANRT_CONTEXT_PARALLEL_H
 #define PLANRT_CONTEXT_PARALLEL_H

@@ -407,6 +407,16 @@ constexpr int64_t cudnn_recomputed(int64_t B, int64_t H, int64_t S, int64_t D) {
 constexpr int64_t cudnn_lse(int64_t B, int64_t H, int64_t S) {
   return B * H * S * 4;
 }
+/// Context parallelism's all_gather backward on cuDNN: its two chunks'
+/// log-sum-exps, each packed (cuDNN before 9.26 takes no strided one into
+/// its backward) and the second 16-byte aligned.
+constexpr int64_t cudnn_cp_lse(int64_t B, int64_t H, int64_t L) {
+  return cudnn_lse(B, H, L) + 16;
+}
+/// Where chunk `row0`'s log-sum-exp starts in that buffer, in floats.
+constexpr int64_t cudnn_cp_lse_at(int64_t B, int64_t H, int64_t row0) {
+  return (B * H * row0 + 3) / 4 * 4;
+}
 /// Context parallelism's all_gather backward on cuDNN: a chunk's 16-bit dk
 /// and dv over the gathered keys [B, S, 2 KV D], before they are added up.
 constexpr int64_t cudnn_cp_dkv(int64_t B, int64_t S, int64_t KV, int64_t D) {

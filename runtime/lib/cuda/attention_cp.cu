@@ -20,8 +20,9 @@
 // backward runs each chunk's forward again for the output and log-sum-exp
 // cuDNN's backward reads (the op keeps neither), writes dq in place and
 // dk, dv of the chunk's keys into a 16-bit scratch, which a pass adds to
-// the f32 dkv the reduce-scatter sums: deterministic, since the chunks
-// run one after the other.
+// the f32 dkv the reduce-scatter sums, in order (the chunks run one after
+// the other; dq is deterministic where cuDNN's backward is, which
+// attention_cudnn.cpp's status() says).
 //===----------------------------------------------------------------------===//
 
 #include "attention_cp.h"
@@ -311,7 +312,7 @@ bool cudnn_backward(cudaStream_t s, const AttnCp &c, const T *qkv, const T *kv,
         cudnn::scratch(cudnn::Scratch::Out,
                        (size_t)out::cudnn_recomputed(a.B, a.H, a.S, a.D)));
     float *lse = static_cast<float *>(cudnn::scratch(
-        cudnn::Scratch::Lse, (size_t)out::cudnn_lse(a.B, a.H, a.S)));
+        cudnn::Scratch::Lse, (size_t)out::cudnn_cp_lse(a.B, a.H, a.S)));
     T *part = static_cast<T *>(cudnn::scratch(
         cudnn::Scratch::Dkv, (size_t)out::cudnn_cp_dkv(a.B, c.S, a.KV, a.D)));
     cuda_check::call(
@@ -324,7 +325,7 @@ bool cudnn_backward(cudaStream_t s, const AttnCp &c, const T *qkv, const T *kv,
       io.k = kv;
       io.v = kv + a.KV * a.D;
       io.o = o + k.row0 * a.H * a.D;
-      io.stats = lse + k.row0;
+      io.stats = lse + out::cudnn_cp_lse_at(a.B, a.H, k.row0);
       cudnn::forward(s, k.problem, io);
       io.dout = dout + k.row0 * a.H * a.D;
       io.dq = dqkv + k.row0 * a.width();

@@ -34,7 +34,9 @@ struct CudnnChunk {
 /// chunk g of the sequence's 2 G, its last L/2 chunk 2 G - 1 - g
 /// (kernels::SeqPart); chunk j attends over the (j + 1) L/2 keys before its
 /// end, causal with the mask aligned to the last key. Without context
-/// parallelism (G 1), the rank's rows over its own keys.
+/// parallelism (G 1), the rank's rows over its own keys. Each chunk's
+/// log-sum-exp is packed [B, H, rows] (cuDNN before 9.26 reads no strided
+/// one in its backward), at workspace::outside::cudnn_cp_lse_at(row0).
 inline std::vector<CudnnChunk> cudnn_chunks(const kernels::AttnCp &c,
                                             bool bf16) {
   const kernels::AttnShape &a = c.a;
@@ -42,7 +44,7 @@ inline std::vector<CudnnChunk> cudnn_chunks(const kernels::AttnCp &c,
   auto chunk = [&](int64_t row0, int64_t rows, int64_t keys) {
     return CudnnChunk{row0,
                       {a.B, a.H, a.KV, a.D, rows, keys, L * W, W, c.S * K, K,
-                       L * O, O, L, a.scale, bf16, true}};
+                       L * O, O, rows, a.scale, bf16, true}};
   };
   const int64_t G = c.part.G, g = c.part.g, half = L / 2;
   if (G <= 1)

@@ -233,19 +233,20 @@ struct HostCpChunks {
                 std::vector<float> &dqkv, std::vector<float> &dkv) const {
     const kernels::AttnShape &a = c.a;
     std::vector<float> o((size_t)(a.B * a.S * a.H * a.D)),
-        lse((size_t)(a.B * a.H * a.S)), part(dkv.size());
+        lse((size_t)workspace::outside::cudnn_cp_lse(a.B, a.H, a.S) / 4),
+        part(dkv.size());
     std::fill(dkv.begin(), dkv.end(), 0.0f);
     for (const cuda_attention_cp::CudnnChunk &k :
          cuda_attention_cp::cudnn_chunks(c, true)) {
       const HostSdpa sdpa{k.problem};
       const float *q = qkv.data() + k.row0 * a.width();
       const int64_t at = k.row0 * a.H * a.D;
-      sdpa.forward(q, kv.data(), kv.data() + a.KV * a.D, o.data() + at,
-                   lse.data() + k.row0);
-      sdpa.backward(q, kv.data(), kv.data() + a.KV * a.D, o.data() + at,
-                    lse.data() + k.row0, dout.data() + at,
-                    dqkv.data() + k.row0 * a.width(), part.data(),
-                    part.data() + a.KV * a.D);
+      float *stats =
+          lse.data() + workspace::outside::cudnn_cp_lse_at(a.B, a.H, k.row0);
+      sdpa.forward(q, kv.data(), kv.data() + a.KV * a.D, o.data() + at, stats);
+      sdpa.backward(q, kv.data(), kv.data() + a.KV * a.D, o.data() + at, stats,
+                    dout.data() + at, dqkv.data() + k.row0 * a.width(),
+                    part.data(), part.data() + a.KV * a.D);
       for (int64_t n = 0; n < a.B; ++n)
         for (int64_t i = 0; i < k.problem.sk * c.kvWidth(); ++i)
           dkv[n * c.S * c.kvWidth() + i] += part[n * c.S * c.kvWidth() + i];
@@ -323,5 +324,8 @@ TEST(AttentionCpCudnn, ChunksOfTheLastRankReachEveryKey) {
   EXPECT_EQ(cs[1].row0, 4);
   EXPECT_EQ(cs[1].problem.sk, 20);
   EXPECT_TRUE(cs[1].problem.bottom_right);
+  // Each chunk's log-sum-exp packed (cuDNN < 9.26 reads no strided one).
+  EXPECT_EQ(cs[0].problem.stats_head, cs[0].problem.sq);
+  EXPECT_EQ(cs[1].problem.stats_head, cs[1].problem.sq);
   EXPECT_FALSE(cs[1].problem.bf16);
 }
