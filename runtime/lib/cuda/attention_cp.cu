@@ -258,6 +258,19 @@ void add_kv_grads(cudaStream_t s, const AttnCp &c, const T *part, float *dkv,
   cuda_check::launch("context parallelism's dk, dv from cuDNN (their sum)");
 }
 
+/// A chunk's q, k and v views and its rows of `out` (an output, or the
+/// recomputed one).
+template <class T>
+cudnn::SdpaIo chunk_io(const AttnCp &c, const CudnnChunk &k, const T *qkv,
+                       const T *kv, T *out) {
+  cudnn::SdpaIo io;
+  io.q = qkv + k.row0 * c.a.width();
+  io.k = kv;
+  io.v = kv + c.a.KV * c.a.D;
+  io.o = out + k.row0 * c.a.H * c.a.D;
+  return io;
+}
+
 /// Whether cuDNN runs every chunk (the backward: with the forward it runs
 /// again), the operands 16-byte aligned.
 bool cudnn_runs(const std::vector<CudnnChunk> &cs, bool backward, bool dropout,
@@ -283,15 +296,8 @@ bool cudnn_forward(cudaStream_t s, const AttnCp &c, const T *qkv, const T *kv,
         cudnn_chunks(c, std::is_same<T, kernels::bf16_t>::value);
     if (!cudnn_runs(cs, false, c.drop.on, {qkv, kv, out}))
       return false;
-    const kernels::AttnShape &a = c.a;
-    for (const CudnnChunk &k : cs) {
-      cudnn::SdpaIo io;
-      io.q = qkv + k.row0 * a.width();
-      io.k = kv;
-      io.v = kv + a.KV * a.D;
-      io.o = out + k.row0 * a.H * a.D;
-      cudnn::forward(s, k.problem, io);
-    }
+    for (const CudnnChunk &k : cs)
+      cudnn::forward(s, k.problem, chunk_io(c, k, qkv, kv, out));
     return true;
   }
 }
@@ -320,11 +326,7 @@ bool cudnn_backward(cudaStream_t s, const AttnCp &c, const T *qkv, const T *kv,
                         (size_t)(a.B * c.S * c.kvWidth()) * sizeof(float), s),
         "cudaMemsetAsync (context parallelism's dk, dv)");
     for (const CudnnChunk &k : cs) {
-      cudnn::SdpaIo io;
-      io.q = qkv + k.row0 * a.width();
-      io.k = kv;
-      io.v = kv + a.KV * a.D;
-      io.o = o + k.row0 * a.H * a.D;
+      cudnn::SdpaIo io = chunk_io(c, k, qkv, kv, o);
       io.stats = lse + out::cudnn_cp_lse_at(a.B, a.H, k.row0);
       cudnn::forward(s, k.problem, io);
       io.dout = dout + k.row0 * a.H * a.D;

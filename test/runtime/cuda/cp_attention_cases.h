@@ -102,28 +102,38 @@ inline double cp_added_err(const std::vector<float> &got,
   return rel_err(g, w);
 }
 
+/// Case `cs`'s problem (rank g of G, its dropout) and a generator of its
+/// random values.
+struct CpSetup {
+  kernels::AttnCp c;
+  std::mt19937 gen;
+  std::normal_distribution<float> nd{0.0f, 1.0f};
+  explicit CpSetup(const CpCase &cs) : gen(cs.seed) {
+    c.a = {cs.B, cs.L, cs.H, cs.KV, cs.D, 1.0f / std::sqrt((float)cs.D)};
+    c.part = {cs.g, cs.G};
+    c.S = cs.L * cs.G;
+    // p = 0.2 at batch row 3 and head 1 of a global [8, 6, S, S].
+    if (cs.dropout)
+      c.drop = kernels::AttnDropout::make(0.2f, kernels::mix64(77), 3, 8, 1, 6);
+  }
+  std::vector<float> random(int64_t n) {
+    std::vector<float> v((size_t)n);
+    for (float &x : v)
+      x = nd(gen);
+    return v;
+  }
+};
+
 /// Runs case `cs` with storage T through `tiles` (forward, grad_q, grad_kv
 /// over host vectors, with the functors' arguments) and the functors;
 /// calls report(what, relative error) for every compared tensor.
 template <class T, class Tiles, class Report>
 void run_cp_case(const CpCase &cs, const Tiles &tiles, const Report &report) {
-  kernels::AttnCp c;
-  c.a = {cs.B, cs.L, cs.H, cs.KV, cs.D, 1.0f / std::sqrt((float)cs.D)};
-  c.part = {cs.g, cs.G};
-  c.S = cs.L * cs.G;
-  // p = 0.2 at batch row 3 and head 1 of a global [8, 6, S, S].
-  if (cs.dropout)
-    c.drop = kernels::AttnDropout::make(0.2f, kernels::mix64(77), 3, 8, 1, 6);
+  CpSetup setup(cs);
+  const kernels::AttnCp &c = setup.c;
   const kernels::AttnShape &a = c.a;
   const int64_t rows = a.B * a.H * a.S, D = a.D;
-  std::mt19937 gen(cs.seed);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  auto random = [&](int64_t n) {
-    std::vector<float> v((size_t)n);
-    for (float &x : v)
-      x = nd(gen);
-    return v;
-  };
+  auto random = [&](int64_t n) { return setup.random(n); };
   // Ring step s holds rank (g - s) mod G's keys.
   std::vector<kernels::KvBlock> kbs;
   if (cs.ring)
@@ -213,20 +223,11 @@ inline double cp_cudnn_tolerance(const CpCase &cs) {
 template <class T, class Whole, class Report>
 bool run_cp_whole_case(const CpCase &cs, const Whole &whole,
                        const Report &report) {
-  kernels::AttnCp c;
-  c.a = {cs.B, cs.L, cs.H, cs.KV, cs.D, 1.0f / std::sqrt((float)cs.D)};
-  c.part = {cs.g, cs.G};
-  c.S = cs.L * cs.G;
+  CpSetup setup(cs);
+  const kernels::AttnCp &c = setup.c;
   const kernels::AttnShape &a = c.a;
   const int64_t rows = a.B * a.H * a.S, D = a.D;
-  std::mt19937 gen(cs.seed);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  auto random = [&](int64_t n) {
-    std::vector<float> v((size_t)n);
-    for (float &x : v)
-      x = nd(gen);
-    return v;
-  };
+  auto random = [&](int64_t n) { return setup.random(n); };
   const kernels::KvBlock kb{c.S, {0, 1}};
   const std::vector<T> qkv = narrow<T>(random(a.B * a.S * a.width()));
   const std::vector<T> kv = narrow<T>(random(a.B * c.S * c.kvWidth()));
