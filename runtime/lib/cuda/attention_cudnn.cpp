@@ -222,7 +222,8 @@ bool load() {
     if (st != CUDNN_STATUS_SUCCESS)
       return off("cudnnCreate failed (status " + std::to_string((int)st) + ")");
     s.status = "16-bit attention runs cuDNN " + std::to_string(version) +
-               "'s flash attention";
+               "'s flash attention (built against " +
+               std::to_string(CUDNN_VERSION) + ")";
   } catch (const std::exception &e) {
     return off(std::string("loading cuDNN failed: ") + e.what());
   }
@@ -264,12 +265,17 @@ std::shared_ptr<fe::graph::Graph> build(const Sdpa &p, Kind k,
   const auto align = p.bottom_right ? fe::DiagonalAlignment_t::BOTTOM_RIGHT
                                     : fe::DiagonalAlignment_t::TOP_LEFT;
   if (k != Kind::Backward) {
-    auto opts = fe::graph::SDPA_attributes()
-                    .set_name("attention")
-                    .set_generate_stats(k == Kind::ForwardStats)
-                    .set_attn_scale(p.scale)
-                    .set_diagonal_alignment(align)
-                    .set_diagonal_band_right_bound(0);
+    // COMPOSITE, the forward the device suite checks: the frontend would
+    // pick its UNIFIED op where the cuDNN headers built against are 9.21
+    // or newer (these are 9.19), a path no GPU run here has compared.
+    auto opts =
+        fe::graph::SDPA_attributes()
+            .set_name("attention")
+            .set_implementation(fe::AttentionImplementation_t::COMPOSITE)
+            .set_generate_stats(k == Kind::ForwardStats)
+            .set_attn_scale(p.scale)
+            .set_diagonal_alignment(align)
+            .set_diagonal_band_right_bound(0);
     auto [o, stats] = g->sdpa(q, kt, v, opts);
     o->set_output(true).set_uid(kO).set_dim({B, H, p.sq, D}).set_stride(os);
     if (k == Kind::ForwardStats)
@@ -311,8 +317,11 @@ std::shared_ptr<fe::graph::Graph> build(const Sdpa &p, Kind k,
           "create_execution_plans"))
     return nullptr;
   // Engines whose workspace is over the budget planc counts are passed
-  // over, so that the first that builds is one that may run.
-  g->deselect_workspace_greater_than(budget);
+  // over, so that the first that builds is one that may run. The filter
+  // sees the engine's own workspace; the backward's total adds the
+  // frontend's fp32 dq accumulator and row sums (4 B H sq (D + 1) bytes).
+  g->deselect_workspace_greater_than(
+      k == Kind::Backward ? budget - 4 * p.B * p.H * p.sq * (p.D + 1) : budget);
   if (!ok(g->check_support(s.handle), "check_support") ||
       !ok(g->build_plans(s.handle, fe::BuildPlanPolicy_t::HEURISTICS_CHOICE),
           "build_plans") ||
