@@ -117,6 +117,8 @@ step cp-tiles 30 bin/cp-tiles
 # key prefixes, the mask aligned to the last key) against the same functors;
 # PLANRT_ATTENTION=cudnn: a case cuDNN declines fails, saying why.
 step cp-cudnn 45 env PLANRT_ATTENTION=cudnn bin/cp-tiles --cudnn
+# Their speed on a 32k-token sequence (cp 4): cuDNN against the tiles.
+step cp-speed 45 env PLANRT_ATTENTION=cudnn bin/cp-tiles --speed
 # 2. compute-sanitizer over tiny-gpt: memcheck (2 steps), racecheck (1);
 # and over three cases of the cp tiles (5: fp32 ring at head dim 128; 10:
 # bf16 ring at 64; 11: fp16 ring at 128, the tensor-core tiles' largest

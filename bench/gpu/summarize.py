@@ -304,6 +304,10 @@ lines += ["", "GPT-2 124M, B 16, T 1024, one GPU; medians of the steps after "
           "| run | step | tokens/s | MFU | peak memory | planc --report "
           "predicts |", "|---|---|---|---|---|---|"]
 lines += ["| " + " | ".join(r) + " |" for r in speed]
+cp_speed = library_line("cp-speed", "cp speed ")
+if cp_speed:
+    notes.append(f"- cp all_gather attention {cp_speed} (planc's cost "
+                 "model: the tiles 8 to 11 times cuDNN's time)")
 if notes:
     lines += [""] + notes
 table = "\n".join(lines)

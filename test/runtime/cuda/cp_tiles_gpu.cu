@@ -12,10 +12,18 @@
 //                                cuDNN instead (cp_cases_cudnn; the suite
 //                                sets PLANRT_ATTENTION=cudnn, so a case
 //                                cuDNN declines is fatal, with its reason)
+//   cp_tiles_gpu --speed         all_gather's bf16 attention of a 32k-token
+//                                sequence (cp 4, rank 1; 8 query heads and 1
+//                                key head of 128: Llama-70B's at tp 8) timed
+//                                on cuDNN and on the tiles: the first
+//                                measure of what planc's cost model says
+//                                (the tiles several times slower)
 #include "cp_attention_cases.h"
 #include "cuda/attention_cp.h"
 #include "cuda/attention_cudnn.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include <cuda_runtime.h>
@@ -120,9 +128,91 @@ struct GpuCpCudnn {
   }
 };
 
+/// Milliseconds per call of f() on the GPU: the median of 5 after one
+/// untimed call (cuDNN builds its graphs there).
+template <class F> double time_ms(const F &f) {
+  f();
+  check(cudaDeviceSynchronize(), "the warm-up call");
+  cudaEvent_t start, stop;
+  check(cudaEventCreate(&start), "cudaEventCreate");
+  check(cudaEventCreate(&stop), "cudaEventCreate");
+  std::vector<float> ms;
+  for (int i = 0; i < 5; ++i) {
+    check(cudaEventRecord(start), "cudaEventRecord");
+    f();
+    check(cudaEventRecord(stop), "cudaEventRecord");
+    check(cudaEventSynchronize(stop), "the timed call");
+    float t = 0;
+    check(cudaEventElapsedTime(&t, start, stop), "cudaEventElapsedTime");
+    ms.push_back(t);
+  }
+  std::sort(ms.begin(), ms.end());
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return ms[ms.size() / 2];
+}
+
+/// --speed: cuDNN's whole attention against the tiles' three kernels (the
+/// op's fills, finish and dq copy left out) on one large problem.
+int speed() {
+  using T = kernels::bf16_t;
+  kernels::AttnCp c;
+  c.a = {1, 8192, 8, 1, 128, 1.0f / std::sqrt(128.0f)};
+  c.part = {1, 4};
+  c.S = c.a.S * 4;
+  const kernels::AttnShape &a = c.a;
+  const int64_t rows = a.B * a.H * a.S;
+  test::CpSetup setup(
+      {a.B, a.S, a.H, a.KV, a.D, 4, 1, false, false, test::CpStore::bf16, 51});
+  auto values = [&](int64_t n) { return test::narrow<T>(setup.random(n)); };
+  Device<T> qkv(values(a.B * a.S * a.width())),
+      kv(values(a.B * c.S * c.kvWidth())), dout(values(rows * a.D)),
+      out(std::vector<T>((size_t)(rows * a.D))),
+      dqkv(std::vector<T>((size_t)(a.B * a.S * a.width())));
+  Device<float> acc(std::vector<float>((size_t)(rows * a.D), 0.0f)),
+      ml(std::vector<float>((size_t)(2 * rows), 0.0f)),
+      delta(std::vector<float>((size_t)rows, 0.0f)),
+      dq(std::vector<float>((size_t)(rows * a.D), 0.0f)),
+      dkv(std::vector<float>((size_t)(a.B * c.S * c.kvWidth()), 0.0f));
+  const kernels::KvBlock kb{c.S, {0, 1}};
+  bool ok = true;
+  const double cudnn_fwd = time_ms([&] {
+    ok &= cuda_attention_cp::cudnn_forward<T>(nullptr, c, qkv.p, kv.p, out.p);
+  });
+  const double cudnn_grad = time_ms([&] {
+    ok &= cuda_attention_cp::cudnn_backward<T>(nullptr, c, qkv.p, kv.p, dout.p,
+                                               dqkv.p, dkv.p);
+  });
+  auto forward = [&] {
+    ok &= cuda_attention_cp::forward(
+        nullptr, kernels::AttentionBlockFn<T>{qkv.p, kv.p, acc.p, ml.p, c, kb});
+  };
+  const double tiles_fwd = time_ms(forward);
+  forward(); // the statistics the gradients read (their values do not matter)
+  const double tiles_grad = time_ms([&] {
+    forward();
+    ok &= cuda_attention_cp::grad_q(
+        nullptr, kernels::AttentionBlockGradQFn<T>{qkv.p, kv.p, dout.p, ml.p,
+                                                   delta.p, dq.p, c, kb});
+    ok &= cuda_attention_cp::grad_kv(
+        nullptr, kernels::AttentionBlockGradKVFn<T>{qkv.p, kv.p, dout.p, ml.p,
+                                                    delta.p, dkv.p, c, kb});
+  });
+  std::printf("attention: %s\n", cuda_attention::cudnn::status());
+  std::printf("cp speed (bf16, B 1, %lld tokens, cp 4 rank 1, H 8, KV 1, D "
+              "128): cudnn forward %.3f ms, gradient %.3f ms; tiles forward "
+              "%.3f ms, gradient %.3f ms; tiles/cudnn %.1fx%s\n",
+              (long long)c.S, cudnn_fwd, cudnn_grad, tiles_fwd, tiles_grad,
+              (tiles_fwd + tiles_grad) / (cudnn_fwd + cudnn_grad),
+              ok ? "" : "; some part did not run");
+  return ok ? 0 : 1;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
+  if (argc > 1 && std::strcmp(argv[1], "--speed") == 0)
+    return speed();
   double worst = 0; // relative to each case's tolerance
   int cases = 0, bad = 0;
   const bool cudnn = argc > 1 && std::strcmp(argv[1], "--cudnn") == 0;
