@@ -293,8 +293,8 @@ TEST(AttentionCpCudnn, ChunksAreTheFunctorsAttention) {
     c.drop = kernels::AttnDropout::make(0.1f, 7, 1, 2, 1, 4);
   // 16-byte aligned addresses: nothing is launched where cuDNN declines.
   auto *p = reinterpret_cast<kernels::bf16_t *>(uintptr_t(1) << 20);
-  bool f = cuda_attention_cp::cudnn_forward<kernels::bf16_t>(nullptr, c, p, p,
-                                                             p);
+  bool f =
+      cuda_attention_cp::cudnn_forward<kernels::bf16_t>(nullptr, c, p, p, p);
   std::fprintf(stderr, "cp forward %d: %s\n", f, cudnn::status());
   std::exit(0);
 }
