@@ -272,12 +272,9 @@ cudnn::SdpaIo chunk_io(const AttnCp &c, const CudnnChunk &k, const T *qkv,
 }
 
 /// Whether cuDNN runs every chunk (the backward: with the forward it runs
-/// again), the operands 16-byte aligned.
-bool cudnn_runs(const std::vector<CudnnChunk> &cs, bool backward, bool dropout,
-                std::initializer_list<const void *> operands) {
-  for (const void *p : operands)
-    if (!elementwise::aligned16(p))
-      return false;
+/// again).
+bool cudnn_runs(const std::vector<CudnnChunk> &cs, bool backward,
+                bool dropout) {
   for (const CudnnChunk &k : cs)
     if (!cudnn::runs(k.problem, backward, backward, dropout))
       return false;
@@ -294,7 +291,7 @@ bool cudnn_forward(cudaStream_t s, const AttnCp &c, const T *qkv, const T *kv,
   } else {
     const std::vector<CudnnChunk> cs =
         cudnn_chunks(c, std::is_same<T, kernels::bf16_t>::value);
-    if (!cudnn_runs(cs, false, c.drop.on, {qkv, kv, out}))
+    if (!aligned16(qkv, kv, out) || !cudnn_runs(cs, false, c.drop.on))
       return false;
     for (const CudnnChunk &k : cs)
       cudnn::forward(s, k.problem, chunk_io(c, k, qkv, kv, out));
@@ -310,7 +307,8 @@ bool cudnn_backward(cudaStream_t s, const AttnCp &c, const T *qkv, const T *kv,
   } else {
     const std::vector<CudnnChunk> cs =
         cudnn_chunks(c, std::is_same<T, kernels::bf16_t>::value);
-    if (!cudnn_runs(cs, true, c.drop.on, {qkv, kv, dout, dqkv, dkv}))
+    if (!aligned16(qkv, kv, dout, dqkv, dkv) ||
+        !cudnn_runs(cs, true, c.drop.on))
       return false;
     const kernels::AttnShape &a = c.a;
     namespace out = workspace::outside;
