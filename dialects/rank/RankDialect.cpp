@@ -566,6 +566,23 @@ SmallVector<StringRef> AttentionRingGradOp::getRuntimeAttrNames() {
           "dropout_uid", "batch_axes",     "microbatches", "mb_inner_axes",
           "head_axes",   "head_inner_axes"};
 }
+std::string AttentionCpOp::getRuntimeCallee() {
+  return getLse() ? "planrt::attention_cp_lse" : "planrt::attention_cp";
+}
+std::string AttentionCpGradOp::getRuntimeCallee() {
+  return getLse() ? "planrt::attention_cp_grad_lse"
+                  : "planrt::attention_cp_grad";
+}
+LogicalResult AttentionCpGradOp::verify() {
+  if (!getFwdOut() != !getLse())
+    return emitOpError() << "takes the forward's output and log-sum-exp "
+                            "together, or neither";
+  if (getFwdOut() && getFwdOut().getType() != getGrad().getType())
+    return emitOpError() << "reads the forward's output "
+                         << getFwdOut().getType() << " beside its gradient "
+                         << getGrad().getType() << ": they must match";
+  return success();
+}
 SmallVector<StringRef> AttentionCpOp::getRuntimeAttrNames() {
   return {"num_heads",   "num_kv_heads",   "axis",         "dropout",
           "dropout_uid", "batch_axes",     "microbatches", "mb_inner_axes",

@@ -849,31 +849,56 @@ def Rank_KvGatherOp : Rank_CallOp<"kv_gather",
   }];
 }
 def Rank_AttentionCpOp : Rank_CallOp<"attention_cp",
-    [DeclareOpInterfaceMethods<RuntimeCallOpInterface, ["getRuntimeAttrNames"]>]> {
+    [DeclareOpInterfaceMethods<RuntimeCallOpInterface,
+                               ["getRuntimeCallee", "getRuntimeAttrNames"]>]> {
   let summary = "causal attention of this rank's queries (qkv's rows, split over `axis`) over every position's kv";
+  let description = [{
+    With `keeping %lse` (plan-keep-attention on the cuda target, for a
+    16-bit attention without dropout that cuDNN may run): where cuDNN runs
+    the rank's two chunks of queries (planrt::attention_cp_lse), each
+    chunk's log-sum-exp [B, H, rows] goes to `lse` (f32, packed chunk by
+    chunk at planrt/workspace.h outside::cudnn_cp_lse_at, of
+    outside::cudnn_cp_lse_floats), so that `rank.attention_cp_grad` reads
+    it and this output instead of running the forward again. Where cuDNN
+    does not run, `lse` is not written and the gradient recomputes.
+  }];
   let arguments = !con((ins Arg<Rank_FloatBuffer, "", [MemRead]>:$qkv,
                        Arg<Rank_FloatBuffer, "", [MemRead]>:$kv,
                        Arg<Rank_FloatBuffer, "", [MemWrite]>:$out,
+                       Arg<Optional<Rank_FloatBuffer>, "", [MemWrite]>:$lse,
                        I64Attr:$num_heads, I64Attr:$num_kv_heads, StrAttr:$axis),
                        Rank_AttnDropoutArgs);
   let assemblyFormat = [{
-    $qkv `,` $kv `into` $out `over` $axis attr-dict `:` type($qkv) `,` type($kv) `->` type($out)
+    $qkv `,` $kv `into` $out (`keeping` $lse^)? `over` $axis attr-dict `:`
+    type($qkv) `,` type($kv) `->` type($out) (`keeping` type($lse)^)?
   }];
 }
 def Rank_AttentionCpGradOp : Rank_CallOp<"attention_cp_grad",
-    [DeclareOpInterfaceMethods<RuntimeCallOpInterface, ["getRuntimeAttrNames"]>]> {
+    [AttrSizedOperandSegments,
+     DeclareOpInterfaceMethods<RuntimeCallOpInterface,
+                               ["getRuntimeCallee", "getRuntimeAttrNames"]>]> {
   let summary = "dqkv's query columns and the keys' and values' partial gradients (f32) of attention_cp";
+  let description = [{
+    With `kept %o, %lse` (the forward's output and what its `keeping`
+    wrote; planrt::attention_cp_grad_lse): where cuDNN ran the forward with
+    them, its backward reads them instead of running each chunk's forward
+    again. Elsewhere the gradient recomputes as without them.
+  }];
   let arguments = !con((ins Arg<Rank_FloatBuffer, "", [MemRead]>:$qkv,
                        Arg<Rank_FloatBuffer, "", [MemRead]>:$kv,
                        Arg<Rank_FloatBuffer, "", [MemRead]>:$grad,
                        Arg<Rank_FloatBuffer, "", [MemWrite]>:$out,
                        Arg<Rank_FloatBuffer, "", [MemWrite]>:$dkv,
+                       Arg<Optional<Rank_FloatBuffer>, "", [MemRead]>:$fwd_out,
+                       Arg<Optional<Rank_FloatBuffer>, "", [MemRead]>:$lse,
                        I64Attr:$num_heads, I64Attr:$num_kv_heads, StrAttr:$axis),
                        Rank_AttnDropoutArgs);
   let assemblyFormat = [{
-    $qkv `,` $kv `,` $grad `into` $out `,` $dkv `over` $axis attr-dict `:`
-    type($qkv) `,` type($kv) `,` type($grad) `->` type($out) `,` type($dkv)
+    $qkv `,` $kv `,` $grad (`kept` $fwd_out^ `,` $lse)? `into` $out `,` $dkv
+    `over` $axis attr-dict `:` type($qkv) `,` type($kv) `,` type($grad)
+    (`kept` type($fwd_out)^ `,` type($lse))? `->` type($out) `,` type($dkv)
   }];
+  let hasVerifier = 1;
 }
 def Rank_KvReduceScatterOp : Rank_CallOp<"kv_reduce_scatter",
     [DeclareOpInterfaceMethods<RuntimeCallOpInterface, ["getRuntimeAttrNames"]>]> {

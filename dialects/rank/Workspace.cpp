@@ -65,8 +65,8 @@ bool runsNative(Operation *op, const WorkspaceEnv &env) {
           GeluGradOp, GeluExactOp, GeluExactGradOp, SiluOp, SiluGradOp, CopyOp,
           ScaleOp, RopeOp, PosEmbeddingOp, EmbeddingOp, LayerNormOp, RmsNormOp,
           AllGatherOp, AllToAllOp, RoutedAllGatherOp, ShardSliceOp,
-          SeqToHeadsOp, HeadsToSeqOp, KvGatherOp, AttentionCpOp,
-          AttentionRingOp, AttentionRingGradOp>(op)) {
+          SeqToHeadsOp, HeadsToSeqOp, KvGatherOp, AttentionRingOp,
+          AttentionRingGradOp>(op)) {
     int first = -1;
     for (Value v : op->getOperands())
       if (isFloatBuffer(v)) {
@@ -77,9 +77,14 @@ bool runsNative(Operation *op, const WorkspaceEnv &env) {
       }
     return true;
   }
-  // The keys' and values' partial gradients are f32 whatever the rest.
-  if (auto a = dyn_cast<AttentionCpGradOp>(op))
+  // A kept log-sum-exp, and the keys' and values' partial gradients, are
+  // f32 whatever the rest.
+  if (auto a = dyn_cast<AttentionCpOp>(op))
     return nat::uniform(dtypeOf(a.getQkv()), dtypeOf(a.getKv()),
+                        dtypeOf(a.getOut()));
+  if (auto a = dyn_cast<AttentionCpGradOp>(op))
+    return (!a.getFwdOut() || dtypeOf(a.getFwdOut()) == dtypeOf(a.getGrad())) &&
+           nat::uniform(dtypeOf(a.getQkv()), dtypeOf(a.getKv()),
                         dtypeOf(a.getGrad()), dtypeOf(a.getOut()));
   if (auto r = dyn_cast<KvReduceScatterOp>(op))
     return nat::kv_reduce_scatter(dtypeOf(r.getDkv()));

@@ -358,13 +358,17 @@ struct OpCoster {
       }
       // all_gather's on cuDNN: the rank's two chunks of queries, each over
       // the keys before its end, together the causal work of its rows over
-      // every key (two launches a pass). The gradient runs each chunk's
-      // forward again, then its backward, and adds the chunk's f32 dk, dv.
+      // every key (two launches a pass). The gradient runs its backward
+      // from the kept output and log-sum-exps (plan-keep-attention), or
+      // each chunk's forward again first, and adds the chunk's f32 dk, dv.
       if (cuda && isa<rk::AttentionCpOp, rk::AttentionCpGradOp>(op) &&
           mayRunCudnn(op)) {
         double launch = tm.c.k.kernelLaunchS;
-        c.time = tm.flashAttentionTime(bh, sq, sk, d, false) + launch;
-        if (isa<rk::AttentionCpGradOp>(op)) {
+        auto grad = dyn_cast<rk::AttentionCpGradOp>(op);
+        c.time = grad && grad.getLse()
+                     ? 0
+                     : tm.flashAttentionTime(bh, sq, sk, d, false) + launch;
+        if (grad) {
           c.flops *= 2;
           double dkv = b * sk * 2 * double(kv) * d;
           c.time += tm.flashAttentionTime(bh, sq, sk, d, true) + launch +
@@ -684,14 +688,16 @@ FailureOr<StepReport> planc::computeStepReport(ModuleOp module,
             out::cudnn_cp_dkv(
                 b, cast<MemRefType>(op->getOperand(1).getType()).getDimSize(1),
                 kv, d));
-      if (isa<rk::AttentionCpOp>(op)) { // a forward without statistics
+      // The kept pairs (plan-keep-attention) write and read the plan's
+      // log-sum-exp and output: no buffers of cuDNN's own for them.
+      auto cpGrad = dyn_cast<rk::AttentionCpGradOp>(op);
+      bool kept = isa<rk::AttentionLseOp, rk::AttentionGradLseOp>(op) ||
+                  (cpGrad && cpGrad.getLse());
+      if (isa<rk::AttentionCpOp>(op)) { // its statistics in the plan's buffer
         if (r.cudnnAttention.empty())
           r.cudnnAttention = "forward only";
         return;
       }
-      // The kept pair (plan-keep-attention) writes and reads the plan's
-      // log-sum-exp and output: no buffers of cuDNN's own for them.
-      bool kept = isa<rk::AttentionLseOp, rk::AttentionGradLseOp>(op);
       if (!kept)
         lse = std::max(lse, isa<rk::AttentionCpGradOp>(op)
                                 ? out::cudnn_cp_lse(b, h, s)

@@ -29,6 +29,8 @@
 // them cuDNN's backward runs the forward again first (a sixth of
 // attention's work, in buffers outside the plan). Where the tiles run
 // instead, the two are ignored and the backward recomputes as before.
+// Context parallelism's all_gather attention (rank.attention_cp, two cuDNN
+// calls a rank) keeps its chunks' log-sum-exps alike, in one buffer.
 //===----------------------------------------------------------------------===//
 #include "planc/Transforms/Passes.h"
 
@@ -191,6 +193,52 @@ void keepForCudnn(func::FuncOp step) {
     bwd.erase();
   }
 }
+/// Context parallelism's all_gather on the cuda target: likewise, a
+/// rank.attention_cp that cuDNN may run keeps its chunks' log-sum-exps
+/// (`keeping`, planrt/workspace.h outside::cudnn_cp_lse_floats) for its
+/// rank.attention_cp_grad of the same local qkv in its block, which reads
+/// them with the forward's output (`kept`): its backward then runs no
+/// chunk's forward again.
+void keepCpForCudnn(func::FuncOp step) {
+  SmallVector<rk::AttentionCpOp> forwards;
+  step.walk([&](rk::AttentionCpOp a) { forwards.push_back(a); });
+  for (rk::AttentionCpOp fwd : forwards) {
+    rk::AttentionCpGradOp bwd;
+    for (Operation *user : fwd.getQkv().getUsers())
+      if (auto g = dyn_cast<rk::AttentionCpGradOp>(user);
+          g && g->getBlock() == fwd->getBlock() && !g.getLse() &&
+          g.getNumHeads() == fwd.getNumHeads() &&
+          g.getNumKvHeads() == fwd.getNumKvHeads() &&
+          g.getAxis() == fwd.getAxis() && fwd->isBeforeInBlock(g))
+        bwd = g;
+    auto qkv = cast<MemRefType>(fwd.getQkv().getType());
+    Value out = fwd.getOut();
+    if (!bwd || fwd.getLse() || out.getType() != bwd.getGrad().getType() ||
+        cast<MemRefType>(out.getType()).getElementType() !=
+            qkv.getElementType() ||
+        rk::viewRoot(bwd.getOut()) == rk::viewRoot(out) ||
+        writtenBetween(fwd, bwd, out) ||
+        !(readInBackward(bwd, bwd.getGrad(), out) || sameLayer(fwd, bwd)))
+      continue;
+    int64_t b = qkv.getDimSize(0), l = qkv.getDimSize(1), h = fwd.getNumHeads();
+    int64_t d = qkv.getDimSize(2) / (h + 2 * fwd.getNumKvHeads());
+    if (!planrt::workspace::outside::cudnn_attention(
+            !qkv.getElementType().isF32(),
+            fwd.getDropout().convertToFloat() > 0, d))
+      continue;
+    OpBuilder builder(fwd);
+    auto lse = rk::AllocOp::create(
+        builder, fwd.getLoc(),
+        MemRefType::get(
+            {planrt::workspace::outside::cudnn_cp_lse_floats(b, h, l)},
+            builder.getF32Type()));
+    if (auto st = fwd->getAttr(rk::kRankStageAttr))
+      lse->setAttr(rk::kRankStageAttr, st);
+    fwd.getLseMutable().assign(lse.getResult());
+    bwd.getFwdOutMutable().assign(out);
+    bwd.getLseMutable().assign(lse.getResult());
+  }
+}
 } // namespace
 
 void KeepAttentionPass::runOnOperation() {
@@ -200,6 +248,7 @@ void KeepAttentionPass::runOnOperation() {
     return;
   if (target == "cuda") {
     keepForCudnn(step);
+    keepCpForCudnn(step);
     return;
   }
   if (plan::recomputePolicy(module, policy) != "none")

@@ -489,26 +489,18 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
   // else all_to_all where G divides the heads and moves fewer bytes in the
   // forward than gathering the keys and values ((q/k/v + output) (G - 1) /
   // G against keys and values (G - 1) per position), all_gather otherwise.
-  // On the cuda target, a 16-bit attention cuDNN runs takes all_to_all
-  // wherever G divides the heads, whatever the bytes: both exchanges run
-  // cuDNN there, but all_gather's backward runs its forward again (the
-  // log-sum-exp is not kept), over a quarter more attention work; elsewhere
-  // both run the same kernels and the bytes decide.
+  // On the cuda target both run the same kernels (cuDNN for a 16-bit
+  // attention without dropout, each keeping its log-sum-exp for the
+  // backward: plan-keep-attention), and the bytes decide too.
   std::string cpComm;
   for (auto par : src->getParentOfType<ModuleOp>().getOps<ParallelOp>())
     if (std::optional<StringRef> c = par.getCpComm())
       cpComm = c->str();
-  auto cpExchange = [&](auto attn, int64_t h, int64_t kv, int64_t G,
-                        FloatAttr dropout) -> std::string {
+  auto cpExchange = [&](int64_t h, int64_t kv, int64_t G) -> std::string {
     if (!cpComm.empty())
       return cpComm;
     if (h % G != 0 || kv % G != 0)
       return "all_gather";
-    if (target == "cuda" &&
-        cudaAttentionKernels(attn.getQkv(), attn.getNumHeads(),
-                             attn.getNumKvHeads(), dropout)
-            .cudnn)
-      return "all_to_all";
     double a2a = double(2 * h + 2 * kv) * double(G - 1) / double(G);
     double gather = double(2 * kv) * double(G - 1);
     return gather < a2a ? "all_gather" : "all_to_all";
@@ -1611,7 +1603,7 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
                 return true;
               }
               int64_t G = mesh.getAxisSize(cp.getValue());
-              std::string how = cpExchange(a, h.getInt(), kv.getInt(), G, z.p);
+              std::string how = cpExchange(h.getInt(), kv.getInt(), G);
               if (target == "cuda" && how == "ring" && !warnedCpKernel)
                 warnedCpKernel =
                     warnCpKernel(a, how, h.getInt(), kv.getInt(), G, z.p);
@@ -1622,7 +1614,8 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
               if (how == "all_gather") {
                 Value kvs = kvGather(a.getQkv(), in(0), h.getInt(), kv.getInt(),
                                      cp, loc);
-                z.create<rk::AttentionCpOp>(b, loc, in(0), kvs, out, h, kv, cp);
+                z.create<rk::AttentionCpOp>(b, loc, in(0), kvs, out, Value(), h,
+                                            kv, cp);
                 return true;
               }
               z = attnDropout(a, a.getQkv(), cp.getValue());
@@ -1703,7 +1696,7 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
                 return true;
               }
               int64_t G = mesh.getAxisSize(cp.getValue());
-              std::string how = cpExchange(a, h.getInt(), kv.getInt(), G, z.p);
+              std::string how = cpExchange(h.getInt(), kv.getInt(), G);
               if (how == "ring") {
                 z.create<rk::AttentionRingGradOp>(b, loc, in(0), in(1), out, h,
                                                   kv, cp);
@@ -1716,7 +1709,8 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
                 Value dkv = rk::AllocOp::create(
                     b, loc, MemRefType::get(kt.getShape(), b.getF32Type()));
                 z.create<rk::AttentionCpGradOp>(b, loc, in(0), kvs, in(1), out,
-                                                dkv, h, kv, cp);
+                                                dkv, Value(), Value(), h, kv,
+                                                cp);
                 int64_t kvWidth = kt.getDimSize(2) / 2;
                 rk::KvReduceScatterOp::create(
                     b, loc, dkv, out,

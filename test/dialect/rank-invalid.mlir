@@ -259,3 +259,19 @@ func.func @matmul(%a: memref<4x4xf32>, %b: memref<4x2xf32>, %c: memref<4x2xf32>)
   rank.matmul %a, %b plus %c into %c {transpose_lhs = false, transpose_rhs = false} : memref<4x4xf32>, memref<4x2xf32> plus memref<4x2xf32> -> memref<4x2xf32>
   return
 }
+
+// -----
+
+func.func @cp_grad(%qkv: memref<2x8x128xbf16>, %kv: memref<2x16x64xbf16>, %dout: memref<2x8x64xbf16>, %dqkv: memref<2x8x128xbf16>, %dkv: memref<2x16x64xf32>, %o: memref<2x8x64xbf16>) {
+  // expected-error @+1 {{takes the forward's output and log-sum-exp together, or neither}}
+  "rank.attention_cp_grad"(%qkv, %kv, %dout, %dqkv, %dkv, %o) <{operandSegmentSizes = array<i32: 1, 1, 1, 1, 1, 1, 0>, num_heads = 4 : i64, num_kv_heads = 2 : i64, axis = "cp"}> : (memref<2x8x128xbf16>, memref<2x16x64xbf16>, memref<2x8x64xbf16>, memref<2x8x128xbf16>, memref<2x16x64xf32>, memref<2x8x64xbf16>) -> ()
+  return
+}
+
+// -----
+
+func.func @cp_grad(%qkv: memref<2x8x128xbf16>, %kv: memref<2x16x64xbf16>, %dout: memref<2x8x64xbf16>, %dqkv: memref<2x8x128xbf16>, %dkv: memref<2x16x64xf32>, %o: memref<2x8x64xf32>, %lse: memref<64xf32>) {
+  // expected-error @+1 {{reads the forward's output 'memref<2x8x64xf32>' beside its gradient 'memref<2x8x64xbf16>': they must match}}
+  rank.attention_cp_grad %qkv, %kv, %dout kept %o, %lse into %dqkv, %dkv over "cp" {num_heads = 4 : i64, num_kv_heads = 2 : i64} : memref<2x8x128xbf16>, memref<2x16x64xbf16>, memref<2x8x64xbf16> kept memref<2x8x64xf32>, memref<64xf32> -> memref<2x8x128xbf16>, memref<2x16x64xf32>
+  return
+}

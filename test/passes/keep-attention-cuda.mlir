@@ -112,3 +112,68 @@ func.func @plan_step(%r: memref<2x8x64xbf16>) {
 // CHECK: rank.attention_grad_lse
 // CHECK: rank.attention_grad %
 // CHECK: return
+
+// -----
+
+// Context parallelism's all_gather (cp 2: 8 of 16 positions, every key
+// gathered): the forward keeps its two chunks' log-sum-exps (B 2 x H 4 x 4
+// rows each, packed: 64 floats) and the gradient reads them with the
+// forward's output, which the weight gradient (here a scale) reads in the
+// backward anyway. The host keeps nothing for it.
+func.func @plan_step() {
+  %qkv = rank.alloc : memref<2x8x128xbf16>
+  %kv = rank.alloc : memref<2x16x64xbf16>
+  %out = rank.alloc : memref<2x8x64xbf16>
+  rank.attention_cp %qkv, %kv into %out over "cp" {num_heads = 4 : i64, num_kv_heads = 2 : i64} : memref<2x8x128xbf16>, memref<2x16x64xbf16> -> memref<2x8x64xbf16>
+  %dout = rank.alloc : memref<2x8x64xbf16>
+  %w = rank.alloc : memref<2x8x64xbf16>
+  rank.scale %out into %w {factor = 2.0 : f32} : memref<2x8x64xbf16> -> memref<2x8x64xbf16>
+  %dqkv = rank.alloc : memref<2x8x128xbf16>
+  %dkv = rank.alloc : memref<2x16x64xf32>
+  rank.attention_cp_grad %qkv, %kv, %dout into %dqkv, %dkv over "cp" {num_heads = 4 : i64, num_kv_heads = 2 : i64} : memref<2x8x128xbf16>, memref<2x16x64xbf16>, memref<2x8x64xbf16> -> memref<2x8x128xbf16>, memref<2x16x64xf32>
+  return
+}
+// CHECK-LABEL: func.func @plan_step
+// CHECK: %[[OUT:.*]] = rank.alloc : memref<2x8x64xbf16>
+// CHECK-NEXT: %[[LSE:.*]] = rank.alloc : memref<64xf32>
+// CHECK-NEXT: rank.attention_cp %{{.*}}, %{{.*}} into %[[OUT]] keeping %[[LSE]] over "cp" {{.*}} -> memref<2x8x64xbf16> keeping memref<64xf32>
+// CHECK: rank.attention_cp_grad %{{.*}}, %{{.*}}, %{{.*}} kept %[[OUT]], %[[LSE]] into
+// HOST: rank.attention_cp %{{[^ ]*}}, %{{[^ ]*}} into %{{[^ ]*}} over "cp"
+// HOST: rank.attention_cp_grad %{{[^ ]*}}, %{{[^ ]*}}, %{{[^ ]*}} into
+
+// -----
+
+// Attention dropout, fp32 (both the tiles), or the output written between
+// the two: nothing kept.
+func.func @plan_step() {
+  %qkv = rank.alloc : memref<2x8x128xbf16>
+  %kv = rank.alloc : memref<2x16x64xbf16>
+  %out = rank.alloc : memref<2x8x64xbf16>
+  rank.attention_cp %qkv, %kv into %out over "cp" {num_heads = 4 : i64, num_kv_heads = 2 : i64, dropout = 1.000000e-01 : f32, dropout_uid = 3 : i64} : memref<2x8x128xbf16>, memref<2x16x64xbf16> -> memref<2x8x64xbf16>
+  %dout = rank.alloc : memref<2x8x64xbf16>
+  %dqkv = rank.alloc : memref<2x8x128xbf16>
+  %dkv = rank.alloc : memref<2x16x64xf32>
+  rank.attention_cp_grad %qkv, %kv, %dout into %dqkv, %dkv over "cp" {num_heads = 4 : i64, num_kv_heads = 2 : i64, dropout = 1.000000e-01 : f32, dropout_uid = 3 : i64} : memref<2x8x128xbf16>, memref<2x16x64xbf16>, memref<2x8x64xbf16> -> memref<2x8x128xbf16>, memref<2x16x64xf32>
+  %qkv32 = rank.alloc : memref<2x8x128xf32>
+  %kv32 = rank.alloc : memref<2x16x64xf32>
+  %out32 = rank.alloc : memref<2x8x64xf32>
+  rank.attention_cp %qkv32, %kv32 into %out32 over "cp" {num_heads = 4 : i64, num_kv_heads = 2 : i64} : memref<2x8x128xf32>, memref<2x16x64xf32> -> memref<2x8x64xf32>
+  %dout32 = rank.alloc : memref<2x8x64xf32>
+  %dqkv32 = rank.alloc : memref<2x8x128xf32>
+  %dkv32 = rank.alloc : memref<2x16x64xf32>
+  rank.attention_cp_grad %qkv32, %kv32, %dout32 into %dqkv32, %dkv32 over "cp" {num_heads = 4 : i64, num_kv_heads = 2 : i64} : memref<2x8x128xf32>, memref<2x16x64xf32>, memref<2x8x64xf32> -> memref<2x8x128xf32>, memref<2x16x64xf32>
+  %qkv3 = rank.alloc : memref<2x8x128xbf16>
+  %out3 = rank.alloc : memref<2x8x64xbf16>
+  rank.attention_cp %qkv3, %kv into %out3 over "cp" {num_heads = 4 : i64, num_kv_heads = 2 : i64} : memref<2x8x128xbf16>, memref<2x16x64xbf16> -> memref<2x8x64xbf16>
+  %r = rank.alloc : memref<2x8x64xbf16>
+  rank.add %out3, %r into %out3 : memref<2x8x64xbf16>, memref<2x8x64xbf16> -> memref<2x8x64xbf16>
+  %dqkv3 = rank.alloc : memref<2x8x128xbf16>
+  %dkv3 = rank.alloc : memref<2x16x64xf32>
+  rank.attention_cp_grad %qkv3, %kv, %dout into %dqkv3, %dkv3 over "cp" {num_heads = 4 : i64, num_kv_heads = 2 : i64} : memref<2x8x128xbf16>, memref<2x16x64xbf16>, memref<2x8x64xbf16> -> memref<2x8x128xbf16>, memref<2x16x64xf32>
+  return
+}
+// CHECK-LABEL: func.func @plan_step
+// CHECK-NOT: keeping
+// CHECK-NOT: kept
+// CHECK: return
+

@@ -699,6 +699,62 @@ TEST_F(MixedPrecisionTest, AttentionKeptForCudnnIsAttentionOnTheHost) {
                "shapes");
 }
 
+TEST_F(MixedPrecisionTest, CpAttentionKeptForCudnnIsAttentionCpOnTheHost) {
+  // planrt::attention_cp_lse and attention_cp_grad_lse (all_gather's
+  // attention keeping its chunks' log-sum-exps, cuda target): on the host
+  // they are attention_cp and attention_cp_grad, with their bits, and the
+  // kept buffer is not written. Without a cp axis (-1) the rank's rows are
+  // the whole sequence: qkv [2, 8, 128] of 4 heads and 2 kv heads of 16.
+  const int64_t lse_floats = workspace::outside::cudnn_cp_lse_floats(2, 4, 8);
+  for (int dtype : {F32, BF16}) {
+    SCOPED_TRACE(dtype);
+    Tensor *qkv = random({2, 8, 128}), *dout = random({2, 8, 64});
+    // kv: every position's keys and values (kv_gather's, by hand).
+    std::vector<float> q = internal::to_host(ctx, qkv), k;
+    for (int64_t r = 0; r < 16; ++r)
+      k.insert(k.end(), q.begin() + r * 128 + 64, q.begin() + r * 128 + 128);
+    Tensor *kv = make({2, 8, 64});
+    internal::from_host(ctx, kv, k);
+    if (dtype != F32) {
+      qkv = narrowed(qkv, dtype).first;
+      dout = narrowed(dout, dtype).first;
+      kv = narrowed(kv, dtype).first;
+    }
+    Tensor *ref = make16({2, 8, 64}, dtype), *out = make16({2, 8, 64}, dtype);
+    attention_cp(ctx, qkv, kv, ref, 4, 2, -1);
+    Tensor *lse = make({lse_floats});
+    fill(ctx, lse, 7.0f);
+    attention_cp_lse(ctx, qkv, kv, out, lse, 4, 2, -1);
+    const size_t w = dtype == F32 ? 4 : 2;
+    EXPECT_EQ(std::memcmp(out->data, ref->data, out->numel() * w), 0);
+    for (float v : internal::to_host(ctx, lse))
+      ASSERT_EQ(v, 7.0f);
+    Tensor *dref = make16({2, 8, 128}, dtype), *d = make16({2, 8, 128}, dtype);
+    Tensor *dkv_ref = make({2, 8, 64}), *dkv = make({2, 8, 64});
+    // Only dqkv's query columns are written (the rest is kv_reduce_scatter's).
+    fill(ctx, dref, 0.0f);
+    fill(ctx, d, 0.0f);
+    attention_cp_grad(ctx, qkv, kv, dout, dref, dkv_ref, 4, 2, -1);
+    attention_cp_grad_lse(ctx, qkv, kv, dout, d, dkv, out, lse, 4, 2, -1);
+    EXPECT_EQ(std::memcmp(d->data, dref->data, d->numel() * w), 0);
+    EXPECT_EQ(internal::to_host(ctx, dkv), internal::to_host(ctx, dkv_ref));
+  }
+  Tensor *qkv = make({2, 8, 128}), *kv = make({2, 8, 64}),
+         *out = make({2, 8, 64});
+  EXPECT_DEATH(attention_cp_lse(ctx, qkv, kv, out, make({2, 4, 7}), 4, 2, -1),
+               "attention_cp_lse: lse \\[2, 4, 7\\] must hold 64 floats \\(the "
+               "log-sum-exps of the rank's two chunks of B 2 x H 4 x 4 rows, "
+               "each packed and 16-byte aligned\\)");
+  EXPECT_DEATH(attention_cp_grad_lse(ctx, qkv, kv, out, make({2, 8, 128}),
+                                     make({2, 8, 64}), make({2, 8, 32}),
+                                     make({lse_floats}), 4, 2, -1),
+               "attention_cp_grad_lse: fwd_out .* and dout .* have different "
+               "shapes");
+  EXPECT_DEATH(attention_cp_grad_lse(ctx, qkv, kv, out, make({2, 8, 128}),
+                                     make({2, 8, 64}), out, nullptr, 4, 2, -1),
+               "attention_cp_grad_lse: fwd_out and lse must be tensors");
+}
+
 TEST_F(MixedPrecisionTest, MatmulBiasChecksItsBias) {
   Tensor *a = make({3, 4}), *b = make({4, 5}), *c = make({3, 5});
   EXPECT_DEATH(matmul_bias(ctx, a, b, make({4}), c, false, false),

@@ -198,11 +198,10 @@ def LowerToRank : Pass<"plan-lower-to-rank", "mlir::ModuleOp"> {
     place. The forward function is dropped.
 
     Context parallelism without `cp_comm`: all-to-all where `cp` divides
-    the heads and it moves fewer bytes than gathering the keys and values;
-    on the cuda target, a 16-bit attention cuDNN runs takes all-to-all
-    wherever `cp` divides the heads (both run cuDNN there, but the gathered
-    keys' backward runs its forward again). A 16-bit ring on cuda warns:
-    it runs planrt's tiles where the others run cuDNN.
+    the heads and it moves fewer bytes than gathering the keys and values,
+    on every target (on cuda both run cuDNN for a 16-bit attention without
+    dropout). A 16-bit ring on cuda warns: it runs planrt's tiles where the
+    others run cuDNN.
   }];
   let options = [
     Option<"target", "target", "std::string", "\"host\"",
@@ -309,7 +308,10 @@ def KeepAttention : Pass<"plan-keep-attention", "mlir::ModuleOp"> {
     output must be alive in the backward anyway (read there, as the output
     projection's weight gradient does) or the forward run next to its
     backward with no other attention between (recomputed in its layer's
-    backward): keeping it then costs at most one layer's backward.
+    backward): keeping it then costs at most one layer's backward. Context
+    parallelism's all_gather attention alike: `rank.attention_cp` gains
+    `keeping %lse` (its two chunks' log-sum-exps, one f32 buffer) and its
+    `rank.attention_cp_grad` reads `kept %out, %lse`.
   }];
   let options = [
     Option<"policy", "policy", "std::string", "\"\"",

@@ -751,6 +751,26 @@ void attention_cp_grad(Context *ctx, const Tensor *qkv, const Tensor *kv,
                        int64_t batch_axes = 0, int64_t microbatches = 0,
                        int64_t mb_inner_axes = 0, int64_t head_axes = 0,
                        int64_t head_inner_axes = 0);
+/// attention_cp that also writes, where cuDNN runs it (cuda, 16-bit, no
+/// dropout), its chunks' log-sum-exps to lse (f32, workspace.h
+/// outside::cudnn_cp_lse_floats); attention_cp_grad that reads them and
+/// attention_cp_lse's output fwd_out where they were written, instead of
+/// running the forward again (planc's plan-keep-attention pairs them).
+/// Elsewhere lse is not written, and the gradient recomputes.
+void attention_cp_lse(Context *ctx, const Tensor *qkv, const Tensor *kv,
+                      Tensor *out, Tensor *lse, int64_t num_heads,
+                      int64_t num_kv_heads, int64_t axis, float dropout = 0.0f,
+                      int64_t dropout_uid = 0, int64_t batch_axes = 0,
+                      int64_t microbatches = 0, int64_t mb_inner_axes = 0,
+                      int64_t head_axes = 0, int64_t head_inner_axes = 0);
+void attention_cp_grad_lse(Context *ctx, const Tensor *qkv, const Tensor *kv,
+                           const Tensor *dout, Tensor *dqkv, Tensor *dkv,
+                           const Tensor *fwd_out, const Tensor *lse,
+                           int64_t num_heads, int64_t num_kv_heads,
+                           int64_t axis, float dropout = 0.0f,
+                           int64_t dropout_uid = 0, int64_t batch_axes = 0,
+                           int64_t microbatches = 0, int64_t mb_inner_axes = 0,
+                           int64_t head_axes = 0, int64_t head_inner_axes = 0);
 void kv_reduce_scatter(Context *ctx, const Tensor *dkv, Tensor *dqkv,
                        int64_t q_width, int64_t kv_width, int64_t axis);
 /// Context parallelism by ring over `axis`: attention of this rank's

@@ -407,15 +407,21 @@ constexpr int64_t cudnn_recomputed(int64_t B, int64_t H, int64_t S, int64_t D) {
 constexpr int64_t cudnn_lse(int64_t B, int64_t H, int64_t S) {
   return B * H * S * 4;
 }
-/// Context parallelism's all_gather backward on cuDNN: its two chunks'
-/// log-sum-exps, each packed (cuDNN before 9.26 takes no strided one into
-/// its backward) and the second 16-byte aligned.
-constexpr int64_t cudnn_cp_lse(int64_t B, int64_t H, int64_t L) {
-  return cudnn_lse(B, H, L) + 16;
-}
-/// Where chunk `row0`'s log-sum-exp starts in that buffer, in floats.
+/// Context parallelism's all_gather on cuDNN: its two chunks' log-sum-exps
+/// (of L / 2 rows each, or one of L rows without cp), each packed [B, H,
+/// rows] (cuDNN before 9.26 takes no strided one into its backward), the
+/// second at a 16-byte boundary: where chunk `row0`'s starts, in floats,
+/// and the floats of the whole. The forward keeps them in the plan's buffer
+/// of that size (rank.attention_cp `keeping`), or the backward recomputes
+/// them into one outside the plan (cudnn_cp_lse bytes).
 constexpr int64_t cudnn_cp_lse_at(int64_t B, int64_t H, int64_t row0) {
   return (B * H * row0 + 3) / 4 * 4;
+}
+constexpr int64_t cudnn_cp_lse_floats(int64_t B, int64_t H, int64_t L) {
+  return cudnn_cp_lse_at(B, H, L / 2) + B * H * (L - L / 2);
+}
+constexpr int64_t cudnn_cp_lse(int64_t B, int64_t H, int64_t L) {
+  return cudnn_cp_lse_floats(B, H, L) * 4;
 }
 /// Context parallelism's all_gather backward on cuDNN: a chunk's 16-bit dk
 /// and dv over the gathered keys [B, S, 2 KV D], before they are added up.

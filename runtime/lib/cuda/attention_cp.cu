@@ -17,8 +17,9 @@
 // are two ordinary causal attentions, each over the gathered keys up to
 // its last position with the mask aligned to the last key (chunk j of c
 // rows over (j + 1) c keys), so neither needs the running statistics. The
-// backward runs each chunk's forward again for the output and log-sum-exp
-// cuDNN's backward reads (the op keeps neither), writes dq in place and
+// backward reads each chunk's output and log-sum-exp where the plan kept
+// them (rank.attention_cp `keeping`: the forward wrote them), else runs
+// the chunk's forward again into buffers of its own; it writes dq in place and
 // dk, dv of the chunk's keys into a 16-bit scratch, which a pass adds to
 // the f32 dkv the reduce-scatter sums, in order (the chunks run one after
 // the other; dq is deterministic where cuDNN's backward is, which
@@ -271,12 +272,24 @@ cudnn::SdpaIo chunk_io(const AttnCp &c, const CudnnChunk &k, const T *qkv,
   return io;
 }
 
-/// Whether cuDNN runs every chunk (the backward: with the forward it runs
-/// again).
-bool cudnn_runs(const std::vector<CudnnChunk> &cs, bool backward,
+/// Whether cuDNN runs every chunk: its forward (with the log-sum-exp where
+/// `stats`), or with `backward` the forward with statistics and the
+/// backward.
+bool cudnn_runs(const std::vector<CudnnChunk> &cs, bool stats, bool backward,
                 bool dropout) {
   for (const CudnnChunk &k : cs)
-    if (!cudnn::runs(k.problem, backward, backward, dropout))
+    if (!cudnn::runs(k.problem, stats, backward, dropout))
+      return false;
+  return true;
+}
+
+/// Whether every chunk's log-sum-exp in a buffer like `lse` (at
+/// cudnn_cp_lse_at) starts on 16 bytes.
+bool lse_aligned(const AttnCp &c, const std::vector<CudnnChunk> &cs,
+                 const float *lse) {
+  for (const CudnnChunk &k : cs)
+    if (!aligned16(lse +
+                   workspace::outside::cudnn_cp_lse_at(c.a.B, c.a.H, k.row0)))
       return false;
   return true;
 }
@@ -285,38 +298,62 @@ bool cudnn_runs(const std::vector<CudnnChunk> &cs, bool backward,
 
 template <class T>
 bool cudnn_forward(cudaStream_t s, const AttnCp &c, const T *qkv, const T *kv,
-                   T *out) {
+                   T *out, float *lse) {
   if constexpr (!kSixteenBit<T>) {
     return false;
   } else {
     const std::vector<CudnnChunk> cs =
         cudnn_chunks(c, std::is_same<T, kernels::bf16_t>::value);
-    if (!aligned16(qkv, kv, out) || !cudnn_runs(cs, false, c.drop.on))
+    if (!aligned16(qkv, kv, out))
       return false;
-    for (const CudnnChunk &k : cs)
-      cudnn::forward(s, k.problem, chunk_io(c, k, qkv, kv, out));
+    // The plan's buffer for the log-sum-exps, where cuDNN writes them
+    // (cudnn_backward reads them under the same test; kv is the gathered
+    // keys' buffer again there, or another whole one: the arena aligns
+    // both).
+    if (lse &&
+        !(lse_aligned(c, cs, lse) && cudnn_runs(cs, true, false, c.drop.on)))
+      lse = nullptr;
+    if (!lse && !cudnn_runs(cs, false, false, c.drop.on))
+      return false;
+    for (const CudnnChunk &k : cs) {
+      cudnn::SdpaIo io = chunk_io(c, k, qkv, kv, out);
+      if (lse)
+        io.stats =
+            lse + workspace::outside::cudnn_cp_lse_at(c.a.B, c.a.H, k.row0);
+      cudnn::forward(s, k.problem, io);
+    }
     return true;
   }
 }
 
 template <class T>
 bool cudnn_backward(cudaStream_t s, const AttnCp &c, const T *qkv, const T *kv,
-                    const T *dout, T *dqkv, float *dkv) {
+                    const T *dout, T *dqkv, float *dkv, const T *fwd_out,
+                    const float *fwd_lse) {
   if constexpr (!kSixteenBit<T>) {
     return false;
   } else {
     const std::vector<CudnnChunk> cs =
         cudnn_chunks(c, std::is_same<T, kernels::bf16_t>::value);
     if (!aligned16(qkv, kv, dout, dqkv, dkv) ||
-        !cudnn_runs(cs, true, c.drop.on))
+        !cudnn_runs(cs, true, true, c.drop.on))
       return false;
     const kernels::AttnShape &a = c.a;
     namespace out = workspace::outside;
-    T *o = static_cast<T *>(
-        cudnn::scratch(cudnn::Scratch::Out,
-                       (size_t)out::cudnn_recomputed(a.B, a.H, a.S, a.D)));
-    float *lse = static_cast<float *>(cudnn::scratch(
-        cudnn::Scratch::Lse, (size_t)out::cudnn_cp_lse(a.B, a.H, a.S)));
+    // The forward kept its output and log-sum-exps where it ran with them:
+    // its test (cudnn_forward) holds for the same buffers, and the forward
+    // with statistics is part of this one's.
+    const bool kept =
+        fwd_out && fwd_lse && aligned16(fwd_out) && lse_aligned(c, cs, fwd_lse);
+    T *o = nullptr;
+    float *lse = nullptr;
+    if (!kept) {
+      o = static_cast<T *>(
+          cudnn::scratch(cudnn::Scratch::Out,
+                         (size_t)out::cudnn_recomputed(a.B, a.H, a.S, a.D)));
+      lse = static_cast<float *>(cudnn::scratch(
+          cudnn::Scratch::Lse, (size_t)out::cudnn_cp_lse(a.B, a.H, a.S)));
+    }
     T *part = static_cast<T *>(cudnn::scratch(
         cudnn::Scratch::Dkv, (size_t)out::cudnn_cp_dkv(a.B, c.S, a.KV, a.D)));
     cuda_check::call(
@@ -324,9 +361,12 @@ bool cudnn_backward(cudaStream_t s, const AttnCp &c, const T *qkv, const T *kv,
                         (size_t)(a.B * c.S * c.kvWidth()) * sizeof(float), s),
         "cudaMemsetAsync (context parallelism's dk, dv)");
     for (const CudnnChunk &k : cs) {
-      cudnn::SdpaIo io = chunk_io(c, k, qkv, kv, o);
-      io.stats = lse + out::cudnn_cp_lse_at(a.B, a.H, k.row0);
-      cudnn::forward(s, k.problem, io);
+      const int64_t at = out::cudnn_cp_lse_at(a.B, a.H, k.row0);
+      cudnn::SdpaIo io =
+          chunk_io(c, k, qkv, kv, kept ? const_cast<T *>(fwd_out) : o);
+      io.stats = kept ? const_cast<float *>(fwd_lse) + at : lse + at;
+      if (!kept)
+        cudnn::forward(s, k.problem, io);
       io.dout = dout + k.row0 * a.H * a.D;
       io.dq = dqkv + k.row0 * a.width();
       io.dk = part;
@@ -340,9 +380,10 @@ bool cudnn_backward(cudaStream_t s, const AttnCp &c, const T *qkv, const T *kv,
 
 #define PLANRT_ATTENTION_CP_TYPES(T)                                           \
   template bool cudnn_forward<T>(cudaStream_t, const AttnCp &, const T *,      \
-                                 const T *, T *);                              \
+                                 const T *, T *, float *);                     \
   template bool cudnn_backward<T>(cudaStream_t, const AttnCp &, const T *,     \
-                                  const T *, const T *, T *, float *);         \
+                                  const T *, const T *, T *, float *,          \
+                                  const T *, const float *);                   \
   template bool forward<T>(cudaStream_t,                                       \
                            const kernels::AttentionBlockFn<T> &);              \
   template bool grad_q<T>(cudaStream_t,                                        \

@@ -57,13 +57,17 @@ inline std::vector<CudnnChunk> cudnn_chunks(const kernels::AttnCp &c,
 /// (attention_cp_grad: dq into dqkv's query columns, the f32 partial dk, dv
 /// into dkv, overwritten) on cuDNN, for 16-bit operands without dropout
 /// (attention_cp.cu); false where cuDNN does not run them: nothing
-/// launched, the block functors run.
+/// launched, the block functors run. With `lse` (cudnn_cp_lse_floats), the
+/// forward writes the chunks' log-sum-exps there where cuDNN runs it with
+/// them; the backward given them and the forward's output `fwd_out` reads
+/// them where that forward did, else runs the forward again.
 template <class T>
 bool cudnn_forward(cudaStream_t s, const kernels::AttnCp &c, const T *qkv,
-                   const T *kv, T *out);
+                   const T *kv, T *out, float *lse = nullptr);
 template <class T>
 bool cudnn_backward(cudaStream_t s, const kernels::AttnCp &c, const T *qkv,
-                    const T *kv, const T *dout, T *dqkv, float *dkv);
+                    const T *kv, const T *dout, T *dqkv, float *dkv,
+                    const T *fwd_out = nullptr, const float *fwd_lse = nullptr);
 
 } // namespace cuda_attention_cp
 } // namespace planrt

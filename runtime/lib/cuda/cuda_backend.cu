@@ -610,18 +610,21 @@ void launch(Context *ctx, int64_t n, const kernels::AttentionBlockFn<T> &f) {
     launch_rows(ctx, n, f);
 }
 /// all_gather's whole attention and gradient on cuDNN where it runs them
-/// (16-bit, no dropout; attention_cp.cu); false: the block functors run.
+/// (16-bit, no dropout; attention_cp.cu), the forward's log-sum-exps kept
+/// in `lse` and read back with its output `fwd_out` where the plan keeps
+/// them (null otherwise); false: the block functors run.
 template <class T>
 bool attention_cp_whole(Context *ctx, const kernels::AttnCp &c, const T *qkv,
-                        const T *kv, T *out) {
-  return cuda_attention_cp::cudnn_forward(state(ctx)->stream, c, qkv, kv, out);
+                        const T *kv, T *out, float *lse) {
+  return cuda_attention_cp::cudnn_forward(state(ctx)->stream, c, qkv, kv, out,
+                                          lse);
 }
 template <class T>
 bool attention_cp_grad_whole(Context *ctx, const kernels::AttnCp &c,
                              const T *qkv, const T *kv, const T *dout, T *dqkv,
-                             float *dkv) {
+                             float *dkv, const T *fwd_out, const float *lse) {
   return cuda_attention_cp::cudnn_backward(state(ctx)->stream, c, qkv, kv, dout,
-                                           dqkv, dkv);
+                                           dqkv, dkv, fwd_out, lse);
 }
 template <class T>
 void launch(Context *ctx, int64_t n,

@@ -251,12 +251,13 @@ constexpr bool kColumnPartials = false;
 /// block functors are the reference; cuda runs cuDNN there).
 template <class T>
 bool attention_cp_whole(Context *, const kernels::AttnCp &, const T *,
-                        const T *, T *) {
+                        const T *, T *, float *) {
   return false;
 }
 template <class T>
 bool attention_cp_grad_whole(Context *, const kernels::AttnCp &, const T *,
-                             const T *, const T *, T *, float *) {
+                             const T *, const T *, T *, float *, const T *,
+                             const float *) {
   return false;
 }
 

@@ -216,16 +216,31 @@ struct HostSdpa {
 
 /// all_gather's whole attention as attention_cp.cu runs it on cuDNN
 /// (cudnn_chunks, a chunk's forward again before its backward, its dk and
-/// dv added up), each chunk run by HostSdpa.
+/// dv added up), each chunk run by HostSdpa. With `keep`, as a plan that
+/// keeps the forward's output and log-sum-exps (attention_cp_lse): the
+/// forward writes each chunk's into one buffer of cudnn_cp_lse_floats (NaN
+/// before: a chunk's that overlaps another's, or one never written, shows
+/// in the backward's results), the backward reads them instead.
 struct HostCpChunks {
+  bool keep = false;
+  mutable std::vector<float> kept_out, kept_lse;
+
   bool forward(const kernels::AttnCp &c, const std::vector<float> &qkv,
                const std::vector<float> &kv, std::vector<float> &out) const {
     const kernels::AttnShape &a = c.a;
+    namespace ws = workspace::outside;
+    kept_lse.assign((size_t)ws::cudnn_cp_lse_floats(a.B, a.H, a.S), NAN);
     for (const cuda_attention_cp::CudnnChunk &k :
-         cuda_attention_cp::cudnn_chunks(c, true))
+         cuda_attention_cp::cudnn_chunks(c, true)) {
+      const int64_t at = ws::cudnn_cp_lse_at(a.B, a.H, k.row0);
+      EXPECT_EQ(at % 4, 0) << "16-byte aligned";
+      EXPECT_LE(at + a.B * a.H * k.problem.sq, (int64_t)kept_lse.size());
       HostSdpa{k.problem}.forward(qkv.data() + k.row0 * a.width(), kv.data(),
                                   kv.data() + a.KV * a.D,
-                                  out.data() + k.row0 * a.H * a.D, nullptr);
+                                  out.data() + k.row0 * a.H * a.D,
+                                  keep ? kept_lse.data() + at : nullptr);
+    }
+    kept_out = out;
     return true;
   }
   bool backward(const kernels::AttnCp &c, const std::vector<float> &qkv,
@@ -235,6 +250,10 @@ struct HostCpChunks {
     std::vector<float> o((size_t)(a.B * a.S * a.H * a.D)),
         lse((size_t)workspace::outside::cudnn_cp_lse(a.B, a.H, a.S) / 4),
         part(dkv.size());
+    if (keep) {
+      o = kept_out;
+      lse = kept_lse;
+    }
     std::fill(dkv.begin(), dkv.end(), 0.0f);
     for (const cuda_attention_cp::CudnnChunk &k :
          cuda_attention_cp::cudnn_chunks(c, true)) {
@@ -243,7 +262,9 @@ struct HostCpChunks {
       const int64_t at = k.row0 * a.H * a.D;
       float *stats =
           lse.data() + workspace::outside::cudnn_cp_lse_at(a.B, a.H, k.row0);
-      sdpa.forward(q, kv.data(), kv.data() + a.KV * a.D, o.data() + at, stats);
+      if (!keep)
+        sdpa.forward(q, kv.data(), kv.data() + a.KV * a.D, o.data() + at,
+                     stats);
       sdpa.backward(q, kv.data(), kv.data() + a.KV * a.D, o.data() + at, stats,
                     dout.data() + at, dqkv.data() + k.row0 * a.width(),
                     part.data(), part.data() + a.KV * a.D);
@@ -267,13 +288,18 @@ TEST(AttentionCpCudnn, ChunksAreTheFunctorsAttention) {
       cs.g = g;
       SCOPED_TRACE("G " + std::to_string(cs.G) + " g " + std::to_string(g) +
                    " D " + std::to_string(cs.D));
-      int reports = 0;
-      EXPECT_TRUE(test::run_cp_whole_case<float>(
-          cs, HostCpChunks(), [&](const std::string &what, double err) {
-            ++reports;
-            EXPECT_LE(err, 1e-5) << what;
-          }));
-      EXPECT_EQ(reports, 3);
+      for (bool keep : {false, true}) {
+        SCOPED_TRACE(keep ? "from the kept log-sum-exps" : "recomputed");
+        int reports = 0;
+        HostCpChunks chunks;
+        chunks.keep = keep;
+        EXPECT_TRUE(test::run_cp_whole_case<float>(
+            cs, chunks, [&](const std::string &what, double err) {
+              ++reports;
+              EXPECT_LE(err, 1e-5) << what;
+            }));
+        EXPECT_EQ(reports, 3);
+      }
     }
   }
 }

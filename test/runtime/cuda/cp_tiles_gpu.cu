@@ -11,7 +11,10 @@
 //   cp_tiles_gpu --cudnn [N...]  all_gather's 16-bit attention whole on
 //                                cuDNN instead (cp_cases_cudnn; the suite
 //                                sets PLANRT_ATTENTION=cudnn, so a case
-//                                cuDNN declines is fatal, with its reason)
+//                                cuDNN declines is fatal, with its reason),
+//                                each case twice: its backward running the
+//                                forward again, and from the forward's kept
+//                                output and log-sum-exps
 //   cp_tiles_gpu --speed         all_gather's bf16 attention of a 32k-token
 //                                sequence (cp 4, rank 1; 8 query heads and 1
 //                                key head of 128: Llama-70B's at tp 8) timed
@@ -21,6 +24,7 @@
 #include "cp_attention_cases.h"
 #include "cuda/attention_cp.h"
 #include "cuda/attention_cudnn.h"
+#include "planrt/workspace.h"
 
 #include <algorithm>
 #include <cmath>
@@ -103,14 +107,40 @@ struct GpuCpTiles {
 };
 
 /// all_gather's whole attention and gradient on cuDNN, over host vectors.
+/// With `keep`, as a plan that keeps them (plan-keep-attention): the
+/// forward writes its chunks' log-sum-exps to a buffer of
+/// cudnn_cp_lse_floats (NaN before, so that `kept_ok` can tell whether
+/// cuDNN wrote every chunk's), which the backward reads with the forward's
+/// output instead of running the forward again.
 struct GpuCpCudnn {
+  bool keep = false;
+  mutable std::vector<char> out_bytes; // the forward's output, kept
+  mutable std::vector<float> lse;
+  mutable bool kept_ok = true;
+
   template <class T>
   bool forward(const kernels::AttnCp &c, const std::vector<T> &qkv,
                const std::vector<T> &kv, std::vector<T> &out) const {
     Device<T> q(qkv), k(kv), o(out);
-    if (!cuda_attention_cp::cudnn_forward<T>(nullptr, c, q.p, k.p, o.p))
+    namespace ws = workspace::outside;
+    Device<float> l(std::vector<float>(
+        (size_t)ws::cudnn_cp_lse_floats(c.a.B, c.a.H, c.a.S), NAN));
+    if (!cuda_attention_cp::cudnn_forward<T>(nullptr, c, q.p, k.p, o.p,
+                                             keep ? l.p : nullptr))
       return false;
     o.back(out);
+    if (keep) {
+      l.back(lse);
+      out_bytes.assign((const char *)out.data(),
+                       (const char *)(out.data() + out.size()));
+      for (const cuda_attention_cp::CudnnChunk &ch :
+           cuda_attention_cp::cudnn_chunks(
+               c, std::is_same<T, kernels::bf16_t>::value)) {
+        const int64_t at = ws::cudnn_cp_lse_at(c.a.B, c.a.H, ch.row0);
+        for (int64_t i = 0; i < c.a.B * c.a.H * ch.problem.sq; ++i)
+          kept_ok &= std::isfinite(lse[(size_t)(at + i)]);
+      }
+    }
     return true;
   }
   template <class T>
@@ -119,8 +149,14 @@ struct GpuCpCudnn {
                 std::vector<T> &dqkv, std::vector<float> &dkv) const {
     Device<T> q(qkv), k(kv), dy(dout), dx(dqkv);
     Device<float> g(dkv);
+    std::vector<T> fwd_out(out_bytes.size() / sizeof(T));
+    if (keep)
+      std::memcpy(fwd_out.data(), out_bytes.data(), out_bytes.size());
+    Device<T> fo(fwd_out);
+    Device<float> l(keep ? lse : std::vector<float>(1));
     if (!cuda_attention_cp::cudnn_backward<T>(nullptr, c, q.p, k.p, dy.p, dx.p,
-                                              g.p))
+                                              g.p, keep ? fo.p : nullptr,
+                                              keep ? l.p : nullptr))
       return false;
     dx.back(dqkv);
     g.back(dkv);
@@ -183,6 +219,15 @@ int speed() {
     ok &= cuda_attention_cp::cudnn_backward<T>(nullptr, c, qkv.p, kv.p, dout.p,
                                                dqkv.p, dkv.p);
   });
+  // The gradient from the forward's kept output and log-sum-exps.
+  Device<float> lse(std::vector<float>(
+      (size_t)workspace::outside::cudnn_cp_lse_floats(a.B, a.H, a.S), 0.0f));
+  ok &= cuda_attention_cp::cudnn_forward<T>(nullptr, c, qkv.p, kv.p, out.p,
+                                            lse.p);
+  const double cudnn_kept = time_ms([&] {
+    ok &= cuda_attention_cp::cudnn_backward<T>(nullptr, c, qkv.p, kv.p, dout.p,
+                                               dqkv.p, dkv.p, out.p, lse.p);
+  });
   auto forward = [&] {
     ok &= cuda_attention_cp::forward(
         nullptr, kernels::AttentionBlockFn<T>{qkv.p, kv.p, acc.p, ml.p, c, kb});
@@ -200,10 +245,11 @@ int speed() {
   });
   std::printf("attention: %s\n", cuda_attention::cudnn::status());
   std::printf("cp speed (bf16, B 1, %lld tokens, cp 4 rank 1, H 8, KV 1, D "
-              "128): cudnn forward %.3f ms, gradient %.3f ms; tiles forward "
-              "%.3f ms, gradient %.3f ms; tiles/cudnn %.1fx%s\n",
-              (long long)c.S, cudnn_fwd, cudnn_grad, tiles_fwd, tiles_grad,
-              (tiles_fwd + tiles_grad) / (cudnn_fwd + cudnn_grad),
+              "128): cudnn forward %.3f ms, gradient %.3f ms (%.3f ms from "
+              "the kept log-sum-exps); tiles forward %.3f ms, gradient %.3f "
+              "ms; tiles/cudnn %.1fx%s\n",
+              (long long)c.S, cudnn_fwd, cudnn_grad, cudnn_kept, tiles_fwd,
+              tiles_grad, (tiles_fwd + tiles_grad) / (cudnn_fwd + cudnn_kept),
               ok ? "" : "; some part did not run");
   return ok ? 0 : 1;
 }
@@ -251,8 +297,20 @@ int main(int argc, char **argv) {
       using T = decltype(e);
       if (!cudnn)
         test::run_cp_case<T>(cs, GpuCpTiles(), report);
-      else if constexpr (sizeof(T) == 2)
+      else if constexpr (sizeof(T) == 2) {
         ran &= test::run_cp_whole_case<T>(cs, GpuCpCudnn(), report);
+        // Again from the kept output and log-sum-exps.
+        GpuCpCudnn kept;
+        kept.keep = true;
+        ran &= test::run_cp_whole_case<T>(
+            cs, kept, [&](const std::string &what, double e) {
+              report(what + ", kept", e);
+            });
+        if (!kept.kept_ok)
+          std::printf("case %d: cuDNN left a chunk's log-sum-exp unwritten\n",
+                      (int)n + 1);
+        ran &= kept.kept_ok;
+      }
     });
     ++cases;
     const bool good = err <= tol;

@@ -5,6 +5,7 @@
 #include "mpi_main.h"
 #include "planrt/internal.h"
 #include "planrt/planrt.h"
+#include "planrt/workspace.h"
 
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -356,6 +357,24 @@ TEST(ContextParallel, AttentionEqualsOneRank) {
   attention_cp_grad(ctx, qkv, kvs, dout, dqkv, dkv, kH, kKV, 0);
   kv_reduce_scatter(ctx, dkv, dqkv, kH * kD, kKV * kD, 0);
   expect_near(internal::to_host(ctx, dqkv), dwant, 1e-5f, "attention_cp_grad");
+  // Kept for cuDNN (attention_cp_lse, attention_cp_grad_lse): on the host
+  // the same bits, the kept buffer unwritten.
+  Tensor *kout = tensor3(ctx, kB, L, kH * kD, {});
+  Tensor *lse = alloc(
+      ctx, 1, workspace::outside::cudnn_cp_lse_floats(kB, kH, L), 1, 1, 1);
+  fill(ctx, lse, 7.0f);
+  attention_cp_lse(ctx, qkv, kvs, kout, lse, kH, kKV, 0);
+  EXPECT_EQ(internal::to_host(ctx, kout), internal::to_host(ctx, out));
+  for (float v : internal::to_host(ctx, lse))
+    ASSERT_EQ(v, 7.0f);
+  Tensor *kd = tensor3(ctx, kB, L, kW, {});
+  Tensor *kdkv = tensor3(ctx, kB, kS, 2 * kKV * kD, {});
+  attention_cp_grad(ctx, qkv, kvs, dout, dqkv, dkv, kH, kKV, 0);
+  attention_cp_grad_lse(ctx, qkv, kvs, dout, kd, kdkv, kout, lse, kH, kKV, 0);
+  EXPECT_EQ(internal::to_host(ctx, kdkv), internal::to_host(ctx, dkv));
+  kv_reduce_scatter(ctx, kdkv, kd, kH * kD, kKV * kD, 0);
+  expect_near(internal::to_host(ctx, kd), dwant, 1e-5f,
+              "attention_cp_grad_lse");
   // ring.
   Tensor *rout = tensor3(ctx, kB, L, kH * kD, {});
   attention_ring(ctx, qkv, rout, kH, kKV, 0);
