@@ -117,9 +117,9 @@ bool writtenBetween(Operation *from, Operation *to, Value buffer) {
 /// `grad`'s buffer before `bwd` and `bwd` itself: the forward's output is
 /// then alive in the backward anyway (the output projection's weight
 /// gradient reads it), so reading it in `bwd` costs nearly nothing. Where
-/// the attention writes a buffer of its own that only the forward reads
-/// (Ulysses' heads_to_seq copies it out), keeping it would hold a whole
-/// output per layer.
+/// the attention writes a buffer of its own that only the forward reads,
+/// keeping it holds a whole output per layer (ulyssesOutput says when that
+/// pays).
 bool readInBackward(Operation *bwd, Value grad, Value buffer) {
   Value root = rk::viewRoot(buffer), gradRoot = rk::viewRoot(grad);
   for (Operation *op = bwd->getPrevNode(); op; op = op->getPrevNode()) {
@@ -154,12 +154,25 @@ bool sameLayer(Operation *fwd, Operation *bwd) {
   return true;
 }
 
+/// Whether `out` is context parallelism's all-to-all (Ulysses) output:
+/// every position of this rank's heads, which only rank.heads_to_seq reads
+/// (into the rank's positions of every head). Keeping it for the backward
+/// holds one more output per layer, as DeepSpeed-Ulysses' flash attention
+/// does, and saves the forward the backward would run again: the larger
+/// share of a long sequence's step, which is what cp is for.
+bool ulyssesOutput(Value out, Operation *fwd) {
+  return llvm::all_of(out.getUsers(), [&](Operation *user) {
+    return user == fwd || isa<rk::HeadsToSeqOp>(user);
+  });
+}
+
 /// The cuda target: a 16-bit attention without dropout that cuDNN may run
 /// (planrt/workspace.h outside::cudnn_attention) keeps each row's
 /// log-sum-exp [B, H, S] for its backward, which also reads the forward's
-/// output (alive until the output projection's weight gradient anyway, or
-/// recomputed beside it), so cuDNN's backward does not run the forward
-/// again. Not when anything between the two writes that output.
+/// output (alive until the output projection's weight gradient anyway,
+/// recomputed beside it, or Ulysses' heads-split output), so cuDNN's
+/// backward does not run the forward again. Not when anything between the
+/// two writes that output.
 void keepForCudnn(func::FuncOp step) {
   SmallVector<rk::AttentionOp> forwards;
   step.walk([&](rk::AttentionOp a) { forwards.push_back(a); });
@@ -172,7 +185,8 @@ void keepForCudnn(func::FuncOp step) {
             qkv.getElementType() ||
         rk::viewRoot(bwd.getOut()) == rk::viewRoot(out) ||
         writtenBetween(fwd, bwd, out) ||
-        !(readInBackward(bwd, bwd.getGrad(), out) || sameLayer(fwd, bwd)))
+        !(readInBackward(bwd, bwd.getGrad(), out) || sameLayer(fwd, bwd) ||
+          ulyssesOutput(out, fwd)))
       continue;
     int64_t b = qkv.getDimSize(0), s = qkv.getDimSize(1), h = fwd.getNumHeads();
     int64_t d = qkv.getDimSize(2) / (h + 2 * fwd.getNumKvHeads());

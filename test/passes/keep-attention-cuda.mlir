@@ -79,10 +79,9 @@ func.func @plan_step(%r: memref<2x8x64xbf16>) {
 
 // -----
 
-// The output read only before the backward's output gradient is written
-// (as Ulysses' heads_to_seq reads its own attention output), with another
-// layer's attention in between: keeping it would hold a whole output per
-// layer; not kept. The second layer's forward runs next to its backward
+// The output read only before the backward's output gradient is written,
+// with another layer's attention in between: keeping it would hold a whole
+// output per layer; not kept. The second layer's forward runs next to its backward
 // (as a forward recomputed in its layer's backward does, recompute = full):
 // kept, for one layer's backward at most.
 func.func @plan_step(%r: memref<2x8x64xbf16>) {
@@ -177,3 +176,29 @@ func.func @plan_step() {
 // CHECK-NOT: kept
 // CHECK: return
 
+
+// -----
+
+// Context parallelism's all-to-all (Ulysses): the output of every position
+// of this rank's heads is read only by heads_to_seq. It is kept for the
+// backward with its log-sum-exp (one more output per layer, as
+// DeepSpeed-Ulysses keeps): the backward runs no forward again.
+func.func @plan_step(%dy: memref<2x8x32xbf16>) {
+  %qkv = rank.alloc : memref<2x8x64xbf16>
+  %o = rank.alloc : memref<2x8x32xbf16>
+  rank.attention %qkv into %o {num_heads = 2 : i64, num_kv_heads = 1 : i64} : memref<2x8x64xbf16> -> memref<2x8x32xbf16>
+  %out = rank.alloc : memref<2x4x64xbf16>
+  rank.heads_to_seq %o into %out over "cp" {kv_width = 0 : i64, q_width = 64 : i64} : memref<2x8x32xbf16> -> memref<2x4x64xbf16>
+  %qkv2 = rank.alloc : memref<2x8x64xbf16>
+  %o2 = rank.alloc : memref<2x8x32xbf16>
+  rank.attention %qkv2 into %o2 {num_heads = 2 : i64, num_kv_heads = 1 : i64} : memref<2x8x64xbf16> -> memref<2x8x32xbf16>
+  %dqkv = rank.alloc : memref<2x8x64xbf16>
+  rank.attention_grad %qkv, %dy into %dqkv {num_heads = 2 : i64, num_kv_heads = 1 : i64} : memref<2x8x64xbf16>, memref<2x8x32xbf16> -> memref<2x8x64xbf16>
+  return
+}
+// CHECK-LABEL: func.func @plan_step
+// CHECK: %[[O:.*]] = rank.alloc : memref<2x8x32xbf16>
+// CHECK-NEXT: %[[LSE:.*]] = rank.alloc : memref<2x2x8xf32>
+// CHECK-NEXT: rank.attention_lse %{{.*}} into %[[O]], %[[LSE]]
+// CHECK: rank.heads_to_seq %[[O]]
+// CHECK: rank.attention_grad_lse %{{.*}}, %[[O]], %[[LSE]], %{{.*}} into

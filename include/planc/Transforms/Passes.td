@@ -308,7 +308,11 @@ def KeepAttention : Pass<"plan-keep-attention", "mlir::ModuleOp"> {
     output must be alive in the backward anyway (read there, as the output
     projection's weight gradient does) or the forward run next to its
     backward with no other attention between (recomputed in its layer's
-    backward): keeping it then costs at most one layer's backward. Context
+    backward): keeping it then costs at most one layer's backward. The
+    output of context parallelism's all-to-all (every position of the
+    rank's heads, which only `rank.heads_to_seq` reads) is kept as well:
+    one more output per layer, as DeepSpeed-Ulysses holds, for the forward
+    a long sequence's backward would run again. Context
     parallelism's all_gather attention alike: `rank.attention_cp` gains
     `keeping %lse` (its two chunks' log-sum-exps, one f32 buffer) and its
     `rank.attention_cp_grad` reads `kept %out, %lse`.
