@@ -39,6 +39,13 @@
 // order dq's sums on Hopper; older ones keep an S x S dP matrix per head
 // (400 MB for GPT-2 at B 16, tens of GB at long context), which the plan
 // never holds, so there the fastest algorithm runs and status() says so.
+//
+// Checks without a GPU. validate() puts a problem's graphs through the
+// frontend's own rules for a given compute capability (dims, strides,
+// masks, the loaded cuDNN's version limits) with no device: the tests run
+// it over every problem the device suite will hand cuDNN, so that a graph
+// cuDNN would refuse for its shape shows before a GPU session. Whether an
+// engine then runs it is the device's to say.
 //===----------------------------------------------------------------------===//
 
 #include "attention_cudnn.h"
@@ -96,6 +103,7 @@ const char *const kTurnedOff =
 #include <memory>
 #include <tuple>
 #include <unordered_map>
+#include <vector>
 
 namespace cudnn_frontend {
 // The frontend's symbols come from this handle (dynamic loading).
@@ -178,6 +186,43 @@ std::string shape_text(const Sdpa &p) {
          " D " + std::to_string(p.D);
 }
 
+/// Opens libcudnn.so.9 (or PLANRT_CUDNN_LIBRARY) for the frontend, once,
+/// and reads its version; "" or why cuDNN cannot run. Needs no GPU.
+std::string open_library(size_t &version) {
+  static std::string why = [] {
+    // The frontend's few CUDA runtime calls go through a libcudart it opens
+    // itself: the one of this program's CUDA major (user's choice first).
+    std::string cudart =
+        "libcudart.so." + std::to_string(CUDART_VERSION / 1000);
+    setenv("CUDNN_FRONTEND_CUDART_LIB_NAME", cudart.c_str(), 0);
+    // A deterministic backward without the S x S dP workspace: the ordered
+    // dq sums of cuDNN >= 9.25 on Hopper (the user's setting first).
+    setenv("CUDNN_FRONTEND_ATTN_DP_WORKSPACE_LIMIT", "0", 0);
+    const char *lib = std::getenv("PLANRT_CUDNN_LIBRARY");
+    if (!lib || !*lib)
+      lib = "libcudnn.so.9";
+    dlerror();
+    fe::cudnn_dlhandle = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+    if (!fe::cudnn_dlhandle) {
+      const char *e = dlerror();
+      return std::string("cuDNN 9 was not found (") + (e ? e : lib) +
+             "); put libcudnn.so.9 on LD_LIBRARY_PATH or name it in "
+             "PLANRT_CUDNN_LIBRARY";
+    }
+    try {
+      size_t v = fe::detail::get_backend_version();
+      if (v < 90000)
+        return "cuDNN " + std::to_string(v) +
+               " is older than 9.0, which its flash attention needs";
+    } catch (const std::exception &e) {
+      return std::string("loading cuDNN failed: ") + e.what();
+    }
+    return std::string();
+  }();
+  version = why.empty() ? fe::detail::get_backend_version() : 0;
+  return why;
+}
+
 /// Loads cuDNN once (false: attention runs the tiles).
 bool load() {
   State &s = state();
@@ -195,29 +240,11 @@ bool load() {
       fatal("PLANRT_ATTENTION=cudnn, but %s", why.c_str());
     return false;
   };
-  // The frontend's few CUDA runtime calls go through a libcudart it opens
-  // itself: the one of this program's CUDA major (user's choice first).
-  std::string cudart = "libcudart.so." + std::to_string(CUDART_VERSION / 1000);
-  setenv("CUDNN_FRONTEND_CUDART_LIB_NAME", cudart.c_str(), 0);
-  // A deterministic backward without the S x S dP workspace: the ordered
-  // dq sums of cuDNN >= 9.25 on Hopper (the user's setting first).
-  setenv("CUDNN_FRONTEND_ATTN_DP_WORKSPACE_LIMIT", "0", 0);
-  const char *lib = std::getenv("PLANRT_CUDNN_LIBRARY");
-  if (!lib || !*lib)
-    lib = "libcudnn.so.9";
-  dlerror();
-  fe::cudnn_dlhandle = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
-  if (!fe::cudnn_dlhandle) {
-    const char *e = dlerror();
-    return off(std::string("cuDNN 9 was not found (") + (e ? e : lib) +
-               "); put libcudnn.so.9 on LD_LIBRARY_PATH or name it in "
-               "PLANRT_CUDNN_LIBRARY");
-  }
+  size_t version = 0;
+  std::string why = open_library(version);
+  if (!why.empty())
+    return off(why);
   try {
-    size_t version = fe::detail::get_backend_version();
-    if (version < 90000)
-      return off("cuDNN " + std::to_string(version) +
-                 " is older than 9.0, which its flash attention needs");
     cudnnStatus_t st = fe::detail::create_handle(&s.handle);
     if (st != CUDNN_STATUS_SUCCESS)
       return off("cudnnCreate failed (status " + std::to_string((int)st) + ")");
@@ -241,13 +268,14 @@ tensor(fe::graph::Graph &g, const char *name, Uid uid,
                       .set_stride(std::move(strides)));
 }
 
-/// The graph of kind `k` for problem `p` (built at first use); null when
-/// no engine runs it, with the reason in `why`.
-std::shared_ptr<fe::graph::Graph> build(const Sdpa &p, Kind k,
-                                        bool deterministic, int64_t budget,
-                                        int64_t &workspace, std::string &why) {
-  State &s = state();
+/// The graph of kind `k` for problem `p`, defined (not validated), for a
+/// GPU of compute capability `sm_version` (0: this device's). The nodes
+/// copy the graph's context when they are added: the version comes first.
+std::shared_ptr<fe::graph::Graph>
+define(const Sdpa &p, Kind k, bool deterministic, int sm_version = 0) {
   auto g = std::make_shared<fe::graph::Graph>();
+  if (sm_version > 0)
+    g->set_sm_version(sm_version);
   g->set_io_data_type(p.bf16 ? fe::DataType_t::BFLOAT16 : fe::DataType_t::HALF)
       .set_intermediate_data_type(fe::DataType_t::FLOAT)
       .set_compute_data_type(fe::DataType_t::FLOAT);
@@ -304,6 +332,16 @@ std::shared_ptr<fe::graph::Graph> build(const Sdpa &p, Kind k,
     dk->set_output(true).set_uid(kDK).set_dim({B, KV, p.sk, D}).set_stride(kvs);
     dv->set_output(true).set_uid(kDV).set_dim({B, KV, p.sk, D}).set_stride(kvs);
   }
+  return g;
+}
+
+/// The graph of kind `k` for problem `p` (built at first use); null when
+/// no engine runs it, with the reason in `why`.
+std::shared_ptr<fe::graph::Graph> build(const Sdpa &p, Kind k,
+                                        bool deterministic, int64_t budget,
+                                        int64_t &workspace, std::string &why) {
+  State &s = state();
+  std::shared_ptr<fe::graph::Graph> g = define(p, k, deterministic);
   auto ok = [&](fe::error_t e, const char *step) {
     if (e.is_good())
       return true;
@@ -452,6 +490,44 @@ void backward(cudaStream_t s, const Sdpa &p, const SdpaIo &io) {
   execute(s, graph(p, Kind::Backward), std::move(pack), "the backward");
 }
 
+std::string validate(const Sdpa &p, bool backward, int sm_version) {
+  size_t version = 0;
+  std::string why = open_library(version);
+  if (!why.empty())
+    return why;
+  struct Part {
+    Kind kind;
+    bool deterministic;
+    const char *what;
+  };
+  std::vector<Part> parts = {
+      {Kind::Forward, false, "the forward"},
+      {Kind::ForwardStats, false, "the forward with statistics"}};
+  if (backward) {
+    parts.push_back({Kind::Backward, true, "the deterministic backward"});
+    parts.push_back({Kind::Backward, false, "the backward"});
+  }
+  for (const Part &part : parts) {
+    try {
+      std::shared_ptr<fe::graph::Graph> g =
+          define(p, part.kind, part.deterministic, sm_version);
+      fe::error_t e = g->validate();
+      if (!e.is_good())
+        return std::string(part.what) + " of " + shape_text(p) + ": " +
+               e.get_message();
+    } catch (const std::exception &e) {
+      return std::string(part.what) + " of " + shape_text(p) + ": " + e.what();
+    }
+  }
+  return "";
+}
+
+size_t library_version() {
+  size_t version = 0;
+  open_library(version);
+  return version;
+}
+
 void *scratch(Scratch which, size_t bytes) {
   State &s = state();
   switch (which) {
@@ -514,6 +590,10 @@ bool runs(const Sdpa &, bool, bool, bool) {
 void forward(cudaStream_t, const Sdpa &, const SdpaIo &) { never("forward"); }
 void backward(cudaStream_t, const Sdpa &, const SdpaIo &) { never("backward"); }
 void *scratch(Scratch, size_t) { never("scratch"); }
+std::string validate(const Sdpa &, bool, int) {
+  return "this planrt was built without cuDNN's frontend";
+}
+size_t library_version() { return 0; }
 size_t bytes_held() { return 0; }
 const char *status() { return status_line.c_str(); }
 

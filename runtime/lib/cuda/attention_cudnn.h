@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <string>
 
 namespace planrt {
 namespace cuda_attention {
@@ -96,6 +97,16 @@ bool backward_kept(cudaStream_t s, const kernels::AttnShape &a, bool bf16,
 /// Whether backward() ran (or would run) this problem: the key side of the
 /// tiled backward asks, after backward() was called for the same problem.
 bool runs_backward(const kernels::AttnShape &a, bool bf16, bool dropout);
+
+/// Checks problem `p`'s graphs (the forward with and without statistics;
+/// with `backward`, the backward, deterministic and not) against the rules
+/// cuDNN's frontend applies before it asks the library for an engine, for
+/// a GPU of compute capability `sm_version` (90: Hopper), with no GPU
+/// here: what can be known of a shape before a device runs it. Loads cuDNN
+/// (its version's rules); "" or the first part that fails, and why.
+std::string validate(const Sdpa &p, bool backward, int sm_version);
+/// The loaded cuDNN's version (91900 for 9.19), 0 where none loads.
+size_t library_version();
 
 /// Device bytes held for cuDNN (its workspace and the scratch buffers),
 /// outside the planned memory.

@@ -5,6 +5,8 @@
 // PLANRT_ATTENTION=cudnn, the program stops and says why). Each case runs
 // in a child process: the choice is made once per process. On a machine
 // with a GPU these cases are skipped (the device suite runs cuDNN there).
+// The frontend's checks of the suite's graphs (validate()) need no GPU and
+// run everywhere.
 #include "cp_attention_cases.h"
 #include "cuda/attention_cp.h"
 #include "cuda/attention_cudnn.h"
@@ -323,6 +325,89 @@ TEST(AttentionCpCudnn, ChunksAreTheFunctorsAttention) {
       cuda_attention_cp::cudnn_forward<kernels::bf16_t>(nullptr, c, p, p, p);
   std::fprintf(stderr, "cp forward %d: %s\n", f, cudnn::status());
   std::exit(0);
+}
+
+/// The problems the device suite and the examples hand cuDNN: one GPU's
+/// attention of GPT-2 124M (B 16, S 1024, 12 heads of 64), of the suite's
+/// tiny plans (tiny-gpt B 16 or 8 S 64 H 4 D 16; its long variant S 130 H
+/// 2 D 64; tiny-llama B 8 S 32 H 4 KV 2 D 16), each bf16 and fp16; and
+/// all_gather's chunks of every rank of cp_cases_cudnn and of llama-long
+/// (cp 4 of 131072 positions, 16 query and 4 key heads of 128 at tp 2).
+std::vector<cudnn::Sdpa> suite_problems() {
+  std::vector<cudnn::Sdpa> ps;
+  auto whole = [&](int64_t B, int64_t S, int64_t H, int64_t KV, int64_t D) {
+    kernels::AttnShape a{B, S, H, KV, D, 1.0f / std::sqrt((float)D)};
+    for (bool bf16 : {true, false})
+      ps.push_back(cudnn::Sdpa::whole(a, bf16));
+  };
+  whole(16, 1024, 12, 12, 64);
+  whole(16, 64, 4, 4, 16);
+  whole(8, 64, 4, 4, 16);
+  whole(16, 130, 2, 2, 64);
+  whole(8, 32, 4, 2, 16);
+  auto chunks = [&](const kernels::AttnCp &c, bool bf16) {
+    for (const cuda_attention_cp::CudnnChunk &k :
+         cuda_attention_cp::cudnn_chunks(c, bf16))
+      ps.push_back(k.problem);
+  };
+  for (test::CpCase cs : test::cp_cases_cudnn())
+    for (cs.g = 0; cs.g < cs.G; ++cs.g)
+      chunks(test::CpSetup(cs).c, cs.store == test::CpStore::bf16);
+  kernels::AttnCp c;
+  c.a = {1, 32768, 16, 4, 128, 1.0f / std::sqrt(128.0f)};
+  c.S = 131072;
+  for (int64_t g = 0; g < 4; ++g) {
+    c.part = {g, 4};
+    chunks(c, true);
+  }
+  return ps;
+}
+
+/// In the child: every suite problem's graphs through the frontend's
+/// checks for Hopper (sm 90) and Ampere (sm 80); prints each failure and
+/// exits with their count.
+[[noreturn]] void validate_suite() {
+  int bad = 0, n = 0;
+  for (int sm : {90, 80})
+    for (const cudnn::Sdpa &p : suite_problems()) {
+      ++n;
+      std::string why = cudnn::validate(p, true, sm);
+      if (!why.empty()) {
+        std::fprintf(stderr, "sm %d: %s\n", sm, why.c_str());
+        ++bad;
+      }
+    }
+  std::fprintf(stderr, "%d problems checked against cuDNN %zu's rules\n", n,
+               cudnn::library_version());
+  std::exit(bad);
+}
+
+/// In the child: a backward whose log-sum-exp is strided (each head's rows
+/// 8 floats apart more than packed), which cuDNN before 9.26 reads wrong:
+/// the frontend refuses it, and validate() says so.
+[[noreturn]] void validate_strided_stats() {
+  kernels::AttnShape a{2, 64, 4, 2, 64, 0.125f};
+  cudnn::Sdpa p = cudnn::Sdpa::whole(a, true);
+  p.stats_head = p.sq + 8;
+  std::fprintf(stderr, "%zu: %s\n", cudnn::library_version(),
+               cudnn::validate(p, true, 90).c_str());
+  std::exit(0);
+}
+
+// Whether the graphs the suite will build pass the frontend's checks can
+// be known here, without a GPU: a mistake in their dims, strides or
+// masks shows before a device session is spent on it.
+TEST(AttentionCudnnGraphs, TheSuitesProblemsPassTheFrontendsChecks) {
+  EXPECT_EXIT(validate_suite(), ::testing::ExitedWithCode(0),
+              "problems checked against cuDNN 9[0-9]+'s rules");
+}
+
+TEST(AttentionCudnnGraphs, AStridedLogSumExpIsRefusedBefore926) {
+  EXPECT_EXIT(
+      validate_strided_stats(), ::testing::ExitedWithCode(0),
+      "(9[01][0-9]{3}|92[0-5][0-9]{2}): the deterministic backward of bf16 B 2 "
+      "S 64 H 4 KV 2 D 64: .*packed BHSD|(92[6-9][0-9]{2}|9[3-9][0-9]{3}): "
+      "$");
 }
 
 TEST_F(AttentionCudnn, CpAttentionDropoutIsFatalWhenRequired) {
