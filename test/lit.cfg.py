@@ -43,6 +43,11 @@ config.substitutions.append(("%python", "/usr/bin/python3"))
 config.substitutions.append(("%scripts", os.path.join(config.planc_src_root, "test", "e2e")))
 if config.cuda_enabled:
     config.available_features.add("cuda")
+    # A GPU this machine can run on (none on the development machines).
+    import shutil, subprocess
+    smi = shutil.which("nvidia-smi")
+    if smi and subprocess.run([smi, "-L"], capture_output=True).returncode == 0:
+        config.available_features.add("gpu")
     # A generated program's CUDA C++ compiled (not linked) with nvcc's and
     # the host compiler's warnings as errors, as planc compiles it.
     includes = [os.path.join(config.planc_src_root, "runtime", "include")]

@@ -60,6 +60,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <string>
 #include <set>
 #include <tuple>
 #include <type_traits>
@@ -351,9 +352,31 @@ void init(Context *ctx) {
   CudaState *s = new CudaState;
   ctx->backend = s;
   int count = 0;
-  CUDA_CHECK(cudaGetDeviceCount(&count));
-  if (count == 0)
-    fatal("no CUDA device is visible");
+  const cudaError_t found = cudaGetDeviceCount(&count);
+  if (found == cudaErrorInsufficientDriver) {
+    // No driver at all (a machine without a GPU) or one older than the
+    // runtime this program was built with: say which, and what to do.
+    int driver = 0;
+    cudaDriverGetVersion(&driver);
+    std::string has =
+        driver == 0 ? "no NVIDIA driver is loaded here"
+                    : "the NVIDIA driver here supports CUDA up to " +
+                          std::to_string(driver / 1000) + "." +
+                          std::to_string(driver % 1000 / 10);
+    fatal("no usable GPU: %s, and this program was built with CUDA %d.%d, "
+          "which needs a driver for CUDA %d or newer. Run it on a GPU node "
+          "(nvidia-smi lists its GPUs and driver), or compile the plan for "
+          "CPU ranks with planc --target=host",
+          has.c_str(), CUDART_VERSION / 1000, CUDART_VERSION % 1000 / 10,
+          CUDART_VERSION / 1000);
+  }
+  if (found == cudaErrorNoDevice || (found == cudaSuccess && count == 0)) {
+    const char *visible = std::getenv("CUDA_VISIBLE_DEVICES");
+    fatal("no CUDA device is visible%s%s%s; nvidia-smi lists the node's GPUs",
+          visible ? " (CUDA_VISIBLE_DEVICES=" : "", visible ? visible : "",
+          visible ? ")" : "");
+  }
+  CUDA_CHECK(found);
   int local = mpi_local_rank(ctx);
   if (local >= count)
     fatal("rank %d is rank %d on its node but only %d CUDA device(s) are "
