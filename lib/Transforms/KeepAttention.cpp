@@ -227,7 +227,13 @@ void keepCpForCudnn(func::FuncOp step) {
         bwd = g;
     auto qkv = cast<MemRefType>(fwd.getQkv().getType());
     Value out = fwd.getOut();
+    // The runtime's backward reads what the forward kept where cuDNN runs
+    // it with its own kv: the gathered keys' buffers must be alike (whole
+    // buffers of one type, aligned as the forward's test wants).
+    auto wholeBuffer = [](Value v) { return v.getDefiningOp<rk::AllocOp>(); };
     if (!bwd || fwd.getLse() || out.getType() != bwd.getGrad().getType() ||
+        fwd.getKv().getType() != bwd.getKv().getType() ||
+        !wholeBuffer(fwd.getKv()) || !wholeBuffer(bwd.getKv()) ||
         cast<MemRefType>(out.getType()).getElementType() !=
             qkv.getElementType() ||
         rk::viewRoot(bwd.getOut()) == rk::viewRoot(out) ||

@@ -142,8 +142,10 @@ func.func @plan_step() {
 
 // -----
 
-// Attention dropout, fp32 (both the tiles), or the output written between
-// the two: nothing kept.
+// Attention dropout, fp32 (both the tiles), the output written between the
+// two, or keys and values in a view of another buffer (the runtime's
+// backward could not tell whether the forward ran cuDNN on them): nothing
+// kept.
 func.func @plan_step() {
   %qkv = rank.alloc : memref<2x8x128xbf16>
   %kv = rank.alloc : memref<2x16x64xbf16>
@@ -169,6 +171,16 @@ func.func @plan_step() {
   %dqkv3 = rank.alloc : memref<2x8x128xbf16>
   %dkv3 = rank.alloc : memref<2x16x64xf32>
   rank.attention_cp_grad %qkv3, %kv, %dout into %dqkv3, %dkv3 over "cp" {num_heads = 4 : i64, num_kv_heads = 2 : i64} : memref<2x8x128xbf16>, memref<2x16x64xbf16>, memref<2x8x64xbf16> -> memref<2x8x128xbf16>, memref<2x16x64xf32>
+  %qkv4 = rank.alloc : memref<2x8x128xbf16>
+  %kvbig = rank.alloc : memref<2x1024xbf16>
+  %kv4 = rank.view %kvbig : memref<2x1024xbf16> -> memref<2x16x64xbf16>
+  %out4 = rank.alloc : memref<2x8x64xbf16>
+  rank.attention_cp %qkv4, %kv4 into %out4 over "cp" {num_heads = 4 : i64, num_kv_heads = 2 : i64} : memref<2x8x128xbf16>, memref<2x16x64xbf16> -> memref<2x8x64xbf16>
+  %w4 = rank.alloc : memref<2x8x64xbf16>
+  rank.scale %out4 into %w4 {factor = 2.0 : f32} : memref<2x8x64xbf16> -> memref<2x8x64xbf16>
+  %dqkv4 = rank.alloc : memref<2x8x128xbf16>
+  %dkv4 = rank.alloc : memref<2x16x64xf32>
+  rank.attention_cp_grad %qkv4, %kv4, %dout into %dqkv4, %dkv4 over "cp" {num_heads = 4 : i64, num_kv_heads = 2 : i64} : memref<2x8x128xbf16>, memref<2x16x64xbf16>, memref<2x8x64xbf16> -> memref<2x8x128xbf16>, memref<2x16x64xf32>
   return
 }
 // CHECK-LABEL: func.func @plan_step

@@ -743,7 +743,7 @@ TEST_F(MixedPrecisionTest, CpAttentionKeptForCudnnIsAttentionCpOnTheHost) {
          *out = make({2, 8, 64});
   EXPECT_DEATH(attention_cp_lse(ctx, qkv, kv, out, make({2, 4, 7}), 4, 2, -1),
                "attention_cp_lse: lse \\[2, 4, 7\\] must hold 64 floats \\(the "
-               "log-sum-exps of the rank's two chunks of B 2 x H 4 x 4 rows, "
+               "log-sum-exps of the rank's 8 rows, B 2 x H 4, by chunk, "
                "each packed and 16-byte aligned\\)");
   EXPECT_DEATH(attention_cp_grad_lse(ctx, qkv, kv, out, make({2, 8, 128}),
                                      make({2, 8, 64}), make({2, 8, 32}),
