@@ -166,42 +166,56 @@ bool ulyssesOutput(Value out, Operation *fwd) {
   });
 }
 
+/// Whether cuDNN's backward `bwd` may read the output and log-sum-exp of
+/// its forward `fwd` (a 16-bit attention without dropout cuDNN may run):
+/// the output has the gradient's type, nothing between the two writes it,
+/// and it is alive in the backward anyway (read there, as the output
+/// projection's weight gradient does, or recomputed beside it), or is
+/// Ulysses' heads-split output (`ulysses`: one more output per layer).
+template <class Fwd, class Bwd>
+bool cudnnMayKeep(Fwd fwd, Bwd bwd, bool ulysses) {
+  auto qkv = cast<MemRefType>(fwd.getQkv().getType());
+  Value out = fwd.getOut();
+  if (out.getType() != bwd.getGrad().getType() ||
+      cast<MemRefType>(out.getType()).getElementType() !=
+          qkv.getElementType() ||
+      rk::viewRoot(bwd.getOut()) == rk::viewRoot(out) ||
+      writtenBetween(fwd, bwd, out) ||
+      !(readInBackward(bwd, bwd.getGrad(), out) || sameLayer(fwd, bwd) ||
+        (ulysses && ulyssesOutput(out, fwd))))
+    return false;
+  int64_t d = qkv.getDimSize(2) / (fwd.getNumHeads() + 2 * fwd.getNumKvHeads());
+  return planrt::workspace::outside::cudnn_attention(
+      !qkv.getElementType().isF32(), fwd.getDropout().convertToFloat() > 0, d);
+}
+
+/// A new f32 buffer of `shape` before `fwd`, in its pipeline stage.
+Value allocBefore(Operation *fwd, ArrayRef<int64_t> shape) {
+  OpBuilder builder(fwd);
+  auto alloc = rk::AllocOp::create(
+      builder, fwd->getLoc(), MemRefType::get(shape, builder.getF32Type()));
+  if (auto st = fwd->getAttr(rk::kRankStageAttr))
+    alloc->setAttr(rk::kRankStageAttr, st);
+  return alloc.getResult();
+}
+
 /// The cuda target: a 16-bit attention without dropout that cuDNN may run
 /// (planrt/workspace.h outside::cudnn_attention) keeps each row's
 /// log-sum-exp [B, H, S] for its backward, which also reads the forward's
-/// output (alive until the output projection's weight gradient anyway,
-/// recomputed beside it, or Ulysses' heads-split output), so cuDNN's
-/// backward does not run the forward again. Not when anything between the
-/// two writes that output.
+/// output (cudnnMayKeep), so cuDNN's backward does not run the forward
+/// again.
 void keepForCudnn(func::FuncOp step) {
   SmallVector<rk::AttentionOp> forwards;
   step.walk([&](rk::AttentionOp a) { forwards.push_back(a); });
   for (rk::AttentionOp fwd : forwards) {
     rk::AttentionGradOp bwd = backwardOf(fwd);
+    if (!bwd || !cudnnMayKeep(fwd, bwd, /*ulysses=*/true))
+      continue;
     auto qkv = cast<MemRefType>(fwd.getQkv().getType());
-    Value out = fwd.getOut();
-    if (!bwd || out.getType() != bwd.getGrad().getType() ||
-        cast<MemRefType>(out.getType()).getElementType() !=
-            qkv.getElementType() ||
-        rk::viewRoot(bwd.getOut()) == rk::viewRoot(out) ||
-        writtenBetween(fwd, bwd, out) ||
-        !(readInBackward(bwd, bwd.getGrad(), out) || sameLayer(fwd, bwd) ||
-          ulyssesOutput(out, fwd)))
-      continue;
-    int64_t b = qkv.getDimSize(0), s = qkv.getDimSize(1), h = fwd.getNumHeads();
-    int64_t d = qkv.getDimSize(2) / (h + 2 * fwd.getNumKvHeads());
-    if (!planrt::workspace::outside::cudnn_attention(
-            !qkv.getElementType().isF32(),
-            fwd.getDropout().convertToFloat() > 0, d))
-      continue;
-    OpBuilder builder(fwd);
-    auto lse =
-        rk::AllocOp::create(builder, fwd.getLoc(),
-                            MemRefType::get({b, h, s}, builder.getF32Type()));
-    if (auto st = fwd->getAttr(rk::kRankStageAttr))
-      lse->setAttr(rk::kRankStageAttr, st);
-    rebuild<rk::AttentionLseOp>(fwd, fwd.getQkv(), out, lse.getResult());
-    rebuild<rk::AttentionGradLseOp>(bwd, bwd.getQkv(), out, lse.getResult(),
+    Value lse = allocBefore(fwd, {qkv.getDimSize(0), (int64_t)fwd.getNumHeads(),
+                                  qkv.getDimSize(1)});
+    rebuild<rk::AttentionLseOp>(fwd, fwd.getQkv(), fwd.getOut(), lse);
+    rebuild<rk::AttentionGradLseOp>(bwd, bwd.getQkv(), fwd.getOut(), lse,
                                     bwd.getGrad(), bwd.getOut());
     fwd.erase();
     bwd.erase();
@@ -216,6 +230,10 @@ void keepForCudnn(func::FuncOp step) {
 void keepCpForCudnn(func::FuncOp step) {
   SmallVector<rk::AttentionCpOp> forwards;
   step.walk([&](rk::AttentionCpOp a) { forwards.push_back(a); });
+  // The runtime's backward reads what the forward kept where cuDNN runs
+  // it with its own kv: the gathered keys' buffers must be alike (whole
+  // buffers of one type, aligned as the forward's test wants).
+  auto wholeBuffer = [](Value v) { return v.getDefiningOp<rk::AllocOp>(); };
   for (rk::AttentionCpOp fwd : forwards) {
     rk::AttentionCpGradOp bwd;
     for (Operation *user : fwd.getQkv().getUsers())
@@ -225,38 +243,18 @@ void keepCpForCudnn(func::FuncOp step) {
           g.getNumKvHeads() == fwd.getNumKvHeads() &&
           g.getAxis() == fwd.getAxis() && fwd->isBeforeInBlock(g))
         bwd = g;
-    auto qkv = cast<MemRefType>(fwd.getQkv().getType());
-    Value out = fwd.getOut();
-    // The runtime's backward reads what the forward kept where cuDNN runs
-    // it with its own kv: the gathered keys' buffers must be alike (whole
-    // buffers of one type, aligned as the forward's test wants).
-    auto wholeBuffer = [](Value v) { return v.getDefiningOp<rk::AllocOp>(); };
-    if (!bwd || fwd.getLse() || out.getType() != bwd.getGrad().getType() ||
+    if (!bwd || fwd.getLse() ||
         fwd.getKv().getType() != bwd.getKv().getType() ||
         !wholeBuffer(fwd.getKv()) || !wholeBuffer(bwd.getKv()) ||
-        cast<MemRefType>(out.getType()).getElementType() !=
-            qkv.getElementType() ||
-        rk::viewRoot(bwd.getOut()) == rk::viewRoot(out) ||
-        writtenBetween(fwd, bwd, out) ||
-        !(readInBackward(bwd, bwd.getGrad(), out) || sameLayer(fwd, bwd)))
+        !cudnnMayKeep(fwd, bwd, /*ulysses=*/false))
       continue;
-    int64_t b = qkv.getDimSize(0), l = qkv.getDimSize(1), h = fwd.getNumHeads();
-    int64_t d = qkv.getDimSize(2) / (h + 2 * fwd.getNumKvHeads());
-    if (!planrt::workspace::outside::cudnn_attention(
-            !qkv.getElementType().isF32(),
-            fwd.getDropout().convertToFloat() > 0, d))
-      continue;
-    OpBuilder builder(fwd);
-    auto lse = rk::AllocOp::create(
-        builder, fwd.getLoc(),
-        MemRefType::get(
-            {planrt::workspace::outside::cudnn_cp_lse_floats(b, h, l)},
-            builder.getF32Type()));
-    if (auto st = fwd->getAttr(rk::kRankStageAttr))
-      lse->setAttr(rk::kRankStageAttr, st);
-    fwd.getLseMutable().assign(lse.getResult());
-    bwd.getFwdOutMutable().assign(out);
-    bwd.getLseMutable().assign(lse.getResult());
+    auto qkv = cast<MemRefType>(fwd.getQkv().getType());
+    Value lse = allocBefore(
+        fwd, {planrt::workspace::outside::cudnn_cp_lse_floats(
+                 qkv.getDimSize(0), fwd.getNumHeads(), qkv.getDimSize(1))});
+    fwd.getLseMutable().assign(lse);
+    bwd.getFwdOutMutable().assign(fwd.getOut());
+    bwd.getLseMutable().assign(lse);
   }
 }
 } // namespace

@@ -60,8 +60,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
-#include <string>
 #include <set>
+#include <string>
 #include <tuple>
 #include <type_traits>
 #include <vector>
@@ -358,11 +358,11 @@ void init(Context *ctx) {
     // runtime this program was built with: say which, and what to do.
     int driver = 0;
     cudaDriverGetVersion(&driver);
-    std::string has =
-        driver == 0 ? "no NVIDIA driver is loaded here"
-                    : "the NVIDIA driver here supports CUDA up to " +
-                          std::to_string(driver / 1000) + "." +
-                          std::to_string(driver % 1000 / 10);
+    std::string has = driver == 0
+                          ? "no NVIDIA driver is loaded here"
+                          : "the NVIDIA driver here supports CUDA up to " +
+                                std::to_string(driver / 1000) + "." +
+                                std::to_string(driver % 1000 / 10);
     fatal("no usable GPU: %s, and this program was built with CUDA %d.%d, "
           "which needs a driver for CUDA %d or newer. Run it on a GPU node "
           "(nvidia-smi lists its GPUs and driver), or compile the plan for "
