@@ -345,15 +345,14 @@ bool cudnn_backward(cudaStream_t s, const AttnCp &c, const T *qkv, const T *kv,
     // with statistics is part of this one's.
     const bool kept =
         fwd_out && fwd_lse && aligned16(fwd_out) && lse_aligned(c, cs, fwd_lse);
-    T *o = nullptr;
-    float *lse = nullptr;
-    if (!kept) {
-      o = static_cast<T *>(
-          cudnn::scratch(cudnn::Scratch::Out,
-                         (size_t)out::cudnn_recomputed(a.B, a.H, a.S, a.D)));
-      lse = static_cast<float *>(cudnn::scratch(
-          cudnn::Scratch::Lse, (size_t)out::cudnn_cp_lse(a.B, a.H, a.S)));
-    }
+    T *o = kept ? const_cast<T *>(fwd_out)
+                : static_cast<T *>(cudnn::scratch(
+                      cudnn::Scratch::Out,
+                      (size_t)out::cudnn_recomputed(a.B, a.H, a.S, a.D)));
+    float *lse = kept ? const_cast<float *>(fwd_lse)
+                      : static_cast<float *>(cudnn::scratch(
+                            cudnn::Scratch::Lse,
+                            (size_t)out::cudnn_cp_lse(a.B, a.H, a.S)));
     T *part = static_cast<T *>(cudnn::scratch(
         cudnn::Scratch::Dkv, (size_t)out::cudnn_cp_dkv(a.B, c.S, a.KV, a.D)));
     cuda_check::call(
@@ -361,10 +360,8 @@ bool cudnn_backward(cudaStream_t s, const AttnCp &c, const T *qkv, const T *kv,
                         (size_t)(a.B * c.S * c.kvWidth()) * sizeof(float), s),
         "cudaMemsetAsync (context parallelism's dk, dv)");
     for (const CudnnChunk &k : cs) {
-      const int64_t at = out::cudnn_cp_lse_at(a.B, a.H, k.row0);
-      cudnn::SdpaIo io =
-          chunk_io(c, k, qkv, kv, kept ? const_cast<T *>(fwd_out) : o);
-      io.stats = kept ? const_cast<float *>(fwd_lse) + at : lse + at;
+      cudnn::SdpaIo io = chunk_io(c, k, qkv, kv, o);
+      io.stats = lse + out::cudnn_cp_lse_at(a.B, a.H, k.row0);
       if (!kept)
         cudnn::forward(s, k.problem, io);
       io.dout = dout + k.row0 * a.H * a.D;

@@ -186,10 +186,10 @@ std::string shape_text(const Sdpa &p) {
          " D " + std::to_string(p.D);
 }
 
-/// Opens libcudnn.so.9 (or PLANRT_CUDNN_LIBRARY) for the frontend, once,
-/// and reads its version; "" or why cuDNN cannot run. Needs no GPU.
-std::string open_library(size_t &version) {
-  static std::string why = [] {
+/// Opens libcudnn.so.9 (or PLANRT_CUDNN_LIBRARY) for the frontend, once;
+/// "" or why cuDNN cannot run. Needs no GPU.
+const std::string &open_library() {
+  static const std::string why = [] {
     // The frontend's few CUDA runtime calls go through a libcudart it opens
     // itself: the one of this program's CUDA major (user's choice first).
     std::string cudart =
@@ -219,7 +219,6 @@ std::string open_library(size_t &version) {
     }
     return std::string();
   }();
-  version = why.empty() ? fe::detail::get_backend_version() : 0;
   return why;
 }
 
@@ -240,15 +239,14 @@ bool load() {
       fatal("PLANRT_ATTENTION=cudnn, but %s", why.c_str());
     return false;
   };
-  size_t version = 0;
-  std::string why = open_library(version);
-  if (!why.empty())
-    return off(why);
+  if (!open_library().empty())
+    return off(open_library());
   try {
     cudnnStatus_t st = fe::detail::create_handle(&s.handle);
     if (st != CUDNN_STATUS_SUCCESS)
       return off("cudnnCreate failed (status " + std::to_string((int)st) + ")");
-    s.status = "16-bit attention runs cuDNN " + std::to_string(version) +
+    s.status = "16-bit attention runs cuDNN " +
+               std::to_string(fe::detail::get_backend_version()) +
                "'s flash attention (built against " +
                std::to_string(CUDNN_VERSION) + ")";
   } catch (const std::exception &e) {
@@ -491,10 +489,8 @@ void backward(cudaStream_t s, const Sdpa &p, const SdpaIo &io) {
 }
 
 std::string validate(const Sdpa &p, bool backward, int sm_version) {
-  size_t version = 0;
-  std::string why = open_library(version);
-  if (!why.empty())
-    return why;
+  if (!open_library().empty())
+    return open_library();
   struct Part {
     Kind kind;
     bool deterministic;
@@ -523,9 +519,7 @@ std::string validate(const Sdpa &p, bool backward, int sm_version) {
 }
 
 size_t library_version() {
-  size_t version = 0;
-  open_library(version);
-  return version;
+  return open_library().empty() ? fe::detail::get_backend_version() : 0;
 }
 
 void *scratch(Scratch which, size_t bytes) {
