@@ -114,10 +114,13 @@ program tiny-gpt-long-bf16-tiles 45 env PLANRT_ATTENTION=tiles bin/tiny-gpt-long
 # cases of test/runtime/cuda/cp_attention_cases.h).
 step cp-tiles 30 bin/cp-tiles
 # all_gather's 16-bit attention whole on cuDNN (two chunks of queries over
-# key prefixes, the mask aligned to the last key) against the same functors;
-# PLANRT_ATTENTION=cudnn: a case cuDNN declines fails, saying why.
-step cp-cudnn 45 env PLANRT_ATTENTION=cudnn bin/cp-tiles --cudnn
-# Their speed on a 32k-token sequence (cp 4): cuDNN against the tiles.
+# key prefixes, the mask aligned to the last key), then ring's blocks on
+# cuDNN (a chunk or two of queries over a block, merged by log-sum-exp),
+# against the same functors; PLANRT_ATTENTION=cudnn: a case cuDNN declines
+# fails, saying why.
+step cp-cudnn 60 env PLANRT_ATTENTION=cudnn bin/cp-tiles --cudnn
+# Their speed on a 32k-token sequence (cp 4): cuDNN against the tiles, and
+# ring's blocks on cuDNN against all_gather's.
 step cp-speed 45 env PLANRT_ATTENTION=cudnn bin/cp-tiles --speed
 # 2. compute-sanitizer over tiny-gpt: memcheck (2 steps), racecheck (1);
 # and over three cases of the cp tiles (5: fp32 ring at head dim 128; 10:

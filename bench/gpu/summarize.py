@@ -202,7 +202,7 @@ def cp_tiles(name, kind, what, tolerance):
 
 guarded(cp_tiles, "cp-tiles", "tiles", "cp attention tiles (all_gather, ring)",
         "<= 1 (fp32 1e-5; bf16 5e-3, fp16 1e-3)")
-guarded(cp_tiles, "cp-cudnn", "cudnn", "cp all_gather attention on cuDNN",
+guarded(cp_tiles, "cp-cudnn", "cudnn", "cp all_gather and ring attention on cuDNN",
         "<= 1 (bf16 2e-2, fp16 3e-3)")
 for tool, run in (("memcheck", "tiny-gpt fp32, 2 steps"),
                   ("racecheck", "tiny-gpt fp32, 1 step"),

@@ -207,12 +207,14 @@ std::optional<MoeExpertsView> moeExpertsView(Operation *op) {
 
 /// Whether the cuda target's planrt may run `op` on cuDNN's SDPA
 /// (planrt/workspace.h outside::cudnn_attention: 16 bits, no dropout, a head
-/// size cuDNN takes): one GPU's attentions and context parallelism's
-/// all_gather (two chunks of queries over key prefixes), not its ring.
+/// size cuDNN takes): one GPU's attentions, and context parallelism's
+/// all_gather (two chunks of queries over key prefixes) and ring (a chunk
+/// or two of queries a block).
 static bool mayRunCudnn(Operation *op) {
   if (!isa<rk::AttentionOp, rk::AttentionGradOp, rk::AttentionKeepOp,
            rk::AttentionGradKeptOp, rk::AttentionLseOp, rk::AttentionGradLseOp,
-           rk::AttentionCpOp, rk::AttentionCpGradOp>(op))
+           rk::AttentionCpOp, rk::AttentionCpGradOp, rk::AttentionRingOp,
+           rk::AttentionRingGradOp>(op))
     return false;
   auto qkv = cast<MemRefType>(op->getOperand(0).getType());
   int64_t h = op->getAttrOfType<IntegerAttr>("num_heads").getInt();
@@ -374,6 +376,44 @@ struct OpCoster {
           c.time += tm.flashAttentionTime(bh, sq, sk, d, true) + launch +
                     tm.memoryTime(dkv * (4 + 2 * (2 + 8)));
         }
+        return c;
+      }
+      // ring's blocks on cuDNN (attention_cp.cu cudnn_ring_chunks): per
+      // rank G + 1 calls over at most its L rows of keys, the slowest
+      // rank's costed. Its two chunks causal over its own block (the second
+      // over all L keys: three quarters seen), then a call a block without
+      // a mask (one chunk over the block, or both over its first chunk);
+      // each forward's output merged into f32 running statistics. The
+      // gradient runs that ring again, then each call's backward from the
+      // ring's output and final log-sum-exps, adding its 16-bit dq and dk,
+      // dv into f32 sums. The shifts overlap as with the tiles (below).
+      if (cuda && ring && mayRunCudnn(op)) {
+        double G = double(group(ringAxis)), half = sq / 2;
+        double launch = tm.c.k.kernelLaunchS;
+        auto pass = [&](bool backward) {
+          auto call = [&](double q, double k, double seen) {
+            double t = tm.flashAttentionTime(bh, q, k, d, backward, seen) +
+                       launch + tm.memoryTime(bh * q * d * (4 + 4 + 2));
+            if (backward) // the log-sum-exps, and dk, dv added up
+              t += 2 * launch + tm.memoryTime(bh * q * 8) +
+                   tm.memoryTime(b * k * 2 * double(kv) * d * (4 + 4 + 2));
+            return t;
+          };
+          if (G <= 1)
+            return call(sq, sq, 0.5);
+          return call(half, half, 0.5) + call(half, sq, 0.75) +
+                 (G - 1) * std::max(call(sq, half, 1), call(half, sq, 1));
+        };
+        double block = b * sq * 2 * double(kv) * d;
+        double shift = tm.p2pTime(block * actBytes, link(ringAxis));
+        double forward = std::max(pass(false), (G - 1) * shift);
+        if (isa<rk::AttentionRingOp>(op)) {
+          c.time = forward;
+          return c;
+        }
+        c.flops = 3 * c.flops;
+        double back = tm.p2pTime(block * 4, link(ringAxis));
+        c.time = forward + std::max(pass(true), (G - 1) * shift + G * back);
         return c;
       }
       // Context parallelism's all_gather and ring attentions on cuda:
@@ -677,7 +717,8 @@ FailureOr<StepReport> planc::computeStepReport(ModuleOp module,
       int64_t b = qkv.getDimSize(0), s = qkv.getDimSize(1);
       int64_t d = qkv.getDimSize(2) / (h + 2 * kv);
       bool backward = isa<rk::AttentionGradOp, rk::AttentionGradKeptOp,
-                          rk::AttentionGradLseOp, rk::AttentionCpGradOp>(op);
+                          rk::AttentionGradLseOp, rk::AttentionCpGradOp,
+                          rk::AttentionRingGradOp>(op);
       // cp's all_gather: its chunks' queries are fewer than its rows (the
       // rows' count bounds them); its gradient's dk, dv before they are
       // added up span the gathered keys.
@@ -688,6 +729,22 @@ FailureOr<StepReport> planc::computeStepReport(ModuleOp module,
             out::cudnn_cp_dkv(
                 b, cast<MemRefType>(op->getOperand(1).getType()).getDimSize(1),
                 kv, d));
+      // ring's blocks (the rank's s rows of queries and of keys): a
+      // chunk's output and log-sum-exp before the forward merges them, the
+      // output and final log-sum-exps the gradient's blocks read, and a
+      // block's 16-bit dk, dv before they are added up.
+      if (isa<rk::AttentionRingOp, rk::AttentionRingGradOp>(op)) {
+        recomputed = std::max(recomputed, out::cudnn_recomputed(b, h, s, d));
+        lse = std::max(lse, out::cudnn_lse(b, h, s));
+        if (backward)
+          cpDkv = std::max(cpDkv, out::cudnn_cp_dkv(b, s, kv, d));
+        if (r.cudnnAttention.empty() || r.cudnnAttention == "forward only")
+          r.cudnnAttention = llvm::formatv("ring's blocks of B {0}, S {1}, "
+                                           "{2} heads of {3}",
+                                           b, s, h, d)
+                                 .str();
+        return;
+      }
       // The kept pairs (plan-keep-attention) write and read the plan's
       // log-sum-exp and output: no buffers of cuDNN's own for them.
       auto cpGrad = dyn_cast<rk::AttentionCpGradOp>(op);

@@ -63,12 +63,13 @@ double TimeModel::gemmTime(double m, double n, double k, double batch,
 }
 
 double TimeModel::flashAttentionTime(double batch, double sq, double sk,
-                                     double d, bool backward) const {
+                                     double d, bool backward,
+                                     double seen) const {
   if (batch <= 0 || sq <= 0 || sk <= 0 || d <= 0)
     return c.k.kernelLaunchS;
   // Causal: a query sees the keys up to its own position, half of them on
   // average (this rank's queries over every rank's keys, likewise).
-  double forward = 4.0 * batch * sq * sk * d / 2.0;
+  double forward = 4.0 * batch * sq * sk * d * seen;
   double flops = backward ? 2.5 * forward : forward;
   double fraction =
       backward ? c.k.flashBackwardFraction : c.k.flashForwardFraction;

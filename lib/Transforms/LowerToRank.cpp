@@ -2,7 +2,6 @@
 #include "OpFlops.h"
 #include "ShardingAnalysis.h"
 #include "planc/Transforms/Passes.h"
-#include "planrt/workspace.h"
 
 #include "llvm/ADT/ScopeExit.h"
 #include "llvm/ADT/TypeSwitch.h"
@@ -32,63 +31,8 @@ struct AttnDropoutAttrs {
   }
 };
 
-namespace {
-/// Which kernels a cuda plan's attention could run: cuDNN's flash attention
-/// (16 bits, no dropout, a head dim it takes), else planrt's tiles (its
-/// head dim has them), else the reference loops. One GPU's attention
-/// (all_to_all's) and cp's all_gather run the same of them; ring never
-/// runs cuDNN.
-struct CudaAttentionKernels {
-  int64_t headDim;
-  bool tiled, cudnn;
-};
-} // namespace
-
-static CudaAttentionKernels cudaAttentionKernels(Value qkv, int64_t heads,
-                                                 int64_t kvHeads,
-                                                 FloatAttr dropout) {
-  auto type = cast<ShapedType>(qkv.getType());
-  int64_t d = type.getDimSize(2) / (heads + 2 * kvHeads);
-  bool sixteen =
-      type.getElementType().isBF16() || type.getElementType().isF16();
-  bool dropping = dropout && dropout.getValueAsDouble() > 0;
-  return {d, planrt::workspace::outside::tiled_attention(d),
-          planrt::workspace::outside::cudnn_attention(sixteen, dropping, d)};
-}
-
-/// On the cuda target, warns where context parallelism's ring attention
-/// runs slower than all_gather's and all_to_all's would: a 16-bit plan
-/// cuDNN runs elsewhere, attended with planrt's tiles (or, for a head dim
-/// without tiles, its reference loops: one GPU thread per query row).
-/// Returns whether it warned.
-static bool warnCpKernel(plan::AttentionOp a, llvm::StringRef how,
-                         int64_t heads, int64_t kvHeads, int64_t G,
-                         FloatAttr dropout) {
-  CudaAttentionKernels k = cudaAttentionKernels(a.getQkv(), a.getNumHeads(),
-                                                a.getNumKvHeads(), dropout);
-  if (how != "ring" || !k.cudnn)
-    return false;
-  InFlightDiagnostic w = a.emitWarning();
-  w << "on the cuda target, cp_comm = ring attends with ";
-  if (!k.tiled)
-    w << "planrt's reference loops (one GPU thread per query row: no tiles "
-         "for head dim "
-      << k.headDim << "; 16, 32, 64 and 128 have them)";
-  else
-    w << "planrt's tiles";
-  w << ", several times slower than cuDNN's flash attention, which runs "
-       "this 16-bit attention with cp_comm = all_gather";
-  if (heads % G == 0 && kvHeads % G == 0)
-    w << " or all_to_all";
-  w << " (ring holds one rank's keys and values at a time: pick it only "
-       "where the gathered ones do not fit)";
-  return true;
-}
-
 struct LowerToRankPass : public planc::impl::LowerToRankBase<LowerToRankPass> {
   using LowerToRankBase::LowerToRankBase;
-  /// The cuda target's warning about cp's slower attention, once.
-  bool warnedCpKernel = false;
   void runOnOperation() override;
 
   /// This rank's buffer type for `v`, or failure (with an error) if a split
@@ -1604,9 +1548,6 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
               }
               int64_t G = mesh.getAxisSize(cp.getValue());
               std::string how = cpExchange(h.getInt(), kv.getInt(), G);
-              if (target == "cuda" && how == "ring" && !warnedCpKernel)
-                warnedCpKernel =
-                    warnCpKernel(a, how, h.getInt(), kv.getInt(), G, z.p);
               if (how == "ring") {
                 z.create<rk::AttentionRingOp>(b, loc, in(0), out, h, kv, cp);
                 return true;

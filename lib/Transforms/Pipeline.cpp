@@ -31,10 +31,7 @@ const Stage kStages[] = {
     {"plan-rematerialize", plain<planc::createRematerialize>},
     {"plan-expand-reshards", plain<planc::createExpandReshards>},
     {"plan-partition-stages", plain<planc::createPartitionStages>},
-    {"plan-lower-to-rank",
-     [](const planc::PipelineOptions &o) {
-       return planc::createLowerToRank({o.target});
-     }},
+    {"plan-lower-to-rank", plain<planc::createLowerToRank>},
     {"plan-shard-in-place", plain<planc::createShardInPlace>},
     {"plan-route-experts", plain<planc::createRouteExperts>},
     {"plan-keep-attention",

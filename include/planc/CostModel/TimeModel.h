@@ -99,11 +99,12 @@ struct TimeModel {
                   double elemBytes) const;
   /// A fused causal attention (cuDNN's SDPA) over `batch` heads of `sq`
   /// queries and `sk` keys of head size `d`: the forward's two products over
-  /// the unmasked half of the scores, or the backward's five (it computes
-  /// the scores again), at flash*Fraction of the 16-bit peak scaled by
-  /// sk / (sk + flashKeys0), plus a launch. No score matrix in memory.
+  /// the unmasked half of the scores (the fraction `seen` of them: 1 for an
+  /// attention without a mask), or the backward's five (it computes the
+  /// scores again), at flash*Fraction of the 16-bit peak scaled by sk / (sk
+  /// + flashKeys0), plus a launch. No score matrix in memory.
   double flashAttentionTime(double batch, double sq, double sk, double d,
-                            bool backward) const;
+                            bool backward, double seen = 0.5) const;
   /// planrt's attention tiles over the same problem: the causal forward's
   /// two products, or the backward's nine (grad_q: the scores and dP in
   /// each of its two passes, then dQ; grad_kv: the scores, dP, dV and dK;

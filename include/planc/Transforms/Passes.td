@@ -199,14 +199,9 @@ def LowerToRank : Pass<"plan-lower-to-rank", "mlir::ModuleOp"> {
 
     Context parallelism without `cp_comm`: all-to-all where `cp` divides
     the heads and it moves fewer bytes than gathering the keys and values,
-    on every target (on cuda both run cuDNN for a 16-bit attention without
-    dropout). A 16-bit ring on cuda warns: it runs planrt's tiles where the
-    others run cuDNN.
+    on every target (on cuda all three exchanges run cuDNN for a 16-bit
+    attention without dropout).
   }];
-  let options = [
-    Option<"target", "target", "std::string", "\"host\"",
-           "host or cuda: the planrt backend the program links">,
-  ];
   let dependentDialects = ["::planc::rank::RankDialect",
                            "::mlir::memref::MemRefDialect"];
 }

@@ -32,9 +32,10 @@
 // key's queries), in fp32 with 16-bit tensors read and written as they are:
 // the reference. The cuda backend runs them as tiles
 // (runtime/lib/cuda/attention_cp_blocks.h) for the head dims those are
-// built for, and all_gather's 16-bit attention without dropout whole on
-// cuDNN (runtime/lib/cuda/attention_cp.cu). Every functor runs on both
-// backends.
+// built for, and 16-bit attention without dropout on cuDNN
+// (runtime/lib/cuda/attention_cp.cu): all_gather's whole, ring's a block
+// at a time in the functors' contract (AttentionMergeFn below). Every
+// functor runs on both backends.
 //===----------------------------------------------------------------------===//
 #ifndef PLANRT_CONTEXT_PARALLEL_H
 #define PLANRT_CONTEXT_PARALLEL_H
@@ -306,6 +307,100 @@ template <class T = float> struct AttentionFinishFn {
     }
     if (delta)
       delta[i] = dl;
+  }
+};
+
+//===--- A block's attention from a library (cuDNN) -----------------------===//
+//
+// The cuda backend may run a ring's block as a library's attention over
+// rows [row0, row0 + rows) of the rank's queries: its normalized output
+// `part` (laid out like out) and each row's log-sum-exp (packed [B, H,
+// rows]). These fold them into the running statistics above, and give the
+// library's backward what it reads: each row's final log-sum-exp; its dq
+// (16 bits, in dqkv's query columns) is added to the f32 dq.
+
+/// Row (b, h, row0 + t) of B H rows: its index in B H L.
+PLANRT_HD inline int64_t cp_row_index(const AttnShape &a, int64_t row0,
+                                      int64_t rows, int64_t r) {
+  int64_t t = row0 + r % rows, bh = r / rows;
+  return bh * a.S + t;
+}
+
+/// Running statistics (m, l) merged with a part whose log-sum-exp is
+/// `lse`: the new (m, l), and the weights of the old sum and of the part.
+struct LseMerge {
+  float m, l, keep, w;
+  PLANRT_HD LseMerge(float m0, float l0, float lse) {
+    m = l0 > 0.0f && m0 > lse ? m0 : lse;
+    keep = l0 > 0.0f ? exp_f32(m0 - m) : 0.0f;
+    w = exp_f32(lse - m);
+    l = l0 * keep + w;
+  }
+};
+
+/// acc, ml of rows [row0, row0 + rows) merged with a part of the block
+/// (see above); index space B H rows. A row whose part saw no key (lse
+/// -inf) keeps its statistics. The cuda backend runs a warp a row: row()
+/// weighs, element() updates acc[d], store() the statistics.
+template <class T = float> struct AttentionMergeFn {
+  const T *part;
+  const float *lse;
+  float *acc, *ml;
+  AttnShape a;
+  int64_t row0, rows;
+  PLANRT_HD bool row(int64_t r, int64_t *i, LseMerge *w) const {
+    *i = cp_row_index(a, row0, rows, r);
+    if (!(lse[r] > -INFINITY))
+      return false;
+    *w = LseMerge(ml[2 * *i], ml[2 * *i + 1], lse[r]);
+    return true;
+  }
+  PLANRT_HD void element(int64_t i, const LseMerge &w, int64_t d) const {
+    int64_t t = i % a.S, h = (i / a.S) % a.H, b = i / (a.S * a.H);
+    float *o = acc + i * a.D + d;
+    *o = *o * w.keep + w.w * ld(part[a.o(b, t, h) + d]);
+  }
+  PLANRT_HD void store(int64_t i, const LseMerge &w) const {
+    ml[2 * i] = w.m;
+    ml[2 * i + 1] = w.l;
+  }
+  PLANRT_HD void operator()(int64_t r) const {
+    int64_t i;
+    LseMerge w(0.0f, 0.0f, 0.0f);
+    if (!row(r, &i, &w))
+      return;
+    for (int64_t d = 0; d < a.D; ++d)
+      element(i, w, d);
+    store(i, w);
+  }
+};
+
+/// lse (packed [B, H, rows]) = each row's log-sum-exp, m + log l, of rows
+/// [row0, row0 + rows); index space B H rows.
+struct RowLseFn {
+  static constexpr bool kElementwise = true;
+  const float *ml;
+  float *lse;
+  AttnShape a;
+  int64_t row0, rows;
+  PLANRT_HD void operator()(int64_t r) const {
+    int64_t i = cp_row_index(a, row0, rows, r);
+    lse[r] = ml[2 * i] + logf(ml[2 * i + 1]);
+  }
+};
+
+/// dq (f32 [B H L, D]) += the 16-bit dq of rows [row0, row0 + rows) in the
+/// query columns of `part` (laid out like qkv); index space B H rows D.
+template <class T = float> struct DqAddFn {
+  static constexpr bool kElementwise = true;
+  const T *part;
+  float *dq;
+  AttnShape a;
+  int64_t row0, rows;
+  PLANRT_HD void operator()(int64_t e) const {
+    int64_t d = e % a.D, r = e / a.D, i = cp_row_index(a, row0, rows, r);
+    int64_t t = i % a.S, h = (i / a.S) % a.H, b = i / (a.S * a.H);
+    dq[i * a.D + d] += ld(part[(b * a.S + t) * a.width() + h * a.D + d]);
   }
 };
 

@@ -24,6 +24,19 @@
 // the f32 dkv the reduce-scatter sums, in order (the chunks run one after
 // the other; dq is deterministic where cuDNN's backward is, which
 // attention_cudnn.cpp's status() says).
+//
+// ring's 16-bit blocks without dropout run on cuDNN one at a time
+// (cudnn_ring_forward, cudnn_ring_backward), in the block functors'
+// contract, so that the ring's loop, its shifts and the tiles stay as they
+// are. Against a block, each of the rank's chunks sees all of it, part of
+// it causally (its own block: the two chunks' causal calls) or none of
+// it, so a block is one or two ordinary SDPA calls (cudnn_ring_chunks):
+// the calls' outputs and log-sum-exps are merged into the running
+// statistics (any maximum is one: acc and the normalizer are relative to
+// it), a warp a row. The backward needs the ring's output and each row's
+// final log-sum-exp: with them, a block's probabilities and delta are the
+// whole attention's, so each call's backward gives the block's share of
+// dq, dk and dv, added to the f32 sums the ring carries.
 //===----------------------------------------------------------------------===//
 
 #include "attention_cp.h"
@@ -246,17 +259,69 @@ __global__ void add_kv_grads_kernel(const T *part, float *dkv, int64_t B,
   }
 }
 
+/// Grid-stride blocks of 256 threads for n items (at most 8192 blocks).
+unsigned blocks_for(int64_t n) {
+  const int64_t blocks = (n + 255) / 256;
+  return (unsigned)(blocks < 8192 ? blocks : 8192);
+}
+
+/// dkv, the f32 [B, rows, 2 KV D] of all_gather's gathered keys (rows = S)
+/// or of a ring's block, += the 16-bit dk, dv of its first `keys` rows.
 template <class T>
 void add_kv_grads(cudaStream_t s, const AttnCp &c, const T *part, float *dkv,
-                  int64_t keys) {
+                  int64_t rows, int64_t keys) {
   const int64_t n = c.a.B * keys * c.kvWidth();
   if (n == 0)
     return;
-  const int64_t blocks = (n + 255) / 256;
   add_kv_grads_kernel<T>
-      <<<(unsigned)(blocks < 8192 ? blocks : 8192), 256, 0, s>>>(
-          part, dkv, c.a.B, c.S, keys, c.kvWidth());
+      <<<blocks_for(n), 256, 0, s>>>(part, dkv, c.a.B, rows, keys, c.kvWidth());
   cuda_check::launch("context parallelism's dk, dv from cuDNN (their sum)");
+}
+
+/// The element-wise functors of context_parallel.h, one thread each.
+template <class F> __global__ void each_kernel(int64_t n, F f) {
+  const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += stride)
+    f(i);
+}
+template <class F>
+void each(cudaStream_t s, int64_t n, const F &f, const char *what) {
+  if (n == 0)
+    return;
+  each_kernel<F><<<blocks_for(n), 256, 0, s>>>(n, f);
+  cuda_check::launch(what);
+}
+
+/// kernels::AttentionMergeFn a warp per row (8 rows a block): the lanes
+/// weigh the row alike and update its acc 32 columns apart, then lane 0
+/// stores its statistics, once every lane has read them.
+template <class T>
+__global__ void __launch_bounds__(256)
+    merge_kernel(kernels::AttentionMergeFn<T> f, int64_t n) {
+  const int lane = (int)(threadIdx.x % 32);
+  const int64_t r = (int64_t)blockIdx.x * 8 + threadIdx.x / 32;
+  if (r >= n)
+    return;
+  int64_t i;
+  kernels::LseMerge w(0.0f, 0.0f, 0.0f);
+  const bool any = f.row(r, &i, &w);
+  __syncwarp();
+  if (!any)
+    return;
+  for (int64_t d = lane; d < f.a.D; d += 32)
+    f.element(i, w, d);
+  if (lane == 0)
+    f.store(i, w);
+}
+
+template <class T>
+void merge(cudaStream_t s, const kernels::AttentionMergeFn<T> &f) {
+  const int64_t n = f.a.B * f.a.H * f.rows;
+  if (n == 0)
+    return;
+  merge_kernel<T><<<(unsigned)((n + 7) / 8), 256, 0, s>>>(f, n);
+  cuda_check::launch("ring attention's block from cuDNN (merged)");
 }
 
 /// A chunk's q, k and v views and its rows of `out` (an output, or the
@@ -369,9 +434,100 @@ bool cudnn_backward(cudaStream_t s, const AttnCp &c, const T *qkv, const T *kv,
       io.dk = part;
       io.dv = part + a.KV * a.D;
       cudnn::backward(s, k.problem, io);
-      add_kv_grads(s, c, part, dkv, k.problem.sk);
+      add_kv_grads(s, c, part, dkv, c.S, k.problem.sk);
     }
     return true;
+  }
+}
+
+template <class T>
+bool cudnn_ring_forward(cudaStream_t s, const AttnCp &c,
+                        const kernels::KvBlock &kb, const T *qkv, const T *blk,
+                        float *acc, float *ml) {
+  if constexpr (!kSixteenBit<T>) {
+    return false;
+  } else {
+    const std::vector<CudnnChunk> cs =
+        cudnn_ring_chunks(c, kb, std::is_same<T, kernels::bf16_t>::value);
+    if (cs.empty() || !aligned16(qkv, blk) ||
+        !cudnn_runs(cs, true, false, c.drop.on))
+      return false;
+    const kernels::AttnShape &a = c.a;
+    namespace out = workspace::outside;
+    // Each chunk's output and log-sum-exp, merged before the next chunk
+    // overwrites them (stream order).
+    T *part = static_cast<T *>(
+        cudnn::scratch(cudnn::Scratch::Out,
+                       (size_t)out::cudnn_recomputed(a.B, a.H, a.S, a.D)));
+    float *lse = static_cast<float *>(cudnn::scratch(
+        cudnn::Scratch::Lse, (size_t)out::cudnn_lse(a.B, a.H, a.S)));
+    for (const CudnnChunk &k : cs) {
+      cudnn::SdpaIo io = chunk_io(c, k, qkv, blk, part);
+      io.stats = lse;
+      cudnn::forward(s, k.problem, io);
+      merge(s, kernels::AttentionMergeFn<T>{part, lse, acc, ml, a, k.row0,
+                                            k.problem.sq});
+    }
+    return true;
+  }
+}
+
+template <class T>
+bool cudnn_ring_backward(cudaStream_t s, const AttnCp &c,
+                         const kernels::KvBlock &kb, const T *qkv, const T *blk,
+                         const T *dout, const T *out, const float *ml,
+                         float *dq, float *dkv, T *dq16) {
+  if constexpr (!kSixteenBit<T>) {
+    return false;
+  } else {
+    const std::vector<CudnnChunk> cs =
+        cudnn_ring_chunks(c, kb, std::is_same<T, kernels::bf16_t>::value);
+    if (cs.empty() || !out || !aligned16(qkv, blk, dout, out, dq16) ||
+        !cudnn_runs(cs, true, true, c.drop.on))
+      return false;
+    const kernels::AttnShape &a = c.a;
+    namespace ws = workspace::outside;
+    float *lse = static_cast<float *>(cudnn::scratch(
+        cudnn::Scratch::Lse, (size_t)ws::cudnn_lse(a.B, a.H, a.S)));
+    T *part = static_cast<T *>(cudnn::scratch(
+        cudnn::Scratch::Dkv, (size_t)ws::cudnn_cp_dkv(a.B, a.S, a.KV, a.D)));
+    for (const CudnnChunk &k : cs) {
+      const int64_t rows = k.problem.sq;
+      // The final log-sum-exps of the chunk's rows: with the ring's output,
+      // the block's probabilities and delta are the whole attention's.
+      each(s, a.B * a.H * rows, kernels::RowLseFn{ml, lse, a, k.row0, rows},
+           "ring attention's log-sum-exps for cuDNN");
+      cudnn::SdpaIo io = chunk_io(c, k, qkv, blk, const_cast<T *>(out));
+      io.stats = lse;
+      io.dout = dout + k.row0 * a.H * a.D;
+      io.dq = dq16 + k.row0 * a.width();
+      io.dk = part;
+      io.dv = part + a.KV * a.D;
+      cudnn::backward(s, k.problem, io);
+      each(s, a.B * a.H * rows * a.D,
+           kernels::DqAddFn<T>{dq16, dq, a, k.row0, rows},
+           "ring attention's dq from cuDNN (its sum)");
+      add_kv_grads(s, c, part, dkv, kb.rows, k.problem.sk);
+    }
+    return true;
+  }
+}
+
+template <class T> T *cudnn_ring_output(const AttnCp &c) {
+  if constexpr (!kSixteenBit<T>) {
+    return nullptr;
+  } else {
+    const kernels::AttnShape &a = c.a;
+    const kernels::KvBlock first{a.S, {c.part.g, c.part.G}};
+    const std::vector<CudnnChunk> cs =
+        cudnn_ring_chunks(c, first, std::is_same<T, kernels::bf16_t>::value);
+    if (cs.empty() || !cudnn_runs(cs, true, true, c.drop.on))
+      return nullptr;
+    // The buffer the forward's chunks use (cudnn_ring_forward): the ring's
+    // forward is over before its output is written.
+    return static_cast<T *>(cudnn::scratch(
+        cudnn::Scratch::Out,
+        (size_t)workspace::outside::cudnn_recomputed(a.B, a.H, a.S, a.D)));
   }
 }
 
@@ -381,6 +537,13 @@ bool cudnn_backward(cudaStream_t s, const AttnCp &c, const T *qkv, const T *kv,
   template bool cudnn_backward<T>(cudaStream_t, const AttnCp &, const T *,     \
                                   const T *, const T *, T *, float *,          \
                                   const T *, const float *);                   \
+  template bool cudnn_ring_forward<T>(cudaStream_t, const AttnCp &,            \
+                                      const kernels::KvBlock &, const T *,     \
+                                      const T *, float *, float *);            \
+  template bool cudnn_ring_backward<T>(                                        \
+      cudaStream_t, const AttnCp &, const kernels::KvBlock &, const T *,       \
+      const T *, const T *, const T *, const float *, float *, float *, T *);  \
+  template T *cudnn_ring_output<T>(const AttnCp &);                            \
   template bool forward<T>(cudaStream_t,                                       \
                            const kernels::AttentionBlockFn<T> &);              \
   template bool grad_q<T>(cudaStream_t,                                        \

@@ -53,6 +53,40 @@ inline std::vector<CudnnChunk> cudnn_chunks(const kernels::AttnCp &c,
           chunk(half, half, (2 * G - g) * half)};
 }
 
+/// ring's block kb (rank kb.from.g's keys, their chunks o and 2 G - 1 - o)
+/// for rank g's queries (chunks g and 2 G - 1 - g) as cuDNN problems over
+/// the block's first keys: chunk g over chunk o unmasked where o < g, chunk
+/// 2 G - 1 - g over the whole block unmasked where o > g (those are all the
+/// keys before each; the other pairs see none), and at o = g each of the
+/// rank's chunks causal over the keys up to its end. Without context
+/// parallelism (G 1), the rank's rows over its own keys. Each log-sum-exp
+/// is packed [B, H, rows]. None for an odd row count (no such split).
+inline std::vector<CudnnChunk> cudnn_ring_chunks(const kernels::AttnCp &c,
+                                                 const kernels::KvBlock &kb,
+                                                 bool bf16) {
+  const kernels::AttnShape &a = c.a;
+  const int64_t L = a.S, W = a.width(), O = a.H * a.D, K = c.kvWidth();
+  auto chunk = [&](int64_t row0, int64_t rows, int64_t keys, bool causal) {
+    cuda_attention::cudnn::Sdpa p{a.B,   a.H,     a.KV,  a.D, rows,  keys,
+                                  L * W, W,       L * K, K,   L * O, O,
+                                  rows,  a.scale, bf16,  true};
+    p.causal = causal;
+    return CudnnChunk{row0, p};
+  };
+  const int64_t G = c.part.G, g = c.part.g, o = kb.from.g, half = L / 2;
+  if (kb.rows != L || kb.from.G != G)
+    return {};
+  if (G <= 1)
+    return {chunk(0, L, L, true)};
+  if (L % 2 != 0)
+    return {};
+  if (o == g)
+    return {chunk(0, half, half, true), chunk(half, half, L, true)};
+  if (o < g)
+    return {chunk(0, L, half, false)};
+  return {chunk(half, half, L, false)};
+}
+
 /// all_gather's whole attention (attention_cp) and its gradient
 /// (attention_cp_grad: dq into dqkv's query columns, the f32 partial dk, dv
 /// into dkv, overwritten) on cuDNN, for 16-bit operands without dropout
@@ -68,6 +102,29 @@ template <class T>
 bool cudnn_backward(cudaStream_t s, const kernels::AttnCp &c, const T *qkv,
                     const T *kv, const T *dout, T *dqkv, float *dkv,
                     const T *fwd_out = nullptr, const float *fwd_lse = nullptr);
+
+/// ring's block kb on cuDNN (cudnn_ring_chunks), for 16-bit operands
+/// without dropout; false where cuDNN does not run it: nothing launched,
+/// the block functors (or tiles) run, whose contract this keeps. The
+/// forward merges each chunk's output and log-sum-exp into the running
+/// statistics acc, ml (kernels::AttentionMergeFn). The backward reads the
+/// ring's output `out` and the final statistics ml, and adds the block's
+/// dq into the f32 dq and its dk, dv into the f32 dkv (the block's [B,
+/// rows, 2 KV D]); `dq16`, laid out like qkv, takes cuDNN's 16-bit dq on
+/// the way (the op's dqkv, written only after the ring).
+template <class T>
+bool cudnn_ring_forward(cudaStream_t s, const kernels::AttnCp &c,
+                        const kernels::KvBlock &kb, const T *qkv, const T *blk,
+                        float *acc, float *ml);
+template <class T>
+bool cudnn_ring_backward(cudaStream_t s, const kernels::AttnCp &c,
+                         const kernels::KvBlock &kb, const T *qkv, const T *blk,
+                         const T *dout, const T *out, const float *ml,
+                         float *dq, float *dkv, T *dq16);
+/// A buffer for the ring's output, which cuDNN's backward of its blocks
+/// reads (with the statistics): null where cuDNN would not run the first
+/// block's backward (the functors' contract needs no output).
+template <class T> T *cudnn_ring_output(const kernels::AttnCp &c);
 
 } // namespace cuda_attention_cp
 } // namespace planrt

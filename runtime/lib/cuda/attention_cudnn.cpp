@@ -125,13 +125,14 @@ enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kDO, kDQ, kDK, kDV };
 
 /// Everything a graph depends on: the problem's dims, strides, mask, type
 /// and kind.
-using Key = std::tuple<std::array<int64_t, 13>, bool, bool, Kind>;
+using Key = std::tuple<std::array<int64_t, 13>, bool, bool, bool, Kind>;
 
 Key key_of(const Sdpa &p, Kind k) {
   return {{p.B, p.H, p.KV, p.D, p.sq, p.sk, p.q_batch, p.q_row, p.kv_batch,
            p.kv_row, p.o_batch, p.o_row, p.stats_head},
           p.bf16,
           p.bottom_right,
+          p.causal,
           k};
 }
 
@@ -180,8 +181,9 @@ State &state() {
 std::string shape_text(const Sdpa &p) {
   std::string t = std::string(p.bf16 ? "bf16" : "fp16") + " B " +
                   std::to_string(p.B) + " S " + std::to_string(p.sq);
-  if (p.sk != p.sq)
-    t += " over " + std::to_string(p.sk) + " keys";
+  if (p.sk != p.sq || !p.causal)
+    t += " over " + std::to_string(p.sk) +
+         (p.causal ? " keys" : " keys, unmasked");
   return t + " H " + std::to_string(p.H) + " KV " + std::to_string(p.KV) +
          " D " + std::to_string(p.D);
 }
@@ -288,6 +290,7 @@ define(const Sdpa &p, Kind k, bool deterministic, int sm_version = 0) {
   auto v = tensor(*g, "v", kV, {B, KV, p.sk, D}, kvs);
   // Causal: query row i sees keys up to i, or up to i + sk - sq aligned to
   // the last key (a later chunk's queries over every key before them).
+  // Unmasked: every key (a ring's block of earlier positions).
   const auto align = p.bottom_right ? fe::DiagonalAlignment_t::BOTTOM_RIGHT
                                     : fe::DiagonalAlignment_t::TOP_LEFT;
   if (k != Kind::Backward) {
@@ -299,9 +302,9 @@ define(const Sdpa &p, Kind k, bool deterministic, int sm_version = 0) {
             .set_name("attention")
             .set_implementation(fe::AttentionImplementation_t::COMPOSITE)
             .set_generate_stats(k == Kind::ForwardStats)
-            .set_attn_scale(p.scale)
-            .set_diagonal_alignment(align)
-            .set_diagonal_band_right_bound(0);
+            .set_attn_scale(p.scale);
+    if (p.causal)
+      opts.set_diagonal_alignment(align).set_diagonal_band_right_bound(0);
     auto [o, stats] = g->sdpa(q, kt, v, opts);
     o->set_output(true).set_uid(kO).set_dim({B, H, p.sq, D}).set_stride(os);
     if (k == Kind::ForwardStats)
@@ -322,9 +325,9 @@ define(const Sdpa &p, Kind k, bool deterministic, int sm_version = 0) {
     auto opts = fe::graph::SDPA_backward_attributes()
                     .set_name("attention_grad")
                     .set_attn_scale(p.scale)
-                    .set_diagonal_alignment(align)
-                    .set_diagonal_band_right_bound(0)
                     .set_deterministic_algorithm(deterministic);
+    if (p.causal)
+      opts.set_diagonal_alignment(align).set_diagonal_band_right_bound(0);
     auto [dq, dk, dv] = g->sdpa_backward(q, kt, v, o, dout, stats, opts);
     dq->set_output(true).set_uid(kDQ).set_dim({B, H, p.sq, D}).set_stride(qs);
     dk->set_output(true).set_uid(kDK).set_dim({B, KV, p.sk, D}).set_stride(kvs);

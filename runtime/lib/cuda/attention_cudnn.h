@@ -14,11 +14,12 @@ namespace planrt {
 namespace cuda_attention {
 namespace cudnn {
 
-/// One causal attention as cuDNN's SDPA graphs see it: every operand a
-/// strided [B, heads, rows, D] view (heads D elements apart; strides in
-/// elements). One GPU's attention is whole(); context parallelism's
-/// all_gather attends with a chunk of a rank's queries over a prefix of
-/// the gathered keys (attention_cp.cu).
+/// One attention as cuDNN's SDPA graphs see it: every operand a strided
+/// [B, heads, rows, D] view (heads D elements apart; strides in elements).
+/// One GPU's attention is whole(); context parallelism's all_gather attends
+/// with a chunk of a rank's queries over a prefix of the gathered keys, and
+/// its ring with a chunk of them over a block of keys all before them
+/// (unmasked) or ending with them (attention_cp.cu).
 struct Sdpa {
   int64_t B, H, KV, D;
   int64_t sq, sk;           // query rows, key rows
@@ -29,6 +30,7 @@ struct Sdpa {
   float scale;
   bool bf16;         // else fp16
   bool bottom_right; // query row i sees keys <= i + sk - sq (else <= i)
+  bool causal = true; // else every query row sees every key
   /// One GPU's attention over the packed qkv of kernels::AttnShape.
   static Sdpa whole(const kernels::AttnShape &a, bool bf16);
 };

@@ -649,6 +649,29 @@ bool attention_cp_grad_whole(Context *ctx, const kernels::AttnCp &c,
   return cuda_attention_cp::cudnn_backward(state(ctx)->stream, c, qkv, kv, dout,
                                            dqkv, dkv, fwd_out, lse);
 }
+/// ring's block on cuDNN where it runs it (16-bit, no dropout;
+/// attention_cp.cu), in the block functors' contract; false: they (or the
+/// tiles) run. The backward reads the ring's output, which the op writes
+/// into ring_output() where that is not null.
+template <class T>
+bool attention_ring_block(Context *ctx, const kernels::AttnCp &c,
+                          const kernels::KvBlock &kb, const T *qkv,
+                          const T *blk, float *acc, float *ml) {
+  return cuda_attention_cp::cudnn_ring_forward(state(ctx)->stream, c, kb, qkv,
+                                               blk, acc, ml);
+}
+template <class T>
+bool attention_ring_block_grads(Context *ctx, const kernels::AttnCp &c,
+                                const kernels::KvBlock &kb, const T *qkv,
+                                const T *blk, const T *dout, const T *out,
+                                const float *ml, float *dq, float *dkv,
+                                T *dq16) {
+  return cuda_attention_cp::cudnn_ring_backward(
+      state(ctx)->stream, c, kb, qkv, blk, dout, out, ml, dq, dkv, dq16);
+}
+template <class T> T *ring_output(Context *, const kernels::AttnCp &c) {
+  return cuda_attention_cp::cudnn_ring_output<T>(c);
+}
 template <class T>
 void launch(Context *ctx, int64_t n,
             const kernels::AttentionBlockGradQFn<T> &f) {

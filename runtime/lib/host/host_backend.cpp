@@ -260,6 +260,24 @@ bool attention_cp_grad_whole(Context *, const kernels::AttnCp &, const T *,
                              const float *) {
   return false;
 }
+/// ring's blocks by a library: none on the host (cuda: cuDNN), so no
+/// output for their backward either.
+template <class T>
+bool attention_ring_block(Context *, const kernels::AttnCp &,
+                          const kernels::KvBlock &, const T *, const T *,
+                          float *, float *) {
+  return false;
+}
+template <class T>
+bool attention_ring_block_grads(Context *, const kernels::AttnCp &,
+                                const kernels::KvBlock &, const T *, const T *,
+                                const T *, const T *, const float *, float *,
+                                float *, T *) {
+  return false;
+}
+template <class T> T *ring_output(Context *, const kernels::AttnCp &) {
+  return nullptr;
+}
 
 /// Below this many invocations a kernel runs on the calling thread (a
 /// parallel region costs a few microseconds): element-wise and cheap

@@ -135,10 +135,13 @@ TEST_F(AttentionCudnn, BuiltWithoutTheFrontend) {
 
 /// What cuDNN's SDPA graphs compute for problem `p` (attention_cudnn.h's
 /// contract), on the host in fp32 over the same strided views: row i of
-/// each head sees keys up to i (+ sk - sq when aligned to the last key).
+/// each head sees keys up to i (+ sk - sq when aligned to the last key),
+/// or every key when unmasked.
 struct HostSdpa {
   const cudnn::Sdpa &p;
   int64_t last(int64_t i) const {
+    if (!p.causal)
+      return p.sk - 1;
     return i + (p.bottom_right ? p.sk - p.sq : 0);
   }
   const float *q(const float *b, int64_t n, int64_t h, int64_t i) const {
@@ -278,7 +281,116 @@ struct HostCpChunks {
   }
 };
 
+/// ring's blocks as attention_cp.cu runs them on cuDNN
+/// (cudnn_ring_chunks; each chunk's output and log-sum-exp merged into the
+/// running statistics; its backward from the ring's output and the final
+/// log-sum-exps, its dq and dk, dv added up), each chunk run by HostSdpa
+/// and the merges by the functors the GPU runs.
+struct HostRingChunks {
+  bool forward(const kernels::AttnCp &c, const kernels::KvBlock &kb,
+               const std::vector<float> &qkv, const std::vector<float> &blk,
+               std::vector<float> &acc, std::vector<float> &ml) const {
+    const kernels::AttnShape &a = c.a;
+    const auto cs = cuda_attention_cp::cudnn_ring_chunks(c, kb, true);
+    std::vector<float> part((size_t)(a.B * a.S * a.H * a.D), NAN);
+    for (const cuda_attention_cp::CudnnChunk &k : cs) {
+      std::vector<float> lse((size_t)(a.B * a.H * k.problem.sq), NAN);
+      HostSdpa{k.problem}.forward(qkv.data() + k.row0 * a.width(), blk.data(),
+                                  blk.data() + a.KV * a.D,
+                                  part.data() + k.row0 * a.H * a.D, lse.data());
+      kernels::AttentionMergeFn<float> m{part.data(), lse.data(), acc.data(),
+                                         ml.data(),   a,          k.row0,
+                                         k.problem.sq};
+      for (int64_t r = 0; r < a.B * a.H * k.problem.sq; ++r)
+        m(r);
+    }
+    return !cs.empty();
+  }
+  bool backward(const kernels::AttnCp &c, const kernels::KvBlock &kb,
+                const std::vector<float> &qkv, const std::vector<float> &blk,
+                const std::vector<float> &dout, const std::vector<float> &out,
+                const std::vector<float> &ml, std::vector<float> &dq,
+                std::vector<float> &dkv) const {
+    const kernels::AttnShape &a = c.a;
+    const auto cs = cuda_attention_cp::cudnn_ring_chunks(c, kb, true);
+    std::vector<float> dq16(qkv.size(), NAN), part(dkv.size(), NAN);
+    for (const cuda_attention_cp::CudnnChunk &k : cs) {
+      const int64_t rows = k.problem.sq;
+      std::vector<float> lse((size_t)(a.B * a.H * rows));
+      kernels::RowLseFn fl{ml.data(), lse.data(), a, k.row0, rows};
+      for (int64_t r = 0; r < a.B * a.H * rows; ++r)
+        fl(r);
+      const int64_t at = k.row0 * a.H * a.D;
+      HostSdpa{k.problem}.backward(qkv.data() + k.row0 * a.width(), blk.data(),
+                                   blk.data() + a.KV * a.D, out.data() + at,
+                                   lse.data(), dout.data() + at,
+                                   dq16.data() + k.row0 * a.width(),
+                                   part.data(), part.data() + a.KV * a.D);
+      kernels::DqAddFn<float> fq{dq16.data(), dq.data(), a, k.row0, rows};
+      for (int64_t e = 0; e < a.B * a.H * rows * a.D; ++e)
+        fq(e);
+      for (int64_t n = 0; n < a.B; ++n)
+        for (int64_t i = 0; i < k.problem.sk * c.kvWidth(); ++i)
+          dkv[n * kb.rows * c.kvWidth() + i] +=
+              part[n * kb.rows * c.kvWidth() + i];
+    }
+    return !cs.empty();
+  }
+};
+
 } // namespace
+
+// ring's blocks as attention_cp.cu hands them to cuDNN (a chunk or two of
+// the rank's queries over the block's first keys, masked or not), merged
+// into the running statistics and differentiated from the ring's output:
+// the functors' ring attention, for every rank. The device suite runs
+// cuDNN itself on the same cases (bench/gpu cp-cudnn).
+TEST(AttentionCpCudnn, RingChunksAreTheFunctorsRing) {
+  for (test::CpCase cs : test::cp_cases_cudnn_ring()) {
+    cs.store = test::CpStore::f32;
+    for (int64_t g = 0; g < cs.G; ++g) {
+      cs.g = g;
+      SCOPED_TRACE("G " + std::to_string(cs.G) + " g " + std::to_string(g) +
+                   " D " + std::to_string(cs.D));
+      int reports = 0;
+      EXPECT_TRUE(test::run_cp_ring_case<float>(
+          cs, HostRingChunks(), [&](const std::string &what, double err) {
+            ++reports;
+            EXPECT_LE(err, 1e-5) << what;
+          }));
+      EXPECT_EQ(reports, 2 + 2 * cs.G);
+    }
+  }
+}
+
+// The chunks of each block: every key a row may see, once, and no other.
+TEST(AttentionCpCudnn, RingChunksCoverEachRowsKeysOnce) {
+  for (int64_t G : {1, 2, 3, 4})
+    for (int64_t g = 0; g < G; ++g) {
+      kernels::AttnCp c;
+      c.a = shape();
+      c.a.S = 10;
+      c.S = c.a.S * G;
+      c.part = {g, G};
+      std::vector<int> seen((size_t)(c.a.S * c.S), 0);
+      for (int64_t o = 0; o < G; ++o) {
+        const kernels::KvBlock kb{c.a.S, {o, G}};
+        for (const auto &k : cuda_attention_cp::cudnn_ring_chunks(c, kb, true))
+          for (int64_t i = 0; i < k.problem.sq; ++i)
+            for (int64_t j = 0; j < k.problem.sk; ++j) {
+              const cudnn::Sdpa &p = k.problem;
+              if (p.causal && j > i + (p.bottom_right ? p.sk - p.sq : 0))
+                continue;
+              ++seen[(size_t)((k.row0 + i) * c.S + kb.position(j))];
+            }
+      }
+      for (int64_t t = 0; t < c.a.S; ++t)
+        for (int64_t p = 0; p < c.S; ++p)
+          EXPECT_EQ(seen[(size_t)(t * c.S + p)],
+                    p <= c.part.position(t, c.a.S) ? 1 : 0)
+              << "G " << G << " g " << g << " row " << t << " key " << p;
+    }
+}
 
 // The chunks attention_cp.cu hands cuDNN, read as cuDNN's SDPA reads them,
 // are all_gather's attention: the device suite compares cuDNN itself
@@ -356,9 +468,23 @@ std::vector<cudnn::Sdpa> suite_problems() {
   kernels::AttnCp c;
   c.a = {1, 32768, 16, 4, 128, 1.0f / std::sqrt(128.0f)};
   c.S = 131072;
+  // ring's blocks: the cases', and llama-long's with cp_comm = ring (every
+  // block of ranks 0 and 3; the chunks' shapes repeat).
+  auto ring = [&](const kernels::AttnCp &c, bool bf16) {
+    for (int64_t o = 0; o < c.part.G; ++o)
+      for (const cuda_attention_cp::CudnnChunk &k :
+           cuda_attention_cp::cudnn_ring_chunks(
+               c, kernels::KvBlock{c.a.S, {o, c.part.G}}, bf16))
+        ps.push_back(k.problem);
+  };
+  for (test::CpCase cs : test::cp_cases_cudnn_ring())
+    for (cs.g = 0; cs.g < cs.G; ++cs.g)
+      ring(test::CpSetup(cs).c, cs.store == test::CpStore::bf16);
   for (int64_t g = 0; g < 4; ++g) {
     c.part = {g, 4};
     chunks(c, true);
+    if (g == 0 || g == 3)
+      ring(c, true);
   }
   return ps;
 }

@@ -278,6 +278,117 @@ bool run_cp_whole_case(const CpCase &cs, const Whole &whole,
   return true;
 }
 
+/// ring's 16-bit attention without dropout, which the cuda backend runs a
+/// block at a time on cuDNN (attention_cp.cu cudnn_ring_forward,
+/// cudnn_ring_backward): run for every rank g of G (blocks before, at and
+/// after the rank's chunks), without context parallelism (G 1), grouped
+/// queries down to one key head, head dims 32 to 128, chunks of an odd 35
+/// rows.
+inline std::vector<CpCase> cp_cases_cudnn_ring() {
+  using S = CpStore;
+  return {
+      {2, 128, 4, 2, 64, 2, 0, true, false, S::bf16, 51},
+      {1, 64, 8, 1, 128, 4, 0, true, false, S::f16, 52},
+      {1, 70, 4, 2, 32, 3, 0, true, false, S::bf16, 53},
+      {2, 48, 2, 1, 64, 1, 0, true, false, S::bf16, 54},
+  };
+}
+
+/// Runs ring case `cs` (its rank g) through `blocks`, a block at a time in
+/// the ring's order, against the functors; calls report(what, relative
+/// error) for the output and log-sum-exps after the ring (the running
+/// statistics themselves may differ: any maximum is one) and, for each
+/// block, the dq and dkv it added. blocks.forward(c, kb, qkv, blk, acc, ml)
+/// merges block kb into the running statistics; blocks.backward(c, kb, qkv,
+/// blk, dout, out, ml, dq, dkv) adds its gradients from the ring's output
+/// and final statistics (the functors'); each returns whether it ran. False
+/// where some block did not.
+template <class T, class Blocks, class Report>
+bool run_cp_ring_case(const CpCase &cs, const Blocks &blocks,
+                      const Report &report) {
+  CpSetup setup(cs);
+  const kernels::AttnCp &c = setup.c;
+  const kernels::AttnShape &a = c.a;
+  const int64_t rows = a.B * a.H * a.S, D = a.D;
+  auto random = [&](int64_t n) { return setup.random(n); };
+  std::vector<kernels::KvBlock> kbs;
+  for (int64_t s = 0; s < cs.G; ++s)
+    kbs.push_back({a.S, {(cs.g - s + cs.G) % cs.G, cs.G}});
+  const std::vector<T> qkv = narrow<T>(random(a.B * a.S * a.width()));
+  const std::vector<T> dout = narrow<T>(random(rows * D));
+  std::vector<std::vector<T>> blks;
+  for (const kernels::KvBlock &kb : kbs) {
+    (void)kb;
+    blks.push_back(narrow<T>(random(a.B * a.S * c.kvWidth())));
+  }
+  // The blocks' own key rows are the rank's (its qkv's key columns) at
+  // step 0, as the ring starts from them.
+  for (int64_t r = 0; r < a.B * a.S; ++r)
+    for (int64_t j = 0; j < c.kvWidth(); ++j)
+      blks[0][(size_t)(r * c.kvWidth() + j)] =
+          qkv[(size_t)(r * a.width() + a.H * D + j)];
+  const std::string name = "D " + std::to_string(D) + ", G " +
+                           std::to_string(cs.G) + ", g " + std::to_string(cs.g);
+
+  std::vector<float> acc_ref((size_t)(rows * D), 0.0f), ml_ref(2 * rows, 0.0f);
+  std::vector<float> acc(acc_ref), ml(ml_ref);
+  for (size_t k = 0; k < kbs.size(); ++k) {
+    kernels::AttentionBlockFn<T> f{
+        qkv.data(), blks[k].data(), acc_ref.data(), ml_ref.data(), c, kbs[k]};
+    for (int64_t i = 0; i < rows; ++i)
+      f(i);
+    if (!blocks.forward(c, kbs[k], qkv, blks[k], acc, ml))
+      return false;
+  }
+  // The output and log-sum-exp each set of statistics means.
+  auto finish = [&](const std::vector<float> &sa, const std::vector<float> &sm,
+                    std::vector<float> &o, std::vector<float> &lse) {
+    o.assign((size_t)(rows * D), 0.0f);
+    lse.assign((size_t)rows, 0.0f);
+    for (int64_t i = 0; i < rows; ++i) {
+      for (int64_t d = 0; d < D; ++d)
+        o[(size_t)(i * D + d)] = sa[(size_t)(i * D + d)] / sm[2 * i + 1];
+      lse[(size_t)i] = sm[2 * i] + std::log(sm[2 * i + 1]);
+    }
+  };
+  std::vector<float> o_ref, lse_ref, o_got, lse_got;
+  finish(acc_ref, ml_ref, o_ref, lse_ref);
+  finish(acc, ml, o_got, lse_got);
+  report("out, " + name, rel_err(o_got, o_ref));
+  report("lse, " + name, rel_err(lse_got, lse_ref));
+
+  // The ring's output as the op writes it, and delta, from the functors'.
+  std::vector<T> out((size_t)(rows * D));
+  std::vector<float> delta((size_t)rows);
+  kernels::AttentionFinishFn<T> fin{acc_ref.data(), ml_ref.data(), out.data(),
+                                    dout.data(),    delta.data(),  a};
+  for (int64_t i = 0; i < rows; ++i)
+    fin(i);
+  for (size_t k = 0; k < kbs.size(); ++k) {
+    const kernels::KvBlock &kb = kbs[k];
+    const std::vector<float> dq0 = random(rows * D),
+                             dkv0 = random(a.B * kb.rows * c.kvWidth());
+    std::vector<float> dq_ref(dq0), dq(dq0), dkv_ref(dkv0), dkv(dkv0);
+    kernels::AttentionBlockGradQFn<T> fq{
+        qkv.data(),   blks[k].data(), dout.data(), ml_ref.data(),
+        delta.data(), dq_ref.data(),  c,           kb};
+    for (int64_t i = 0; i < rows; ++i)
+      fq(i);
+    kernels::AttentionBlockGradKVFn<T> fkv{
+        qkv.data(),   blks[k].data(), dout.data(), ml_ref.data(),
+        delta.data(), dkv_ref.data(), c,           kb};
+    for (int64_t i = 0; i < a.B * a.KV * kb.rows; ++i)
+      fkv(i);
+    if (!blocks.backward(c, kb, qkv, blks[k], dout, out, ml_ref, dq, dkv))
+      return false;
+    report("dq, " + name + ", block " + std::to_string(k),
+           cp_added_err(dq, dq_ref, dq0));
+    report("dkv, " + name + ", block " + std::to_string(k),
+           cp_added_err(dkv, dkv_ref, dkv0));
+  }
+  return true;
+}
+
 } // namespace test
 } // namespace planrt
 

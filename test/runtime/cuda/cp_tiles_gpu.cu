@@ -14,7 +14,9 @@
 //                                cuDNN declines is fatal, with its reason),
 //                                each case twice: its backward running the
 //                                forward again, and from the forward's kept
-//                                output and log-sum-exps
+//                                output and log-sum-exps; then ring's
+//                                blocks on cuDNN (cp_cases_cudnn_ring),
+//                                every rank's
 //   cp_tiles_gpu --speed         all_gather's bf16 attention of a 32k-token
 //                                sequence (cp 4, rank 1; 8 query heads and 1
 //                                key head of 128: Llama-70B's at tp 8) timed
@@ -164,6 +166,38 @@ struct GpuCpCudnn {
   }
 };
 
+/// ring's blocks on cuDNN, one at a time, over host vectors.
+struct GpuRingCudnn {
+  template <class T>
+  bool forward(const kernels::AttnCp &c, const kernels::KvBlock &kb,
+               const std::vector<T> &qkv, const std::vector<T> &blk,
+               std::vector<float> &acc, std::vector<float> &ml) const {
+    Device<T> q(qkv), b(blk);
+    Device<float> a(acc), m(ml);
+    if (!cuda_attention_cp::cudnn_ring_forward<T>(nullptr, c, kb, q.p, b.p, a.p,
+                                                  m.p))
+      return false;
+    a.back(acc);
+    m.back(ml);
+    return true;
+  }
+  template <class T>
+  bool backward(const kernels::AttnCp &c, const kernels::KvBlock &kb,
+                const std::vector<T> &qkv, const std::vector<T> &blk,
+                const std::vector<T> &dout, const std::vector<T> &out,
+                const std::vector<float> &ml, std::vector<float> &dq,
+                std::vector<float> &dkv) const {
+    Device<T> q(qkv), b(blk), dy(dout), o(out), dq16(qkv);
+    Device<float> m(ml), g(dq), gkv(dkv);
+    if (!cuda_attention_cp::cudnn_ring_backward<T>(
+            nullptr, c, kb, q.p, b.p, dy.p, o.p, m.p, g.p, gkv.p, dq16.p))
+      return false;
+    g.back(dq);
+    gkv.back(dkv);
+    return true;
+  }
+};
+
 /// Milliseconds per call of f() on the GPU: the median of 5 after one
 /// untimed call (cuDNN builds its graphs there).
 template <class F> double time_ms(const F &f) {
@@ -243,13 +277,34 @@ int speed() {
         nullptr, kernels::AttentionBlockGradKVFn<T>{qkv.p, kv.p, dout.p, ml.p,
                                                     delta.p, dkv.p, c, kb});
   });
+  // ring on cuDNN, its G blocks without the shifts (the first L rows of kv
+  // stand for each block): the forward, and the gradient as the op runs it
+  // (the forward's ring again, then each block's backward).
+  auto ring_forward = [&] {
+    for (int64_t o = 0; o < c.part.G; ++o)
+      ok &= cuda_attention_cp::cudnn_ring_forward<T>(
+          nullptr, c, kernels::KvBlock{a.S, {o, c.part.G}}, qkv.p, kv.p, acc.p,
+          ml.p);
+  };
+  const double ring_fwd = time_ms(ring_forward);
+  const double ring_grad = time_ms([&] {
+    ring_forward();
+    for (int64_t o = 0; o < c.part.G; ++o)
+      ok &= cuda_attention_cp::cudnn_ring_backward<T>(
+          nullptr, c, kernels::KvBlock{a.S, {o, c.part.G}}, qkv.p, kv.p, dout.p,
+          out.p, ml.p, dq.p, dkv.p, dqkv.p);
+  });
   std::printf("attention: %s\n", cuda_attention::cudnn::status());
   std::printf("cp speed (bf16, B 1, %lld tokens, cp 4 rank 1, H 8, KV 1, D "
               "128): cudnn forward %.3f ms, gradient %.3f ms (%.3f ms from "
               "the kept log-sum-exps); tiles forward %.3f ms, gradient %.3f "
-              "ms; tiles/cudnn %.1fx%s\n",
+              "ms; tiles/cudnn %.1fx; ring on cudnn forward %.3f ms, "
+              "gradient %.3f ms (its forward again included), "
+              "ring/all_gather %.2fx%s\n",
               (long long)c.S, cudnn_fwd, cudnn_grad, cudnn_kept, tiles_fwd,
               tiles_grad, (tiles_fwd + tiles_grad) / (cudnn_fwd + cudnn_kept),
+              ring_fwd, ring_grad,
+              (ring_fwd + ring_grad) / (cudnn_fwd + cudnn_kept),
               ok ? "" : "; some part did not run");
   return ok ? 0 : 1;
 }
@@ -265,9 +320,9 @@ int main(int argc, char **argv) {
   const int first = cudnn ? 2 : 1;
   std::vector<test::CpCase> all =
       cudnn ? test::cp_cases_cudnn() : test::cp_cases();
-  if (!cudnn)
-    for (const test::CpCase &cs : test::cp_cases_16bit())
-      all.push_back(cs);
+  for (const test::CpCase &cs :
+       cudnn ? test::cp_cases_cudnn_ring() : test::cp_cases_16bit())
+    all.push_back(cs);
   std::vector<bool> wanted(all.size(), argc <= first);
   for (int i = first; i < argc; ++i) {
     const int n = std::atoi(argv[i]);
@@ -298,6 +353,12 @@ int main(int argc, char **argv) {
       if (!cudnn)
         test::run_cp_case<T>(cs, GpuCpTiles(), report);
       else if constexpr (sizeof(T) == 2) {
+        if (cs.ring) { // every rank's blocks
+          test::CpCase r = cs;
+          for (r.g = 0; r.g < r.G; ++r.g)
+            ran &= test::run_cp_ring_case<T>(r, GpuRingCudnn(), report);
+          return;
+        }
         ran &= test::run_cp_whole_case<T>(cs, GpuCpCudnn(), report);
         // Again from the kept output and log-sum-exps.
         GpuCpCudnn kept;
