@@ -566,6 +566,40 @@ SmallVector<StringRef> AttentionRingGradOp::getRuntimeAttrNames() {
           "dropout_uid", "batch_axes",     "microbatches", "mb_inner_axes",
           "head_axes",   "head_inner_axes"};
 }
+std::string AttentionRingOp::getRuntimeCallee() {
+  return getLse() ? "planrt::attention_ring_lse" : "planrt::attention_ring";
+}
+std::string AttentionRingGradOp::getRuntimeCallee() {
+  return getLse() ? "planrt::attention_ring_grad_lse"
+                  : "planrt::attention_ring_grad";
+}
+/// A ring's kept log-sum-exps: f32 [B, H, L] of its local qkv [B, L, W].
+static LogicalResult verifyRingLse(Operation *op, Value qkv, Value lse,
+                                   int64_t heads) {
+  if (!lse)
+    return success();
+  auto q = cast<MemRefType>(qkv.getType());
+  auto l = cast<MemRefType>(lse.getType());
+  SmallVector<int64_t> want = {q.getDimSize(0), heads, q.getDimSize(1)};
+  if (!l.getElementType().isF32() || l.getShape() != ArrayRef(want))
+    return op->emitOpError()
+           << "keeps each row's log-sum-exp in an f32 [B, H, L] buffer ("
+           << want[0] << "x" << want[1] << "x" << want[2] << "), got " << l;
+  return success();
+}
+LogicalResult AttentionRingOp::verify() {
+  return verifyRingLse(*this, getQkv(), getLse(), getNumHeads());
+}
+LogicalResult AttentionRingGradOp::verify() {
+  if (!getFwdOut() != !getLse())
+    return emitOpError() << "takes the forward's output and log-sum-exp "
+                            "together, or neither";
+  if (getFwdOut() && getFwdOut().getType() != getGrad().getType())
+    return emitOpError() << "reads the forward's output "
+                         << getFwdOut().getType() << " beside its gradient "
+                         << getGrad().getType() << ": they must match";
+  return verifyRingLse(*this, getQkv(), getLse(), getNumHeads());
+}
 std::string AttentionCpOp::getRuntimeCallee() {
   return getLse() ? "planrt::attention_cp_lse" : "planrt::attention_cp";
 }

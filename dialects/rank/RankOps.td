@@ -913,27 +913,51 @@ def Rank_KvReduceScatterOp : Rank_CallOp<"kv_reduce_scatter",
 // Context parallelism by ring: the keys and values go round the ranks of
 // `axis`, one rank's block per step (planrt/context_parallel.h).
 def Rank_AttentionRingOp : Rank_CallOp<"attention_ring",
-    [DeclareOpInterfaceMethods<RuntimeCallOpInterface, ["getRuntimeAttrNames"]>]> {
+    [DeclareOpInterfaceMethods<RuntimeCallOpInterface,
+                               ["getRuntimeCallee", "getRuntimeAttrNames"]>]> {
   let summary = "causal attention of this rank's queries over every rank's keys and values, passed round a ring";
+  let description = [{
+    With `keeping %lse` (plan-keep-attention, where the gradient of the same
+    qkv runs in this block and the output stays as written until then):
+    each query row's log-sum-exp after the ring goes to `lse` (f32 [B, H,
+    L]; planrt::attention_ring_lse), so that `rank.attention_ring_grad`
+    reads it and this output instead of running the forward's ring again.
+  }];
   let arguments = !con((ins Arg<Rank_FloatBuffer, "", [MemRead]>:$qkv,
                        Arg<Rank_FloatBuffer, "", [MemWrite]>:$out,
+                       Arg<Optional<Rank_FloatBuffer>, "", [MemWrite]>:$lse,
                        I64Attr:$num_heads, I64Attr:$num_kv_heads, StrAttr:$axis),
                        Rank_AttnDropoutArgs);
   let assemblyFormat = [{
-    $qkv `into` $out `over` $axis attr-dict `:` type($qkv) `->` type($out)
+    $qkv `into` $out (`keeping` $lse^)? `over` $axis attr-dict `:` type($qkv)
+    `->` type($out) (`keeping` type($lse)^)?
   }];
+  let hasVerifier = 1;
 }
 def Rank_AttentionRingGradOp : Rank_CallOp<"attention_ring_grad",
-    [DeclareOpInterfaceMethods<RuntimeCallOpInterface, ["getRuntimeAttrNames"]>]> {
+    [AttrSizedOperandSegments,
+     DeclareOpInterfaceMethods<RuntimeCallOpInterface,
+                               ["getRuntimeCallee", "getRuntimeAttrNames"]>]> {
   let summary = "d qkv of attention_ring (its rows' statistics recomputed by one more ring)";
+  let description = [{
+    With `kept %o, %lse` (the forward's output and what its `keeping`
+    wrote; planrt::attention_ring_grad_lse): the rows' statistics and
+    delta = dout . out come from them, and the gradient runs no forward
+    ring: one ring of the keys and values fewer.
+  }];
   let arguments = !con((ins Arg<Rank_FloatBuffer, "", [MemRead]>:$qkv,
                        Arg<Rank_FloatBuffer, "", [MemRead]>:$grad,
                        Arg<Rank_FloatBuffer, "", [MemWrite]>:$out,
+                       Arg<Optional<Rank_FloatBuffer>, "", [MemRead]>:$fwd_out,
+                       Arg<Optional<Rank_FloatBuffer>, "", [MemRead]>:$lse,
                        I64Attr:$num_heads, I64Attr:$num_kv_heads, StrAttr:$axis),
                        Rank_AttnDropoutArgs);
   let assemblyFormat = [{
-    $qkv `,` $grad `into` $out `over` $axis attr-dict `:` type($qkv) `,` type($grad) `->` type($out)
+    $qkv `,` $grad (`kept` $fwd_out^ `,` $lse)? `into` $out `over` $axis
+    attr-dict `:` type($qkv) `,` type($grad) (`kept` type($fwd_out)^ `,`
+    type($lse))? `->` type($out)
   }];
+  let hasVerifier = 1;
 }
 def Rank_HeadsToSeqOp : Rank_CallOp<"heads_to_seq",
     [DeclareOpInterfaceMethods<RuntimeCallOpInterface, ["getRuntimeAttrNames"]>]> {

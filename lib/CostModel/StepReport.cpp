@@ -120,7 +120,8 @@ struct Counter {
           times);
     else if (isa<rk::AttentionRingOp, rk::AttentionRingGradOp>(op)) {
       // The keys and values go round: G - 1 shifts of a rank's block (the
-      // gradient: twice, and G shifts of their f32 gradients).
+      // gradient: twice, once where it reads the forward's kept output and
+      // log-sum-exps, and G shifts of their f32 gradients).
       StringRef axis = op->getAttrOfType<StringAttr>("axis").getValue();
       auto qkv = cast<MemRefType>(op->getOperand(0).getType());
       int64_t heads = op->getAttrOfType<IntegerAttr>("num_heads").getInt();
@@ -129,9 +130,9 @@ struct Counter {
                      double(2 * kv);
       double width = bufferBytes(qkv) / double(qkv.getNumElements());
       double G = double(groupOf({axis}));
-      bool grad = isa<rk::AttentionRingGradOp>(op);
+      auto grad = dyn_cast<rk::AttentionRingGradOp>(op);
       add("ring_shift", {axis}, block * width, 1,
-          times * (grad ? 2 : 1) * (G - 1));
+          times * (grad && !grad.getLse() ? 2 : 1) * (G - 1));
       if (grad)
         add("ring_shift", {axis}, block * 4, 1, times * G);
     } else if (auto g = dyn_cast<rk::KvGatherOp>(op))
@@ -411,9 +412,13 @@ struct OpCoster {
           c.time = forward;
           return c;
         }
-        c.flops = 3 * c.flops;
         double back = tm.p2pTime(block * 4, link(ringAxis));
-        c.time = forward + std::max(pass(true), (G - 1) * shift + G * back);
+        c.time = std::max(pass(true), (G - 1) * shift + G * back);
+        c.flops = 2 * c.flops;
+        if (!cast<rk::AttentionRingGradOp>(op).getLse()) {
+          c.flops += c.flops / 2;
+          c.time += forward;
+        }
         return c;
       }
       // Context parallelism's all_gather and ring attentions on cuda:
@@ -457,17 +462,20 @@ struct OpCoster {
       }
       if (ring) {
         // The shifts overlap the blocks' compute; the gradient runs the
-        // forward's ring again first (its rows' statistics).
+        // forward's ring again first (its rows' statistics), unless it reads
+        // the forward's kept output and log-sum-exps.
         double G = double(group(ringAxis));
         double block = b * sq * 2 * double(kv) * d;
         double shift = tm.p2pTime(block * actBytes, link(ringAxis));
         if (isa<rk::AttentionRingOp>(op)) {
           c.time = std::max(c.time, (G - 1) * shift);
         } else {
-          c.flops += 4 * bh * sq * sk * d;
           double back = tm.p2pTime(block * 4, link(ringAxis));
-          c.time = std::max(forward, (G - 1) * shift) +
-                   std::max(c.time, (G - 1) * shift + G * back);
+          c.time = std::max(c.time, (G - 1) * shift + G * back);
+          if (!cast<rk::AttentionRingGradOp>(op).getLse()) {
+            c.flops += 4 * bh * sq * sk * d;
+            c.time += std::max(forward, (G - 1) * shift);
+          }
         }
       }
       return c;
@@ -730,11 +738,15 @@ FailureOr<StepReport> planc::computeStepReport(ModuleOp module,
                 b, cast<MemRefType>(op->getOperand(1).getType()).getDimSize(1),
                 kv, d));
       // ring's blocks (the rank's s rows of queries and of keys): a
-      // chunk's output and log-sum-exp before the forward merges them, the
-      // output and final log-sum-exps the gradient's blocks read, and a
-      // block's 16-bit dk, dv before they are added up.
+      // chunk's log-sum-exp before the forward merges it (its output goes
+      // to its rows of the op's output first), the final log-sum-exps the
+      // gradient's blocks read with the output (recomputed, where the
+      // forward's is not kept), and a block's 16-bit dk, dv before they are
+      // added up.
       if (isa<rk::AttentionRingOp, rk::AttentionRingGradOp>(op)) {
-        recomputed = std::max(recomputed, out::cudnn_recomputed(b, h, s, d));
+        auto grad = dyn_cast<rk::AttentionRingGradOp>(op);
+        if (grad && !grad.getLse()) // the output it recomputes
+          recomputed = std::max(recomputed, out::cudnn_recomputed(b, h, s, d));
         lse = std::max(lse, out::cudnn_lse(b, h, s));
         if (backward)
           cpDkv = std::max(cpDkv, out::cudnn_cp_dkv(b, s, kv, d));

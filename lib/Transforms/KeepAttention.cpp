@@ -30,7 +30,12 @@
 // attention's work, in buffers outside the plan). Where the tiles run
 // instead, the two are ignored and the backward recomputes as before.
 // Context parallelism's all_gather attention (rank.attention_cp, two cuDNN
-// calls a rank) keeps its chunks' log-sum-exps alike, in one buffer.
+// calls a rank) keeps its chunks' log-sum-exps alike, in one buffer. Its
+// ring (rank.attention_ring) keeps each row's log-sum-exp on every target
+// and under every policy: its gradient otherwise runs the whole forward
+// ring again (every block's attention and the shifts) for the rows'
+// statistics, where the log-sum-exp and the output it reads anyway give
+// them.
 //===----------------------------------------------------------------------===//
 #include "planc/Transforms/Passes.h"
 
@@ -166,24 +171,32 @@ bool ulyssesOutput(Value out, Operation *fwd) {
   });
 }
 
-/// Whether cuDNN's backward `bwd` may read the output and log-sum-exp of
-/// its forward `fwd` (a 16-bit attention without dropout cuDNN may run):
-/// the output has the gradient's type, nothing between the two writes it,
-/// and it is alive in the backward anyway (read there, as the output
-/// projection's weight gradient does, or recomputed beside it), or is
-/// Ulysses' heads-split output (`ulysses`: one more output per layer).
+/// Whether the backward `bwd` may read the output of its forward `fwd`:
+/// it has the gradient's type, nothing between the two writes it, and it
+/// is alive in the backward anyway (read there, as the output projection's
+/// weight gradient does, or recomputed beside it), or is Ulysses'
+/// heads-split output (`ulysses`: one more output per layer).
 template <class Fwd, class Bwd>
-bool cudnnMayKeep(Fwd fwd, Bwd bwd, bool ulysses) {
+bool outputMayBeKept(Fwd fwd, Bwd bwd, bool ulysses) {
   auto qkv = cast<MemRefType>(fwd.getQkv().getType());
   Value out = fwd.getOut();
-  if (out.getType() != bwd.getGrad().getType() ||
-      cast<MemRefType>(out.getType()).getElementType() !=
-          qkv.getElementType() ||
-      rk::viewRoot(bwd.getOut()) == rk::viewRoot(out) ||
-      writtenBetween(fwd, bwd, out) ||
-      !(readInBackward(bwd, bwd.getGrad(), out) || sameLayer(fwd, bwd) ||
-        (ulysses && ulyssesOutput(out, fwd))))
+  return out.getType() == bwd.getGrad().getType() &&
+         cast<MemRefType>(out.getType()).getElementType() ==
+             qkv.getElementType() &&
+         rk::viewRoot(bwd.getOut()) != rk::viewRoot(out) &&
+         !writtenBetween(fwd, bwd, out) &&
+         (readInBackward(bwd, bwd.getGrad(), out) || sameLayer(fwd, bwd) ||
+          (ulysses && ulyssesOutput(out, fwd)));
+}
+
+/// Whether cuDNN's backward `bwd` may read the output and log-sum-exp of
+/// its forward `fwd`: a 16-bit attention without dropout cuDNN may run,
+/// whose output may be kept (outputMayBeKept).
+template <class Fwd, class Bwd>
+bool cudnnMayKeep(Fwd fwd, Bwd bwd, bool ulysses) {
+  if (!outputMayBeKept(fwd, bwd, ulysses))
     return false;
+  auto qkv = cast<MemRefType>(fwd.getQkv().getType());
   int64_t d = qkv.getDimSize(2) / (fwd.getNumHeads() + 2 * fwd.getNumKvHeads());
   return planrt::workspace::outside::cudnn_attention(
       !qkv.getElementType().isF32(), fwd.getDropout().convertToFloat() > 0, d);
@@ -257,6 +270,37 @@ void keepCpForCudnn(func::FuncOp step) {
     bwd.getLseMutable().assign(lse);
   }
 }
+/// Context parallelism's ring, on every target: a rank.attention_ring
+/// keeps each row's log-sum-exp after the ring (`keeping`, f32 [B, H, L])
+/// for its rank.attention_ring_grad of the same local qkv in its block,
+/// which reads it with the forward's output (`kept`, outputMayBeKept): the
+/// rows' statistics and delta = dout . out come from them, so the gradient
+/// runs no forward ring (G blocks of attention and G - 1 shifts fewer), on
+/// the host's functors, planrt's tiles and cuDNN alike.
+void keepRing(func::FuncOp step) {
+  SmallVector<rk::AttentionRingOp> forwards;
+  step.walk([&](rk::AttentionRingOp a) { forwards.push_back(a); });
+  for (rk::AttentionRingOp fwd : forwards) {
+    rk::AttentionRingGradOp bwd;
+    for (Operation *user : fwd.getQkv().getUsers())
+      if (auto g = dyn_cast<rk::AttentionRingGradOp>(user);
+          g && g->getBlock() == fwd->getBlock() && !g.getLse() &&
+          g.getNumHeads() == fwd.getNumHeads() &&
+          g.getNumKvHeads() == fwd.getNumKvHeads() &&
+          g.getAxis() == fwd.getAxis() &&
+          g.getDropoutAttr() == fwd.getDropoutAttr() &&
+          g.getDropoutUid() == fwd.getDropoutUid() && fwd->isBeforeInBlock(g))
+        bwd = g;
+    if (!bwd || fwd.getLse() || !outputMayBeKept(fwd, bwd, false))
+      continue;
+    auto qkv = cast<MemRefType>(fwd.getQkv().getType());
+    Value lse = allocBefore(fwd, {qkv.getDimSize(0), (int64_t)fwd.getNumHeads(),
+                                  qkv.getDimSize(1)});
+    fwd.getLseMutable().assign(lse);
+    bwd.getFwdOutMutable().assign(fwd.getOut());
+    bwd.getLseMutable().assign(lse);
+  }
+}
 } // namespace
 
 void KeepAttentionPass::runOnOperation() {
@@ -264,6 +308,7 @@ void KeepAttentionPass::runOnOperation() {
   auto step = module.lookupSymbol<func::FuncOp>("plan_step");
   if (!step)
     return;
+  keepRing(step);
   if (target == "cuda") {
     keepForCudnn(step);
     keepCpForCudnn(step);

@@ -1549,7 +1549,8 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
               int64_t G = mesh.getAxisSize(cp.getValue());
               std::string how = cpExchange(h.getInt(), kv.getInt(), G);
               if (how == "ring") {
-                z.create<rk::AttentionRingOp>(b, loc, in(0), out, h, kv, cp);
+                z.create<rk::AttentionRingOp>(b, loc, in(0), out, Value(), h,
+                                              kv, cp);
                 return true;
               }
               if (how == "all_gather") {
@@ -1639,8 +1640,8 @@ LogicalResult LowerToRankPass::lowerFunc(func::FuncOp src, StringRef funcName,
               int64_t G = mesh.getAxisSize(cp.getValue());
               std::string how = cpExchange(h.getInt(), kv.getInt(), G);
               if (how == "ring") {
-                z.create<rk::AttentionRingGradOp>(b, loc, in(0), in(1), out, h,
-                                                  kv, cp);
+                z.create<rk::AttentionRingGradOp>(b, loc, in(0), in(1), out,
+                                                  Value(), Value(), h, kv, cp);
                 return true;
               }
               if (how == "all_gather") {

@@ -275,3 +275,35 @@ func.func @cp_grad(%qkv: memref<2x8x128xbf16>, %kv: memref<2x16x64xbf16>, %dout:
   rank.attention_cp_grad %qkv, %kv, %dout kept %o, %lse into %dqkv, %dkv over "cp" {num_heads = 4 : i64, num_kv_heads = 2 : i64} : memref<2x8x128xbf16>, memref<2x16x64xbf16>, memref<2x8x64xbf16> kept memref<2x8x64xf32>, memref<64xf32> -> memref<2x8x128xbf16>, memref<2x16x64xf32>
   return
 }
+
+// -----
+
+func.func @ring_lse(%qkv: memref<2x8x128xbf16>, %out: memref<2x8x64xbf16>, %lse: memref<2x8x4xf32>) {
+  // expected-error @+1 {{keeps each row's log-sum-exp in an f32 [B, H, L] buffer (2x4x8), got 'memref<2x8x4xf32>'}}
+  rank.attention_ring %qkv into %out keeping %lse over "cp" {num_heads = 4 : i64, num_kv_heads = 2 : i64} : memref<2x8x128xbf16> -> memref<2x8x64xbf16> keeping memref<2x8x4xf32>
+  return
+}
+
+// -----
+
+func.func @ring_grad(%qkv: memref<2x8x128xbf16>, %dout: memref<2x8x64xbf16>, %dqkv: memref<2x8x128xbf16>, %o: memref<2x8x64xbf16>) {
+  // expected-error @+1 {{takes the forward's output and log-sum-exp together, or neither}}
+  "rank.attention_ring_grad"(%qkv, %dout, %dqkv, %o) <{operandSegmentSizes = array<i32: 1, 1, 1, 1, 0>, num_heads = 4 : i64, num_kv_heads = 2 : i64, axis = "cp"}> : (memref<2x8x128xbf16>, memref<2x8x64xbf16>, memref<2x8x128xbf16>, memref<2x8x64xbf16>) -> ()
+  return
+}
+
+// -----
+
+func.func @ring_grad(%qkv: memref<2x8x128xbf16>, %dout: memref<2x8x64xbf16>, %dqkv: memref<2x8x128xbf16>, %o: memref<2x8x64xf32>, %lse: memref<2x4x8xf32>) {
+  // expected-error @+1 {{reads the forward's output 'memref<2x8x64xf32>' beside its gradient 'memref<2x8x64xbf16>': they must match}}
+  rank.attention_ring_grad %qkv, %dout kept %o, %lse into %dqkv over "cp" {num_heads = 4 : i64, num_kv_heads = 2 : i64} : memref<2x8x128xbf16>, memref<2x8x64xbf16> kept memref<2x8x64xf32>, memref<2x4x8xf32> -> memref<2x8x128xbf16>
+  return
+}
+
+// -----
+
+func.func @ring_grad(%qkv: memref<2x8x128xbf16>, %dout: memref<2x8x64xbf16>, %dqkv: memref<2x8x128xbf16>, %o: memref<2x8x64xbf16>, %lse: memref<64xf32>) {
+  // expected-error @+1 {{keeps each row's log-sum-exp in an f32 [B, H, L] buffer (2x4x8), got 'memref<64xf32>'}}
+  rank.attention_ring_grad %qkv, %dout kept %o, %lse into %dqkv over "cp" {num_heads = 4 : i64, num_kv_heads = 2 : i64} : memref<2x8x128xbf16>, memref<2x8x64xbf16> kept memref<2x8x64xbf16>, memref<64xf32> -> memref<2x8x128xbf16>
+  return
+}

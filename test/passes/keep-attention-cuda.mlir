@@ -214,3 +214,4 @@ func.func @plan_step(%dy: memref<2x8x32xbf16>) {
 // CHECK-NEXT: rank.attention_lse %{{.*}} into %[[O]], %[[LSE]]
 // CHECK: rank.heads_to_seq %[[O]]
 // CHECK: rank.attention_grad_lse %{{.*}}, %[[O]], %[[LSE]], %{{.*}} into
+

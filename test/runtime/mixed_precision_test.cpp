@@ -755,6 +755,69 @@ TEST_F(MixedPrecisionTest, CpAttentionKeptForCudnnIsAttentionCpOnTheHost) {
                "attention_cp_grad_lse: fwd_out and lse must be tensors");
 }
 
+TEST_F(MixedPrecisionTest, RingKeptIsTheRingsAttention) {
+  // planrt::attention_ring_lse and attention_ring_grad_lse: the ring's
+  // output, each row's log-sum-exp, and the gradient from them without the
+  // forward's ring again, on every backend. Without a cp axis (-1) the
+  // ring is one rank's: qkv [2, 8, 128] of 4 heads and 2 kv heads of 16.
+  for (int dtype : {F32, BF16}) {
+    SCOPED_TRACE(dtype);
+    Tensor *qkv = random({2, 8, 128}), *dout = random({2, 8, 64});
+    if (dtype != F32) {
+      qkv = narrowed(qkv, dtype).first;
+      dout = narrowed(dout, dtype).first;
+    }
+    Tensor *ref = make16({2, 8, 64}, dtype), *out = make16({2, 8, 64}, dtype);
+    attention_ring(ctx, qkv, ref, 4, 2, -1);
+    Tensor *lse = make({2, 4, 8});
+    attention_ring_lse(ctx, qkv, out, lse, 4, 2, -1);
+    const size_t w = dtype == F32 ? 4 : 2;
+    EXPECT_EQ(std::memcmp(out->data, ref->data, out->numel() * w), 0);
+    // Each row's log-sum-exp of its scaled causal scores (1 / sqrt(16)).
+    std::vector<float> got = internal::to_host(ctx, lse),
+                       x = internal::to_host(ctx, qkv);
+    for (int64_t b = 0; b < 2; ++b)
+      for (int64_t h = 0; h < 4; ++h)
+        for (int64_t t = 0; t < 8; ++t) {
+          double sum = 0;
+          for (int64_t j = 0; j <= t; ++j) {
+            double dot = 0;
+            for (int64_t d = 0; d < 16; ++d)
+              dot += double(x[(b * 8 + t) * 128 + h * 16 + d]) *
+                     x[(b * 8 + j) * 128 + 64 + (h / 2) * 16 + d];
+            sum += std::exp(0.25 * dot);
+          }
+          const float want = float(std::log(sum));
+          ASSERT_NEAR(got[(b * 4 + h) * 8 + t], want,
+                      1e-5f * (1 + std::fabs(want)));
+        }
+    Tensor *dref = make16({2, 8, 128}, dtype), *d = make16({2, 8, 128}, dtype);
+    attention_ring_grad(ctx, qkv, dout, dref, 4, 2, -1);
+    attention_ring_grad_lse(ctx, qkv, dout, d, out, lse, 4, 2, -1);
+    // The statistics from the log-sum-exp (and for 16 bits delta from the
+    // rounded output) round differently.
+    std::vector<float> dg = internal::to_host(ctx, d),
+                       dw = internal::to_host(ctx, dref);
+    const float tol = dtype == F32 ? 1e-5f : 2e-2f;
+    for (size_t i = 0; i < dg.size(); ++i)
+      ASSERT_NEAR(dg[i], dw[i], tol * (1 + std::fabs(dw[i]))) << i;
+  }
+  Tensor *qkv = make({2, 8, 128}), *out = make({2, 8, 64});
+  EXPECT_DEATH(attention_ring_lse(ctx, qkv, out, make({2, 8, 4}), 4, 2, -1),
+               "attention_ring_lse: lse \\[2, 8, 4\\] must be \\[2, 4, 8\\] "
+               "\\(each of the rank's rows' log-sum-exp: B, H, L\\)");
+  EXPECT_DEATH(attention_ring_lse(ctx, qkv, out, nullptr, 4, 2, -1),
+               "attention_ring_lse: lse must be a tensor");
+  EXPECT_DEATH(attention_ring_grad_lse(ctx, qkv, out, make({2, 8, 128}),
+                                       make({2, 8, 32}), make({2, 4, 8}), 4, 2,
+                                       -1),
+               "attention_ring_grad_lse: fwd_out .* and dout .* have different "
+               "shapes");
+  EXPECT_DEATH(attention_ring_grad_lse(ctx, qkv, out, make({2, 8, 128}), out,
+                                       nullptr, 4, 2, -1),
+               "attention_ring_grad_lse: fwd_out and lse must be tensors");
+}
+
 TEST_F(MixedPrecisionTest, MatmulBiasChecksItsBias) {
   Tensor *a = make({3, 4}), *b = make({4, 5}), *c = make({3, 5});
   EXPECT_DEATH(matmul_bias(ctx, a, b, make({4}), c, false, false),

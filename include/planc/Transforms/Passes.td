@@ -283,7 +283,7 @@ def KeepParamCopies : Pass<"plan-keep-param-copies", "mlir::ModuleOp"> {
 }
 
 def KeepAttention : Pass<"plan-keep-attention", "mlir::ModuleOp"> {
-  let summary = "What attention keeps for its backward: the score matrix (recompute = none), cuDNN's log-sum-exp (cuda)";
+  let summary = "What attention keeps for its backward: the score matrix (recompute = none), cuDNN's log-sum-exp (cuda), ring's log-sum-exp";
   let description = [{
     With `recompute = none`, each `rank.attention` of `@plan_step` whose
     backward (`rank.attention_grad` of the same qkv) runs in the same block
@@ -310,7 +310,12 @@ def KeepAttention : Pass<"plan-keep-attention", "mlir::ModuleOp"> {
     a long sequence's backward would run again. Context
     parallelism's all_gather attention alike: `rank.attention_cp` gains
     `keeping %lse` (its two chunks' log-sum-exps, one f32 buffer) and its
-    `rank.attention_cp_grad` reads `kept %out, %lse`.
+    `rank.attention_cp_grad` reads `kept %out, %lse`. Its ring, on every
+    target and under every policy: `rank.attention_ring` gains `keeping
+    %lse` (each row's log-sum-exp after the ring, f32 [B, H, L]) and its
+    `rank.attention_ring_grad` in the same block reads `kept %out, %lse`
+    (the same output conditions), taking the rows' statistics and delta
+    from them instead of running the forward's ring again.
   }];
   let options = [
     Option<"policy", "policy", "std::string", "\"\"",

@@ -26,7 +26,9 @@
 //   runs the ring twice: once to recompute each row's statistics and
 //   output (for delta = dout . out), once for the gradients, the keys' and
 //   values' gradients travelling with their block and returning to its
-//   owner after a last shift.
+//   owner after a last shift. Where the forward kept its output and each
+//   row's log-sum-exp (attention_ring_lse), the statistics are (the
+//   log-sum-exp, 1) and delta comes from the output: one ring.
 //
 // The all_gather and ring functors are plain loops over a row's keys (or a
 // key's queries), in fp32 with 16-bit tensors read and written as they are:
@@ -386,6 +388,35 @@ struct RowLseFn {
   PLANRT_HD void operator()(int64_t r) const {
     int64_t i = cp_row_index(a, row0, rows, r);
     lse[r] = ml[2 * i] + logf(ml[2 * i + 1]);
+  }
+};
+
+/// A ring's rows' statistics from their kept log-sum-exps (f32 [B H L]):
+/// m = the log-sum-exp with a normalizer of 1 weighs every key as the
+/// ring's statistics do; index space B H L.
+struct MlFromLseFn {
+  static constexpr bool kElementwise = true;
+  const float *lse;
+  float *ml;
+  PLANRT_HD void operator()(int64_t i) const {
+    ml[2 * i] = lse[i];
+    ml[2 * i + 1] = 1.0f;
+  }
+};
+
+/// delta = dout . out for each row of B H L (from a kept output, as
+/// AttentionFinishFn gives it from the statistics).
+template <class T = float> struct RowDotFn {
+  const T *dout, *out;
+  float *delta;
+  AttnShape a;
+  PLANRT_HD void operator()(int64_t i) const {
+    int64_t t = i % a.S, h = (i / a.S) % a.H, b = i / (a.S * a.H);
+    const int64_t at = a.o(b, t, h);
+    float dl = 0.0f;
+    for (int64_t d = 0; d < a.D; ++d)
+      dl += ld(dout[at + d]) * ld(out[at + d]);
+    delta[i] = dl;
   }
 };
 

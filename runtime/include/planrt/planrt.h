@@ -778,7 +778,8 @@ void kv_reduce_scatter(Context *ctx, const Tensor *dkv, Tensor *dqkv,
 /// values, which go round the ring one rank's block per step, each shifted
 /// on while the one in hand is computed (online softmax). The gradient runs
 /// the ring twice (the rows' statistics again, then the gradients, the
-/// keys' and values' travelling with their block back to its owner); dqkv
+/// keys' and values' travelling with their block back to its owner), once
+/// from attention_ring_lse's kept output and log-sum-exps (below); dqkv
 /// (shape of qkv) is overwritten.
 void attention_ring(Context *ctx, const Tensor *qkv, Tensor *out,
                     int64_t num_heads, int64_t num_kv_heads, int64_t axis,
@@ -792,6 +793,26 @@ void attention_ring_grad(Context *ctx, const Tensor *qkv, const Tensor *dout,
                          int64_t dropout_uid = 0, int64_t batch_axes = 0,
                          int64_t microbatches = 0, int64_t mb_inner_axes = 0,
                          int64_t head_axes = 0, int64_t head_inner_axes = 0);
+/// attention_ring that also writes each query row's log-sum-exp after the
+/// ring to lse (f32 [B, H, L]); attention_ring_grad that takes the rows'
+/// statistics from it and delta from attention_ring_lse's output fwd_out,
+/// so that it runs no forward ring (planc's plan-keep-attention pairs
+/// them, on every backend).
+void attention_ring_lse(Context *ctx, const Tensor *qkv, Tensor *out,
+                        Tensor *lse, int64_t num_heads, int64_t num_kv_heads,
+                        int64_t axis, float dropout = 0.0f,
+                        int64_t dropout_uid = 0, int64_t batch_axes = 0,
+                        int64_t microbatches = 0, int64_t mb_inner_axes = 0,
+                        int64_t head_axes = 0, int64_t head_inner_axes = 0);
+void attention_ring_grad_lse(Context *ctx, const Tensor *qkv,
+                             const Tensor *dout, Tensor *dqkv,
+                             const Tensor *fwd_out, const Tensor *lse,
+                             int64_t num_heads, int64_t num_kv_heads,
+                             int64_t axis, float dropout = 0.0f,
+                             int64_t dropout_uid = 0, int64_t batch_axes = 0,
+                             int64_t microbatches = 0,
+                             int64_t mb_inner_axes = 0, int64_t head_axes = 0,
+                             int64_t head_inner_axes = 0);
 /// With dropout = p > 0 (attention(..., dropout = p)), each probability is
 /// zeroed with probability p and the others scaled by 1 / (1 - p) before
 /// they weight the values; the mask hashes (seed, step, dropout_uid, the

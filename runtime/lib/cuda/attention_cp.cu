@@ -443,22 +443,19 @@ bool cudnn_backward(cudaStream_t s, const AttnCp &c, const T *qkv, const T *kv,
 template <class T>
 bool cudnn_ring_forward(cudaStream_t s, const AttnCp &c,
                         const kernels::KvBlock &kb, const T *qkv, const T *blk,
-                        float *acc, float *ml) {
+                        T *part, float *acc, float *ml) {
   if constexpr (!kSixteenBit<T>) {
     return false;
   } else {
     const std::vector<CudnnChunk> cs =
         cudnn_ring_chunks(c, kb, std::is_same<T, kernels::bf16_t>::value);
-    if (cs.empty() || !aligned16(qkv, blk) ||
+    if (cs.empty() || !aligned16(qkv, blk, part) ||
         !cudnn_runs(cs, true, false, c.drop.on))
       return false;
     const kernels::AttnShape &a = c.a;
     namespace out = workspace::outside;
-    // Each chunk's output and log-sum-exp, merged before the next chunk
-    // overwrites them (stream order).
-    T *part = static_cast<T *>(
-        cudnn::scratch(cudnn::Scratch::Out,
-                       (size_t)out::cudnn_recomputed(a.B, a.H, a.S, a.D)));
+    // Each chunk's output (in its own rows of part) and log-sum-exp, merged
+    // before the next chunk overwrites the log-sum-exp (stream order).
     float *lse = static_cast<float *>(cudnn::scratch(
         cudnn::Scratch::Lse, (size_t)out::cudnn_lse(a.B, a.H, a.S)));
     for (const CudnnChunk &k : cs) {
@@ -523,8 +520,6 @@ template <class T> T *cudnn_ring_output(const AttnCp &c) {
         cudnn_ring_chunks(c, first, std::is_same<T, kernels::bf16_t>::value);
     if (cs.empty() || !cudnn_runs(cs, true, true, c.drop.on))
       return nullptr;
-    // The buffer the forward's chunks use (cudnn_ring_forward): the ring's
-    // forward is over before its output is written.
     return static_cast<T *>(cudnn::scratch(
         cudnn::Scratch::Out,
         (size_t)workspace::outside::cudnn_recomputed(a.B, a.H, a.S, a.D)));
@@ -539,7 +534,7 @@ template <class T> T *cudnn_ring_output(const AttnCp &c) {
                                   const T *, const float *);                   \
   template bool cudnn_ring_forward<T>(cudaStream_t, const AttnCp &,            \
                                       const kernels::KvBlock &, const T *,     \
-                                      const T *, float *, float *);            \
+                                      const T *, T *, float *, float *);       \
   template bool cudnn_ring_backward<T>(                                        \
       cudaStream_t, const AttnCp &, const kernels::KvBlock &, const T *,       \
       const T *, const T *, const T *, const float *, float *, float *, T *);  \

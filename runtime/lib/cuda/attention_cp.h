@@ -106,7 +106,8 @@ bool cudnn_backward(cudaStream_t s, const kernels::AttnCp &c, const T *qkv,
 /// ring's block kb on cuDNN (cudnn_ring_chunks), for 16-bit operands
 /// without dropout; false where cuDNN does not run it: nothing launched,
 /// the block functors (or tiles) run, whose contract this keeps. The
-/// forward merges each chunk's output and log-sum-exp into the running
+/// forward computes each chunk's output into its rows of `part` (laid out
+/// like the output) and its log-sum-exp, and merges them into the running
 /// statistics acc, ml (kernels::AttentionMergeFn). The backward reads the
 /// ring's output `out` and the final statistics ml, and adds the block's
 /// dq into the f32 dq and its dk, dv into the f32 dkv (the block's [B,
@@ -115,15 +116,17 @@ bool cudnn_backward(cudaStream_t s, const kernels::AttnCp &c, const T *qkv,
 template <class T>
 bool cudnn_ring_forward(cudaStream_t s, const kernels::AttnCp &c,
                         const kernels::KvBlock &kb, const T *qkv, const T *blk,
-                        float *acc, float *ml);
+                        T *part, float *acc, float *ml);
 template <class T>
 bool cudnn_ring_backward(cudaStream_t s, const kernels::AttnCp &c,
                          const kernels::KvBlock &kb, const T *qkv, const T *blk,
                          const T *dout, const T *out, const float *ml,
                          float *dq, float *dkv, T *dq16);
-/// A buffer for the ring's output, which cuDNN's backward of its blocks
-/// reads (with the statistics): null where cuDNN would not run the first
-/// block's backward (the functors' contract needs no output).
+/// A buffer (outside the plan) for the ring's output, where the gradient
+/// recomputes it: the part of its forward's blocks, then the output cuDNN's
+/// backward of its blocks reads (with the statistics); null where cuDNN
+/// would not run the first block's backward (the functors' contract needs
+/// no output).
 template <class T> T *cudnn_ring_output(const kernels::AttnCp &c);
 
 } // namespace cuda_attention_cp

@@ -650,15 +650,16 @@ bool attention_cp_grad_whole(Context *ctx, const kernels::AttnCp &c,
                                            dqkv, dkv, fwd_out, lse);
 }
 /// ring's block on cuDNN where it runs it (16-bit, no dropout;
-/// attention_cp.cu), in the block functors' contract; false: they (or the
-/// tiles) run. The backward reads the ring's output, which the op writes
-/// into ring_output() where that is not null.
+/// attention_cp.cu), in the block functors' contract, its output computed
+/// in `part` before it is merged; false: they (or the tiles) run. The
+/// backward reads the ring's output: the forward's where it was kept, else
+/// the one the op writes into ring_output() where that is not null.
 template <class T>
 bool attention_ring_block(Context *ctx, const kernels::AttnCp &c,
                           const kernels::KvBlock &kb, const T *qkv,
-                          const T *blk, float *acc, float *ml) {
+                          const T *blk, T *part, float *acc, float *ml) {
   return cuda_attention_cp::cudnn_ring_forward(state(ctx)->stream, c, kb, qkv,
-                                               blk, acc, ml);
+                                               blk, part, acc, ml);
 }
 template <class T>
 bool attention_ring_block_grads(Context *ctx, const kernels::AttnCp &c,

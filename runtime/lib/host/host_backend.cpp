@@ -264,7 +264,7 @@ bool attention_cp_grad_whole(Context *, const kernels::AttnCp &, const T *,
 /// output for their backward either.
 template <class T>
 bool attention_ring_block(Context *, const kernels::AttnCp &,
-                          const kernels::KvBlock &, const T *, const T *,
+                          const kernels::KvBlock &, const T *, const T *, T *,
                           float *, float *) {
   return false;
 }

@@ -172,10 +172,11 @@ struct GpuRingCudnn {
   bool forward(const kernels::AttnCp &c, const kernels::KvBlock &kb,
                const std::vector<T> &qkv, const std::vector<T> &blk,
                std::vector<float> &acc, std::vector<float> &ml) const {
-    Device<T> q(qkv), b(blk);
+    Device<T> q(qkv), b(blk),
+        part(std::vector<T>((size_t)(c.a.B * c.a.S * c.a.H * c.a.D)));
     Device<float> a(acc), m(ml);
-    if (!cuda_attention_cp::cudnn_ring_forward<T>(nullptr, c, kb, q.p, b.p, a.p,
-                                                  m.p))
+    if (!cuda_attention_cp::cudnn_ring_forward<T>(nullptr, c, kb, q.p, b.p,
+                                                  part.p, a.p, m.p))
       return false;
     a.back(acc);
     m.back(ml);
@@ -283,8 +284,8 @@ int speed() {
   auto ring_forward = [&] {
     for (int64_t o = 0; o < c.part.G; ++o)
       ok &= cuda_attention_cp::cudnn_ring_forward<T>(
-          nullptr, c, kernels::KvBlock{a.S, {o, c.part.G}}, qkv.p, kv.p, acc.p,
-          ml.p);
+          nullptr, c, kernels::KvBlock{a.S, {o, c.part.G}}, qkv.p, kv.p, out.p,
+          acc.p, ml.p);
   };
   const double ring_fwd = time_ms(ring_forward);
   const double ring_grad = time_ms([&] {

@@ -382,6 +382,36 @@ TEST(ContextParallel, AttentionEqualsOneRank) {
   Tensor *rd = tensor3(ctx, kB, L, kW, {});
   attention_ring_grad(ctx, qkv, dout, rd, kH, kKV, 0);
   expect_near(internal::to_host(ctx, rd), dwant, 1e-5f, "attention_ring_grad");
+  // ring keeping each row's log-sum-exp (attention_ring_lse), and the
+  // gradient from it and the output instead of the forward's ring again.
+  Tensor *klse = alloc(ctx, 3, kB, kH, L, 1);
+  Tensor *krout = tensor3(ctx, kB, L, kH * kD, {});
+  attention_ring_lse(ctx, qkv, krout, klse, kH, kKV, 0);
+  EXPECT_EQ(internal::to_host(ctx, krout), internal::to_host(ctx, rout));
+  std::vector<float> lse_want;
+  for (int64_t b = 0; b < kB; ++b)
+    for (int64_t h = 0; h < kH; ++h)
+      for (int64_t t = 0; t < L; ++t) {
+        // log sum_j exp(q . k_j / sqrt(D)) over the keys up to the row's
+        // position, from the whole sequence's values.
+        const int64_t p = position(g, G, L, t), kh = h / (kH / kKV);
+        const float *q = all.data() + (b * kS + p) * kW + h * kD;
+        double sum = 0;
+        for (int64_t j = 0; j <= p; ++j) {
+          const float *k = all.data() + (b * kS + j) * kW + (kH + kh) * kD;
+          double dot = 0;
+          for (int64_t d = 0; d < kD; ++d)
+            dot += double(q[d]) * k[d];
+          sum += std::exp(dot / std::sqrt(double(kD)));
+        }
+        lse_want.push_back(float(std::log(sum)));
+      }
+  expect_near(internal::to_host(ctx, klse), lse_want, 1e-5f,
+              "attention_ring_lse's log-sum-exps");
+  Tensor *krd = tensor3(ctx, kB, L, kW, {});
+  attention_ring_grad_lse(ctx, qkv, dout, krd, krout, klse, kH, kKV, 0);
+  expect_near(internal::to_host(ctx, krd), dwant, 1e-5f,
+              "attention_ring_grad_lse");
   // all_to_all: the ordinary kernel on every position of half the heads.
   Tensor *heads = tensor3(ctx, kB, kS, kW / G, {});
   seq_to_heads(ctx, qkv, heads, kH * kD, kKV * kD, 0);
