@@ -14,8 +14,11 @@
 //   exp in the backward, S^2 more floats per head and sample alive between
 //   the two. The kept values are those the recomputation makes, so the
 //   three policies give the same bits.
-// A pipeline's forward and backward of a layer run in different units
-// (they would need the stash): there, `none` recomputes like `selective`.
+// A pipeline's forward and backward of a layer run in different units: the
+// score matrix is not stashed, and there `none` recomputes like
+// `selective`. The log-sum-exps below are (4 bytes per row and head): they
+// go through the stash from the forward's unit to the backward's, where
+// that unit reads the forward's output anyway.
 // The cuda target keeps no score matrix under any policy: its tiled
 // attention (runtime/lib/cuda/attention.cu) recomputes the exponentials
 // tile by tile from the row statistics, as flash attention does, which is
@@ -189,47 +192,196 @@ bool outputMayBeKept(Fwd fwd, Bwd bwd, bool ulysses) {
           (ulysses && ulyssesOutput(out, fwd)));
 }
 
-/// Whether cuDNN's backward `bwd` may read the output and log-sum-exp of
-/// its forward `fwd`: a 16-bit attention without dropout cuDNN may run,
-/// whose output may be kept (outputMayBeKept).
-template <class Fwd, class Bwd>
-bool cudnnMayKeep(Fwd fwd, Bwd bwd, bool ulysses) {
-  if (!outputMayBeKept(fwd, bwd, ulysses))
-    return false;
+/// A new f32 buffer of `shape` before `fwd`, in its pipeline stage; with
+/// `stashed`, kept past fwd's pipeline unit (LowerToRank's rank.stash).
+Value allocBefore(Operation *fwd, ArrayRef<int64_t> shape,
+                  bool stashed = false) {
+  OpBuilder builder(fwd);
+  auto alloc = rk::AllocOp::create(
+      builder, fwd->getLoc(), MemRefType::get(shape, builder.getF32Type()));
+  if (auto st = fwd->getAttr(rk::kRankStageAttr))
+    alloc->setAttr(rk::kRankStageAttr, st);
+  if (stashed)
+    alloc->setAttr("rank.stash", builder.getUnitAttr());
+  return alloc.getResult();
+}
+
+//===--- Across a pipeline's units ----------------------------------------===//
+//
+// In a pipeline (LowerToRank's rank.unit ops) a layer's forward runs in its
+// stage's F unit and its backward in a later unit of the same stage, which
+// reads the forward's buffers through the stash: rank.stash_put at the end
+// of the forward's unit, rank.stash_get at the start of the reader's. What
+// the forward keeps for its backward travels the same way, in a slot of its
+// own; the forward's output is read there only where the backward's unit
+// already gets it (the output projection's weight gradient reads it), so
+// keeping holds the log-sum-exp per microbatch in flight, nothing more.
+
+/// The stash slot unit `u` puts `v` into, or -1.
+int64_t slotOf(rk::UnitOp u, Value v) {
+  for (auto put : u.getBody().front().getOps<rk::StashPutOp>())
+    if (put.getBuffer() == v)
+      return (int64_t)put.getSlot();
+  return -1;
+}
+
+/// What unit `u` gets from stash slot `slot`, or null.
+Value stashedIn(rk::UnitOp u, int64_t slot) {
+  for (auto get : u.getBody().front().getOps<rk::StashGetOp>())
+    if ((int64_t)get.getSlot() == slot)
+      return get.getResult();
+  return Value();
+}
+
+/// Whether an op of `op`'s block after it (`after`) or before it may write
+/// or free `buffer` or a view of what it views.
+bool writtenAround(Operation *op, Value buffer, bool after) {
+  Value root = rk::viewRoot(buffer);
+  Block *block = op->getBlock();
+  for (Operation &o : *block) {
+    bool beyond = after ? op->isBeforeInBlock(&o) : o.isBeforeInBlock(op);
+    if (beyond && writes(&o, root))
+      return true;
+  }
+  return false;
+}
+
+/// The ops of type Bwd that may be `fwd`'s backward: readers of its qkv
+/// after it in its block, or, where fwd runs in a pipeline unit, readers of
+/// the stash's copy of that qkv in the later units of its stage.
+template <class Bwd> SmallVector<Bwd> backwardsOf(Operation *fwd, Value qkv) {
+  SmallVector<Bwd> found;
+  for (Operation *user : qkv.getUsers())
+    if (auto g = dyn_cast<Bwd>(user);
+        g && g->getBlock() == fwd->getBlock() && fwd->isBeforeInBlock(g))
+      found.push_back(g);
+  auto uf = dyn_cast<rk::UnitOp>(fwd->getParentOp());
+  int64_t slot = uf ? slotOf(uf, qkv) : -1;
+  if (slot < 0 || !found.empty())
+    return found;
+  for (Operation &op : uf->getBlock()->getOperations()) {
+    auto ub = dyn_cast<rk::UnitOp>(op);
+    if (!ub || ub == uf || ub.getStage() != uf.getStage() ||
+        ub.getPhase() == "F")
+      continue;
+    if (Value got = stashedIn(ub, slot))
+      for (Operation *user : got.getUsers())
+        if (auto g = dyn_cast<Bwd>(user);
+            g && g->getBlock() == got.getParentBlock())
+          found.push_back(g);
+  }
+  return found;
+}
+
+/// Where `bwd` runs in another pipeline unit than `fwd`: fwd's output as
+/// bwd's unit gets it from the stash, where it may read it (outputMayBeKept's
+/// conditions: the gradient's type, its own output elsewhere, and nothing
+/// after the forward in its unit or before the backward in its unit writes
+/// it); null otherwise.
+template <class Fwd, class Bwd> Value outputAcrossUnits(Fwd fwd, Bwd bwd) {
+  auto uf = dyn_cast<rk::UnitOp>(fwd->getParentOp());
+  auto ub = dyn_cast<rk::UnitOp>(bwd->getParentOp());
+  if (!uf || !ub || uf == ub)
+    return Value();
+  int64_t slot = slotOf(uf, fwd.getOut());
+  Value out = slot < 0 ? Value() : stashedIn(ub, slot);
+  auto qkv = cast<MemRefType>(fwd.getQkv().getType());
+  if (!out || out.getType() != bwd.getGrad().getType() ||
+      cast<MemRefType>(out.getType()).getElementType() !=
+          qkv.getElementType() ||
+      rk::viewRoot(bwd.getOut()) == rk::viewRoot(out) ||
+      writtenAround(fwd, fwd.getOut(), /*after=*/true) ||
+      writtenAround(bwd, out, /*after=*/false))
+    return Value();
+  return out;
+}
+
+/// Slots for what a forward keeps across units, after the pipeline's own.
+struct Slots {
+  int64_t next = 0;
+  explicit Slots(func::FuncOp step) {
+    step.walk([&](Operation *op) {
+      if (auto put = dyn_cast<rk::StashPutOp>(op))
+        next = std::max(next, (int64_t)put.getSlot() + 1);
+    });
+  }
+  /// `v` (of `from`'s unit) where `to` reads it: itself in the same block,
+  /// else through a new slot (put at the end of from's unit, got at the
+  /// start of to's and released at its end).
+  Value carry(Value v, Operation *from, Operation *to) {
+    if (from->getBlock() == to->getBlock())
+      return v;
+    Block *put = from->getBlock(), *get = to->getBlock();
+    OpBuilder b(from->getContext());
+    Location loc = from->getLoc();
+    b.setInsertionPointToEnd(put);
+    rk::StashPutOp::create(b, loc, v, b.getI64IntegerAttr(next),
+                           b.getI64IntegerAttr(1));
+    b.setInsertionPointToStart(get);
+    Value got =
+        rk::StashGetOp::create(b, loc, v.getType(), b.getI64IntegerAttr(next));
+    b.setInsertionPointToEnd(get);
+    rk::StashReleaseOp::create(b, loc, b.getI64IntegerAttr(next));
+    ++next;
+    return got;
+  }
+};
+
+/// fwd's backward of type Bwd (the last of backwardsOf that `match`
+/// accepts) and fwd's output as it may read it (outputMayBeKept in one
+/// block, outputAcrossUnits across a pipeline's units); none where it may
+/// not.
+template <class Bwd, class Fwd, class Match>
+std::optional<std::pair<Bwd, Value>> keptPair(Fwd fwd, bool ulysses,
+                                              Match match) {
+  Bwd bwd;
+  for (Bwd g : backwardsOf<Bwd>(fwd, fwd.getQkv()))
+    if (match(g))
+      bwd = g;
+  if (!bwd)
+    return std::nullopt;
+  if (bwd->getBlock() == fwd->getBlock())
+    return outputMayBeKept(fwd, bwd, ulysses)
+               ? std::optional<std::pair<Bwd, Value>>({bwd, fwd.getOut()})
+               : std::nullopt;
+  Value out = outputAcrossUnits(fwd, bwd);
+  return out ? std::optional<std::pair<Bwd, Value>>({bwd, out}) : std::nullopt;
+}
+
+/// Whether cuDNN may run the attention `fwd` (16 bits, no dropout, a head
+/// dim it takes).
+template <class Fwd> bool cudnnMayRun(Fwd fwd) {
   auto qkv = cast<MemRefType>(fwd.getQkv().getType());
   int64_t d = qkv.getDimSize(2) / (fwd.getNumHeads() + 2 * fwd.getNumKvHeads());
   return planrt::workspace::outside::cudnn_attention(
       !qkv.getElementType().isF32(), fwd.getDropout().convertToFloat() > 0, d);
 }
 
-/// A new f32 buffer of `shape` before `fwd`, in its pipeline stage.
-Value allocBefore(Operation *fwd, ArrayRef<int64_t> shape) {
-  OpBuilder builder(fwd);
-  auto alloc = rk::AllocOp::create(
-      builder, fwd->getLoc(), MemRefType::get(shape, builder.getF32Type()));
-  if (auto st = fwd->getAttr(rk::kRankStageAttr))
-    alloc->setAttr(rk::kRankStageAttr, st);
-  return alloc.getResult();
-}
-
 /// The cuda target: a 16-bit attention without dropout that cuDNN may run
 /// (planrt/workspace.h outside::cudnn_attention) keeps each row's
 /// log-sum-exp [B, H, S] for its backward, which also reads the forward's
-/// output (cudnnMayKeep), so cuDNN's backward does not run the forward
-/// again.
-void keepForCudnn(func::FuncOp step) {
+/// output (keptPair: in the forward's block, or in a later pipeline unit
+/// through the stash), so cuDNN's backward does not run the forward again.
+void keepForCudnn(func::FuncOp step, Slots &slots) {
   SmallVector<rk::AttentionOp> forwards;
   step.walk([&](rk::AttentionOp a) { forwards.push_back(a); });
   for (rk::AttentionOp fwd : forwards) {
-    rk::AttentionGradOp bwd = backwardOf(fwd);
-    if (!bwd || !cudnnMayKeep(fwd, bwd, /*ulysses=*/true))
+    auto pair = keptPair<rk::AttentionGradOp>(
+        fwd, /*ulysses=*/true, [&](rk::AttentionGradOp g) {
+          return g.getNumHeads() == fwd.getNumHeads() &&
+                 g.getNumKvHeads() == fwd.getNumKvHeads();
+        });
+    if (!pair || !cudnnMayRun(fwd))
       continue;
+    auto [bwd, out] = *pair;
     auto qkv = cast<MemRefType>(fwd.getQkv().getType());
-    Value lse = allocBefore(fwd, {qkv.getDimSize(0), (int64_t)fwd.getNumHeads(),
-                                  qkv.getDimSize(1)});
+    Value lse = allocBefore(
+        fwd, {qkv.getDimSize(0), (int64_t)fwd.getNumHeads(), qkv.getDimSize(1)},
+        bwd->getBlock() != fwd->getBlock());
     rebuild<rk::AttentionLseOp>(fwd, fwd.getQkv(), fwd.getOut(), lse);
-    rebuild<rk::AttentionGradLseOp>(bwd, bwd.getQkv(), fwd.getOut(), lse,
-                                    bwd.getGrad(), bwd.getOut());
+    rebuild<rk::AttentionGradLseOp>(bwd, bwd.getQkv(), out,
+                                    slots.carry(lse, fwd, bwd), bwd.getGrad(),
+                                    bwd.getOut());
     fwd.erase();
     bwd.erase();
   }
@@ -237,10 +389,10 @@ void keepForCudnn(func::FuncOp step) {
 /// Context parallelism's all_gather on the cuda target: likewise, a
 /// rank.attention_cp that cuDNN may run keeps its chunks' log-sum-exps
 /// (`keeping`, planrt/workspace.h outside::cudnn_cp_lse_floats) for its
-/// rank.attention_cp_grad of the same local qkv in its block, which reads
-/// them with the forward's output (`kept`): its backward then runs no
-/// chunk's forward again.
-void keepCpForCudnn(func::FuncOp step) {
+/// rank.attention_cp_grad of the same local qkv, which reads them with the
+/// forward's output (`kept`): its backward then runs no chunk's forward
+/// again.
+void keepCpForCudnn(func::FuncOp step, Slots &slots) {
   SmallVector<rk::AttentionCpOp> forwards;
   step.walk([&](rk::AttentionCpOp a) { forwards.push_back(a); });
   // The runtime's backward reads what the forward kept where cuDNN runs
@@ -248,57 +400,58 @@ void keepCpForCudnn(func::FuncOp step) {
   // buffers of one type, aligned as the forward's test wants).
   auto wholeBuffer = [](Value v) { return v.getDefiningOp<rk::AllocOp>(); };
   for (rk::AttentionCpOp fwd : forwards) {
-    rk::AttentionCpGradOp bwd;
-    for (Operation *user : fwd.getQkv().getUsers())
-      if (auto g = dyn_cast<rk::AttentionCpGradOp>(user);
-          g && g->getBlock() == fwd->getBlock() && !g.getLse() &&
-          g.getNumHeads() == fwd.getNumHeads() &&
-          g.getNumKvHeads() == fwd.getNumKvHeads() &&
-          g.getAxis() == fwd.getAxis() && fwd->isBeforeInBlock(g))
-        bwd = g;
-    if (!bwd || fwd.getLse() ||
-        fwd.getKv().getType() != bwd.getKv().getType() ||
-        !wholeBuffer(fwd.getKv()) || !wholeBuffer(bwd.getKv()) ||
-        !cudnnMayKeep(fwd, bwd, /*ulysses=*/false))
+    auto pair = keptPair<rk::AttentionCpGradOp>(
+        fwd, /*ulysses=*/false, [&](rk::AttentionCpGradOp g) {
+          return !g.getLse() && g.getNumHeads() == fwd.getNumHeads() &&
+                 g.getNumKvHeads() == fwd.getNumKvHeads() &&
+                 g.getAxis() == fwd.getAxis();
+        });
+    if (!pair || fwd.getLse() || !cudnnMayRun(fwd))
+      continue;
+    auto [bwd, out] = *pair;
+    if (fwd.getKv().getType() != bwd.getKv().getType() ||
+        !wholeBuffer(fwd.getKv()) || !wholeBuffer(bwd.getKv()))
       continue;
     auto qkv = cast<MemRefType>(fwd.getQkv().getType());
     Value lse = allocBefore(
-        fwd, {planrt::workspace::outside::cudnn_cp_lse_floats(
-                 qkv.getDimSize(0), fwd.getNumHeads(), qkv.getDimSize(1))});
+        fwd,
+        {planrt::workspace::outside::cudnn_cp_lse_floats(
+            qkv.getDimSize(0), fwd.getNumHeads(), qkv.getDimSize(1))},
+        bwd->getBlock() != fwd->getBlock());
     fwd.getLseMutable().assign(lse);
-    bwd.getFwdOutMutable().assign(fwd.getOut());
-    bwd.getLseMutable().assign(lse);
+    bwd.getFwdOutMutable().assign(out);
+    bwd.getLseMutable().assign(slots.carry(lse, fwd, bwd));
   }
 }
 /// Context parallelism's ring, on every target: a rank.attention_ring
 /// keeps each row's log-sum-exp after the ring (`keeping`, f32 [B, H, L])
-/// for its rank.attention_ring_grad of the same local qkv in its block,
-/// which reads it with the forward's output (`kept`, outputMayBeKept): the
-/// rows' statistics and delta = dout . out come from them, so the gradient
-/// runs no forward ring (G blocks of attention and G - 1 shifts fewer), on
-/// the host's functors, planrt's tiles and cuDNN alike.
-void keepRing(func::FuncOp step) {
+/// for its rank.attention_ring_grad of the same local qkv, which reads it
+/// with the forward's output (`kept`, keptPair): the rows' statistics and
+/// delta = dout . out come from them, so the gradient runs no forward ring
+/// (G blocks of attention and G - 1 shifts fewer), on the host's functors,
+/// planrt's tiles and cuDNN alike.
+void keepRing(func::FuncOp step, Slots &slots) {
   SmallVector<rk::AttentionRingOp> forwards;
   step.walk([&](rk::AttentionRingOp a) { forwards.push_back(a); });
   for (rk::AttentionRingOp fwd : forwards) {
-    rk::AttentionRingGradOp bwd;
-    for (Operation *user : fwd.getQkv().getUsers())
-      if (auto g = dyn_cast<rk::AttentionRingGradOp>(user);
-          g && g->getBlock() == fwd->getBlock() && !g.getLse() &&
-          g.getNumHeads() == fwd.getNumHeads() &&
-          g.getNumKvHeads() == fwd.getNumKvHeads() &&
-          g.getAxis() == fwd.getAxis() &&
-          g.getDropoutAttr() == fwd.getDropoutAttr() &&
-          g.getDropoutUid() == fwd.getDropoutUid() && fwd->isBeforeInBlock(g))
-        bwd = g;
-    if (!bwd || fwd.getLse() || !outputMayBeKept(fwd, bwd, false))
+    auto pair = keptPair<rk::AttentionRingGradOp>(
+        fwd, /*ulysses=*/false, [&](rk::AttentionRingGradOp g) {
+          return !g.getLse() && g.getNumHeads() == fwd.getNumHeads() &&
+                 g.getNumKvHeads() == fwd.getNumKvHeads() &&
+                 g.getAxis() == fwd.getAxis() &&
+                 g.getDropoutAttr() == fwd.getDropoutAttr() &&
+                 g.getDropoutUid() == fwd.getDropoutUid();
+        });
+    if (!pair || fwd.getLse())
       continue;
+    auto [bwd, out] = *pair;
     auto qkv = cast<MemRefType>(fwd.getQkv().getType());
-    Value lse = allocBefore(fwd, {qkv.getDimSize(0), (int64_t)fwd.getNumHeads(),
-                                  qkv.getDimSize(1)});
+    Value lse = allocBefore(
+        fwd, {qkv.getDimSize(0), (int64_t)fwd.getNumHeads(), qkv.getDimSize(1)},
+        bwd->getBlock() != fwd->getBlock());
     fwd.getLseMutable().assign(lse);
-    bwd.getFwdOutMutable().assign(fwd.getOut());
-    bwd.getLseMutable().assign(lse);
+    bwd.getFwdOutMutable().assign(out);
+    bwd.getLseMutable().assign(slots.carry(lse, fwd, bwd));
   }
 }
 } // namespace
@@ -308,10 +461,11 @@ void KeepAttentionPass::runOnOperation() {
   auto step = module.lookupSymbol<func::FuncOp>("plan_step");
   if (!step)
     return;
-  keepRing(step);
+  Slots slots(step);
+  keepRing(step, slots);
   if (target == "cuda") {
-    keepForCudnn(step);
-    keepCpForCudnn(step);
+    keepForCudnn(step, slots);
+    keepCpForCudnn(step, slots);
     return;
   }
   if (plan::recomputePolicy(module, policy) != "none")

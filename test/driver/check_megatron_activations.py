@@ -10,8 +10,8 @@ On the cuda target a 16-bit attention also keeps each row's log-sum-exp
 for cuDNN's flash-attention backward, 4asb/t bytes per layer (fp32), as
 Megatron-Core's fused attention (TransformerEngine) keeps it: the rule
 there adds that term, except with full recompute (the layer's attention
-and its backward then both run in the backward) and on a pipeline, whose
-forward and backward of a layer run in different units (nothing kept).
+and its backward then both run in the backward); on a pipeline it goes
+through the stash with the layer's other activations.
 A layer's bytes are read from two compiled reports that differ by one layer.
 With a pipeline, the first stage holds L/p layers of p microbatches with
 1F1B, and of p (1 + (p-1)/(pv)) with the interleaved schedule: its stash is
@@ -125,7 +125,7 @@ for sched, v in [("1f1b", 1), ("interleaved_1f1b", 2)]:
         total = activations(f"pipe-{sched}-{rc}-{sp}", "cuda", layers=L, sp=sp,
                             recompute=rc, b=1, pp=p, schedule=sched, v=v,
                             mbs=16)
-        bound = rule(sp, rc, 1) * (L // p) * inflight
+        bound = rule(sp, rc, 1, lse=True) * (L // p) * inflight
         report(f"pp {p} {sched:16} {rc:9} sp={str(sp):5} first stage (GiB)",
                total, bound, 2**30)
 

@@ -315,7 +315,10 @@ def KeepAttention : Pass<"plan-keep-attention", "mlir::ModuleOp"> {
     %lse` (each row's log-sum-exp after the ring, f32 [B, H, L]) and its
     `rank.attention_ring_grad` in the same block reads `kept %out, %lse`
     (the same output conditions), taking the rows' statistics and delta
-    from them instead of running the forward's ring again.
+    from them instead of running the forward's ring again. In a pipeline,
+    where the backward runs in a later unit of the forward's stage that
+    reads the forward's output through the stash anyway, the log-sum-exp
+    goes the same way in a slot of its own.
   }];
   let options = [
     Option<"policy", "policy", "std::string", "\"\"",

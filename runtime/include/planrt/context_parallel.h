@@ -393,9 +393,9 @@ struct RowLseFn {
 
 /// A ring's rows' statistics from their kept log-sum-exps (f32 [B H L]):
 /// m = the log-sum-exp with a normalizer of 1 weighs every key as the
-/// ring's statistics do; index space B H L.
+/// ring's statistics do; index space B H L (a row's two statistics each:
+/// not element-wise).
 struct MlFromLseFn {
-  static constexpr bool kElementwise = true;
   const float *lse;
   float *ml;
   PLANRT_HD void operator()(int64_t i) const {
