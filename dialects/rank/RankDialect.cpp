@@ -587,17 +587,25 @@ static LogicalResult verifyRingLse(Operation *op, Value qkv, Value lse,
            << want[0] << "x" << want[1] << "x" << want[2] << "), got " << l;
   return success();
 }
+/// A gradient's `kept %fwd_out, %lse`: both or neither, the output of the
+/// gradient's type.
+static LogicalResult verifyKept(Operation *op, Value fwdOut, Value lse,
+                                Value grad) {
+  if (!fwdOut != !lse)
+    return op->emitOpError() << "takes the forward's output and log-sum-exp "
+                                "together, or neither";
+  if (fwdOut && fwdOut.getType() != grad.getType())
+    return op->emitOpError()
+           << "reads the forward's output " << fwdOut.getType()
+           << " beside its gradient " << grad.getType() << ": they must match";
+  return success();
+}
 LogicalResult AttentionRingOp::verify() {
   return verifyRingLse(*this, getQkv(), getLse(), getNumHeads());
 }
 LogicalResult AttentionRingGradOp::verify() {
-  if (!getFwdOut() != !getLse())
-    return emitOpError() << "takes the forward's output and log-sum-exp "
-                            "together, or neither";
-  if (getFwdOut() && getFwdOut().getType() != getGrad().getType())
-    return emitOpError() << "reads the forward's output "
-                         << getFwdOut().getType() << " beside its gradient "
-                         << getGrad().getType() << ": they must match";
+  if (failed(verifyKept(*this, getFwdOut(), getLse(), getGrad())))
+    return failure();
   return verifyRingLse(*this, getQkv(), getLse(), getNumHeads());
 }
 std::string AttentionCpOp::getRuntimeCallee() {
@@ -608,14 +616,7 @@ std::string AttentionCpGradOp::getRuntimeCallee() {
                   : "planrt::attention_cp_grad";
 }
 LogicalResult AttentionCpGradOp::verify() {
-  if (!getFwdOut() != !getLse())
-    return emitOpError() << "takes the forward's output and log-sum-exp "
-                            "together, or neither";
-  if (getFwdOut() && getFwdOut().getType() != getGrad().getType())
-    return emitOpError() << "reads the forward's output "
-                         << getFwdOut().getType() << " beside its gradient "
-                         << getGrad().getType() << ": they must match";
-  return success();
+  return verifyKept(*this, getFwdOut(), getLse(), getGrad());
 }
 SmallVector<StringRef> AttentionCpOp::getRuntimeAttrNames() {
   return {"num_heads",   "num_kv_heads",   "axis",         "dropout",

@@ -17,8 +17,9 @@
 // A pipeline's forward and backward of a layer run in different units: the
 // score matrix is not stashed, and there `none` recomputes like
 // `selective`. The log-sum-exps below are (4 bytes per row and head): they
-// go through the stash from the forward's unit to the backward's, where
-// that unit reads the forward's output anyway.
+// go through the stash from the forward's unit to the backward's, which
+// reads the forward's output there too (zero bubble: the backward's B unit
+// joins the readers of the output's slot, held for W anyway).
 // The cuda target keeps no score matrix under any policy: its tiled
 // attention (runtime/lib/cuda/attention.cu) recomputes the exponentials
 // tile by tile from the row statistics, as flash attention does, which is
@@ -213,9 +214,10 @@ Value allocBefore(Operation *fwd, ArrayRef<int64_t> shape,
 // reads the forward's buffers through the stash: rank.stash_put at the end
 // of the forward's unit, rank.stash_get at the start of the reader's. What
 // the forward keeps for its backward travels the same way, in a slot of its
-// own; the forward's output is read there only where the backward's unit
-// already gets it (the output projection's weight gradient reads it), so
-// keeping holds the log-sum-exp per microbatch in flight, nothing more.
+// own; the forward's output is read there only where it is stashed for the
+// backward's unit or for later ones (the output projection's weight
+// gradient reads it, in B or, with zero bubble, in W), so keeping holds the
+// log-sum-exp per microbatch in flight, nothing more.
 
 /// The stash slot unit `u` puts `v` into, or -1.
 int64_t slotOf(rk::UnitOp u, Value v) {
@@ -273,29 +275,6 @@ template <class Bwd> SmallVector<Bwd> backwardsOf(Operation *fwd, Value qkv) {
   return found;
 }
 
-/// Where `bwd` runs in another pipeline unit than `fwd`: fwd's output as
-/// bwd's unit gets it from the stash, where it may read it (outputMayBeKept's
-/// conditions: the gradient's type, its own output elsewhere, and nothing
-/// after the forward in its unit or before the backward in its unit writes
-/// it); null otherwise.
-template <class Fwd, class Bwd> Value outputAcrossUnits(Fwd fwd, Bwd bwd) {
-  auto uf = dyn_cast<rk::UnitOp>(fwd->getParentOp());
-  auto ub = dyn_cast<rk::UnitOp>(bwd->getParentOp());
-  if (!uf || !ub || uf == ub)
-    return Value();
-  int64_t slot = slotOf(uf, fwd.getOut());
-  Value out = slot < 0 ? Value() : stashedIn(ub, slot);
-  auto qkv = cast<MemRefType>(fwd.getQkv().getType());
-  if (!out || out.getType() != bwd.getGrad().getType() ||
-      cast<MemRefType>(out.getType()).getElementType() !=
-          qkv.getElementType() ||
-      rk::viewRoot(bwd.getOut()) == rk::viewRoot(out) ||
-      writtenAround(fwd, fwd.getOut(), /*after=*/true) ||
-      writtenAround(bwd, out, /*after=*/false))
-    return Value();
-  return out;
-}
-
 /// Slots for what a forward keeps across units, after the pipeline's own.
 struct Slots {
   int64_t next = 0;
@@ -325,7 +304,64 @@ struct Slots {
     ++next;
     return got;
   }
+  /// Makes unit `to` one more reader of the stash slot `put` fills: its
+  /// value there (got at to's start, released at its end). The slot's
+  /// buffer stays as long as before where `to` runs before its last reader.
+  Value addReader(rk::StashPutOp put, Block *to) {
+    OpBuilder b(put->getContext());
+    Location loc = put.getLoc();
+    put.setReaders(put.getReaders() + 1);
+    b.setInsertionPointToStart(to);
+    Value got = rk::StashGetOp::create(b, loc, put.getBuffer().getType(),
+                                       put.getSlotAttr());
+    b.setInsertionPointToEnd(to);
+    rk::StashReleaseOp::create(b, loc, put.getSlotAttr());
+    return got;
+  }
 };
+
+/// Where `bwd` runs in another pipeline unit than `fwd`: fwd's output as
+/// bwd's unit gets it from the stash, where it may read it (outputMayBeKept's
+/// conditions: the gradient's type, its own output elsewhere, and nothing
+/// after the forward in its unit or before the backward in its unit writes
+/// it); null otherwise. Where the output is stashed for later units only
+/// (zero bubble: the weight gradient reads it in W, the backward runs in
+/// B), bwd's unit becomes one more reader of its slot: B runs before W, so
+/// the output is held no longer than before.
+template <class Fwd, class Bwd>
+Value outputAcrossUnits(Fwd fwd, Bwd bwd, Slots &slots) {
+  rk::UnitOp uf = dyn_cast<rk::UnitOp>(fwd->getParentOp());
+  rk::UnitOp ub = dyn_cast<rk::UnitOp>(bwd->getParentOp());
+  if (!uf || !ub || uf == ub)
+    return Value();
+  rk::StashPutOp put;
+  for (auto p : uf.getBody().front().getOps<rk::StashPutOp>())
+    if (p.getBuffer() == fwd.getOut())
+      put = p;
+  if (!put)
+    return Value();
+  Value out = stashedIn(ub, (int64_t)put.getSlot());
+  auto type = cast<MemRefType>(fwd.getOut().getType());
+  if (type != bwd.getGrad().getType() ||
+      type.getElementType() !=
+          cast<MemRefType>(fwd.getQkv().getType()).getElementType() ||
+      (out && rk::viewRoot(bwd.getOut()) == rk::viewRoot(out)) ||
+      writtenAround(fwd, fwd.getOut(), /*after=*/true) ||
+      (out && writtenAround(bwd, out, /*after=*/false)))
+    return Value();
+  if (!out) {
+    // The units that read the slot already all run after bwd's (later
+    // phases of the same stage); bwd's unit joins them.
+    for (Operation &op : uf->getBlock()->getOperations()) {
+      auto u = dyn_cast<rk::UnitOp>(op);
+      if (u && u != ub && stashedIn(u, (int64_t)put.getSlot()) &&
+          u.getPhase() != "W")
+        return Value();
+    }
+    out = slots.addReader(put, &ub.getBody().front());
+  }
+  return out;
+}
 
 /// fwd's backward of type Bwd (the last of backwardsOf that `match`
 /// accepts) and fwd's output as it may read it (outputMayBeKept in one
@@ -333,7 +369,7 @@ struct Slots {
 /// not.
 template <class Bwd, class Fwd, class Match>
 std::optional<std::pair<Bwd, Value>> keptPair(Fwd fwd, bool ulysses,
-                                              Match match) {
+                                              Slots &slots, Match match) {
   Bwd bwd;
   for (Bwd g : backwardsOf<Bwd>(fwd, fwd.getQkv()))
     if (match(g))
@@ -344,7 +380,7 @@ std::optional<std::pair<Bwd, Value>> keptPair(Fwd fwd, bool ulysses,
     return outputMayBeKept(fwd, bwd, ulysses)
                ? std::optional<std::pair<Bwd, Value>>({bwd, fwd.getOut()})
                : std::nullopt;
-  Value out = outputAcrossUnits(fwd, bwd);
+  Value out = outputAcrossUnits(fwd, bwd, slots);
   return out ? std::optional<std::pair<Bwd, Value>>({bwd, out}) : std::nullopt;
 }
 
@@ -366,12 +402,14 @@ void keepForCudnn(func::FuncOp step, Slots &slots) {
   SmallVector<rk::AttentionOp> forwards;
   step.walk([&](rk::AttentionOp a) { forwards.push_back(a); });
   for (rk::AttentionOp fwd : forwards) {
+    if (!cudnnMayRun(fwd))
+      continue;
     auto pair = keptPair<rk::AttentionGradOp>(
-        fwd, /*ulysses=*/true, [&](rk::AttentionGradOp g) {
+        fwd, /*ulysses=*/true, slots, [&](rk::AttentionGradOp g) {
           return g.getNumHeads() == fwd.getNumHeads() &&
                  g.getNumKvHeads() == fwd.getNumKvHeads();
         });
-    if (!pair || !cudnnMayRun(fwd))
+    if (!pair)
       continue;
     auto [bwd, out] = *pair;
     auto qkv = cast<MemRefType>(fwd.getQkv().getType());
@@ -400,18 +438,19 @@ void keepCpForCudnn(func::FuncOp step, Slots &slots) {
   // buffers of one type, aligned as the forward's test wants).
   auto wholeBuffer = [](Value v) { return v.getDefiningOp<rk::AllocOp>(); };
   for (rk::AttentionCpOp fwd : forwards) {
+    if (fwd.getLse() || !cudnnMayRun(fwd) || !wholeBuffer(fwd.getKv()))
+      continue;
     auto pair = keptPair<rk::AttentionCpGradOp>(
-        fwd, /*ulysses=*/false, [&](rk::AttentionCpGradOp g) {
+        fwd, /*ulysses=*/false, slots, [&](rk::AttentionCpGradOp g) {
           return !g.getLse() && g.getNumHeads() == fwd.getNumHeads() &&
                  g.getNumKvHeads() == fwd.getNumKvHeads() &&
-                 g.getAxis() == fwd.getAxis();
+                 g.getAxis() == fwd.getAxis() &&
+                 g.getKv().getType() == fwd.getKv().getType() &&
+                 wholeBuffer(g.getKv());
         });
-    if (!pair || fwd.getLse() || !cudnnMayRun(fwd))
+    if (!pair)
       continue;
     auto [bwd, out] = *pair;
-    if (fwd.getKv().getType() != bwd.getKv().getType() ||
-        !wholeBuffer(fwd.getKv()) || !wholeBuffer(bwd.getKv()))
-      continue;
     auto qkv = cast<MemRefType>(fwd.getQkv().getType());
     Value lse = allocBefore(
         fwd,
@@ -434,15 +473,17 @@ void keepRing(func::FuncOp step, Slots &slots) {
   SmallVector<rk::AttentionRingOp> forwards;
   step.walk([&](rk::AttentionRingOp a) { forwards.push_back(a); });
   for (rk::AttentionRingOp fwd : forwards) {
+    if (fwd.getLse())
+      continue;
     auto pair = keptPair<rk::AttentionRingGradOp>(
-        fwd, /*ulysses=*/false, [&](rk::AttentionRingGradOp g) {
+        fwd, /*ulysses=*/false, slots, [&](rk::AttentionRingGradOp g) {
           return !g.getLse() && g.getNumHeads() == fwd.getNumHeads() &&
                  g.getNumKvHeads() == fwd.getNumKvHeads() &&
                  g.getAxis() == fwd.getAxis() &&
                  g.getDropoutAttr() == fwd.getDropoutAttr() &&
                  g.getDropoutUid() == fwd.getDropoutUid();
         });
-    if (!pair || fwd.getLse())
+    if (!pair)
       continue;
     auto [bwd, out] = *pair;
     auto qkv = cast<MemRefType>(fwd.getQkv().getType());

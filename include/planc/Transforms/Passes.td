@@ -316,9 +316,10 @@ def KeepAttention : Pass<"plan-keep-attention", "mlir::ModuleOp"> {
     `rank.attention_ring_grad` in the same block reads `kept %out, %lse`
     (the same output conditions), taking the rows' statistics and delta
     from them instead of running the forward's ring again. In a pipeline,
-    where the backward runs in a later unit of the forward's stage that
-    reads the forward's output through the stash anyway, the log-sum-exp
-    goes the same way in a slot of its own.
+    where the backward runs in a later unit of the forward's stage and the
+    forward's output is stashed for it or for a later unit anyway (zero
+    bubble's W), the log-sum-exp goes through the stash in a slot of its
+    own, and the backward's unit reads the output's slot.
   }];
   let options = [
     Option<"policy", "policy", "std::string", "\"\"",

@@ -124,6 +124,59 @@ struct CpSetup {
   }
 };
 
+/// The functors' forward over block kb: merged into acc, ml.
+template <class T>
+void functor_forward(const kernels::AttnCp &c, const kernels::KvBlock &kb,
+                     const std::vector<T> &qkv, const std::vector<T> &blk,
+                     std::vector<float> &acc, std::vector<float> &ml) {
+  kernels::AttentionBlockFn<T> f{qkv.data(), blk.data(), acc.data(),
+                                 ml.data(),  c,          kb};
+  for (int64_t i = 0; i < c.a.B * c.a.H * c.a.S; ++i)
+    f(i);
+}
+
+/// The functors' gradients of block kb, added to dq and dkv.
+template <class T>
+void functor_grads(const kernels::AttnCp &c, const kernels::KvBlock &kb,
+                   const std::vector<T> &qkv, const std::vector<T> &blk,
+                   const std::vector<T> &dout, const std::vector<float> &ml,
+                   const std::vector<float> &delta, std::vector<float> &dq,
+                   std::vector<float> &dkv) {
+  kernels::AttentionBlockGradQFn<T> fq{
+      qkv.data(),   blk.data(), dout.data(), ml.data(),
+      delta.data(), dq.data(),  c,           kb};
+  for (int64_t i = 0; i < c.a.B * c.a.H * c.a.S; ++i)
+    fq(i);
+  kernels::AttentionBlockGradKVFn<T> fkv{
+      qkv.data(),   blk.data(), dout.data(), ml.data(),
+      delta.data(), dkv.data(), c,           kb};
+  for (int64_t i = 0; i < c.a.B * c.a.KV * kb.rows; ++i)
+    fkv(i);
+}
+
+/// Block kb's gradients from random starts: the functors' against
+/// add(dq, dkv) (which adds its own and returns whether it ran), compared
+/// by what each added; false where add did not run.
+template <class T, class Add, class Report>
+bool compare_block_grads(CpSetup &setup, const kernels::KvBlock &kb,
+                         const std::vector<T> &qkv, const std::vector<T> &blk,
+                         const std::vector<T> &dout,
+                         const std::vector<float> &ml,
+                         const std::vector<float> &delta,
+                         const std::string &name, const Add &add,
+                         const Report &report) {
+  const kernels::AttnCp &c = setup.c;
+  const std::vector<float> dq0 = setup.random(c.a.B * c.a.H * c.a.S * c.a.D),
+                           dkv0 = setup.random(c.a.B * kb.rows * c.kvWidth());
+  std::vector<float> dq_ref(dq0), dq(dq0), dkv_ref(dkv0), dkv(dkv0);
+  functor_grads(c, kb, qkv, blk, dout, ml, delta, dq_ref, dkv_ref);
+  if (!add(dq, dkv))
+    return false;
+  report("dq, " + name, cp_added_err(dq, dq_ref, dq0));
+  report("dkv, " + name, cp_added_err(dkv, dkv_ref, dkv0));
+  return true;
+}
+
 /// Runs case `cs` with storage T through `tiles` (forward, grad_q, grad_kv
 /// over host vectors, with the functors' arguments) and the functors;
 /// calls report(what, relative error) for every compared tensor.
@@ -154,10 +207,7 @@ void run_cp_case(const CpCase &cs, const Tiles &tiles, const Report &report) {
   std::vector<float> acc_ref((size_t)(rows * D), 0.0f), ml_ref(2 * rows, 0.0f);
   std::vector<float> acc(acc_ref), ml(ml_ref);
   for (size_t k = 0; k < kbs.size(); ++k) {
-    kernels::AttentionBlockFn<T> f{
-        qkv.data(), blks[k].data(), acc_ref.data(), ml_ref.data(), c, kbs[k]};
-    for (int64_t i = 0; i < rows; ++i)
-      f(i);
+    functor_forward(c, kbs[k], qkv, blks[k], acc_ref, ml_ref);
     tiles.forward(c, kbs[k], qkv, blks[k], acc, ml);
     report("acc, " + name + std::to_string(k), rel_err(acc, acc_ref));
     report("ml, " + name + std::to_string(k), rel_err(ml, ml_ref));
@@ -169,27 +219,16 @@ void run_cp_case(const CpCase &cs, const Tiles &tiles, const Report &report) {
     fin(i);
 
   // Backward, block by block.
-  for (size_t k = 0; k < kbs.size(); ++k) {
-    const kernels::KvBlock &kb = kbs[k];
-    const std::vector<float> dq0 = random(rows * D),
-                             dkv0 = random(a.B * kb.rows * c.kvWidth());
-    std::vector<float> dq_ref(dq0), dq(dq0), dkv_ref(dkv0), dkv(dkv0);
-    kernels::AttentionBlockGradQFn<T> fq{
-        qkv.data(),   blks[k].data(), dout.data(), ml_ref.data(),
-        delta.data(), dq_ref.data(),  c,           kb};
-    for (int64_t i = 0; i < rows; ++i)
-      fq(i);
-    kernels::AttentionBlockGradKVFn<T> fkv{
-        qkv.data(),   blks[k].data(), dout.data(), ml_ref.data(),
-        delta.data(), dkv_ref.data(), c,           kb};
-    for (int64_t i = 0; i < a.B * a.KV * kb.rows; ++i)
-      fkv(i);
-    tiles.grad_q(c, kb, qkv, blks[k], dout, ml_ref, delta, dq);
-    tiles.grad_kv(c, kb, qkv, blks[k], dout, ml_ref, delta, dkv);
-    report("dq, " + name + std::to_string(k), cp_added_err(dq, dq_ref, dq0));
-    report("dkv, " + name + std::to_string(k),
-           cp_added_err(dkv, dkv_ref, dkv0));
-  }
+  for (size_t k = 0; k < kbs.size(); ++k)
+    compare_block_grads(
+        setup, kbs[k], qkv, blks[k], dout, ml_ref, delta,
+        name + std::to_string(k),
+        [&](std::vector<float> &dq, std::vector<float> &dkv) {
+          tiles.grad_q(c, kbs[k], qkv, blks[k], dout, ml_ref, delta, dq);
+          tiles.grad_kv(c, kbs[k], qkv, blks[k], dout, ml_ref, delta, dkv);
+          return true;
+        },
+        report);
 }
 
 /// all_gather's 16-bit attention without dropout, which the cuda backend
@@ -235,10 +274,7 @@ bool run_cp_whole_case(const CpCase &cs, const Whole &whole,
 
   // The functors: the op's forward, then its backward from zero.
   std::vector<float> acc((size_t)(rows * D), 0.0f), ml(2 * rows, 0.0f);
-  kernels::AttentionBlockFn<T> f{qkv.data(), kv.data(), acc.data(),
-                                 ml.data(),  c,         kb};
-  for (int64_t i = 0; i < rows; ++i)
-    f(i);
+  functor_forward(c, kb, qkv, kv, acc, ml);
   std::vector<T> out_ref((size_t)(rows * D));
   std::vector<float> delta((size_t)rows);
   kernels::AttentionFinishFn<T> fin{acc.data(),  ml.data(),    out_ref.data(),
@@ -247,16 +283,7 @@ bool run_cp_whole_case(const CpCase &cs, const Whole &whole,
     fin(i);
   std::vector<float> dq_ref((size_t)(rows * D), 0.0f),
       dkv_ref((size_t)(a.B * c.S * c.kvWidth()), 0.0f);
-  kernels::AttentionBlockGradQFn<T> fq{
-      qkv.data(),   kv.data(),     dout.data(), ml.data(),
-      delta.data(), dq_ref.data(), c,           kb};
-  for (int64_t i = 0; i < rows; ++i)
-    fq(i);
-  kernels::AttentionBlockGradKVFn<T> fkv{
-      qkv.data(),   kv.data(),      dout.data(), ml.data(),
-      delta.data(), dkv_ref.data(), c,           kb};
-  for (int64_t i = 0; i < a.B * a.KV * c.S; ++i)
-    fkv(i);
+  functor_grads(c, kb, qkv, kv, dout, ml, delta, dq_ref, dkv_ref);
 
   std::vector<T> out((size_t)(rows * D)), dqkv(qkv.size());
   std::vector<float> dkv = random(a.B * c.S * c.kvWidth()); // overwritten
@@ -333,10 +360,7 @@ bool run_cp_ring_case(const CpCase &cs, const Blocks &blocks,
   std::vector<float> acc_ref((size_t)(rows * D), 0.0f), ml_ref(2 * rows, 0.0f);
   std::vector<float> acc(acc_ref), ml(ml_ref);
   for (size_t k = 0; k < kbs.size(); ++k) {
-    kernels::AttentionBlockFn<T> f{
-        qkv.data(), blks[k].data(), acc_ref.data(), ml_ref.data(), c, kbs[k]};
-    for (int64_t i = 0; i < rows; ++i)
-      f(i);
+    functor_forward(c, kbs[k], qkv, blks[k], acc_ref, ml_ref);
     if (!blocks.forward(c, kbs[k], qkv, blks[k], acc, ml))
       return false;
   }
@@ -364,28 +388,16 @@ bool run_cp_ring_case(const CpCase &cs, const Blocks &blocks,
                                     dout.data(),    delta.data(),  a};
   for (int64_t i = 0; i < rows; ++i)
     fin(i);
-  for (size_t k = 0; k < kbs.size(); ++k) {
-    const kernels::KvBlock &kb = kbs[k];
-    const std::vector<float> dq0 = random(rows * D),
-                             dkv0 = random(a.B * kb.rows * c.kvWidth());
-    std::vector<float> dq_ref(dq0), dq(dq0), dkv_ref(dkv0), dkv(dkv0);
-    kernels::AttentionBlockGradQFn<T> fq{
-        qkv.data(),   blks[k].data(), dout.data(), ml_ref.data(),
-        delta.data(), dq_ref.data(),  c,           kb};
-    for (int64_t i = 0; i < rows; ++i)
-      fq(i);
-    kernels::AttentionBlockGradKVFn<T> fkv{
-        qkv.data(),   blks[k].data(), dout.data(), ml_ref.data(),
-        delta.data(), dkv_ref.data(), c,           kb};
-    for (int64_t i = 0; i < a.B * a.KV * kb.rows; ++i)
-      fkv(i);
-    if (!blocks.backward(c, kb, qkv, blks[k], dout, out, ml_ref, dq, dkv))
+  for (size_t k = 0; k < kbs.size(); ++k)
+    if (!compare_block_grads(
+            setup, kbs[k], qkv, blks[k], dout, ml_ref, delta,
+            name + ", block " + std::to_string(k),
+            [&](std::vector<float> &dq, std::vector<float> &dkv) {
+              return blocks.backward(c, kbs[k], qkv, blks[k], dout, out, ml_ref,
+                                     dq, dkv);
+            },
+            report))
       return false;
-    report("dq, " + name + ", block " + std::to_string(k),
-           cp_added_err(dq, dq_ref, dq0));
-    report("dkv, " + name + ", block " + std::to_string(k),
-           cp_added_err(dkv, dkv_ref, dkv0));
-  }
   return true;
 }
 
