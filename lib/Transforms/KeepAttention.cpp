@@ -384,6 +384,18 @@ std::optional<std::pair<Bwd, Value>> keptPair(Fwd fwd, bool ulysses,
   return out ? std::optional<std::pair<Bwd, Value>>({bwd, out}) : std::nullopt;
 }
 
+/// Gives context parallelism's `fwd` (`keeping`) and `bwd` (`kept`, with
+/// fwd's output as bwd reads it, `out`) a new log-sum-exp buffer of
+/// `shape`, carried to bwd's unit where that is another.
+template <class Fwd, class Bwd>
+void keepLse(Fwd fwd, Bwd bwd, Value out, ArrayRef<int64_t> shape,
+             Slots &slots) {
+  Value lse = allocBefore(fwd, shape, bwd->getBlock() != fwd->getBlock());
+  fwd.getLseMutable().assign(lse);
+  bwd.getFwdOutMutable().assign(out);
+  bwd.getLseMutable().assign(slots.carry(lse, fwd, bwd));
+}
+
 /// Whether cuDNN may run the attention `fwd` (16 bits, no dropout, a head
 /// dim it takes).
 template <class Fwd> bool cudnnMayRun(Fwd fwd) {
@@ -450,16 +462,11 @@ void keepCpForCudnn(func::FuncOp step, Slots &slots) {
         });
     if (!pair)
       continue;
-    auto [bwd, out] = *pair;
     auto qkv = cast<MemRefType>(fwd.getQkv().getType());
-    Value lse = allocBefore(
-        fwd,
-        {planrt::workspace::outside::cudnn_cp_lse_floats(
-            qkv.getDimSize(0), fwd.getNumHeads(), qkv.getDimSize(1))},
-        bwd->getBlock() != fwd->getBlock());
-    fwd.getLseMutable().assign(lse);
-    bwd.getFwdOutMutable().assign(out);
-    bwd.getLseMutable().assign(slots.carry(lse, fwd, bwd));
+    keepLse(fwd, pair->first, pair->second,
+            {planrt::workspace::outside::cudnn_cp_lse_floats(
+                qkv.getDimSize(0), fwd.getNumHeads(), qkv.getDimSize(1))},
+            slots);
   }
 }
 /// Context parallelism's ring, on every target: a rank.attention_ring
@@ -485,14 +492,10 @@ void keepRing(func::FuncOp step, Slots &slots) {
         });
     if (!pair)
       continue;
-    auto [bwd, out] = *pair;
     auto qkv = cast<MemRefType>(fwd.getQkv().getType());
-    Value lse = allocBefore(
-        fwd, {qkv.getDimSize(0), (int64_t)fwd.getNumHeads(), qkv.getDimSize(1)},
-        bwd->getBlock() != fwd->getBlock());
-    fwd.getLseMutable().assign(lse);
-    bwd.getFwdOutMutable().assign(out);
-    bwd.getLseMutable().assign(slots.carry(lse, fwd, bwd));
+    keepLse(fwd, pair->first, pair->second,
+            {qkv.getDimSize(0), (int64_t)fwd.getNumHeads(), qkv.getDimSize(1)},
+            slots);
   }
 }
 } // namespace

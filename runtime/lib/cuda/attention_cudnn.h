@@ -28,8 +28,8 @@ struct Sdpa {
   int64_t o_batch, o_row;   // out and dout [B, H, sq, D]
   int64_t stats_head;       // the log-sum-exp [B, H, sq] (f32), per head
   float scale;
-  bool bf16;         // else fp16
-  bool bottom_right; // query row i sees keys <= i + sk - sq (else <= i)
+  bool bf16;          // else fp16
+  bool bottom_right;  // query row i sees keys <= i + sk - sq (else <= i)
   bool causal = true; // else every query row sees every key
   /// One GPU's attention over the packed qkv of kernels::AttnShape.
   static Sdpa whole(const kernels::AttnShape &a, bool bf16);
